@@ -1,0 +1,336 @@
+//! The only place with `asm!` and device intrinsics: thread and warp ids,
+//! shuffles, ballot, a warp scan, dynamic shared memory, `cp.async` and
+//! global reductions. Everything else calls these thin wrappers.
+//!
+//! All shuffles and votes use the full member mask: ibp's kernels always run
+//! whole warps through these calls (lanes with no work carry a neutral value
+//! instead of branching around the call).
+
+use core::arch::asm;
+use core::arch::nvptx;
+
+use crate::warp::{SCAN_DISTANCES, scan_step, scan_step64};
+
+// Q: why one `.extern .shared` array for every kernel?
+// A: PTX has no other way to ask for shared memory whose size is chosen at
+// launch. Each kernel carves its own regions out of it; the host passes the
+// byte count through cust's `shared_mem_bytes`.
+core::arch::global_asm!(".extern .shared .align 16 .b8 IBP_DYN_SMEM[];");
+
+/// Thread index within the block (x).
+#[inline(always)]
+pub fn thread_idx() -> u32 {
+    // SAFETY: reads a special register; no preconditions.
+    unsafe { nvptx::_thread_idx_x() as u32 }
+}
+
+/// Threads per block (x).
+#[inline(always)]
+pub fn block_dim() -> u32 {
+    // SAFETY: reads a special register.
+    unsafe { nvptx::_block_dim_x() as u32 }
+}
+
+/// Block index (x).
+#[inline(always)]
+pub fn block_idx() -> u32 {
+    // SAFETY: reads a special register.
+    unsafe { nvptx::_block_idx_x() as u32 }
+}
+
+/// Blocks in the grid (x).
+#[inline(always)]
+pub fn grid_dim() -> u32 {
+    // SAFETY: reads a special register.
+    unsafe { nvptx::_grid_dim_x() as u32 }
+}
+
+/// Global thread index.
+#[inline(always)]
+pub fn global_thread() -> u64 {
+    block_idx() as u64 * block_dim() as u64 + thread_idx() as u64
+}
+
+/// Threads in the grid.
+#[inline(always)]
+pub fn grid_threads() -> u64 {
+    grid_dim() as u64 * block_dim() as u64
+}
+
+/// Lane within the warp.
+#[inline(always)]
+pub fn lane() -> u32 {
+    thread_idx() & 31
+}
+
+/// Warp index within the block.
+#[inline(always)]
+pub fn warp_in_block() -> u32 {
+    thread_idx() >> 5
+}
+
+/// Global warp index and the number of warps in the grid.
+#[inline(always)]
+pub fn global_warp() -> (u64, u64) {
+    let per_block = (block_dim() >> 5) as u64;
+    (block_idx() as u64 * per_block + warp_in_block() as u64, grid_dim() as u64 * per_block)
+}
+
+/// `__syncthreads()`.
+#[inline(always)]
+pub fn sync_threads() {
+    // SAFETY: every thread of the block reaches the call sites (callers keep
+    // the barrier out of divergent code).
+    unsafe { nvptx::_syncthreads() }
+}
+
+/// `__syncwarp()` with the full mask.
+#[inline(always)]
+pub fn sync_warp() {
+    // SAFETY: a warp-level barrier; all lanes reach it in ibp's kernels.
+    unsafe { asm!("bar.warp.sync 0xffffffff;") }
+}
+
+/// `shfl.sync.up.b32` (full warp).
+#[inline(always)]
+pub fn shfl_up(x: u32, d: u32) -> u32 {
+    let r: u32;
+    // SAFETY: full-mask shuffle; all 32 lanes execute it.
+    unsafe { asm!("shfl.sync.up.b32 {r}, {x}, {d}, 0, -1;", r = out(reg32) r, x = in(reg32) x, d = in(reg32) d) }
+    r
+}
+
+/// `shfl.sync.down.b32` (full warp).
+#[inline(always)]
+pub fn shfl_down(x: u32, d: u32) -> u32 {
+    let r: u32;
+    // SAFETY: full-mask shuffle.
+    unsafe { asm!("shfl.sync.down.b32 {r}, {x}, {d}, 31, -1;", r = out(reg32) r, x = in(reg32) x, d = in(reg32) d) }
+    r
+}
+
+/// `shfl.sync.idx.b32` (full warp): the value of lane `src`.
+#[inline(always)]
+pub fn shfl_idx(x: u32, src: u32) -> u32 {
+    let r: u32;
+    // SAFETY: full-mask shuffle.
+    unsafe { asm!("shfl.sync.idx.b32 {r}, {x}, {s}, 31, -1;", r = out(reg32) r, x = in(reg32) x, s = in(reg32) src) }
+    r
+}
+
+/// 64-bit [`shfl_up`] as two 32-bit shuffles.
+#[inline(always)]
+pub fn shfl_up64(x: u64, d: u32) -> u64 {
+    (shfl_up(x as u32, d) as u64) | ((shfl_up((x >> 32) as u32, d) as u64) << 32)
+}
+
+/// 64-bit [`shfl_idx`].
+#[inline(always)]
+pub fn shfl_idx64(x: u64, src: u32) -> u64 {
+    (shfl_idx(x as u32, src) as u64) | ((shfl_idx((x >> 32) as u32, src) as u64) << 32)
+}
+
+/// `vote.sync.ballot.b32`: bit `l` set when lane `l` passes `pred`.
+#[inline(always)]
+pub fn ballot(pred: bool) -> u32 {
+    let r: u32;
+    // SAFETY: full-mask vote.
+    unsafe {
+        asm!(
+            "{{ .reg .pred p; setp.ne.u32 p, {x}, 0; vote.sync.ballot.b32 {r}, p, -1; }}",
+            r = out(reg32) r,
+            x = in(reg32) pred as u32,
+        )
+    }
+    r
+}
+
+/// Inclusive warp scan (sum) with `shfl.sync.up`.
+#[inline(always)]
+pub fn warp_inclusive_scan(x: u32) -> u32 {
+    let l = lane();
+    let mut x = x;
+    for d in SCAN_DISTANCES {
+        x = scan_step(l, d, x, shfl_up(x, d));
+    }
+    x
+}
+
+/// Exclusive warp scan (sum); the returned total is the whole warp's sum.
+#[inline(always)]
+pub fn warp_exclusive_scan(x: u32) -> (u32, u32) {
+    let inc = warp_inclusive_scan(x);
+    (inc.wrapping_sub(x), shfl_idx(inc, 31))
+}
+
+/// 64-bit inclusive warp scan.
+#[inline(always)]
+pub fn warp_inclusive_scan64(x: u64) -> u64 {
+    let l = lane();
+    let mut x = x;
+    for d in SCAN_DISTANCES {
+        x = scan_step64(l, d, x, shfl_up64(x, d));
+    }
+    x
+}
+
+/// Shared-space address (32-bit) of the dynamic shared memory array.
+#[inline(always)]
+pub fn dyn_smem_base() -> u32 {
+    let r: u32;
+    // SAFETY: takes the address of the extern shared array.
+    unsafe { asm!("mov.u32 {r}, IBP_DYN_SMEM;", r = out(reg32) r) }
+    r
+}
+
+/// Convert a generic address (what the host passes) to a global one.
+#[inline(always)]
+pub fn to_global(p: u64) -> u64 {
+    let r: u64;
+    // SAFETY: pure address conversion.
+    unsafe { asm!("cvta.to.global.u64 {r}, {p};", r = out(reg64) r, p = in(reg64) p) }
+    r
+}
+
+/// Load a u32 from shared memory.
+///
+/// # Safety
+/// `addr` is 4-aligned and inside the launch's dynamic shared memory.
+#[inline(always)]
+pub unsafe fn ld_shared_u32(addr: u32) -> u32 {
+    let r: u32;
+    // SAFETY: the caller guarantees the address.
+    unsafe { asm!("ld.shared.u32 {r}, [{a}];", r = out(reg32) r, a = in(reg32) addr) }
+    r
+}
+
+/// Store a u32 to shared memory.
+///
+/// # Safety
+/// `addr` is 4-aligned and inside the launch's dynamic shared memory.
+#[inline(always)]
+pub unsafe fn st_shared_u32(addr: u32, v: u32) {
+    // SAFETY: the caller guarantees the address.
+    unsafe { asm!("st.shared.u32 [{a}], {v};", a = in(reg32) addr, v = in(reg32) v) }
+}
+
+/// Load 16 bytes from shared memory.
+///
+/// # Safety
+/// `addr` is 16-aligned and inside the launch's dynamic shared memory.
+#[inline(always)]
+pub unsafe fn ld_shared_v4(addr: u32) -> [u32; 4] {
+    let (a, b, c, d): (u32, u32, u32, u32);
+    // SAFETY: the caller guarantees the address.
+    unsafe {
+        asm!("ld.shared.v4.u32 {{{a}, {b}, {c}, {d}}}, [{p}];",
+            a = out(reg32) a, b = out(reg32) b, c = out(reg32) c, d = out(reg32) d, p = in(reg32) addr)
+    }
+    [a, b, c, d]
+}
+
+/// Store 16 bytes to global memory.
+///
+/// # Safety
+/// `addr` is a 16-aligned global address the kernel may write.
+#[inline(always)]
+pub unsafe fn st_global_v4(addr: u64, v: [u32; 4]) {
+    // SAFETY: the caller guarantees the address.
+    unsafe {
+        asm!("st.global.v4.u32 [{p}], {{{a}, {b}, {c}, {d}}};",
+            p = in(reg64) addr, a = in(reg32) v[0], b = in(reg32) v[1], c = in(reg32) v[2], d = in(reg32) v[3])
+    }
+}
+
+/// `cp.async` of 4, 8 or 16 bytes from global to shared memory.
+///
+/// Q: why `.ca` for 4 and 8 bytes but `.cg` for 16?
+/// A: PTX allows `.cg` (bypass L1) only for 16-byte copies. Streamed source
+/// data is read once, so L1 caching buys nothing; 16-byte copies skip it.
+///
+/// # Safety
+/// `dst` (shared) and `src` (global) are aligned to `WIDTH` and the ranges are
+/// valid for the launch. Complete the copy with [`cp_async_commit`] and
+/// [`cp_async_wait_all`] (or `wait_group`) before reading `dst`.
+#[inline(always)]
+pub unsafe fn cp_async<const WIDTH: u32>(dst: u32, src: u64) {
+    // SAFETY: the caller guarantees alignment and validity.
+    unsafe {
+        match WIDTH {
+            4 => asm!("cp.async.ca.shared.global [{d}], [{s}], 4;", d = in(reg32) dst, s = in(reg64) src),
+            8 => asm!("cp.async.ca.shared.global [{d}], [{s}], 8;", d = in(reg32) dst, s = in(reg64) src),
+            _ => asm!("cp.async.cg.shared.global [{d}], [{s}], 16;", d = in(reg32) dst, s = in(reg64) src),
+        }
+    }
+}
+
+/// Close the current group of `cp.async` copies.
+#[inline(always)]
+pub fn cp_async_commit() {
+    // SAFETY: no operands.
+    unsafe { asm!("cp.async.commit_group;") }
+}
+
+/// Wait until at most `N` committed groups are still in flight.
+#[inline(always)]
+pub fn cp_async_wait_group<const N: u32>() {
+    // SAFETY: no memory operands; the immediate is a const generic.
+    unsafe {
+        match N {
+            0 => asm!("cp.async.wait_group 0;"),
+            1 => asm!("cp.async.wait_group 1;"),
+            _ => asm!("cp.async.wait_group 2;"),
+        }
+    }
+}
+
+/// Wait for every `cp.async` of this thread.
+#[inline(always)]
+pub fn cp_async_wait_all() {
+    // SAFETY: no operands.
+    unsafe { asm!("cp.async.wait_all;") }
+}
+
+/// Load a u32 from global memory (through L1, no coherence assumptions).
+///
+/// # Safety
+/// `addr` is a 4-aligned readable global address.
+#[inline(always)]
+pub unsafe fn ld_global_u32(addr: u64) -> u32 {
+    let r: u32;
+    // SAFETY: the caller guarantees the address.
+    unsafe { asm!("ld.global.u32 {r}, [{a}];", r = out(reg32) r, a = in(reg64) addr) }
+    r
+}
+
+/// Load a byte from global memory.
+///
+/// # Safety
+/// `addr` is a readable global address.
+#[inline(always)]
+pub unsafe fn ld_global_u8(addr: u64) -> u32 {
+    let r: u16;
+    // SAFETY: the caller guarantees the address.
+    unsafe { asm!("ld.global.u8 {r}, [{a}];", r = out(reg16) r, a = in(reg64) addr) }
+    r as u32
+}
+
+/// Store a u32 to global memory.
+///
+/// # Safety
+/// `addr` is a 4-aligned writable global address.
+#[inline(always)]
+pub unsafe fn st_global_u32(addr: u64, v: u32) {
+    // SAFETY: the caller guarantees the address.
+    unsafe { asm!("st.global.u32 [{a}], {v};", a = in(reg64) addr, v = in(reg32) v) }
+}
+
+/// `red.global.add.u64`: atomic add with no result.
+///
+/// # Safety
+/// `addr` is an 8-aligned writable global address.
+#[inline(always)]
+pub unsafe fn red_add_u64(addr: u64, v: u64) {
+    // SAFETY: the caller guarantees the address.
+    unsafe { asm!("red.global.add.u64 [{a}], {v};", a = in(reg64) addr, v = in(reg64) v) }
+}

@@ -1,0 +1,45 @@
+//! Device side of ibp: the kernels, the few device intrinsics they need, and the
+//! lane/bit arithmetic that the host shares with them.
+//!
+//! Everything outside [`arch`] and `kernels` is plain integer code that
+//! compiles for the host as well as for `nvptx64-nvidia-cuda`, so the CPU codec
+//! and the GPU kernels run literally the same functions and the host can test
+//! them without a GPU.
+//!
+//! Layout:
+//! - [`bits`]: geometry of chunks and the bit stream of one encoded tensor
+//!   (`docs/FORMAT.md`), and the expand/compress (pdep/pext) move masks.
+//! - [`count`]: the positional popcount (per-bit-position counter) used by the
+//!   fit's bit counting, as a carry-save accumulator.
+//! - [`warp`]: warp-scan lane arithmetic and a host emulation of a warp.
+//! - [`params`]: `#[repr(C)]` kernel parameter blocks, shared with the host.
+//! - `arch` (nvptx only): thread ids, shuffles, ballot, shared memory, cp.async.
+//! - `kernels` (nvptx only): the thin `extern "ptx-kernel"` entry points.
+#![cfg_attr(not(test), no_std)]
+#![cfg_attr(
+    target_arch = "nvptx64",
+    feature(abi_ptx, asm_experimental_arch, stdarch_nvptx)
+)]
+#![deny(unsafe_op_in_unsafe_fn)]
+
+pub mod bits;
+pub mod count;
+pub mod params;
+pub mod warp;
+
+#[cfg(target_arch = "nvptx64")]
+pub mod arch;
+#[cfg(target_arch = "nvptx64")]
+mod kernels;
+
+/// Q: why a trapping panic handler?
+/// A: the default machinery (formatting, unwinding) would drag thousands of
+/// lines into the PTX. Kernels are written so that no panic path survives
+/// optimisation; if one ever does, the launch fails with an illegal-instruction
+/// error that the host reports, instead of silently writing garbage.
+#[cfg(target_arch = "nvptx64")]
+#[panic_handler]
+fn panic(_: &core::panic::PanicInfo) -> ! {
+    // SAFETY: `trap` aborts the kernel; it has no preconditions.
+    unsafe { core::arch::nvptx::trap() }
+}
