@@ -2,11 +2,19 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
+// The modules follow the pipeline: fit (count, choose a threshold) ->
+// codebook -> encode (one tensor) -> layout (a dataset) -> container (a file);
+// io reads and restores the user's formats; gpu launches the kernels.
+pub mod codebook;
+pub mod container;
 pub mod dataset;
+pub mod encode;
 pub mod error;
 pub mod fit;
 #[cfg(feature = "cuda")]
 pub mod gpu;
+pub mod io;
+pub mod layout;
 
 pub use dataset::Rows;
 pub use error::{Error, ErrorKind, Result};
