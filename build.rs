@@ -32,12 +32,21 @@ fn main() {
     // OUT_DIR is <target>/<profile>/build/ibp-<hash>/out; keep the nested
     // build beside the outer one so it is reused across profiles.
     let target_root = out_dir.ancestors().nth(4).unwrap_or(&out_dir).to_path_buf();
-    let cargo = env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
-
-    check_toolchain();
+    let sysroot = check_toolchain();
+    // Q: why name the toolchain's own cargo and rustc?
+    // A: with the environment scrubbed, a bare `cargo`/`rustc` would be
+    // whatever rustup picks for the kernel folder; naming the binaries of the
+    // outer build's (checked, nightly) toolchain removes the guesswork.
+    let cargo = sysroot.join("bin").join("cargo");
+    let cargo = if cargo.exists() {
+        cargo.into_os_string()
+    } else {
+        env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"))
+    };
+    let rustc = sysroot.join("bin").join("rustc");
     for arch in ARCHES {
         let target_dir = target_root.join(format!("ibp-kernels-{arch}"));
-        let ptx = build_ptx(&cargo, &kernels, &target_dir, arch);
+        let ptx = build_ptx(&cargo, &rustc, &kernels, &target_dir, arch);
         let dest = out_dir.join(format!("ibp_kernels_{arch}.ptx"));
         std::fs::copy(&ptx, &dest).unwrap_or_else(|e| {
             fail(&format!("cannot copy {} to {}: {e}", ptx.display(), dest.display()))
@@ -53,7 +62,7 @@ fn fail(msg: &str) -> ! {
 
 /// Fail early, with the command that fixes it, when the nightly pieces that
 /// the nvptx build needs are missing.
-fn check_toolchain() {
+fn check_toolchain() -> PathBuf {
     let rustc = env::var_os("RUSTC").unwrap_or_else(|| OsString::from("rustc"));
     let sysroot = Command::new(&rustc)
         .args(["--print", "sysroot"])
@@ -80,9 +89,10 @@ fn check_toolchain() {
     if !linker.exists() && !linker_alt.exists() {
         fail(&format!("component llvm-bitcode-linker is missing; {INSTALL_HINT}"));
     }
+    sysroot
 }
 
-fn build_ptx(cargo: &OsString, kernels: &Path, target_dir: &Path, arch: &str) -> PathBuf {
+fn build_ptx(cargo: &OsString, rustc: &Path, kernels: &Path, target_dir: &Path, arch: &str) -> PathBuf {
     let profile = env::var("IBP_KERNEL_PROFILE").unwrap_or_else(|_| "release".into());
     let mut cmd = Command::new(cargo);
     // Q: why env_clear?
@@ -108,6 +118,7 @@ fn build_ptx(cargo: &OsString, kernels: &Path, target_dir: &Path, arch: &str) ->
     // A: -Zbuild-std compiles `core` with these flags too; a `core` built for
     // another target-cpu fails to link with an ABI-mismatch error.
     cmd.env("CARGO_ENCODED_RUSTFLAGS", format!("-Ctarget-cpu={arch}"));
+    cmd.env("RUSTC", rustc);
     cmd.current_dir(kernels)
         .args(["rustc", "--lib", "--crate-type", "cdylib", "--target", "nvptx64-nvidia-cuda"])
         .args(["-Zbuild-std=core", "--profile", &profile, "--target-dir"])

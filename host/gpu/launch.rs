@@ -1,0 +1,218 @@
+//! Every kernel launch of ibp lives here.
+//!
+//! Each launch validates its arguments on the host (so a kernel is never
+//! handed an out-of-range buffer), derives the grid from the device's
+//! properties, and enqueues on the caller's stream without synchronising.
+
+use std::ffi::c_void;
+
+use cust::memory::{DeviceBuffer, DeviceCopy, DeviceSlice};
+use cust::stream::Stream;
+use ibp_kernels::params::{CountParams, CpAsyncTestParams, WarpTestParams};
+
+use super::memory::{GpuReadable, PinnedBuffer};
+use super::{Gpu, cuda_err};
+use crate::dataset::Rows;
+use crate::error::{Error, Result};
+
+/// Threads per block of the bit-counting kernel.
+const COUNT_BLOCK: u32 = 256;
+
+impl Gpu {
+    /// Enqueue kernel `name` with one parameter block.
+    ///
+    /// # Safety
+    /// `P` must be the `#[repr(C)]` parameter struct that kernel `name` takes,
+    /// and every address inside it must be valid for the accesses the kernel
+    /// makes (each kernel's doc in `gpu-kernels` states them).
+    unsafe fn launch<P: Copy>(
+        &self,
+        name: &str,
+        grid: u32,
+        block: u32,
+        shared_bytes: u32,
+        stream: &Stream,
+        params: P,
+    ) -> Result<()> {
+        let f = self.module().get_function(name).map_err(cuda_err("finding a kernel"))?;
+        if shared_bytes > 48 * 1024 {
+            // Q: why an attribute?
+            // A: above 48 KiB of dynamic shared memory a kernel must opt in.
+            // SAFETY: valid function handle and attribute.
+            let r = unsafe {
+                cust::sys::cuFuncSetAttribute(
+                    f.to_raw(),
+                    cust::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    shared_bytes as i32,
+                )
+            };
+            if r != cust::sys::CUresult::CUDA_SUCCESS {
+                return Err(Error::cuda(format!("{name}: cannot reserve {shared_bytes} bytes of shared memory: {r:?}")));
+            }
+        }
+        let mut p = params;
+        let args = [&mut p as *mut P as *mut c_void];
+        // SAFETY: the caller guarantees the parameter type and its addresses;
+        // the driver copies `size_of::<P>()` bytes from `args[0]` at launch.
+        unsafe { stream.launch(&f, grid, block, shared_bytes, &args) }
+            .map_err(|e| Error::cuda(format!("launching {name}: {e}")))
+    }
+
+    /// Blocks of `block` threads that fill the device once (all SMs at full
+    /// occupancy) for kernel `name`.
+    fn resident_blocks(&self, name: &str, block: u32, shared_bytes: usize) -> Result<u32> {
+        let f = self.module().get_function(name).map_err(cuda_err("finding a kernel"))?;
+        let per_sm = f
+            .max_active_blocks_per_multiprocessor(block.into(), shared_bytes)
+            .map_err(cuda_err("querying occupancy"))?;
+        Ok(per_sm.max(1) * self.info().sm_count)
+    }
+
+    /// Add the per-bit-position counts of the rows in `src` (device memory, or
+    /// a [`PinnedBuffer`] read zero-copy) to `counts` (`8 * row_bytes` u64).
+    ///
+    /// Enqueued on `stream`; counts accumulate, so a dataset may be counted
+    /// in batches into the same `counts`.
+    pub fn count_bits<S: GpuReadable + ?Sized>(
+        &self,
+        src: &S,
+        row_bytes: usize,
+        counts: &mut DeviceSlice<u64>,
+        stream: &Stream,
+    ) -> Result<()> {
+        if row_bytes == 0 {
+            return Err(Error::invalid("row length is 0 bytes"));
+        }
+        if src.byte_len() % row_bytes != 0 {
+            return Err(Error::invalid(format!(
+                "{} source bytes do not split into rows of {row_bytes} bytes",
+                src.byte_len()
+            )));
+        }
+        if counts.len() != 8 * row_bytes {
+            return Err(Error::invalid(format!(
+                "counts has {} entries; rows of {row_bytes} bytes need {}",
+                counts.len(),
+                8 * row_bytes
+            )));
+        }
+        let rows = (src.byte_len() / row_bytes) as u64;
+        if rows == 0 {
+            return Ok(());
+        }
+        let cols = row_bytes.div_ceil(4) as u64;
+        let wanted = (cols * rows).div_ceil(COUNT_BLOCK as u64);
+        let grid = wanted.min(self.resident_blocks("ibp_count_bits", COUNT_BLOCK, 0)? as u64) as u32;
+        let p = CountParams {
+            data: src.device_addr(),
+            rows,
+            row_bytes: row_bytes as u64,
+            counts: counts.as_device_ptr().as_raw(),
+        };
+        // SAFETY: `data` covers rows * row_bytes readable bytes and `counts`
+        // 8 * row_bytes u64 (both checked above); CountParams is the kernel's
+        // parameter type.
+        unsafe { self.launch("ibp_count_bits", grid, COUNT_BLOCK, 0, stream, p) }
+    }
+
+    /// Count the bits of host rows on the GPU: the rows are staged through
+    /// two pinned buffers of `batch_bytes` (rounded to whole rows) that the
+    /// kernel reads zero-copy, so the copy of one batch overlaps the counting
+    /// of the previous. Allocates its staging buffers and synchronises: use
+    /// [`Gpu::count_bits`] with your own buffers on a hot path.
+    pub fn count_bits_blocking(&self, rows: Rows<'_>, batch_bytes: usize) -> Result<Vec<u64>> {
+        let l = rows.row_bytes();
+        let batch_rows = (batch_bytes / l).max(1).min(rows.rows().max(1));
+        let stream = Stream::new(cust::stream::StreamFlags::NON_BLOCKING, None).map_err(cuda_err("creating a stream"))?;
+        let mut counts = DeviceBuffer::<u64>::zeroed(8 * l).map_err(cuda_err("allocating counters"))?;
+        let mut staging = [PinnedBuffer::<u8>::zeroed(batch_rows * l)?, PinnedBuffer::<u8>::zeroed(batch_rows * l)?];
+        let mut done: [Option<cust::event::Event>; 2] = [None, None];
+        let mut start = 0;
+        let mut k = 0;
+        while start < rows.rows() {
+            let end = (start + batch_rows).min(rows.rows());
+            if let Some(ev) = done[k].take() {
+                ev.synchronize().map_err(cuda_err("waiting for a staging buffer"))?;
+            }
+            let bytes = rows.slice(start, end).bytes();
+            staging[k][..bytes.len()].copy_from_slice(bytes);
+            let view = PinnedView { buf: &staging[k], len: bytes.len() };
+            self.count_bits(&view, l, &mut counts, &stream)?;
+            let ev = cust::event::Event::new(cust::event::EventFlags::DISABLE_TIMING).map_err(cuda_err("creating an event"))?;
+            ev.record(&stream).map_err(cuda_err("recording an event"))?;
+            done[k] = Some(ev);
+            start = end;
+            k ^= 1;
+        }
+        stream.synchronize().map_err(cuda_err("counting bits"))?;
+        copy_to_host(&counts)
+    }
+
+    /// Run the warp-helper test kernel: see `ibp_kernels::params::WarpTestParams`.
+    pub fn test_warp(&self, input: &DeviceBuffer<u32>, out: &mut DeviceBuffer<u32>, stream: &Stream) -> Result<()> {
+        let lanes = input.len();
+        if lanes % 32 != 0 || out.len() != lanes * 8 {
+            return Err(Error::invalid("test_warp needs whole warps and 8 outputs per lane"));
+        }
+        let p = WarpTestParams {
+            input: input.as_device_ptr().as_raw(),
+            out: out.as_device_ptr().as_raw(),
+            lanes: lanes as u64,
+        };
+        let block = 128u32;
+        let grid = (lanes as u32).div_ceil(block).max(1);
+        // SAFETY: sizes checked above; matching parameter type.
+        unsafe { self.launch("ibp_test_warp", grid, block, 0, stream, p) }
+    }
+
+    /// Run the shared-memory / `cp.async` test kernel: each of `blocks`
+    /// blocks copies `bytes` from `src` to `dst` through dynamic shared
+    /// memory with copies of `width` bytes.
+    pub fn test_cp_async<S: GpuReadable + ?Sized>(
+        &self,
+        src: &S,
+        dst: &mut DeviceBuffer<u8>,
+        bytes: u32,
+        width: u32,
+        stream: &Stream,
+    ) -> Result<()> {
+        if ![4, 8, 16].contains(&width) || bytes == 0 || bytes % width != 0 || bytes % 4 != 0 {
+            return Err(Error::invalid("cp.async test needs width 4/8/16 dividing a non-zero byte count"));
+        }
+        if src.byte_len() != dst.len() || src.byte_len() % bytes as usize != 0 {
+            return Err(Error::invalid("cp.async test needs equal source and destination sizes, whole blocks"));
+        }
+        if src.device_addr() % width as u64 != 0 {
+            return Err(Error::invalid("cp.async test source is not aligned to the copy width"));
+        }
+        if bytes > self.info().max_shared_per_block {
+            return Err(Error::invalid("cp.async test block larger than the shared memory limit"));
+        }
+        let blocks = (src.byte_len() / bytes as usize) as u32;
+        let p = CpAsyncTestParams { src: src.device_addr(), dst: dst.as_device_ptr().as_raw(), bytes, width };
+        // SAFETY: sizes and alignment checked above; matching parameter type.
+        unsafe { self.launch("ibp_test_cp_async", blocks, 128, bytes, stream, p) }
+    }
+}
+
+/// A prefix of a pinned buffer, as a kernel source.
+struct PinnedView<'a> {
+    buf: &'a PinnedBuffer<u8>,
+    len: usize,
+}
+
+impl GpuReadable for PinnedView<'_> {
+    fn device_addr(&self) -> u64 {
+        self.buf.device_ptr()
+    }
+    fn byte_len(&self) -> usize {
+        self.len
+    }
+}
+
+/// Copy a whole device buffer to a new host vector (synchronous).
+pub fn copy_to_host<T: DeviceCopy + Default + Clone>(buf: &DeviceSlice<T>) -> Result<Vec<T>> {
+    let mut v = vec![T::default(); buf.len()];
+    cust::memory::CopyDestination::copy_to(buf, &mut v[..]).map_err(cuda_err("copying to the host"))?;
+    Ok(v)
+}

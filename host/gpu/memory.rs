@@ -1,0 +1,132 @@
+//! Memory the kernels can read: device buffers (cust's), and pinned host
+//! buffers mapped into the device's address space, read zero-copy over PCIe.
+
+use std::ffi::c_void;
+use std::marker::PhantomData;
+use std::ops::{Deref, DerefMut};
+
+use cust::memory::{DeviceBuffer, DeviceCopy, DeviceSlice};
+use cust::sys as cu;
+
+use crate::error::{Error, Result};
+
+/// Something a kernel can read: its device address and length in bytes.
+pub trait GpuReadable {
+    /// Address of the first byte in the device's (unified) address space.
+    fn device_addr(&self) -> u64;
+    /// Length in bytes.
+    fn byte_len(&self) -> usize;
+}
+
+impl<T: DeviceCopy> GpuReadable for DeviceSlice<T> {
+    fn device_addr(&self) -> u64 {
+        self.as_device_ptr().as_raw()
+    }
+    fn byte_len(&self) -> usize {
+        self.len() * size_of::<T>()
+    }
+}
+
+impl<T: DeviceCopy> GpuReadable for DeviceBuffer<T> {
+    fn device_addr(&self) -> u64 {
+        self.as_device_ptr().as_raw()
+    }
+    fn byte_len(&self) -> usize {
+        self.len() * size_of::<T>()
+    }
+}
+
+/// Page-locked host memory mapped into the device's address space.
+///
+/// Kernels read it directly over PCIe (zero-copy): no staging copy, no DMA
+/// set-up per tensor. It dereferences to a slice on the host.
+///
+/// Q: why not cust's `LockedBuffer`?
+/// A: it allocates with `cuMemAllocHost`, which does not promise a device
+/// mapping on every configuration; we ask for `DEVICEMAP` explicitly and take
+/// the device address the driver gives, so a kernel never dereferences a host
+/// pointer it was not handed.
+pub struct PinnedBuffer<T: bytemuck::Pod> {
+    host: *mut T,
+    device: u64,
+    len: usize,
+    _owns: PhantomData<T>,
+}
+
+// SAFETY: the buffer owns its allocation exclusively, like a Vec<T>.
+unsafe impl<T: bytemuck::Pod + Send> Send for PinnedBuffer<T> {}
+// SAFETY: shared access only hands out &[T].
+unsafe impl<T: bytemuck::Pod + Sync> Sync for PinnedBuffer<T> {}
+
+impl<T: bytemuck::Pod> PinnedBuffer<T> {
+    /// A zeroed buffer of `len` elements. A CUDA context must be current.
+    pub fn zeroed(len: usize) -> Result<Self> {
+        let bytes = len
+            .checked_mul(size_of::<T>())
+            .ok_or_else(|| Error::invalid("pinned buffer size overflows usize"))?;
+        // cuMemHostAlloc rejects 0 bytes; keep one byte so pointers stay valid.
+        let alloc = bytes.max(1);
+        let mut p: *mut c_void = std::ptr::null_mut();
+        // SAFETY: valid out-pointer; flags are documented constants.
+        let r = unsafe {
+            cu::cuMemHostAlloc(&mut p, alloc, cu::CU_MEMHOSTALLOC_DEVICEMAP | cu::CU_MEMHOSTALLOC_PORTABLE)
+        };
+        if r != cu::CUresult::CUDA_SUCCESS || p.is_null() {
+            return Err(Error::cuda(format!("allocating {bytes} bytes of pinned host memory: {r:?}")));
+        }
+        let mut d: cu::CUdeviceptr = 0;
+        // SAFETY: `p` came from cuMemHostAlloc with DEVICEMAP.
+        let r = unsafe { cu::cuMemHostGetDevicePointer_v2(&mut d, p, 0) };
+        if r != cu::CUresult::CUDA_SUCCESS {
+            // SAFETY: `p` is ours and not used after this.
+            unsafe { cu::cuMemFreeHost(p) };
+            return Err(Error::cuda(format!("mapping pinned host memory into the device: {r:?}")));
+        }
+        // SAFETY: `alloc` bytes are writable; zero them (Pod: all-zero is valid).
+        unsafe { std::ptr::write_bytes(p as *mut u8, 0, alloc) };
+        Ok(Self { host: p as *mut T, device: d, len, _owns: PhantomData })
+    }
+
+    /// A pinned copy of `data`.
+    pub fn from_slice(data: &[T]) -> Result<Self> {
+        let mut b = Self::zeroed(data.len())?;
+        b.copy_from_slice(data);
+        Ok(b)
+    }
+
+    /// Device address of element 0.
+    pub fn device_ptr(&self) -> u64 {
+        self.device
+    }
+}
+
+impl<T: bytemuck::Pod> Deref for PinnedBuffer<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        // SAFETY: `host` points to `len` initialised (zeroed or written) T.
+        unsafe { std::slice::from_raw_parts(self.host, self.len) }
+    }
+}
+
+impl<T: bytemuck::Pod> DerefMut for PinnedBuffer<T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        // SAFETY: as above, and `&mut self` makes the access exclusive.
+        unsafe { std::slice::from_raw_parts_mut(self.host, self.len) }
+    }
+}
+
+impl<T: bytemuck::Pod> Drop for PinnedBuffer<T> {
+    fn drop(&mut self) {
+        // SAFETY: allocated by cuMemHostAlloc in `zeroed`, freed once.
+        unsafe { cu::cuMemFreeHost(self.host as *mut c_void) };
+    }
+}
+
+impl<T: bytemuck::Pod> GpuReadable for PinnedBuffer<T> {
+    fn device_addr(&self) -> u64 {
+        self.device
+    }
+    fn byte_len(&self) -> usize {
+        self.len * size_of::<T>()
+    }
+}

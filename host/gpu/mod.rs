@@ -1,0 +1,153 @@
+//! The GPU path (feature `cuda`): device discovery, the embedded PTX module,
+//! memory the kernels can read, and (in [`launch`]) every kernel launch.
+//!
+//! The kernels are Rust (`gpu-kernels/`), compiled to PTX by `build.rs` with
+//! rustc's NVPTX backend and loaded once per [`Gpu`]. Calls take caller-owned
+//! buffers and a stream: nothing here allocates or synchronises behind the
+//! caller's back, unless its name says so (`*_blocking`).
+
+pub mod launch;
+pub mod memory;
+
+use std::ffi::c_int;
+
+use cust::context::Context;
+use cust::device::{Device, DeviceAttribute};
+use cust::module::Module;
+use cust::sys as cu;
+
+use crate::error::{Error, Result};
+
+pub use memory::{GpuReadable, PinnedBuffer};
+
+/// PTX for the `sm_80` baseline (A100, H100/H200 and later through the
+/// driver's JIT), embedded at build time.
+pub const PTX_SM80: &str = include_str!(concat!(env!("OUT_DIR"), "/ibp_kernels_sm_80.ptx"));
+
+/// Every embedded PTX image as `(arch, text)`.
+pub const EMBEDDED_PTX: &[(&str, &str)] = &[("sm_80", PTX_SM80)];
+
+/// Convert a cust error into ours, saying what was being done.
+pub(crate) fn cuda_err(what: &str) -> impl FnOnce(cust::error::CudaError) -> Error + '_ {
+    move |e| Error::cuda(format!("{what}: {e}"))
+}
+
+/// Properties of the device that launch configurations are derived from.
+#[derive(Clone, Debug)]
+pub struct DeviceInfo {
+    /// Device name, e.g. "NVIDIA H200".
+    pub name: String,
+    /// Compute capability (major, minor).
+    pub compute_capability: (i32, i32),
+    /// Streaming multiprocessors.
+    pub sm_count: u32,
+    /// Largest dynamic shared memory a block may opt in to, in bytes.
+    pub max_shared_per_block: u32,
+    /// Shared memory per multiprocessor, in bytes.
+    pub shared_per_sm: u32,
+    /// Driver API version, e.g. 13000 for CUDA 13.0.
+    pub driver_version: i32,
+    /// Total device memory in bytes.
+    pub total_memory: usize,
+}
+
+/// A CUDA device with ibp's kernels loaded.
+///
+/// Holds the device's primary context; the context is made current on the
+/// thread that creates the `Gpu`. To use it from another thread, call
+/// [`Gpu::make_current`] there first.
+pub struct Gpu {
+    // Field order matters for drop order: the module before the context.
+    module: Module,
+    info: DeviceInfo,
+    context: Context,
+}
+
+impl Gpu {
+    /// Open device `ordinal`, make its primary context current and load the
+    /// kernels.
+    ///
+    /// Fails with [`crate::ErrorKind::Cuda`] when there is no driver, no
+    /// device (the message then contains "no CUDA-capable device"), or the
+    /// PTX does not load.
+    pub fn new(ordinal: u32) -> Result<Self> {
+        cust::init(cust::CudaFlags::empty()).map_err(|e| {
+            Error::cuda(format!("no CUDA-capable device is usable (cuInit failed: {e})"))
+        })?;
+        let count = Device::num_devices().map_err(cuda_err("counting devices"))?;
+        if count == 0 {
+            return Err(Error::cuda("no CUDA-capable device is detected"));
+        }
+        if ordinal >= count {
+            return Err(Error::invalid(format!("device {ordinal} requested but only {count} exist")));
+        }
+        let device = Device::get_device(ordinal).map_err(cuda_err("opening the device"))?;
+        let context = Context::new(device).map_err(cuda_err("creating the primary context"))?;
+        let info = device_info(device)?;
+        if info.compute_capability.0 < 8 {
+            return Err(Error::unsupported(format!(
+                "{} has compute capability {}.{}; ibp's kernels need 8.0 or newer (cp.async)",
+                info.name, info.compute_capability.0, info.compute_capability.1
+            )));
+        }
+        let module = Module::from_ptx(PTX_SM80, &[]).map_err(cuda_err("loading ibp's PTX"))?;
+        Ok(Self { module, info, context })
+    }
+
+    /// Device 0, or `None` (with the reason) when no CUDA device is usable.
+    pub fn first() -> Result<Self> {
+        Self::new(0)
+    }
+
+    /// Make this device's context current on the calling thread.
+    pub fn make_current(&self) -> Result<()> {
+        cust::context::CurrentContext::set_current(&self.context).map_err(cuda_err("setting the current context"))
+    }
+
+    /// The device's properties.
+    pub fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    pub(crate) fn module(&self) -> &Module {
+        &self.module
+    }
+}
+
+fn device_info(device: Device) -> Result<DeviceInfo> {
+    let attr = |a: DeviceAttribute| device.get_attribute(a).map_err(cuda_err("reading a device attribute"));
+    let raw_attr = |a: cu::CUdevice_attribute| -> Result<i32> {
+        let mut v: c_int = 0;
+        // SAFETY: `v` is a valid out-pointer and `device` a valid handle.
+        let r = unsafe { cu::cuDeviceGetAttribute(&mut v, a, device.as_raw()) };
+        if r != cu::CUresult::CUDA_SUCCESS {
+            return Err(Error::cuda(format!("reading device attribute {a:?}: {r:?}")));
+        }
+        Ok(v)
+    };
+    let mut driver_version: c_int = 0;
+    // SAFETY: valid out-pointer.
+    unsafe { cu::cuDriverGetVersion(&mut driver_version) };
+    Ok(DeviceInfo {
+        name: device.name().map_err(cuda_err("reading the device name"))?,
+        compute_capability: (
+            attr(DeviceAttribute::ComputeCapabilityMajor)?,
+            attr(DeviceAttribute::ComputeCapabilityMinor)?,
+        ),
+        sm_count: attr(DeviceAttribute::MultiprocessorCount)? as u32,
+        max_shared_per_block: raw_attr(cu::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?
+            as u32,
+        shared_per_sm: attr(DeviceAttribute::MaxSharedMemoryPerMultiprocessor)? as u32,
+        driver_version,
+        total_memory: device.total_memory().map_err(cuda_err("reading the memory size"))?,
+    })
+}
+
+/// Whether an error means "there is no usable CUDA device here" (as opposed
+/// to a failure on a device that exists). Tests use it to skip visibly.
+pub fn is_no_device(err: &Error) -> bool {
+    err.kind() == crate::ErrorKind::Cuda
+        && (err.message().contains("no CUDA-capable device")
+            || err.message().contains("NoDevice")
+            || err.message().contains("cuInit failed"))
+}
