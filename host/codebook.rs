@@ -193,7 +193,7 @@ impl Codebook {
     /// empty or not a multiple of 8 long, or a count exceeds `rows` (the
     /// counts then do not come from `rows` tensors).
     pub fn from_counts(counts: &[u64], rows: u64, t: Threshold, chunk: ChunkSize) -> Result<Self> {
-        if counts.is_empty() || counts.len() % 8 != 0 {
+        if counts.is_empty() || !counts.len().is_multiple_of(8) {
             return Err(Error::invalid(format!(
                 "{} bit counts do not describe whole bytes; pass 8 counts per byte of the tensor",
                 counts.len()

@@ -138,7 +138,7 @@ pub fn stream_len(tables: &impl AsRef<ChunkTables>, encoded: &[u8]) -> Result<us
         )));
     }
     let e = e as usize;
-    if total % 8 != 0 && encoded[e - 1] >> (total % 8) != 0 {
+    if !total.is_multiple_of(8) && encoded[e - 1] >> (total % 8) != 0 {
         return Err(Error::corrupt("padding bits after the encoded tensor are not zero"));
     }
     Ok(e)
@@ -349,14 +349,14 @@ fn encode_c<const C: usize>(t: &ChunkTables, row: &[u8], out: &mut [u8]) {
         emit(&mut w, k - 1, load_tail(tail), &entries[k - 1]);
     }
     w.finish();
-    if k % 64 != 0 {
+    if !k.is_multiple_of(64) {
         // The last, partial participation word. Its final byte is shared with
         // the first payload bits when K is not a multiple of 8 (the writer
         // left zeros there), so it is OR-ed in.
         let bytes = pw.to_le_bytes();
         let (start, end) = (8 * (k / 64), k.div_ceil(8));
         let dst = &mut out[start..end];
-        if k % 8 == 0 {
+        if k.is_multiple_of(8) {
             dst.copy_from_slice(&bytes[..end - start]);
         } else {
             let last = dst.len() - 1;
@@ -376,7 +376,7 @@ fn decode_c<const C: usize>(t: &ChunkTables, encoded: &[u8], out: &mut [u8]) {
     let mut r = BitReader::new(encoded, k);
     let mut pw = 0u64;
     let mut chunk = |j: usize, e: &ChunkTable| {
-        if j % 64 == 0 {
+        if j.is_multiple_of(64) {
             pw = participation_word(encoded, j / 64, (k - j).min(64));
         }
         if pw >> (j % 64) & 1 == 1 {
@@ -451,7 +451,7 @@ mod tests {
                             let free = !mask[i] & xorshift(&mut s) as u8;
                             let mut flip = 0u8;
                             for _ in 0..flips {
-                                flip |= ((xorshift(&mut s) % 40 == 0) as u8) << (xorshift(&mut s) % 8);
+                                flip |= (xorshift(&mut s).is_multiple_of(40) as u8) << (xorshift(&mut s) % 8);
                             }
                             (bitval[i] | free) ^ flip
                         })
