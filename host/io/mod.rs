@@ -1,1 +1,810 @@
-//! (in progress)
+//! Reading the user's tensor files into a [`Document`], and writing them back
+//! byte for byte.
+//!
+//! A [`Document`] splits a file into the tensors worth compressing
+//! ([`TensorGroup`]s) and an *envelope*: the exact recipe, as a list of
+//! [`Segment`]s, for putting the original bytes back together around them.
+//!
+//! Q: why an envelope instead of re-serialising the tensors on the way out?
+//! A: the promise is "the same file back", not "an equivalent file". Headers
+//! carry padding, key order, metadata and alignment that no writer of ours
+//! would reproduce exactly; keeping their bytes verbatim makes restoration
+//! trivially exact and independent of what the readers understood.
+//!
+//! Every parser here treats its input as hostile: sizes are checked against
+//! the input length before anything is allocated or sliced, and failures are
+//! typed ([`crate::ErrorKind::Corrupt`], [`crate::ErrorKind::Truncated`],
+//! [`crate::ErrorKind::Unsupported`]), never panics.
+
+mod deflate;
+pub mod npy;
+pub mod npz;
+pub mod raw;
+pub mod safetensors;
+
+use std::borrow::Cow;
+use std::collections::BTreeSet;
+use std::fmt;
+use std::io::Write;
+use std::path::Path;
+
+use crate::error::{Error, Result};
+
+pub use deflate::DEFLATE_ENGINE;
+
+/// The element type of a tensor.
+///
+/// ibp compresses bytes and needs only [`DType::size`]; the type is kept so
+/// that restored files and `ibp inspect` can say what a group holds, and so
+/// the default row split (one row per index of the first axis) is right.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum DType {
+    /// IEEE 754 binary64.
+    F64,
+    /// IEEE 754 binary32.
+    F32,
+    /// IEEE 754 binary16.
+    F16,
+    /// bfloat16 (the upper half of a binary32).
+    BF16,
+    /// Signed 64-bit integer.
+    I64,
+    /// Signed 32-bit integer.
+    I32,
+    /// Signed 16-bit integer.
+    I16,
+    /// Signed 8-bit integer.
+    I8,
+    /// Unsigned 64-bit integer.
+    U64,
+    /// Unsigned 32-bit integer.
+    U32,
+    /// Unsigned 16-bit integer.
+    U16,
+    /// Unsigned 8-bit integer.
+    U8,
+    /// One byte per element, 0 or 1.
+    Bool,
+    /// Any other fixed-size element (complex numbers, fp8, numpy strings or
+    /// void records, ...), kept under the name its file format gave it.
+    Other {
+        /// The format's own name for the type (`"<c8"`, `"F8_E4M3"`, ...).
+        name: String,
+        /// Bytes per element, at least 1.
+        size: u32,
+    },
+}
+
+/// The known types with their canonical name, numpy descr and safetensors
+/// name, so that the three spellings cannot drift apart.
+const KNOWN: [(DType, &str, &str, &str); 13] = [
+    (DType::F64, "f64", "<f8", "F64"),
+    (DType::F32, "f32", "<f4", "F32"),
+    (DType::F16, "f16", "<f2", "F16"),
+    (DType::BF16, "bf16", "", "BF16"),
+    (DType::I64, "i64", "<i8", "I64"),
+    (DType::I32, "i32", "<i4", "I32"),
+    (DType::I16, "i16", "<i2", "I16"),
+    (DType::I8, "i8", "|i1", "I8"),
+    (DType::U64, "u64", "<u8", "U64"),
+    (DType::U32, "u32", "<u4", "U32"),
+    (DType::U16, "u16", "<u2", "U16"),
+    (DType::U8, "u8", "|u1", "U8"),
+    (DType::Bool, "bool", "|b1", "BOOL"),
+];
+
+impl DType {
+    /// Bytes per element.
+    pub fn size(&self) -> u64 {
+        match self {
+            DType::F64 | DType::I64 | DType::U64 => 8,
+            DType::F32 | DType::I32 | DType::U32 => 4,
+            DType::F16 | DType::BF16 | DType::I16 | DType::U16 => 2,
+            DType::I8 | DType::U8 | DType::Bool => 1,
+            DType::Other { size, .. } => u64::from(*size),
+        }
+    }
+
+    fn known(&self) -> Option<&'static (DType, &'static str, &'static str, &'static str)> {
+        KNOWN.iter().find(|k| &k.0 == self)
+    }
+
+    /// The canonical name (`"f32"`, `"bf16"`, `"bool"`, ...), or the format's
+    /// own name for [`DType::Other`]. This is what the container stores.
+    pub fn name(&self) -> &str {
+        match self {
+            DType::Other { name, .. } => name,
+            known => known.known().map_or("", |k| k.1),
+        }
+    }
+
+    /// The type with canonical name `name` (the inverse of [`DType::name`]
+    /// for the known types).
+    pub fn from_name(name: &str) -> Option<DType> {
+        KNOWN.iter().find(|k| k.1 == name).map(|k| k.0.clone())
+    }
+
+    /// A type named by a person (`--dtype`): a canonical name, a numpy descr
+    /// or type name (`"<f4"`, `"float32"`) or a safetensors name (`"F32"`).
+    pub fn parse(name: &str) -> Result<DType> {
+        let alias = match name {
+            "float64" | "double" => Some(DType::F64),
+            "float32" | "float" => Some(DType::F32),
+            "float16" | "half" => Some(DType::F16),
+            "bfloat16" => Some(DType::BF16),
+            "int64" => Some(DType::I64),
+            "int32" => Some(DType::I32),
+            "int16" => Some(DType::I16),
+            "int8" => Some(DType::I8),
+            "uint64" => Some(DType::U64),
+            "uint32" => Some(DType::U32),
+            "uint16" => Some(DType::U16),
+            "uint8" | "byte" => Some(DType::U8),
+            _ => None,
+        };
+        alias
+            .or_else(|| DType::from_name(name))
+            .or_else(|| DType::from_safetensors(name))
+            .or_else(|| DType::from_numpy_descr(name).ok())
+            .ok_or_else(|| {
+                Error::invalid(format!(
+                    "unknown dtype {name:?}; use one of f64 f32 f16 bf16 i64 i32 i16 i8 u64 u32 u16 u8 bool"
+                ))
+            })
+    }
+
+    /// The numpy descr of this type (`"<f4"`), if numpy has one. bf16 has
+    /// none: numpy stores it (via ml_dtypes) as an opaque `"|V2"`.
+    pub fn numpy_descr(&self) -> Option<&str> {
+        match self {
+            DType::Other { .. } => None,
+            known => known.known().map(|k| k.2).filter(|d| !d.is_empty()),
+        }
+    }
+
+    /// The type of a numpy descr string (`"<f4"`, `"|u1"`, `"<c8"`, ...).
+    ///
+    /// Numeric types must be little-endian (or single-byte); anything numpy
+    /// cannot describe as a fixed-size element (objects, structured dtypes)
+    /// is [`crate::ErrorKind::Unsupported`]. Types ibp has no variant for
+    /// come back as [`DType::Other`] under the descr itself.
+    pub fn from_numpy_descr(descr: &str) -> Result<DType> {
+        let bytes = descr.as_bytes();
+        if bytes.len() < 2 || !descr.is_ascii() {
+            return Err(Error::unsupported(format!(
+                "numpy dtype {descr:?} is not a simple type"
+            )));
+        }
+        let (order, rest) = match bytes[0] {
+            b'<' | b'>' | b'|' | b'=' => (bytes[0], &descr[1..]),
+            _ => (b'=', descr),
+        };
+        let kind = rest.as_bytes()[0];
+        let count = &rest[1..];
+        let n: u32 = if count.is_empty() {
+            1
+        } else if count.bytes().all(|c| c.is_ascii_digit()) && count.len() <= 9 {
+            count
+                .parse()
+                .map_err(|_| Error::unsupported(format!("numpy dtype {descr:?}")))?
+        } else {
+            // "M8[ns]" and friends: datetime with a unit, 8 bytes.
+            return match kind {
+                b'M' | b'm' if count.starts_with("8[") && count.ends_with(']') => {
+                    check_order(descr, order, 8)?;
+                    Ok(DType::Other {
+                        name: descr.to_string(),
+                        size: 8,
+                    })
+                }
+                _ => Err(Error::unsupported(format!(
+                    "numpy dtype {descr:?} is not a simple type"
+                ))),
+            };
+        };
+        let size = match kind {
+            b'U' => n
+                .checked_mul(4)
+                .ok_or_else(|| Error::unsupported(format!("numpy dtype {descr:?} is too wide")))?,
+            b'O' => {
+                return Err(Error::unsupported(format!(
+                    "numpy dtype {descr:?} holds Python objects (pickles); ibp only compresses plain arrays"
+                )));
+            }
+            b'f' | b'i' | b'u' | b'b' | b'c' | b'V' | b'S' | b'a' | b'M' | b'm' | b'?' => n,
+            _ => {
+                return Err(Error::unsupported(format!(
+                    "numpy dtype {descr:?} is not a type ibp knows"
+                )));
+            }
+        };
+        if size == 0 {
+            return Err(Error::unsupported(format!(
+                "numpy dtype {descr:?} has zero-size elements"
+            )));
+        }
+        // The byte order only matters for types wider than a byte whose
+        // elements are numbers; strings of bytes ('S', 'V') have none.
+        if !matches!(kind, b'S' | b'a' | b'V') {
+            check_order(
+                descr,
+                order,
+                if kind == b'U' {
+                    4
+                } else if kind == b'c' {
+                    size / 2
+                } else {
+                    size
+                },
+            )?;
+        }
+        let canonical = match (kind, size) {
+            (b'f', 8) => Some(DType::F64),
+            (b'f', 4) => Some(DType::F32),
+            (b'f', 2) => Some(DType::F16),
+            (b'i', 8) => Some(DType::I64),
+            (b'i', 4) => Some(DType::I32),
+            (b'i', 2) => Some(DType::I16),
+            (b'i', 1) => Some(DType::I8),
+            (b'u', 8) => Some(DType::U64),
+            (b'u', 4) => Some(DType::U32),
+            (b'u', 2) => Some(DType::U16),
+            (b'u', 1) => Some(DType::U8),
+            (b'b' | b'?', 1) => Some(DType::Bool),
+            _ => None,
+        };
+        Ok(canonical.unwrap_or_else(|| DType::Other {
+            name: descr.to_string(),
+            size,
+        }))
+    }
+
+    /// The safetensors name of this type (`"F32"`), if it has one.
+    pub fn safetensors_name(&self) -> Option<&str> {
+        match self {
+            DType::Other { name, .. } => SAFETENSORS_OTHER.iter().find(|n| *n == name).copied(),
+            known => known.known().map(|k| k.3),
+        }
+    }
+
+    /// The type of a safetensors dtype string. The fp8 types come back as
+    /// [`DType::Other`] of one byte; sub-byte types (`"F4"`, ...) are not
+    /// fixed-size bytes and give `None`.
+    pub fn from_safetensors(name: &str) -> Option<DType> {
+        KNOWN
+            .iter()
+            .find(|k| k.3 == name)
+            .map(|k| k.0.clone())
+            .or_else(|| {
+                SAFETENSORS_OTHER.contains(&name).then(|| DType::Other {
+                    name: name.to_string(),
+                    size: 1,
+                })
+            })
+    }
+
+    /// The type a container manifest names: a canonical name must have its
+    /// canonical size; any other name is [`DType::Other`] of `size` bytes.
+    pub(crate) fn from_stored(name: &str, size: u64) -> Result<DType> {
+        match DType::from_name(name) {
+            Some(d) if d.size() == size => Ok(d),
+            Some(d) => Err(Error::corrupt(format!(
+                "dtype {name} has {} bytes per element, not {size}",
+                d.size()
+            ))),
+            None => {
+                let size = u32::try_from(size)
+                    .ok()
+                    .filter(|s| *s >= 1)
+                    .ok_or_else(|| {
+                        Error::corrupt(format!("dtype {name:?} has {size} bytes per element"))
+                    })?;
+                Ok(DType::Other {
+                    name: name.to_string(),
+                    size,
+                })
+            }
+        }
+    }
+}
+
+/// Single-byte safetensors types without a variant of their own.
+const SAFETENSORS_OTHER: [&str; 3] = ["F8_E4M3", "F8_E5M2", "F8_E8M0"];
+
+fn check_order(descr: &str, order: u8, width: u32) -> Result<()> {
+    let big = order == b'>' || (order == b'=' && cfg!(target_endian = "big"));
+    if big && width > 1 {
+        return Err(Error::unsupported(format!(
+            "numpy dtype {descr:?} is big-endian; ibp reads little-endian arrays only \
+             (convert with arr.astype(arr.dtype.newbyteorder('<')))"
+        )));
+    }
+    Ok(())
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One tensor of a [`Document`]: what gets a codebook and is compressed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TensorGroup<'a> {
+    /// The tensor's name in its file (npz member without `.npy`, safetensors
+    /// key); for single-array files, the name the caller chose.
+    pub name: String,
+    /// Element type.
+    pub dtype: DType,
+    /// Shape in storage order (a Fortran-ordered npy array has its shape
+    /// reversed here, so the first axis is always the slowest).
+    pub shape: Vec<u64>,
+    /// The elements, `product(shape) × dtype.size()` bytes: borrowed from the
+    /// input when it is stored plainly, owned when it had to be inflated.
+    pub data: Cow<'a, [u8]>,
+}
+
+impl TensorGroup<'_> {
+    /// The default split of this tensor into rows; see [`row_shape`].
+    pub fn row_shape(&self, row_len: Option<u64>) -> Result<RowShape> {
+        row_shape(&self.shape, &self.dtype, row_len)
+    }
+
+    /// A copy that owns its data.
+    pub fn into_owned(self) -> TensorGroup<'static> {
+        TensorGroup {
+            name: self.name,
+            dtype: self.dtype,
+            shape: self.shape,
+            data: Cow::Owned(self.data.into_owned()),
+        }
+    }
+}
+
+/// One step of an envelope: the recipe for the original file's bytes.
+///
+/// `R` is how raw bytes are held: `Cow<[u8]>` in a [`Document`], an index of
+/// a stored section in a container.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Segment<R> {
+    /// These bytes, verbatim.
+    Raw(R),
+    /// The data bytes of group `i`.
+    Group(usize),
+    /// The bytes of `inner`, raw-deflated (RFC 1951, no zlib header) by the
+    /// [`DEFLATE_ENGINE`] at `level` (0–9). Only used when the parser checked
+    /// that this reproduces the original compressed bytes exactly.
+    Deflate {
+        /// zlib compression level, 0–9.
+        level: u32,
+        /// What was compressed.
+        inner: Vec<Segment<R>>,
+    },
+}
+
+/// Length and xxh3-64 of a whole file: lets a restore check that it produced
+/// exactly the original bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Fingerprint {
+    /// Length in bytes.
+    pub len: u64,
+    /// xxh3-64 (seed 0) of the bytes.
+    pub xxh3: u64,
+}
+
+impl Fingerprint {
+    /// The fingerprint of `bytes`.
+    pub fn of(bytes: &[u8]) -> Self {
+        Fingerprint {
+            len: bytes.len() as u64,
+            xxh3: xxhash_rust::xxh3::xxh3_64(bytes),
+        }
+    }
+}
+
+/// The file formats ibp reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SourceFormat {
+    /// A numpy `.npy` array.
+    Npy,
+    /// A numpy `.npz` archive (a zip of `.npy` members, stored or deflated).
+    Npz,
+    /// A `.safetensors` file.
+    Safetensors,
+    /// Bare bytes whose dtype and shape the caller gives.
+    Raw,
+}
+
+impl SourceFormat {
+    /// The name stored in containers and shown to people.
+    pub fn name(self) -> &'static str {
+        match self {
+            SourceFormat::Npy => "npy",
+            SourceFormat::Npz => "npz",
+            SourceFormat::Safetensors => "safetensors",
+            SourceFormat::Raw => "raw",
+        }
+    }
+
+    /// The format called `name` (the inverse of [`SourceFormat::name`]).
+    pub fn from_name(name: &str) -> Option<Self> {
+        [
+            SourceFormat::Npy,
+            SourceFormat::Npz,
+            SourceFormat::Safetensors,
+            SourceFormat::Raw,
+        ]
+        .into_iter()
+        .find(|f| f.name() == name)
+    }
+
+    /// Guess the format from the file's first bytes, then its extension.
+    /// `None` means "give a dtype and shape and read it as raw".
+    pub fn detect(path: Option<&Path>, bytes: &[u8]) -> Option<Self> {
+        if bytes.starts_with(npy::MAGIC) {
+            return Some(SourceFormat::Npy);
+        }
+        if bytes.starts_with(b"PK\x03\x04") || bytes.starts_with(b"PK\x05\x06") {
+            return Some(SourceFormat::Npz);
+        }
+        if safetensors::looks_like(bytes) {
+            return Some(SourceFormat::Safetensors);
+        }
+        let ext = path?.extension()?.to_str()?.to_ascii_lowercase();
+        match ext.as_str() {
+            "npy" => Some(SourceFormat::Npy),
+            "npz" => Some(SourceFormat::Npz),
+            "safetensors" => Some(SourceFormat::Safetensors),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for SourceFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A tensor file taken apart: its tensors plus the recipe to rebuild it.
+#[derive(Clone, Debug)]
+pub struct Document<'a> {
+    /// Which reader produced it.
+    pub format: SourceFormat,
+    /// The tensors, in the order they appear in the file.
+    pub groups: Vec<TensorGroup<'a>>,
+    /// The recipe for the original bytes; refers to every group exactly once.
+    pub envelope: Vec<Segment<Cow<'a, [u8]>>>,
+    /// Length and hash of the original file.
+    pub original: Fingerprint,
+    /// Things a person may want to know: members kept verbatim and why.
+    pub notes: Vec<String>,
+}
+
+impl Document<'_> {
+    /// Write the original file, byte for byte, to `out`.
+    pub fn restore(&self, out: &mut dyn Write) -> Result<()> {
+        restore_segments(&self.envelope, &mut DocumentPieces(&self.groups), out)
+    }
+
+    /// The original file as a vector (tests and small files).
+    pub fn restore_to_vec(&self) -> Result<Vec<u8>> {
+        let mut out = Vec::with_capacity(usize::try_from(self.original.len).unwrap_or(0));
+        self.restore(&mut out)?;
+        Ok(out)
+    }
+
+    /// Bytes held as raw envelope segments (outside any deflate), i.e. what
+    /// a container stores without compressing.
+    pub fn raw_bytes(&self) -> u64 {
+        fn walk(segs: &[Segment<Cow<'_, [u8]>>]) -> u64 {
+            segs.iter()
+                .map(|s| match s {
+                    Segment::Raw(b) => b.len() as u64,
+                    Segment::Group(_) => 0,
+                    Segment::Deflate { inner, .. } => walk(inner),
+                })
+                .sum()
+        }
+        walk(&self.envelope)
+    }
+}
+
+/// Where the pieces of an envelope come from during a restore.
+pub trait PieceSource<R> {
+    /// Write the raw piece `raw` to `out`, in one `write_all`.
+    fn write_raw(&mut self, raw: &R, out: &mut dyn Write) -> Result<()>;
+    /// Write the data of group `group` to `out`, in one `write_all`.
+    ///
+    /// Q: why "in one write_all"? A: a deflate stream is only guaranteed to
+    /// come out identical when the compressor sees the same sequence of
+    /// writes; the parser checks reproduction with exactly this walk.
+    fn write_group(&mut self, group: usize, out: &mut dyn Write) -> Result<()>;
+}
+
+struct DocumentPieces<'d, 'a>(&'d [TensorGroup<'a>]);
+
+impl<'a> PieceSource<Cow<'a, [u8]>> for DocumentPieces<'_, 'a> {
+    fn write_raw(&mut self, raw: &Cow<'a, [u8]>, out: &mut dyn Write) -> Result<()> {
+        out.write_all(raw).map_err(write_error)
+    }
+
+    fn write_group(&mut self, group: usize, out: &mut dyn Write) -> Result<()> {
+        let g = self.0.get(group).ok_or_else(|| {
+            Error::corrupt(format!(
+                "envelope names group {group}, which does not exist"
+            ))
+        })?;
+        out.write_all(&g.data).map_err(write_error)
+    }
+}
+
+pub(crate) fn write_error(e: std::io::Error) -> Error {
+    Error::io("writing the restored file", e)
+}
+
+/// Walk an envelope, writing the file it describes to `out`.
+pub fn restore_segments<R>(
+    segments: &[Segment<R>],
+    src: &mut dyn PieceSource<R>,
+    out: &mut dyn Write,
+) -> Result<()> {
+    for seg in segments {
+        match seg {
+            Segment::Raw(r) => src.write_raw(r, out)?,
+            Segment::Group(i) => src.write_group(*i, out)?,
+            Segment::Deflate { level, inner } => {
+                let mut enc = deflate::encoder(out, *level)?;
+                restore_segments(inner, src, &mut enc)?;
+                enc.finish().map_err(write_error)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// How a group is cut into rows for the codec.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RowShape {
+    /// Number of rows (`N`).
+    pub rows: u64,
+    /// Bytes per row (`L`); 0 only for a tensor with no bytes at all.
+    pub row_bytes: u64,
+}
+
+impl RowShape {
+    /// `rows × row_bytes`.
+    pub fn total_bytes(&self) -> u64 {
+        self.rows * self.row_bytes
+    }
+}
+
+/// Split a tensor of `shape` and `dtype` into rows.
+///
+/// By default row `i` is `tensor[i]`: `rows = shape[0]` and a row is
+/// `product(shape[1..])` elements, because the first axis is what ML datasets
+/// index (nodes, tokens, embedding ids) and what is similar across rows.
+/// 0-D and 1-D tensors are one row (they are then normally stored raw).
+/// `row_len`, in elements, overrides this; it must divide the element count.
+pub fn row_shape(shape: &[u64], dtype: &DType, row_len: Option<u64>) -> Result<RowShape> {
+    let elems = element_count(shape)?;
+    let total = elems.checked_mul(dtype.size()).ok_or_else(|| {
+        Error::invalid(format!(
+            "tensor of shape {shape:?} and dtype {dtype} overflows u64 bytes"
+        ))
+    })?;
+    if total == 0 {
+        return Ok(RowShape {
+            rows: 0,
+            row_bytes: 0,
+        });
+    }
+    let row_elems = match row_len {
+        Some(0) => {
+            return Err(Error::invalid(
+                "row length 0; a row needs at least one element",
+            ));
+        }
+        Some(r) if elems % r != 0 => {
+            return Err(Error::invalid(format!(
+                "row length {r} does not divide the {elems} elements of shape {shape:?}"
+            )));
+        }
+        Some(r) => r,
+        None if shape.len() >= 2 => elems / shape[0],
+        None => elems,
+    };
+    Ok(RowShape {
+        rows: elems / row_elems,
+        row_bytes: row_elems * dtype.size(),
+    })
+}
+
+/// `product(shape)`, or an error when it overflows u64.
+pub fn element_count(shape: &[u64]) -> Result<u64> {
+    shape
+        .iter()
+        .try_fold(1u64, |acc, &d| acc.checked_mul(d))
+        .ok_or_else(|| Error::corrupt(format!("shape {shape:?} has more elements than fit in u64")))
+}
+
+/// What to read and how, for [`parse`].
+#[derive(Clone, Debug, Default)]
+pub struct ParseOptions {
+    /// Only these tensors become groups (npz members by key, safetensors
+    /// keys); the others stay raw. `None` selects every tensor.
+    pub select: Option<Vec<String>>,
+    /// The group name for formats with a single unnamed array (npy, raw);
+    /// default `"array"`.
+    pub name: Option<String>,
+    /// Element type of a raw file (required for [`SourceFormat::Raw`]).
+    pub raw_dtype: Option<DType>,
+    /// Shape of a raw file; default: one dimension covering the file.
+    pub raw_shape: Option<Vec<u64>>,
+}
+
+impl ParseOptions {
+    /// Select only these tensors.
+    pub fn with_select<S: Into<String>>(mut self, names: impl IntoIterator<Item = S>) -> Self {
+        self.select = Some(names.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Name the single array of an npy or raw file.
+    pub fn with_name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// Dtype and shape of a raw file.
+    pub fn with_raw(mut self, dtype: DType, shape: Option<Vec<u64>>) -> Self {
+        self.raw_dtype = Some(dtype);
+        self.raw_shape = shape;
+        self
+    }
+
+    pub(crate) fn array_name(&self) -> &str {
+        self.name.as_deref().unwrap_or("array")
+    }
+
+    pub(crate) fn selection(&self) -> Selection<'_> {
+        Selection {
+            names: self
+                .select
+                .as_ref()
+                .map(|v| v.iter().map(String::as_str).collect()),
+        }
+    }
+}
+
+/// A tensor selection, checked afterwards for names that matched nothing.
+pub(crate) struct Selection<'o> {
+    names: Option<BTreeSet<&'o str>>,
+}
+
+impl Selection<'_> {
+    pub(crate) fn wants(&self, name: &str) -> bool {
+        self.names.as_ref().is_none_or(|n| n.contains(name))
+    }
+
+    /// Error naming every selected tensor that is not among `found`.
+    pub(crate) fn check_found<'n>(&self, found: impl IntoIterator<Item = &'n str>) -> Result<()> {
+        let Some(names) = &self.names else {
+            return Ok(());
+        };
+        let found: BTreeSet<&str> = found.into_iter().collect();
+        let missing: Vec<&str> = names
+            .iter()
+            .copied()
+            .filter(|n| !found.contains(n))
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let mut known: Vec<&str> = found.into_iter().collect();
+        known.truncate(20);
+        Err(Error::invalid(format!(
+            "no tensor named {missing:?} in the file; it has {known:?}"
+        )))
+    }
+}
+
+/// Read `bytes` as `format`.
+pub fn parse<'a>(
+    bytes: &'a [u8],
+    format: SourceFormat,
+    opts: &ParseOptions,
+) -> Result<Document<'a>> {
+    match format {
+        SourceFormat::Npy => npy::parse(bytes, opts),
+        SourceFormat::Npz => npz::parse(bytes, opts),
+        SourceFormat::Safetensors => safetensors::parse(bytes, opts),
+        SourceFormat::Raw => {
+            let dtype = opts.raw_dtype.clone().ok_or_else(|| {
+                Error::invalid("a raw file needs its dtype (and optionally its shape)")
+            })?;
+            raw::parse(bytes, dtype, opts.raw_shape.as_deref(), opts.array_name())
+        }
+    }
+}
+
+/// A file's bytes, memory-mapped (or read, for files that cannot be mapped),
+/// to be parsed in place.
+pub struct InputFile {
+    bytes: InputBytes,
+}
+
+enum InputBytes {
+    Mapped(memmap2::Mmap),
+    Read(Vec<u8>),
+}
+
+impl InputFile {
+    /// Open `path` for parsing.
+    ///
+    /// The file must not change while the returned value lives: a mapping
+    /// shows other processes' writes, and a shrinking file can fault.
+    pub fn open(path: &Path) -> Result<Self> {
+        let ctx = || format!("opening {}", path.display());
+        let file = std::fs::File::open(path).map_err(|e| Error::io(ctx(), e))?;
+        let len = file.metadata().map_err(|e| Error::io(ctx(), e))?.len();
+        if len == 0 {
+            return Ok(InputFile {
+                bytes: InputBytes::Read(Vec::new()),
+            });
+        }
+        // SAFETY: the mapping is read-only and private to us. The remaining
+        // obligation, that no one truncates or rewrites the file while it is
+        // mapped, cannot be checked here; it is documented above, as every
+        // mmap-based reader must.
+        match unsafe { memmap2::Mmap::map(&file) } {
+            Ok(map) => Ok(InputFile {
+                bytes: InputBytes::Mapped(map),
+            }),
+            Err(_) => std::fs::read(path)
+                .map(|v| InputFile {
+                    bytes: InputBytes::Read(v),
+                })
+                .map_err(|e| Error::io(ctx(), e)),
+        }
+    }
+
+    /// The file's bytes.
+    pub fn bytes(&self) -> &[u8] {
+        match &self.bytes {
+            InputBytes::Mapped(m) => m,
+            InputBytes::Read(v) => v,
+        }
+    }
+}
+
+/// Bounds-checked slicing for the parsers: `bytes[start..start+len]`, or a
+/// [`crate::ErrorKind::Truncated`] error naming `what`.
+pub(crate) fn take<'a>(bytes: &'a [u8], start: u64, len: u64, what: &str) -> Result<&'a [u8]> {
+    let end = start
+        .checked_add(len)
+        .ok_or_else(|| Error::corrupt(format!("{what}: offset overflows")))?;
+    if end > bytes.len() as u64 {
+        return Err(Error::truncated(format!(
+            "{what}: needs bytes {start}..{end} but the input has only {} bytes",
+            bytes.len()
+        )));
+    }
+    // Both bounds are at most bytes.len(), so they fit in usize.
+    Ok(&bytes[start as usize..end as usize])
+}
+
+/// Little-endian integer readers over an already bounds-checked slice.
+pub(crate) fn le_u16(b: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes([b[at], b[at + 1]])
+}
+
+pub(crate) fn le_u32(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+pub(crate) fn le_u64(b: &[u8], at: usize) -> u64 {
+    let mut x = [0u8; 8];
+    x.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(x)
+}

@@ -1,0 +1,137 @@
+//! `.safetensors` files: an 8-byte little-endian header length, a JSON
+//! header mapping tensor names to `{dtype, shape, data_offsets}` (plus an
+//! optional `__metadata__` map), then the tensor bytes.
+//!
+//! The header is kept verbatim (key order, whitespace and padding included);
+//! each tensor's byte range becomes a group, and any bytes between or after
+//! the ranges stay raw.
+
+use std::borrow::Cow;
+
+use serde::Deserialize;
+
+use super::{
+    DType, Document, Fingerprint, ParseOptions, Segment, SourceFormat, TensorGroup, element_count,
+    le_u64, take,
+};
+use crate::error::{Error, Result};
+
+/// The safetensors library refuses headers above 100 MB; so do we, before
+/// handing the bytes to the JSON parser.
+const MAX_HEADER: u64 = 100_000_000;
+
+#[derive(Deserialize)]
+struct TensorInfo {
+    dtype: String,
+    shape: Vec<u64>,
+    data_offsets: (u64, u64),
+}
+
+/// A cheap check for [`super::SourceFormat::detect`]: a plausible header
+/// length followed by a `{`.
+pub fn looks_like(bytes: &[u8]) -> bool {
+    bytes.len() >= 10
+        && le_u64(bytes, 0) <= (bytes.len() as u64 - 8).min(MAX_HEADER)
+        && bytes[8] == b'{'
+}
+
+/// Read a `.safetensors` file. Tensors with a dtype ibp does not know
+/// (sub-byte types) and tensors left out by `opts.select` stay raw.
+pub fn parse<'a>(bytes: &'a [u8], opts: &ParseOptions) -> Result<Document<'a>> {
+    let len_field = take(bytes, 0, 8, "safetensors header length")?;
+    let header_len = le_u64(len_field, 0);
+    if header_len > MAX_HEADER {
+        return Err(Error::corrupt(format!(
+            "safetensors header claims {header_len} bytes (the limit is {MAX_HEADER})"
+        )));
+    }
+    let header = take(bytes, 8, header_len, "safetensors header")?;
+    let map: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(header)
+        .map_err(|e| Error::corrupt(format!("safetensors header is not a JSON object: {e}")))?;
+    let data_start = 8 + header_len;
+    let data = &bytes[data_start as usize..];
+
+    let mut tensors = Vec::with_capacity(map.len());
+    for (name, value) in map {
+        if name == "__metadata__" {
+            continue;
+        }
+        let info = TensorInfo::deserialize(value)
+            .map_err(|e| Error::corrupt(format!("safetensors tensor {name:?}: {e}")))?;
+        let (begin, end) = info.data_offsets;
+        if begin > end {
+            return Err(Error::corrupt(format!(
+                "safetensors tensor {name:?}: data_offsets [{begin}, {end}] run backwards"
+            )));
+        }
+        take(
+            data,
+            begin,
+            end - begin,
+            &format!("safetensors tensor {name:?}"),
+        )?;
+        let dtype = DType::from_safetensors(&info.dtype);
+        if let Some(d) = &dtype {
+            let want = element_count(&info.shape)?.checked_mul(d.size());
+            if want != Some(end - begin) {
+                return Err(Error::corrupt(format!(
+                    "safetensors tensor {name:?}: shape {:?} of {} needs {want:?} bytes, data_offsets give {}",
+                    info.shape,
+                    info.dtype,
+                    end - begin
+                )));
+            }
+        }
+        tensors.push((name, dtype, info, begin, end));
+    }
+    tensors.sort_by_key(|t| (t.3, t.4));
+
+    let select = opts.selection();
+    select.check_found(tensors.iter().map(|t| t.0.as_str()))?;
+    let mut doc = Document {
+        format: SourceFormat::Safetensors,
+        groups: Vec::new(),
+        envelope: vec![Segment::Raw(Cow::Borrowed(&bytes[..data_start as usize]))],
+        original: Fingerprint::of(bytes),
+        notes: Vec::new(),
+    };
+    let mut cursor = 0u64;
+    for (name, dtype, info, begin, end) in tensors {
+        if begin < cursor {
+            return Err(Error::corrupt(format!(
+                "safetensors tensor {name:?} overlaps another tensor"
+            )));
+        }
+        // Both were checked against data.len() above.
+        let (b, e) = (begin as usize, end as usize);
+        if begin > cursor {
+            doc.envelope
+                .push(Segment::Raw(Cow::Borrowed(&data[cursor as usize..b])));
+        }
+        cursor = end;
+        match dtype {
+            Some(dtype) if select.wants(&name) => {
+                doc.envelope.push(Segment::Group(doc.groups.len()));
+                doc.groups.push(TensorGroup {
+                    name,
+                    dtype,
+                    shape: info.shape,
+                    data: Cow::Borrowed(&data[b..e]),
+                });
+            }
+            None => {
+                doc.notes.push(format!(
+                    "tensor {name:?} kept verbatim: dtype {} is not byte-sized",
+                    info.dtype
+                ));
+                doc.envelope.push(Segment::Raw(Cow::Borrowed(&data[b..e])));
+            }
+            Some(_) => doc.envelope.push(Segment::Raw(Cow::Borrowed(&data[b..e]))),
+        }
+    }
+    if (cursor as usize) < data.len() {
+        doc.envelope
+            .push(Segment::Raw(Cow::Borrowed(&data[cursor as usize..])));
+    }
+    Ok(doc)
+}
