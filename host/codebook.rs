@@ -205,20 +205,7 @@ impl Codebook {
                 counts[p]
             )));
         }
-        let l = counts.len() / 8;
-        let (mut mask, mut bitval) = (vec![0u8; l], vec![0u8; l]);
-        let tp = u128::from(t.basis_points());
-        let n = u128::from(rows);
-        for (p, &c) in counts.iter().enumerate() {
-            let c = 10000 * u128::from(c);
-            let bit = 1u8 << (p % 8);
-            if c > tp * n {
-                mask[p / 8] |= bit;
-                bitval[p / 8] |= bit;
-            } else if c < (10000 - tp) * n {
-                mask[p / 8] |= bit;
-            }
-        }
+        let (mask, bitval) = mask_and_bitval(counts, rows, t);
         Self::new(chunk, mask, bitval)
     }
 
@@ -364,6 +351,29 @@ impl AsRef<ChunkTables> for ChunkTables {
     fn as_ref(&self) -> &ChunkTables {
         self
     }
+}
+
+/// `(Mask, Bitval)` of threshold `t` for bit counts over `rows` tensors
+/// (`docs/FORMAT.md` §4), without the checks of [`Codebook::from_counts`].
+pub(crate) fn mask_and_bitval(counts: &[u64], rows: u64, t: Threshold) -> (Vec<u8>, Vec<u8>) {
+    let l = counts.len().div_ceil(8);
+    let (mut mask, mut bitval) = (vec![0u8; l], vec![0u8; l]);
+    // Q: why u128?
+    // A: `10000 · count` and `T · N` overflow u64 once N passes ~1.8e15; the
+    // rule must be exact at every N for every executor to agree.
+    let tp = u128::from(t.basis_points());
+    let n = u128::from(rows);
+    for (p, &c) in counts.iter().enumerate() {
+        let c = 10000 * u128::from(c);
+        let bit = 1u8 << (p % 8);
+        if c > tp * n {
+            mask[p / 8] |= bit;
+            bitval[p / 8] |= bit;
+        } else if c < (10000 - tp) * n {
+            mask[p / 8] |= bit;
+        }
+    }
+    (mask, bitval)
 }
 
 /// Little-endian value of up to 8 bytes.

@@ -1,0 +1,521 @@
+//! Choosing the codebook (`docs/FORMAT.md` §4): for every candidate
+//! threshold and chunk size, the total stored size of a sample of the
+//! dataset, all in one pass over the sample; the smallest total wins.
+#![forbid(unsafe_code)]
+
+use rayon::prelude::*;
+
+use super::count::count_bits_into;
+use crate::codebook::{ChunkSize, Codebook, Threshold, mask_and_bitval};
+use crate::dataset::Rows;
+use crate::error::{Error, Result};
+
+/// Which chunk sizes the fit considers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ChunkChoice {
+    /// All four; the fit picks one.
+    #[default]
+    Auto,
+    /// Only this one.
+    Fixed(ChunkSize),
+}
+
+/// Which tensors the fit looks at. The sample of `S` of `N` tensors is
+/// tensors `⌊i · N / S⌋`, `i = 0 … S − 1` (evenly spaced, deterministic).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub enum Sample {
+    /// Every tensor.
+    #[default]
+    All,
+    /// `S = ⌈f · N⌉` tensors (at least one), `0 < f ≤ 1`.
+    Fraction(f64),
+    /// `S = min(c, N)` tensors, `c ≥ 1`.
+    Count(u64),
+}
+
+/// The sample of `len()` of `n` tensors chosen by a [`Sample`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SamplePlan {
+    n: u64,
+    s: u64,
+}
+
+impl SamplePlan {
+    /// The plan of `sample` over `n` tensors. Errors with
+    /// [`crate::ErrorKind::InvalidArgument`] when `n` is 0 or the sample
+    /// parameter is out of range.
+    pub fn new(n: u64, sample: Sample) -> Result<Self> {
+        if n == 0 {
+            return Err(Error::invalid("the dataset has no tensors; a fit needs at least one"));
+        }
+        let s = match sample {
+            Sample::All => n,
+            Sample::Fraction(f) if f > 0.0 && f <= 1.0 => ((f * n as f64).ceil() as u64).clamp(1, n),
+            Sample::Fraction(f) => {
+                return Err(Error::invalid(format!("sample fraction {f} is out of range; use 0 < f ≤ 1")));
+            }
+            Sample::Count(0) => return Err(Error::invalid("sample of 0 tensors; sample at least one")),
+            Sample::Count(c) => c.min(n),
+        };
+        Ok(Self { n, s })
+    }
+
+    /// Number of sampled tensors `S`.
+    pub fn len(&self) -> u64 {
+        self.s
+    }
+
+    /// Never true: a plan has at least one tensor.
+    pub fn is_empty(&self) -> bool {
+        self.s == 0
+    }
+
+    /// Index of the `i`-th sampled tensor, `⌊i · N / S⌋`.
+    pub fn index(&self, i: u64) -> u64 {
+        (u128::from(i) * u128::from(self.n) / u128::from(self.s)) as u64
+    }
+
+    /// Does the sample cover every tensor?
+    pub fn is_all(&self) -> bool {
+        self.s == self.n
+    }
+}
+
+/// Options of [`fit`]. The default is the spec's: thresholds 0.70, 0.75, …,
+/// 0.95, every chunk size, every tensor.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FitOptions {
+    /// Candidate thresholds (at least one; duplicates are ignored).
+    pub thresholds: Vec<Threshold>,
+    /// Candidate chunk sizes.
+    pub chunk: ChunkChoice,
+    /// Tensors to count and to evaluate candidates on.
+    pub sample: Sample,
+}
+
+impl Default for FitOptions {
+    fn default() -> Self {
+        Self {
+            thresholds: Threshold::default_sweep().to_vec(),
+            chunk: ChunkChoice::Auto,
+            sample: Sample::All,
+        }
+    }
+}
+
+impl FitOptions {
+    /// Sweep these thresholds.
+    pub fn with_thresholds(mut self, thresholds: impl IntoIterator<Item = Threshold>) -> Self {
+        self.thresholds = thresholds.into_iter().collect();
+        self
+    }
+
+    /// Use this one threshold.
+    pub fn with_threshold(self, t: Threshold) -> Self {
+        self.with_thresholds([t])
+    }
+
+    /// Consider these chunk sizes.
+    pub fn with_chunk(mut self, chunk: ChunkChoice) -> Self {
+        self.chunk = chunk;
+        self
+    }
+
+    /// Count and evaluate on this sample.
+    pub fn with_sample(mut self, sample: Sample) -> Self {
+        self.sample = sample;
+        self
+    }
+}
+
+/// One evaluated `(threshold, chunk size)` pair.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Candidate {
+    /// The threshold.
+    pub threshold: Threshold,
+    /// The chunk size.
+    pub chunk: ChunkSize,
+    /// Total stored size of the sample, `Σ min(E, L)`.
+    pub stored_bytes: u64,
+    /// Sampled tensors that would be stored encoded (`E < L`).
+    pub encoded_rows: u64,
+}
+
+/// The result of a fit: the chosen codebook and what was weighed.
+#[derive(Clone, Debug)]
+pub struct Fit {
+    /// The chosen codebook.
+    pub codebook: Codebook,
+    /// The chosen threshold.
+    pub threshold: Threshold,
+    /// The chosen candidate (its threshold and chunk size are the
+    /// codebook's).
+    pub chosen: Candidate,
+    /// Every evaluated candidate, by threshold then chunk size, ascending.
+    pub candidates: Vec<Candidate>,
+    /// Tensors in the sample (`S`).
+    pub sample_rows: u64,
+    /// Raw size of the sample, `S · L`.
+    pub sample_bytes: u64,
+}
+
+/// Count the bits of a sample of `rows` and choose the codebook: the
+/// candidate with the smallest total stored size of the sample, ties to the
+/// larger threshold, then to the larger chunk size.
+///
+/// Errors with [`crate::ErrorKind::InvalidArgument`] for a dataset without
+/// tensors, no thresholds, or a sample parameter out of range.
+pub fn fit(rows: Rows<'_>, opts: &FitOptions) -> Result<Fit> {
+    let plan = SamplePlan::new(rows.rows() as u64, opts.sample)?;
+    let l = rows.row_bytes();
+    let mut counts = vec![0u64; 8 * l];
+    if plan.is_all() {
+        count_bits_into(rows, &mut counts)?;
+    } else {
+        // Q: why gather the sample in batches?
+        // A: the counter wants contiguous rows; a bounded buffer keeps memory
+        // flat for any sample size.
+        let batch = (COUNT_BATCH_BYTES / l).max(1) as u64;
+        let mut buf = Vec::with_capacity(batch as usize * l);
+        for start in (0..plan.len()).step_by(batch as usize) {
+            buf.clear();
+            for i in start..(start + batch).min(plan.len()) {
+                buf.extend_from_slice(rows.row(plan.index(i) as usize));
+            }
+            count_bits_into(Rows::new(&buf, l)?, &mut counts)?;
+        }
+    }
+    choose(&counts, plan.len(), rows, plan, opts)
+}
+
+/// Bytes of sampled rows gathered per counting batch.
+const COUNT_BATCH_BYTES: usize = 16 << 20;
+
+/// Choose the codebook from bit counts computed elsewhere (e.g. on a GPU):
+/// `counts` (`8 L` entries) over `counted_rows` tensors, normally the sample
+/// that `opts.sample` picks from `rows`. Candidates are evaluated on that
+/// sample of `rows`, exactly as [`fit`] does.
+///
+/// Errors with [`crate::ErrorKind::InvalidArgument`] when `counts` does not
+/// have `8 L` entries, `counted_rows` is 0 or smaller than a count, or as
+/// [`fit`].
+pub fn fit_from_counts(counts: &[u64], counted_rows: u64, rows: Rows<'_>, opts: &FitOptions) -> Result<Fit> {
+    let plan = SamplePlan::new(rows.rows() as u64, opts.sample)?;
+    if counts.len() != 8 * rows.row_bytes() {
+        return Err(Error::invalid(format!(
+            "{} bit counts for {}-byte tensors; pass 8 counts per byte",
+            counts.len(),
+            rows.row_bytes()
+        )));
+    }
+    if counted_rows == 0 {
+        return Err(Error::invalid("counts over 0 tensors; count at least one"));
+    }
+    if let Some(&c) = counts.iter().find(|&&c| c > counted_rows) {
+        return Err(Error::invalid(format!("a bit is counted {c} times in only {counted_rows} tensors")));
+    }
+    choose(counts, counted_rows, rows, plan, opts)
+}
+
+fn choose(counts: &[u64], counted: u64, rows: Rows<'_>, plan: SamplePlan, opts: &FitOptions) -> Result<Fit> {
+    let mut thresholds = opts.thresholds.clone();
+    thresholds.sort();
+    thresholds.dedup();
+    if thresholds.is_empty() {
+        return Err(Error::invalid("no candidate thresholds; give at least one"));
+    }
+    let chunks: Vec<ChunkSize> = match opts.chunk {
+        ChunkChoice::Auto => ChunkSize::ALL.to_vec(),
+        ChunkChoice::Fixed(c) => vec![c],
+    };
+    let books: Vec<(Vec<u8>, Vec<u8>)> =
+        thresholds.iter().map(|&t| mask_and_bitval(counts, counted, t)).collect();
+    let totals = evaluate(rows, plan, &books);
+    let mut candidates = Vec::with_capacity(thresholds.len() * chunks.len());
+    for (&t, total) in thresholds.iter().zip(&totals) {
+        for &c in &chunks {
+            let ci = c.bytes().trailing_zeros() as usize;
+            candidates.push(Candidate {
+                threshold: t,
+                chunk: c,
+                stored_bytes: total.stored[ci],
+                encoded_rows: total.encoded[ci],
+            });
+        }
+    }
+    // Smallest total; ties to the larger threshold, then the larger chunk.
+    let best = *candidates
+        .iter()
+        .min_by(|a, b| {
+            a.stored_bytes
+                .cmp(&b.stored_bytes)
+                .then(b.threshold.cmp(&a.threshold))
+                .then(b.chunk.cmp(&a.chunk))
+        })
+        .ok_or_else(|| Error::invalid("no candidates to choose from"))?;
+    let ti = thresholds.iter().position(|&t| t == best.threshold).unwrap_or(0);
+    let (mask, bitval) = books.into_iter().nth(ti).unwrap_or_default();
+    Ok(Fit {
+        codebook: Codebook::new(best.chunk, mask, bitval)?,
+        threshold: best.threshold,
+        chosen: best,
+        candidates,
+        sample_rows: plan.len(),
+        sample_bytes: plan.len() * rows.row_bytes() as u64,
+    })
+}
+
+/// Totals of one threshold for chunk sizes 1, 2, 4, 8 (index `log2 C`).
+#[derive(Clone, Copy, Debug, Default)]
+struct Totals {
+    stored: [u64; 4],
+    encoded: [u64; 4],
+}
+
+/// Sample rows per parallel task.
+const EVAL_ROWS_PER_TASK: usize = 64;
+
+/// Total stored size of the sample for every codebook in `books` and every
+/// chunk size, in one pass over the sample.
+fn evaluate(rows: Rows<'_>, plan: SamplePlan, books: &[(Vec<u8>, Vec<u8>)]) -> Vec<Totals> {
+    let l = rows.row_bytes();
+    let words = l.div_ceil(8);
+    let nt = books.len();
+    // Interleave the codebooks by word, so one row word meets every
+    // threshold's mask and bit value in adjacent memory.
+    let mut book = vec![BookWord::default(); words * nt];
+    for (k, (mask, bitval)) in books.iter().enumerate() {
+        for q in 0..words {
+            let (m, b) = (le_word(mask, q), le_word(bitval, q));
+            book[q * nt + k] = BookWord { mask: m, bitval: b, mask_bits: u64::from(m.count_ones()) };
+        }
+    }
+    let raw_bits = 8 * l as u64;
+    let chunk_counts = ChunkSize::ALL.map(|c| l.div_ceil(c.bytes() as usize) as u64);
+    (0..plan.len() as usize)
+        .into_par_iter()
+        .with_min_len(EVAL_ROWS_PER_TASK)
+        .fold(
+            || (vec![Totals::default(); nt], vec![[0u64; 4]; nt]),
+            |(mut totals, mut saved), i| {
+                let row = rows.row(plan.index(i as u64) as usize);
+                saved.iter_mut().for_each(|s| *s = [0; 4]);
+                row_saved_bits(row, &book, &mut saved);
+                for (t, s) in totals.iter_mut().zip(&saved) {
+                    for c in 0..4 {
+                        let e = (chunk_counts[c] + raw_bits - s[c]).div_ceil(8);
+                        t.stored[c] += e.min(l as u64);
+                        t.encoded[c] += u64::from(e < l as u64);
+                    }
+                }
+                (totals, saved)
+            },
+        )
+        .map(|(totals, _)| totals)
+        .reduce(
+            || vec![Totals::default(); nt],
+            |mut a, b| {
+                for (x, y) in a.iter_mut().zip(&b) {
+                    for c in 0..4 {
+                        x.stored[c] += y.stored[c];
+                        x.encoded[c] += y.encoded[c];
+                    }
+                }
+                a
+            },
+        )
+}
+
+/// One 8-byte word of one codebook.
+#[derive(Clone, Copy, Debug, Default)]
+struct BookWord {
+    mask: u64,
+    bitval: u64,
+    /// `popcount(mask)`: bits an 8-byte chunk saves when it matches.
+    mask_bits: u64,
+}
+
+/// Little-endian word `q` of `bytes`, zero-padded past the end.
+fn le_word(bytes: &[u8], q: usize) -> u64 {
+    let mut w = [0u8; 8];
+    let part = &bytes[8 * q..(8 * q + 8).min(bytes.len())];
+    w[..part.len()].copy_from_slice(part);
+    u64::from_le_bytes(w)
+}
+
+const LO7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
+const HI1: u64 = 0x8080_8080_8080_8080;
+const EVEN8: u64 = 0x00ff_00ff_00ff_00ff;
+const EVEN16: u64 = 0x0000_ffff_0000_ffff;
+
+/// Add to `saved[k][log2 C]` the invariant bits dropped by the matching
+/// chunks of `row` under codebook `k`, for every chunk size at once.
+///
+/// Q: how does one pass serve four chunk sizes?
+/// A: chunks of every size are aligned inside 8-byte words. Per word and
+/// codebook, the mismatch `(w ^ bitval) & mask` is reduced to a byte mask
+/// of mismatching bytes; OR-ing neighbouring bytes (then neighbouring pairs)
+/// widens it to 2- and 4-byte chunks, and the word as a whole is the 8-byte
+/// chunk. The bits a size saves in this word are the mask bits outside its
+/// mismatching chunks. The zero padding past `L` has an empty mask, so a
+/// tail chunk matches exactly when its real bytes do.
+#[inline(always)]
+fn row_saved_bits(row: &[u8], book: &[BookWord], saved: &mut [[u64; 4]]) {
+    let nt = saved.len();
+    let (full, tail) = row.as_chunks::<8>();
+    let mut word = |q: usize, w: u64| {
+        for (s, b) in saved.iter_mut().zip(&book[q * nt..(q + 1) * nt]) {
+            let m = (w ^ b.bitval) & b.mask;
+            if m == 0 {
+                // Every chunk of the word matches: the common case in data
+                // that compresses, and a cheap one.
+                for x in s.iter_mut() {
+                    *x += b.mask_bits;
+                }
+                continue;
+            }
+            // 0xff in every byte with a mismatching bit.
+            let bad1 = ((((m & LO7) + LO7) | m) & HI1) >> 7;
+            let bad1 = bad1 * 0xff;
+            let bad2 = bad1 | ((bad1 >> 8) & EVEN8) | ((bad1 << 8) & !EVEN8);
+            let bad4 = bad2 | ((bad2 >> 16) & EVEN16) | ((bad2 << 16) & !EVEN16);
+            s[0] += u64::from((b.mask & !bad1).count_ones());
+            s[1] += u64::from((b.mask & !bad2).count_ones());
+            s[2] += u64::from((b.mask & !bad4).count_ones());
+        }
+    };
+    for (q, w) in full.iter().enumerate() {
+        word(q, u64::from_le_bytes(*w));
+    }
+    if !tail.is_empty() {
+        let mut w = [0u8; 8];
+        w[..tail.len()].copy_from_slice(tail);
+        word(full.len(), u64::from_le_bytes(w));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ErrorKind;
+    use crate::encode::stored_len;
+    use crate::fit::count_bits;
+
+    #[test]
+    fn sample_plan_spaces_evenly_and_validates() {
+        let p = SamplePlan::new(10, Sample::Count(4)).unwrap();
+        assert_eq!((0..4).map(|i| p.index(i)).collect::<Vec<_>>(), [0, 2, 5, 7]);
+        assert_eq!(SamplePlan::new(10, Sample::Fraction(0.25)).unwrap().len(), 3);
+        assert_eq!(SamplePlan::new(10, Sample::Fraction(1e-9)).unwrap().len(), 1);
+        assert_eq!(SamplePlan::new(10, Sample::Count(99)).unwrap().len(), 10);
+        assert!(SamplePlan::new(10, Sample::All).unwrap().is_all());
+        for bad in
+            [Sample::Fraction(0.0), Sample::Fraction(1.5), Sample::Fraction(f64::NAN), Sample::Count(0)]
+        {
+            assert_eq!(SamplePlan::new(10, bad).unwrap_err().kind(), ErrorKind::InvalidArgument);
+        }
+        assert_eq!(SamplePlan::new(0, Sample::All).unwrap_err().kind(), ErrorKind::InvalidArgument);
+        let big = SamplePlan::new(u64::MAX, Sample::Count(3)).unwrap();
+        assert_eq!(big.index(2), u64::MAX / 3 * 2);
+    }
+
+    /// Per-candidate evaluation the slow way: a codebook per candidate and
+    /// `stored_len` per row.
+    fn naive(rows: Rows<'_>, counts: &[u64], n: u64, t: Threshold, c: ChunkSize) -> (u64, u64) {
+        let cb = Codebook::from_counts(counts, n, t, c).unwrap();
+        rows.iter().fold((0, 0), |(s, e), row| {
+            let len = stored_len(&cb, row).unwrap() as u64;
+            (s + len, e + u64::from(len < rows.row_bytes() as u64))
+        })
+    }
+
+    #[test]
+    fn one_pass_equals_per_candidate_evaluation() {
+        let mut s = 0x1234_5678u64;
+        let mut next = || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        };
+        for l in [1usize, 3, 7, 8, 13, 16, 29, 64] {
+            let base: Vec<u8> = (0..l).map(|_| next() as u8).collect();
+            let data: Vec<u8> = (0..40 * l)
+                .map(|i| {
+                    let r = next();
+                    // Mostly the base pattern, some bytes noisy, some bits flipped.
+                    match r % 10 {
+                        0 => r as u8 >> 3,
+                        1 | 2 => base[i % l] ^ (1 << (r >> 8) % 8),
+                        _ => base[i % l],
+                    }
+                })
+                .collect();
+            let rows = Rows::new(&data, l).unwrap();
+            let fit = fit(rows, &FitOptions::default()).unwrap();
+            let counts = count_bits(rows);
+            assert_eq!(fit.candidates.len(), 24);
+            for cand in &fit.candidates {
+                let (stored, enc) = naive(rows, &counts, 40, cand.threshold, cand.chunk);
+                assert_eq!((cand.stored_bytes, cand.encoded_rows), (stored, enc), "L={l} {cand:?}");
+            }
+            let best = fit.candidates.iter().map(|c| c.stored_bytes).min().unwrap();
+            assert_eq!(fit.chosen.stored_bytes, best);
+            let want = Codebook::from_counts(&counts, 40, fit.threshold, fit.codebook.chunk()).unwrap();
+            assert_eq!(fit.codebook, want);
+        }
+    }
+
+    #[test]
+    fn ties_go_to_the_larger_threshold_then_the_larger_chunk() {
+        // One-byte rows: every candidate has one chunk and stores every row
+        // raw (E = 1 is not < L = 1), so all 24 tie.
+        let data = vec![0u8; 8];
+        let f = fit(Rows::new(&data, 1).unwrap(), &FitOptions::default()).unwrap();
+        assert!(f.candidates.iter().all(|c| c.stored_bytes == 8 && c.encoded_rows == 0));
+        assert_eq!((f.threshold.basis_points(), f.codebook.chunk()), (9500, ChunkSize::Eight));
+        // Zero rows of 16 bytes: thresholds tie, fewer participation bits win.
+        let data = vec![0u8; 8 * 16];
+        let opts = FitOptions::default()
+            .with_thresholds([7000, 8000].map(|t| Threshold::from_basis_points(t).unwrap()));
+        let f = fit(Rows::new(&data, 16).unwrap(), &opts).unwrap();
+        let by_chunk: Vec<u64> = f.candidates[..4].iter().map(|c| c.stored_bytes).collect();
+        assert_eq!(by_chunk, [16, 8, 8, 8]);
+        assert_eq!((f.threshold.basis_points(), f.codebook.chunk()), (8000, ChunkSize::Eight));
+    }
+
+    #[test]
+    fn options_restrict_candidates_and_bad_input_is_rejected() {
+        let data: Vec<u8> = (0..200u32).map(|i| (i * 7 % 5) as u8).collect();
+        let rows = Rows::new(&data, 10).unwrap();
+        let t = Threshold::from_fraction(0.9).unwrap();
+        let opts = FitOptions::default()
+            .with_threshold(t)
+            .with_chunk(ChunkChoice::Fixed(ChunkSize::Two))
+            .with_sample(Sample::Count(5));
+        let f = fit(rows, &opts).unwrap();
+        assert_eq!(f.candidates.len(), 1);
+        assert_eq!(
+            (f.threshold, f.codebook.chunk(), f.sample_rows, f.sample_bytes),
+            (t, ChunkSize::Two, 5, 50)
+        );
+        // The sample is rows 0, 4, 8, 12, 16: counts and evaluation use them.
+        let sample: Vec<u8> = [0, 4, 8, 12, 16].iter().flat_map(|&i| rows.row(i).to_vec()).collect();
+        let srows = Rows::new(&sample, 10).unwrap();
+        let counts = count_bits(srows);
+        assert_eq!(f.codebook, Codebook::from_counts(&counts, 5, t, ChunkSize::Two).unwrap());
+        assert_eq!(f.candidates[0].stored_bytes, naive(srows, &counts, 5, t, ChunkSize::Two).0);
+        // fit_from_counts with the same counts agrees.
+        let g = fit_from_counts(&counts, 5, rows, &opts).unwrap();
+        assert_eq!((g.codebook, g.candidates), (f.codebook, f.candidates));
+
+        let empty = Rows::new(&[], 10).unwrap();
+        assert_eq!(fit(empty, &FitOptions::default()).unwrap_err().kind(), ErrorKind::InvalidArgument);
+        let none = FitOptions::default().with_thresholds([]);
+        assert_eq!(fit(rows, &none).unwrap_err().kind(), ErrorKind::InvalidArgument);
+        let opts = FitOptions::default();
+        assert!(fit_from_counts(&counts[1..], 5, rows, &opts).is_err());
+        assert!(fit_from_counts(&counts, 0, rows, &opts).is_err());
+        assert!(fit_from_counts(&vec![9; 80], 5, rows, &opts).is_err());
+    }
+}
