@@ -446,7 +446,7 @@ mod tests {
                     // Mostly the base pattern, some bytes noisy, some bits flipped.
                     match r % 10 {
                         0 => r as u8 >> 3,
-                        1 | 2 => base[i % l] ^ (1 << (r >> 8) % 8),
+                        1 | 2 => base[i % l] ^ (1 << ((r >> 8) % 8)),
                         _ => base[i % l],
                     }
                 })
