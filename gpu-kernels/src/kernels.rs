@@ -8,9 +8,16 @@ use crate::params::{CountParams, CpAsyncTestParams, WarpTestParams};
 /// Bit counting (paper §4.1): `counts[8 * row_bytes] += per-bit-position
 /// popcount over all rows`.
 ///
-/// Each thread owns one 4-byte column (32 bit positions) and a strided subset
-/// of rows; consecutive threads take consecutive columns of the same row, so
-/// a warp reads 128 contiguous bytes (one PCIe or DRAM line) per step.
+/// Q: why "super-rows" rather than one thread per (row, 4-byte column)?
+/// A: a row of 5732 bytes (Cora) or 1001 bytes starts at an address that is
+/// not a multiple of 128, so a warp reading 128 bytes of one row straddles two
+/// lines: twice the PCIe or DRAM transactions, and rows of odd length need
+/// byte loads. Instead the kernel groups `g = 128 / gcd(L, 128)` rows into a
+/// super-row of `g·L` bytes, a multiple of 128. Each thread owns one 4-byte
+/// word *column* of the super-row and walks a strided subset of super-rows;
+/// consecutive threads read consecutive words, so every warp load is one
+/// aligned 128-byte line. A word may straddle two rows; that only changes
+/// which tensor bit positions its 32 counters are credited to at the end.
 ///
 /// # Safety
 /// `p.data` is readable for `rows * row_bytes` bytes and `p.counts` writable
@@ -20,27 +27,36 @@ pub unsafe extern "ptx-kernel" fn ibp_count_bits(p: CountParams) {
     if p.row_bytes == 0 || p.rows == 0 {
         return;
     }
-    let cols = p.row_bytes.div_ceil(4);
+    let l = p.row_bytes;
+    let group = 128 / gcd(l, 128);
+    let sr = SuperRows {
+        data: arch::to_global(p.data),
+        counts: arch::to_global(p.counts),
+        row_bytes: l,
+        bytes: group * l,
+        full: div(p.rows, group),
+        tail_bytes: (p.rows - div(p.rows, group) * group) * l,
+        // Q: why keep a byte path?
+        // A: word loads need a 4-aligned base; a caller may hand a view that
+        // starts anywhere. The choice is uniform for the whole launch.
+        aligned: p.data % 4 == 0,
+    };
+    let cols = sr.bytes / 4;
+    let count = sr.full + (sr.tail_bytes > 0) as u64;
     let t = arch::global_thread();
     let threads = arch::grid_threads();
-    let data = arch::to_global(p.data);
-    let counts = arch::to_global(p.counts);
-    // Q: why two load paths?
-    // A: a 4-byte load needs a 4-aligned address; rows whose length is not a
-    // multiple of 4 (or a misaligned base) are read byte by byte. The choice
-    // is uniform for the whole launch, so no warp diverges on it.
-    let aligned = p.row_bytes % 4 == 0 && data % 4 == 0;
     if threads >= cols {
         let groups = div(threads, cols);
         if t < groups * cols {
-            // SAFETY: column and rows are in bounds; forwarded contract.
-            unsafe { count_column(&p, data, counts, t - div(t, cols) * cols, div(t, cols), groups, aligned) }
+            let g = div(t, cols);
+            // SAFETY: column and super-rows in bounds; forwarded contract.
+            unsafe { sr.count_column(t - g * cols, g, groups, count) }
         }
     } else {
         let mut col = t;
         while col < cols {
             // SAFETY: as above.
-            unsafe { count_column(&p, data, counts, col, 0, 1, aligned) }
+            unsafe { sr.count_column(col, 0, 1, count) }
             col += threads;
         }
     }
@@ -52,77 +68,133 @@ fn div(a: u64, b: u64) -> u64 {
     if b == 0 { 0 } else { a / b }
 }
 
-/// Count one 4-byte column over rows `r0, r0 + stride, ...`.
-///
-/// # Safety
-/// `col < ceil(row_bytes / 4)`, and the kernel's contract holds.
+/// Greatest common divisor (`b` a power of two here, so this is short).
 #[inline(always)]
-unsafe fn count_column(
-    p: &CountParams,
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        let t = a % b;
+        a = b;
+        b = t;
+    }
+    a
+}
+
+/// The rows seen as `full` super-rows of `bytes` bytes, then a partial one of
+/// `tail_bytes`.
+struct SuperRows {
     data: u64,
     counts: u64,
-    col: u64,
-    r0: u64,
-    stride: u64,
+    row_bytes: u64,
+    bytes: u64,
+    full: u64,
+    tail_bytes: u64,
     aligned: bool,
-) {
-    let base = data + col * 4;
-    let bytes = core::cmp::min(4, p.row_bytes - col * 4);
-    let load = |r: u64| -> u32 {
-        let a = base + r * p.row_bytes;
-        if aligned {
-            // SAFETY: 4-aligned (checked by the caller) and inside row r.
+}
+
+impl SuperRows {
+    /// Word `col` of a full super-row `s < full`.
+    ///
+    /// # Safety
+    /// `s < full`, `col < bytes / 4`, and the kernel's contract holds.
+    #[inline(always)]
+    unsafe fn load_full(&self, s: u64, col: u64) -> u32 {
+        let a = self.data + s * self.bytes + col * 4;
+        if self.aligned {
+            // SAFETY: 4-aligned (base and offset) and inside the data.
             unsafe { arch::ld_global_u32(a) }
         } else {
             let mut w = 0u32;
-            for k in 0..bytes {
-                // SAFETY: byte k < bytes of the column lies inside row r.
+            for k in 0..4u64 {
+                // SAFETY: inside a full super-row.
                 w |= unsafe { arch::ld_global_u8(a + k) } << (8 * k);
             }
             w
         }
-    };
-    let mut sink = |b: usize, v: u64| {
-        if (b as u64) < bytes * 8 {
-            // SAFETY: counter index col * 32 + b < 8 * row_bytes.
-            unsafe { arch::red_add_u64(counts + (col * 32 + b as u64) * 8, v) }
+    }
+
+    /// Word `col` of super-row `s` (full or the tail), zero past the end.
+    ///
+    /// # Safety
+    /// `s <= full`, `col < bytes / 4`, and the kernel's contract holds.
+    #[inline(always)]
+    unsafe fn load(&self, s: u64, col: u64) -> u32 {
+        let off = s * self.bytes + col * 4;
+        let a = self.data + off;
+        let end = self.full * self.bytes + self.tail_bytes;
+        if self.aligned && off + 4 <= end {
+            // SAFETY: 4-aligned (base and offset) and inside the data.
+            unsafe { arch::ld_global_u32(a) }
+        } else {
+            let mut w = 0u32;
+            for k in 0..4u64 {
+                if off + k < end {
+                    // SAFETY: byte inside the data.
+                    w |= unsafe { arch::ld_global_u8(a + k) } << (8 * k);
+                }
+            }
+            w
         }
-    };
-    let mut acc = PosPopcnt32::new();
-    let mut r = r0;
-    // Q: why sixteen loads before any arithmetic?
-    // A: they are independent, so each thread keeps sixteen requests in
-    // flight; that is what hides DRAM and, above all, PCIe latency.
-    while r + 15 * stride < p.rows {
-        // Written out so the sixteen words stay in registers (`from_fn`'s loop
-        // left them in local memory).
-        let s = stride;
-        let x = [
-            load(r),
-            load(r + s),
-            load(r + 2 * s),
-            load(r + 3 * s),
-            load(r + 4 * s),
-            load(r + 5 * s),
-            load(r + 6 * s),
-            load(r + 7 * s),
-            load(r + 8 * s),
-            load(r + 9 * s),
-            load(r + 10 * s),
-            load(r + 11 * s),
-            load(r + 12 * s),
-            load(r + 13 * s),
-            load(r + 14 * s),
-            load(r + 15 * s),
-        ];
-        acc.add16(&x, &mut sink);
-        r += 16 * stride;
     }
-    while r < p.rows {
-        acc.add(load(r), &mut sink);
-        r += stride;
+
+    /// Count column `col` over super-rows `s0, s0 + stride, …` below `count`.
+    ///
+    /// # Safety
+    /// `col < bytes / 4`, `count <= full + 1`, and the kernel's contract holds.
+    #[inline(always)]
+    unsafe fn count_column(&self, col: u64, s0: u64, stride: u64, count: u64) {
+        let mut acc = PosPopcnt32::new();
+        // Tensor byte positions of this column's 4 bytes (fixed for every
+        // super-row, since a super-row holds whole rows).
+        let first = col * 4;
+        let pos0 = first - div(first, self.row_bytes) * self.row_bytes;
+        let counts = self.counts;
+        let l = self.row_bytes;
+        let mut sink = |b: usize, v: u64| {
+            // A word can span several rows when rows are shorter than 4 bytes.
+            let x = pos0 + (b / 8) as u64;
+            let byte = x - div(x, l) * l;
+            // SAFETY: byte < row_bytes, so the counter index < 8 * row_bytes.
+            unsafe { arch::red_add_u64(counts + (byte * 8 + (b % 8) as u64) * 8, v) }
+        };
+        // SAFETY (all loads below): s < full (ld) or s <= full (ld_any), and
+        // col in range.
+        let ld = |s: u64| unsafe { self.load_full(s, col) };
+        let ld_any = |s: u64| unsafe { self.load(s, col) };
+        let mut s = s0;
+        // Q: why sixteen loads before any arithmetic?
+        // A: they are independent, so each thread keeps sixteen requests in
+        // flight; that is what hides DRAM and, above all, PCIe latency.
+        while s + 15 * stride < self.full {
+            // Written out so the words stay in registers (`from_fn`'s loop
+            // left them in local memory).
+            let d = stride;
+            let x = [
+                ld(s),
+                ld(s + d),
+                ld(s + 2 * d),
+                ld(s + 3 * d),
+                ld(s + 4 * d),
+                ld(s + 5 * d),
+                ld(s + 6 * d),
+                ld(s + 7 * d),
+                ld(s + 8 * d),
+                ld(s + 9 * d),
+                ld(s + 10 * d),
+                ld(s + 11 * d),
+                ld(s + 12 * d),
+                ld(s + 13 * d),
+                ld(s + 14 * d),
+                ld(s + 15 * d),
+            ];
+            acc.add16(&x, &mut sink);
+            s += 16 * d;
+        }
+        while s < count {
+            acc.add(ld_any(s), &mut sink);
+            s += stride;
+        }
+        acc.drain(&mut sink);
     }
-    acc.drain(&mut sink);
 }
 
 /// Device test of the warp helpers (see [`WarpTestParams`]).

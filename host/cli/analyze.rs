@@ -1,0 +1,353 @@
+//! `ibp analyze`: bit-invariance analysis per tensor, on the GPU when one is
+//! usable and on the CPU otherwise.
+
+use std::borrow::Cow;
+use std::time::Instant;
+
+use ibp::fit::{self, Fit, FitOptions, Sample};
+use ibp::io::{DType, TensorGroup};
+use ibp::{Result, Rows};
+use serde::Serialize;
+
+use super::input::{FitArgs, InputArgs, Source};
+
+/// Arguments of `ibp analyze`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    #[command(flatten)]
+    input: InputArgs,
+    #[command(flatten)]
+    fit: FitArgs,
+    /// Where to count bits: auto (GPU if usable), gpu, or cpu.
+    #[arg(long, default_value = "auto")]
+    device: String,
+    /// Round f32 tensors to this type first (bf16 or f16), to see what a
+    /// lower-precision copy would save.
+    #[arg(long)]
+    cast: Option<String>,
+    /// Also list every (threshold, chunk size) candidate.
+    #[arg(long)]
+    candidates: bool,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// One tensor's analysis.
+#[derive(Serialize, Debug)]
+struct Report {
+    name: String,
+    dtype: String,
+    shape: Vec<u64>,
+    rows: u64,
+    row_bytes: u64,
+    /// "fitted", or why the tensor is left raw.
+    status: String,
+    counted_on: String,
+    count_seconds: f64,
+    invariant_bits: u64,
+    invariant_fraction: f64,
+    threshold: Option<f64>,
+    chunk_bytes: Option<u32>,
+    raw_bytes: u64,
+    /// Stored tensors only (payload + raw tensors), as the IBP paper counts.
+    stored_bytes: u64,
+    savings: f64,
+    /// Including the codebook, flag bitmap and offsets table of the packed
+    /// layout.
+    stored_with_metadata: u64,
+    savings_with_metadata: f64,
+    encoded_rows: u64,
+    candidates: Vec<CandidateReport>,
+}
+
+#[derive(Serialize, Debug)]
+struct CandidateReport {
+    threshold: f64,
+    chunk_bytes: u32,
+    stored_bytes: u64,
+    savings: f64,
+}
+
+/// Where bits get counted.
+enum Counter {
+    Cpu,
+    #[cfg(feature = "cuda")]
+    Gpu(ibp::gpu::Gpu),
+}
+
+impl Counter {
+    fn pick(device: &str) -> Result<Self> {
+        match device {
+            "cpu" => Ok(Counter::Cpu),
+            "gpu" => Self::gpu(true),
+            "auto" => Self::gpu(false),
+            other => Err(ibp::Error::invalid(format!("--device {other}: use auto, gpu or cpu"))),
+        }
+    }
+
+    #[cfg(feature = "cuda")]
+    fn gpu(required: bool) -> Result<Self> {
+        match ibp::gpu::Gpu::first() {
+            Ok(g) => Ok(Counter::Gpu(g)),
+            Err(e) if !required => {
+                eprintln!("ibp: no usable GPU ({}); counting on the CPU", e.message());
+                Ok(Counter::Cpu)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    #[cfg(not(feature = "cuda"))]
+    fn gpu(required: bool) -> Result<Self> {
+        if required {
+            return Err(ibp::Error::unsupported(
+                "this ibp was built without the `cuda` feature; rebuild with --features cuda or use --device cpu",
+            ));
+        }
+        Ok(Counter::Cpu)
+    }
+
+    fn name(&self) -> String {
+        match self {
+            Counter::Cpu => format!("CPU ({} threads)", rayon::current_num_threads()),
+            #[cfg(feature = "cuda")]
+            Counter::Gpu(g) => g.info().name.clone(),
+        }
+    }
+
+    /// Fit `rows`, counting on this device.
+    fn fit(&self, rows: Rows<'_>, opts: &FitOptions) -> Result<Fit> {
+        match self {
+            Counter::Cpu => fit::fit(rows, opts),
+            #[cfg(feature = "cuda")]
+            Counter::Gpu(g) => {
+                if opts.sample != Sample::All {
+                    // A sample is small; gathering it for the GPU costs more
+                    // than counting it here.
+                    return fit::fit(rows, opts);
+                }
+                let counts = g.count_bits_blocking(rows, 256 << 20)?;
+                fit::fit_from_counts(&counts, rows.rows() as u64, rows, opts)
+            }
+        }
+    }
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let source = Source::open(&args.input)?;
+    let doc = source.parse(&args.input)?;
+    let opts = args.fit.options()?;
+    let counter = Counter::pick(&args.device)?;
+    let cast = args.cast.as_deref().map(DType::parse).transpose()?;
+    if let Some(c) = &cast {
+        if *c != DType::BF16 && *c != DType::F16 {
+            return Err(ibp::Error::invalid(format!("--cast {c}: use bf16 or f16")));
+        }
+    }
+    let bar = progress(doc.groups.len() as u64);
+    let mut reports = Vec::new();
+    for group in &doc.groups {
+        bar.set_message(group.name.clone());
+        let group = match &cast {
+            Some(to) => cast_group(group, to),
+            None => Cow::Borrowed(group),
+        };
+        reports.push(analyze_group(&group, &args.fit, &opts, &counter)?);
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    if args.json {
+        let out = serde_json::json!({
+            "input": source.display(),
+            "format": doc.format.name(),
+            "counted_on": counter.name(),
+            "tensors": reports,
+        });
+        println!("{}", serde_json::to_string_pretty(&out).expect("serialisable"));
+    } else {
+        print_table(&source.display(), &counter.name(), &reports, args.candidates);
+    }
+    Ok(())
+}
+
+fn progress(n: u64) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(n);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} analyzing [{bar:30}] {pos}/{len} {msg}")
+            .expect("valid template")
+            .progress_chars("=> "),
+    );
+    if n < 2 {
+        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    bar
+}
+
+/// Round an f32 tensor to bf16 or f16 (round to nearest even); other types
+/// pass through.
+fn cast_group<'a>(g: &'a TensorGroup<'a>, to: &DType) -> Cow<'a, TensorGroup<'a>> {
+    if g.dtype != DType::F32 {
+        return Cow::Borrowed(g);
+    }
+    let data: Vec<u8> = g
+        .data
+        .chunks_exact(4)
+        .flat_map(|b| {
+            let x = f32::from_le_bytes(b.try_into().expect("4 bytes"));
+            if *to == DType::BF16 {
+                half::bf16::from_f32(x).to_le_bytes()
+            } else {
+                half::f16::from_f32(x).to_le_bytes()
+            }
+        })
+        .collect();
+    Cow::Owned(TensorGroup { name: g.name.clone(), dtype: to.clone(), shape: g.shape.clone(), data: Cow::Owned(data) })
+}
+
+fn analyze_group(g: &TensorGroup<'_>, fit_args: &FitArgs, opts: &FitOptions, counter: &Counter) -> Result<Report> {
+    let shape = g.row_shape(fit_args.row_len)?;
+    let raw_bytes = shape.total_bytes();
+    let mut r = Report {
+        name: g.name.clone(),
+        dtype: g.dtype.to_string(),
+        shape: g.shape.clone(),
+        rows: shape.rows,
+        row_bytes: shape.row_bytes,
+        status: String::new(),
+        counted_on: counter.name(),
+        count_seconds: 0.0,
+        invariant_bits: 0,
+        invariant_fraction: 0.0,
+        threshold: None,
+        chunk_bytes: None,
+        raw_bytes,
+        stored_bytes: raw_bytes,
+        savings: 0.0,
+        stored_with_metadata: raw_bytes,
+        savings_with_metadata: 0.0,
+        encoded_rows: 0,
+        candidates: Vec::new(),
+    };
+    if shape.rows < 2 || shape.row_bytes == 0 {
+        r.status = "raw (fewer than 2 rows: nothing is invariant across one tensor)".into();
+        return Ok(r);
+    }
+    let rows = Rows::new(&g.data, shape.row_bytes as usize)?;
+    let t0 = Instant::now();
+    let f = counter.fit(rows, opts)?;
+    r.count_seconds = t0.elapsed().as_secs_f64();
+    let (stored, encoded) = if opts.sample == Sample::All {
+        (f.chosen.stored_bytes, f.chosen.encoded_rows)
+    } else {
+        let q = ibp::layout::size_query(&f.codebook, rows)?;
+        (q.total_stored, q.encoded_rows)
+    };
+    let l = shape.row_bytes;
+    let metadata = 2 * l + shape.rows.div_ceil(8) + 8 * (shape.rows + 1);
+    r.status = "fitted".into();
+    r.invariant_bits = f.codebook.invariant_bits();
+    r.invariant_fraction = r.invariant_bits as f64 / (8 * l) as f64;
+    r.threshold = Some(f.threshold.fraction());
+    r.chunk_bytes = Some(f.codebook.chunk().bytes());
+    r.stored_bytes = stored;
+    r.savings = 1.0 - stored as f64 / raw_bytes as f64;
+    r.stored_with_metadata = stored + metadata;
+    r.savings_with_metadata = 1.0 - r.stored_with_metadata as f64 / raw_bytes as f64;
+    r.encoded_rows = encoded;
+    r.candidates = f
+        .candidates
+        .iter()
+        .map(|c| CandidateReport {
+            threshold: c.threshold.fraction(),
+            chunk_bytes: c.chunk.bytes(),
+            stored_bytes: c.stored_bytes,
+            savings: 1.0 - c.stored_bytes as f64 / f.sample_bytes as f64,
+        })
+        .collect();
+    Ok(r)
+}
+
+fn human(bytes: u64) -> String {
+    let b = bytes as f64;
+    if b >= 1e9 {
+        format!("{:.2} GB", b / 1e9)
+    } else if b >= 1e6 {
+        format!("{:.2} MB", b / 1e6)
+    } else if b >= 1e3 {
+        format!("{:.1} kB", b / 1e3)
+    } else {
+        format!("{bytes} B")
+    }
+}
+
+fn print_table(input: &str, counted_on: &str, reports: &[Report], candidates: bool) {
+    println!("input: {input}");
+    println!("bits counted on: {counted_on}");
+    println!();
+    let header = [
+        "tensor", "dtype", "rows × row", "invariant", "threshold", "chunk", "raw", "stored", "savings", "+metadata",
+        "encoded",
+    ];
+    let rows: Vec<[String; 11]> = reports
+        .iter()
+        .filter(|r| r.threshold.is_some() || reports.len() == 1)
+        .map(|r| {
+            let fitted = r.threshold.is_some();
+            [
+                r.name.clone(),
+                r.dtype.clone(),
+                format!("{} × {} B", r.rows, r.row_bytes),
+                if fitted { format!("{:.1}%", 100.0 * r.invariant_fraction) } else { "-".into() },
+                r.threshold.map_or("-".into(), |t| format!("{t:.2}")),
+                r.chunk_bytes.map_or("-".into(), |c| format!("{c} B")),
+                human(r.raw_bytes),
+                human(r.stored_bytes),
+                format!("{:.1}%", 100.0 * r.savings),
+                format!("{:.1}%", 100.0 * r.savings_with_metadata),
+                if fitted { format!("{:.1}%", 100.0 * r.encoded_rows as f64 / r.rows as f64) } else { "raw".into() },
+            ]
+        })
+        .collect();
+    let widths: Vec<usize> = (0..header.len())
+        .map(|i| rows.iter().map(|r| r[i].chars().count()).chain([header[i].chars().count()]).max().unwrap_or(0))
+        .collect();
+    let line = |cells: &[String]| {
+        let parts: Vec<String> = cells.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
+        println!("{}", parts.join("  ").trim_end());
+    };
+    line(&header.map(String::from));
+    for r in &rows {
+        line(r);
+    }
+    let raw: u64 = reports.iter().map(|r| r.raw_bytes).sum();
+    let stored: u64 = reports.iter().map(|r| r.stored_bytes).sum();
+    if reports.len() > 1 && raw > 0 {
+        println!();
+        println!(
+            "total: {} -> {} ({:.1}% saved)",
+            human(raw),
+            human(stored),
+            100.0 * (1.0 - stored as f64 / raw as f64)
+        );
+    }
+    if candidates {
+        for r in reports.iter().filter(|r| !r.candidates.is_empty()) {
+            println!();
+            println!("{}: savings per (threshold, chunk)", r.name);
+            for c in &r.candidates {
+                println!("  t={:.2}  chunk={} B  {:>6.2}%", c.threshold, c.chunk_bytes, 100.0 * c.savings);
+            }
+        }
+    }
+    let raw: Vec<&Report> = reports.iter().filter(|r| r.threshold.is_none()).collect();
+    if let [only] = raw.as_slice() {
+        println!("{}: {}", only.name, only.status);
+    } else if !raw.is_empty() {
+        println!();
+        println!(
+            "{} tensors stay raw (fewer than 2 rows, e.g. 1-D biases and norms: nothing is invariant across one tensor); --json lists them",
+            raw.len()
+        );
+    }
+}

@@ -1,0 +1,136 @@
+//! Opening the user's input: a file (safetensors, npy, npz, raw) or the
+//! embedded Cora default, plus the options shared by analyze and compress.
+
+use std::path::PathBuf;
+
+use ibp::Result;
+use ibp::codebook::{ChunkSize, Threshold};
+use ibp::fit::{ChunkChoice, FitOptions, Sample};
+use ibp::io::{self, DType, Document, ParseOptions};
+
+/// The Cora node features (2708 × 1433 f32, binary bag-of-words), the
+/// default input when no file is given.
+pub const EMBEDDED_CORA: &[u8] = include_bytes!("../../data/cora-features.npz");
+
+/// Input selection, shared by `analyze` and `compress`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct InputArgs {
+    /// Input file: .safetensors, .npy, .npz, or raw bytes with --dtype and
+    /// --shape. Omit to use the embedded Cora features.
+    pub file: Option<PathBuf>,
+    /// Only these tensors (safetensors keys or npz members; repeatable).
+    #[arg(long = "tensor", value_name = "NAME")]
+    pub tensors: Vec<String>,
+    /// Element type of a raw input file (f32, bf16, f16, i8, ...).
+    #[arg(long)]
+    pub dtype: Option<String>,
+    /// Shape of a raw input file, e.g. 30522,384.
+    #[arg(long, value_delimiter = ',')]
+    pub shape: Option<Vec<u64>>,
+}
+
+/// Codebook choice, shared by `analyze` and `compress`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct FitArgs {
+    /// Chunk size in bytes (1, 2, 4, 8) or "auto" to try all four.
+    #[arg(long, default_value = "auto")]
+    pub chunk: String,
+    /// Use this threshold (0.5–1.0) instead of sweeping 0.70…0.95.
+    #[arg(long)]
+    pub threshold: Option<f64>,
+    /// Fit on a sample: a fraction (0.05) or a number of tensors (10000).
+    #[arg(long)]
+    pub sample: Option<String>,
+    /// Elements per row (tensor); by default a tensor's first axis indexes
+    /// its rows.
+    #[arg(long)]
+    pub row_len: Option<u64>,
+}
+
+impl FitArgs {
+    /// The fit options these arguments describe.
+    pub fn options(&self) -> Result<FitOptions> {
+        let mut o = FitOptions::default();
+        if self.chunk != "auto" {
+            let c: u32 = self
+                .chunk
+                .parse()
+                .map_err(|_| ibp::Error::invalid(format!("--chunk {}: use 1, 2, 4, 8 or auto", self.chunk)))?;
+            o = o.with_chunk(ChunkChoice::Fixed(ChunkSize::try_from(c)?));
+        }
+        if let Some(t) = self.threshold {
+            o = o.with_threshold(Threshold::from_fraction(t)?);
+        }
+        if let Some(s) = &self.sample {
+            let sample = if s.contains('.') {
+                Sample::Fraction(
+                    s.parse().map_err(|_| ibp::Error::invalid(format!("--sample {s}: not a fraction")))?,
+                )
+            } else {
+                Sample::Count(s.parse().map_err(|_| ibp::Error::invalid(format!("--sample {s}: not a count")))?)
+            };
+            o = o.with_sample(sample);
+        }
+        Ok(o)
+    }
+}
+
+/// The input's bytes: a memory-mapped file or the embedded default.
+pub enum Source {
+    /// A file from the command line.
+    File(io::InputFile, PathBuf),
+    /// The embedded Cora features.
+    Embedded,
+}
+
+impl Source {
+    /// Open what the arguments name.
+    pub fn open(args: &InputArgs) -> Result<Self> {
+        match &args.file {
+            Some(p) => Ok(Source::File(io::InputFile::open(p)?, p.clone())),
+            None => Ok(Source::Embedded),
+        }
+    }
+
+    /// The bytes.
+    pub fn bytes(&self) -> &[u8] {
+        match self {
+            Source::File(f, _) => f.bytes(),
+            Source::Embedded => EMBEDDED_CORA,
+        }
+    }
+
+    /// A name for messages.
+    pub fn display(&self) -> String {
+        match self {
+            Source::File(_, p) => p.display().to_string(),
+            Source::Embedded => "embedded Cora node features (cora-features.npz)".into(),
+        }
+    }
+
+    /// Parse into a document.
+    pub fn parse(&self, args: &InputArgs) -> Result<Document<'_>> {
+        let mut opts = ParseOptions::default();
+        if !args.tensors.is_empty() {
+            opts = opts.with_select(args.tensors.iter().cloned());
+        }
+        if let Some(d) = &args.dtype {
+            opts = opts.with_raw(DType::parse(d)?, args.shape.clone());
+        }
+        let path = match self {
+            Source::File(_, p) => p.as_path(),
+            Source::Embedded => std::path::Path::new("cora-features.npz"),
+        };
+        let format = if args.dtype.is_some() {
+            io::SourceFormat::Raw
+        } else {
+            io::SourceFormat::detect(Some(path), self.bytes()).ok_or_else(|| {
+                ibp::Error::unsupported(format!(
+                    "{}: not a .safetensors, .npy or .npz file; for raw bytes pass --dtype (and --shape)",
+                    path.display()
+                ))
+            })?
+        };
+        io::parse(self.bytes(), format, &opts)
+    }
+}

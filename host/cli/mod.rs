@@ -1,0 +1,64 @@
+//! Argument parsing and dispatch. Each subcommand lives in its own module;
+//! errors become a message on stderr and an exit code by
+//! [`ibp::ErrorKind::exit_code`].
+
+mod analyze;
+mod input;
+
+use clap::{Parser, Subcommand};
+
+/// Invariant Bit Packing: lossless compression of ML tensors, decompressed on
+/// the GPU.
+#[derive(Parser, Debug)]
+#[command(name = "ibp", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Report invariant bits, the chosen threshold and chunk size, and the
+    /// space savings per tensor. With no FILE, analyzes the embedded Cora
+    /// node features (2708 × 1433 f32).
+    Analyze(analyze::Args),
+    /// Write every embedded PTX image into a folder (used by CI's ptxas check).
+    #[command(hide = true)]
+    Ptx {
+        /// Folder to write `ibp_kernels_<arch>.ptx` into.
+        #[arg(long)]
+        out: std::path::PathBuf,
+    },
+}
+
+/// Parse the arguments, run, and return the process exit code.
+pub fn run() -> i32 {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Analyze(a) => analyze::run(a),
+        Command::Ptx { out } => write_ptx(&out),
+    };
+    match result {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("ibp: {e}");
+            e.kind().exit_code()
+        }
+    }
+}
+
+#[cfg(feature = "cuda")]
+fn write_ptx(out: &std::path::Path) -> ibp::Result<()> {
+    std::fs::create_dir_all(out).map_err(|e| ibp::Error::io(format!("creating {}", out.display()), e))?;
+    for (arch, text) in ibp::gpu::EMBEDDED_PTX {
+        let p = out.join(format!("ibp_kernels_{arch}.ptx"));
+        std::fs::write(&p, text).map_err(|e| ibp::Error::io(format!("writing {}", p.display()), e))?;
+        println!("{}", p.display());
+    }
+    Ok(())
+}
+
+#[cfg(not(feature = "cuda"))]
+fn write_ptx(_: &std::path::Path) -> ibp::Result<()> {
+    Err(ibp::Error::unsupported("this ibp was built without the `cuda` feature, so it embeds no PTX"))
+}
