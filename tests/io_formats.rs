@@ -52,7 +52,7 @@ fn floats(n: usize, seed: u64) -> Vec<u8> {
         s ^= s << 13;
         s ^= s >> 7;
         s ^= s << 17;
-        let v = if s % 3 == 0 {
+        let v = if s.is_multiple_of(3) {
             0.0f32
         } else {
             1.0 + (s % 1000) as f32 / 1000.0

@@ -1,1 +1,392 @@
-//! (in progress)
+//! The `.ibp` container file (`docs/FORMAT.md` §6): a header, sections
+//! (the manifest, envelope pieces, and per group its codebook, flags,
+//! offsets and payload, or slots, or raw bytes), a directory and a trailer.
+//!
+//! - [`ContainerWriter`] writes one front to back to any `Write`, taking
+//!   groups one at a time, so nothing needs to be held twice.
+//! - [`IbpFile`] opens one (memory-mapped, or from bytes), checks all of it,
+//!   and hands out in-place views: [`GroupView::packed`] is a
+//!   [`crate::layout::PackedRef`] over the mapped payload.
+//! - [`compress_document`] turns an [`crate::io::Document`] into a container
+//!   (fit, compress, verify, write); [`IbpFile::restore`] writes the
+//!   original file back byte for byte.
+//!
+//! Q: why a trailer with the directory at the end, like zip?
+//! A: it lets the writer stream: section sizes are not known until each
+//! group is compressed, and a header-first directory would need seeking or a
+//! second pass. Readers start from the end instead, which a memory map makes
+//! free.
+
+mod format;
+mod manifest;
+mod reader;
+mod writer;
+
+use std::collections::BTreeMap;
+use std::io::Write;
+
+use rayon::prelude::*;
+
+pub use format::{ALIGN, DirEntry, FLAG_REQUIRED, MAGIC, SectionKind, VERSION};
+pub use manifest::{GroupInfo, GroupLayout, SourceInfo};
+pub use reader::{GroupStats, GroupView, IbpFile};
+pub use writer::{ContainerWriter, GroupData, GroupMeta};
+
+use crate::codebook::{ChunkSize, Threshold};
+use crate::dataset::Rows;
+use crate::error::{Error, Result};
+use crate::fit::{FitOptions, fit};
+use crate::io::{Document, Segment, TensorGroup};
+use crate::layout::{
+    PackedRef, compress_fixed_with_progress, compress_packed_with_progress, decompress_fixed_row,
+    decompress_packed_row,
+};
+
+/// A progress hook: `(done, total)` in bytes, called from any thread,
+/// possibly out of order (take the maximum when drawing a bar).
+pub type Progress<'a> = &'a (dyn Fn(u64, u64) + Sync);
+
+/// Options of [`compress_document`].
+#[derive(Clone, Debug)]
+pub struct CompressOptions {
+    /// How codebooks are fitted.
+    pub fit: FitOptions,
+    /// Layout of compressed groups: [`GroupLayout::Packed`] (default, the
+    /// small one), [`GroupLayout::Fixed`] (random access by index, never
+    /// smaller than the input) or [`GroupLayout::Raw`] (store everything
+    /// as is).
+    pub layout: GroupLayout,
+    /// Groups with fewer rows are stored raw: a codebook costs `2 L` bytes
+    /// and cannot pay for itself over a handful of rows.
+    pub min_rows: u64,
+    /// Row length in elements for named groups, overriding the default
+    /// split (`rows = shape[0]`); see [`crate::io::row_shape`].
+    pub row_len: BTreeMap<String, u64>,
+    /// Decompress every compressed group again and compare with the input
+    /// before writing it (default on: the original may be deleted next).
+    pub verify: bool,
+}
+
+impl Default for CompressOptions {
+    fn default() -> Self {
+        CompressOptions {
+            fit: FitOptions::default(),
+            layout: GroupLayout::Packed,
+            min_rows: 2,
+            row_len: BTreeMap::new(),
+            verify: true,
+        }
+    }
+}
+
+impl CompressOptions {
+    /// Fit codebooks with these options.
+    pub fn with_fit(mut self, fit: FitOptions) -> Self {
+        self.fit = fit;
+        self
+    }
+
+    /// Store compressed groups in this layout.
+    pub fn with_layout(mut self, layout: GroupLayout) -> Self {
+        self.layout = layout;
+        self
+    }
+
+    /// Store groups with fewer rows raw.
+    pub fn with_min_rows(mut self, min_rows: u64) -> Self {
+        self.min_rows = min_rows;
+        self
+    }
+
+    /// Cut group `name` into rows of `elems` elements.
+    pub fn with_row_len(mut self, name: impl Into<String>, elems: u64) -> Self {
+        self.row_len.insert(name.into(), elems);
+        self
+    }
+
+    /// Check each compressed group by decompressing it (default on).
+    pub fn with_verify(mut self, verify: bool) -> Self {
+        self.verify = verify;
+        self
+    }
+}
+
+/// What happened to one group.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GroupReport {
+    /// Tensor name.
+    pub name: String,
+    /// How it was stored.
+    pub layout: GroupLayout,
+    /// Sizes.
+    pub stats: GroupStats,
+    /// Fitted threshold and chunk size (compressed groups).
+    pub threshold: Option<Threshold>,
+    /// Chunk size of the codebook (compressed groups).
+    pub chunk: Option<ChunkSize>,
+    /// Why it is stored raw, when it is.
+    pub raw_reason: Option<String>,
+}
+
+/// What [`compress_document`] did.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CompressReport {
+    /// Per group, in order.
+    pub groups: Vec<GroupReport>,
+    /// Bytes of the original file.
+    pub input_bytes: u64,
+    /// Bytes of the container.
+    pub output_bytes: u64,
+    /// The document's notes (members kept verbatim and why).
+    pub notes: Vec<String>,
+}
+
+/// Compress `doc` into a container written to `out`; returns `out` and a
+/// report. See [`compress_document_with_progress`].
+pub fn compress_document<W: Write>(
+    doc: &Document<'_>,
+    opts: &CompressOptions,
+    out: W,
+) -> Result<(W, CompressReport)> {
+    compress_document_with_progress(doc, opts, out, &|_, _| {})
+}
+
+/// Compress `doc` into a container written to `out`, reporting input bytes
+/// processed to `progress`.
+///
+/// Each group is cut into rows ([`crate::io::row_shape`], with
+/// `opts.row_len` overrides), fitted, compressed, optionally verified,
+/// written, and dropped before the next; groups that are empty, 0-D or 1-D
+/// (without an override), shorter than `opts.min_rows`, or whose compressed
+/// form would not be smaller are stored raw. Raw envelope bytes become
+/// pieces.
+pub fn compress_document_with_progress<W: Write>(
+    doc: &Document<'_>,
+    opts: &CompressOptions,
+    out: W,
+    progress: Progress<'_>,
+) -> Result<(W, CompressReport)> {
+    let total = doc.groups.iter().map(|g| g.data.len() as u64).sum::<u64>() + doc.raw_bytes();
+    let mut w = ContainerWriter::new(out)?;
+    w.set_source(Some(SourceInfo {
+        format: doc.format,
+        fingerprint: doc.original,
+    }));
+    for n in &doc.notes {
+        w.add_note(n.clone());
+    }
+    let mut state = State {
+        w,
+        done: 0,
+        total,
+        progress,
+        reports: vec![None; doc.groups.len()],
+        ids: vec![None; doc.groups.len()],
+    };
+    let envelope = state.segments(doc, &doc.envelope, opts)?;
+    if let Some(g) = state.ids.iter().position(Option::is_none) {
+        return Err(Error::invalid(format!(
+            "the document's envelope does not use group {g}"
+        )));
+    }
+    let (out, output_bytes) = state.w.finish(&envelope)?;
+    let report = CompressReport {
+        groups: state.reports.into_iter().flatten().collect(),
+        input_bytes: doc.original.len,
+        output_bytes,
+        notes: doc.notes.clone(),
+    };
+    Ok((out, report))
+}
+
+struct State<'p, W: Write> {
+    w: ContainerWriter<W>,
+    done: u64,
+    total: u64,
+    progress: Progress<'p>,
+    reports: Vec<Option<GroupReport>>,
+    ids: Vec<Option<u32>>,
+}
+
+impl<W: Write> State<'_, W> {
+    fn segments(
+        &mut self,
+        doc: &Document<'_>,
+        segs: &[Segment<std::borrow::Cow<'_, [u8]>>],
+        opts: &CompressOptions,
+    ) -> Result<Vec<Segment<u32>>> {
+        segs.iter()
+            .map(|s| {
+                Ok(match s {
+                    Segment::Raw(bytes) => {
+                        let id = self.w.add_piece(bytes)?;
+                        self.done += bytes.len() as u64;
+                        (self.progress)(self.done, self.total);
+                        Segment::Raw(id)
+                    }
+                    Segment::Group(i) => {
+                        let g = doc.groups.get(*i).ok_or_else(|| {
+                            Error::invalid(format!(
+                                "the document's envelope names group {i}, which does not exist"
+                            ))
+                        })?;
+                        if self.ids[*i].is_some() {
+                            return Err(Error::invalid(format!(
+                                "the document's envelope uses group {i} twice"
+                            )));
+                        }
+                        let (id, report) = self.group(g, opts)?;
+                        self.ids[*i] = Some(id);
+                        self.reports[*i] = Some(report);
+                        Segment::Group(id as usize)
+                    }
+                    Segment::Deflate { level, inner } => Segment::Deflate {
+                        level: *level,
+                        inner: self.segments(doc, inner, opts)?,
+                    },
+                })
+            })
+            .collect()
+    }
+
+    fn group(&mut self, g: &TensorGroup<'_>, opts: &CompressOptions) -> Result<(u32, GroupReport)> {
+        let base = self.done;
+        let (progress, total) = (self.progress, self.total);
+        let shape = g.row_shape(opts.row_len.get(&g.name).copied())?;
+        if shape.total_bytes() != g.data.len() as u64 {
+            return Err(Error::invalid(format!(
+                "group {:?}: shape {:?} of {} needs {} bytes, the data has {}",
+                g.name,
+                g.shape,
+                g.dtype,
+                shape.total_bytes(),
+                g.data.len()
+            )));
+        }
+        let meta = GroupMeta::new(
+            g.name.clone(),
+            g.dtype.clone(),
+            g.shape.clone(),
+            shape.rows,
+            shape.row_bytes,
+            &g.data,
+        );
+        let raw_reason = if opts.layout == GroupLayout::Raw {
+            Some("raw storage requested".to_string())
+        } else if shape.rows == 0 {
+            Some("empty".to_string())
+        } else if g.shape.len() < 2 && !opts.row_len.contains_key(&g.name) {
+            Some(format!("{}-D tensor (one row)", g.shape.len()))
+        } else if shape.rows < opts.min_rows {
+            Some(format!("{} rows, fewer than {}", shape.rows, opts.min_rows))
+        } else {
+            None
+        };
+        let row_progress = |r: u64| progress(base + r * shape.row_bytes, total);
+        let mut report = GroupReport {
+            name: g.name.clone(),
+            layout: GroupLayout::Raw,
+            stats: GroupStats {
+                rows: shape.rows,
+                encoded_rows: 0,
+                original_bytes: shape.total_bytes(),
+                stored_bytes: shape.total_bytes(),
+            },
+            threshold: None,
+            chunk: None,
+            raw_reason,
+        };
+        let id = if report.raw_reason.is_some() {
+            self.w.add_group(meta, GroupData::Raw(&g.data))?
+        } else {
+            let rows = Rows::new(&g.data, shape.row_bytes as usize)?;
+            let fitted = fit(rows, &opts.fit).map_err(|e| in_group(e, &g.name))?;
+            let cb = &fitted.codebook;
+            report.threshold = Some(fitted.threshold);
+            report.chunk = Some(cb.chunk());
+            let cb_bytes = 2 * shape.row_bytes;
+            if opts.layout == GroupLayout::Fixed {
+                let fixed = compress_fixed_with_progress(cb, rows, &row_progress)?;
+                let view = fixed.view();
+                if opts.verify {
+                    verify_rows(rows, |i, buf| decompress_fixed_row(cb, &view, i, buf))
+                        .map_err(|e| in_group(e, &g.name))?;
+                }
+                report.layout = GroupLayout::Fixed;
+                report.stats.encoded_rows = popcount(&fixed.flags);
+                report.stats.stored_bytes =
+                    cb_bytes + fixed.flags.len() as u64 + fixed.slots.len() as u64;
+                self.w.add_group(
+                    meta,
+                    GroupData::Fixed {
+                        codebook: cb,
+                        threshold: Some(fitted.threshold),
+                        fixed: view,
+                    },
+                )?
+            } else {
+                let packed = compress_packed_with_progress(cb, rows, &row_progress)?;
+                let stored = cb_bytes
+                    + packed.flags.len() as u64
+                    + 8 * packed.offsets.len() as u64
+                    + packed.payload.len() as u64;
+                if stored >= shape.total_bytes() {
+                    report.raw_reason =
+                        Some(format!("compressed form ({stored} bytes) is not smaller"));
+                    self.w.add_group(meta, GroupData::Raw(&g.data))?
+                } else {
+                    let view: PackedRef<'_> = packed.view();
+                    if opts.verify {
+                        verify_rows(rows, |i, buf| decompress_packed_row(cb, &view, i, buf))
+                            .map_err(|e| in_group(e, &g.name))?;
+                    }
+                    report.layout = GroupLayout::Packed;
+                    report.stats.encoded_rows = popcount(&packed.flags);
+                    report.stats.stored_bytes = stored;
+                    self.w.add_group(
+                        meta,
+                        GroupData::Packed {
+                            codebook: cb,
+                            threshold: Some(fitted.threshold),
+                            packed: view,
+                        },
+                    )?
+                }
+            }
+        };
+        if report.raw_reason.is_some() {
+            report.threshold = None;
+            report.chunk = None;
+        }
+        self.done = base + shape.total_bytes();
+        (self.progress)(self.done, self.total);
+        Ok((id, report))
+    }
+}
+
+fn popcount(flags: &[u8]) -> u64 {
+    flags.iter().map(|b| u64::from(b.count_ones())).sum()
+}
+
+fn in_group(e: Error, name: &str) -> Error {
+    Error::new(e.kind(), format!("group {name:?}: {}", e.message()))
+}
+
+/// Decode every row with `decode` and compare it with the input.
+fn verify_rows(
+    rows: Rows<'_>,
+    decode: impl Fn(usize, &mut [u8]) -> Result<()> + Sync,
+) -> Result<()> {
+    (0..rows.rows()).into_par_iter().try_for_each_init(
+        || vec![0u8; rows.row_bytes()],
+        |buf, i| {
+            decode(i, buf)?;
+            if buf[..] != *rows.row(i) {
+                return Err(Error::corrupt(format!(
+                    "verification failed: row {i} does not decompress to its input; this is an ibp bug, please report it"
+                )));
+            }
+            Ok(())
+        },
+    )
+}

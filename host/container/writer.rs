@@ -1,0 +1,387 @@
+//! Writing a container front to back, to any [`Write`], without seeking.
+//!
+//! Sections are written as the caller hands them over; the writer keeps only
+//! their directory entries and the groups' descriptions, and writes the
+//! manifest, the directory and the trailer in [`ContainerWriter::finish`].
+//! A multi-gigabyte input therefore never has to be held twice: compress a
+//! group, hand it over, drop it.
+
+use std::io::Write;
+
+use xxhash_rust::xxh3::Xxh3;
+
+use super::format::{
+    self, ALIGN, DirEntry, FLAG_REQUIRED, HEADER_LEN, NO_OWNER, SectionKind, TRAILER_LEN, Trailer,
+    VERSION,
+};
+use super::manifest::{GroupInfo, GroupLayout, Manifest, SourceInfo};
+use crate::codebook::{Codebook, Threshold};
+use crate::error::{Error, Result};
+use crate::io::{DType, Segment, element_count};
+use crate::layout::{FixedStrideRef, PackedRef, flag_bytes};
+
+/// How one group is to be stored.
+#[derive(Clone, Debug)]
+pub enum GroupData<'a> {
+    /// The bytes as they are.
+    Raw(&'a [u8]),
+    /// Packed layout with its codebook.
+    Packed {
+        /// The codebook the payload was encoded with.
+        codebook: &'a Codebook,
+        /// The threshold it was fitted at, recorded for `ibp inspect`.
+        threshold: Option<Threshold>,
+        /// Flags, offsets and payload.
+        packed: PackedRef<'a>,
+    },
+    /// Fixed-stride layout with its codebook.
+    Fixed {
+        /// The codebook the slots were encoded with.
+        codebook: &'a Codebook,
+        /// The threshold it was fitted at, recorded for `ibp inspect`.
+        threshold: Option<Threshold>,
+        /// Flags and slots.
+        fixed: FixedStrideRef<'a>,
+    },
+}
+
+/// What the writer needs to know about a group besides its stored form.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupMeta {
+    /// Tensor name.
+    pub name: String,
+    /// Element type.
+    pub dtype: DType,
+    /// Shape in storage order.
+    pub shape: Vec<u64>,
+    /// Rows the codec saw (`N`).
+    pub rows: u64,
+    /// Bytes per row (`L`).
+    pub row_bytes: u64,
+    /// xxh3-64 of the uncompressed bytes, so that a reader can check its
+    /// decompression of this group alone.
+    pub xxh3: u64,
+}
+
+impl GroupMeta {
+    /// Metadata for `data` (its hash is computed here) cut into `rows` rows
+    /// of `row_bytes`.
+    pub fn new(
+        name: impl Into<String>,
+        dtype: DType,
+        shape: Vec<u64>,
+        rows: u64,
+        row_bytes: u64,
+        data: &[u8],
+    ) -> Self {
+        GroupMeta {
+            name: name.into(),
+            dtype,
+            shape,
+            rows,
+            row_bytes,
+            xxh3: xxhash_rust::xxh3::xxh3_64(data),
+        }
+    }
+}
+
+/// A container being written. Create it, add pieces and groups in any order,
+/// then [`ContainerWriter::finish`] with the envelope.
+pub struct ContainerWriter<W: Write> {
+    out: W,
+    pos: u64,
+    entries: Vec<DirEntry>,
+    groups: Vec<GroupInfo>,
+    pieces: u32,
+    source: Option<SourceInfo>,
+    notes: Vec<String>,
+}
+
+impl<W: Write> ContainerWriter<W> {
+    /// Start a container on `out` (writes the header).
+    pub fn new(mut out: W) -> Result<Self> {
+        out.write_all(&format::encode_header()).map_err(write_err)?;
+        Ok(ContainerWriter {
+            out,
+            pos: HEADER_LEN,
+            entries: Vec::new(),
+            groups: Vec::new(),
+            pieces: 0,
+            source: None,
+            notes: Vec::new(),
+        })
+    }
+
+    /// Record the original file's format and fingerprint, so that restores
+    /// check they reproduced it exactly.
+    pub fn set_source(&mut self, source: Option<SourceInfo>) {
+        self.source = source;
+    }
+
+    /// Keep a note for people (shown by `ibp inspect`).
+    pub fn add_note(&mut self, note: impl Into<String>) {
+        self.notes.push(note.into());
+    }
+
+    /// Bytes written so far.
+    pub fn position(&self) -> u64 {
+        self.pos
+    }
+
+    /// Store raw envelope bytes; returns the piece number for
+    /// [`Segment::Raw`] in the envelope.
+    pub fn add_piece(&mut self, bytes: &[u8]) -> Result<u32> {
+        let id = self.pieces;
+        self.section(SectionKind::Piece, id, &[bytes])?;
+        self.pieces += 1;
+        Ok(id)
+    }
+
+    /// Store a group; returns its number for [`Segment::Group`].
+    ///
+    /// Errors with [`crate::ErrorKind::InvalidArgument`] when the metadata
+    /// and the stored form disagree (shape, rows, row length, codebook).
+    pub fn add_group(&mut self, meta: GroupMeta, data: GroupData<'_>) -> Result<u32> {
+        let id = u32::try_from(self.groups.len())
+            .ok()
+            .filter(|&i| i != NO_OWNER)
+            .ok_or_else(|| Error::invalid("too many groups for one container"))?;
+        let (layout, chunk, threshold) = check_group(&meta, &data)?;
+        match &data {
+            GroupData::Raw(bytes) => {
+                self.section(SectionKind::Raw, id, &[bytes])?;
+            }
+            GroupData::Packed {
+                codebook, packed, ..
+            } => {
+                self.section(
+                    SectionKind::Codebook,
+                    id,
+                    &[codebook.mask(), codebook.bitval()],
+                )?;
+                self.section(SectionKind::Flags, id, &[packed.flags()])?;
+                self.section(
+                    SectionKind::Offsets,
+                    id,
+                    &[bytemuck::cast_slice(&le_offsets(packed.offsets()))],
+                )?;
+                self.section(SectionKind::Payload, id, &[packed.payload()])?;
+            }
+            GroupData::Fixed {
+                codebook, fixed, ..
+            } => {
+                self.section(
+                    SectionKind::Codebook,
+                    id,
+                    &[codebook.mask(), codebook.bitval()],
+                )?;
+                self.section(SectionKind::Flags, id, &[fixed.flags()])?;
+                self.section(SectionKind::Slots, id, &[fixed.slots()])?;
+            }
+        }
+        self.groups.push(GroupInfo {
+            name: meta.name,
+            dtype: meta.dtype,
+            shape: meta.shape,
+            rows: meta.rows,
+            row_bytes: meta.row_bytes,
+            layout,
+            chunk,
+            threshold,
+            xxh3: meta.xxh3,
+        });
+        Ok(id)
+    }
+
+    /// Write the manifest, directory and trailer; returns the writer and the
+    /// container's length in bytes.
+    ///
+    /// `envelope` must name every group and every piece exactly once
+    /// (errors with [`crate::ErrorKind::InvalidArgument`] otherwise), so
+    /// that a restore writes everything that was stored.
+    pub fn finish(mut self, envelope: &[Segment<u32>]) -> Result<(W, u64)> {
+        let mut seen_groups = vec![false; self.groups.len()];
+        let mut seen_pieces = vec![false; self.pieces as usize];
+        check_envelope(envelope, &mut seen_groups, &mut seen_pieces, 0).map_err(Error::invalid)?;
+        if let Some(g) = seen_groups.iter().position(|s| !s) {
+            return Err(Error::invalid(format!(
+                "the envelope does not use group {g}"
+            )));
+        }
+        if let Some(p) = seen_pieces.iter().position(|s| !s) {
+            return Err(Error::invalid(format!(
+                "the envelope does not use piece {p}"
+            )));
+        }
+        let manifest = Manifest {
+            source: self.source,
+            groups: std::mem::take(&mut self.groups),
+            envelope: envelope.to_vec(),
+            notes: std::mem::take(&mut self.notes),
+        };
+        self.section(SectionKind::Manifest, NO_OWNER, &[&manifest.to_json()])?;
+
+        let dir_offset = self.pos;
+        let dir: Vec<u8> = self.entries.iter().flat_map(DirEntry::encode).collect();
+        self.write(&dir)?;
+        self.pad()?;
+        let trailer = Trailer {
+            dir_offset,
+            dir_count: self.entries.len() as u64,
+            dir_xxh3: xxhash_rust::xxh3::xxh3_64(&dir),
+            file_len: self.pos + TRAILER_LEN,
+            version: VERSION,
+        };
+        self.write(&trailer.encode())?;
+        self.out.flush().map_err(write_err)?;
+        Ok((self.out, self.pos))
+    }
+
+    /// Write one section from `parts` (concatenated), pad, and record it.
+    fn section(&mut self, kind: SectionKind, owner: u32, parts: &[&[u8]]) -> Result<()> {
+        let offset = self.pos;
+        let mut h = Xxh3::new();
+        for p in parts {
+            h.update(p);
+            self.write(p)?;
+        }
+        let length = self.pos - offset;
+        self.pad()?;
+        self.entries.push(DirEntry {
+            kind: kind as u32,
+            flags: FLAG_REQUIRED,
+            owner,
+            offset,
+            length,
+            xxh3: h.digest(),
+        });
+        Ok(())
+    }
+
+    fn write(&mut self, bytes: &[u8]) -> Result<()> {
+        self.out.write_all(bytes).map_err(write_err)?;
+        self.pos += bytes.len() as u64;
+        Ok(())
+    }
+
+    fn pad(&mut self) -> Result<()> {
+        const ZEROS: [u8; ALIGN as usize] = [0; ALIGN as usize];
+        let n = format::padding(self.pos);
+        self.write(&ZEROS[..n])
+    }
+}
+
+fn write_err(e: std::io::Error) -> Error {
+    Error::io("writing the container", e)
+}
+
+/// The offsets table in its file form (little-endian u64).
+fn le_offsets(offsets: &[u64]) -> Vec<u64> {
+    offsets.iter().map(|o| o.to_le()).collect()
+}
+
+type Described = (
+    GroupLayout,
+    Option<crate::codebook::ChunkSize>,
+    Option<Threshold>,
+);
+
+fn check_group(meta: &GroupMeta, data: &GroupData<'_>) -> Result<Described> {
+    let bad = |m: String| Error::invalid(format!("group {:?}: {m}", meta.name));
+    let bytes = element_count(&meta.shape)?.checked_mul(meta.dtype.size());
+    if meta.rows.checked_mul(meta.row_bytes) != bytes || (meta.row_bytes == 0 && meta.rows != 0) {
+        return Err(bad(format!(
+            "{} rows of {} bytes do not hold shape {:?} of {}",
+            meta.rows, meta.row_bytes, meta.shape, meta.dtype
+        )));
+    }
+    let check_cb = |cb: &Codebook, rows: usize, flags: &[u8]| {
+        if cb.row_bytes() as u64 != meta.row_bytes || rows as u64 != meta.rows {
+            return Err(bad(format!(
+                "stored form has {rows} rows of {} bytes, metadata says {} of {}",
+                cb.row_bytes(),
+                meta.rows,
+                meta.row_bytes
+            )));
+        }
+        if flags.len() != flag_bytes(rows) {
+            return Err(bad("flag bitmap has the wrong length".into()));
+        }
+        Ok(())
+    };
+    Ok(match data {
+        GroupData::Raw(b) => {
+            if Some(b.len() as u64) != bytes {
+                return Err(bad(format!(
+                    "{} bytes given for {} bytes of data",
+                    b.len(),
+                    meta.rows * meta.row_bytes
+                )));
+            }
+            (GroupLayout::Raw, None, None)
+        }
+        GroupData::Packed {
+            codebook,
+            threshold,
+            packed,
+        } => {
+            check_cb(codebook, packed.rows(), packed.flags())?;
+            if packed.row_bytes() != codebook.row_bytes() {
+                return Err(bad("packed rows and codebook differ in length".into()));
+            }
+            (GroupLayout::Packed, Some(codebook.chunk()), *threshold)
+        }
+        GroupData::Fixed {
+            codebook,
+            threshold,
+            fixed,
+        } => {
+            check_cb(codebook, fixed.rows(), fixed.flags())?;
+            if fixed.row_bytes() != codebook.row_bytes() {
+                return Err(bad("fixed-stride rows and codebook differ in length".into()));
+            }
+            (GroupLayout::Fixed, Some(codebook.chunk()), *threshold)
+        }
+    })
+}
+
+/// Mark every group and piece `segs` uses; error on unknown or repeated ones.
+pub(crate) fn check_envelope(
+    segs: &[Segment<u32>],
+    groups: &mut [bool],
+    pieces: &mut [bool],
+    depth: u32,
+) -> std::result::Result<(), String> {
+    if depth > super::manifest::MAX_ENVELOPE_DEPTH {
+        return Err("the envelope nests deflate segments too deep".into());
+    }
+    for s in segs {
+        match s {
+            Segment::Raw(p) => match pieces.get_mut(*p as usize) {
+                Some(seen @ false) => *seen = true,
+                Some(true) => return Err(format!("the envelope uses piece {p} twice")),
+                None => {
+                    return Err(format!(
+                        "the envelope names piece {p}, which does not exist"
+                    ));
+                }
+            },
+            Segment::Group(g) => match groups.get_mut(*g) {
+                Some(seen @ false) => *seen = true,
+                Some(true) => return Err(format!("the envelope uses group {g} twice")),
+                None => {
+                    return Err(format!(
+                        "the envelope names group {g}, which does not exist"
+                    ));
+                }
+            },
+            Segment::Deflate { level, inner } => {
+                if *level > 9 {
+                    return Err(format!("deflate level {level} is not 0-9"));
+                }
+                check_envelope(inner, groups, pieces, depth + 1)?;
+            }
+        }
+    }
+    Ok(())
+}
