@@ -300,9 +300,9 @@ fn env_from_json(e: EnvJson, depth: u32) -> Result<Segment<u32>> {
                     "envelope uses deflate engine {engine:?}; this ibp re-creates {DEFLATE_ENGINE:?} streams only"
                 )));
             }
-            if level > 9 {
+            if !(1..=9).contains(&level) {
                 return Err(Error::corrupt(format!(
-                    "manifest: deflate level {level} is not 0-9"
+                    "manifest: deflate level {level} is not 1-9"
                 )));
             }
             if depth >= MAX_ENVELOPE_DEPTH {

@@ -376,8 +376,8 @@ pub(crate) fn check_envelope(
                 }
             },
             Segment::Deflate { level, inner } => {
-                if *level > 9 {
-                    return Err(format!("deflate level {level} is not 0-9"));
+                if !(1..=9).contains(level) {
+                    return Err(format!("deflate level {level} is not 1-9"));
                 }
                 check_envelope(inner, groups, pieces, depth + 1)?;
             }

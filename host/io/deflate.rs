@@ -30,8 +30,8 @@ pub(crate) fn encoder(
     out: &mut dyn Write,
     level: u32,
 ) -> Result<flate2::write::DeflateEncoder<&mut dyn Write>> {
-    if level > 9 {
-        return Err(Error::corrupt(format!("deflate level {level} is not 0-9")));
+    if !(1..=9).contains(&level) {
+        return Err(Error::corrupt(format!("deflate level {level} is not 1-9")));
     }
     Ok(flate2::write::DeflateEncoder::new(
         out,
@@ -116,7 +116,14 @@ pub(crate) fn find_level<R>(
     // 6 is zlib's (and Python's) default; 9 and 1 are the other usual
     // choices. A wrong level is rejected within its first output block, so
     // the misses cost little.
-    for level in [6, 9, 1, 5, 4, 3, 2, 7, 8, 0] {
+    //
+    // Q: why never level 0?
+    // A: at levels 1-9 zlib's output does not depend on how the input is
+    // split across calls (it only compresses once it has a full lookahead),
+    // so a restore may write a large group in blocks. Level 0 emits stored
+    // blocks sized by whatever input each call brings, so its output does
+    // depend on the splitting; such members are kept verbatim.
+    for level in [6, 9, 1, 5, 4, 3, 2, 7, 8] {
         let mut cmp = Compare {
             expected: original,
             pos: 0,

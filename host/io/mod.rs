@@ -372,10 +372,11 @@ pub enum Segment<R> {
     /// The data bytes of group `i`.
     Group(usize),
     /// The bytes of `inner`, raw-deflated (RFC 1951, no zlib header) by the
-    /// [`DEFLATE_ENGINE`] at `level` (0–9). Only used when the parser checked
+    /// [`DEFLATE_ENGINE`] at `level` (1–9). Only used when the parser checked
     /// that this reproduces the original compressed bytes exactly.
     Deflate {
-        /// zlib compression level, 0–9.
+        /// zlib compression level, 1–9 (level 0 output depends on how the
+        /// input is split across writes, so it is never used).
         level: u32,
         /// What was compressed.
         inner: Vec<Segment<R>>,
