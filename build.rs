@@ -23,6 +23,22 @@ fn main() {
     println!("cargo:rerun-if-changed=gpu-kernels/src");
     println!("cargo:rerun-if-changed=gpu-kernels/Cargo.toml");
     println!("cargo:rerun-if-env-changed=IBP_KERNEL_PROFILE");
+    // The commit, for benchmark results files.
+    if let Ok(o) = Command::new("git").args(["rev-parse", "--short=12", "HEAD"]).output() {
+        if o.status.success() {
+            let dirty = Command::new("git")
+                .args(["status", "--porcelain", "--untracked-files=no"])
+                .output()
+                .map(|o| !o.stdout.is_empty())
+                .unwrap_or(false);
+            let c = String::from_utf8_lossy(&o.stdout).trim().to_string();
+            println!("cargo:rustc-env=IBP_GIT_COMMIT={c}{}", if dirty { "-dirty" } else { "" });
+        }
+    }
+    // A new commit moves HEAD's ref; the index is left out on purpose (every
+    // `git add` would rebuild the crate).
+    println!("cargo:rerun-if-changed=.git/HEAD");
+    println!("cargo:rerun-if-changed=.git/refs/heads");
     if env::var_os("CARGO_FEATURE_CUDA").is_none() {
         return;
     }

@@ -150,8 +150,14 @@ pub fn ballot(pred: bool) -> u32 {
 pub fn warp_inclusive_scan(x: u32) -> u32 {
     let l = lane();
     let mut x = x;
-    for d in SCAN_DISTANCES {
+    // Q: why not `for d in SCAN_DISTANCES`?
+    // A: an array's by-value iterator lives in local memory on nvptx; a
+    // plain doubling loop unrolls to five shuffles on registers.
+    let mut i = 0;
+    while i < SCAN_DISTANCES.len() {
+        let d = SCAN_DISTANCES[i];
         x = scan_step(l, d, x, shfl_up(x, d));
+        i += 1;
     }
     x
 }
@@ -168,8 +174,11 @@ pub fn warp_exclusive_scan(x: u32) -> (u32, u32) {
 pub fn warp_inclusive_scan64(x: u64) -> u64 {
     let l = lane();
     let mut x = x;
-    for d in SCAN_DISTANCES {
+    let mut i = 0;
+    while i < SCAN_DISTANCES.len() {
+        let d = SCAN_DISTANCES[i];
         x = scan_step64(l, d, x, shfl_up64(x, d));
+        i += 1;
     }
     x
 }
@@ -333,4 +342,78 @@ pub unsafe fn st_global_u32(addr: u64, v: u32) {
 pub unsafe fn red_add_u64(addr: u64, v: u64) {
     // SAFETY: the caller guarantees the address.
     unsafe { asm!("red.global.add.u64 [{a}], {v};", a = in(reg64) addr, v = in(reg64) v) }
+}
+
+/// Store a byte to global memory.
+///
+/// # Safety
+/// `addr` is a writable global address.
+#[inline(always)]
+pub unsafe fn st_global_u8(addr: u64, v: u32) {
+    // SAFETY: the caller guarantees the address.
+    unsafe { asm!("st.global.u8 [{a}], {v};", a = in(reg64) addr, v = in(reg16) v as u16) }
+}
+
+/// Store a u16 to global memory.
+///
+/// # Safety
+/// `addr` is a 2-aligned writable global address.
+#[inline(always)]
+pub unsafe fn st_global_u16(addr: u64, v: u32) {
+    // SAFETY: the caller guarantees the address.
+    unsafe { asm!("st.global.u16 [{a}], {v};", a = in(reg64) addr, v = in(reg16) v as u16) }
+}
+
+/// Store a u64 to global memory.
+///
+/// # Safety
+/// `addr` is an 8-aligned writable global address.
+#[inline(always)]
+pub unsafe fn st_global_u64(addr: u64, v: u64) {
+    // SAFETY: the caller guarantees the address.
+    unsafe { asm!("st.global.u64 [{a}], {v};", a = in(reg64) addr, v = in(reg64) v) }
+}
+
+/// Load a u64 from global memory.
+///
+/// # Safety
+/// `addr` is an 8-aligned readable global address.
+#[inline(always)]
+pub unsafe fn ld_global_u64(addr: u64) -> u64 {
+    let r: u64;
+    // SAFETY: the caller guarantees the address.
+    unsafe { asm!("ld.global.u64 {r}, [{a}];", r = out(reg64) r, a = in(reg64) addr) }
+    r
+}
+
+/// Load a byte from shared memory.
+///
+/// # Safety
+/// `addr` is inside the launch's dynamic shared memory.
+#[inline(always)]
+pub unsafe fn ld_shared_u8(addr: u32) -> u32 {
+    let r: u16;
+    // SAFETY: the caller guarantees the address.
+    unsafe { asm!("ld.shared.u8 {r}, [{a}];", r = out(reg16) r, a = in(reg32) addr) }
+    r as u32
+}
+
+/// `atom.global.or.b64` with no result used.
+///
+/// # Safety
+/// `addr` is an 8-aligned writable global address.
+#[inline(always)]
+pub unsafe fn red_or_u64(addr: u64, v: u64) {
+    // SAFETY: the caller guarantees the address.
+    unsafe { asm!("red.global.or.b64 [{a}], {v};", a = in(reg64) addr, v = in(reg64) v) }
+}
+
+/// `red.global.min.u64`.
+///
+/// # Safety
+/// `addr` is an 8-aligned writable global address.
+#[inline(always)]
+pub unsafe fn red_min_u64(addr: u64, v: u64) {
+    // SAFETY: the caller guarantees the address.
+    unsafe { asm!("red.global.min.u64 [{a}], {v};", a = in(reg64) addr, v = in(reg64) v) }
 }

@@ -108,11 +108,17 @@ pub const fn move_masks(free: u64, steps: u32) -> [u64; 6] {
 /// bits of the result, lowest position first.
 #[inline(always)]
 pub const fn compress(x: u64, free: u64, mv: &[u64; 6], steps: u32) -> u64 {
+    // Q: why loop over all six rounds and skip the late ones?
+    // A: a loop bounded by the runtime `steps` indexes `mv` with a variable,
+    // which puts the array in local memory on the GPU; a constant trip count
+    // unrolls to constant indices (registers) and predicated rounds.
     let mut x = x & free;
     let mut i = 0;
-    while i < steps {
-        let t = x & mv[i as usize];
-        x = (x ^ t) | (t >> (1u32 << i));
+    while i < 6 {
+        if i < steps {
+            let t = x & mv[i as usize];
+            x = (x ^ t) | (t >> (1u32 << i));
+        }
         i += 1;
     }
     x
@@ -122,12 +128,15 @@ pub const fn compress(x: u64, free: u64, mv: &[u64; 6], steps: u32) -> u64 {
 /// of `free`, lowest first. Inverse of [`compress`] on those bits.
 #[inline(always)]
 pub const fn expand(x: u64, free: u64, mv: &[u64; 6], steps: u32) -> u64 {
+    // Constant trip count, as in `compress`.
     let mut x = x;
-    let mut i = steps;
+    let mut i = 6;
     while i > 0 {
         i -= 1;
-        let m = mv[i as usize];
-        x = (x & !m) | ((x << (1u32 << i)) & m);
+        if i < steps {
+            let m = mv[i as usize];
+            x = (x & !m) | ((x << (1u32 << i)) & m);
+        }
     }
     x & free
 }
@@ -141,9 +150,11 @@ pub const fn expand(x: u64, free: u64, mv: &[u64; 6], steps: u32) -> u64 {
 pub const fn compress32(x: u32, free: u32, mv: &[u32; 5], steps: u32) -> u32 {
     let mut x = x & free;
     let mut i = 0;
-    while i < steps {
-        let t = x & mv[i as usize];
-        x = (x ^ t) | (t >> (1u32 << i));
+    while i < 5 {
+        if i < steps {
+            let t = x & mv[i as usize];
+            x = (x ^ t) | (t >> (1u32 << i));
+        }
         i += 1;
     }
     x
@@ -153,11 +164,13 @@ pub const fn compress32(x: u32, free: u32, mv: &[u32; 5], steps: u32) -> u32 {
 #[inline(always)]
 pub const fn expand32(x: u32, free: u32, mv: &[u32; 5], steps: u32) -> u32 {
     let mut x = x;
-    let mut i = steps;
+    let mut i = 5;
     while i > 0 {
         i -= 1;
-        let m = mv[i as usize];
-        x = (x & !m) | ((x << (1u32 << i)) & m);
+        if i < steps {
+            let m = mv[i as usize];
+            x = (x & !m) | ((x << (1u32 << i)) & m);
+        }
     }
     x & free
 }

@@ -3,7 +3,7 @@
 
 use crate::arch;
 use crate::count::PosPopcnt32;
-use crate::params::{CountParams, CpAsyncTestParams, WarpTestParams};
+use crate::params::{CountParams, CpAsyncTestParams, DecodeParams, WarpTestParams};
 
 /// Bit counting (paper §4.1): `counts[8 * row_bytes] += per-bit-position
 /// popcount over all rows`.
@@ -266,4 +266,15 @@ pub unsafe extern "ptx-kernel" fn ibp_test_cp_async(p: CpAsyncTestParams) {
         unsafe { arch::st_global_u32(dst + w as u64 * 4, arch::ld_shared_u32(smem + w * 4)) }
         w += arch::block_dim();
     }
+}
+
+/// Decompression: one warp per output row (see `crate::decode` and
+/// [`DecodeParams`]).
+///
+/// # Safety
+/// As `crate::decode::run`.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn ibp_decode(p: DecodeParams) {
+    // SAFETY: forwarded contract.
+    unsafe { crate::decode::run(p) }
 }

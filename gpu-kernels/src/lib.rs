@@ -25,10 +25,13 @@
 pub mod bits;
 pub mod count;
 pub mod params;
+pub mod table;
 pub mod warp;
 
 #[cfg(target_arch = "nvptx64")]
 pub mod arch;
+#[cfg(target_arch = "nvptx64")]
+mod decode;
 #[cfg(target_arch = "nvptx64")]
 mod kernels;
 

@@ -47,3 +47,56 @@ pub struct CpAsyncTestParams {
     pub bytes: u32,
     pub width: u32,
 }
+
+/// `ibp_decode`: decode (or, in [`DECODE_MODE_IDEAL`], only move) `count`
+/// tensors into output rows. Output row `i` (at `out + i * out_stride`) gets
+/// tensor `t = index[i]` (u64 indices) or, when `index` is 0, `t = first + i`.
+///
+/// The source is the dataset's base address `src` (device memory or mapped
+/// pinned host memory). Packed layout: `offsets` holds `rows + 1` u64 and
+/// tensor `t` is `src[offsets[t]..offsets[t+1]]`. Fixed-stride layout:
+/// `offsets` is 0 and tensor `t` is the prefix of `src[t·L..(t+1)·L]`.
+/// `flags` is the flag bitmap; `table` the per-chunk decoder table
+/// (`crate::table`), followed by one byte per chunk: the popcount of its mask.
+///
+/// Errors are reported in `status` (two u64: an OR of `STATUS_*` bits, and
+/// the smallest output row that failed, which the host initialises to
+/// `u64::MAX`); a failed row is filled with zeros.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DecodeParams {
+    pub src: u64,
+    pub offsets: u64,
+    pub flags: u64,
+    pub table: u64,
+    pub index: u64,
+    pub first: u64,
+    pub count: u64,
+    pub rows: u64,
+    pub row_bytes: u64,
+    pub out: u64,
+    pub out_stride: u64,
+    pub status: u64,
+    /// Chunk size C in bytes.
+    pub chunk: u32,
+    /// 128-byte lines in each warp's ring (a power of two).
+    pub ring_lines: u32,
+    /// u32 words of each warp's participation buffer.
+    pub pbuf_words: u32,
+    /// Bytes of the table copied into shared memory (0: read it from global).
+    pub table_smem_bytes: u32,
+    /// [`DECODE_MODE_DECODE`] or [`DECODE_MODE_IDEAL`].
+    pub mode: u32,
+    pub _pad: u32,
+}
+
+/// Decode every tensor.
+pub const DECODE_MODE_DECODE: u32 = 0;
+/// Benchmark baseline: read exactly each tensor's stored bytes with the same
+/// aligned line copies, write `L` bytes per output row, decode nothing.
+pub const DECODE_MODE_IDEAL: u32 = 1;
+
+/// A stored tensor disagrees with the format (length, padding).
+pub const STATUS_CORRUPT: u64 = 1;
+/// An index is not below `rows`.
+pub const STATUS_BAD_INDEX: u64 = 2;

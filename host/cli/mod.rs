@@ -3,6 +3,7 @@
 //! [`ibp::ErrorKind::exit_code`].
 
 mod analyze;
+mod bench;
 mod input;
 
 use clap::{Parser, Subcommand};
@@ -22,6 +23,9 @@ enum Command {
     /// space savings per tensor. With no FILE, analyzes the embedded Cora
     /// node features (2708 × 1433 f32).
     Analyze(analyze::Args),
+    /// GPU decompression benchmarks (the paper's Figure 7 grid, gathers,
+    /// device-resident decode, real tables); writes docs/results/<gpu>.md.
+    Bench(bench::Args),
     /// Write every embedded PTX image into a folder (used by CI's ptxas check).
     #[command(hide = true)]
     Ptx {
@@ -36,6 +40,7 @@ pub fn run() -> i32 {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Analyze(a) => analyze::run(a),
+        Command::Bench(a) => bench::run(a),
         Command::Ptx { out } => write_ptx(&out),
     };
     match result {

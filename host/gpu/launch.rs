@@ -8,8 +8,11 @@ use std::ffi::c_void;
 
 use cust::memory::{DeviceBuffer, DeviceCopy, DeviceSlice};
 use cust::stream::Stream;
-use ibp_kernels::params::{CountParams, CpAsyncTestParams, WarpTestParams};
+use ibp_kernels::params::{
+    CountParams, CpAsyncTestParams, DECODE_MODE_DECODE, DECODE_MODE_IDEAL, DecodeParams, WarpTestParams,
+};
 
+use super::decode::{DecodeStatus, Decoder, GpuDataset, Target};
 use super::memory::{GpuReadable, PinnedBuffer};
 use super::{Gpu, cuda_err};
 use crate::dataset::Rows;
@@ -146,6 +149,105 @@ impl Gpu {
         }
         stream.synchronize().map_err(cuda_err("counting bits"))?;
         copy_to_host(&counts)
+    }
+
+    /// Blocks of `block` threads with `shared` bytes of dynamic shared
+    /// memory that one SM holds at once for the decode kernel.
+    pub(crate) fn decode_blocks_per_sm(&self, block: u32, shared: usize) -> Result<u32> {
+        let f = self.module().get_function("ibp_decode").map_err(cuda_err("finding a kernel"))?;
+        if shared > 48 * 1024 {
+            // SAFETY: valid function handle and attribute; the value is
+            // within the device's opt-in limit (checked by the caller).
+            let r = unsafe {
+                cust::sys::cuFuncSetAttribute(
+                    f.to_raw(),
+                    cust::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    shared as i32,
+                )
+            };
+            if r != cust::sys::CUresult::CUDA_SUCCESS {
+                return Err(Error::cuda(format!("reserving {shared} bytes of shared memory: {r:?}")));
+            }
+        }
+        let n = f.max_active_blocks_per_multiprocessor(block.into(), shared).map_err(cuda_err("querying occupancy"))?;
+        if n == 0 {
+            return Err(Error::unsupported(format!(
+                "the decode kernel cannot run with {block} threads and {shared} bytes of shared memory per block"
+            )));
+        }
+        Ok(n)
+    }
+
+    /// Enqueue the decode kernel (all checks on the host first).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn launch_decode(
+        &self,
+        dec: &Decoder,
+        ds: &GpuDataset,
+        target: Target<'_>,
+        out: &mut DeviceSlice<u8>,
+        status: &DecodeStatus,
+        ideal: bool,
+        stream: &Stream,
+    ) -> Result<()> {
+        let (index, first, count) = match target {
+            Target::Index(ix) => (ix.as_device_ptr().as_raw(), 0, ix.len() as u64),
+            Target::Range(first, count) => {
+                if first.checked_add(count).is_none_or(|end| end > ds.rows) {
+                    return Err(Error::invalid(format!(
+                        "rows {first}..{} requested from a dataset of {} tensors",
+                        first.saturating_add(count),
+                        ds.rows
+                    )));
+                }
+                (0, first, count)
+            }
+        };
+        if count == 0 {
+            return Ok(());
+        }
+        let need = count
+            .checked_mul(ds.row_bytes)
+            .ok_or_else(|| Error::invalid("output size overflows u64"))?;
+        if (out.len() as u64) < need {
+            return Err(Error::invalid(format!(
+                "output holds {} bytes; {count} rows of {} bytes need {need} (allocate count × row_bytes)",
+                out.len(),
+                ds.row_bytes
+            )));
+        }
+        if ideal && (ds.offsets.is_none() || ds.row_bytes % 4 != 0) {
+            return Err(Error::invalid("the ideal-copy baseline needs the packed layout and rows of whole u32"));
+        }
+        let p = DecodeParams {
+            src: ds.payload.device_addr(),
+            offsets: ds.offsets.as_ref().map_or(0, |o| o.as_device_ptr().as_raw()),
+            flags: ds.flags.as_device_ptr().as_raw(),
+            table: ds.table.as_device_ptr().as_raw(),
+            index,
+            first,
+            count,
+            rows: ds.rows,
+            row_bytes: ds.row_bytes,
+            out: out.as_device_ptr().as_raw(),
+            out_stride: ds.row_bytes,
+            status: status.words.as_device_ptr().as_raw(),
+            chunk: ds.chunk,
+            ring_lines: dec.ring_lines,
+            pbuf_words: dec.pbuf_words,
+            table_smem_bytes: dec.table_smem_bytes,
+            mode: if ideal { DECODE_MODE_IDEAL } else { DECODE_MODE_DECODE },
+            _pad: 0,
+        };
+        let warps = (dec.block / 32) as u64;
+        let grid = (dec.grid as u64).min(count.div_ceil(warps)).max(1) as u32;
+        // SAFETY: the dataset's buffers were sized and validated at upload
+        // (payload covers every slot, flags ⌈N/8⌉ bytes, offsets N + 1, table
+        // for this codebook); `out` holds count × L bytes (checked above);
+        // `index` holds `count` u64 (its length); status holds two u64; the
+        // shared memory matches the Decoder's carving; DecodeParams is the
+        // kernel's parameter type.
+        unsafe { self.launch("ibp_decode", grid, dec.block, dec.shared_bytes, stream, p) }
     }
 
     /// Run the warp-helper test kernel: see `ibp_kernels::params::WarpTestParams`.

@@ -6,6 +6,8 @@
 //! buffers and a stream: nothing here allocates or synchronises behind the
 //! caller's back, unless its name says so (`*_blocking`).
 
+pub mod bench;
+pub mod decode;
 pub mod launch;
 pub mod memory;
 
@@ -18,6 +20,7 @@ use cust::sys as cu;
 
 use crate::error::{Error, Result};
 
+pub use decode::{DecodeOptions, DecodeStatus, Decoder, GpuDataset, Residency};
 pub use memory::{GpuReadable, PinnedBuffer};
 
 /// PTX for the `sm_80` baseline (A100, H100/H200 and later through the

@@ -1,0 +1,229 @@
+//! `ibp bench`: GPU decompression benchmarks. Prints a table and writes a
+//! results file naming the GPU, driver, commit and date.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use ibp::Result;
+
+/// Arguments of `ibp bench`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Results file (Markdown). Default: docs/results/<gpu>.md.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Tensors per synthetic dataset (the paper uses 100,000).
+    #[arg(long, default_value_t = 100_000)]
+    rows: usize,
+    /// Skip the real-data rows (Cora, MiniLM).
+    #[arg(long)]
+    no_real: bool,
+    /// Bytes to replicate real tables to (at least).
+    #[arg(long, default_value_t = 1 << 30)]
+    real_bytes: usize,
+    /// Use at most this many SMs.
+    #[arg(long)]
+    max_sms: Option<u32>,
+}
+
+#[cfg(not(feature = "cuda"))]
+pub fn run(_: Args) -> Result<()> {
+    Err(ibp::Error::unsupported("ibp bench needs the `cuda` feature: build with --features cuda"))
+}
+
+#[cfg(feature = "cuda")]
+pub fn run(args: Args) -> Result<()> {
+    use cust::stream::{Stream, StreamFlags};
+    use ibp::gpu::bench::{BenchLayout, figure7_dataset, measure_decode, measure_device_copy};
+    use ibp::gpu::{DecodeOptions, Gpu, Residency};
+
+    let gpu = Gpu::first()?;
+    let stream = Stream::new(StreamFlags::NON_BLOCKING, None).map_err(|e| ibp::Error::cuda(e.to_string()))?;
+    let info = gpu.info().clone();
+    let mut opts = DecodeOptions::default();
+    if let Some(s) = args.max_sms {
+        opts = opts.with_max_sms(s);
+    }
+    let mut md = String::new();
+    let commit = option_env!("IBP_GIT_COMMIT").unwrap_or("unknown");
+    let date = utc_now();
+    let _ = writeln!(md, "# ibp GPU benchmarks: {}\n", info.name);
+    let _ = writeln!(
+        md,
+        "- GPU: {} ({} SMs, compute capability {}.{})\n- driver: CUDA {}.{}\n- ibp commit: {commit}\n- date: {date}\n- command: `ibp bench --rows {}`\n- timing: CUDA events, median of 9 calls after 2 warm-ups; every configuration is decoded and compared with the original bytes first.\n",
+        info.name,
+        info.sm_count,
+        info.compute_capability.0,
+        info.compute_capability.1,
+        info.driver_version / 1000,
+        (info.driver_version % 1000) / 10,
+        args.rows
+    );
+
+    // 1. Figure 7: decode from pinned host memory, vs the ideal and a plain gather.
+    let _ = writeln!(
+        md,
+        "## Figure 7 grid: {} tensors decoded from pinned host memory (zero-copy)\n\nGB/s of decoded output. *ideal*: a kernel reading exactly the compressed bytes with the same aligned line copies and writing the decoded size, decoding nothing (packed offsets give it the lengths). *gather*: the raw path copying uncompressed tensors of the same size.\n",
+        args.rows
+    );
+    let _ = writeln!(
+        md,
+        "| tensor | savings | packed GB/s | fixed GB/s | ideal GB/s | packed/ideal | fixed/ideal | gather GB/s | packed/gather | PCIe GB/s read |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+    );
+    eprintln!("figure 7 grid ({} tensors per point)...", args.rows);
+    for &size in &[256usize, 1024, 4096] {
+        let (raw, raw_cb) = figure7_dataset(args.rows, size, 0.0, 7)?;
+        let gather = measure_decode(&gpu, &stream, &raw, size, &raw_cb, BenchLayout::Packed, Residency::Pinned, false, &opts)?;
+        for &s in &[0.125, 0.25, 0.5, 0.75, 0.9] {
+            let (data, cb) = figure7_dataset(args.rows, size, s, 11)?;
+            let m = |layout, ideal| measure_decode(&gpu, &stream, &data, size, &cb, layout, Residency::Pinned, ideal, &opts);
+            let packed = m(BenchLayout::Packed, false)?;
+            let fixed = m(BenchLayout::Fixed, false)?;
+            let ideal = m(BenchLayout::Packed, true)?;
+            let real_savings = 1.0 - packed.stored_bytes as f64 / packed.decoded_bytes as f64;
+            let _ = writeln!(
+                md,
+                "| {size} B | {:.1}% | {:.1} | {:.1} | {:.1} | {:.3} | {:.3} | {:.1} | {:.2} | {:.1} |",
+                100.0 * real_savings,
+                packed.decoded_rate() / 1e9,
+                fixed.decoded_rate() / 1e9,
+                ideal.decoded_rate() / 1e9,
+                packed.decoded_rate() / ideal.decoded_rate(),
+                fixed.decoded_rate() / ideal.decoded_rate(),
+                gather.decoded_rate() / 1e9,
+                packed.decoded_rate() / gather.decoded_rate(),
+                packed.stored_bytes as f64 / packed.seconds / 1e9,
+            );
+            eprintln!("  {size} B at {:.1}%: packed {:.1} GB/s, ideal {:.1} GB/s", 100.0 * real_savings, packed.decoded_rate() / 1e9, ideal.decoded_rate() / 1e9);
+        }
+    }
+
+    // 2. Plain gather of uncompressed rows at several sizes.
+    let _ = writeln!(md, "\n## Uncompressed gather from pinned host memory\n\n| row | GB/s |\n| --- | --- |");
+    for &size in &[128usize, 256, 512, 1024, 4096, 16384] {
+        let rows = (args.rows * 1024 / size).max(1000);
+        let (raw, raw_cb) = figure7_dataset(rows, size, 0.0, 3)?;
+        let g = measure_decode(&gpu, &stream, &raw, size, &raw_cb, BenchLayout::Packed, Residency::Pinned, false, &opts)?;
+        let _ = writeln!(md, "| {size} B | {:.1} |", g.decoded_rate() / 1e9);
+    }
+
+    // 3. Device-resident decode vs device copy.
+    let copy_bytes = 1usize << 30;
+    let copy_s = measure_device_copy(&stream, copy_bytes)?;
+    let copy_rate = 2.0 * copy_bytes as f64 / copy_s;
+    let _ = writeln!(
+        md,
+        "\n## Device-resident decode\n\nDevice-to-device copy of 1 GiB: {:.0} GB/s counting bytes read plus written. *moved*: compressed bytes read plus decoded bytes written per second.\n\n| data | savings | decoded GB/s | moved GB/s | moved / copy |\n| --- | --- | --- | --- | --- |",
+        copy_rate / 1e9
+    );
+    let dev_rows = args.rows * 4;
+    for &(size, s) in &[(1024usize, 0.125), (1024, 0.5), (4096, 0.25), (4096, 0.5), (4096, 0.9)] {
+        let (data, cb) = figure7_dataset(dev_rows, size, s, 5)?;
+        let d = measure_decode(&gpu, &stream, &data, size, &cb, BenchLayout::Packed, Residency::Device, false, &opts)?;
+        let real = 1.0 - d.stored_bytes as f64 / d.decoded_bytes as f64;
+        let _ = writeln!(
+            md,
+            "| synthetic {size} B × {dev_rows} | {:.1}% | {:.0} | {:.0} | {:.2} |",
+            100.0 * real,
+            d.decoded_rate() / 1e9,
+            d.moved_rate() / 1e9,
+            d.moved_rate() / copy_rate
+        );
+    }
+
+    // 4. Real data.
+    if !args.no_real {
+        let _ = writeln!(
+            md,
+            "\n## Real data\n\nRows replicated to at least {} bytes (the tables are smaller); codebook fitted on the original table.\n\n| data | row | chunk | savings | pinned GB/s | pinned ideal GB/s | pinned / ideal | device GB/s | device moved / copy |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+            args.real_bytes
+        );
+        for (name, data, row) in real_tables()? {
+            let fit = ibp::fit::fit(ibp::Rows::new(&data, row)?, &Default::default())?;
+            let reps = args.real_bytes.div_ceil(data.len()).max(1);
+            let big = data.repeat(reps);
+            let cb = &fit.codebook;
+            let p = measure_decode(&gpu, &stream, &big, row, cb, BenchLayout::Packed, Residency::Pinned, false, &opts)?;
+            let ideal = if row % 4 == 0 {
+                Some(measure_decode(&gpu, &stream, &big, row, cb, BenchLayout::Packed, Residency::Pinned, true, &opts)?)
+            } else {
+                None
+            };
+            let d = measure_decode(&gpu, &stream, &big, row, cb, BenchLayout::Packed, Residency::Device, false, &opts)?;
+            let savings = 1.0 - p.stored_bytes as f64 / p.decoded_bytes as f64;
+            let _ = writeln!(
+                md,
+                "| {name} (×{reps}) | {row} B | {} B | {:.1}% | {:.1} | {} | {} | {:.0} | {:.2} |",
+                cb.chunk().bytes(),
+                100.0 * savings,
+                p.decoded_rate() / 1e9,
+                ideal.as_ref().map_or("-".into(), |i| format!("{:.1}", i.decoded_rate() / 1e9)),
+                ideal.as_ref().map_or("-".into(), |i| format!("{:.3}", p.decoded_rate() / i.decoded_rate())),
+                d.decoded_rate() / 1e9,
+                d.moved_rate() / copy_rate
+            );
+            eprintln!("  {name}: pinned {:.1} GB/s, device {:.0} GB/s", p.decoded_rate() / 1e9, d.decoded_rate() / 1e9);
+        }
+    }
+
+    println!("{md}");
+    let path = args.out.unwrap_or_else(|| PathBuf::from(format!("docs/results/{}.md", slug(&info.name))));
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| ibp::Error::io(format!("creating {}", dir.display()), e))?;
+    }
+    std::fs::write(&path, &md).map_err(|e| ibp::Error::io(format!("writing {}", path.display()), e))?;
+    eprintln!("results written to {}", path.display());
+    Ok(())
+}
+
+/// Cora (embedded) and, when found, MiniLM's word embeddings in f32 and bf16.
+#[cfg(feature = "cuda")]
+fn real_tables() -> Result<Vec<(String, Vec<u8>, usize)>> {
+    let mut out = Vec::new();
+    let doc = ibp::io::parse(super::input::EMBEDDED_CORA, ibp::io::SourceFormat::Npz, &Default::default())?;
+    let g = &doc.groups[0];
+    out.push(("Cora features f32".into(), g.data.to_vec(), g.row_shape(None)?.row_bytes as usize));
+    let dir = std::env::var_os("IBP_DATA_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(".tools/data"));
+    let path = dir.join("model.safetensors");
+    if path.is_file() {
+        let f = ibp::io::InputFile::open(&path)?;
+        let opts = ibp::io::ParseOptions::default().with_select(["embeddings.word_embeddings.weight"]);
+        let doc = ibp::io::parse(f.bytes(), ibp::io::SourceFormat::Safetensors, &opts)?;
+        let g = &doc.groups[0];
+        let row = g.row_shape(None)?.row_bytes as usize;
+        let bf16: Vec<u8> = g
+            .data
+            .chunks_exact(4)
+            .flat_map(|b| half::bf16::from_f32(f32::from_le_bytes(b.try_into().expect("4 bytes"))).to_le_bytes())
+            .collect();
+        out.push(("MiniLM word embeddings f32".into(), g.data.to_vec(), row));
+        out.push(("MiniLM word embeddings bf16".into(), bf16, row / 2));
+    } else {
+        eprintln!("MiniLM skipped: {} not found (run scripts/setup.sh)", path.display());
+    }
+    Ok(out)
+}
+
+#[cfg(feature = "cuda")]
+fn slug(name: &str) -> String {
+    name.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' }).collect()
+}
+
+/// Current UTC date and time, formatted without a date library.
+#[cfg(feature = "cuda")]
+fn utc_now() -> String {
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let days = secs / 86_400;
+    let (h, m) = ((secs % 86_400) / 3600, (secs % 3600) / 60);
+    // Civil-from-days (proleptic Gregorian).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let mo = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(mo <= 2);
+    format!("{y:04}-{mo:02}-{d:02} {h:02}:{m:02} UTC")
+}

@@ -1,0 +1,169 @@
+//! Measurement helpers shared by `ibp bench` and the criterion benches:
+//! synthetic datasets with a chosen space saving (the paper's Figure 7), and
+//! event-timed launches.
+//!
+//! Every timing is the median of several CUDA-event-timed repetitions after a
+//! warm-up, and every configuration is decoded once and compared with the
+//! original bytes before it is timed.
+
+use cust::event::{Event, EventFlags};
+use cust::memory::DeviceBuffer;
+use cust::stream::Stream;
+
+use super::decode::{DecodeOptions, DecodeStatus, Decoder, GpuDataset, Residency};
+use super::launch::copy_to_host;
+use super::{Gpu, cuda_err};
+use crate::codebook::{ChunkSize, Codebook};
+use crate::dataset::Rows;
+use crate::error::{Error, Result};
+use crate::layout::{compress_fixed, compress_packed};
+
+/// A synthetic dataset in the style of the paper's Figure 7: `rows` tensors
+/// of `row_bytes`, 4-byte chunks, and a codebook whose mask has enough bits
+/// per chunk that every tensor saves `savings` of its size (rounded to whole
+/// bits per chunk). Free bits are random, so nothing else compresses.
+pub fn figure7_dataset(rows: usize, row_bytes: usize, savings: f64, seed: u64) -> Result<(Vec<u8>, Codebook)> {
+    if row_bytes % 4 != 0 {
+        return Err(Error::invalid("figure-7 datasets use whole 4-byte chunks"));
+    }
+    // Saved bits per 32-bit chunk: m invariant bits minus one participation
+    // bit. m = round(32·s) + 1, at most 32.
+    let m = ((32.0 * savings).round() as u32 + 1).min(32);
+    let chunk_mask: u32 = if m == 32 { u32::MAX } else { ((1u32 << m) - 1) << (32 - m) };
+    let mut s = seed | 1;
+    let mut next = move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    };
+    let mask: Vec<u8> = (0..row_bytes / 4).flat_map(|_| chunk_mask.to_le_bytes()).collect();
+    let bitval: Vec<u8> = mask.iter().map(|&b| b & (next() as u8)).collect();
+    let mut data = vec![0u8; rows * row_bytes];
+    for w in data.chunks_mut(8) {
+        let r = next().to_le_bytes();
+        w.copy_from_slice(&r[..w.len()]);
+    }
+    for row in data.chunks_mut(row_bytes) {
+        for ((b, m), v) in row.iter_mut().zip(&mask).zip(&bitval) {
+            *b = (*b & !m) | v;
+        }
+    }
+    let cb = Codebook::new(ChunkSize::try_from(4)?, mask, bitval)?;
+    Ok((data, cb))
+}
+
+/// Median of event-timed repetitions of `f`, in seconds per call.
+pub fn time_median(stream: &Stream, warmup: usize, reps: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
+    for _ in 0..warmup {
+        f()?;
+    }
+    stream.synchronize().map_err(cuda_err("warm-up"))?;
+    let mut times = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        let a = Event::new(EventFlags::DEFAULT).map_err(cuda_err("event"))?;
+        let b = Event::new(EventFlags::DEFAULT).map_err(cuda_err("event"))?;
+        a.record(stream).map_err(cuda_err("event"))?;
+        f()?;
+        b.record(stream).map_err(cuda_err("event"))?;
+        b.synchronize().map_err(cuda_err("timing"))?;
+        times.push(b.elapsed_time_f32(&a).map_err(cuda_err("timing"))? as f64 / 1e3);
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times[times.len() / 2])
+}
+
+/// Layout of a measured dataset.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BenchLayout {
+    /// Packed, offsets on the GPU.
+    Packed,
+    /// Fixed-stride, lengths from the participation bits.
+    Fixed,
+}
+
+/// One measured configuration.
+#[derive(Clone, Debug)]
+pub struct DecodeMeasurement {
+    /// Decoded bytes per call.
+    pub decoded_bytes: u64,
+    /// Stored (compressed) bytes read per call.
+    pub stored_bytes: u64,
+    /// Seconds per call (median).
+    pub seconds: f64,
+}
+
+impl DecodeMeasurement {
+    /// Decoded bytes per second.
+    pub fn decoded_rate(&self) -> f64 {
+        self.decoded_bytes as f64 / self.seconds
+    }
+
+    /// Bytes moved per second: stored bytes read plus decoded bytes written.
+    pub fn moved_rate(&self) -> f64 {
+        (self.decoded_bytes + self.stored_bytes) as f64 / self.seconds
+    }
+}
+
+/// Decode all rows of `data` (compressed with `cb` into `layout`, placed per
+/// `residency`) repeatedly; `ideal` times the copy-only baseline instead.
+/// Checks the decoded bytes against `data` first.
+#[allow(clippy::too_many_arguments)]
+pub fn measure_decode(
+    gpu: &Gpu,
+    stream: &Stream,
+    data: &[u8],
+    row_bytes: usize,
+    cb: &Codebook,
+    layout: BenchLayout,
+    residency: Residency,
+    ideal: bool,
+    opts: &DecodeOptions,
+) -> Result<DecodeMeasurement> {
+    let rows = Rows::new(data, row_bytes)?;
+    let ds = match layout {
+        BenchLayout::Packed => GpuDataset::upload_packed(gpu, cb, &compress_packed(cb, rows)?.view(), residency)?,
+        BenchLayout::Fixed => GpuDataset::upload_fixed(gpu, cb, &compress_fixed(cb, rows)?.view(), residency)?,
+    };
+    let n = rows.rows() as u64;
+    let dec = Decoder::new(gpu, &ds, opts)?;
+    let mut status = DecodeStatus::new()?;
+    let mut out = DeviceBuffer::<u8>::zeroed(data.len()).map_err(cuda_err("allocating the output"))?;
+    // Correctness first (the warm-up round trip).
+    dec.range(gpu, &ds, 0, n, &mut out, &status, stream)?;
+    stream.synchronize().map_err(cuda_err("decoding"))?;
+    status.check()?;
+    if copy_to_host(&out)? != data {
+        return Err(Error::corrupt("benchmark decode differs from the original data"));
+    }
+    let seconds = time_median(stream, 2, 9, || {
+        if ideal {
+            dec.ideal_range(gpu, &ds, 0, n, &mut out, &status, stream)
+        } else {
+            dec.range(gpu, &ds, 0, n, &mut out, &status, stream)
+        }
+    })?;
+    status.check()?;
+    Ok(DecodeMeasurement { decoded_bytes: data.len() as u64, stored_bytes: ds.stored_bytes(), seconds })
+}
+
+/// Device-to-device copy of `bytes`, seconds (median): the roofline for
+/// device-resident decode.
+pub fn measure_device_copy(stream: &Stream, bytes: usize) -> Result<f64> {
+    let src = DeviceBuffer::<u8>::zeroed(bytes).map_err(cuda_err("allocating"))?;
+    let mut dst = DeviceBuffer::<u8>::zeroed(bytes).map_err(cuda_err("allocating"))?;
+    time_median(stream, 2, 9, || {
+        // SAFETY: both buffers hold `bytes` bytes and stay alive until the
+        // stream is synchronised inside time_median.
+        let r = unsafe {
+            cust::sys::cuMemcpyDtoDAsync_v2(
+                dst.as_device_ptr().as_raw(),
+                src.as_device_ptr().as_raw(),
+                bytes,
+                stream.as_inner(),
+            )
+        };
+        let _ = &mut dst;
+        if r == cust::sys::CUresult::CUDA_SUCCESS { Ok(()) } else { Err(Error::cuda(format!("device copy: {r:?}"))) }
+    })
+}

@@ -1,0 +1,367 @@
+//! GPU decompression: a compressed dataset placed where the kernels can read
+//! it, a decoder sized once, and a status word for corrupt input.
+//!
+//! ```text
+//! let ds = GpuDataset::upload_packed(&gpu, &codebook, &packed.view(), Residency::Pinned)?;
+//! let dec = Decoder::new(&gpu, &ds, &DecodeOptions::default())?;
+//! let status = DecodeStatus::new()?;
+//! dec.gather(&gpu, &ds, &index, &mut out, &status, &stream)?;   // enqueued, no sync
+//! stream.synchronize()?; status.check()?;
+//! ```
+
+use cust::memory::{DeviceBuffer, DeviceSlice};
+use cust::stream::Stream;
+use ibp_kernels::params::{STATUS_BAD_INDEX, STATUS_CORRUPT};
+use ibp_kernels::table::{Entry, entry_bytes};
+
+use super::memory::{GpuReadable, PinnedBuffer};
+use super::{Gpu, cuda_err};
+use crate::codebook::Codebook;
+use crate::error::{Error, Result};
+use crate::layout::{FixedStrideRef, PackedRef};
+
+/// Where the compressed bytes live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Residency {
+    /// Pinned host memory, read by the kernel zero-copy over PCIe: the main
+    /// case (datasets larger than the GPU, fetched by index).
+    Pinned,
+    /// Device memory: a compressed cache on the GPU.
+    Device,
+}
+
+/// The compressed bytes of a [`GpuDataset`].
+pub enum Payload {
+    /// In pinned, mapped host memory.
+    Pinned(PinnedBuffer<u8>),
+    /// In device memory.
+    Device(DeviceBuffer<u8>),
+}
+
+impl Payload {
+    fn new(bytes: &[u8], residency: Residency) -> Result<Self> {
+        // Keep at least one byte so the device address is valid.
+        let padded;
+        let bytes = if bytes.is_empty() {
+            padded = [0u8];
+            &padded[..]
+        } else {
+            bytes
+        };
+        Ok(match residency {
+            Residency::Pinned => Payload::Pinned(PinnedBuffer::from_slice(bytes)?),
+            Residency::Device => Payload::Device(DeviceBuffer::from_slice(bytes).map_err(cuda_err("uploading the payload"))?),
+        })
+    }
+
+    /// Device address of byte 0.
+    pub fn device_addr(&self) -> u64 {
+        match self {
+            Payload::Pinned(p) => p.device_addr(),
+            Payload::Device(d) => d.device_addr(),
+        }
+    }
+}
+
+/// Decoder table of a codebook (`ibp_kernels::table`): one entry per chunk,
+/// then one byte per chunk with the popcount of its mask.
+pub fn decoder_table(cb: &Codebook) -> Vec<u8> {
+    let c = cb.chunk().bytes();
+    let eb = entry_bytes(c) as usize;
+    let k = cb.chunks();
+    let mut out = vec![0u8; (k * eb + k).next_multiple_of(16)];
+    for (j, t) in cb.tables().entries().iter().enumerate() {
+        let e = Entry::new(t.mask, t.bitval, t.width, c);
+        debug_assert_eq!(e.free, t.free);
+        e.write(c, &mut out[j * eb..(j + 1) * eb]);
+        out[k * eb + j] = t.mask.count_ones() as u8;
+    }
+    out
+}
+
+/// A compressed dataset on the GPU side: codebook table, flag bitmap and
+/// (packed layout) offsets in device memory; the compressed bytes pinned on
+/// the host or on the device.
+pub struct GpuDataset {
+    pub(crate) table: DeviceBuffer<u8>,
+    pub(crate) flags: DeviceBuffer<u8>,
+    pub(crate) offsets: Option<DeviceBuffer<u64>>,
+    pub(crate) payload: Payload,
+    pub(crate) rows: u64,
+    pub(crate) row_bytes: u64,
+    pub(crate) chunk: u32,
+    pub(crate) table_bytes: usize,
+    pub(crate) stored_bytes: u64,
+}
+
+impl GpuDataset {
+    /// Place a packed dataset (validated first: a corrupt offsets table is
+    /// rejected here, so the kernel can trust slot boundaries).
+    pub fn upload_packed(_gpu: &Gpu, cb: &Codebook, packed: &PackedRef<'_>, residency: Residency) -> Result<Self> {
+        check_codebook(cb, packed.row_bytes())?;
+        packed.validate()?;
+        let table = decoder_table(cb);
+        Ok(GpuDataset {
+            table_bytes: table.len(),
+            table: DeviceBuffer::from_slice(&table).map_err(cuda_err("uploading the codebook"))?,
+            flags: upload_flags(packed.flags())?,
+            offsets: Some(DeviceBuffer::from_slice(packed.offsets()).map_err(cuda_err("uploading offsets"))?),
+            payload: Payload::new(packed.payload(), residency)?,
+            rows: packed.rows() as u64,
+            row_bytes: packed.row_bytes() as u64,
+            chunk: cb.chunk().bytes(),
+            stored_bytes: packed.payload().len() as u64,
+        })
+    }
+
+    /// Place a fixed-stride dataset: slots of `L` bytes, each tensor's
+    /// stored form a prefix of its slot.
+    pub fn upload_fixed(_gpu: &Gpu, cb: &Codebook, fixed: &FixedStrideRef<'_>, residency: Residency) -> Result<Self> {
+        check_codebook(cb, fixed.row_bytes())?;
+        let table = decoder_table(cb);
+        let stored = (0..fixed.rows())
+            .map(|i| fixed.slot(i).map(|(enc, s)| if enc { crate::encode::stream_len(cb, s).unwrap_or(0) } else { s.len() }))
+            .try_fold(0u64, |acc, n| n.map(|n| acc + n as u64))?;
+        Ok(GpuDataset {
+            table_bytes: table.len(),
+            table: DeviceBuffer::from_slice(&table).map_err(cuda_err("uploading the codebook"))?,
+            flags: upload_flags(fixed.flags())?,
+            offsets: None,
+            payload: Payload::new(fixed.slots(), residency)?,
+            rows: fixed.rows() as u64,
+            row_bytes: fixed.row_bytes() as u64,
+            chunk: cb.chunk().bytes(),
+            stored_bytes: stored,
+        })
+    }
+
+    /// Number of tensors.
+    pub fn rows(&self) -> u64 {
+        self.rows
+    }
+
+    /// Bytes per decoded tensor.
+    pub fn row_bytes(&self) -> u64 {
+        self.row_bytes
+    }
+
+    /// Sum of the stored lengths (what a full decode reads).
+    pub fn stored_bytes(&self) -> u64 {
+        self.stored_bytes
+    }
+
+    /// The compressed bytes.
+    pub fn payload(&self) -> &Payload {
+        &self.payload
+    }
+}
+
+fn check_codebook(cb: &Codebook, row_bytes: usize) -> Result<()> {
+    if cb.row_bytes() != row_bytes {
+        return Err(Error::invalid(format!(
+            "codebook is for {}-byte tensors, the dataset has {row_bytes}-byte tensors",
+            cb.row_bytes()
+        )));
+    }
+    Ok(())
+}
+
+fn upload_flags(flags: &[u8]) -> Result<DeviceBuffer<u8>> {
+    let padded;
+    let flags = if flags.is_empty() {
+        padded = [0u8];
+        &padded[..]
+    } else {
+        flags
+    };
+    DeviceBuffer::from_slice(flags).map_err(cuda_err("uploading flags"))
+}
+
+/// Options of a [`Decoder`].
+#[derive(Clone, Debug, Default)]
+pub struct DecodeOptions {
+    /// Use at most this many SMs (the paper left 64 of an A100's 108 to the
+    /// model's own kernels). `None`: all.
+    pub max_sms: Option<u32>,
+    /// Bytes of each warp's line ring (rounded to a power of two of 128-byte
+    /// lines). `None`: sized from the tensor length.
+    pub ring_bytes: Option<u32>,
+    /// Warps per block. `None`: 8.
+    pub warps_per_block: Option<u32>,
+}
+
+impl DecodeOptions {
+    /// Cap the SMs used.
+    pub fn with_max_sms(mut self, sms: u32) -> Self {
+        self.max_sms = Some(sms);
+        self
+    }
+
+    /// Set the ring size per warp.
+    pub fn with_ring_bytes(mut self, bytes: u32) -> Self {
+        self.ring_bytes = Some(bytes);
+        self
+    }
+
+    /// Set the warps per block.
+    pub fn with_warps_per_block(mut self, warps: u32) -> Self {
+        self.warps_per_block = Some(warps);
+        self
+    }
+}
+
+/// Errors found by a decode, reported through device memory so that the
+/// launch itself needs no synchronisation. One per stream in flight.
+pub struct DecodeStatus {
+    pub(crate) words: DeviceBuffer<u64>,
+}
+
+impl DecodeStatus {
+    /// A cleared status.
+    pub fn new() -> Result<Self> {
+        let words = DeviceBuffer::from_slice(&[0u64, u64::MAX]).map_err(cuda_err("allocating the status"))?;
+        Ok(Self { words })
+    }
+
+    /// Read (synchronously) and clear. Errors with
+    /// [`crate::ErrorKind::Corrupt`] naming the first failed output row, or
+    /// [`crate::ErrorKind::InvalidArgument`] for an index out of range.
+    pub fn check(&mut self) -> Result<()> {
+        let v = super::launch::copy_to_host(&self.words)?;
+        cust::memory::CopyDestination::copy_from(&mut *self.words, &[0u64, u64::MAX][..])
+            .map_err(cuda_err("clearing the status"))?;
+        if v[0] & STATUS_BAD_INDEX != 0 {
+            return Err(Error::invalid(format!(
+                "index out of range for output row {} (and possibly others); that row was zero-filled",
+                v[1]
+            )));
+        }
+        if v[0] & STATUS_CORRUPT != 0 {
+            return Err(Error::corrupt(format!(
+                "the tensor for output row {} (and possibly others) is corrupt: its bits disagree with its stored length or padding; the row was zero-filled",
+                v[1]
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Launch geometry for one dataset, computed once.
+pub struct Decoder {
+    pub(crate) grid: u32,
+    pub(crate) block: u32,
+    pub(crate) shared_bytes: u32,
+    pub(crate) ring_lines: u32,
+    pub(crate) pbuf_words: u32,
+    pub(crate) table_smem_bytes: u32,
+}
+
+impl Decoder {
+    /// Size shared memory and the grid for `ds` on `gpu`.
+    pub fn new(gpu: &Gpu, ds: &GpuDataset, opts: &DecodeOptions) -> Result<Self> {
+        let info = gpu.info();
+        let l = ds.row_bytes;
+        let k = l.div_ceil(ds.chunk as u64);
+        let pbytes = k.div_ceil(8);
+        // Participation buffer: whole u32 words, a multiple of 16 bytes.
+        let pbuf_words = (k.div_ceil(32)).next_multiple_of(4) as u32;
+        // The ring must hold the participation bytes plus two lines of slack
+        // (phase 1 reads them in one go); otherwise a line per 128 bytes of
+        // tensor, up to 32 lines.
+        let min_lines = (pbytes.div_ceil(128) + 2).next_power_of_two();
+        let want = match opts.ring_bytes {
+            Some(b) => (b as u64).div_ceil(128).next_power_of_two(),
+            None => (l.div_ceil(128) + 1).next_power_of_two().clamp(4, 32),
+        };
+        let ring_lines = want.max(min_lines).max(4) as u32;
+        let warp_bytes = pbuf_words as u64 * 4 + ring_lines as u64 * 128;
+        let mut warps = opts.warps_per_block.unwrap_or(8).clamp(1, 32) as u64;
+        let budget = info.max_shared_per_block as u64;
+        // Q: when does the codebook go to shared memory?
+        // A: when it fits beside at least 4 warps' workspaces in half the
+        // block budget; otherwise every warp reads it through L1, where it
+        // is shared by all warps of the SM anyway.
+        let table = ds.table_bytes as u64;
+        let table_smem = if table + 4 * warp_bytes <= budget / 2 { table } else { 0 };
+        while warps > 1 && table_smem + warps * warp_bytes > budget {
+            warps /= 2;
+        }
+        let shared = table_smem + warps * warp_bytes;
+        if shared > budget {
+            return Err(Error::unsupported(format!(
+                "tensors of {l} bytes with {}-byte chunks need {shared} bytes of shared memory per warp; this GPU allows {budget}",
+                ds.chunk
+            )));
+        }
+        let block = (warps * 32) as u32;
+        let per_sm = gpu.decode_blocks_per_sm(block, shared as usize)?;
+        let sms = opts.max_sms.unwrap_or(info.sm_count).clamp(1, info.sm_count);
+        Ok(Decoder {
+            grid: per_sm * sms,
+            block,
+            shared_bytes: shared as u32,
+            ring_lines,
+            pbuf_words,
+            table_smem_bytes: table_smem as u32,
+        })
+    }
+
+    /// Threads per block, blocks in the grid and dynamic shared memory per
+    /// block (for reports).
+    pub fn geometry(&self) -> (u32, u32, u32) {
+        (self.block, self.grid, self.shared_bytes)
+    }
+
+    /// Enqueue: output row `i` of `out` (`index.len()` rows of `L` bytes)
+    /// receives tensor `index[i]`. Any order, repeats allowed. No host
+    /// synchronisation, no allocation.
+    pub fn gather(
+        &self,
+        gpu: &Gpu,
+        ds: &GpuDataset,
+        index: &DeviceSlice<u64>,
+        out: &mut DeviceSlice<u8>,
+        status: &DecodeStatus,
+        stream: &Stream,
+    ) -> Result<()> {
+        gpu.launch_decode(self, ds, Target::Index(index), out, status, false, stream)
+    }
+
+    /// Enqueue: output row `i` receives tensor `first + i`, for `count` rows.
+    #[allow(clippy::too_many_arguments)]
+    pub fn range(
+        &self,
+        gpu: &Gpu,
+        ds: &GpuDataset,
+        first: u64,
+        count: u64,
+        out: &mut DeviceSlice<u8>,
+        status: &DecodeStatus,
+        stream: &Stream,
+    ) -> Result<()> {
+        gpu.launch_decode(self, ds, Target::Range(first, count), out, status, false, stream)
+    }
+
+    /// Benchmark baseline for [`Decoder::range`]: read exactly the stored
+    /// bytes with the same aligned line copies, write `L` bytes per row,
+    /// decode nothing (packed layout only: it needs the stored lengths).
+    #[allow(clippy::too_many_arguments)]
+    pub fn ideal_range(
+        &self,
+        gpu: &Gpu,
+        ds: &GpuDataset,
+        first: u64,
+        count: u64,
+        out: &mut DeviceSlice<u8>,
+        status: &DecodeStatus,
+        stream: &Stream,
+    ) -> Result<()> {
+        gpu.launch_decode(self, ds, Target::Range(first, count), out, status, true, stream)
+    }
+}
+
+/// Which tensors a launch decodes.
+pub(crate) enum Target<'a> {
+    Index(&'a DeviceSlice<u64>),
+    Range(u64, u64),
+}

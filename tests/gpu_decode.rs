@@ -1,0 +1,253 @@
+//! GPU decompression, bit for bit against the original tensors (and hence
+//! the CPU decoder): every chunk size, tensors from 1 B to 64 KB with ragged
+//! lengths, all-encoded / all-raw / mixed sets, both layouts, both sources
+//! (pinned host memory read zero-copy, device memory), random gathers with
+//! repeats, a poisoned output with guard bytes, corrupt input, and the real
+//! Cora and MiniLM tables. Prints `skipped: no CUDA device` without a GPU
+//! (a failure with `IBP_REQUIRE_GPU=1`).
+#![cfg(feature = "cuda")]
+
+mod common;
+
+use common::{Rng, data_file, gpu_or_skip, notice};
+use cust::memory::DeviceBuffer;
+use cust::stream::{Stream, StreamFlags};
+use ibp::Rows;
+use ibp::codebook::{ChunkSize, Codebook};
+use ibp::gpu::launch::copy_to_host;
+use ibp::gpu::{DecodeOptions, DecodeStatus, Decoder, Gpu, GpuDataset, Residency};
+use ibp::layout::{compress_fixed, compress_packed};
+
+const POISON: u8 = 0xA5;
+const GUARD: usize = 256;
+
+#[derive(Clone, Copy, Debug)]
+enum Mix {
+    /// Every tensor matches the codebook closely: all stored encoded.
+    Encoded,
+    /// No invariant bits: every tensor stored raw.
+    Raw,
+    /// Half the tensors match, half are random.
+    Mixed,
+}
+
+/// A dataset of `n` rows of `l` bytes and a codebook for it.
+fn dataset(rng: &mut Rng, l: usize, n: usize, chunk: ChunkSize, mix: Mix) -> (Vec<u8>, Codebook) {
+    let mask: Vec<u8> = match mix {
+        Mix::Raw => vec![0; l],
+        _ => (0..l).map(|_| (rng.next() as u8) | (rng.next() as u8)).collect(), // ~75% invariant
+    };
+    let bitval: Vec<u8> = mask.iter().map(|m| m & rng.next() as u8).collect();
+    let mut data = vec![0u8; l * n];
+    for (i, row) in data.chunks_mut(l).enumerate() {
+        let matching = match mix {
+            Mix::Encoded => true,
+            Mix::Raw => false,
+            Mix::Mixed => i % 2 == 0,
+        };
+        for (j, b) in row.iter_mut().enumerate() {
+            let r = rng.next() as u8;
+            *b = if matching { (r & !mask[j]) | bitval[j] } else { r };
+        }
+        if matching && l > 8 {
+            // A few chunks that do not match, so both chunk kinds occur.
+            let j = (rng.next() as usize) % l;
+            row[j] ^= mask[j];
+        }
+    }
+    (data, Codebook::new(chunk, mask, bitval).expect("valid codebook"))
+}
+
+fn stream() -> Stream {
+    Stream::new(StreamFlags::NON_BLOCKING, None).expect("stream")
+}
+
+/// Decode `index` rows of `ds` on the GPU into a poisoned buffer with guard
+/// bytes; check the guard and return the rows.
+fn gpu_gather(gpu: &Gpu, ds: &GpuDataset, index: &[u64], opts: &DecodeOptions) -> ibp::Result<Vec<u8>> {
+    let l = ds.row_bytes() as usize;
+    let dec = Decoder::new(gpu, ds, opts)?;
+    let mut status = DecodeStatus::new()?;
+    let s = stream();
+    let mut out = DeviceBuffer::from_slice(&vec![POISON; index.len() * l + GUARD]).unwrap();
+    assert!(!index.is_empty());
+    let d_index = DeviceBuffer::from_slice(index).unwrap();
+    dec.gather(gpu, ds, &d_index, &mut out, &status, &s)?;
+    s.synchronize().unwrap();
+    let host = copy_to_host(&out).unwrap();
+    assert!(host[index.len() * l..].iter().all(|&b| b == POISON), "decoder wrote past the output rows");
+    status.check()?;
+    Ok(host[..index.len() * l].to_vec())
+}
+
+fn expected(data: &[u8], l: usize, index: &[u64]) -> Vec<u8> {
+    index.iter().flat_map(|&t| data[t as usize * l..(t as usize + 1) * l].iter().copied()).collect()
+}
+
+/// Every combination on one dataset: both layouts × both residencies, a
+/// full range and a random gather with repeats.
+fn check_all(gpu: &Gpu, rng: &mut Rng, data: &[u8], l: usize, cb: &Codebook, what: &str) {
+    let n = data.len() / l;
+    let rows = Rows::new(data, l).unwrap();
+    let packed = compress_packed(cb, rows).unwrap();
+    let fixed = compress_fixed(cb, rows).unwrap();
+    let all: Vec<u64> = (0..n as u64).collect();
+    let gather: Vec<u64> = (0..(2 * n).min(3000)).map(|_| rng.next() % n as u64).collect();
+    for residency in [Residency::Pinned, Residency::Device] {
+        let sets = [
+            ("packed", GpuDataset::upload_packed(gpu, cb, &packed.view(), residency).unwrap()),
+            ("fixed", GpuDataset::upload_fixed(gpu, cb, &fixed.view(), residency).unwrap()),
+        ];
+        for (layout, ds) in &sets {
+            for (name, index) in [("range", &all), ("gather", &gather)] {
+                let got = gpu_gather(gpu, ds, index, &DecodeOptions::default())
+                    .unwrap_or_else(|e| panic!("{what} {layout} {residency:?} {name}: {e}"));
+                let want = expected(data, l, index);
+                if got != want {
+                    let row = got.chunks(l).zip(want.chunks(l)).position(|(a, b)| a != b).unwrap();
+                    panic!("{what} {layout} {residency:?} {name}: output row {row} (tensor {}) differs", index[row]);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn decode_matches_original_for_every_chunk_size_length_and_mix() {
+    let Some(gpu) = gpu_or_skip("decode_matches_original_for_every_chunk_size_length_and_mix") else { return };
+    let mut rng = Rng(0x1b9);
+    let lengths = [1usize, 3, 4, 7, 33, 100, 256, 1000, 1024, 1531, 4096, 4099, 16384, 65536];
+    for chunk in ChunkSize::ALL {
+        for &l in &lengths {
+            for mix in [Mix::Encoded, Mix::Raw, Mix::Mixed] {
+                let n = (2_000_000 / l).clamp(3, 700);
+                let (data, cb) = dataset(&mut rng, l, n, chunk, mix);
+                check_all(&gpu, &mut rng, &data, l, &cb, &format!("C={} L={l} {mix:?}", chunk.bytes()));
+            }
+        }
+    }
+}
+
+#[test]
+fn decode_options_change_geometry_not_results() {
+    let Some(gpu) = gpu_or_skip("decode_options_change_geometry_not_results") else { return };
+    let mut rng = Rng(77);
+    let (l, n) = (5732, 400);
+    let (data, cb) = dataset(&mut rng, l, n, ChunkSize::try_from(4).unwrap(), Mix::Mixed);
+    let packed = compress_packed(&cb, Rows::new(&data, l).unwrap()).unwrap();
+    let ds = GpuDataset::upload_packed(&gpu, &cb, &packed.view(), Residency::Pinned).unwrap();
+    let index: Vec<u64> = (0..n as u64).rev().collect();
+    for opts in [
+        DecodeOptions::default().with_max_sms(3),
+        DecodeOptions::default().with_ring_bytes(512),
+        DecodeOptions::default().with_warps_per_block(1),
+        DecodeOptions::default().with_ring_bytes(16384).with_warps_per_block(4),
+    ] {
+        assert_eq!(gpu_gather(&gpu, &ds, &index, &opts).unwrap(), expected(&data, l, &index), "{opts:?}");
+    }
+}
+
+#[test]
+fn corrupt_tensors_are_reported_and_zeroed_without_stray_writes() {
+    let Some(gpu) = gpu_or_skip("corrupt_tensors_are_reported_and_zeroed_without_stray_writes") else { return };
+    let mut rng = Rng(4242);
+    let (l, n) = (1024, 64);
+    let (data, cb) = dataset(&mut rng, l, n, ChunkSize::try_from(4).unwrap(), Mix::Encoded);
+    let rows = Rows::new(&data, l).unwrap();
+    let mut found = 0;
+    for layout in ["packed", "fixed"] {
+        for trial in 0..40 {
+            let (mut bytes, ds_of): (Vec<u8>, Box<dyn Fn(&[u8]) -> GpuDataset>) = if layout == "packed" {
+                let p = compress_packed(&cb, rows).unwrap();
+                let (flags, offsets, r) = (p.flags.clone(), p.offsets.clone(), p.rows);
+                let cb2 = cb.clone();
+                let g = &gpu;
+                (
+                    p.payload.clone(),
+                    Box::new(move |payload: &[u8]| {
+                        let v = ibp::layout::PackedRef::new(l, r, &flags, std::borrow::Cow::Borrowed(&offsets), payload).unwrap();
+                        GpuDataset::upload_packed(g, &cb2, &v, Residency::Device).unwrap()
+                    }),
+                )
+            } else {
+                let f = compress_fixed(&cb, rows).unwrap();
+                let (flags, r) = (f.flags.clone(), f.rows);
+                let cb2 = cb.clone();
+                let g = &gpu;
+                (
+                    f.slots.clone(),
+                    Box::new(move |slots: &[u8]| {
+                        let v = ibp::layout::FixedStrideRef::new(l, r, &flags, slots).unwrap();
+                        GpuDataset::upload_fixed(g, &cb2, &v, Residency::Device).unwrap()
+                    }),
+                )
+            };
+            // Damage the participation bits of one tensor (the decoder's
+            // length and offsets come from them).
+            let victim = rng.next() as usize % n;
+            let start = if layout == "packed" {
+                compress_packed(&cb, rows).unwrap().offsets[victim] as usize
+            } else {
+                victim * l
+            };
+            let bit = rng.next() as usize % 256;
+            bytes[start + bit / 8] ^= 1 << (bit % 8);
+            let ds = ds_of(&bytes);
+            let index: Vec<u64> = (0..n as u64).collect();
+            match gpu_gather(&gpu, &ds, &index, &DecodeOptions::default()) {
+                Ok(out) => {
+                    // The flip landed where it changes only the value of a
+                    // raw chunk's bits: then only that tensor may differ.
+                    let want = expected(&data, l, &index);
+                    for (r, (a, b)) in out.chunks(l).zip(want.chunks(l)).enumerate() {
+                        assert!(a == b || r == victim, "{layout} trial {trial}: row {r} changed");
+                    }
+                }
+                Err(e) => {
+                    assert_eq!(e.kind(), ibp::ErrorKind::Corrupt, "{layout} trial {trial}: {e}");
+                    found += 1;
+                }
+            }
+        }
+    }
+    assert!(found > 10, "only {found} of 80 damaged datasets were reported corrupt");
+    // An index out of range is reported, not read.
+    let packed = compress_packed(&cb, rows).unwrap();
+    let ds = GpuDataset::upload_packed(&gpu, &cb, &packed.view(), Residency::Device).unwrap();
+    let err = gpu_gather(&gpu, &ds, &[0, n as u64 + 5, 1], &DecodeOptions::default()).unwrap_err();
+    assert_eq!(err.kind(), ibp::ErrorKind::InvalidArgument);
+}
+
+#[test]
+fn real_tables_decode_bit_exactly() {
+    let Some(gpu) = gpu_or_skip("real_tables_decode_bit_exactly") else { return };
+    let mut rng = Rng(1);
+    let mut ran = 0;
+    let cora = ibp::io::InputFile::open(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("data/cora-features.npz").as_path()).unwrap();
+    let doc = ibp::io::parse(cora.bytes(), ibp::io::SourceFormat::Npz, &Default::default()).unwrap();
+    let g = &doc.groups[0];
+    let l = g.row_shape(None).unwrap().row_bytes as usize;
+    let fit = ibp::fit::fit(Rows::new(&g.data, l).unwrap(), &Default::default()).unwrap();
+    check_all(&gpu, &mut rng, &g.data, l, &fit.codebook, "cora");
+    ran += 1;
+    if let Some(p) = data_file("model.safetensors") {
+        let f = ibp::io::InputFile::open(&p).unwrap();
+        let opts = ibp::io::ParseOptions::default().with_select(["embeddings.word_embeddings.weight"]);
+        let doc = ibp::io::parse(f.bytes(), ibp::io::SourceFormat::Safetensors, &opts).unwrap();
+        let g = &doc.groups[0];
+        let l = g.row_shape(None).unwrap().row_bytes as usize;
+        let fit = ibp::fit::fit(Rows::new(&g.data, l).unwrap(), &Default::default()).unwrap();
+        check_all(&gpu, &mut rng, &g.data, l, &fit.codebook, "minilm f32");
+        let bf16: Vec<u8> = g
+            .data
+            .chunks_exact(4)
+            .flat_map(|b| half::bf16::from_f32(f32::from_le_bytes(b.try_into().unwrap())).to_le_bytes())
+            .collect();
+        let fit = ibp::fit::fit(Rows::new(&bf16, l / 2).unwrap(), &Default::default()).unwrap();
+        check_all(&gpu, &mut rng, &bf16, l / 2, &fit.codebook, "minilm bf16");
+        ran += 2;
+    } else {
+        notice("real_tables_decode_bit_exactly: MiniLM skipped: model.safetensors not found (run scripts/setup.sh)");
+    }
+    assert!(ran >= 1);
+}
