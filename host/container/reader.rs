@@ -221,9 +221,9 @@ impl<'a> IbpFile<'a> {
     pub fn stats(&self) -> GroupStats {
         let mut s = self.groups().fold(GroupStats::default(), |mut acc, g| {
             let st = g.stats();
-            acc.rows += st.rows;
-            acc.encoded_rows += st.encoded_rows;
-            acc.original_bytes += st.original_bytes;
+            acc.rows = acc.rows.saturating_add(st.rows);
+            acc.encoded_rows = acc.encoded_rows.saturating_add(st.encoded_rows);
+            acc.original_bytes = acc.original_bytes.saturating_add(st.original_bytes);
             acc
         });
         s.stored_bytes = self.bytes().len() as u64;
