@@ -750,3 +750,36 @@ fn cora_features_through_the_container() {
     );
     assert!(st.ratio() > 2.0, "{st:?}");
 }
+
+#[test]
+fn packed_group_claiming_more_than_its_payload_is_refused_at_open() {
+    // 100000 rows of 4 KiB "encoded" in 0 bytes each: 400 MB to allocate
+    // from a file of a few kilobytes. Open must refuse before decompressing.
+    let (n, l) = (100_000u64, 4096u64);
+    let manifest = serde_json::json!({
+        "groups": [{
+            "name": "bomb", "dtype": "u8", "elem_bytes": 1, "shape": [n, l], "rows": n, "row_bytes": l,
+            "layout": "packed", "chunk_bytes": 8, "xxh3": "0000000000000000"
+        }],
+        "envelope": [{"group": 0}]
+    });
+    let sections = vec![
+        (
+            3u32,
+            1u16,
+            0u32,
+            vec![0xffu8; 2 * l as usize]
+                .into_iter()
+                .enumerate()
+                .map(|(i, b)| if i < l as usize { b } else { 0 })
+                .collect(),
+        ),
+        (4, 1, 0, vec![0xff; (n / 8) as usize]),
+        (5, 1, 0, vec![0; 8 * (n as usize + 1)]),
+        (6, 1, 0, vec![]),
+        (1, 1, u32::MAX, serde_json::to_vec(&manifest).unwrap()),
+    ];
+    let e = IbpFile::from_bytes(&assemble(1, &sections)).err().unwrap();
+    assert_eq!(e.kind(), ErrorKind::Corrupt);
+    assert!(e.message().contains("payload cannot hold"), "{e}");
+}

@@ -962,7 +962,25 @@ fn group_entry(bytes: &[u8], i: usize, info: GroupInfo, s: GroupSections) -> Res
             {
                 return Err(bad("the offsets table has the wrong length"));
             }
-            let p = PackedRef::from_le_offsets(l, rows, flags, offsets, slice(&s.payload))
+            // Every stored tensor holds at least its ⌈K/8⌉ bytes of
+            // participation bits. Checking the total here bounds N · L by
+            // 8C times the payload, so decompression never allocates a size
+            // the file cannot back (per-tensor lengths are checked when
+            // decoding).
+            let payload = slice(&s.payload);
+            let min_row = (l.div_ceil(chunk.bytes() as usize)).div_ceil(8) as u64;
+            if info
+                .rows
+                .checked_mul(min_row)
+                .is_none_or(|m| m > payload.len() as u64)
+            {
+                return Err(bad(&format!(
+                    "a {}-byte payload cannot hold {} tensors of at least {min_row} bytes",
+                    payload.len(),
+                    info.rows
+                )));
+            }
+            let p = PackedRef::from_le_offsets(l, rows, flags, offsets, payload)
                 .map_err(|e| corrupt_in(e, i, &info))?;
             p.validate().map_err(|e| corrupt_in(e, i, &info))?;
             if bytemuck::try_cast_slice::<u8, u64>(offsets).is_err() || cfg!(target_endian = "big")
