@@ -21,15 +21,25 @@ fuzz_target!(|data: &[u8]| {
 });
 
 fn exercise(bytes: &[u8]) {
-    let Ok(file) = IbpFile::from_bytes(bytes) else { return };
+    let Ok(file) = IbpFile::from_bytes(bytes) else {
+        return;
+    };
     for g in file.groups() {
-        let _ = (g.name(), g.dtype(), g.shape(), g.stats(), g.codebook(), g.threshold());
+        let _ = (
+            g.name(),
+            g.dtype(),
+            g.shape(),
+            g.stats(),
+            g.codebook(),
+            g.threshold(),
+        );
         let _ = (g.packed(), g.fixed(), g.raw());
         if let Ok(data) = g.decompress() {
             let l = g.row_bytes() as usize;
             if g.rows() > 0 && l > 0 {
                 let mut row = vec![0u8; l];
-                g.decompress_rows(0..1, &mut row).expect("row 0 of a group that decompresses");
+                g.decompress_rows(0..1, &mut row)
+                    .expect("row 0 of a group that decompresses");
                 assert_eq!(row[..], data[..l]);
             }
         }

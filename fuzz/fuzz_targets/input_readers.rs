@@ -7,10 +7,17 @@ use ibp::io::{self, ParseOptions, SourceFormat};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    for format in [SourceFormat::Npy, SourceFormat::Npz, SourceFormat::Safetensors] {
+    for format in [
+        SourceFormat::Npy,
+        SourceFormat::Npz,
+        SourceFormat::Safetensors,
+    ] {
         if let Ok(doc) = io::parse(data, format, &ParseOptions::default()) {
             let back = doc.restore_to_vec().expect("a parsed document restores");
-            assert!(back == data, "{format}: restored bytes differ from the input");
+            assert!(
+                back == data,
+                "{format}: restored bytes differ from the input"
+            );
         }
     }
     let _ = SourceFormat::detect(None, data);
