@@ -783,3 +783,120 @@ fn packed_group_claiming_more_than_its_payload_is_refused_at_open() {
     assert_eq!(e.kind(), ErrorKind::Corrupt);
     assert!(e.message().contains("payload cannot hold"), "{e}");
 }
+
+// ------------------------------------------------------------- golden
+
+/// The golden file's contents, built with an explicit codebook so that only
+/// the format (and the codec of §1–§3) decide its bytes.
+fn golden_v1_build() -> (Vec<u8>, Vec<u8>) {
+    use ibp::codebook::ChunkSize;
+    // 6 tensors of 5 bytes; the codebook fixes the top nibble of bytes 0-3.
+    let rows: Vec<u8> = (0u8..30)
+        .map(|i| {
+            if i % 5 == 4 {
+                i.wrapping_mul(37)
+            } else {
+                0x30 | (i & 0x0f)
+            }
+        })
+        .collect();
+    let cb = Codebook::new(
+        ChunkSize::Two,
+        vec![0xf0, 0xf0, 0xf0, 0xf0, 0],
+        vec![0x30, 0x30, 0x30, 0x30, 0],
+    )
+    .unwrap();
+    let packed = compress_packed(&cb, Rows::new(&rows, 5).unwrap()).unwrap();
+    let mut original = b"HDR:".to_vec();
+    original.extend(&rows);
+    let mut e = flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::new(6));
+    std::io::Write::write_all(&mut e, b"in").unwrap();
+    std::io::Write::write_all(&mut e, b"xyz").unwrap();
+    original.extend(e.finish().unwrap());
+
+    let mut w = ContainerWriter::new(Vec::new()).unwrap();
+    w.set_source(Some(SourceInfo {
+        format: SourceFormat::Npz,
+        fingerprint: Fingerprint::of(&original),
+    }));
+    let hdr = w.add_piece(b"HDR:").unwrap();
+    let g = w
+        .add_group(
+            GroupMeta::new("g", DType::U8, vec![6, 5], 6, 5, &rows),
+            GroupData::Packed {
+                codebook: &cb,
+                threshold: Some(ibp::codebook::Threshold::from_basis_points(9000).unwrap()),
+                packed: packed.view(),
+            },
+        )
+        .unwrap();
+    let inn = w.add_piece(b"in").unwrap();
+    let r = w
+        .add_group(
+            GroupMeta::new("r", DType::U8, vec![3], 1, 3, b"xyz"),
+            GroupData::Raw(b"xyz"),
+        )
+        .unwrap();
+    let envelope = [
+        Segment::Raw(hdr),
+        Segment::Group(g as usize),
+        Segment::Deflate {
+            level: 6,
+            inner: vec![Segment::Raw(inn), Segment::Group(r as usize)],
+        },
+    ];
+    (w.finish(&envelope).unwrap().0, original)
+}
+
+/// A version-1 container, frozen. Never regenerate it: every later ibp
+/// must read this exact file (FORMAT.md §6.7).
+const GOLDEN_V1_HEX: &str = concat!(
+    "894942500d0a1a0a01004000000000000000000000000000000000000000000000000000000000000000000000000000",
+    "0000000000000000923d66b01cffec234844523a00000000000000000000000000000000000000000000000000000000",
+    "0000000000000000000000000000000000000000000000000000000000000000f0f0f0f0003030303000000000000000",
+    "000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000",
+    "3f0000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000",
+    "000000000000000000000000000000000000000000000000040000000000000008000000000000000c00000000000000",
+    "10000000000000001400000000000000180000000000000000000000000000008790a1042f3b6c02d7e536007f08f905",
+    "a7b2c3034f5d8e0100000000000000000000000000000000000000000000000000000000000000000000000000000000",
+    "696e00000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000",
+    "0000000000000000000000000000000078797a0000000000000000000000000000000000000000000000000000000000",
+    "00000000000000000000000000000000000000000000000000000000000000007b22736f75726365223a7b22666f726d",
+    "6174223a226e707a222c226c656e677468223a34312c2278786833223a2230633166623034306665636466376631227d",
+    "2c2267726f757073223a5b7b226e616d65223a2267222c226474797065223a227538222c22656c656d5f627974657322",
+    "3a312c227368617065223a5b362c355d2c22726f7773223a362c22726f775f6279746573223a352c226c61796f757422",
+    "3a227061636b6564222c226368756e6b5f6279746573223a322c227468726573686f6c645f6270223a393030302c2278",
+    "786833223a2266313138363435326330663738373935227d2c7b226e616d65223a2272222c226474797065223a227538",
+    "222c22656c656d5f6279746573223a312c227368617065223a5b335d2c22726f7773223a312c22726f775f6279746573",
+    "223a332c226c61796f7574223a22726177222c2278786833223a2236323736643236353666343131663166227d5d2c22",
+    "656e76656c6f7065223a5b7b227069656365223a307d2c7b2267726f7570223a307d2c7b226465666c617465223a7b22",
+    "656e67696e65223a227a6c6962222c226c6576656c223a362c22696e6e6572223a5b7b227069656365223a317d2c7b22",
+    "67726f7570223a317d5d7d7d5d7d00000000000000000000000000000000000000000000000000000000000000000000",
+    "000000000000000000000000000000000200000001000000000000000000000040000000000000000400000000000000",
+    "e870507daa6cc31100000000000000000300000001000000000000000000000080000000000000000a00000000000000",
+    "b55517da1c254b35000000000000000004000000010000000000000000000000c0000000000000000100000000000000",
+    "0b69fe195f30728b00000000000000000500000001000000000000000000000000010000000000003800000000000000",
+    "384a2084b15a394800000000000000000600000001000000000000000000000040010000000000001800000000000000",
+    "4ccd211c4ecb557400000000000000000200000001000000010000000000000080010000000000000200000000000000",
+    "a6f9de568a8d0648000000000000000008000000010000000100000000000000c0010000000000000300000000000000",
+    "1f1f416f65d2766200000000000000000100000001000000ffffffff000000000002000000000000ce01000000000000",
+    "7f045bdc085557f2000000000000000089494250454e440a00040000000000000800000000000000105077d3d7acb1e9",
+    "c005000000000000010000000000000000000000000000007d3df8fe835f0b3a",
+);
+
+#[test]
+fn golden_v1_file() {
+    let (built, original) = golden_v1_build();
+    let hex: String = built.iter().map(|b| format!("{b:02x}")).collect();
+    let golden: Vec<u8> = (0..GOLDEN_V1_HEX.len() / 2)
+        .map(|i| u8::from_str_radix(&GOLDEN_V1_HEX[2 * i..2 * i + 2], 16).unwrap())
+        .collect();
+    assert!(
+        golden == built,
+        "the writer no longer produces the golden v1 file; it now writes\n{hex}"
+    );
+    let file = IbpFile::from_bytes(&golden).unwrap();
+    assert_eq!(file.restore_to_vec().unwrap(), original);
+    let g = file.find_group("g").unwrap();
+    assert_eq!((g.rows(), g.row_bytes(), g.stats().encoded_rows), (6, 5, 6));
+}
