@@ -27,7 +27,10 @@ use std::io::Write;
 
 use rayon::prelude::*;
 
-pub use format::{ALIGN, DirEntry, FLAG_REQUIRED, MAGIC, SectionKind, VERSION};
+pub use format::{
+    ALIGN, DirEntry, ENTRY_LEN, FLAG_REQUIRED, HEADER_LEN, MAGIC, NO_OWNER, SectionKind,
+    TRAILER_LEN, TRAILER_MAGIC, VERSION,
+};
 pub use manifest::{GroupInfo, GroupLayout, SourceInfo};
 pub use reader::{GroupStats, GroupView, IbpFile};
 pub use writer::{ContainerWriter, GroupData, GroupMeta};
