@@ -151,10 +151,14 @@ fn packed_roundtrip_with_mixed_groups() {
     assert_eq!(file.version(), 1);
     assert_eq!(
         file.source(),
-        Some(SourceInfo {
-            format: SourceFormat::Safetensors,
-            fingerprint: Fingerprint::of(&original)
-        })
+        Some(&SourceInfo::new(
+            SourceFormat::Safetensors,
+            Fingerprint::of(&original)
+        ))
+    );
+    assert_eq!(
+        file.source().unwrap().source_format(),
+        Some(SourceFormat::Safetensors)
     );
     assert_eq!(file.group_count(), 6);
     for (g, d) in file.groups().zip(&doc.groups) {
@@ -666,6 +670,16 @@ fn hand_assembled_files_and_forward_compatibility() {
         &original,
     );
 
+    // A source format this ibp does not know still restores.
+    let mut json: serde_json::Value = serde_json::from_slice(&secs[mi].3).unwrap();
+    json["source"]["format"] = serde_json::json!("gguf");
+    let mut fmt = secs.clone();
+    fmt[mi].3 = serde_json::to_vec(&json).unwrap();
+    let fmt_bytes = assemble(1, &fmt);
+    let f = IbpFile::from_bytes(&fmt_bytes).unwrap();
+    assert_eq!(f.source().unwrap().source_format(), None);
+    check_restores(&f, &original);
+
     // Sections in another order (manifest first) are fine too.
     let mut reordered = secs.clone();
     let m = reordered.remove(mi);
@@ -815,10 +829,10 @@ fn golden_v1_build() -> (Vec<u8>, Vec<u8>) {
     original.extend(e.finish().unwrap());
 
     let mut w = ContainerWriter::new(Vec::new()).unwrap();
-    w.set_source(Some(SourceInfo {
-        format: SourceFormat::Npz,
-        fingerprint: Fingerprint::of(&original),
-    }));
+    w.set_source(Some(SourceInfo::new(
+        SourceFormat::Npz,
+        Fingerprint::of(&original),
+    )));
     let hdr = w.add_piece(b"HDR:").unwrap();
     let g = w
         .add_group(

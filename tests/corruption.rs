@@ -62,10 +62,10 @@ fn small_container() -> (Vec<u8>, Vec<u8>) {
     original.extend(b"raw!");
 
     let mut w = ContainerWriter::new(Vec::new()).unwrap();
-    w.set_source(Some(SourceInfo {
-        format: SourceFormat::Npz,
-        fingerprint: Fingerprint::of(&original),
-    }));
+    w.set_source(Some(SourceInfo::new(
+        SourceFormat::Npz,
+        Fingerprint::of(&original),
+    )));
     w.add_note("note");
     let head = w.add_piece(b"HEAD").unwrap();
     let ga = w

@@ -123,12 +123,29 @@ impl GroupInfo {
 }
 
 /// Where the original file came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SourceInfo {
-    /// Its format.
-    pub format: SourceFormat,
+    /// The name of its format ([`SourceFormat::name`]). Kept as a string:
+    /// a file from a later ibp that reads more formats still restores here,
+    /// since restoring does not depend on the format.
+    pub format: String,
     /// Its length and hash: a restore must reproduce both.
     pub fingerprint: Fingerprint,
+}
+
+impl SourceInfo {
+    /// The source of a file of `format` with `fingerprint`.
+    pub fn new(format: SourceFormat, fingerprint: Fingerprint) -> Self {
+        SourceInfo {
+            format: format.name().to_string(),
+            fingerprint,
+        }
+    }
+
+    /// The format, if this ibp knows it.
+    pub fn source_format(&self) -> Option<SourceFormat> {
+        SourceFormat::from_name(&self.format)
+    }
 }
 
 /// The decoded manifest.
@@ -157,8 +174,8 @@ fn unhex(s: &str, what: &str) -> Result<u64> {
 impl Manifest {
     pub fn to_json(&self) -> Vec<u8> {
         let m = ManifestJson {
-            source: self.source.map(|s| SourceJson {
-                format: s.format.name().to_string(),
+            source: self.source.as_ref().map(|s| SourceJson {
+                format: s.format.clone(),
                 length: s.fingerprint.len,
                 xxh3: hex(s.fingerprint.xxh3),
             }),
@@ -191,14 +208,8 @@ impl Manifest {
         let source = m
             .source
             .map(|s| {
-                let format = SourceFormat::from_name(&s.format).ok_or_else(|| {
-                    Error::unsupported(format!(
-                        "manifest: source format {:?} is unknown to this ibp",
-                        s.format
-                    ))
-                })?;
                 Ok::<_, Error>(SourceInfo {
-                    format,
+                    format: s.format,
                     fingerprint: Fingerprint {
                         len: s.length,
                         xxh3: unhex(&s.xxh3, "source xxh3")?,

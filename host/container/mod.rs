@@ -171,10 +171,7 @@ pub fn compress_document_with_progress<W: Write>(
 ) -> Result<(W, CompressReport)> {
     let total = doc.groups.iter().map(|g| g.data.len() as u64).sum::<u64>() + doc.raw_bytes();
     let mut w = ContainerWriter::new(out)?;
-    w.set_source(Some(SourceInfo {
-        format: doc.format,
-        fingerprint: doc.original,
-    }));
+    w.set_source(Some(SourceInfo::new(doc.format, doc.original)));
     for n in &doc.notes {
         w.add_note(n.clone());
     }

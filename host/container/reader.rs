@@ -173,8 +173,8 @@ impl<'a> IbpFile<'a> {
     }
 
     /// The original file's format and fingerprint, when recorded.
-    pub fn source(&self) -> Option<SourceInfo> {
-        self.source
+    pub fn source(&self) -> Option<&SourceInfo> {
+        self.source.as_ref()
     }
 
     /// Notes the writer kept for people.
@@ -245,6 +245,7 @@ impl<'a> IbpFile<'a> {
     pub fn restore_with_progress(&self, out: &mut dyn Write, progress: Progress<'_>) -> Result<()> {
         let total = self
             .source
+            .as_ref()
             .map_or_else(|| self.stats().original_bytes, |s| s.fingerprint.len);
         let mut sink = HashingWriter {
             inner: out,
@@ -261,7 +262,7 @@ impl<'a> IbpFile<'a> {
             },
             &mut sink,
         )?;
-        if let Some(src) = self.source {
+        if let Some(src) = &self.source {
             let got = crate::io::Fingerprint {
                 len: sink.len,
                 xxh3: sink.hash.digest(),
@@ -279,7 +280,7 @@ impl<'a> IbpFile<'a> {
     /// The original file as a vector.
     pub fn restore_to_vec(&self) -> Result<Vec<u8>> {
         let mut v = Vec::new();
-        if let Some(s) = self.source {
+        if let Some(s) = &self.source {
             v.try_reserve_exact(usize::try_from(s.fingerprint.len).unwrap_or(0))
                 .ok();
         }
@@ -318,9 +319,11 @@ impl<'a> IbpFile<'a> {
                 })
                 .collect()
         }
-        let source = self.source;
+        let source = self.source.as_ref();
         Ok(Document {
-            format: source.map_or(crate::io::SourceFormat::Raw, |s| s.format),
+            format: source
+                .and_then(SourceInfo::source_format)
+                .unwrap_or(crate::io::SourceFormat::Raw),
             groups,
             envelope: convert(self, &self.envelope),
             original: source.map_or_else(

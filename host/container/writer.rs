@@ -214,7 +214,7 @@ impl<W: Write> ContainerWriter<W> {
             )));
         }
         let manifest = Manifest {
-            source: self.source,
+            source: self.source.take(),
             groups: std::mem::take(&mut self.groups),
             envelope: envelope.to_vec(),
             notes: std::mem::take(&mut self.notes),
