@@ -17,6 +17,10 @@
 //! second pass. Readers start from the end instead, which a memory map makes
 //! free.
 
+// No unsafe code anywhere in the container: memory maps come from
+// `io::InputFile`, and in-place views are bytemuck casts.
+#![forbid(unsafe_code)]
+
 mod format;
 mod manifest;
 mod reader;

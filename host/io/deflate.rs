@@ -9,6 +9,7 @@
 //! zlib. Measured on `cora-features.npz` (15.5 MB member): zlib 1.2.13 and
 //! 1.3.2 reproduce it at level 6; miniz_oxide (flate2's default) and zlib-rs
 //! reproduce it at no level.
+#![forbid(unsafe_code)]
 
 use std::io::Write;
 

@@ -6,6 +6,7 @@
 //! a small parser for the literals numpy writes (strings, integers, booleans,
 //! `None`, tuples, lists, dicts), with a nesting limit so that hostile input
 //! cannot exhaust the stack.
+#![forbid(unsafe_code)]
 
 use std::borrow::Cow;
 

@@ -12,6 +12,7 @@
 //! re-deflating it at some zlib level reproduces the stored stream exactly;
 //! otherwise its compressed bytes are kept as they are (still exact, no
 //! savings) and a note says so.
+#![forbid(unsafe_code)]
 
 use std::borrow::Cow;
 

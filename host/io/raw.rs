@@ -1,4 +1,5 @@
 //! Bare tensor bytes with no header: the caller says what they are.
+#![forbid(unsafe_code)]
 
 use std::borrow::Cow;
 

@@ -5,6 +5,7 @@
 //! The header is kept verbatim (key order, whitespace and padding included);
 //! each tensor's byte range becomes a group, and any bytes between or after
 //! the ranges stay raw.
+#![forbid(unsafe_code)]
 
 use std::borrow::Cow;
 
