@@ -223,7 +223,7 @@ fn real_tables_decode_bit_exactly() {
     let Some(gpu) = gpu_or_skip("real_tables_decode_bit_exactly") else { return };
     let mut rng = Rng(1);
     let mut ran = 0;
-    let cora = ibp::io::InputFile::open(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("data/cora-features.npz").as_path()).unwrap();
+    let cora = ibp::io::InputFile::open(&data_file("cora-features.npz").expect("cora-features.npz (data/ in the repository)")).unwrap();
     let doc = ibp::io::parse(cora.bytes(), ibp::io::SourceFormat::Npz, &Default::default()).unwrap();
     let g = &doc.groups[0];
     let l = g.row_shape(None).unwrap().row_bytes as usize;

@@ -38,6 +38,10 @@ pub fn data_file(name: &str) -> Option<PathBuf> {
         candidates.push(PathBuf::from(d).join(name));
     }
     candidates.push(root.join(".tools/data").join(name));
+    // Relative to the working directory too: test binaries run on another
+    // machine (the GPU host) from a copy of the repository.
+    candidates.push(PathBuf::from("data").join(name));
+    candidates.push(PathBuf::from(".device/data").join(name));
     candidates.push(root.join("data").join(name));
     candidates.push(root.join("../shared/data").join(name));
     candidates.into_iter().find(|p| p.is_file())
