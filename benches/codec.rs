@@ -35,7 +35,9 @@ impl Rng {
 fn cora() -> (Vec<f32>, usize) {
     let (rows, cols) = (2708, 1433);
     let mut rng = Rng(1);
-    let values = (0..rows * cols).map(|_| if rng.next() % 1000 < 13 { 1.0 } else { 0.0 }).collect();
+    let values = (0..rows * cols)
+        .map(|_| if rng.next() % 1000 < 13 { 1.0 } else { 0.0 })
+        .collect();
     (values, cols)
 }
 
@@ -78,7 +80,9 @@ fn bench_dataset(c: &mut Criterion, name: &str, values: &[f32], cols: usize) {
     let mut g = c.benchmark_group(name);
     g.throughput(Throughput::Bytes(bytes));
     g.bench_function("fit", |b| b.iter(|| fit(rows, &opts).expect("fit")));
-    g.bench_function("compress_packed", |b| b.iter(|| compress_packed(&cb, rows).expect("compress")));
+    g.bench_function("compress_packed", |b| {
+        b.iter(|| compress_packed(&cb, rows).expect("compress"))
+    });
     g.bench_function("decompress_packed", |b| {
         b.iter(|| decompress_packed(&cb, &packed.view(), &mut out).expect("decompress"))
     });

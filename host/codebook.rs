@@ -31,7 +31,12 @@ pub enum ChunkSize {
 
 impl ChunkSize {
     /// Every chunk size, smallest first.
-    pub const ALL: [ChunkSize; 4] = [ChunkSize::One, ChunkSize::Two, ChunkSize::Four, ChunkSize::Eight];
+    pub const ALL: [ChunkSize; 4] = [
+        ChunkSize::One,
+        ChunkSize::Two,
+        ChunkSize::Four,
+        ChunkSize::Eight,
+    ];
 
     /// Bytes per chunk: 1, 2, 4 or 8.
     pub const fn bytes(self) -> u32 {
@@ -58,7 +63,9 @@ impl TryFrom<u32> for ChunkSize {
             2 => Ok(ChunkSize::Two),
             4 => Ok(ChunkSize::Four),
             8 => Ok(ChunkSize::Eight),
-            _ => Err(Error::invalid(format!("chunk size {bytes} bytes is not supported; use 1, 2, 4 or 8"))),
+            _ => Err(Error::invalid(format!(
+                "chunk size {bytes} bytes is not supported; use 1, 2, 4 or 8"
+            ))),
         }
     }
 }
@@ -104,7 +111,9 @@ impl Threshold {
     pub fn from_fraction(t: f64) -> Result<Self> {
         let bp = (t * 10000.0).round();
         if !bp.is_finite() || !(5000.0..=10000.0).contains(&bp) {
-            return Err(Error::invalid(format!("threshold {t} is out of range; use 0.5 to 1.0")));
+            return Err(Error::invalid(format!(
+                "threshold {t} is out of range; use 0.5 to 1.0"
+            )));
         }
         Ok(Threshold(bp as u16))
     }
@@ -121,7 +130,14 @@ impl Threshold {
 
     /// The spec's default sweep: `T = 7000, 7500, …, 9500`.
     pub const fn default_sweep() -> [Threshold; 6] {
-        [Threshold(7000), Threshold(7500), Threshold(8000), Threshold(8500), Threshold(9000), Threshold(9500)]
+        [
+            Threshold(7000),
+            Threshold(7500),
+            Threshold(8000),
+            Threshold(8500),
+            Threshold(9000),
+            Threshold(9500),
+        ]
     }
 }
 
@@ -130,7 +146,12 @@ impl fmt::Display for Threshold {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let frac = format!("{:04}", self.0 % 10000);
         let frac = frac.trim_end_matches('0');
-        write!(f, "{}.{}", self.0 / 10000, if frac.is_empty() { "0" } else { frac })
+        write!(
+            f,
+            "{}.{}",
+            self.0 / 10000,
+            if frac.is_empty() { "0" } else { frac }
+        )
     }
 }
 
@@ -139,10 +160,9 @@ impl FromStr for Threshold {
 
     /// Parses a fraction such as `0.85`.
     fn from_str(s: &str) -> Result<Self> {
-        let t: f64 = s
-            .trim()
-            .parse()
-            .map_err(|_| Error::invalid(format!("threshold {s:?} is not a number; write e.g. 0.85")))?;
+        let t: f64 = s.trim().parse().map_err(|_| {
+            Error::invalid(format!("threshold {s:?} is not a number; write e.g. 0.85"))
+        })?;
         Threshold::from_fraction(t)
     }
 }
@@ -166,7 +186,9 @@ impl Codebook {
     /// or when `bitval` has a bit set outside `mask`.
     pub fn new(chunk: ChunkSize, mask: Vec<u8>, bitval: Vec<u8>) -> Result<Self> {
         if mask.is_empty() {
-            return Err(Error::invalid("codebook mask is empty; tensors need at least one byte"));
+            return Err(Error::invalid(
+                "codebook mask is empty; tensors need at least one byte",
+            ));
         }
         if mask.len() != bitval.len() {
             return Err(Error::invalid(format!(
@@ -182,7 +204,12 @@ impl Codebook {
             )));
         }
         let tables = ChunkTables::build(chunk, &mask, &bitval);
-        Ok(Self { chunk, mask, bitval, tables })
+        Ok(Self {
+            chunk,
+            mask,
+            bitval,
+            tables,
+        })
     }
 
     /// The codebook of threshold `t` for bit counts `counts` (`8 L` entries,
@@ -313,7 +340,12 @@ impl ChunkTables {
                 }
             })
             .collect();
-        Self { row_bytes: mask.len(), chunk, entries, total_width: 8 * mask.len() as u64 }
+        Self {
+            row_bytes: mask.len(),
+            chunk,
+            entries,
+            total_width: 8 * mask.len() as u64,
+        }
     }
 
     /// Tensor length in bytes (`L`).
@@ -403,18 +435,32 @@ mod tests {
     #[test]
     fn threshold_rounds_to_basis_points_and_prints_exactly() {
         assert_eq!(Threshold::from_fraction(0.85).unwrap().basis_points(), 8500);
-        assert_eq!(Threshold::from_fraction(0.85004).unwrap().basis_points(), 8500);
-        assert_eq!(Threshold::from_fraction(0.49996).unwrap().basis_points(), 5000);
+        assert_eq!(
+            Threshold::from_fraction(0.85004).unwrap().basis_points(),
+            8500
+        );
+        assert_eq!(
+            Threshold::from_fraction(0.49996).unwrap().basis_points(),
+            5000
+        );
         assert_eq!("0.7".parse::<Threshold>().unwrap().basis_points(), 7000);
         for bad in [0.4, 1.01, f64::NAN, f64::INFINITY, -0.9] {
-            assert_eq!(Threshold::from_fraction(bad).unwrap_err().kind(), ErrorKind::InvalidArgument);
+            assert_eq!(
+                Threshold::from_fraction(bad).unwrap_err().kind(),
+                ErrorKind::InvalidArgument
+            );
         }
         assert!("x".parse::<Threshold>().is_err());
         assert!(Threshold::from_basis_points(4999).is_err());
         assert!(Threshold::from_basis_points(10001).is_err());
-        let shown: Vec<String> = [8500, 7000, 8525, 10000, 5001].map(|bp| Threshold(bp).to_string()).into();
+        let shown: Vec<String> = [8500, 7000, 8525, 10000, 5001]
+            .map(|bp| Threshold(bp).to_string())
+            .into();
         assert_eq!(shown, ["0.85", "0.7", "0.8525", "1.0", "0.5001"]);
-        let sweep: Vec<u16> = Threshold::default_sweep().iter().map(|t| t.basis_points()).collect();
+        let sweep: Vec<u16> = Threshold::default_sweep()
+            .iter()
+            .map(|t| t.basis_points())
+            .collect();
         assert_eq!(sweep, [7000, 7500, 8000, 8500, 9000, 9500]);
     }
 
@@ -445,7 +491,10 @@ mod tests {
         assert_eq!((cb.mask(), cb.bitval()), (&[0][..], &[0][..]));
         // T = 5000: everything but an exact tie (c = 10).
         let cb = Codebook::from_counts(&counts, 20, Threshold::MIN, ChunkSize::One).unwrap();
-        assert_eq!((cb.mask(), cb.bitval()), (&[0b1011_1111][..], &[0b1010_0011][..]));
+        assert_eq!(
+            (cb.mask(), cb.bitval()),
+            (&[0b1011_1111][..], &[0b1010_0011][..])
+        );
         // Counts that cannot come from 20 tensors, or not whole bytes.
         assert!(Codebook::from_counts(&[21, 0, 0, 0, 0, 0, 0, 0], 20, t, ChunkSize::One).is_err());
         assert!(Codebook::from_counts(&[0; 7], 20, t, ChunkSize::One).is_err());
@@ -458,9 +507,13 @@ mod tests {
     fn from_counts_does_not_overflow_at_huge_counts() {
         let n = u64::MAX;
         let counts = [n, 0, n - 1, 1, n / 2, n, 0, n];
-        let cb =
-            Codebook::from_counts(&counts, n, Threshold::from_basis_points(9999).unwrap(), ChunkSize::One)
-                .unwrap();
+        let cb = Codebook::from_counts(
+            &counts,
+            n,
+            Threshold::from_basis_points(9999).unwrap(),
+            ChunkSize::One,
+        )
+        .unwrap();
         // n - 1 of n is above 0.9999; n / 2 is not invariant.
         assert_eq!(cb.mask(), &[0b1110_1111]);
         assert_eq!(cb.bitval(), &[0b1010_0101]);
@@ -475,7 +528,10 @@ mod tests {
         assert_eq!(cb.chunks(), 2);
         assert_eq!(t.total_width(), 48);
         let e = t.entries();
-        assert_eq!((e[0].mask, e[0].bitval, e[0].width), (0xf000_0fff, 0x1000_0112, 32));
+        assert_eq!(
+            (e[0].mask, e[0].bitval, e[0].width),
+            (0xf000_0fff, 0x1000_0112, 32)
+        );
         assert_eq!((e[0].free, e[0].free_bits), (0x0fff_f000, 16));
         assert_eq!((e[1].mask, e[1].bitval, e[1].width), (0x8001, 0x0001, 16));
         assert_eq!((e[1].free, e[1].free_bits), (0x7ffe, 14));

@@ -67,7 +67,11 @@ pub fn stored_len(tables: &impl AsRef<ChunkTables>, row: &[u8]) -> Result<usize>
 ///
 /// Errors with [`crate::ErrorKind::InvalidArgument`] when `row` is not `L`
 /// bytes long or `out` is shorter than `E` (`L − 1` bytes always suffice).
-pub fn encode_row(tables: &impl AsRef<ChunkTables>, row: &[u8], out: &mut [u8]) -> Result<Option<usize>> {
+pub fn encode_row(
+    tables: &impl AsRef<ChunkTables>,
+    row: &[u8],
+    out: &mut [u8],
+) -> Result<Option<usize>> {
     let t = tables.as_ref();
     check_row(t, row)?;
     let e = encoded_bits_unchecked(t, row).div_ceil(8) as usize;
@@ -96,7 +100,11 @@ pub fn encode_row(tables: &impl AsRef<ChunkTables>, row: &[u8], out: &mut [u8]) 
 ///   the tensor raw) or a padding bit is set.
 ///
 /// On error the contents of `out` are unspecified.
-pub fn decode_row(tables: &impl AsRef<ChunkTables>, encoded: &[u8], out: &mut [u8]) -> Result<usize> {
+pub fn decode_row(
+    tables: &impl AsRef<ChunkTables>,
+    encoded: &[u8],
+    out: &mut [u8],
+) -> Result<usize> {
     let t = tables.as_ref();
     if out.len() != t.row_bytes() {
         return Err(Error::invalid(format!(
@@ -158,7 +166,9 @@ fn check_stream(t: &ChunkTables, encoded: &[u8], total: u64) -> Result<usize> {
     }
     let e = e as usize;
     if !total.is_multiple_of(8) && encoded[e - 1] >> (total % 8) != 0 {
-        return Err(Error::corrupt("padding bits after the encoded tensor are not zero"));
+        return Err(Error::corrupt(
+            "padding bits after the encoded tensor are not zero",
+        ));
     }
     Ok(e)
 }
@@ -329,7 +339,10 @@ fn saved_bits(entries: &[ChunkTable], encoded: &[u8]) -> u64 {
         .enumerate()
         .map(|(g, es)| {
             let pw = participation_word(encoded, g, es.len());
-            es.iter().enumerate().map(|(i, e)| (pw >> i & 1) * u64::from(e.width - e.free_bits)).sum::<u64>()
+            es.iter()
+                .enumerate()
+                .map(|(i, e)| (pw >> i & 1) * u64::from(e.width - e.free_bits))
+                .sum::<u64>()
         })
         .sum()
 }
@@ -364,7 +377,12 @@ impl<'a> BitWriter<'a> {
     /// A writer whose first bit lands at bit `bit` of `out`. The bits below it
     /// in that byte are written as zeros.
     fn new(out: &'a mut [u8], bit: usize) -> Self {
-        Self { out, byte: bit / 8, acc: 0, n: (bit % 8) as u32 }
+        Self {
+            out,
+            byte: bit / 8,
+            acc: 0,
+            n: (bit % 8) as u32,
+        }
     }
 
     /// Append the low `width` bits of `v` (`v < 2^width`, `width ≤ 8C`).
@@ -535,7 +553,12 @@ fn encode_chunk<const C: usize, B: BitOps>(
 /// bounds whatever `encoded` holds (past its end the reader sees zeros);
 /// `encoded` must hold the `⌈K/8⌉` bytes of participation bits.
 #[inline(always)]
-fn decode_c<const C: usize, B: BitOps>(ops: B, t: &ChunkTables, encoded: &[u8], out: &mut [u8]) -> u64 {
+fn decode_c<const C: usize, B: BitOps>(
+    ops: B,
+    t: &ChunkTables,
+    encoded: &[u8],
+    out: &mut [u8],
+) -> u64 {
     let k = t.chunks();
     let entries = t.entries();
     let (full, tail) = out.as_chunks_mut::<C>();
@@ -590,8 +613,9 @@ mod tests {
         let c = cb.chunk().bytes() as usize;
         let bit = |s: &[u8], i: usize| s[i / 8] >> (i % 8) & 1;
         let mut out_bits = Vec::new();
-        let chunks: Vec<(usize, usize)> =
-            (0..row.len().div_ceil(c)).map(|j| (j * c, ((j + 1) * c).min(row.len()))).collect();
+        let chunks: Vec<(usize, usize)> = (0..row.len().div_ceil(c))
+            .map(|j| (j * c, ((j + 1) * c).min(row.len())))
+            .collect();
         let matches: Vec<bool> = chunks
             .iter()
             .map(|&(a, b)| {
@@ -626,9 +650,13 @@ mod tests {
         for chunk in ChunkSize::ALL {
             // 127, 253 and 505 bytes make exactly 64 chunks of 2, 4 and 8 bytes,
             // the last one a tail chunk.
-            for l in [1usize, 2, 3, 5, 7, 8, 9, 15, 17, 63, 64, 65, 127, 130, 253, 505, 513, 520, 1021] {
+            for l in [
+                1usize, 2, 3, 5, 7, 8, 9, 15, 17, 63, 64, 65, 127, 130, 253, 505, 513, 520, 1021,
+            ] {
                 for case in 0..12 {
-                    let mask: Vec<u8> = (0..l).map(|_| (xorshift(&mut s) | xorshift(&mut s)) as u8).collect();
+                    let mask: Vec<u8> = (0..l)
+                        .map(|_| (xorshift(&mut s) | xorshift(&mut s)) as u8)
+                        .collect();
                     let bitval: Vec<u8> = mask.iter().map(|m| m & xorshift(&mut s) as u8).collect();
                     let cb = Codebook::new(chunk, mask.clone(), bitval.clone()).unwrap();
                     // Rows that match the codebook except for a few flips.
@@ -638,7 +666,8 @@ mod tests {
                             let free = !mask[i] & xorshift(&mut s) as u8;
                             let mut flip = 0u8;
                             for _ in 0..flips {
-                                flip |= (xorshift(&mut s).is_multiple_of(40) as u8) << (xorshift(&mut s) % 8);
+                                flip |= (xorshift(&mut s).is_multiple_of(40) as u8)
+                                    << (xorshift(&mut s) % 8);
                             }
                             (bitval[i] | free) ^ flip
                         })
@@ -688,15 +717,27 @@ mod tests {
         assert_eq!(enc.len(), 5);
         let mut out = vec![0u8; 20];
         for cut in 0..enc.len() {
-            assert_eq!(decode_row(&cb, &enc[..cut], &mut out).unwrap_err().kind(), ErrorKind::Truncated);
+            assert_eq!(
+                decode_row(&cb, &enc[..cut], &mut out).unwrap_err().kind(),
+                ErrorKind::Truncated
+            );
         }
         let mut bad = enc.clone();
         bad[4] |= 0x80; // a padding bit
-        assert_eq!(decode_row(&cb, &bad, &mut out).unwrap_err().kind(), ErrorKind::Corrupt);
+        assert_eq!(
+            decode_row(&cb, &bad, &mut out).unwrap_err().kind(),
+            ErrorKind::Corrupt
+        );
         // All participation bits clear: 5 + 160 bits = 21 bytes ≥ L.
         let raw = vec![0u8; 40];
-        assert_eq!(decode_row(&cb, &raw, &mut out).unwrap_err().kind(), ErrorKind::Corrupt);
-        assert_eq!(decode_row(&cb, &enc, &mut out[..19]).unwrap_err().kind(), ErrorKind::InvalidArgument);
+        assert_eq!(
+            decode_row(&cb, &raw, &mut out).unwrap_err().kind(),
+            ErrorKind::Corrupt
+        );
+        assert_eq!(
+            decode_row(&cb, &enc, &mut out[..19]).unwrap_err().kind(),
+            ErrorKind::InvalidArgument
+        );
         // Trailing bytes are ignored; E is returned for the caller to check.
         let mut longer = enc.clone();
         longer.push(0xff);
@@ -707,10 +748,15 @@ mod tests {
     fn encode_rejects_bad_buffers_and_leaves_raw_rows_alone() {
         let (cb, row, _) = sample();
         assert_eq!(
-            encode_row(&cb, &row[..19], &mut [0u8; 20]).unwrap_err().kind(),
+            encode_row(&cb, &row[..19], &mut [0u8; 20])
+                .unwrap_err()
+                .kind(),
             ErrorKind::InvalidArgument
         );
-        assert_eq!(encode_row(&cb, &row, &mut [0u8; 4]).unwrap_err().kind(), ErrorKind::InvalidArgument);
+        assert_eq!(
+            encode_row(&cb, &row, &mut [0u8; 4]).unwrap_err().kind(),
+            ErrorKind::InvalidArgument
+        );
         let noisy = vec![0xffu8; 20];
         let mut out = vec![7u8; 20];
         assert_eq!(encode_row(&cb, &noisy, &mut out).unwrap(), None);
@@ -718,6 +764,9 @@ mod tests {
         assert_eq!(encoded_len(&cb, &noisy).unwrap(), 21);
         assert_eq!(stored_len(&cb, &noisy).unwrap(), 20);
         assert_eq!(encoded_bits(&cb, &noisy).unwrap(), 165);
-        assert_eq!(encoded_len(cb.tables(), &row[..3]).unwrap_err().kind(), ErrorKind::InvalidArgument);
+        assert_eq!(
+            encoded_len(cb.tables(), &row[..3]).unwrap_err().kind(),
+            ErrorKind::InvalidArgument
+        );
     }
 }

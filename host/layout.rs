@@ -113,7 +113,12 @@ pub fn size_query(cb: &Codebook, rows: Rows<'_>) -> Result<SizeReport> {
         .collect();
     let total_stored = stored.iter().sum();
     let encoded_rows = stored.iter().filter(|&&s| s < l).count() as u64;
-    Ok(SizeReport { raw_rows: stored.len() as u64 - encoded_rows, stored, total_stored, encoded_rows })
+    Ok(SizeReport {
+        raw_rows: stored.len() as u64 - encoded_rows,
+        stored,
+        total_stored,
+        encoded_rows,
+    })
 }
 
 fn check_rows(cb: &Codebook, row_bytes: usize) -> Result<()> {
@@ -205,7 +210,9 @@ impl<'a> PackedRef<'a> {
         payload: &'a [u8],
     ) -> Result<Self> {
         if row_bytes == 0 {
-            return Err(Error::invalid("tensor length is 0 bytes; every tensor needs at least one byte"));
+            return Err(Error::invalid(
+                "tensor length is 0 bytes; every tensor needs at least one byte",
+            ));
         }
         if flags.len() != flag_bytes(rows) {
             return Err(Error::corrupt(format!(
@@ -220,7 +227,13 @@ impl<'a> PackedRef<'a> {
                 offsets.len()
             )));
         }
-        Ok(Self { row_bytes, rows, flags, offsets, payload })
+        Ok(Self {
+            row_bytes,
+            rows,
+            flags,
+            offsets,
+            payload,
+        })
     }
 
     /// Like [`PackedRef::new`], with the offsets table given as its file
@@ -245,7 +258,14 @@ impl<'a> PackedRef<'a> {
         }
         let offsets = match bytemuck::try_cast_slice::<u8, u64>(offsets_le) {
             Ok(o) if cfg!(target_endian = "little") => Cow::Borrowed(o),
-            _ => Cow::Owned(offsets_le.as_chunks::<8>().0.iter().map(|b| u64::from_le_bytes(*b)).collect()),
+            _ => Cow::Owned(
+                offsets_le
+                    .as_chunks::<8>()
+                    .0
+                    .iter()
+                    .map(|b| u64::from_le_bytes(*b))
+                    .collect(),
+            ),
         };
         Self::new(row_bytes, rows, flags, offsets, payload)
     }
@@ -281,11 +301,16 @@ impl<'a> PackedRef<'a> {
     /// checked by decoding it.)
     pub fn stored(&self, i: usize) -> Result<Stored<'a>> {
         if i >= self.rows {
-            return Err(Error::invalid(format!("tensor {i} does not exist; there are {}", self.rows)));
+            return Err(Error::invalid(format!(
+                "tensor {i} does not exist; there are {}",
+                self.rows
+            )));
         }
         let (a, b) = (self.offsets[i], self.offsets[i + 1]);
         if a > b {
-            return Err(Error::corrupt(format!("offsets of tensor {i} decrease ({a} > {b})")));
+            return Err(Error::corrupt(format!(
+                "offsets of tensor {i} decrease ({a} > {b})"
+            )));
         }
         if b > self.payload.len() as u64 {
             return Err(Error::truncated(format!(
@@ -319,7 +344,10 @@ impl<'a> PackedRef<'a> {
     fn check_ends(&self) -> Result<()> {
         check_flags(self.flags, self.rows)?;
         if self.offsets[0] != 0 {
-            return Err(Error::corrupt(format!("first offset is {}, not 0", self.offsets[0])));
+            return Err(Error::corrupt(format!(
+                "first offset is {}, not 0",
+                self.offsets[0]
+            )));
         }
         let (last, len) = (self.offsets[self.rows], self.payload.len() as u64);
         if last > len {
@@ -382,23 +410,34 @@ pub fn compress_packed_with_progress(
         rest = tail;
     }
     let done = AtomicU64::new(0);
-    blocks.into_par_iter().zip(flags.par_chunks_mut(br / 8)).for_each(|((first, mut dst), flags)| {
-        let last = (first + br).min(n);
-        for (i, &s) in sizes.stored.iter().enumerate().take(last).skip(first) {
-            let s = s as usize;
-            let (here, tail) = dst.split_at_mut(s);
-            let row = rows.row(i);
-            if s < l {
-                encode_exact(t, row, here);
-                set_flag(flags, i - first, true);
-            } else {
-                here.copy_from_slice(row);
+    blocks
+        .into_par_iter()
+        .zip(flags.par_chunks_mut(br / 8))
+        .for_each(|((first, mut dst), flags)| {
+            let last = (first + br).min(n);
+            for (i, &s) in sizes.stored.iter().enumerate().take(last).skip(first) {
+                let s = s as usize;
+                let (here, tail) = dst.split_at_mut(s);
+                let row = rows.row(i);
+                if s < l {
+                    encode_exact(t, row, here);
+                    set_flag(flags, i - first, true);
+                } else {
+                    here.copy_from_slice(row);
+                }
+                dst = tail;
             }
-            dst = tail;
-        }
-        progress(done.fetch_add((last - first) as u64, Ordering::Relaxed) + (last - first) as u64);
-    });
-    Ok(Packed { row_bytes: l, rows: n, flags, offsets, payload })
+            progress(
+                done.fetch_add((last - first) as u64, Ordering::Relaxed) + (last - first) as u64,
+            );
+        });
+    Ok(Packed {
+        row_bytes: l,
+        rows: n,
+        flags,
+        offsets,
+        payload,
+    })
 }
 
 /// Decompress a packed dataset into `out` (`N · L` bytes).
@@ -425,19 +464,26 @@ pub fn decompress_packed_with_progress(
     let t = cb.tables();
     let br = block_rows(l);
     let done = AtomicU64::new(0);
-    out.par_chunks_mut(br * l).enumerate().try_for_each(|(b, block)| {
-        for (k, dst) in block.chunks_exact_mut(l).enumerate() {
-            decode_stored(t, packed, b * br + k, dst)?;
-        }
-        let rows = (block.len() / l) as u64;
-        progress(done.fetch_add(rows, Ordering::Relaxed) + rows);
-        Ok(())
-    })
+    out.par_chunks_mut(br * l)
+        .enumerate()
+        .try_for_each(|(b, block)| {
+            for (k, dst) in block.chunks_exact_mut(l).enumerate() {
+                decode_stored(t, packed, b * br + k, dst)?;
+            }
+            let rows = (block.len() / l) as u64;
+            progress(done.fetch_add(rows, Ordering::Relaxed) + rows);
+            Ok(())
+        })
 }
 
 /// Decompress tensor `i` of a packed dataset into `out` (`L` bytes), checking
 /// only what concerns tensor `i` (so a fetch by index costs `O(L)`).
-pub fn decompress_packed_row(cb: &Codebook, packed: &PackedRef<'_>, i: usize, out: &mut [u8]) -> Result<()> {
+pub fn decompress_packed_row(
+    cb: &Codebook,
+    packed: &PackedRef<'_>,
+    i: usize,
+    out: &mut [u8],
+) -> Result<()> {
     check_rows(cb, packed.row_bytes)?;
     check_out(out, 1, packed.row_bytes)?;
     decode_stored(cb.tables(), packed, i, out)
@@ -484,7 +530,12 @@ pub struct FixedStride {
 impl FixedStride {
     /// A borrowed view, for decompression.
     pub fn view(&self) -> FixedStrideRef<'_> {
-        FixedStrideRef { row_bytes: self.row_bytes, rows: self.rows, flags: &self.flags, slots: &self.slots }
+        FixedStrideRef {
+            row_bytes: self.row_bytes,
+            rows: self.rows,
+            flags: &self.flags,
+            slots: &self.slots,
+        }
     }
 }
 
@@ -506,7 +557,9 @@ impl<'a> FixedStrideRef<'a> {
     /// [`crate::ErrorKind::InvalidArgument`] when `row_bytes` is 0.
     pub fn new(row_bytes: usize, rows: usize, flags: &'a [u8], slots: &'a [u8]) -> Result<Self> {
         if row_bytes == 0 {
-            return Err(Error::invalid("tensor length is 0 bytes; every tensor needs at least one byte"));
+            return Err(Error::invalid(
+                "tensor length is 0 bytes; every tensor needs at least one byte",
+            ));
         }
         if flags.len() != flag_bytes(rows) {
             return Err(Error::corrupt(format!(
@@ -521,7 +574,12 @@ impl<'a> FixedStrideRef<'a> {
                 slots.len()
             )));
         }
-        Ok(Self { row_bytes, rows, flags, slots })
+        Ok(Self {
+            row_bytes,
+            rows,
+            flags,
+            slots,
+        })
     }
 
     /// Tensor length `L`.
@@ -547,9 +605,15 @@ impl<'a> FixedStrideRef<'a> {
     /// Tensor `i`'s whole slot (`L` bytes) and whether it is encoded.
     pub fn slot(&self, i: usize) -> Result<(bool, &'a [u8])> {
         if i >= self.rows {
-            return Err(Error::invalid(format!("tensor {i} does not exist; there are {}", self.rows)));
+            return Err(Error::invalid(format!(
+                "tensor {i} does not exist; there are {}",
+                self.rows
+            )));
         }
-        Ok((flag(self.flags, i), &self.slots[i * self.row_bytes..(i + 1) * self.row_bytes]))
+        Ok((
+            flag(self.flags, i),
+            &self.slots[i * self.row_bytes..(i + 1) * self.row_bytes],
+        ))
     }
 
     /// Check everything decoding relies on plus the zeros after each
@@ -614,7 +678,12 @@ pub fn compress_fixed_with_progress(
             let rows = (src.len() / l) as u64;
             progress(done.fetch_add(rows, Ordering::Relaxed) + rows);
         });
-    Ok(FixedStride { row_bytes: l, rows: n, flags, slots })
+    Ok(FixedStride {
+        row_bytes: l,
+        rows: n,
+        flags,
+        slots,
+    })
 }
 
 /// Decompress a fixed-stride dataset into `out` (`N · L` bytes). Reads only
@@ -642,14 +711,16 @@ pub fn decompress_fixed_with_progress(
     let t = cb.tables();
     let br = block_rows(l);
     let done = AtomicU64::new(0);
-    out.par_chunks_mut(br * l).enumerate().try_for_each(|(b, block)| {
-        for (k, dst) in block.chunks_exact_mut(l).enumerate() {
-            decode_slot(t, fixed, b * br + k, dst)?;
-        }
-        let rows = (block.len() / l) as u64;
-        progress(done.fetch_add(rows, Ordering::Relaxed) + rows);
-        Ok(())
-    })
+    out.par_chunks_mut(br * l)
+        .enumerate()
+        .try_for_each(|(b, block)| {
+            for (k, dst) in block.chunks_exact_mut(l).enumerate() {
+                decode_slot(t, fixed, b * br + k, dst)?;
+            }
+            let rows = (block.len() / l) as u64;
+            progress(done.fetch_add(rows, Ordering::Relaxed) + rows);
+            Ok(())
+        })
 }
 
 /// Decompress tensor `i` of a fixed-stride dataset into `out` (`L` bytes).
@@ -664,7 +735,12 @@ pub fn decompress_fixed_row(
     decode_slot(cb.tables(), fixed, i, out)
 }
 
-fn decode_slot(t: &ChunkTables, fixed: &FixedStrideRef<'_>, i: usize, out: &mut [u8]) -> Result<()> {
+fn decode_slot(
+    t: &ChunkTables,
+    fixed: &FixedStrideRef<'_>,
+    i: usize,
+    out: &mut [u8],
+) -> Result<()> {
     match fixed.slot(i)? {
         (false, slot) => out.copy_from_slice(slot),
         (true, slot) => {
@@ -755,7 +831,9 @@ mod tests {
         let mut out = vec![0u8; data.len()];
         decompress_packed(&cb, &view, &mut out).unwrap();
         assert_eq!(out, data);
-        assert!(PackedRef::from_le_offsets(6, 11, &p.flags, &le[1..le.len() - 1], &p.payload).is_err());
+        assert!(
+            PackedRef::from_le_offsets(6, 11, &p.flags, &le[1..le.len() - 1], &p.payload).is_err()
+        );
         assert!(PackedRef::from_le_offsets(6, 10, &p.flags, &le[1..], &p.payload).is_err());
     }
 
@@ -767,7 +845,12 @@ mod tests {
         let check = |p: &Packed, kind: ErrorKind| {
             let mut out = vec![0u8; data.len()];
             assert_eq!(p.view().validate().unwrap_err().kind(), kind);
-            assert_eq!(decompress_packed(&cb, &p.view(), &mut out).unwrap_err().kind(), kind);
+            assert_eq!(
+                decompress_packed(&cb, &p.view(), &mut out)
+                    .unwrap_err()
+                    .kind(),
+                kind
+            );
         };
         let mut bad = p.clone();
         bad.offsets[0] = 1;
@@ -795,19 +878,30 @@ mod tests {
         let mut bad = p.clone();
         bad.payload[1] = 0b111;
         assert!(bad.view().validate().is_ok());
-        assert_eq!(decompress_packed(&cb, &bad.view(), &mut out).unwrap_err().kind(), ErrorKind::Corrupt);
+        assert_eq!(
+            decompress_packed(&cb, &bad.view(), &mut out)
+                .unwrap_err()
+                .kind(),
+            ErrorKind::Corrupt
+        );
         // Wrong arguments.
         let other = Codebook::new(ChunkSize::Two, vec![0xff; 4], vec![0; 4]).unwrap();
         assert_eq!(
-            decompress_packed(&other, &p.view(), &mut out).unwrap_err().kind(),
+            decompress_packed(&other, &p.view(), &mut out)
+                .unwrap_err()
+                .kind(),
             ErrorKind::InvalidArgument
         );
         assert_eq!(
-            decompress_packed(&cb, &p.view(), &mut out[1..]).unwrap_err().kind(),
+            decompress_packed(&cb, &p.view(), &mut out[1..])
+                .unwrap_err()
+                .kind(),
             ErrorKind::InvalidArgument
         );
         assert_eq!(
-            decompress_packed_row(&cb, &p.view(), 11, &mut [0; 6]).unwrap_err().kind(),
+            decompress_packed_row(&cb, &p.view(), 11, &mut [0; 6])
+                .unwrap_err()
+                .kind(),
             ErrorKind::InvalidArgument
         );
         assert!(compress_packed(&other, Rows::new(&data, 6).unwrap()).is_err());
@@ -820,12 +914,22 @@ mod tests {
         let mut out = vec![0u8; data.len()];
         let mut bad = f.clone();
         bad.slots[6] = 0b111; // every chunk claims to match: E = 1, rest not zero
-        assert_eq!(bad.view().validate(&cb).unwrap_err().kind(), ErrorKind::Corrupt);
+        assert_eq!(
+            bad.view().validate(&cb).unwrap_err().kind(),
+            ErrorKind::Corrupt
+        );
         let mut bad = f.clone();
         bad.flags[0] |= 0b100; // raw 0xff row flagged encoded: padding bits set
-        assert_eq!(decompress_fixed(&cb, &bad.view(), &mut out).unwrap_err().kind(), ErrorKind::Corrupt);
         assert_eq!(
-            FixedStrideRef::new(6, 11, &f.flags, &f.slots[1..]).unwrap_err().kind(),
+            decompress_fixed(&cb, &bad.view(), &mut out)
+                .unwrap_err()
+                .kind(),
+            ErrorKind::Corrupt
+        );
+        assert_eq!(
+            FixedStrideRef::new(6, 11, &f.flags, &f.slots[1..])
+                .unwrap_err()
+                .kind(),
             ErrorKind::Truncated
         );
         assert!(FixedStrideRef::new(0, 11, &f.flags, &f.slots).is_err());
@@ -836,7 +940,10 @@ mod tests {
         let (cb, _) = dataset();
         let rows = Rows::new(&[], 6).unwrap();
         let p = compress_packed(&cb, rows).unwrap();
-        assert_eq!((p.flags.len(), p.offsets.as_slice(), p.payload.len()), (0, &[0u64][..], 0));
+        assert_eq!(
+            (p.flags.len(), p.offsets.as_slice(), p.payload.len()),
+            (0, &[0u64][..], 0)
+        );
         p.view().validate().unwrap();
         decompress_packed(&cb, &p.view(), &mut []).unwrap();
         let f = compress_fixed(&cb, rows).unwrap();

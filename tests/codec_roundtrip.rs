@@ -9,8 +9,8 @@ use ibp::codebook::{ChunkSize, Codebook, Threshold};
 use ibp::encode::{decode_row, encode_row, encoded_len, stored_len};
 use ibp::fit::{ChunkChoice, FitOptions, Sample, SamplePlan, count_bits, fit};
 use ibp::layout::{
-    FixedStrideRef, PackedRef, compress_fixed, compress_packed, decompress_fixed, decompress_fixed_row,
-    decompress_packed, decompress_packed_row, flag, size_query,
+    FixedStrideRef, PackedRef, compress_fixed, compress_packed, decompress_fixed,
+    decompress_fixed_row, decompress_packed, decompress_packed_row, flag, size_query,
 };
 use ibp::{ErrorKind, Rows};
 use proptest::prelude::*;
@@ -91,7 +91,10 @@ fn dataset(l: usize, n: usize, kind: Kind, seed: u64) -> (Vec<u8>, Vec<u8>, Vec<
 }
 
 fn config() -> ProptestConfig {
-    ProptestConfig { cases: 192, ..ProptestConfig::default() }
+    ProptestConfig {
+        cases: 192,
+        ..ProptestConfig::default()
+    }
 }
 
 proptest! {

@@ -46,15 +46,23 @@ impl SamplePlan {
     /// parameter is out of range.
     pub fn new(n: u64, sample: Sample) -> Result<Self> {
         if n == 0 {
-            return Err(Error::invalid("the dataset has no tensors; a fit needs at least one"));
+            return Err(Error::invalid(
+                "the dataset has no tensors; a fit needs at least one",
+            ));
         }
         let s = match sample {
             Sample::All => n,
-            Sample::Fraction(f) if f > 0.0 && f <= 1.0 => ((f * n as f64).ceil() as u64).clamp(1, n),
-            Sample::Fraction(f) => {
-                return Err(Error::invalid(format!("sample fraction {f} is out of range; use 0 < f ≤ 1")));
+            Sample::Fraction(f) if f > 0.0 && f <= 1.0 => {
+                ((f * n as f64).ceil() as u64).clamp(1, n)
             }
-            Sample::Count(0) => return Err(Error::invalid("sample of 0 tensors; sample at least one")),
+            Sample::Fraction(f) => {
+                return Err(Error::invalid(format!(
+                    "sample fraction {f} is out of range; use 0 < f ≤ 1"
+                )));
+            }
+            Sample::Count(0) => {
+                return Err(Error::invalid("sample of 0 tensors; sample at least one"));
+            }
             Sample::Count(c) => c.min(n),
         };
         Ok(Self { n, s })
@@ -199,7 +207,12 @@ const COUNT_BATCH_BYTES: usize = 16 << 20;
 /// Errors with [`crate::ErrorKind::InvalidArgument`] when `counts` does not
 /// have `8 L` entries, `counted_rows` is 0 or smaller than a count, or as
 /// [`fit`].
-pub fn fit_from_counts(counts: &[u64], counted_rows: u64, rows: Rows<'_>, opts: &FitOptions) -> Result<Fit> {
+pub fn fit_from_counts(
+    counts: &[u64],
+    counted_rows: u64,
+    rows: Rows<'_>,
+    opts: &FitOptions,
+) -> Result<Fit> {
     let plan = SamplePlan::new(rows.rows() as u64, opts.sample)?;
     if counts.len() != 8 * rows.row_bytes() {
         return Err(Error::invalid(format!(
@@ -212,12 +225,20 @@ pub fn fit_from_counts(counts: &[u64], counted_rows: u64, rows: Rows<'_>, opts: 
         return Err(Error::invalid("counts over 0 tensors; count at least one"));
     }
     if let Some(&c) = counts.iter().find(|&&c| c > counted_rows) {
-        return Err(Error::invalid(format!("a bit is counted {c} times in only {counted_rows} tensors")));
+        return Err(Error::invalid(format!(
+            "a bit is counted {c} times in only {counted_rows} tensors"
+        )));
     }
     choose(counts, counted_rows, rows, plan, opts)
 }
 
-fn choose(counts: &[u64], counted: u64, rows: Rows<'_>, plan: SamplePlan, opts: &FitOptions) -> Result<Fit> {
+fn choose(
+    counts: &[u64],
+    counted: u64,
+    rows: Rows<'_>,
+    plan: SamplePlan,
+    opts: &FitOptions,
+) -> Result<Fit> {
     let mut thresholds = opts.thresholds.clone();
     thresholds.sort();
     thresholds.dedup();
@@ -228,8 +249,10 @@ fn choose(counts: &[u64], counted: u64, rows: Rows<'_>, plan: SamplePlan, opts: 
         ChunkChoice::Auto => ChunkSize::ALL.to_vec(),
         ChunkChoice::Fixed(c) => vec![c],
     };
-    let books: Vec<(Vec<u8>, Vec<u8>)> =
-        thresholds.iter().map(|&t| mask_and_bitval(counts, counted, t)).collect();
+    let books: Vec<(Vec<u8>, Vec<u8>)> = thresholds
+        .iter()
+        .map(|&t| mask_and_bitval(counts, counted, t))
+        .collect();
     let totals = evaluate(rows, plan, &books);
     let mut candidates = Vec::with_capacity(thresholds.len() * chunks.len());
     for (&t, total) in thresholds.iter().zip(&totals) {
@@ -253,7 +276,10 @@ fn choose(counts: &[u64], counted: u64, rows: Rows<'_>, plan: SamplePlan, opts: 
                 .then(b.chunk.cmp(&a.chunk))
         })
         .ok_or_else(|| Error::invalid("no candidates to choose from"))?;
-    let ti = thresholds.iter().position(|&t| t == best.threshold).unwrap_or(0);
+    let ti = thresholds
+        .iter()
+        .position(|&t| t == best.threshold)
+        .unwrap_or(0);
     let (mask, bitval) = books.into_iter().nth(ti).unwrap_or_default();
     Ok(Fit {
         codebook: Codebook::new(best.chunk, mask, bitval)?,
@@ -287,8 +313,13 @@ fn evaluate(rows: Rows<'_>, plan: SamplePlan, books: &[(Vec<u8>, Vec<u8>)]) -> V
             (0..words)
                 .map(|q| {
                     let (m, b) = (le_word(mask, q), le_word(bitval, q));
-                    let byte_bits = u64::from_le_bytes(m.to_le_bytes().map(|x| x.count_ones() as u8));
-                    BookWord { mask: m, bitval: b, byte_bits }
+                    let byte_bits =
+                        u64::from_le_bytes(m.to_le_bytes().map(|x| x.count_ones() as u8));
+                    BookWord {
+                        mask: m,
+                        bitval: b,
+                        byte_bits,
+                    }
                 })
                 .collect()
         })
@@ -418,16 +449,31 @@ mod tests {
     fn sample_plan_spaces_evenly_and_validates() {
         let p = SamplePlan::new(10, Sample::Count(4)).unwrap();
         assert_eq!((0..4).map(|i| p.index(i)).collect::<Vec<_>>(), [0, 2, 5, 7]);
-        assert_eq!(SamplePlan::new(10, Sample::Fraction(0.25)).unwrap().len(), 3);
-        assert_eq!(SamplePlan::new(10, Sample::Fraction(1e-9)).unwrap().len(), 1);
+        assert_eq!(
+            SamplePlan::new(10, Sample::Fraction(0.25)).unwrap().len(),
+            3
+        );
+        assert_eq!(
+            SamplePlan::new(10, Sample::Fraction(1e-9)).unwrap().len(),
+            1
+        );
         assert_eq!(SamplePlan::new(10, Sample::Count(99)).unwrap().len(), 10);
         assert!(SamplePlan::new(10, Sample::All).unwrap().is_all());
-        for bad in
-            [Sample::Fraction(0.0), Sample::Fraction(1.5), Sample::Fraction(f64::NAN), Sample::Count(0)]
-        {
-            assert_eq!(SamplePlan::new(10, bad).unwrap_err().kind(), ErrorKind::InvalidArgument);
+        for bad in [
+            Sample::Fraction(0.0),
+            Sample::Fraction(1.5),
+            Sample::Fraction(f64::NAN),
+            Sample::Count(0),
+        ] {
+            assert_eq!(
+                SamplePlan::new(10, bad).unwrap_err().kind(),
+                ErrorKind::InvalidArgument
+            );
         }
-        assert_eq!(SamplePlan::new(0, Sample::All).unwrap_err().kind(), ErrorKind::InvalidArgument);
+        assert_eq!(
+            SamplePlan::new(0, Sample::All).unwrap_err().kind(),
+            ErrorKind::InvalidArgument
+        );
         let big = SamplePlan::new(u64::MAX, Sample::Count(3)).unwrap();
         assert_eq!(big.index(2), u64::MAX / 3 * 2);
     }
@@ -470,11 +516,16 @@ mod tests {
             assert_eq!(fit.candidates.len(), 24);
             for cand in &fit.candidates {
                 let (stored, enc) = naive(rows, &counts, 40, cand.threshold, cand.chunk);
-                assert_eq!((cand.stored_bytes, cand.encoded_rows), (stored, enc), "L={l} {cand:?}");
+                assert_eq!(
+                    (cand.stored_bytes, cand.encoded_rows),
+                    (stored, enc),
+                    "L={l} {cand:?}"
+                );
             }
             let best = fit.candidates.iter().map(|c| c.stored_bytes).min().unwrap();
             assert_eq!(fit.chosen.stored_bytes, best);
-            let want = Codebook::from_counts(&counts, 40, fit.threshold, fit.codebook.chunk()).unwrap();
+            let want =
+                Codebook::from_counts(&counts, 40, fit.threshold, fit.codebook.chunk()).unwrap();
             assert_eq!(fit.codebook, want);
         }
     }
@@ -485,8 +536,15 @@ mod tests {
         // raw (E = 1 is not < L = 1), so all 24 tie.
         let data = vec![0u8; 8];
         let f = fit(Rows::new(&data, 1).unwrap(), &FitOptions::default()).unwrap();
-        assert!(f.candidates.iter().all(|c| c.stored_bytes == 8 && c.encoded_rows == 0));
-        assert_eq!((f.threshold.basis_points(), f.codebook.chunk()), (9500, ChunkSize::Eight));
+        assert!(
+            f.candidates
+                .iter()
+                .all(|c| c.stored_bytes == 8 && c.encoded_rows == 0)
+        );
+        assert_eq!(
+            (f.threshold.basis_points(), f.codebook.chunk()),
+            (9500, ChunkSize::Eight)
+        );
         // Zero rows of 16 bytes: thresholds tie, fewer participation bits win.
         let data = vec![0u8; 8 * 16];
         let opts = FitOptions::default()
@@ -494,7 +552,10 @@ mod tests {
         let f = fit(Rows::new(&data, 16).unwrap(), &opts).unwrap();
         let by_chunk: Vec<u64> = f.candidates[..4].iter().map(|c| c.stored_bytes).collect();
         assert_eq!(by_chunk, [16, 8, 8, 8]);
-        assert_eq!((f.threshold.basis_points(), f.codebook.chunk()), (8000, ChunkSize::Eight));
+        assert_eq!(
+            (f.threshold.basis_points(), f.codebook.chunk()),
+            (8000, ChunkSize::Eight)
+        );
     }
 
     #[test]
@@ -509,23 +570,43 @@ mod tests {
         let f = fit(rows, &opts).unwrap();
         assert_eq!(f.candidates.len(), 1);
         assert_eq!(
-            (f.threshold, f.codebook.chunk(), f.sample_rows, f.sample_bytes),
+            (
+                f.threshold,
+                f.codebook.chunk(),
+                f.sample_rows,
+                f.sample_bytes
+            ),
             (t, ChunkSize::Two, 5, 50)
         );
         // The sample is rows 0, 4, 8, 12, 16: counts and evaluation use them.
-        let sample: Vec<u8> = [0, 4, 8, 12, 16].iter().flat_map(|&i| rows.row(i).to_vec()).collect();
+        let sample: Vec<u8> = [0, 4, 8, 12, 16]
+            .iter()
+            .flat_map(|&i| rows.row(i).to_vec())
+            .collect();
         let srows = Rows::new(&sample, 10).unwrap();
         let counts = count_bits(srows);
-        assert_eq!(f.codebook, Codebook::from_counts(&counts, 5, t, ChunkSize::Two).unwrap());
-        assert_eq!(f.candidates[0].stored_bytes, naive(srows, &counts, 5, t, ChunkSize::Two).0);
+        assert_eq!(
+            f.codebook,
+            Codebook::from_counts(&counts, 5, t, ChunkSize::Two).unwrap()
+        );
+        assert_eq!(
+            f.candidates[0].stored_bytes,
+            naive(srows, &counts, 5, t, ChunkSize::Two).0
+        );
         // fit_from_counts with the same counts agrees.
         let g = fit_from_counts(&counts, 5, rows, &opts).unwrap();
         assert_eq!((g.codebook, g.candidates), (f.codebook, f.candidates));
 
         let empty = Rows::new(&[], 10).unwrap();
-        assert_eq!(fit(empty, &FitOptions::default()).unwrap_err().kind(), ErrorKind::InvalidArgument);
+        assert_eq!(
+            fit(empty, &FitOptions::default()).unwrap_err().kind(),
+            ErrorKind::InvalidArgument
+        );
         let none = FitOptions::default().with_thresholds([]);
-        assert_eq!(fit(rows, &none).unwrap_err().kind(), ErrorKind::InvalidArgument);
+        assert_eq!(
+            fit(rows, &none).unwrap_err().kind(),
+            ErrorKind::InvalidArgument
+        );
         let opts = FitOptions::default();
         assert!(fit_from_counts(&counts[1..], 5, rows, &opts).is_err());
         assert!(fit_from_counts(&counts, 0, rows, &opts).is_err());

@@ -9,5 +9,7 @@
 pub mod choose;
 pub mod count;
 
-pub use choose::{Candidate, ChunkChoice, Fit, FitOptions, Sample, SamplePlan, fit, fit_from_counts};
+pub use choose::{
+    Candidate, ChunkChoice, Fit, FitOptions, Sample, SamplePlan, fit, fit_from_counts,
+};
 pub use count::{count_bits, count_bits_into};
