@@ -91,7 +91,7 @@ pub fn encode_row(
 
 /// Decode the encoded tensor at the start of `encoded` into `out`
 /// (`L` bytes) and return its encoded length `E`. Bytes of `encoded` past
-/// `E` are not read; callers that know the stored length compare it with `E`.
+/// `E` are ignored; callers that know the stored length compare it with `E`.
 ///
 /// Errors, without panicking or reading out of bounds, with
 /// - [`crate::ErrorKind::InvalidArgument`] when `out` is not `L` bytes long;

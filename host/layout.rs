@@ -209,31 +209,45 @@ impl<'a> PackedRef<'a> {
         offsets: Cow<'a, [u64]>,
         payload: &'a [u8],
     ) -> Result<Self> {
-        if row_bytes == 0 {
-            return Err(Error::invalid(
-                "tensor length is 0 bytes; every tensor needs at least one byte",
-            ));
-        }
-        if flags.len() != flag_bytes(rows) {
-            return Err(Error::corrupt(format!(
-                "flag bitmap has {} bytes; {rows} tensors need {}",
-                flags.len(),
-                flag_bytes(rows)
-            )));
-        }
-        if offsets.len() != rows.wrapping_add(1) {
-            return Err(Error::corrupt(format!(
-                "offsets table has {} entries; {rows} tensors need {rows} + 1",
-                offsets.len()
-            )));
-        }
-        Ok(Self {
+        let view = Self {
             row_bytes,
             rows,
             flags,
             offsets,
             payload,
-        })
+        };
+        view.check_shape()?;
+        Ok(view)
+    }
+
+    /// The length checks of [`PackedRef::new`].
+    ///
+    /// Q: why repeat them outside `new`?
+    /// A: [`Packed::view`] builds a view from public fields without them;
+    /// every accessor that indexes calls this (it is O(1)), so no view can
+    /// make decoding panic.
+    fn check_shape(&self) -> Result<()> {
+        if self.row_bytes == 0 {
+            return Err(Error::invalid(
+                "tensor length is 0 bytes; every tensor needs at least one byte",
+            ));
+        }
+        if self.flags.len() != flag_bytes(self.rows) {
+            return Err(Error::corrupt(format!(
+                "flag bitmap has {} bytes; {} tensors need {}",
+                self.flags.len(),
+                self.rows,
+                flag_bytes(self.rows)
+            )));
+        }
+        if self.offsets.len() != self.rows.wrapping_add(1) {
+            return Err(Error::corrupt(format!(
+                "offsets table has {} entries; {} tensors need one more",
+                self.offsets.len(),
+                self.rows
+            )));
+        }
+        Ok(())
     }
 
     /// Like [`PackedRef::new`], with the offsets table given as its file
@@ -300,6 +314,7 @@ impl<'a> PackedRef<'a> {
     /// than `L` when encoded. (Whether an encoding's length is its `E` is
     /// checked by decoding it.)
     pub fn stored(&self, i: usize) -> Result<Stored<'a>> {
+        self.check_shape()?;
         if i >= self.rows {
             return Err(Error::invalid(format!(
                 "tensor {i} does not exist; there are {}",
@@ -342,6 +357,7 @@ impl<'a> PackedRef<'a> {
     /// The checks on the whole table: flag padding, `offset_0 = 0` and
     /// `offset_N` = payload length.
     fn check_ends(&self) -> Result<()> {
+        self.check_shape()?;
         check_flags(self.flags, self.rows)?;
         if self.offsets[0] != 0 {
             return Err(Error::corrupt(format!(
@@ -556,30 +572,39 @@ impl<'a> FixedStrideRef<'a> {
     /// is not `rows · row_bytes` bytes, and with
     /// [`crate::ErrorKind::InvalidArgument`] when `row_bytes` is 0.
     pub fn new(row_bytes: usize, rows: usize, flags: &'a [u8], slots: &'a [u8]) -> Result<Self> {
-        if row_bytes == 0 {
-            return Err(Error::invalid(
-                "tensor length is 0 bytes; every tensor needs at least one byte",
-            ));
-        }
-        if flags.len() != flag_bytes(rows) {
-            return Err(Error::corrupt(format!(
-                "flag bitmap has {} bytes; {rows} tensors need {}",
-                flags.len(),
-                flag_bytes(rows)
-            )));
-        }
-        if rows.checked_mul(row_bytes) != Some(slots.len()) {
-            return Err(Error::truncated(format!(
-                "slots have {} bytes; {rows} tensors of {row_bytes} bytes need rows × length",
-                slots.len()
-            )));
-        }
-        Ok(Self {
+        let view = Self {
             row_bytes,
             rows,
             flags,
             slots,
-        })
+        };
+        view.check_shape()?;
+        Ok(view)
+    }
+
+    /// The length checks of [`FixedStrideRef::new`], repeated (O(1)) wherever
+    /// a view built by [`FixedStride::view`] is indexed.
+    fn check_shape(&self) -> Result<()> {
+        let (l, n) = (self.row_bytes, self.rows);
+        if l == 0 {
+            return Err(Error::invalid(
+                "tensor length is 0 bytes; every tensor needs at least one byte",
+            ));
+        }
+        if self.flags.len() != flag_bytes(n) {
+            return Err(Error::corrupt(format!(
+                "flag bitmap has {} bytes; {n} tensors need {}",
+                self.flags.len(),
+                flag_bytes(n)
+            )));
+        }
+        if n.checked_mul(l) != Some(self.slots.len()) {
+            return Err(Error::truncated(format!(
+                "slots have {} bytes; {n} tensors of {l} bytes need rows × length",
+                self.slots.len()
+            )));
+        }
+        Ok(())
     }
 
     /// Tensor length `L`.
@@ -604,6 +629,7 @@ impl<'a> FixedStrideRef<'a> {
 
     /// Tensor `i`'s whole slot (`L` bytes) and whether it is encoded.
     pub fn slot(&self, i: usize) -> Result<(bool, &'a [u8])> {
+        self.check_shape()?;
         if i >= self.rows {
             return Err(Error::invalid(format!(
                 "tensor {i} does not exist; there are {}",
@@ -621,6 +647,7 @@ impl<'a> FixedStrideRef<'a> {
     /// the participation bits (`E < L`, zero padding) and a zero slot tail.
     pub fn validate(&self, cb: &Codebook) -> Result<()> {
         check_rows(cb, self.row_bytes)?;
+        self.check_shape()?;
         check_flags(self.flags, self.rows)?;
         (0..self.rows).into_par_iter().try_for_each(|i| {
             let (encoded, slot) = self.slot(i)?;
@@ -707,6 +734,7 @@ pub fn decompress_fixed_with_progress(
     let l = fixed.row_bytes;
     check_rows(cb, l)?;
     check_out(out, fixed.rows, l)?;
+    fixed.check_shape()?;
     check_flags(fixed.flags, fixed.rows)?;
     let t = cb.tables();
     let br = block_rows(l);
@@ -933,6 +961,36 @@ mod tests {
             ErrorKind::Truncated
         );
         assert!(FixedStrideRef::new(0, 11, &f.flags, &f.slots).is_err());
+    }
+
+    #[test]
+    fn views_of_malformed_owned_layouts_are_errors_not_panics() {
+        let (cb, data) = dataset();
+        let rows = Rows::new(&data, 6).unwrap();
+        let mut out = vec![0u8; data.len()];
+        let mut p = compress_packed(&cb, rows).unwrap();
+        p.offsets.pop();
+        assert_eq!(
+            decompress_packed(&cb, &p.view(), &mut out)
+                .unwrap_err()
+                .kind(),
+            ErrorKind::Corrupt
+        );
+        assert!(decompress_packed_row(&cb, &p.view(), 10, &mut out[..6]).is_err());
+        assert!(p.view().stored(10).is_err());
+        let mut p = compress_packed(&cb, rows).unwrap();
+        p.flags.pop();
+        assert!(decompress_packed_row(&cb, &p.view(), 10, &mut out[..6]).is_err());
+        let mut f = compress_fixed(&cb, rows).unwrap();
+        f.slots.truncate(20);
+        assert_eq!(
+            decompress_fixed(&cb, &f.view(), &mut out)
+                .unwrap_err()
+                .kind(),
+            ErrorKind::Truncated
+        );
+        assert!(decompress_fixed_row(&cb, &f.view(), 10, &mut out[..6]).is_err());
+        assert!(f.view().validate(&cb).is_err());
     }
 
     #[test]
