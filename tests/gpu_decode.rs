@@ -87,6 +87,10 @@ fn expected(data: &[u8], l: usize, index: &[u64]) -> Vec<u8> {
 /// Every combination on one dataset: both layouts × both residencies, a
 /// full range and a random gather with repeats.
 fn check_all(gpu: &Gpu, rng: &mut Rng, data: &[u8], l: usize, cb: &Codebook, what: &str) {
+    check_with(gpu, rng, data, l, cb, what, &DecodeOptions::default());
+}
+
+fn check_with(gpu: &Gpu, rng: &mut Rng, data: &[u8], l: usize, cb: &Codebook, what: &str, opts: &DecodeOptions) {
     let n = data.len() / l;
     let rows = Rows::new(data, l).unwrap();
     let packed = compress_packed(cb, rows).unwrap();
@@ -97,10 +101,17 @@ fn check_all(gpu: &Gpu, rng: &mut Rng, data: &[u8], l: usize, cb: &Codebook, wha
         let sets = [
             ("packed", GpuDataset::upload_packed(gpu, cb, &packed.view(), residency).unwrap()),
             ("fixed", GpuDataset::upload_fixed(gpu, cb, &fixed.view(), residency).unwrap()),
+            (
+                "fixed+lengths",
+                GpuDataset::upload_fixed(gpu, cb, &fixed.view(), residency)
+                    .unwrap()
+                    .with_length_table(cb, &fixed.view())
+                    .unwrap(),
+            ),
         ];
         for (layout, ds) in &sets {
             for (name, index) in [("range", &all), ("gather", &gather)] {
-                let got = gpu_gather(gpu, ds, index, &DecodeOptions::default())
+                let got = gpu_gather(gpu, ds, index, opts)
                     .unwrap_or_else(|e| panic!("{what} {layout} {residency:?} {name}: {e}"));
                 let want = expected(data, l, index);
                 if got != want {
@@ -126,6 +137,18 @@ fn decode_matches_original_for_every_chunk_size_length_and_mix() {
             }
         }
     }
+    // Small tensors through streaming mode too (a ring too small for batch
+    // mode forces it), so both kernels see every chunk size and mix.
+    let streaming = DecodeOptions::default().with_ring_bytes(256);
+    for chunk in ChunkSize::ALL {
+        for &l in &[5usize, 130, 1000, 4096] {
+            for mix in [Mix::Encoded, Mix::Raw, Mix::Mixed] {
+                let (data, cb) = dataset(&mut rng, l, 300, chunk, mix);
+                let what = format!("streaming C={} L={l} {mix:?}", chunk.bytes());
+                check_with(&gpu, &mut rng, &data, l, &cb, &what, &streaming);
+            }
+        }
+    }
 }
 
 #[test]
@@ -137,9 +160,12 @@ fn decode_options_change_geometry_not_results() {
     let packed = compress_packed(&cb, Rows::new(&data, l).unwrap()).unwrap();
     let ds = GpuDataset::upload_packed(&gpu, &cb, &packed.view(), Residency::Pinned).unwrap();
     let index: Vec<u64> = (0..n as u64).rev().collect();
+    let ds_dec = |o: &DecodeOptions| Decoder::new(&gpu, &ds, o).unwrap().is_batch_mode();
+    assert!(ds_dec(&DecodeOptions::default()), "5732-byte tensors decode in batch mode by default");
+    assert!(!ds_dec(&DecodeOptions::default().with_ring_bytes(512)), "a 512-byte ring forces streaming mode");
     for opts in [
         DecodeOptions::default().with_max_sms(3),
-        DecodeOptions::default().with_ring_bytes(512),
+        DecodeOptions::default().with_ring_bytes(512), // streaming mode: tensor larger than the ring
         DecodeOptions::default().with_warps_per_block(1),
         DecodeOptions::default().with_ring_bytes(16384).with_warps_per_block(4),
     ] {

@@ -1,6 +1,20 @@
 //! The decompression kernel: one warp per tensor (paper §4.3–4.4).
 //!
-//! Per tensor a warp
+//! Two modes, chosen by the host from the tensor length:
+//!
+//! - **Batch mode** (tensors up to a few KB, the common case). A warp takes
+//!   its output rows 32 at a time (one lane loads each row's index, flag and
+//!   offsets), packs as many whole tensors as fit into one half of its ring,
+//!   and fetches all their lines with one group of `cp.async` copies. While
+//!   that batch is in flight the warp decodes the previous batch from the
+//!   other half: the two halves are the double-buffered workspace of the
+//!   paper, and a batch amortises one PCIe round trip over several tensors.
+//!   Each tensor's bytes then sit contiguously in shared memory, so a lane's
+//!   bit offset is a 32-bit shared-memory address.
+//! - **Streaming mode** (large tensors): one tensor at a time through the ring,
+//!   described below.
+//!
+//! In streaming mode, per tensor a warp
 //! 1. streams the tensor's participation bits into its *participation
 //!    buffer* (shared memory), through its *ring* of 128-byte lines;
 //! 2. for the fixed-stride layout, computes the encoded length `E` from the
@@ -142,8 +156,88 @@ struct Ctx {
     pwords: u64,
     aligned_out: bool,
     raw_aligned: bool,
+    vec_out: bool,
+    out_base: u64,
     ring: u32,
     pbuf: u32,
+}
+
+/// One tensor of a batch, held by one lane (lane `b` holds tensor `b`).
+#[derive(Clone, Copy, Default)]
+struct Item {
+    /// Output row.
+    row: u64,
+    /// Global address of the tensor's first stored byte.
+    src: u64,
+    /// Stored bytes known to be needed (0 while a fixed-stride tensor's
+    /// length is still to be derived).
+    len: u32,
+    /// First ring line of the tensor's region, within its half.
+    region: u32,
+    /// Lines reserved for the region.
+    span: u32,
+    /// Lines fetched so far.
+    fetched: u32,
+    /// [`ITEM_RAW`], [`ITEM_ENCODED`], or a `STATUS_*` error code + 8.
+    code: u32,
+}
+
+const ITEM_RAW: u32 = 0;
+const ITEM_ENCODED: u32 = 1;
+const ITEM_BAD_INDEX: u32 = 8 + STATUS_BAD_INDEX as u32;
+const ITEM_CORRUPT: u32 = 8 + STATUS_CORRUPT as u32;
+const ITEM_NONE: u32 = 255;
+
+impl Item {
+    /// Broadcast lane `src`'s item to the warp.
+    #[inline(always)]
+    fn shfl(&self, src: u32) -> Item {
+        Item {
+            row: arch::shfl_idx64(self.row, src),
+            src: arch::shfl_idx64(self.src, src),
+            len: arch::shfl_idx(self.len, src),
+            region: arch::shfl_idx(self.region, src),
+            span: arch::shfl_idx(self.span, src),
+            fetched: arch::shfl_idx(self.fetched, src),
+            code: arch::shfl_idx(self.code, src),
+        }
+    }
+}
+
+/// The warp's current window of 32 output rows (one per lane) and the first
+/// lane not yet batched.
+struct Window {
+    win: u64,
+    warps: u64,
+    s: u32,
+    item: Item,
+}
+
+/// Lines covering `len` bytes from address `src` (0 for no bytes).
+#[inline(always)]
+fn lines(src: u64, len: u64) -> u32 {
+    if len == 0 { 0 } else { ((src + len).div_ceil(LINE) - src / LINE) as u32 }
+}
+
+/// 32-bit read of `n` bits at bit `bit` of the bytes starting at shared
+/// address `base` (any alignment).
+#[inline(always)]
+fn sbits32(base: u32, bit: u32, n: u32) -> u32 {
+    let a = base * 8 + bit;
+    let w = (a >> 5) << 2;
+    // SAFETY: inside this warp's ring (plus its 16 bytes of padding).
+    let (w0, w1) = unsafe { (arch::ld_shared_u32(w), arch::ld_shared_u32(w + 4)) };
+    table::window32(w0, w1, a & 31, n)
+}
+
+/// 64-bit variant of [`sbits32`].
+#[inline(always)]
+fn sbits64(base: u32, bit: u32, n: u32) -> u64 {
+    let a = base * 8 + bit;
+    let w = (a >> 5) << 2;
+    // SAFETY: as in sbits32.
+    let (w0, w1, w2) = unsafe { (arch::ld_shared_u32(w), arch::ld_shared_u32(w + 4), arch::ld_shared_u32(w + 8)) };
+    table::window64(w0, w1, w2, a & 31, n)
 }
 
 impl Ctx {
@@ -410,6 +504,359 @@ impl Ctx {
         Some(pos)
     }
 
+    // ---------------------------------------------------------------------
+    // Batch mode
+
+    /// Describe output row `row` (lane-local; `ITEM_NONE` past the end).
+    #[inline(always)]
+    fn load_item(&self, row: u64) -> Item {
+        let p = &self.p;
+        let mut it = Item { row, code: ITEM_NONE, ..Item::default() };
+        if row >= p.count {
+            return it;
+        }
+        // SAFETY: row < count = index length.
+        let t = if p.index != 0 { unsafe { arch::ld_global_u64(arch::to_global(p.index) + row * 8) } } else { p.first + row };
+        if t >= p.rows {
+            it.code = ITEM_BAD_INDEX;
+            return it;
+        }
+        let l = p.row_bytes;
+        // SAFETY: t < rows: flag byte t / 8, offsets t and t + 1, length t.
+        let encoded = unsafe { arch::ld_global_u8(arch::to_global(p.flags) + t / 8) } >> (t % 8) & 1 == 1;
+        let pbytes = self.chunks.div_ceil(8);
+        let (start, known) = if p.offsets != 0 {
+            let o = arch::to_global(p.offsets) + t * 8;
+            // SAFETY: as above.
+            let (a, b) = unsafe { (arch::ld_global_u64(o), arch::ld_global_u64(o + 8)) };
+            (a, Some(b.wrapping_sub(a)))
+        } else if p.lengths != 0 {
+            // SAFETY: as above.
+            (t * l, Some(unsafe { arch::ld_global_u32(arch::to_global(p.lengths) + t * 4) } as u64))
+        } else {
+            (t * l, if encoded { None } else { Some(l) })
+        };
+        it.src = arch::to_global(p.src) + start;
+        let ideal = p.mode == DECODE_MODE_IDEAL;
+        match known {
+            Some(n) => {
+                let ok = if ideal {
+                    n <= l
+                } else if encoded {
+                    n >= pbytes && n < l
+                } else {
+                    n == l
+                };
+                if !ok {
+                    it.code = ITEM_CORRUPT;
+                    return it;
+                }
+                it.len = n as u32;
+                it.span = lines(it.src, n);
+                it.code = if encoded && !ideal { ITEM_ENCODED } else { ITEM_RAW };
+            }
+            None => {
+                // Fixed-stride, encoded, length to be derived: reserve the
+                // most an encoded tensor can take (L - 1 bytes).
+                it.len = 0;
+                it.span = lines(it.src, l - 1);
+                it.code = ITEM_ENCODED;
+            }
+        }
+        it
+    }
+
+    /// Issue `cp.async` copies of lines `[it.fetched, upto)` of (broadcast)
+    /// item `it` into its region of the half at shared address `half`.
+    #[inline(always)]
+    fn fetch_item(&self, half: u32, it: &Item, upto: u32) {
+        if upto <= it.fetched {
+            return;
+        }
+        let first_line = it.src / LINE;
+        let pieces = (upto - it.fetched) * 8;
+        let mut q = arch::lane();
+        while q < pieces {
+            let rel = it.fetched + q / 8;
+            let part = (q % 8) * 16;
+            let dst = half + (it.region + rel) * LINE as u32 + part;
+            // SAFETY: the line overlaps the tensor's stored bytes (rel <
+            // lines(src, len)); dst is 16-aligned inside the region.
+            unsafe { arch::cp_async::<16>(dst, (first_line + rel as u64) * LINE + part as u64) };
+            q += WARP;
+        }
+    }
+
+    /// Decode an encoded tensor held contiguously at shared address `base`
+    /// (`e_bytes` stored bytes) into row `out`. False on inconsistent bits.
+    #[inline(always)]
+    fn decode_contig<const WIDE: bool>(&self, base: u32, e_bytes: u32, out: u64) -> bool {
+        let k_total = self.chunks as u32;
+        let l = self.p.row_bytes as u32;
+        let c = self.p.chunk;
+        let lane = arch::lane();
+        let limit = e_bytes * 8;
+        let mut pos = k_total;
+        let mut g = 0;
+        while g * 32 < k_total {
+            let k = g * 32 + lane;
+            let valid = k < k_total;
+            let n = if k_total - g * 32 >= 32 { 32 } else { k_total - g * 32 };
+            let pw = sbits32(base, g * 32, n);
+            let part = valid && (pw >> lane & 1) == 1;
+            let bytes = if !valid {
+                0
+            } else if (k + 1) * c <= l {
+                c
+            } else {
+                l - k * c
+            };
+            if WIDE {
+                let e = if valid { self.entry64(k as u64) } else { table::Entry::default() };
+                let width = if valid { table::payload_width(&e, part) } else { 0 };
+                let (excl, total) = arch::warp_exclusive_scan(width);
+                if pos + total > limit {
+                    return false;
+                }
+                if valid {
+                    let v = sbits64(base, pos + excl, width);
+                    self.store_chunk(out, k as u64, table::decode_chunk(&e, part, v, 8), bytes as u64);
+                }
+                pos += total;
+            } else {
+                let e = if valid { self.entry32(k as u64) } else { [0; 8] };
+                let width = if !valid {
+                    0
+                } else if part {
+                    e[2].count_ones()
+                } else {
+                    bytes * 8
+                };
+                let (excl, total) = arch::warp_exclusive_scan(width);
+                if pos + total > limit {
+                    return false;
+                }
+                if valid {
+                    let v = sbits32(base, pos + excl, width);
+                    self.store_chunk(out, k as u64, table::decode_chunk32(&e, part, v, c) as u64, bytes as u64);
+                }
+                pos += total;
+            }
+            g += 1;
+        }
+        let pad = (8 - pos % 8) % 8;
+        pos.div_ceil(8) == e_bytes && (pad == 0 || sbits32(base, pos, pad) == 0)
+    }
+
+    /// Copy `L` raw bytes held at shared address `base` to row `out`.
+    #[inline(always)]
+    fn copy_contig(&self, base: u32, out: u64) {
+        let l = self.p.row_bytes as u32;
+        let lane = arch::lane();
+        if self.vec_out {
+            // Q: why 16 bytes per lane?
+            // A: one 512-byte store per warp instruction; the source may sit
+            // at any byte offset in shared memory, so each lane funnels five
+            // aligned words into four.
+            let mut j = lane * 16;
+            while j < l {
+                let a = base + j;
+                let w = a & !3;
+                let sh = (a & 3) * 8;
+                // SAFETY: inside the ring region (+ padding).
+                let x: [u32; 5] = core::array::from_fn(|i| unsafe { arch::ld_shared_u32(w + 4 * i as u32) });
+                let f = |i: usize| if sh == 0 { x[i] } else { (x[i] >> sh) | (x[i + 1] << (32 - sh)) };
+                // SAFETY: out row is 16-aligned with L % 16 == 0 (vec_out).
+                unsafe { arch::st_global_v4(out + j as u64, [f(0), f(1), f(2), f(3)]) };
+                j += 512;
+            }
+        } else {
+            let mut j = lane * 4;
+            while j < l {
+                let n = if j + 4 <= l { 4 } else { l - j };
+                let v = sbits32(base, j * 8, n * 8);
+                if n == 4 && self.raw_aligned {
+                    // SAFETY: 4-aligned, inside the row.
+                    unsafe { arch::st_global_u32(out + j as u64, v) };
+                } else {
+                    for b in 0..n {
+                        // SAFETY: j + b < L.
+                        unsafe { arch::st_global_u8(out + (j + b) as u64, v >> (8 * b)) };
+                    }
+                }
+                j += 128;
+            }
+        }
+    }
+
+    /// Next batch from the window of rows: lanes `[0, count)` of the result
+    /// hold its items, regions assigned within a half of `half_lines`.
+    #[inline(always)]
+    fn form_batch(&self, w: &mut Window, half_lines: u32) -> (Item, u32) {
+        let lane = arch::lane();
+        loop {
+            let left = arch::ballot(lane >= w.s && w.item.code != ITEM_NONE);
+            if left == 0 {
+                w.win += w.warps;
+                if w.win * 32 >= self.p.count {
+                    return (Item { code: ITEM_NONE, ..Item::default() }, 0);
+                }
+                w.item = self.load_item(w.win * 32 + lane as u64);
+                w.s = 0;
+                continue;
+            }
+            let mine = lane >= w.s && w.item.code != ITEM_NONE;
+            let sp = if mine { w.item.span } else { 0 };
+            let incl = arch::warp_inclusive_scan(sp);
+            let fits = mine && incl <= half_lines;
+            let count = arch::ballot(fits).count_ones();
+            let mut placed = w.item;
+            placed.region = incl - sp;
+            placed.fetched = 0;
+            let got = placed.shfl(w.s + if lane < count { lane } else { 0 });
+            let item = if lane < count { got } else { Item { code: ITEM_NONE, ..Item::default() } };
+            w.s += count;
+            return (item, count);
+        }
+    }
+
+    /// First fetch of a batch: whole tensors whose length is known, the
+    /// participation bytes of those still to be derived.
+    #[inline(always)]
+    fn fetch_batch(&self, half: u32, batch: &mut Item, count: u32) {
+        let pbytes = self.chunks.div_ceil(8);
+        let lane = arch::lane();
+        for b in 0..count {
+            let it = batch.shfl(b);
+            if it.code > ITEM_ENCODED {
+                continue;
+            }
+            let upto = if it.len == 0 { lines(it.src, pbytes) } else { it.span };
+            self.fetch_item(half, &it, upto);
+            if lane == b {
+                batch.fetched = upto;
+            }
+        }
+        arch::cp_async_commit();
+    }
+
+    /// Fixed-stride tensors with no length table: derive each encoded
+    /// tensor's length from its (resident) participation bits, then fetch
+    /// the rest of it.
+    #[inline(always)]
+    fn derive_batch(&self, half: u32, batch: &mut Item, count: u32) {
+        let lane = arch::lane();
+        let k_total = self.chunks as u32;
+        let l = self.p.row_bytes;
+        for b in 0..count {
+            let it = batch.shfl(b);
+            if it.code != ITEM_ENCODED || it.len != 0 {
+                continue;
+            }
+            let base = half + it.region * LINE as u32 + (it.src % LINE) as u32;
+            let mut saved = 0u32;
+            let mut k = lane;
+            while k < k_total {
+                if sbits32(base, k, 1) == 1 {
+                    saved += self.inv(k as u64);
+                }
+                k += WARP;
+            }
+            let saved = arch::warp_inclusive_scan(saved);
+            let saved = arch::shfl_idx(saved, 31) as u64;
+            let e = (k_total as u64 + 8 * l - saved).div_ceil(8);
+            let mut it2 = it;
+            if e >= l {
+                it2.code = ITEM_CORRUPT;
+            } else {
+                it2.len = e as u32;
+                let upto = lines(it.src, e);
+                self.fetch_item(half, &it2, upto);
+                it2.fetched = upto;
+            }
+            if lane == b {
+                *batch = it2;
+            }
+        }
+        arch::cp_async_commit();
+    }
+
+    /// Decode (or, in ideal mode, write) every tensor of a resident batch.
+    #[inline(always)]
+    fn finish_batch(&self, half: u32, batch: &Item, count: u32) {
+        let ideal = self.p.mode == DECODE_MODE_IDEAL;
+        for b in 0..count {
+            let it = batch.shfl(b);
+            let out = self.out_base + it.row * self.p.out_stride;
+            let base = half + it.region * LINE as u32 + (it.src % LINE) as u32;
+            match it.code {
+                ITEM_RAW if ideal => self.write_ideal(base, out),
+                ITEM_RAW => self.copy_contig(base, out),
+                ITEM_ENCODED => {
+                    let ok = if self.p.chunk == 8 {
+                        self.decode_contig::<true>(base, it.len, out)
+                    } else {
+                        self.decode_contig::<false>(base, it.len, out)
+                    };
+                    if !ok {
+                        self.fail(it.row, out, STATUS_CORRUPT);
+                    }
+                }
+                ITEM_BAD_INDEX => self.fail(it.row, out, STATUS_BAD_INDEX),
+                _ => self.fail(it.row, out, STATUS_CORRUPT),
+            }
+        }
+    }
+
+    /// Ideal mode: write `L` bytes from the region without decoding.
+    #[inline(always)]
+    fn write_ideal(&self, base: u32, out: u64) {
+        let l = self.p.row_bytes as u32;
+        let mut j = arch::lane() * 4;
+        // SAFETY: inside the region.
+        let v = unsafe { arch::ld_shared_u32(base & !3) };
+        while j + 4 <= l {
+            // SAFETY: inside the row (4-aligned rows in this mode).
+            unsafe { arch::st_global_u32(out + j as u64, v) };
+            j += 128;
+        }
+    }
+
+    /// Batch mode main loop: form, fetch, and decode batches, two halves of
+    /// the ring in flight at once.
+    #[inline(always)]
+    fn run_batches(&self, warp: u64, warps: u64) {
+        let half_lines = self.p.ring_lines / 2;
+        // Shared address of half `h` (arithmetic, not an array: a runtime
+        // index into an array would put it in local memory).
+        let half = |h: u32| self.ring + h * half_lines * LINE as u32;
+        let derive = self.p.offsets == 0 && self.p.lengths == 0 && self.p.mode != DECODE_MODE_IDEAL;
+        let mut w = Window { win: warp, warps, s: 0, item: self.load_item(warp * 32 + arch::lane() as u64) };
+        let mut h = 0u32;
+        let (mut cur, mut n) = self.form_batch(&mut w, half_lines);
+        self.fetch_batch(half(h), &mut cur, n);
+        while n > 0 {
+            if derive {
+                arch::cp_async_wait_all();
+                arch::sync_warp();
+                self.derive_batch(half(h), &mut cur, n);
+            }
+            let (mut next, m) = self.form_batch(&mut w, half_lines);
+            self.fetch_batch(half(h ^ 1), &mut next, m);
+            // Everything but the batch just issued has landed.
+            arch::cp_async_wait_group::<1>();
+            arch::sync_warp();
+            self.finish_batch(half(h), &cur, n);
+            // The next fetch into this half must not overtake the reads
+            // above (lanes read each other's copies).
+            arch::sync_warp();
+            cur = next;
+            n = m;
+            h ^= 1;
+        }
+        arch::cp_async_wait_all();
+    }
+
     /// Benchmark baseline: fetch the stored bytes, write `L` bytes.
     #[inline(always)]
     fn ideal(&self, src: u64, slot: u64, out: u64) {
@@ -440,7 +887,7 @@ impl Ctx {
 /// `out` and `status` have the lengths the parameters imply, and the launch
 /// provides the dynamic shared memory the carving below uses.
 #[inline(always)]
-pub unsafe fn run(p: DecodeParams) {
+pub unsafe fn run(p: DecodeParams, batch: bool) {
     let base = arch::dyn_smem_base();
     let table_smem = base;
     let in_smem = p.table_smem_bytes > 0;
@@ -462,7 +909,9 @@ pub unsafe fn run(p: DecodeParams) {
         }
         arch::sync_threads();
     }
-    let warp_bytes = p.pbuf_words * 4 + p.ring_lines * LINE as u32;
+    // 16 bytes of padding per warp: bit reads may look up to 8 bytes past a
+    // tensor's last byte.
+    let warp_bytes = p.pbuf_words * 4 + p.ring_lines * LINE as u32 + 16;
     let warp_base = base + p.table_smem_bytes + arch::warp_in_block() * warp_bytes;
     let out_base = arch::to_global(p.out);
     let ctx = Ctx {
@@ -474,9 +923,16 @@ pub unsafe fn run(p: DecodeParams) {
         pwords: chunks.div_ceil(32),
         aligned_out: out_base % 8 == 0 && p.out_stride & cmask == 0 && p.row_bytes & cmask == 0,
         raw_aligned: out_base % 4 == 0 && p.out_stride % 4 == 0,
+        vec_out: out_base % 16 == 0 && p.out_stride % 16 == 0 && p.row_bytes % 16 == 0,
+        out_base,
         pbuf: warp_base,
         ring: warp_base + p.pbuf_words * 4,
     };
+    if batch {
+        let (warp, warps) = arch::global_warp();
+        ctx.run_batches(warp, warps);
+        return;
+    }
     let flags = arch::to_global(p.flags);
     let index = arch::to_global(p.index);
     let offsets = arch::to_global(p.offsets);

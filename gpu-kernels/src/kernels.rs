@@ -268,13 +268,27 @@ pub unsafe extern "ptx-kernel" fn ibp_test_cp_async(p: CpAsyncTestParams) {
     }
 }
 
-/// Decompression: one warp per output row (see `crate::decode` and
-/// [`DecodeParams`]).
+/// Decompression in batch mode (see `crate::decode` and [`DecodeParams`]).
+///
+/// Q: why two entry points for one kernel body?
+/// A: registers are allocated per kernel for its most demanding path; the
+/// two modes need different amounts, and each mode runs with as many warps
+/// per SM as its own path allows.
 ///
 /// # Safety
 /// As `crate::decode::run`.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn ibp_decode(p: DecodeParams) {
     // SAFETY: forwarded contract.
-    unsafe { crate::decode::run(p) }
+    unsafe { crate::decode::run(p, true) }
+}
+
+/// Decompression in streaming mode (large tensors).
+///
+/// # Safety
+/// As `crate::decode::run`.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn ibp_decode_stream(p: DecodeParams) {
+    // SAFETY: forwarded contract.
+    unsafe { crate::decode::run(p, false) }
 }

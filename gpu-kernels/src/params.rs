@@ -87,7 +87,13 @@ pub struct DecodeParams {
     pub table_smem_bytes: u32,
     /// [`DECODE_MODE_DECODE`] or [`DECODE_MODE_IDEAL`].
     pub mode: u32,
-    pub _pad: u32,
+    /// 1: batch mode (whole tensors in half a ring, several per batch,
+    /// double-buffered); 0: streaming mode (one tensor at a time through the
+    /// ring, for tensors too large for batch mode).
+    pub batch: u32,
+    /// Fixed-stride only, optional: device address of one u32 stored length
+    /// per tensor (0: derive each length from the participation bits).
+    pub lengths: u64,
 }
 
 /// Decode every tensor.

@@ -80,6 +80,8 @@ pub enum BenchLayout {
     Packed,
     /// Fixed-stride, lengths from the participation bits.
     Fixed,
+    /// Fixed-stride with a device length table.
+    FixedLengths,
 }
 
 /// One measured configuration.
@@ -124,6 +126,10 @@ pub fn measure_decode(
     let ds = match layout {
         BenchLayout::Packed => GpuDataset::upload_packed(gpu, cb, &compress_packed(cb, rows)?.view(), residency)?,
         BenchLayout::Fixed => GpuDataset::upload_fixed(gpu, cb, &compress_fixed(cb, rows)?.view(), residency)?,
+        BenchLayout::FixedLengths => {
+            let f = compress_fixed(cb, rows)?;
+            GpuDataset::upload_fixed(gpu, cb, &f.view(), residency)?.with_length_table(cb, &f.view())?
+        }
     };
     let n = rows.rows() as u64;
     let dec = Decoder::new(gpu, &ds, opts)?;

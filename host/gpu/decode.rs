@@ -86,6 +86,7 @@ pub struct GpuDataset {
     pub(crate) table: DeviceBuffer<u8>,
     pub(crate) flags: DeviceBuffer<u8>,
     pub(crate) offsets: Option<DeviceBuffer<u64>>,
+    pub(crate) lengths: Option<DeviceBuffer<u32>>,
     pub(crate) payload: Payload,
     pub(crate) rows: u64,
     pub(crate) row_bytes: u64,
@@ -106,6 +107,7 @@ impl GpuDataset {
             table: DeviceBuffer::from_slice(&table).map_err(cuda_err("uploading the codebook"))?,
             flags: upload_flags(packed.flags())?,
             offsets: Some(DeviceBuffer::from_slice(packed.offsets()).map_err(cuda_err("uploading offsets"))?),
+            lengths: None,
             payload: Payload::new(packed.payload(), residency)?,
             rows: packed.rows() as u64,
             row_bytes: packed.row_bytes() as u64,
@@ -119,20 +121,34 @@ impl GpuDataset {
     pub fn upload_fixed(_gpu: &Gpu, cb: &Codebook, fixed: &FixedStrideRef<'_>, residency: Residency) -> Result<Self> {
         check_codebook(cb, fixed.row_bytes())?;
         let table = decoder_table(cb);
-        let stored = (0..fixed.rows())
-            .map(|i| fixed.slot(i).map(|(enc, s)| if enc { crate::encode::stream_len(cb, s).unwrap_or(0) } else { s.len() }))
-            .try_fold(0u64, |acc, n| n.map(|n| acc + n as u64))?;
+        let lengths = fixed_lengths(cb, fixed);
+        let stored = lengths.iter().map(|&n| n as u64).sum();
         Ok(GpuDataset {
             table_bytes: table.len(),
             table: DeviceBuffer::from_slice(&table).map_err(cuda_err("uploading the codebook"))?,
             flags: upload_flags(fixed.flags())?,
             offsets: None,
+            lengths: None,
             payload: Payload::new(fixed.slots(), residency)?,
             rows: fixed.rows() as u64,
             row_bytes: fixed.row_bytes() as u64,
             chunk: cb.chunk().bytes(),
             stored_bytes: stored,
         })
+    }
+
+    /// Fixed-stride only: also keep every tensor's stored length on the GPU
+    /// (4 bytes per tensor, against the 1 bit of the flag bitmap). The
+    /// decoder then fetches each tensor in one round trip instead of two
+    /// (participation bits first, then the rest), and packs more tensors
+    /// into a batch. Without it the lengths come from the participation bits.
+    pub fn with_length_table(mut self, cb: &Codebook, fixed: &FixedStrideRef<'_>) -> Result<Self> {
+        if self.offsets.is_some() {
+            return Err(Error::invalid("a length table is for the fixed-stride layout; packed offsets already give lengths"));
+        }
+        let lengths = fixed_lengths(cb, fixed);
+        self.lengths = Some(DeviceBuffer::from_slice(&lengths).map_err(cuda_err("uploading lengths"))?);
+        Ok(self)
     }
 
     /// Number of tensors.
@@ -154,6 +170,18 @@ impl GpuDataset {
     pub fn payload(&self) -> &Payload {
         &self.payload
     }
+}
+
+/// Stored length of every tensor of a fixed-stride dataset (a damaged
+/// tensor counts as its whole slot; the kernel reports it).
+fn fixed_lengths(cb: &Codebook, fixed: &FixedStrideRef<'_>) -> Vec<u32> {
+    (0..fixed.rows())
+        .map(|i| match fixed.slot(i) {
+            Ok((true, s)) => crate::encode::stream_len(cb, s).unwrap_or(s.len()) as u32,
+            Ok((false, s)) => s.len() as u32,
+            Err(_) => fixed.row_bytes() as u32,
+        })
+        .collect()
 }
 
 fn check_codebook(cb: &Codebook, row_bytes: usize) -> Result<()> {
@@ -254,7 +282,11 @@ pub struct Decoder {
     pub(crate) ring_lines: u32,
     pub(crate) pbuf_words: u32,
     pub(crate) table_smem_bytes: u32,
+    pub(crate) batch: bool,
 }
+
+/// Largest tensor span, in lines, that batch mode takes (half a ring).
+const BATCH_MAX_LINES: u64 = 48;
 
 impl Decoder {
     /// Size shared memory and the grid for `ds` on `gpu`.
@@ -263,26 +295,41 @@ impl Decoder {
         let l = ds.row_bytes;
         let k = l.div_ceil(ds.chunk as u64);
         let pbytes = k.div_ceil(8);
-        // Participation buffer: whole u32 words, a multiple of 16 bytes.
-        let pbuf_words = (k.div_ceil(32)).next_multiple_of(4) as u32;
-        // The ring must hold the participation bytes plus two lines of slack
-        // (phase 1 reads them in one go); otherwise a line per 128 bytes of
-        // tensor, up to 32 lines.
-        let min_lines = (pbytes.div_ceil(128) + 2).next_power_of_two();
-        let want = match opts.ring_bytes {
-            Some(b) => (b as u64).div_ceil(128).next_power_of_two(),
-            None => (l.div_ceil(128) + 1).next_power_of_two().clamp(4, 32),
+        // Lines a tensor of L bytes can touch at the worst alignment.
+        let span_max = (l + 127).div_ceil(128);
+        // Q: batch or streaming mode?
+        // A: batch mode keeps whole tensors in half a ring, so it pays while
+        // a tensor is a few KB; beyond that one tensor is enough work to
+        // hide a round trip and streaming through a small ring saves shared
+        // memory (more warps per SM).
+        let batch = span_max <= BATCH_MAX_LINES && opts.ring_bytes.is_none_or(|b| b as u64 >= 2 * span_max * 128);
+        let (ring_lines, pbuf_words) = if batch {
+            let half = match opts.ring_bytes {
+                Some(b) => (b as u64 / 256).max(span_max),
+                None => span_max.max(16),
+            };
+            ((2 * half) as u32, 0u32)
+        } else {
+            // Participation buffer: whole u32 words, a multiple of 16 bytes.
+            let pbuf_words = (k.div_ceil(32)).next_multiple_of(4) as u32;
+            // The ring must hold the participation bytes plus two lines of
+            // slack (phase 1 reads them in one go).
+            let min_lines = (pbytes.div_ceil(128) + 2).next_power_of_two();
+            let want = match opts.ring_bytes {
+                Some(b) => (b as u64).div_ceil(128).next_power_of_two(),
+                None => 32,
+            };
+            (want.max(min_lines).max(4) as u32, pbuf_words)
         };
-        let ring_lines = want.max(min_lines).max(4) as u32;
-        let warp_bytes = pbuf_words as u64 * 4 + ring_lines as u64 * 128;
+        let warp_bytes = pbuf_words as u64 * 4 + ring_lines as u64 * 128 + 16;
         let mut warps = opts.warps_per_block.unwrap_or(8).clamp(1, 32) as u64;
         let budget = info.max_shared_per_block as u64;
         // Q: when does the codebook go to shared memory?
-        // A: when it fits beside at least 4 warps' workspaces in half the
-        // block budget; otherwise every warp reads it through L1, where it
-        // is shared by all warps of the SM anyway.
+        // A: when it is small (up to 24 KB, tensors up to ~3 KB); a larger
+        // table would crowd out warps, and L1 serves it to every warp of the
+        // SM anyway.
         let table = ds.table_bytes as u64;
-        let table_smem = if table + 4 * warp_bytes <= budget / 2 { table } else { 0 };
+        let table_smem = if table <= 24 * 1024 && table + 4 * warp_bytes <= budget / 2 { table } else { 0 };
         while warps > 1 && table_smem + warps * warp_bytes > budget {
             warps /= 2;
         }
@@ -294,7 +341,7 @@ impl Decoder {
             )));
         }
         let block = (warps * 32) as u32;
-        let per_sm = gpu.decode_blocks_per_sm(block, shared as usize)?;
+        let per_sm = gpu.decode_blocks_per_sm(batch, block, shared as usize)?;
         let sms = opts.max_sms.unwrap_or(info.sm_count).clamp(1, info.sm_count);
         Ok(Decoder {
             grid: per_sm * sms,
@@ -303,6 +350,7 @@ impl Decoder {
             ring_lines,
             pbuf_words,
             table_smem_bytes: table_smem as u32,
+            batch,
         })
     }
 
@@ -310,6 +358,12 @@ impl Decoder {
     /// block (for reports).
     pub fn geometry(&self) -> (u32, u32, u32) {
         (self.block, self.grid, self.shared_bytes)
+    }
+
+    /// Whether this decoder uses batch mode (whole tensors per half ring)
+    /// rather than streaming mode.
+    pub fn is_batch_mode(&self) -> bool {
+        self.batch
     }
 
     /// Enqueue: output row `i` of `out` (`index.len()` rows of `L` bytes)
@@ -344,7 +398,8 @@ impl Decoder {
 
     /// Benchmark baseline for [`Decoder::range`]: read exactly the stored
     /// bytes with the same aligned line copies, write `L` bytes per row,
-    /// decode nothing (packed layout only: it needs the stored lengths).
+    /// decode nothing (it needs the stored lengths: the packed layout, or a
+    /// fixed-stride dataset with a length table).
     #[allow(clippy::too_many_arguments)]
     pub fn ideal_range(
         &self,

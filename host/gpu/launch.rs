@@ -153,8 +153,8 @@ impl Gpu {
 
     /// Blocks of `block` threads with `shared` bytes of dynamic shared
     /// memory that one SM holds at once for the decode kernel.
-    pub(crate) fn decode_blocks_per_sm(&self, block: u32, shared: usize) -> Result<u32> {
-        let f = self.module().get_function("ibp_decode").map_err(cuda_err("finding a kernel"))?;
+    pub(crate) fn decode_blocks_per_sm(&self, batch: bool, block: u32, shared: usize) -> Result<u32> {
+        let f = self.module().get_function(decode_kernel(batch)).map_err(cuda_err("finding a kernel"))?;
         if shared > 48 * 1024 {
             // SAFETY: valid function handle and attribute; the value is
             // within the device's opt-in limit (checked by the caller).
@@ -216,8 +216,10 @@ impl Gpu {
                 ds.row_bytes
             )));
         }
-        if ideal && (ds.offsets.is_none() || ds.row_bytes % 4 != 0) {
-            return Err(Error::invalid("the ideal-copy baseline needs the packed layout and rows of whole u32"));
+        if ideal && ((ds.offsets.is_none() && ds.lengths.is_none()) || ds.row_bytes % 4 != 0) {
+            return Err(Error::invalid(
+                "the ideal-copy baseline needs stored lengths (packed layout or a length table) and rows of whole u32",
+            ));
         }
         let p = DecodeParams {
             src: ds.payload.device_addr(),
@@ -237,7 +239,8 @@ impl Gpu {
             pbuf_words: dec.pbuf_words,
             table_smem_bytes: dec.table_smem_bytes,
             mode: if ideal { DECODE_MODE_IDEAL } else { DECODE_MODE_DECODE },
-            _pad: 0,
+            batch: dec.batch as u32,
+            lengths: ds.lengths.as_ref().map_or(0, |b| b.as_device_ptr().as_raw()),
         };
         let warps = (dec.block / 32) as u64;
         let grid = (dec.grid as u64).min(count.div_ceil(warps)).max(1) as u32;
@@ -247,7 +250,7 @@ impl Gpu {
         // `index` holds `count` u64 (its length); status holds two u64; the
         // shared memory matches the Decoder's carving; DecodeParams is the
         // kernel's parameter type.
-        unsafe { self.launch("ibp_decode", grid, dec.block, dec.shared_bytes, stream, p) }
+        unsafe { self.launch(decode_kernel(dec.batch), grid, dec.block, dec.shared_bytes, stream, p) }
     }
 
     /// Run the warp-helper test kernel: see `ibp_kernels::params::WarpTestParams`.
@@ -295,6 +298,11 @@ impl Gpu {
         // SAFETY: sizes and alignment checked above; matching parameter type.
         unsafe { self.launch("ibp_test_cp_async", blocks, 128, bytes, stream, p) }
     }
+}
+
+/// The decode kernel for batch or streaming mode.
+fn decode_kernel(batch: bool) -> &'static str {
+    if batch { "ibp_decode" } else { "ibp_decode_stream" }
 }
 
 /// A prefix of a pinned buffer, as a kernel source.
