@@ -247,9 +247,33 @@ struct Bmi2(());
 
 #[cfg(target_arch = "x86_64")]
 impl Bmi2 {
+    /// `Some` when the CPU has BMI2 and runs it in hardware.
+    ///
+    /// Q: why not just `is_x86_feature_detected!("bmi2")`?
+    /// A: AMD's Zen 1 and Zen 2 (family 17h, and Hygon's 18h) report BMI2
+    /// but run `pdep`/`pext` in microcode, tens to hundreds of cycles each:
+    /// far slower than the portable rounds. Zen 3 and later (19h+) and every
+    /// Intel CPU with BMI2 run them in one to three cycles. The answer is
+    /// cached: `cpuid` is slow, and traps to the hypervisor in a VM.
     #[inline(always)]
     fn detect() -> Option<Self> {
-        (std::arch::is_x86_feature_detected!("bmi2")).then_some(Bmi2(()))
+        static FAST: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        let fast = *FAST.get_or_init(|| {
+            if !std::arch::is_x86_feature_detected!("bmi2") {
+                return false;
+            }
+            use std::arch::x86_64::__cpuid;
+            let vendor = __cpuid(0);
+            let amd_like = matches!(
+                (vendor.ebx, vendor.edx, vendor.ecx),
+                // "AuthenticAMD", "HygonGenuine" as little-endian registers.
+                (0x6874_7541, 0x6974_6e65, 0x444d_4163) | (0x6f67_7948, 0x6e65_476e, 0x656e_6975)
+            );
+            let eax = __cpuid(1).eax;
+            let family = ((eax >> 8) & 0xf) + ((eax >> 20) & 0xff);
+            !(amd_like && family < 0x19)
+        });
+        fast.then_some(Bmi2(()))
     }
 }
 
