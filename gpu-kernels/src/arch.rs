@@ -417,3 +417,44 @@ pub unsafe fn red_min_u64(addr: u64, v: u64) {
     // SAFETY: the caller guarantees the address.
     unsafe { asm!("red.global.min.u64 [{a}], {v};", a = in(reg64) addr, v = in(reg64) v) }
 }
+
+/// Load 16 bytes through the read-only (non-coherent) cache.
+///
+/// # Safety
+/// `addr` is a 16-aligned global address of data no thread writes during
+/// the launch.
+#[inline(always)]
+pub unsafe fn ld_global_nc_v4(addr: u64) -> [u32; 4] {
+    let (a, b, c, d): (u32, u32, u32, u32);
+    // SAFETY: the caller guarantees the address.
+    unsafe {
+        asm!("ld.global.nc.v4.u32 {{{a}, {b}, {c}, {d}}}, [{p}];",
+            a = out(reg32) a, b = out(reg32) b, c = out(reg32) c, d = out(reg32) d, p = in(reg64) addr)
+    }
+    [a, b, c, d]
+}
+
+/// Load 8 bytes from shared memory.
+///
+/// # Safety
+/// `addr` is 8-aligned and inside the launch's dynamic shared memory.
+#[inline(always)]
+pub unsafe fn ld_shared_v2(addr: u32) -> [u32; 2] {
+    let (a, b): (u32, u32);
+    // SAFETY: the caller guarantees the address.
+    unsafe { asm!("ld.shared.v2.u32 {{{a}, {b}}}, [{p}];", a = out(reg32) a, b = out(reg32) b, p = in(reg32) addr) }
+    [a, b]
+}
+
+/// Load 8 bytes through the read-only cache.
+///
+/// # Safety
+/// `addr` is an 8-aligned global address of data no thread writes during
+/// the launch.
+#[inline(always)]
+pub unsafe fn ld_global_nc_v2(addr: u64) -> [u32; 2] {
+    let (a, b): (u32, u32);
+    // SAFETY: the caller guarantees the address.
+    unsafe { asm!("ld.global.nc.v2.u32 {{{a}, {b}}}, [{p}];", a = out(reg32) a, b = out(reg32) b, p = in(reg64) addr) }
+    [a, b]
+}

@@ -1,28 +1,44 @@
 //! The decoder's per-chunk codebook table and the lane arithmetic of one
-//! decode step, shared by the GPU kernel and its host emulation.
+//! decode step, shared by the GPU kernels and their host emulation.
 //!
 //! One entry per chunk position `k` of a tensor, built once per codebook on
 //! the host: the chunk's mask `m`, bit value `b`, free bits `f` and the
-//! [`crate::bits::move_masks`] of `f`, each field `8·C` bits wide (32 bits for
-//! chunks of 1, 2 or 4 bytes):
+//! [`crate::bits::move_masks`] of `f` (`steps = log2(8C)` of them), each field
+//! `C` bytes wide, little-endian, padded to a power of two:
 //!
-//! | chunk C | field | steps | entry bytes |
-//! | --- | --- | --- | --- |
-//! | 1, 2, 4 | u32 | 3, 4, 5 | 32 (`m, b, f, mv0..mv4`) |
-//! | 8 | u64 | 6 | 72 (`m, b, f, mv0..mv5`) |
+//! | chunk C | fields | entry bytes |
+//! | --- | --- | --- |
+//! | 1 | `m, b, f, mv0..mv2` as u8 | 8 |
+//! | 2 | `m, b, f, mv0..mv3` as u16 | 16 |
+//! | 4 | `m, b, f, mv0..mv4` as u32 | 32 |
+//! | 8 | `m, b, f, mv0..mv5` as u64 | 72 |
 //!
-//! Q: why not 1- or 2-byte fields for small chunks?
-//! A: one 32-byte entry is two 16-byte shared-memory loads; narrower fields
-//! would need shifts and masks per field on the critical path. The table is
-//! 8·L bytes for C ≤ 4 (9·L for C = 8): it fits in shared memory for tensors
-//! up to ~20 KB, and is read through L1 beyond that.
+//! After the entries comes one byte per chunk: the popcount of its mask
+//! (the bits a matching chunk saves), which is all a lane needs to compute
+//! payload widths and a tensor's encoded length.
+//!
+//! Q: why fields as wide as the chunk?
+//! A: the table is then 8 bytes per tensor byte for C ≤ 4 (9 for C = 8) and
+//! an entry is one or two aligned vector loads; it fits in shared memory for
+//! tensors of a few KB and is read through L1 beyond that.
 
 use crate::bits;
 
 /// Bytes of one table entry for chunks of `chunk` bytes.
 #[inline(always)]
 pub const fn entry_bytes(chunk: u32) -> u32 {
-    if chunk == 8 { 72 } else { 32 }
+    match chunk {
+        1 => 8,
+        2 => 16,
+        4 => 32,
+        _ => 72,
+    }
+}
+
+/// u32 words of one table entry.
+#[inline(always)]
+pub const fn entry_words(chunk: u32) -> u32 {
+    entry_bytes(chunk) / 4
 }
 
 /// Move-mask steps for chunks of `chunk` bytes.
@@ -31,7 +47,7 @@ pub const fn steps(chunk: u32) -> u32 {
     bits::move_steps(chunk)
 }
 
-/// A decoded table entry (fields widened to u64).
+/// A table entry (fields widened to u64).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Entry {
     /// Invariant bits.
@@ -60,27 +76,84 @@ impl Entry {
     /// Serialise into `out` (exactly [`entry_bytes`] bytes), little-endian.
     pub fn write(&self, chunk: u32, out: &mut [u8]) {
         let fields = [self.mask, self.bitval, self.free, self.mv[0], self.mv[1], self.mv[2], self.mv[3], self.mv[4], self.mv[5]];
-        if chunk == 8 {
-            for (i, f) in fields.iter().enumerate() {
-                out[i * 8..i * 8 + 8].copy_from_slice(&f.to_le_bytes());
-            }
-        } else {
-            for (i, f) in fields.iter().take(8).enumerate() {
-                out[i * 4..i * 4 + 4].copy_from_slice(&(*f as u32).to_le_bytes());
-            }
+        let c = chunk as usize;
+        out[..entry_bytes(chunk) as usize].fill(0);
+        for (i, f) in fields.iter().take(3 + steps(chunk) as usize).enumerate() {
+            out[i * c..(i + 1) * c].copy_from_slice(&f.to_le_bytes()[..c]);
         }
     }
 
-    /// Read back an entry from its 32-bit words (`C ≤ 4`).
+    /// Read an entry back from its u32 words (as loaded by a kernel).
     #[inline(always)]
-    pub const fn from_words32(w: &[u32; 8]) -> Self {
+    pub const fn from_words<const C: u32>(w: &[u32; 18]) -> Self {
         Entry {
-            mask: w[0] as u64,
-            bitval: w[1] as u64,
-            free: w[2] as u64,
-            mv: [w[3] as u64, w[4] as u64, w[5] as u64, w[6] as u64, w[7] as u64, 0],
+            mask: field::<C>(w, 0),
+            bitval: field::<C>(w, 1),
+            free: field::<C>(w, 2),
+            mv: [
+                field::<C>(w, 3),
+                field::<C>(w, 4),
+                field::<C>(w, 5),
+                if 6 < 3 + steps(C) { field::<C>(w, 6) } else { 0 },
+                if 7 < 3 + steps(C) { field::<C>(w, 7) } else { 0 },
+                if 8 < 3 + steps(C) { field::<C>(w, 8) } else { 0 },
+            ],
         }
     }
+}
+
+/// Field `i` (`C` bytes) of an entry held as u32 words.
+#[inline(always)]
+pub const fn field<const C: u32>(w: &[u32; 18], i: u32) -> u64 {
+    let bit = i * C * 8;
+    let word = (bit / 32) as usize;
+    match C {
+        8 => (w[word] as u64) | ((w[word + 1] as u64) << 32),
+        4 => w[word] as u64,
+        _ => ((w[word] >> (bit % 32)) as u64) & bits::low_mask(C * 8),
+    }
+}
+
+/// Decode one chunk from its payload bits `v` (masked to its width): chunks
+/// of at most 4 bytes with 32-bit arithmetic (64-bit logic costs two
+/// instructions on the GPU), 8-byte chunks with 64-bit.
+#[inline(always)]
+pub const fn decode_entry<const C: u32>(e: &Entry, participates: bool, v: u64) -> u64 {
+    if !participates {
+        return v;
+    }
+    if C == 8 {
+        bits::expand(v, e.free, &e.mv, steps(8)) | e.bitval
+    } else {
+        let mv = [e.mv[0] as u32, e.mv[1] as u32, e.mv[2] as u32, e.mv[3] as u32, e.mv[4] as u32];
+        (bits::expand32(v as u32, e.free as u32, &mv, steps(C)) | e.bitval as u32) as u64
+    }
+}
+
+/// Chunks one lane decodes per step: every lane produces 8 output bytes.
+///
+/// Q: why several chunks per lane?
+/// A: the warp scan (five dependent shuffles) and the bit-window read are
+/// paid once per lane per step instead of once per chunk: for 1-byte chunks
+/// eight times fewer scans. A lane's payload bits are at most 64, so one
+/// 64-bit window holds them all, and its 8-byte output is one store.
+#[inline(always)]
+pub const fn chunks_per_lane(chunk: u32) -> u32 {
+    8 / chunk
+}
+
+/// Payload widths of a lane's chunks from their participation bits `p`
+/// (bit j for chunk j), mask popcounts `inv` (byte j) and chunk widths:
+/// all `8C` bits wide except possibly the tensor's last chunk, of
+/// `last_width` bits, when `last` (index within the lane) is below `n`.
+#[inline(always)]
+pub const fn lane_width(c: u32, n: u32, p: u32, inv: u64, last: u32, last_width: u32, j: u32) -> u32 {
+    if j >= n {
+        return 0;
+    }
+    let full = if j == last { last_width } else { c * 8 };
+    let saved = ((inv >> (8 * j)) & 0xff) as u32;
+    if (p >> j) & 1 == 1 { full - saved } else { full }
 }
 
 /// Payload bits of chunk with entry `e` given its participation bit.
@@ -93,17 +166,6 @@ pub const fn payload_width(e: &Entry, participates: bool) -> u32 {
 #[inline(always)]
 pub const fn decode_chunk(e: &Entry, participates: bool, v: u64, chunk: u32) -> u64 {
     if participates { bits::expand(v, e.free, &e.mv, steps(chunk)) | e.bitval } else { v }
-}
-
-/// 32-bit [`decode_chunk`] for chunks of at most 4 bytes.
-#[inline(always)]
-pub const fn decode_chunk32(w: &[u32; 8], participates: bool, v: u32, chunk: u32) -> u32 {
-    if participates {
-        let mv = [w[3], w[4], w[5], w[6], w[7]];
-        bits::expand32(v, w[2], &mv, steps(chunk)) | w[1]
-    } else {
-        v
-    }
 }
 
 /// The `n ≤ 64` bits starting `shift < 32` bits into the little-endian
@@ -126,6 +188,30 @@ pub const fn window32(w0: u32, w1: u32, shift: u32, n: u32) -> u32 {
 mod tests {
     use super::*;
 
+    fn words(buf: &[u8]) -> [u32; 18] {
+        core::array::from_fn(|i| if i * 4 + 4 <= buf.len() { u32::from_le_bytes(buf[i * 4..i * 4 + 4].try_into().unwrap()) } else { 0 })
+    }
+
+    fn check<const C: u32>(next: &mut impl FnMut() -> u64) {
+        for width in [C * 8, (C * 8).saturating_sub(8).max(8)] {
+            for _ in 0..500 {
+                let mask = next() & bits::low_mask(width);
+                let x = next() & bits::low_mask(width);
+                let bitval = x & mask; // a chunk that matches
+                let e = Entry::new(mask, bitval, width, C);
+                assert_eq!(e.width(), width);
+                let mut buf = [0u8; 72];
+                e.write(C, &mut buf);
+                assert_eq!(Entry::from_words::<C>(&words(&buf)), e, "C={C}");
+                let payload = bits::compress(x, e.free, &e.mv, steps(C));
+                assert_eq!(decode_entry::<C>(&e, true, payload), x);
+                assert_eq!(decode_entry::<C>(&e, false, x), x);
+                assert_eq!(payload_width(&e, true), e.free.count_ones());
+                assert_eq!(payload_width(&e, false), width);
+            }
+        }
+    }
+
     #[test]
     fn entries_round_trip_and_decode_inverts_compress() {
         let mut s = 0x5eed_u64;
@@ -135,33 +221,20 @@ mod tests {
             s ^= s << 17;
             s
         };
-        for chunk in [1u32, 2, 4, 8] {
-            for width in [chunk * 8, (chunk * 8).saturating_sub(8).max(8)] {
-                for _ in 0..500 {
-                    let mask = next() & bits::low_mask(width);
-                    let x = next() & bits::low_mask(width);
-                    let bitval = x & mask; // a chunk that matches
-                    let e = Entry::new(mask, bitval, width, chunk);
-                    assert_eq!(e.width(), width);
-                    let mut buf = [0u8; 72];
-                    e.write(chunk, &mut buf);
-                    let payload = bits::compress(x, e.free, &e.mv, steps(chunk));
-                    assert_eq!(decode_chunk(&e, true, payload, chunk), x);
-                    assert_eq!(decode_chunk(&e, false, x, chunk), x);
-                    assert_eq!(payload_width(&e, true), e.free.count_ones());
-                    assert_eq!(payload_width(&e, false), width);
-                    if chunk <= 4 {
-                        let w: [u32; 8] = core::array::from_fn(|i| u32::from_le_bytes(buf[i * 4..i * 4 + 4].try_into().unwrap()));
-                        assert_eq!(Entry::from_words32(&w), e);
-                        assert_eq!(decode_chunk32(&w, true, payload as u32, chunk) as u64, x);
-                    } else {
-                        let f = |i: usize| u64::from_le_bytes(buf[i * 8..i * 8 + 8].try_into().unwrap());
-                        assert_eq!([f(0), f(1), f(2)], [e.mask, e.bitval, e.free]);
-                        assert_eq!(f(8), e.mv[5]);
-                    }
-                }
-            }
-        }
+        check::<1>(&mut next);
+        check::<2>(&mut next);
+        check::<4>(&mut next);
+        check::<8>(&mut next);
+    }
+
+    #[test]
+    fn lane_widths_follow_participation_and_tail() {
+        // Four 2-byte chunks, the last a 1-byte tail; chunks 0 and 2 match.
+        let inv = 0x00_03_00_05u64; // saved bits: chunk0 5, chunk2 3
+        let w: [u32; 4] = core::array::from_fn(|j| lane_width(2, 4, 0b0101, inv, 3, 8, j as u32));
+        assert_eq!(w, [11, 16, 13, 8]);
+        // Fewer valid chunks than lanes' share.
+        assert_eq!(lane_width(2, 2, 0b0101, inv, 3, 8, 2), 0);
     }
 
     #[test]

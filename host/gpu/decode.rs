@@ -69,7 +69,9 @@ pub fn decoder_table(cb: &Codebook) -> Vec<u8> {
     let c = cb.chunk().bytes();
     let eb = entry_bytes(c) as usize;
     let k = cb.chunks();
-    let mut out = vec![0u8; (k * eb + k).next_multiple_of(16)];
+    // Padded so a lane may read a whole 8-byte group of mask popcounts past
+    // the last chunk.
+    let mut out = vec![0u8; (k * eb + k + 16).next_multiple_of(16)];
     for (j, t) in cb.tables().entries().iter().enumerate() {
         let e = Entry::new(t.mask, t.bitval, t.width, c);
         debug_assert_eq!(e.free, t.free);
@@ -325,11 +327,11 @@ impl Decoder {
         let mut warps = opts.warps_per_block.unwrap_or(8).clamp(1, 32) as u64;
         let budget = info.max_shared_per_block as u64;
         // Q: when does the codebook go to shared memory?
-        // A: when it is small (up to 24 KB, tensors up to ~3 KB); a larger
-        // table would crowd out warps, and L1 serves it to every warp of the
-        // SM anyway.
+        // A: when a block with it and its warps' workspaces still leaves room
+        // for two blocks per SM (registers allow about two blocks of eight
+        // warps anyway); otherwise L1 serves it to every warp of the SM.
         let table = ds.table_bytes as u64;
-        let table_smem = if table <= 24 * 1024 && table + 4 * warp_bytes <= budget / 2 { table } else { 0 };
+        let table_smem = if table + warps * warp_bytes <= budget / 2 { table } else { 0 };
         while warps > 1 && table_smem + warps * warp_bytes > budget {
             warps /= 2;
         }
