@@ -24,6 +24,10 @@ pub struct Args {
     /// Use at most this many SMs.
     #[arg(long)]
     max_sms: Option<u32>,
+    /// Measure one point only, `SIZE,SAVINGS,pinned|device` (for profilers),
+    /// and print its rate instead of writing a results file.
+    #[arg(long, hide = true)]
+    point: Option<String>,
 }
 
 #[cfg(not(feature = "cuda"))]
@@ -43,6 +47,19 @@ pub fn run(args: Args) -> Result<()> {
     let mut opts = DecodeOptions::default();
     if let Some(s) = args.max_sms {
         opts = opts.with_max_sms(s);
+    }
+    if let Some(pt) = &args.point {
+        let parts: Vec<&str> = pt.split(',').collect();
+        let bad = || ibp::Error::invalid("--point wants SIZE,SAVINGS,pinned|device");
+        let (size, s, res) = match parts.as_slice() {
+            [a, b, c] => (a.parse::<usize>().map_err(|_| bad())?, b.parse::<f64>().map_err(|_| bad())?, *c),
+            _ => return Err(bad()),
+        };
+        let residency = if res == "device" { Residency::Device } else { Residency::Pinned };
+        let (data, cb) = figure7_dataset(args.rows, size, s, 11)?;
+        let m = measure_decode(&gpu, &stream, &data, size, &cb, BenchLayout::Packed, residency, false, &opts)?;
+        println!("{size} B at {s}: {:.1} GB/s decoded, {:.1} GB/s moved", m.decoded_rate() / 1e9, m.moved_rate() / 1e9);
+        return Ok(());
     }
     let mut md = String::new();
     let commit = option_env!("IBP_GIT_COMMIT").unwrap_or("unknown");
