@@ -1,12 +1,14 @@
 //! Opening the user's input: a file (safetensors, npy, npz, raw) or the
-//! embedded Cora default, plus the options shared by analyze and compress.
+//! embedded Cora default, plus the options shared by analyze and compress;
+//! and opening a container for decompress and inspect.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use ibp::Result;
 use ibp::codebook::{ChunkSize, Threshold};
+use ibp::container::IbpFile;
 use ibp::fit::{ChunkChoice, FitOptions, Sample};
 use ibp::io::{self, DType, Document, ParseOptions};
+use ibp::{ErrorKind, Result};
 
 /// The Cora node features (2708 × 1433 f32, binary bag-of-words), the
 /// default input when no file is given.
@@ -52,11 +54,9 @@ impl FitArgs {
     pub fn options(&self) -> Result<FitOptions> {
         let mut o = FitOptions::default();
         if self.chunk != "auto" {
-            let c: u32 = self
-                .chunk
-                .parse()
-                .map_err(|_| ibp::Error::invalid(format!("--chunk {}: use 1, 2, 4, 8 or auto", self.chunk)))?;
-            o = o.with_chunk(ChunkChoice::Fixed(ChunkSize::try_from(c)?));
+            let bad = || ibp::Error::invalid(format!("--chunk {}: use 1, 2, 4, 8 or auto", self.chunk));
+            let c: u32 = self.chunk.parse().map_err(|_| bad())?;
+            o = o.with_chunk(ChunkChoice::Fixed(ChunkSize::try_from(c).map_err(|_| bad())?));
         }
         if let Some(t) = self.threshold {
             o = o.with_threshold(Threshold::from_fraction(t)?);
@@ -133,4 +133,17 @@ impl Source {
         };
         io::parse(self.bytes(), format, &opts)
     }
+}
+
+/// Open the container at `path`, checked in full, with a hint on what to do
+/// when it is damaged.
+pub fn open_container(path: &Path) -> Result<IbpFile<'static>> {
+    IbpFile::open(path).map_err(|e| {
+        let hint = match e.kind() {
+            ErrorKind::Truncated => "copy it again if a transfer was cut short, or re-create it with `ibp compress`",
+            ErrorKind::Corrupt => "if it is an .ibp file, it is damaged: re-create it with `ibp compress`",
+            _ => return e,
+        };
+        ibp::Error::new(e.kind(), format!("{}; {hint}", e.message()))
+    })
 }

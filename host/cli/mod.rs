@@ -4,7 +4,12 @@
 
 mod analyze;
 mod bench;
+mod compress;
+mod decompress;
 mod input;
+mod inspect;
+mod output;
+mod table;
 
 use clap::{Parser, Subcommand};
 
@@ -23,6 +28,15 @@ enum Command {
     /// space savings per tensor. With no FILE, analyzes the embedded Cora
     /// node features (2708 × 1433 f32).
     Analyze(analyze::Args),
+    /// Compress a tensor file (.safetensors, .npy, .npz, raw) into an .ibp
+    /// container that restores it byte for byte.
+    Compress(compress::Args),
+    /// Restore the original file from an .ibp container, checked against
+    /// the fingerprint the container records.
+    Decompress(decompress::Args),
+    /// Show what an .ibp container holds: the original file's fingerprint,
+    /// each tensor group and each section.
+    Inspect(inspect::Args),
     /// GPU decompression benchmarks (the paper's Figure 7 grid, gathers,
     /// device-resident decode, real tables); writes docs/results/<gpu>.md.
     Bench(bench::Args),
@@ -40,6 +54,9 @@ pub fn run() -> i32 {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Analyze(a) => analyze::run(a),
+        Command::Compress(a) => compress::run(a),
+        Command::Decompress(a) => decompress::run(a),
+        Command::Inspect(a) => inspect::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Ptx { out } => write_ptx(&out),
     };

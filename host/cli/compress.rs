@@ -1,0 +1,212 @@
+//! `ibp compress`: a tensor file (safetensors, npy, npz, raw) into an `.ibp`
+//! container that restores it byte for byte.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use ibp::container::{CompressOptions, GroupLayout, IbpFile, compress_document_with_progress};
+use ibp::io::SourceFormat;
+use ibp::{Error, Result};
+use serde::Serialize;
+
+use super::input::{FitArgs, InputArgs, Source};
+use super::output::{ByteProgress, OutputFile, check_output};
+use super::table::{GroupSummary, Totals, emit, group_table, human, json, percent, savings};
+
+/// Arguments of `ibp compress`.
+#[derive(clap::Args, Debug)]
+// Analyze falls back to the embedded Cora features; compressing them by
+// accident would only confuse, so here the file is required.
+#[command(mut_arg("file", |a| a.required(true).help(
+    "Input file: .safetensors, .npy, .npz, or raw bytes with --dtype and --shape"
+)))]
+pub struct Args {
+    #[command(flatten)]
+    input: InputArgs,
+    #[command(flatten)]
+    fit: FitArgs,
+    /// The container to write (conventionally FILE.ibp).
+    #[arg(short, long, value_name = "OUT")]
+    output: PathBuf,
+    /// Layout of compressed tensors: packed (smallest) or fixed (every
+    /// tensor in a slot of its full size, for random access by index; never
+    /// smaller than the input).
+    #[arg(long, value_enum, default_value_t = Layout::Packed)]
+    layout: Layout,
+    /// Overwrite OUT if it exists.
+    #[arg(long)]
+    force: bool,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// The layouts a user can ask for (raw storage is chosen per tensor).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Layout {
+    Packed,
+    Fixed,
+}
+
+impl Layout {
+    fn group_layout(self) -> GroupLayout {
+        match self {
+            Layout::Packed => GroupLayout::Packed,
+            Layout::Fixed => GroupLayout::Fixed,
+        }
+    }
+}
+
+/// What `--json` prints.
+#[derive(Serialize, Debug)]
+struct Report {
+    input: String,
+    input_format: &'static str,
+    input_bytes: u64,
+    output: String,
+    output_bytes: u64,
+    /// `1 - output_bytes / input_bytes`: negative when the container is
+    /// larger (an npz whose tensors were already deflated).
+    file_savings: f64,
+    layout: &'static str,
+    groups: Vec<GroupSummary>,
+    totals: Totals,
+    notes: Vec<String>,
+}
+
+pub fn run(args: Args) -> Result<()> {
+    // Everything that can be refused cheaply is refused before the input is
+    // read.
+    let fit = args.fit.options()?;
+    let input =
+        args.input.file.clone().ok_or_else(|| {
+            Error::invalid("give the file to compress: ibp compress FILE -o OUT.ibp")
+        })?;
+    check_output(&args.output, args.force, &input)?;
+
+    let source = Source::open(&args.input)?;
+    let doc = source.parse(&args.input)?;
+    let mut opts = CompressOptions::default()
+        .with_fit(fit)
+        .with_layout(args.layout.group_layout());
+    if let Some(n) = args.fit.row_len {
+        for g in &doc.groups {
+            g.row_shape(Some(n)).map_err(|e| {
+                Error::invalid(format!(
+                    "--row-len {n} does not fit tensor {:?}: {}; pick the tensors it fits with --tensor",
+                    g.name,
+                    e.message()
+                ))
+            })?;
+            opts = opts.with_row_len(g.name.clone(), n);
+        }
+    }
+
+    let total = doc.groups.iter().map(|g| g.data.len() as u64).sum::<u64>() + doc.raw_bytes();
+    let bar = ByteProgress::new(total, "compressing");
+    let mut out = OutputFile::create(&args.output, args.force)?;
+    let (_, report) =
+        compress_document_with_progress(&doc, &opts, out.writer(), &|done, _| bar.update(done))?;
+    let written = out.finish()?;
+    bar.clear();
+
+    // Read the container back before it takes OUT's name: open checks every
+    // checksum and structure, and the table then shows what the file holds.
+    let file = IbpFile::open(written.path()).map_err(|e| {
+        Error::new(
+            e.kind(),
+            format!(
+                "the container just written does not read back ({}); this is an ibp bug, please report it",
+                e.message()
+            ),
+        )
+    })?;
+    let reasons: HashMap<&str, &str> = report
+        .groups
+        .iter()
+        .filter_map(|g| Some((g.name.as_str(), g.raw_reason.as_deref()?)))
+        .collect();
+    let mut groups = GroupSummary::all(&file);
+    for g in &mut groups {
+        g.raw_reason = reasons.get(g.name.as_str()).map(|r| r.to_string());
+    }
+    let output_bytes = file.bytes().len() as u64;
+    drop(file);
+    written.commit()?;
+
+    let r = Report {
+        input: input.display().to_string(),
+        input_format: doc.format.name(),
+        input_bytes: report.input_bytes,
+        output: args.output.display().to_string(),
+        output_bytes,
+        file_savings: savings(report.input_bytes, output_bytes),
+        layout: args.layout.group_layout().name(),
+        totals: Totals::of(&groups),
+        groups,
+        notes: report.notes,
+    };
+    emit(&if args.json {
+        json(&r)?
+    } else {
+        text(&r, doc.format)
+    })
+}
+
+/// The human-readable report: the group table, then totals and notes.
+fn text(r: &Report, format: SourceFormat) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "input:  {} ({}, {})",
+        r.input,
+        r.input_format,
+        human(r.input_bytes)
+    );
+    let _ = writeln!(s, "output: {} ({} layout)", r.output, r.layout);
+    s.push('\n');
+    s.push_str(&group_table(&r.groups).render());
+    s.push('\n');
+    let _ = writeln!(s, "{}", r.totals.line());
+    let change = if r.output_bytes <= r.input_bytes {
+        format!("{} smaller than the input", percent(r.file_savings))
+    } else {
+        format!(
+            "{:.2}× the input's size",
+            r.output_bytes as f64 / r.input_bytes.max(1) as f64
+        )
+    };
+    let _ = writeln!(
+        s,
+        "file:   {} -> {} ({} bytes -> {} bytes, {change})",
+        human(r.input_bytes),
+        human(r.output_bytes),
+        r.input_bytes,
+        r.output_bytes
+    );
+    if format == SourceFormat::Npz && r.output_bytes > r.input_bytes {
+        s.push_str(
+            "note: the npz's tensors were already deflated; the .ibp keeps them in a form the GPU decompresses at link speed, and re-creates the deflate stream on restore\n",
+        );
+    }
+    // One line per distinct reason, not per tensor: a model has dozens of
+    // 1-D biases and norms.
+    let mut raw: BTreeMap<&str, usize> = BTreeMap::new();
+    for g in &r.groups {
+        if let Some(reason) = &g.raw_reason {
+            *raw.entry(reason).or_default() += 1;
+        }
+    }
+    for (reason, n) in raw {
+        let _ = writeln!(
+            s,
+            "stored raw: {n} tensor{} ({reason})",
+            if n == 1 { "" } else { "s" }
+        );
+    }
+    for n in &r.notes {
+        let _ = writeln!(s, "note: {n}");
+    }
+    s
+}

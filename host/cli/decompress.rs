@@ -1,0 +1,80 @@
+//! `ibp decompress`: an `.ibp` container back into the file it was made
+//! from, byte for byte, checked against the fingerprint the container
+//! records.
+
+use std::path::PathBuf;
+
+use ibp::io::{Fingerprint, InputFile};
+use ibp::{Error, Result};
+
+use super::input::open_container;
+use super::output::{ByteProgress, OutputFile, check_output};
+use super::table::{emit, hex, human};
+
+/// Arguments of `ibp decompress`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The .ibp container.
+    input: PathBuf,
+    /// Where to write the restored file.
+    #[arg(short, long, value_name = "FILE")]
+    output: PathBuf,
+    /// Overwrite FILE if it exists.
+    #[arg(long)]
+    force: bool,
+}
+
+pub fn run(args: Args) -> Result<()> {
+    check_output(&args.output, args.force, &args.input)?;
+    let file = open_container(&args.input)?;
+    let total = file
+        .source()
+        .map_or_else(|| file.stats().original_bytes, |s| s.fingerprint.len);
+    let bar = ByteProgress::new(total, "restoring");
+    let mut out = OutputFile::create(&args.output, args.force)?;
+    // The restore itself checks every group's hash and, while streaming,
+    // the whole file's.
+    file.restore_with_progress(out.writer(), &|done, _| bar.update(done))?;
+    let written = out.finish()?;
+    bar.clear();
+
+    // Q: why hash again what the restore already hashed on the way out?
+    // A: that hash saw the bytes handed to the writer; this one sees the
+    // file as the operating system gives it back, after flush and fsync,
+    // which is what the user will use.
+    let verified = match file.source() {
+        Some(src) => {
+            let got = Fingerprint::of(InputFile::open(written.path())?.bytes());
+            if got != src.fingerprint {
+                return Err(Error::corrupt(format!(
+                    "the written file ({} bytes, xxh3 {}) differs from the original recorded in {} ({} bytes, xxh3 {}); nothing was written to {}; check the disk and try again",
+                    got.len,
+                    hex(got.xxh3),
+                    args.input.display(),
+                    src.fingerprint.len,
+                    hex(src.fingerprint.xxh3),
+                    args.output.display()
+                )));
+            }
+            Some((src.format.clone(), got))
+        }
+        None => None,
+    };
+    written.commit()?;
+
+    let mut s = format!(
+        "restored {} ({}) from {}\n",
+        args.output.display(),
+        human(total),
+        args.input.display()
+    );
+    s.push_str(&match verified {
+        Some((format, fp)) => format!(
+            "verified: {} bytes, xxh3 {}, equal to the original {format} file recorded in the container\n",
+            fp.len,
+            hex(fp.xxh3)
+        ),
+        None => "not verified as a whole: the container records no fingerprint of the original file (each tensor's xxh3 was checked)\n".to_string(),
+    });
+    emit(&s)
+}
