@@ -168,6 +168,8 @@ fn decode_options_change_geometry_not_results() {
         DecodeOptions::default().with_ring_bytes(512), // streaming mode: tensor larger than the ring
         DecodeOptions::default().with_warps_per_block(1),
         DecodeOptions::default().with_ring_bytes(16384).with_warps_per_block(4),
+        DecodeOptions::default().with_fetch(ibp::gpu::Fetch::CpAsync),
+        DecodeOptions::default().with_fetch(ibp::gpu::Fetch::LoadStore).with_ring_bytes(512),
     ] {
         assert_eq!(gpu_gather(&gpu, &ds, &index, &opts).unwrap(), expected(&data, l, &index), "{opts:?}");
     }

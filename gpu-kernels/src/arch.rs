@@ -458,3 +458,31 @@ pub unsafe fn ld_global_nc_v2(addr: u64) -> [u32; 2] {
     unsafe { asm!("ld.global.nc.v2.u32 {{{a}, {b}}}, [{p}];", a = out(reg32) a, b = out(reg32) b, p = in(reg64) addr) }
     [a, b]
 }
+
+/// Load 16 bytes from global memory.
+///
+/// # Safety
+/// `addr` is a 16-aligned readable global address.
+#[inline(always)]
+pub unsafe fn ld_global_v4(addr: u64) -> [u32; 4] {
+    let (a, b, c, d): (u32, u32, u32, u32);
+    // SAFETY: the caller guarantees the address.
+    unsafe {
+        asm!("ld.global.v4.u32 {{{a}, {b}, {c}, {d}}}, [{p}];",
+            a = out(reg32) a, b = out(reg32) b, c = out(reg32) c, d = out(reg32) d, p = in(reg64) addr)
+    }
+    [a, b, c, d]
+}
+
+/// Store 16 bytes to shared memory.
+///
+/// # Safety
+/// `addr` is 16-aligned and inside the launch's dynamic shared memory.
+#[inline(always)]
+pub unsafe fn st_shared_v4(addr: u32, v: [u32; 4]) {
+    // SAFETY: the caller guarantees the address.
+    unsafe {
+        asm!("st.shared.v4.u32 [{p}], {{{a}, {b}, {c}, {d}}};",
+            p = in(reg32) addr, a = in(reg32) v[0], b = in(reg32) v[1], c = in(reg32) v[2], d = in(reg32) v[3])
+    }
+}

@@ -60,6 +60,8 @@ struct Ring {
     end_line: u64,
     /// Next line to fetch.
     fetched: u64,
+    /// Fetch with loads and stores instead of `cp.async`.
+    load_store: bool,
     /// Lines below this are resident (their copies completed).
     ready: u64,
 }
@@ -69,7 +71,7 @@ impl Ring {
     #[inline(always)]
     fn new(smem: u32, lines: u32, src: u64, len: u64) -> Self {
         let first = src / LINE;
-        Ring { smem, lines: lines as u64, src, end_line: (src + len).div_ceil(LINE), fetched: first, ready: first }
+        Ring { smem, lines: lines as u64, src, end_line: (src + len).div_ceil(LINE), fetched: first, ready: first, load_store: false }
     }
 
     /// Line holding tensor byte `b`.
@@ -95,7 +97,13 @@ impl Ring {
             // SAFETY: the line overlaps the tensor's slot (line < end_line),
             // and whole 128-byte lines of a slot lie in its allocation's
             // pages; dst is 16-aligned inside this warp's ring.
-            unsafe { arch::cp_async::<16>(dst, line * LINE + part) };
+            unsafe {
+                if self.load_store {
+                    arch::st_shared_v4(dst, arch::ld_global_v4(line * LINE + part));
+                } else {
+                    arch::cp_async::<16>(dst, line * LINE + part);
+                }
+            }
             q += WARP as u64;
         }
         arch::cp_async_commit();
@@ -427,6 +435,7 @@ impl Ctx {
     fn copy_raw(&self, src: u64, out: u64) {
         let l = self.p.row_bytes;
         let mut ring = Ring::new(self.ring, self.p.ring_lines, src, l);
+        ring.load_store = self.p.fetch == crate::params::FETCH_LOAD_STORE;
         let lane = arch::lane() as u64;
         let mut base = 0;
         while base < l {
@@ -469,6 +478,7 @@ impl Ctx {
         // packed layout the whole slot is known; for fixed-stride only the
         // participation bytes may be fetched before E is known.
         let mut ring = Ring::new(self.ring, self.p.ring_lines, src, if packed { slot } else { pbytes });
+        ring.load_store = self.p.fetch == crate::params::FETCH_LOAD_STORE;
         ring.ensure(ring.line_of(pbytes - 1) + 1, ring.line_of(0));
         let mut w = lane;
         while w < self.pwords {
@@ -653,9 +663,16 @@ impl Ctx {
             let rel = it.fetched + q / 8;
             let part = (q % 8) * 16;
             let dst = half + (it.region + rel) * LINE as u32 + part;
+            let src = (first_line + rel as u64) * LINE + part as u64;
             // SAFETY: the line overlaps the tensor's stored bytes (rel <
             // lines(src, len)); dst is 16-aligned inside the region.
-            unsafe { arch::cp_async::<16>(dst, (first_line + rel as u64) * LINE + part as u64) };
+            unsafe {
+                if self.p.fetch == crate::params::FETCH_LOAD_STORE {
+                    arch::st_shared_v4(dst, arch::ld_global_v4(src));
+                } else {
+                    arch::cp_async::<16>(dst, src);
+                }
+            }
             q += WARP;
         }
     }
@@ -939,6 +956,7 @@ impl Ctx {
     #[inline(always)]
     fn ideal(&self, src: u64, slot: u64, out: u64) {
         let mut ring = Ring::new(self.ring, self.p.ring_lines, src, slot);
+        ring.load_store = self.p.fetch == crate::params::FETCH_LOAD_STORE;
         let mut b = 0;
         while b < slot {
             let end = if b + (self.p.ring_lines as u64 - 1) * LINE < slot { b + (self.p.ring_lines as u64 - 1) * LINE } else { slot };

@@ -94,7 +94,16 @@ pub struct DecodeParams {
     /// Fixed-stride only, optional: device address of one u32 stored length
     /// per tensor (0: derive each length from the participation bits).
     pub lengths: u64,
+    /// How lines are fetched into the ring: [`FETCH_CP_ASYNC`] or
+    /// [`FETCH_LOAD_STORE`].
+    pub fetch: u32,
+    pub _pad: u32,
 }
+
+/// Fetch lines with `cp.async.cg` (asynchronous, bypasses registers and L1).
+pub const FETCH_CP_ASYNC: u32 = 0;
+/// Fetch lines with 16-byte global loads and shared stores (synchronous).
+pub const FETCH_LOAD_STORE: u32 = 1;
 
 /// Decode every tensor.
 pub const DECODE_MODE_DECODE: u32 = 0;

@@ -28,6 +28,16 @@ pub struct Args {
     /// and print its rate instead of writing a results file.
     #[arg(long, hide = true)]
     point: Option<String>,
+    /// Decoder ring bytes per warp (experiments).
+    #[arg(long, hide = true)]
+    ring_bytes: Option<u32>,
+    /// Decoder warps per block (experiments).
+    #[arg(long, hide = true)]
+    warps: Option<u32>,
+    /// Fetch lines with `cp-async` or `load-store` (experiments; default
+    /// by residency).
+    #[arg(long, hide = true)]
+    fetch: Option<String>,
 }
 
 #[cfg(not(feature = "cuda"))]
@@ -48,6 +58,23 @@ pub fn run(args: Args) -> Result<()> {
     if let Some(s) = args.max_sms {
         opts = opts.with_max_sms(s);
     }
+    if let Some(b) = args.ring_bytes {
+        opts = opts.with_ring_bytes(b);
+    }
+    if let Some(w) = args.warps {
+        opts = opts.with_warps_per_block(w);
+    }
+    match args.fetch.as_deref() {
+        None => {}
+        Some("cp-async") => opts = opts.with_fetch(ibp::gpu::Fetch::CpAsync),
+        Some("load-store") => opts = opts.with_fetch(ibp::gpu::Fetch::LoadStore),
+        Some(other) => return Err(ibp::Error::invalid(format!("--fetch {other}: use cp-async or load-store"))),
+    }
+    use ibp::gpu::bench::{measure_h2d_copy, measure_zero_copy_read};
+    let link_bytes = 1usize << 30;
+    let h2d = link_bytes as f64 / measure_h2d_copy(&stream, link_bytes)?;
+    let zc = (link_bytes / 1536 * 1536) as f64 / measure_zero_copy_read(&gpu, &stream, link_bytes)?;
+    eprintln!("PCIe on this machine: pinned host-to-device copy {:.1} GB/s, zero-copy kernel read {:.1} GB/s", h2d / 1e9, zc / 1e9);
     if let Some(pt) = &args.point {
         let parts: Vec<&str> = pt.split(',').collect();
         let bad = || ibp::Error::invalid("--point wants SIZE,SAVINGS,pinned|device");
@@ -67,14 +94,16 @@ pub fn run(args: Args) -> Result<()> {
     let _ = writeln!(md, "# ibp GPU benchmarks: {}\n", info.name);
     let _ = writeln!(
         md,
-        "- GPU: {} ({} SMs, compute capability {}.{})\n- driver: CUDA {}.{}\n- ibp commit: {commit}\n- date: {date}\n- command: `ibp bench --rows {}`\n- timing: CUDA events, median of 9 calls after 2 warm-ups; every configuration is decoded and compared with the original bytes first.\n",
+        "- GPU: {} ({} SMs, compute capability {}.{})\n- driver: CUDA {}.{}\n- ibp commit: {commit}\n- date: {date}\n- command: `ibp bench --rows {}`\n- timing: CUDA events, median of 9 calls after 2 warm-ups; every configuration is decoded and compared with the original bytes first.\n- this machine's PCIe, measured in the same run: pinned host-to-device copy {:.1} GB/s (1 GiB, DMA); zero-copy kernel read {:.1} GB/s (1 GiB, ibp's bit-counting kernel)\n",
         info.name,
         info.sm_count,
         info.compute_capability.0,
         info.compute_capability.1,
         info.driver_version / 1000,
         (info.driver_version % 1000) / 10,
-        args.rows
+        args.rows,
+        h2d / 1e9,
+        zc / 1e9
     );
 
     // 1. Figure 7: decode from pinned host memory, vs the ideal and a plain gather.

@@ -173,3 +173,33 @@ pub fn measure_device_copy(stream: &Stream, bytes: usize) -> Result<f64> {
         if r == cust::sys::CUresult::CUDA_SUCCESS { Ok(()) } else { Err(Error::cuda(format!("device copy: {r:?}"))) }
     })
 }
+
+/// Host-to-device DMA copy of `bytes` from pinned memory, seconds (median):
+/// the PCIe ceiling of this machine.
+pub fn measure_h2d_copy(stream: &Stream, bytes: usize) -> Result<f64> {
+    let src = super::PinnedBuffer::<u8>::zeroed(bytes)?;
+    let dst = DeviceBuffer::<u8>::zeroed(bytes).map_err(cuda_err("allocating"))?;
+    time_median(stream, 2, 9, || {
+        // SAFETY: both buffers hold `bytes` bytes and outlive the copy (the
+        // stream is synchronised inside time_median).
+        let r = unsafe {
+            cust::sys::cuMemcpyHtoDAsync_v2(
+                dst.as_device_ptr().as_raw(),
+                src.as_ptr() as *const std::ffi::c_void,
+                bytes,
+                stream.as_inner(),
+            )
+        };
+        if r == cust::sys::CUresult::CUDA_SUCCESS { Ok(()) } else { Err(Error::cuda(format!("host-to-device copy: {r:?}"))) }
+    })
+}
+
+/// Zero-copy read of `bytes` of pinned host memory by the bit-counting
+/// kernel (rows of 1536 bytes), seconds (median): the kernel-side PCIe read
+/// ceiling.
+pub fn measure_zero_copy_read(gpu: &Gpu, stream: &Stream, bytes: usize) -> Result<f64> {
+    let l = 1536;
+    let src = super::PinnedBuffer::<u8>::zeroed(bytes / l * l)?;
+    let mut counts = DeviceBuffer::<u64>::zeroed(8 * l).map_err(cuda_err("allocating"))?;
+    time_median(stream, 2, 9, || gpu.count_bits(&src, l, &mut counts, stream))
+}

@@ -241,6 +241,8 @@ impl Gpu {
             mode: if ideal { DECODE_MODE_IDEAL } else { DECODE_MODE_DECODE },
             batch: dec.batch as u32,
             lengths: ds.lengths.as_ref().map_or(0, |b| b.as_device_ptr().as_raw()),
+            fetch: if dec.load_store { ibp_kernels::params::FETCH_LOAD_STORE } else { ibp_kernels::params::FETCH_CP_ASYNC },
+            _pad: 0,
         };
         let warps = (dec.block / 32) as u64;
         let grid = (dec.grid as u64).min(count.div_ceil(warps)).max(1) as u32;
