@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from the repository root, over binaries staged by
 # scripts/stage-device.sh. Builds nothing. Every test runs with
-# IBP_REQUIRE_GPU=1 (a missing GPU fails). Logs go to $OUT; a table is last.
-# Usage: bash .device/device-run.sh [tests|benches|all] [bench-filter]
+# IBP_REQUIRE_GPU=1 (a missing GPU fails). Logs and results go to $OUT; a
+# short table is printed last.
+# Usage: bash .device/device-run.sh [tests|benches|all]
 set -uo pipefail
 what=${1:-all}
-filter=${2:-}
 out=${OUT:-/tmp/ibp-out}
 mkdir -p "$out"
 export IBP_REQUIRE_GPU=1 IBP_DATA_DIR="$PWD/.device/data" CRITERION_HOME="$out/criterion"
@@ -14,17 +14,20 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noh
 if [ "$what" = tests ] || [ "$what" = all ]; then
   for t in .device/bin/*.test; do
     n=$(basename "$t" .test)
-    if "$t" --test-threads=1 >"$out/test-$n.log" 2>&1; then r=PASS; else r=FAIL; fi
+    if timeout 300 "$t" --test-threads=1 >"$out/test-$n.log" 2>&1; then r=PASS; else r=FAIL; fi
     summary+=("test  $n: $r ($(grep -E '^test result' "$out/test-$n.log" | tail -1))")
+    grep -E 'panicked' -A3 "$out/test-$n.log" | head -8
   done
 fi
 if [ "$what" = benches ] || [ "$what" = all ]; then
   for b in .device/bin/*.bench; do
     n=$(basename "$b" .bench)
-    "$b" --bench $filter >"$out/bench-$n.log" 2>&1
+    timeout 300 "$b" --bench >"$out/bench-$n.log" 2>&1
     summary+=("bench $n: rc=$?")
-    grep -E '^[a-z_/=0-9A-Z. -]+$|time:|thrpt:' "$out/bench-$n.log" | grep -B1 -A1 thrpt | grep -v '^--' | tail -40
+    grep -E 'thrpt:' -B2 "$out/bench-$n.log" | grep -vE '^--|time:' | paste - - | sed 's/  */ /g' > "$out/bench-$n.txt"
   done
+  timeout 400 .device/bin/ibp.bin bench --rows 100000 --out "$out/results.md" >"$out/ibp-bench.log" 2>&1
+  summary+=("ibp bench: rc=$?")
 fi
-for f in "$out"/test-*.log; do grep -E 'FAILED|panicked' "$f" | head -5; done 2>/dev/null
+cat "$out"/bench-*.txt 2>/dev/null
 printf '%s\n' "${summary[@]}"
