@@ -24,16 +24,22 @@ fn main() {
     println!("cargo:rerun-if-changed=gpu-kernels/Cargo.toml");
     println!("cargo:rerun-if-env-changed=IBP_KERNEL_PROFILE");
     // The commit, for benchmark results files.
-    if let Ok(o) = Command::new("git").args(["rev-parse", "--short=12", "HEAD"]).output() {
-        if o.status.success() {
-            let dirty = Command::new("git")
-                .args(["status", "--porcelain", "--untracked-files=no"])
-                .output()
-                .map(|o| !o.stdout.is_empty())
-                .unwrap_or(false);
-            let c = String::from_utf8_lossy(&o.stdout).trim().to_string();
-            println!("cargo:rustc-env=IBP_GIT_COMMIT={c}{}", if dirty { "-dirty" } else { "" });
-        }
+    let head = Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .output();
+    if let Ok(o) = head
+        && o.status.success()
+    {
+        let dirty = Command::new("git")
+            .args(["status", "--porcelain", "--untracked-files=no"])
+            .output()
+            .map(|o| !o.stdout.is_empty())
+            .unwrap_or(false);
+        let c = String::from_utf8_lossy(&o.stdout).trim().to_string();
+        println!(
+            "cargo:rustc-env=IBP_GIT_COMMIT={c}{}",
+            if dirty { "-dirty" } else { "" }
+        );
     }
     // A new commit moves HEAD's ref; the index is left out on purpose (every
     // `git add` would rebuild the crate).
@@ -65,7 +71,11 @@ fn main() {
         let ptx = build_ptx(&cargo, &rustc, &kernels, &target_dir, arch);
         let dest = out_dir.join(format!("ibp_kernels_{arch}.ptx"));
         std::fs::copy(&ptx, &dest).unwrap_or_else(|e| {
-            fail(&format!("cannot copy {} to {}: {e}", ptx.display(), dest.display()))
+            fail(&format!(
+                "cannot copy {} to {}: {e}",
+                ptx.display(),
+                dest.display()
+            ))
         });
     }
 }
@@ -86,29 +96,48 @@ fn check_toolchain() -> PathBuf {
         .ok()
         .filter(|o| o.status.success())
         .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()))
-        .unwrap_or_else(|| fail(&format!("cannot run rustc to find its sysroot; {INSTALL_HINT}")));
+        .unwrap_or_else(|| {
+            fail(&format!(
+                "cannot run rustc to find its sysroot; {INSTALL_HINT}"
+            ))
+        });
     let version = Command::new(&rustc).arg("-vV").output().ok();
     let is_nightly = version
         .as_ref()
         .map(|o| String::from_utf8_lossy(&o.stdout).contains("-nightly"))
         .unwrap_or(false);
     if !is_nightly {
-        fail(&format!("the `cuda` feature needs a nightly rustc (-Zbuild-std); {INSTALL_HINT}"));
+        fail(&format!(
+            "the `cuda` feature needs a nightly rustc (-Zbuild-std); {INSTALL_HINT}"
+        ));
     }
     let src = sysroot.join("lib/rustlib/src/rust/library/core");
     if !src.exists() {
-        fail(&format!("component rust-src is missing ({}); {INSTALL_HINT}", src.display()));
+        fail(&format!(
+            "component rust-src is missing ({}); {INSTALL_HINT}",
+            src.display()
+        ));
     }
     let host = env::var("HOST").unwrap_or_default();
-    let linker = sysroot.join(format!("lib/rustlib/{host}/bin/self-contained/llvm-bitcode-linker"));
+    let linker = sysroot.join(format!(
+        "lib/rustlib/{host}/bin/self-contained/llvm-bitcode-linker"
+    ));
     let linker_alt = sysroot.join(format!("lib/rustlib/{host}/bin/llvm-bitcode-linker"));
     if !linker.exists() && !linker_alt.exists() {
-        fail(&format!("component llvm-bitcode-linker is missing; {INSTALL_HINT}"));
+        fail(&format!(
+            "component llvm-bitcode-linker is missing; {INSTALL_HINT}"
+        ));
     }
     sysroot
 }
 
-fn build_ptx(cargo: &OsString, rustc: &Path, kernels: &Path, target_dir: &Path, arch: &str) -> PathBuf {
+fn build_ptx(
+    cargo: &OsString,
+    rustc: &Path,
+    kernels: &Path,
+    target_dir: &Path,
+    arch: &str,
+) -> PathBuf {
     let profile = env::var("IBP_KERNEL_PROFILE").unwrap_or_else(|_| "release".into());
     let mut cmd = Command::new(cargo);
     // Q: why env_clear?
@@ -120,8 +149,10 @@ fn build_ptx(cargo: &OsString, rustc: &Path, kernels: &Path, target_dir: &Path, 
     cmd.env_clear();
     for (k, v) in env::vars_os() {
         let key = k.to_string_lossy();
-        let keep = matches!(key.as_ref(), "PATH" | "HOME" | "RUSTUP_HOME" | "CARGO_HOME" | "TMPDIR")
-            || key.starts_with("CARGO_NET_")
+        let keep = matches!(
+            key.as_ref(),
+            "PATH" | "HOME" | "RUSTUP_HOME" | "CARGO_HOME" | "TMPDIR"
+        ) || key.starts_with("CARGO_NET_")
             || key.starts_with("CARGO_HTTP_")
             || key.starts_with("CARGO_REGISTRIES_")
             || key.to_ascii_lowercase().ends_with("_proxy")
@@ -136,18 +167,36 @@ fn build_ptx(cargo: &OsString, rustc: &Path, kernels: &Path, target_dir: &Path, 
     cmd.env("CARGO_ENCODED_RUSTFLAGS", format!("-Ctarget-cpu={arch}"));
     cmd.env("RUSTC", rustc);
     cmd.current_dir(kernels)
-        .args(["rustc", "--lib", "--crate-type", "cdylib", "--target", "nvptx64-nvidia-cuda"])
+        .args([
+            "rustc",
+            "--lib",
+            "--crate-type",
+            "cdylib",
+            "--target",
+            "nvptx64-nvidia-cuda",
+        ])
         .args(["-Zbuild-std=core", "--profile", &profile, "--target-dir"])
         .arg(target_dir);
     // Build-script stdout is parsed for `cargo:` directives; keep the nested
     // cargo's chatter on stderr.
     cmd.stdout(std::io::stderr());
-    let status = cmd.status().unwrap_or_else(|e| fail(&format!("cannot run cargo: {e}")));
+    let status = cmd
+        .status()
+        .unwrap_or_else(|e| fail(&format!("cannot run cargo: {e}")));
     if !status.success() {
-        fail(&format!("nested `cargo rustc` for nvptx64 ({arch}) failed: see the output above; {INSTALL_HINT}"));
+        fail(&format!(
+            "nested `cargo rustc` for nvptx64 ({arch}) failed: see the output above; {INSTALL_HINT}"
+        ));
     }
-    let dir = if profile == "dev" { "debug" } else { profile.as_str() };
-    let ptx = target_dir.join("nvptx64-nvidia-cuda").join(dir).join("ibp_kernels.ptx");
+    let dir = if profile == "dev" {
+        "debug"
+    } else {
+        profile.as_str()
+    };
+    let ptx = target_dir
+        .join("nvptx64-nvidia-cuda")
+        .join(dir)
+        .join("ibp_kernels.ptx");
     if !ptx.exists() {
         fail(&format!("the nvptx build produced no {}", ptx.display()));
     }

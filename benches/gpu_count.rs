@@ -7,12 +7,13 @@
 //!
 //! Without the `cuda` feature, or without a device, it prints why and exits.
 
-use std::time::Duration;
-
-use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use criterion::{Criterion, criterion_group, criterion_main};
 
 #[cfg(feature = "cuda")]
 fn bench(c: &mut Criterion) {
+    use std::time::Duration;
+
+    use criterion::Throughput;
     use cust::event::{Event, EventFlags};
     use cust::memory::DeviceBuffer;
     use cust::stream::{Stream, StreamFlags};
@@ -28,7 +29,10 @@ fn bench(c: &mut Criterion) {
     };
     let stream = Stream::new(StreamFlags::NON_BLOCKING, None).unwrap();
     let mut group = c.benchmark_group(format!("count_bits/{}", gpu.info().name));
-    group.sample_size(10).warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(2));
+    group
+        .sample_size(10)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2));
     // Rows: Cora f32 (5732 B), MiniLM f32 (1536 B), 256 B, and a ragged 1001 B.
     for &l in &[5732usize, 1536, 256, 1001] {
         let n = (1usize << 30) / l;
@@ -43,7 +47,11 @@ fn bench(c: &mut Criterion) {
         // Warm-up check: GPU counts equal CPU counts on a slice.
         let check = &bytes[..l * 1000];
         let want = ibp::fit::count_bits(Rows::new(check, l).unwrap());
-        assert_eq!(gpu.count_bits_blocking(Rows::new(check, l).unwrap(), 1 << 20).unwrap(), want);
+        assert_eq!(
+            gpu.count_bits_blocking(Rows::new(check, l).unwrap(), 1 << 20)
+                .unwrap(),
+            want
+        );
 
         let dev = DeviceBuffer::from_slice(&bytes).unwrap();
         let pinned = PinnedBuffer::from_slice(&bytes).unwrap();
@@ -51,7 +59,10 @@ fn bench(c: &mut Criterion) {
         let mut counts = DeviceBuffer::<u64>::zeroed(8 * l).unwrap();
         group.throughput(Throughput::Bytes((n * l) as u64));
         let mut time = |src: &dyn ibp::gpu::GpuReadable, iters: u64| {
-            let (a, b) = (Event::new(EventFlags::DEFAULT).unwrap(), Event::new(EventFlags::DEFAULT).unwrap());
+            let (a, b) = (
+                Event::new(EventFlags::DEFAULT).unwrap(),
+                Event::new(EventFlags::DEFAULT).unwrap(),
+            );
             a.record(&stream).unwrap();
             for _ in 0..iters {
                 gpu.count_bits(src, l, &mut counts, &stream).unwrap();
@@ -60,8 +71,12 @@ fn bench(c: &mut Criterion) {
             b.synchronize().unwrap();
             b.elapsed(&a).unwrap()
         };
-        group.bench_function(format!("device/L={l}"), |bch| bch.iter_custom(|iters| time(&dev, iters)));
-        group.bench_function(format!("pinned/L={l}"), |bch| bch.iter_custom(|iters| time(&pinned, iters)));
+        group.bench_function(format!("device/L={l}"), |bch| {
+            bch.iter_custom(|iters| time(&dev, iters))
+        });
+        group.bench_function(format!("pinned/L={l}"), |bch| {
+            bch.iter_custom(|iters| time(&pinned, iters))
+        });
     }
     group.finish();
 }

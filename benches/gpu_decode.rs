@@ -7,12 +7,13 @@
 //!
 //! Without the `cuda` feature, or without a device, it prints why and exits.
 
-use std::time::Duration;
-
-use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use criterion::{Criterion, criterion_group, criterion_main};
 
 #[cfg(feature = "cuda")]
 fn bench(c: &mut Criterion) {
+    use std::time::Duration;
+
+    use criterion::Throughput;
     use cust::event::{Event, EventFlags};
     use cust::memory::DeviceBuffer;
     use cust::stream::{Stream, StreamFlags};
@@ -31,7 +32,10 @@ fn bench(c: &mut Criterion) {
     };
     let stream = Stream::new(StreamFlags::NON_BLOCKING, None).unwrap();
     let mut group = c.benchmark_group(format!("decode/{}", gpu.info().name));
-    group.sample_size(10).warm_up_time(Duration::from_millis(300)).measurement_time(Duration::from_secs(1));
+    group
+        .sample_size(10)
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(1));
     let rows = 100_000;
     for &size in &[1024usize, 4096] {
         for &savings in &[0.125, 0.5, 0.9] {
@@ -42,18 +46,27 @@ fn bench(c: &mut Criterion) {
                 let dec = Decoder::new(&gpu, &ds, &DecodeOptions::default()).unwrap();
                 let mut status = DecodeStatus::new().unwrap();
                 let mut out = DeviceBuffer::<u8>::zeroed(data.len()).unwrap();
-                dec.range(&gpu, &ds, 0, rows as u64, &mut out, &status, &stream).unwrap();
+                dec.range(&gpu, &ds, 0, rows as u64, &mut out, &status, &stream)
+                    .unwrap();
                 stream.synchronize().unwrap();
                 status.check().unwrap();
-                assert_eq!(copy_to_host(&out).unwrap(), data, "round trip before timing");
+                assert_eq!(
+                    copy_to_host(&out).unwrap(),
+                    data,
+                    "round trip before timing"
+                );
                 group.throughput(Throughput::Bytes(data.len() as u64));
                 let name = format!("{residency:?}/{size}B/{:.1}%", 100.0 * savings);
                 group.bench_function(name, |b| {
                     b.iter_custom(|iters| {
-                        let (a, z) = (Event::new(EventFlags::DEFAULT).unwrap(), Event::new(EventFlags::DEFAULT).unwrap());
+                        let (a, z) = (
+                            Event::new(EventFlags::DEFAULT).unwrap(),
+                            Event::new(EventFlags::DEFAULT).unwrap(),
+                        );
                         a.record(&stream).unwrap();
                         for _ in 0..iters {
-                            dec.range(&gpu, &ds, 0, rows as u64, &mut out, &status, &stream).unwrap();
+                            dec.range(&gpu, &ds, 0, rows as u64, &mut out, &status, &stream)
+                                .unwrap();
                         }
                         z.record(&stream).unwrap();
                         z.synchronize().unwrap();

@@ -18,9 +18,11 @@ impl<'a> Rows<'a> {
     /// or does not divide `bytes.len()`.
     pub fn new(bytes: &'a [u8], row_bytes: usize) -> Result<Self> {
         if row_bytes == 0 {
-            return Err(Error::invalid("row length is 0 bytes; every tensor needs at least one byte"));
+            return Err(Error::invalid(
+                "row length is 0 bytes; every tensor needs at least one byte",
+            ));
         }
-        if bytes.len() % row_bytes != 0 {
+        if !bytes.len().is_multiple_of(row_bytes) {
             return Err(Error::invalid(format!(
                 "{} bytes do not split into rows of {row_bytes} bytes ({} bytes left over)",
                 bytes.len(),
@@ -60,7 +62,10 @@ impl<'a> Rows<'a> {
 
     /// Rows `start..end` as a dataset of their own.
     pub fn slice(&self, start: usize, end: usize) -> Rows<'a> {
-        Rows { bytes: &self.bytes[start * self.row_bytes..end * self.row_bytes], row_bytes: self.row_bytes }
+        Rows {
+            bytes: &self.bytes[start * self.row_bytes..end * self.row_bytes],
+            row_bytes: self.row_bytes,
+        }
     }
 
     /// Iterator over the rows.

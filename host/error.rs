@@ -52,7 +52,11 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 impl Error {
     /// A new error of `kind`.
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
-        Self { kind, message: message.into(), source: None }
+        Self {
+            kind,
+            message: message.into(),
+            source: None,
+        }
     }
 
     /// Attach the underlying cause.
@@ -119,6 +123,8 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.source.as_deref().map(|e| e as &(dyn std::error::Error + 'static))
+        self.source
+            .as_deref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
     }
 }

@@ -19,6 +19,9 @@ use ibp::gpu::{DecodeOptions, DecodeStatus, Decoder, Gpu, GpuDataset, Residency}
 use ibp::layout::{compress_fixed, compress_packed};
 
 const POISON: u8 = 0xA5;
+
+/// Builds a GPU dataset from (possibly damaged) stored bytes.
+type Uploader<'a> = Box<dyn Fn(&[u8]) -> GpuDataset + 'a>;
 const GUARD: usize = 256;
 
 #[derive(Clone, Copy, Debug)]
@@ -35,7 +38,9 @@ enum Mix {
 fn dataset(rng: &mut Rng, l: usize, n: usize, chunk: ChunkSize, mix: Mix) -> (Vec<u8>, Codebook) {
     let mask: Vec<u8> = match mix {
         Mix::Raw => vec![0; l],
-        _ => (0..l).map(|_| (rng.next() as u8) | (rng.next() as u8)).collect(), // ~75% invariant
+        _ => (0..l)
+            .map(|_| (rng.next() as u8) | (rng.next() as u8))
+            .collect(), // ~75% invariant
     };
     let bitval: Vec<u8> = mask.iter().map(|m| m & rng.next() as u8).collect();
     let mut data = vec![0u8; l * n];
@@ -47,7 +52,11 @@ fn dataset(rng: &mut Rng, l: usize, n: usize, chunk: ChunkSize, mix: Mix) -> (Ve
         };
         for (j, b) in row.iter_mut().enumerate() {
             let r = rng.next() as u8;
-            *b = if matching { (r & !mask[j]) | bitval[j] } else { r };
+            *b = if matching {
+                (r & !mask[j]) | bitval[j]
+            } else {
+                r
+            };
         }
         if matching && l > 8 {
             // A few chunks that do not match, so both chunk kinds occur.
@@ -55,7 +64,10 @@ fn dataset(rng: &mut Rng, l: usize, n: usize, chunk: ChunkSize, mix: Mix) -> (Ve
             row[j] ^= mask[j];
         }
     }
-    (data, Codebook::new(chunk, mask, bitval).expect("valid codebook"))
+    (
+        data,
+        Codebook::new(chunk, mask, bitval).expect("valid codebook"),
+    )
 }
 
 fn stream() -> Stream {
@@ -64,7 +76,12 @@ fn stream() -> Stream {
 
 /// Decode `index` rows of `ds` on the GPU into a poisoned buffer with guard
 /// bytes; check the guard and return the rows.
-fn gpu_gather(gpu: &Gpu, ds: &GpuDataset, index: &[u64], opts: &DecodeOptions) -> ibp::Result<Vec<u8>> {
+fn gpu_gather(
+    gpu: &Gpu,
+    ds: &GpuDataset,
+    index: &[u64],
+    opts: &DecodeOptions,
+) -> ibp::Result<Vec<u8>> {
     let l = ds.row_bytes() as usize;
     let dec = Decoder::new(gpu, ds, opts)?;
     let mut status = DecodeStatus::new()?;
@@ -75,13 +92,19 @@ fn gpu_gather(gpu: &Gpu, ds: &GpuDataset, index: &[u64], opts: &DecodeOptions) -
     dec.gather(gpu, ds, &d_index, &mut out, &status, &s)?;
     s.synchronize().unwrap();
     let host = copy_to_host(&out).unwrap();
-    assert!(host[index.len() * l..].iter().all(|&b| b == POISON), "decoder wrote past the output rows");
+    assert!(
+        host[index.len() * l..].iter().all(|&b| b == POISON),
+        "decoder wrote past the output rows"
+    );
     status.check()?;
     Ok(host[..index.len() * l].to_vec())
 }
 
 fn expected(data: &[u8], l: usize, index: &[u64]) -> Vec<u8> {
-    index.iter().flat_map(|&t| data[t as usize * l..(t as usize + 1) * l].iter().copied()).collect()
+    index
+        .iter()
+        .flat_map(|&t| data[t as usize * l..(t as usize + 1) * l].iter().copied())
+        .collect()
 }
 
 /// Every combination on one dataset: both layouts × both residencies, a
@@ -90,17 +113,33 @@ fn check_all(gpu: &Gpu, rng: &mut Rng, data: &[u8], l: usize, cb: &Codebook, wha
     check_with(gpu, rng, data, l, cb, what, &DecodeOptions::default());
 }
 
-fn check_with(gpu: &Gpu, rng: &mut Rng, data: &[u8], l: usize, cb: &Codebook, what: &str, opts: &DecodeOptions) {
+fn check_with(
+    gpu: &Gpu,
+    rng: &mut Rng,
+    data: &[u8],
+    l: usize,
+    cb: &Codebook,
+    what: &str,
+    opts: &DecodeOptions,
+) {
     let n = data.len() / l;
     let rows = Rows::new(data, l).unwrap();
     let packed = compress_packed(cb, rows).unwrap();
     let fixed = compress_fixed(cb, rows).unwrap();
     let all: Vec<u64> = (0..n as u64).collect();
-    let gather: Vec<u64> = (0..(2 * n).min(3000)).map(|_| rng.next() % n as u64).collect();
+    let gather: Vec<u64> = (0..(2 * n).min(3000))
+        .map(|_| rng.next() % n as u64)
+        .collect();
     for residency in [Residency::Pinned, Residency::Device] {
         let sets = [
-            ("packed", GpuDataset::upload_packed(gpu, cb, &packed.view(), residency).unwrap()),
-            ("fixed", GpuDataset::upload_fixed(gpu, cb, &fixed.view(), residency).unwrap()),
+            (
+                "packed",
+                GpuDataset::upload_packed(gpu, cb, &packed.view(), residency).unwrap(),
+            ),
+            (
+                "fixed",
+                GpuDataset::upload_fixed(gpu, cb, &fixed.view(), residency).unwrap(),
+            ),
             (
                 "fixed+lengths",
                 GpuDataset::upload_fixed(gpu, cb, &fixed.view(), residency)
@@ -115,8 +154,15 @@ fn check_with(gpu: &Gpu, rng: &mut Rng, data: &[u8], l: usize, cb: &Codebook, wh
                     .unwrap_or_else(|e| panic!("{what} {layout} {residency:?} {name}: {e}"));
                 let want = expected(data, l, index);
                 if got != want {
-                    let row = got.chunks(l).zip(want.chunks(l)).position(|(a, b)| a != b).unwrap();
-                    panic!("{what} {layout} {residency:?} {name}: output row {row} (tensor {}) differs", index[row]);
+                    let row = got
+                        .chunks(l)
+                        .zip(want.chunks(l))
+                        .position(|(a, b)| a != b)
+                        .unwrap();
+                    panic!(
+                        "{what} {layout} {residency:?} {name}: output row {row} (tensor {}) differs",
+                        index[row]
+                    );
                 }
             }
         }
@@ -125,15 +171,27 @@ fn check_with(gpu: &Gpu, rng: &mut Rng, data: &[u8], l: usize, cb: &Codebook, wh
 
 #[test]
 fn decode_matches_original_for_every_chunk_size_length_and_mix() {
-    let Some(gpu) = gpu_or_skip("decode_matches_original_for_every_chunk_size_length_and_mix") else { return };
+    let Some(gpu) = gpu_or_skip("decode_matches_original_for_every_chunk_size_length_and_mix")
+    else {
+        return;
+    };
     let mut rng = Rng(0x1b9);
-    let lengths = [1usize, 3, 4, 7, 33, 100, 256, 1000, 1024, 1531, 4096, 4099, 16384, 65536];
+    let lengths = [
+        1usize, 3, 4, 7, 33, 100, 256, 1000, 1024, 1531, 4096, 4099, 16384, 65536,
+    ];
     for chunk in ChunkSize::ALL {
         for &l in &lengths {
             for mix in [Mix::Encoded, Mix::Raw, Mix::Mixed] {
                 let n = (2_000_000 / l).clamp(3, 700);
                 let (data, cb) = dataset(&mut rng, l, n, chunk, mix);
-                check_all(&gpu, &mut rng, &data, l, &cb, &format!("C={} L={l} {mix:?}", chunk.bytes()));
+                check_all(
+                    &gpu,
+                    &mut rng,
+                    &data,
+                    l,
+                    &cb,
+                    &format!("C={} L={l} {mix:?}", chunk.bytes()),
+                );
             }
         }
     }
@@ -153,7 +211,9 @@ fn decode_matches_original_for_every_chunk_size_length_and_mix() {
 
 #[test]
 fn decode_options_change_geometry_not_results() {
-    let Some(gpu) = gpu_or_skip("decode_options_change_geometry_not_results") else { return };
+    let Some(gpu) = gpu_or_skip("decode_options_change_geometry_not_results") else {
+        return;
+    };
     let mut rng = Rng(77);
     let (l, n) = (5732, 400);
     let (data, cb) = dataset(&mut rng, l, n, ChunkSize::try_from(4).unwrap(), Mix::Mixed);
@@ -161,31 +221,54 @@ fn decode_options_change_geometry_not_results() {
     let ds = GpuDataset::upload_packed(&gpu, &cb, &packed.view(), Residency::Pinned).unwrap();
     let index: Vec<u64> = (0..n as u64).rev().collect();
     let ds_dec = |o: &DecodeOptions| Decoder::new(&gpu, &ds, o).unwrap().is_batch_mode();
-    assert!(ds_dec(&DecodeOptions::default()), "5732-byte tensors decode in batch mode by default");
-    assert!(!ds_dec(&DecodeOptions::default().with_ring_bytes(512)), "a 512-byte ring forces streaming mode");
+    assert!(
+        ds_dec(&DecodeOptions::default()),
+        "5732-byte tensors decode in batch mode by default"
+    );
+    assert!(
+        !ds_dec(&DecodeOptions::default().with_ring_bytes(512)),
+        "a 512-byte ring forces streaming mode"
+    );
     for opts in [
         DecodeOptions::default().with_max_sms(3),
         DecodeOptions::default().with_ring_bytes(512), // streaming mode: tensor larger than the ring
         DecodeOptions::default().with_warps_per_block(1),
-        DecodeOptions::default().with_ring_bytes(16384).with_warps_per_block(4),
+        DecodeOptions::default()
+            .with_ring_bytes(16384)
+            .with_warps_per_block(4),
         DecodeOptions::default().with_fetch(ibp::gpu::Fetch::CpAsync),
-        DecodeOptions::default().with_fetch(ibp::gpu::Fetch::LoadStore).with_ring_bytes(512),
+        DecodeOptions::default()
+            .with_fetch(ibp::gpu::Fetch::LoadStore)
+            .with_ring_bytes(512),
     ] {
-        assert_eq!(gpu_gather(&gpu, &ds, &index, &opts).unwrap(), expected(&data, l, &index), "{opts:?}");
+        assert_eq!(
+            gpu_gather(&gpu, &ds, &index, &opts).unwrap(),
+            expected(&data, l, &index),
+            "{opts:?}"
+        );
     }
 }
 
 #[test]
 fn corrupt_tensors_are_reported_and_zeroed_without_stray_writes() {
-    let Some(gpu) = gpu_or_skip("corrupt_tensors_are_reported_and_zeroed_without_stray_writes") else { return };
+    let Some(gpu) = gpu_or_skip("corrupt_tensors_are_reported_and_zeroed_without_stray_writes")
+    else {
+        return;
+    };
     let mut rng = Rng(4242);
     let (l, n) = (1024, 64);
-    let (data, cb) = dataset(&mut rng, l, n, ChunkSize::try_from(4).unwrap(), Mix::Encoded);
+    let (data, cb) = dataset(
+        &mut rng,
+        l,
+        n,
+        ChunkSize::try_from(4).unwrap(),
+        Mix::Encoded,
+    );
     let rows = Rows::new(&data, l).unwrap();
     let mut found = 0;
     for layout in ["packed", "fixed"] {
         for trial in 0..40 {
-            let (mut bytes, ds_of): (Vec<u8>, Box<dyn Fn(&[u8]) -> GpuDataset>) = if layout == "packed" {
+            let (mut bytes, ds_of): (Vec<u8>, Uploader) = if layout == "packed" {
                 let p = compress_packed(&cb, rows).unwrap();
                 let (flags, offsets, r) = (p.flags.clone(), p.offsets.clone(), p.rows);
                 let cb2 = cb.clone();
@@ -193,7 +276,14 @@ fn corrupt_tensors_are_reported_and_zeroed_without_stray_writes() {
                 (
                     p.payload.clone(),
                     Box::new(move |payload: &[u8]| {
-                        let v = ibp::layout::PackedRef::new(l, r, &flags, std::borrow::Cow::Borrowed(&offsets), payload).unwrap();
+                        let v = ibp::layout::PackedRef::new(
+                            l,
+                            r,
+                            &flags,
+                            std::borrow::Cow::Borrowed(&offsets),
+                            payload,
+                        )
+                        .unwrap();
                         GpuDataset::upload_packed(g, &cb2, &v, Residency::Device).unwrap()
                     }),
                 )
@@ -228,17 +318,27 @@ fn corrupt_tensors_are_reported_and_zeroed_without_stray_writes() {
                     // raw chunk's bits: then only that tensor may differ.
                     let want = expected(&data, l, &index);
                     for (r, (a, b)) in out.chunks(l).zip(want.chunks(l)).enumerate() {
-                        assert!(a == b || r == victim, "{layout} trial {trial}: row {r} changed");
+                        assert!(
+                            a == b || r == victim,
+                            "{layout} trial {trial}: row {r} changed"
+                        );
                     }
                 }
                 Err(e) => {
-                    assert_eq!(e.kind(), ibp::ErrorKind::Corrupt, "{layout} trial {trial}: {e}");
+                    assert_eq!(
+                        e.kind(),
+                        ibp::ErrorKind::Corrupt,
+                        "{layout} trial {trial}: {e}"
+                    );
                     found += 1;
                 }
             }
         }
     }
-    assert!(found > 10, "only {found} of 80 damaged datasets were reported corrupt");
+    assert!(
+        found > 10,
+        "only {found} of 80 damaged datasets were reported corrupt"
+    );
     // An index out of range is reported, not read.
     let packed = compress_packed(&cb, rows).unwrap();
     let ds = GpuDataset::upload_packed(&gpu, &cb, &packed.view(), Residency::Device).unwrap();
@@ -248,11 +348,21 @@ fn corrupt_tensors_are_reported_and_zeroed_without_stray_writes() {
 
 #[test]
 fn real_tables_decode_bit_exactly() {
-    let Some(gpu) = gpu_or_skip("real_tables_decode_bit_exactly") else { return };
+    let Some(gpu) = gpu_or_skip("real_tables_decode_bit_exactly") else {
+        return;
+    };
     let mut rng = Rng(1);
     let mut ran = 0;
-    let cora = ibp::io::InputFile::open(&data_file("cora-features.npz").expect("cora-features.npz (data/ in the repository)")).unwrap();
-    let doc = ibp::io::parse(cora.bytes(), ibp::io::SourceFormat::Npz, &Default::default()).unwrap();
+    let cora = ibp::io::InputFile::open(
+        &data_file("cora-features.npz").expect("cora-features.npz (data/ in the repository)"),
+    )
+    .unwrap();
+    let doc = ibp::io::parse(
+        cora.bytes(),
+        ibp::io::SourceFormat::Npz,
+        &Default::default(),
+    )
+    .unwrap();
     let g = &doc.groups[0];
     let l = g.row_shape(None).unwrap().row_bytes as usize;
     let fit = ibp::fit::fit(Rows::new(&g.data, l).unwrap(), &Default::default()).unwrap();
@@ -260,7 +370,8 @@ fn real_tables_decode_bit_exactly() {
     ran += 1;
     if let Some(p) = data_file("model.safetensors") {
         let f = ibp::io::InputFile::open(&p).unwrap();
-        let opts = ibp::io::ParseOptions::default().with_select(["embeddings.word_embeddings.weight"]);
+        let opts =
+            ibp::io::ParseOptions::default().with_select(["embeddings.word_embeddings.weight"]);
         let doc = ibp::io::parse(f.bytes(), ibp::io::SourceFormat::Safetensors, &opts).unwrap();
         let g = &doc.groups[0];
         let l = g.row_shape(None).unwrap().row_bytes as usize;
@@ -268,14 +379,18 @@ fn real_tables_decode_bit_exactly() {
         check_all(&gpu, &mut rng, &g.data, l, &fit.codebook, "minilm f32");
         let bf16: Vec<u8> = g
             .data
-            .chunks_exact(4)
-            .flat_map(|b| half::bf16::from_f32(f32::from_le_bytes(b.try_into().unwrap())).to_le_bytes())
+            .as_chunks::<4>()
+            .0
+            .iter()
+            .flat_map(|b| half::bf16::from_f32(f32::from_le_bytes(*b)).to_le_bytes())
             .collect();
         let fit = ibp::fit::fit(Rows::new(&bf16, l / 2).unwrap(), &Default::default()).unwrap();
         check_all(&gpu, &mut rng, &bf16, l / 2, &fit.codebook, "minilm bf16");
         ran += 2;
     } else {
-        notice("real_tables_decode_bit_exactly: MiniLM skipped: model.safetensors not found (run scripts/setup.sh)");
+        notice(
+            "real_tables_decode_bit_exactly: MiniLM skipped: model.safetensors not found (run scripts/setup.sh)",
+        );
     }
     assert!(ran >= 1);
 }

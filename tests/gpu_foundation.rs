@@ -21,10 +21,20 @@ fn stream() -> Stream {
 
 #[test]
 fn warp_helpers_match_the_emulated_warp() {
-    let Some(gpu) = gpu_or_skip("warp_helpers_match_the_emulated_warp") else { return };
+    let Some(gpu) = gpu_or_skip("warp_helpers_match_the_emulated_warp") else {
+        return;
+    };
     let mut rng = Rng(11);
     let warps = 8;
-    let input: Vec<u32> = (0..warps * 32).map(|i| if i % 7 == 0 { u32::MAX - i as u32 } else { (rng.next() >> 40) as u32 }).collect();
+    let input: Vec<u32> = (0..warps * 32)
+        .map(|i| {
+            if i % 7 == 0 {
+                u32::MAX - i as u32
+            } else {
+                (rng.next() >> 40) as u32
+            }
+        })
+        .collect();
     let d_in = DeviceBuffer::from_slice(&input).unwrap();
     let mut d_out = DeviceBuffer::<u32>::zeroed(input.len() * 8).unwrap();
     let s = stream();
@@ -47,7 +57,11 @@ fn warp_helpers_match_the_emulated_warp() {
         ];
         for l in 0..32 {
             for (k, expect) in want.iter().enumerate() {
-                assert_eq!(out[(w * 32 + l) * 8 + k], expect[l], "warp {w} lane {l} output {k}");
+                assert_eq!(
+                    out[(w * 32 + l) * 8 + k],
+                    expect[l],
+                    "warp {w} lane {l} output {k}"
+                );
             }
         }
     }
@@ -55,10 +69,18 @@ fn warp_helpers_match_the_emulated_warp() {
 
 #[test]
 fn cp_async_copies_bit_exactly_through_shared_memory() {
-    let Some(gpu) = gpu_or_skip("cp_async_copies_bit_exactly_through_shared_memory") else { return };
+    let Some(gpu) = gpu_or_skip("cp_async_copies_bit_exactly_through_shared_memory") else {
+        return;
+    };
     let s = stream();
     let mut rng = Rng(5);
-    for (bytes, width) in [(4096u32, 4u32), (4096, 8), (4096, 16), (65536, 16), (160 * 1024, 16)] {
+    for (bytes, width) in [
+        (4096u32, 4u32),
+        (4096, 8),
+        (4096, 16),
+        (65536, 16),
+        (160 * 1024, 16),
+    ] {
         let blocks = 3usize;
         let data = rng.bytes(bytes as usize * blocks, 1);
         // From device memory.
@@ -66,13 +88,22 @@ fn cp_async_copies_bit_exactly_through_shared_memory() {
         let mut dst = DeviceBuffer::<u8>::zeroed(data.len()).unwrap();
         gpu.test_cp_async(&src, &mut dst, bytes, width, &s).unwrap();
         s.synchronize().unwrap();
-        assert_eq!(copy_to_host(&dst).unwrap(), data, "device source, {bytes} B blocks, width {width}");
+        assert_eq!(
+            copy_to_host(&dst).unwrap(),
+            data,
+            "device source, {bytes} B blocks, width {width}"
+        );
         // From pinned host memory, zero-copy.
         let pinned = PinnedBuffer::from_slice(&data).unwrap();
         let mut dst = DeviceBuffer::<u8>::zeroed(data.len()).unwrap();
-        gpu.test_cp_async(&pinned, &mut dst, bytes, width, &s).unwrap();
+        gpu.test_cp_async(&pinned, &mut dst, bytes, width, &s)
+            .unwrap();
         s.synchronize().unwrap();
-        assert_eq!(copy_to_host(&dst).unwrap(), data, "pinned source, {bytes} B blocks, width {width}");
+        assert_eq!(
+            copy_to_host(&dst).unwrap(),
+            data,
+            "pinned source, {bytes} B blocks, width {width}"
+        );
     }
 }
 
@@ -91,10 +122,20 @@ fn gpu_counts(gpu: &ibp::gpu::Gpu, bytes: &[u8], l: usize) -> (Vec<u64>, Vec<u64
 
 #[test]
 fn gpu_bit_counts_equal_cpu_on_random_ragged_data() {
-    let Some(gpu) = gpu_or_skip("gpu_bit_counts_equal_cpu_on_random_ragged_data") else { return };
+    let Some(gpu) = gpu_or_skip("gpu_bit_counts_equal_cpu_on_random_ragged_data") else {
+        return;
+    };
     let mut rng = Rng(99);
     // Row lengths cover 4-aligned and byte paths, tiny and wide rows.
-    for (l, n, density) in [(1, 1, 1), (3, 1000, 1), (4, 77_777, 2), (13, 5000, 0), (256, 4097, 1), (1433 * 4, 300, 3), (70_001, 9, 1)] {
+    for (l, n, density) in [
+        (1, 1, 1),
+        (3, 1000, 1),
+        (4, 77_777, 2),
+        (13, 5000, 0),
+        (256, 4097, 1),
+        (1433 * 4, 300, 3),
+        (70_001, 9, 1),
+    ] {
         let bytes = rng.bytes(l * n, density);
         let cpu = count_bits(Rows::new(&bytes, l).unwrap());
         let (dev, pinned) = gpu_counts(&gpu, &bytes, l);
@@ -105,7 +146,9 @@ fn gpu_bit_counts_equal_cpu_on_random_ragged_data() {
 
 #[test]
 fn gpu_counts_accumulate_across_batches_and_reject_bad_sizes() {
-    let Some(gpu) = gpu_or_skip("gpu_counts_accumulate_across_batches_and_reject_bad_sizes") else { return };
+    let Some(gpu) = gpu_or_skip("gpu_counts_accumulate_across_batches_and_reject_bad_sizes") else {
+        return;
+    };
     let mut rng = Rng(3);
     let (l, n) = (100, 3000);
     let bytes = rng.bytes(l * n, 1);
@@ -116,13 +159,24 @@ fn gpu_counts_accumulate_across_batches_and_reject_bad_sizes() {
         gpu.count_bits(&d, l, &mut counts, &s).unwrap();
     }
     s.synchronize().unwrap();
-    assert_eq!(copy_to_host(&counts).unwrap(), count_bits(Rows::new(&bytes, l).unwrap()));
+    assert_eq!(
+        copy_to_host(&counts).unwrap(),
+        count_bits(Rows::new(&bytes, l).unwrap())
+    );
     let d = DeviceBuffer::from_slice(&bytes[..l * 2 + 1]).unwrap();
-    assert_eq!(gpu.count_bits(&d, l, &mut counts, &s).unwrap_err().kind(), ibp::ErrorKind::InvalidArgument);
+    assert_eq!(
+        gpu.count_bits(&d, l, &mut counts, &s).unwrap_err().kind(),
+        ibp::ErrorKind::InvalidArgument
+    );
     let mut short = DeviceBuffer::<u64>::zeroed(8).unwrap();
-    assert_eq!(gpu.count_bits(&d, l, &mut short, &s).unwrap_err().kind(), ibp::ErrorKind::InvalidArgument);
+    assert_eq!(
+        gpu.count_bits(&d, l, &mut short, &s).unwrap_err().kind(),
+        ibp::ErrorKind::InvalidArgument
+    );
     // The blocking host path, with batches smaller than the data.
-    let host = gpu.count_bits_blocking(Rows::new(&bytes, l).unwrap(), 64 * 1024).unwrap();
+    let host = gpu
+        .count_bits_blocking(Rows::new(&bytes, l).unwrap(), 64 * 1024)
+        .unwrap();
     assert_eq!(host, count_bits(Rows::new(&bytes, l).unwrap()));
 }
 
@@ -130,7 +184,9 @@ fn gpu_counts_accumulate_across_batches_and_reject_bad_sizes() {
 /// place (no 1 GB fixture), sparse enough that counts differ per position.
 #[test]
 fn gpu_bit_counts_equal_cpu_on_one_gigabyte() {
-    let Some(gpu) = gpu_or_skip("gpu_bit_counts_equal_cpu_on_one_gigabyte") else { return };
+    let Some(gpu) = gpu_or_skip("gpu_bit_counts_equal_cpu_on_one_gigabyte") else {
+        return;
+    };
     let l = 5732; // one Cora row of f32
     let n = (1usize << 30).div_ceil(l);
     let mut bytes = vec![0u8; l * n];
@@ -144,5 +200,8 @@ fn gpu_bit_counts_equal_cpu_on_one_gigabyte() {
     let (dev, pinned) = gpu_counts(&gpu, &bytes, l);
     assert_eq!(dev, cpu, "device source, 1 GiB");
     assert_eq!(pinned, cpu, "pinned source, 1 GiB");
-    notice(&format!("gpu_bit_counts_equal_cpu_on_one_gigabyte: {} bytes checked", bytes.len()));
+    notice(&format!(
+        "gpu_bit_counts_equal_cpu_on_one_gigabyte: {} bytes checked",
+        bytes.len()
+    ));
 }

@@ -73,7 +73,10 @@ pub fn warp_in_block() -> u32 {
 #[inline(always)]
 pub fn global_warp() -> (u64, u64) {
     let per_block = (block_dim() >> 5) as u64;
-    (block_idx() as u64 * per_block + warp_in_block() as u64, grid_dim() as u64 * per_block)
+    (
+        block_idx() as u64 * per_block + warp_in_block() as u64,
+        grid_dim() as u64 * per_block,
+    )
 }
 
 /// `__syncthreads()`.
@@ -96,7 +99,9 @@ pub fn sync_warp() {
 pub fn shfl_up(x: u32, d: u32) -> u32 {
     let r: u32;
     // SAFETY: full-mask shuffle; all 32 lanes execute it.
-    unsafe { asm!("shfl.sync.up.b32 {r}, {x}, {d}, 0, -1;", r = out(reg32) r, x = in(reg32) x, d = in(reg32) d) }
+    unsafe {
+        asm!("shfl.sync.up.b32 {r}, {x}, {d}, 0, -1;", r = out(reg32) r, x = in(reg32) x, d = in(reg32) d)
+    }
     r
 }
 
@@ -105,7 +110,9 @@ pub fn shfl_up(x: u32, d: u32) -> u32 {
 pub fn shfl_down(x: u32, d: u32) -> u32 {
     let r: u32;
     // SAFETY: full-mask shuffle.
-    unsafe { asm!("shfl.sync.down.b32 {r}, {x}, {d}, 31, -1;", r = out(reg32) r, x = in(reg32) x, d = in(reg32) d) }
+    unsafe {
+        asm!("shfl.sync.down.b32 {r}, {x}, {d}, 31, -1;", r = out(reg32) r, x = in(reg32) x, d = in(reg32) d)
+    }
     r
 }
 
@@ -114,7 +121,9 @@ pub fn shfl_down(x: u32, d: u32) -> u32 {
 pub fn shfl_idx(x: u32, src: u32) -> u32 {
     let r: u32;
     // SAFETY: full-mask shuffle.
-    unsafe { asm!("shfl.sync.idx.b32 {r}, {x}, {s}, 31, -1;", r = out(reg32) r, x = in(reg32) x, s = in(reg32) src) }
+    unsafe {
+        asm!("shfl.sync.idx.b32 {r}, {x}, {s}, 31, -1;", r = out(reg32) r, x = in(reg32) x, s = in(reg32) src)
+    }
     r
 }
 
@@ -266,9 +275,15 @@ pub unsafe fn cp_async<const WIDTH: u32>(dst: u32, src: u64) {
     // SAFETY: the caller guarantees alignment and validity.
     unsafe {
         match WIDTH {
-            4 => asm!("cp.async.ca.shared.global [{d}], [{s}], 4;", d = in(reg32) dst, s = in(reg64) src),
-            8 => asm!("cp.async.ca.shared.global [{d}], [{s}], 8;", d = in(reg32) dst, s = in(reg64) src),
-            _ => asm!("cp.async.cg.shared.global [{d}], [{s}], 16;", d = in(reg32) dst, s = in(reg64) src),
+            4 => {
+                asm!("cp.async.ca.shared.global [{d}], [{s}], 4;", d = in(reg32) dst, s = in(reg64) src)
+            }
+            8 => {
+                asm!("cp.async.ca.shared.global [{d}], [{s}], 8;", d = in(reg32) dst, s = in(reg64) src)
+            }
+            _ => {
+                asm!("cp.async.cg.shared.global [{d}], [{s}], 16;", d = in(reg32) dst, s = in(reg64) src)
+            }
         }
     }
 }
@@ -442,7 +457,9 @@ pub unsafe fn ld_global_nc_v4(addr: u64) -> [u32; 4] {
 pub unsafe fn ld_shared_v2(addr: u32) -> [u32; 2] {
     let (a, b): (u32, u32);
     // SAFETY: the caller guarantees the address.
-    unsafe { asm!("ld.shared.v2.u32 {{{a}, {b}}}, [{p}];", a = out(reg32) a, b = out(reg32) b, p = in(reg32) addr) }
+    unsafe {
+        asm!("ld.shared.v2.u32 {{{a}, {b}}}, [{p}];", a = out(reg32) a, b = out(reg32) b, p = in(reg32) addr)
+    }
     [a, b]
 }
 
@@ -455,7 +472,9 @@ pub unsafe fn ld_shared_v2(addr: u32) -> [u32; 2] {
 pub unsafe fn ld_global_nc_v2(addr: u64) -> [u32; 2] {
     let (a, b): (u32, u32);
     // SAFETY: the caller guarantees the address.
-    unsafe { asm!("ld.global.nc.v2.u32 {{{a}, {b}}}, [{p}];", a = out(reg32) a, b = out(reg32) b, p = in(reg64) addr) }
+    unsafe {
+        asm!("ld.global.nc.v2.u32 {{{a}, {b}}}, [{p}];", a = out(reg32) a, b = out(reg32) b, p = in(reg64) addr)
+    }
     [a, b]
 }
 

@@ -267,7 +267,11 @@ mod tests {
                 let x = rng(&mut s) & low_mask(width);
                 let mv = move_masks(free, steps);
                 let c = compress(x, free, &mv, steps);
-                assert_eq!(c, pext_ref(x, free), "chunk {chunk} free {free:#x} x {x:#x}");
+                assert_eq!(
+                    c,
+                    pext_ref(x, free),
+                    "chunk {chunk} free {free:#x} x {x:#x}"
+                );
                 let y = rng(&mut s) & low_mask(free.count_ones());
                 assert_eq!(expand(y, free, &mv, steps), pdep_ref(y, free));
                 assert_eq!(expand(c, free, &mv, steps), x & free);
@@ -275,7 +279,10 @@ mod tests {
                     let mv32 = move_masks32(&mv);
                     let (x32, f32_) = (x as u32, free as u32);
                     assert_eq!(compress32(x32, f32_, &mv32, steps) as u64, c);
-                    assert_eq!(expand32(y as u32, f32_, &mv32, steps) as u64, pdep_ref(y, free));
+                    assert_eq!(
+                        expand32(y as u32, f32_, &mv32, steps) as u64,
+                        pdep_ref(y, free)
+                    );
                 }
             }
         }

@@ -44,7 +44,14 @@ macro_rules! define_pospopcnt {
             /// An empty accumulator.
             #[inline(always)]
             pub const fn new() -> Self {
-                Self { ones: 0, twos: 0, fours: 0, eights: 0, high: [0; 8], pending: 0 }
+                Self {
+                    ones: 0,
+                    twos: 0,
+                    fours: 0,
+                    eights: 0,
+                    high: [0; 8],
+                    pending: 0,
+                }
             }
 
             #[inline(always)]
@@ -176,12 +183,20 @@ mod tests {
     fn accumulator_equals_direct_count_across_flushes() {
         let mut s = 0x9e37_79b9_7f4a_7c15u64;
         // Long enough to flush the high planes several times (255 * 16 words).
-        for (n, density) in [(0usize, 0u32), (1, 1), (17, 2), (4080 * 3 + 5, 1), (70_001, 3)] {
+        for (n, density) in [
+            (0usize, 0u32),
+            (1, 1),
+            (17, 2),
+            (4080 * 3 + 5, 1),
+            (70_001, 3),
+        ] {
             let words: Vec<u64> = (0..n)
                 .map(|_| {
                     let mut w = u64::MAX;
                     for _ in 0..density {
-                        s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                        s = s
+                            .wrapping_mul(6364136223846793005)
+                            .wrapping_add(1442695040888963407);
                         w &= s ^ (s >> 29);
                     }
                     if density == 0 { 0 } else { w }

@@ -71,7 +71,15 @@ impl Ring {
     #[inline(always)]
     fn new(smem: u32, lines: u32, src: u64, len: u64) -> Self {
         let first = src / LINE;
-        Ring { smem, lines: lines as u64, src, end_line: (src + len).div_ceil(LINE), fetched: first, ready: first, load_store: false }
+        Ring {
+            smem,
+            lines: lines as u64,
+            src,
+            end_line: (src + len).div_ceil(LINE),
+            fetched: first,
+            ready: first,
+            load_store: false,
+        }
     }
 
     /// Line holding tensor byte `b`.
@@ -83,7 +91,11 @@ impl Ring {
     /// Issue `cp.async` copies for lines `[fetched, min(end_line, limit))`.
     #[inline(always)]
     fn fetch_until(&mut self, limit: u64) {
-        let stop = if limit < self.end_line { limit } else { self.end_line };
+        let stop = if limit < self.end_line {
+            limit
+        } else {
+            self.end_line
+        };
         if stop <= self.fetched {
             return;
         }
@@ -242,7 +254,11 @@ impl Window {
 /// Lines covering `len` bytes from address `src` (0 for no bytes).
 #[inline(always)]
 fn lines(src: u64, len: u64) -> u32 {
-    if len == 0 { 0 } else { ((src + len).div_ceil(LINE) - src / LINE) as u32 }
+    if len == 0 {
+        0
+    } else {
+        ((src + len).div_ceil(LINE) - src / LINE) as u32
+    }
 }
 
 /// 32-bit read of `n` bits at bit `bit` of the bytes starting at shared
@@ -262,7 +278,13 @@ fn sbits64(base: u32, bit: u32, n: u32) -> u64 {
     let a = base * 8 + bit;
     let w = (a >> 5) << 2;
     // SAFETY: as in sbits32.
-    let (w0, w1, w2) = unsafe { (arch::ld_shared_u32(w), arch::ld_shared_u32(w + 4), arch::ld_shared_u32(w + 8)) };
+    let (w0, w1, w2) = unsafe {
+        (
+            arch::ld_shared_u32(w),
+            arch::ld_shared_u32(w + 4),
+            arch::ld_shared_u32(w + 8),
+        )
+    };
     table::window64(w0, w1, w2, a & 31, n)
 }
 
@@ -477,13 +499,22 @@ impl Ctx {
         // Phase 1: participation bits into the participation buffer. For the
         // packed layout the whole slot is known; for fixed-stride only the
         // participation bytes may be fetched before E is known.
-        let mut ring = Ring::new(self.ring, self.p.ring_lines, src, if packed { slot } else { pbytes });
+        let mut ring = Ring::new(
+            self.ring,
+            self.p.ring_lines,
+            src,
+            if packed { slot } else { pbytes },
+        );
         ring.load_store = self.p.fetch == crate::params::FETCH_LOAD_STORE;
         ring.ensure(ring.line_of(pbytes - 1) + 1, ring.line_of(0));
         let mut w = lane;
         while w < self.pwords {
             let first = w * 32;
-            let n = if first + 32 <= k_total { 32 } else { k_total - first };
+            let n = if first + 32 <= k_total {
+                32
+            } else {
+                k_total - first
+            };
             let v = ring.bits32(first, n as u32);
             // SAFETY: w < pbuf_words.
             unsafe { arch::st_shared_u32(self.pbuf + (w * 4) as u32, v) };
@@ -555,7 +586,12 @@ impl Ctx {
     /// Decode every chunk, 32 per step (one per lane). Returns the stream
     /// bit where the payload ended, or `None` on inconsistent bits.
     #[inline(always)]
-    fn decode_chunks<const C: u32>(&self, ring: &mut Ring, out: u64, limit_bits: u64) -> Option<u64> {
+    fn decode_chunks<const C: u32>(
+        &self,
+        ring: &mut Ring,
+        out: u64,
+        limit_bits: u64,
+    ) -> Option<u64> {
         let k_total = self.chunks;
         let l = self.p.row_bytes;
         let c = C as u64;
@@ -575,11 +611,23 @@ impl Ctx {
             } else {
                 l - k * c
             };
-            let e = if valid { self.entry::<C>(k) } else { table::Entry::default() };
-            let width = if valid { table::payload_width(&e, part) } else { 0 };
+            let e = if valid {
+                self.entry::<C>(k)
+            } else {
+                table::Entry::default()
+            };
+            let width = if valid {
+                table::payload_width(&e, part)
+            } else {
+                0
+            };
             let bit = self.step(ring, &mut pos, width, limit_bits)?;
             if valid {
-                let v = if C == 8 { ring.bits(bit, width) } else { ring.bits32(bit, width) as u64 };
+                let v = if C == 8 {
+                    ring.bits(bit, width)
+                } else {
+                    ring.bits32(bit, width) as u64
+                };
                 self.store_chunk(out, k, table::decode_entry::<C>(&e, part, v), bytes);
             }
             g += 1;
@@ -594,19 +642,28 @@ impl Ctx {
     #[inline(always)]
     fn load_item(&self, row: u64) -> Item {
         let p = &self.p;
-        let mut it = Item { row, code: ITEM_NONE, ..Item::default() };
+        let mut it = Item {
+            row,
+            code: ITEM_NONE,
+            ..Item::default()
+        };
         if row >= p.count {
             return it;
         }
         // SAFETY: row < count = index length.
-        let t = if p.index != 0 { unsafe { arch::ld_global_u64(arch::to_global(p.index) + row * 8) } } else { p.first + row };
+        let t = if p.index != 0 {
+            unsafe { arch::ld_global_u64(arch::to_global(p.index) + row * 8) }
+        } else {
+            p.first + row
+        };
         if t >= p.rows {
             it.code = ITEM_BAD_INDEX;
             return it;
         }
         let l = p.row_bytes;
         // SAFETY: t < rows: flag byte t / 8, offsets t and t + 1, length t.
-        let encoded = unsafe { arch::ld_global_u8(arch::to_global(p.flags) + t / 8) } >> (t % 8) & 1 == 1;
+        let encoded =
+            unsafe { arch::ld_global_u8(arch::to_global(p.flags) + t / 8) } >> (t % 8) & 1 == 1;
         let pbytes = self.chunks.div_ceil(8);
         let (start, known) = if p.offsets != 0 {
             let o = arch::to_global(p.offsets) + t * 8;
@@ -615,7 +672,10 @@ impl Ctx {
             (a, Some(b.wrapping_sub(a)))
         } else if p.lengths != 0 {
             // SAFETY: as above.
-            (t * l, Some(unsafe { arch::ld_global_u32(arch::to_global(p.lengths) + t * 4) } as u64))
+            (
+                t * l,
+                Some(unsafe { arch::ld_global_u32(arch::to_global(p.lengths) + t * 4) } as u64),
+            )
         } else {
             (t * l, if encoded { None } else { Some(l) })
         };
@@ -636,7 +696,11 @@ impl Ctx {
                 }
                 it.len = n as u32;
                 it.span = lines(it.src, n);
-                it.code = if encoded && !ideal { ITEM_ENCODED } else { ITEM_RAW };
+                it.code = if encoded && !ideal {
+                    ITEM_ENCODED
+                } else {
+                    ITEM_RAW
+                };
             }
             None => {
                 // Fixed-stride, encoded, length to be derived: reserve the
@@ -700,8 +764,16 @@ impl Ctx {
             } else {
                 cpl
             };
-            let (p, inv) = if n > 0 { (sbits32(base, k0, n), self.inv_lane::<C>(k0 as u64)) } else { (0, 0) };
-            let lastj = if last >= k0 && last < k0 + cpl { last - k0 } else { cpl };
+            let (p, inv) = if n > 0 {
+                (sbits32(base, k0, n), self.inv_lane::<C>(k0 as u64))
+            } else {
+                (0, 0)
+            };
+            let lastj = if last >= k0 && last < k0 + cpl {
+                last - k0
+            } else {
+                cpl
+            };
             let mut total = 0;
             for j in 0..cpl {
                 total += table::lane_width(C, n, p, inv, lastj, last_width, j);
@@ -711,7 +783,11 @@ impl Ctx {
                 return false;
             }
             if n > 0 {
-                let mut win = if total > 0 { sbits64(base, pos + excl, total) } else { 0 };
+                let mut win = if total > 0 {
+                    sbits64(base, pos + excl, total)
+                } else {
+                    0
+                };
                 let mut word = 0u64;
                 for j in 0..cpl {
                     if j < n {
@@ -730,7 +806,9 @@ impl Ctx {
                 } else {
                     for b in 0..nbytes {
                         // SAFETY: ob + b < L.
-                        unsafe { arch::st_global_u8(out + (ob + b) as u64, (word >> (8 * b)) as u32) };
+                        unsafe {
+                            arch::st_global_u8(out + (ob + b) as u64, (word >> (8 * b)) as u32)
+                        };
                     }
                 }
             }
@@ -757,8 +835,15 @@ impl Ctx {
                 let w = a & !3;
                 let sh = (a & 3) * 8;
                 // SAFETY: inside the ring region (+ padding).
-                let x: [u32; 5] = core::array::from_fn(|i| unsafe { arch::ld_shared_u32(w + 4 * i as u32) });
-                let f = |i: usize| if sh == 0 { x[i] } else { (x[i] >> sh) | (x[i + 1] << (32 - sh)) };
+                let x: [u32; 5] =
+                    core::array::from_fn(|i| unsafe { arch::ld_shared_u32(w + 4 * i as u32) });
+                let f = |i: usize| {
+                    if sh == 0 {
+                        x[i]
+                    } else {
+                        (x[i] >> sh) | (x[i + 1] << (32 - sh))
+                    }
+                };
                 // SAFETY: out row is 16-aligned with L % 16 == 0 (vec_out).
                 unsafe { arch::st_global_v4(out + j as u64, [f(0), f(1), f(2), f(3)]) };
                 j += 512;
@@ -792,7 +877,13 @@ impl Ctx {
             if left == 0 {
                 w.round += 1;
                 if w.row(0) >= self.p.count {
-                    return (Item { code: ITEM_NONE, ..Item::default() }, 0);
+                    return (
+                        Item {
+                            code: ITEM_NONE,
+                            ..Item::default()
+                        },
+                        0,
+                    );
                 }
                 w.item = self.load_item(w.row(lane));
                 w.s = 0;
@@ -807,7 +898,14 @@ impl Ctx {
             placed.region = incl - sp;
             placed.fetched = 0;
             let got = placed.shfl(w.s + if lane < count { lane } else { 0 });
-            let item = if lane < count { got } else { Item { code: ITEM_NONE, ..Item::default() } };
+            let item = if lane < count {
+                got
+            } else {
+                Item {
+                    code: ITEM_NONE,
+                    ..Item::default()
+                }
+            };
             w.s += count;
             return (item, count);
         }
@@ -824,7 +922,11 @@ impl Ctx {
             if it.code > ITEM_ENCODED {
                 continue;
             }
-            let upto = if it.len == 0 { lines(it.src, pbytes) } else { it.span };
+            let upto = if it.len == 0 {
+                lines(it.src, pbytes)
+            } else {
+                it.span
+            };
             self.fetch_item(half, &it, upto);
             if lane == b {
                 batch.fetched = upto;
@@ -925,7 +1027,13 @@ impl Ctx {
         // index into an array would put it in local memory).
         let half = |h: u32| self.ring + h * half_lines * LINE as u32;
         let derive = self.p.offsets == 0 && self.p.lengths == 0 && self.p.mode != DECODE_MODE_IDEAL;
-        let mut w = Window { warp, warps, round: 0, s: 0, item: Item::default() };
+        let mut w = Window {
+            warp,
+            warps,
+            round: 0,
+            s: 0,
+            item: Item::default(),
+        };
         w.item = self.load_item(w.row(arch::lane()));
         let mut h = 0u32;
         let (mut cur, mut n) = self.form_batch(&mut w, half_lines);
@@ -959,7 +1067,11 @@ impl Ctx {
         ring.load_store = self.p.fetch == crate::params::FETCH_LOAD_STORE;
         let mut b = 0;
         while b < slot {
-            let end = if b + (self.p.ring_lines as u64 - 1) * LINE < slot { b + (self.p.ring_lines as u64 - 1) * LINE } else { slot };
+            let end = if b + (self.p.ring_lines as u64 - 1) * LINE < slot {
+                b + (self.p.ring_lines as u64 - 1) * LINE
+            } else {
+                slot
+            };
             ring.ensure(ring.line_of(end - 1) + 1, ring.line_of(b));
             b = end;
         }
@@ -1000,7 +1112,12 @@ pub unsafe fn run(p: DecodeParams, batch: bool) {
         let mut i = arch::thread_idx();
         while i < words {
             // SAFETY: i·4 < table_smem_bytes <= table length.
-            unsafe { arch::st_shared_u32(table_smem + i * 4, arch::ld_global_u32(table + i as u64 * 4)) };
+            unsafe {
+                arch::st_shared_u32(
+                    table_smem + i * 4,
+                    arch::ld_global_u32(table + i as u64 * 4),
+                )
+            };
             i += arch::block_dim();
         }
         arch::sync_threads();
@@ -1038,7 +1155,11 @@ pub unsafe fn run(p: DecodeParams, batch: bool) {
     while i < p.count {
         let out = out_base + i * p.out_stride;
         // SAFETY: i < count = index length.
-        let t = if p.index != 0 { unsafe { arch::ld_global_u64(index + i * 8) } } else { p.first + i };
+        let t = if p.index != 0 {
+            unsafe { arch::ld_global_u64(index + i * 8) }
+        } else {
+            p.first + i
+        };
         if t >= p.rows {
             ctx.fail(i, out, STATUS_BAD_INDEX);
             i += warps;
@@ -1048,7 +1169,12 @@ pub unsafe fn run(p: DecodeParams, batch: bool) {
         let encoded = unsafe { arch::ld_global_u8(flags + t / 8) } >> (t % 8) & 1 == 1;
         let (start, slot) = if packed {
             // SAFETY: as above.
-            let (a, b) = unsafe { (arch::ld_global_u64(offsets + t * 8), arch::ld_global_u64(offsets + t * 8 + 8)) };
+            let (a, b) = unsafe {
+                (
+                    arch::ld_global_u64(offsets + t * 8),
+                    arch::ld_global_u64(offsets + t * 8 + 8),
+                )
+            };
             (a, b.wrapping_sub(a))
         } else {
             (t * p.row_bytes, p.row_bytes)

@@ -64,7 +64,12 @@ impl Entry {
     /// The entry for a chunk with this mask, bit value and width in bits.
     pub const fn new(mask: u64, bitval: u64, width: u32, chunk: u32) -> Self {
         let free = !mask & bits::low_mask(width);
-        Entry { mask, bitval, free, mv: bits::move_masks(free, steps(chunk)) }
+        Entry {
+            mask,
+            bitval,
+            free,
+            mv: bits::move_masks(free, steps(chunk)),
+        }
     }
 
     /// Width of the chunk in bits (`mask | free` covers exactly the width).
@@ -75,7 +80,17 @@ impl Entry {
 
     /// Serialise into `out` (exactly [`entry_bytes`] bytes), little-endian.
     pub fn write(&self, chunk: u32, out: &mut [u8]) {
-        let fields = [self.mask, self.bitval, self.free, self.mv[0], self.mv[1], self.mv[2], self.mv[3], self.mv[4], self.mv[5]];
+        let fields = [
+            self.mask,
+            self.bitval,
+            self.free,
+            self.mv[0],
+            self.mv[1],
+            self.mv[2],
+            self.mv[3],
+            self.mv[4],
+            self.mv[5],
+        ];
         let c = chunk as usize;
         out[..entry_bytes(chunk) as usize].fill(0);
         for (i, f) in fields.iter().take(3 + steps(chunk) as usize).enumerate() {
@@ -94,9 +109,21 @@ impl Entry {
                 field::<C>(w, 3),
                 field::<C>(w, 4),
                 field::<C>(w, 5),
-                if 6 < 3 + steps(C) { field::<C>(w, 6) } else { 0 },
-                if 7 < 3 + steps(C) { field::<C>(w, 7) } else { 0 },
-                if 8 < 3 + steps(C) { field::<C>(w, 8) } else { 0 },
+                if 6 < 3 + steps(C) {
+                    field::<C>(w, 6)
+                } else {
+                    0
+                },
+                if 7 < 3 + steps(C) {
+                    field::<C>(w, 7)
+                } else {
+                    0
+                },
+                if 8 < 3 + steps(C) {
+                    field::<C>(w, 8)
+                } else {
+                    0
+                },
             ],
         }
     }
@@ -125,7 +152,13 @@ pub const fn decode_entry<const C: u32>(e: &Entry, participates: bool, v: u64) -
     if C == 8 {
         bits::expand(v, e.free, &e.mv, steps(8)) | e.bitval
     } else {
-        let mv = [e.mv[0] as u32, e.mv[1] as u32, e.mv[2] as u32, e.mv[3] as u32, e.mv[4] as u32];
+        let mv = [
+            e.mv[0] as u32,
+            e.mv[1] as u32,
+            e.mv[2] as u32,
+            e.mv[3] as u32,
+            e.mv[4] as u32,
+        ];
         (bits::expand32(v as u32, e.free as u32, &mv, steps(C)) | e.bitval as u32) as u64
     }
 }
@@ -147,13 +180,25 @@ pub const fn chunks_per_lane(chunk: u32) -> u32 {
 /// all `8C` bits wide except possibly the tensor's last chunk, of
 /// `last_width` bits, when `last` (index within the lane) is below `n`.
 #[inline(always)]
-pub const fn lane_width(c: u32, n: u32, p: u32, inv: u64, last: u32, last_width: u32, j: u32) -> u32 {
+pub const fn lane_width(
+    c: u32,
+    n: u32,
+    p: u32,
+    inv: u64,
+    last: u32,
+    last_width: u32,
+    j: u32,
+) -> u32 {
     if j >= n {
         return 0;
     }
     let full = if j == last { last_width } else { c * 8 };
     let saved = ((inv >> (8 * j)) & 0xff) as u32;
-    if (p >> j) & 1 == 1 { full - saved } else { full }
+    if (p >> j) & 1 == 1 {
+        full - saved
+    } else {
+        full
+    }
 }
 
 /// Payload bits of chunk with entry `e` given its participation bit.
@@ -165,7 +210,11 @@ pub const fn payload_width(e: &Entry, participates: bool) -> u32 {
 /// Rebuild a chunk from its payload bits `v` (already masked to its width).
 #[inline(always)]
 pub const fn decode_chunk(e: &Entry, participates: bool, v: u64, chunk: u32) -> u64 {
-    if participates { bits::expand(v, e.free, &e.mv, steps(chunk)) | e.bitval } else { v }
+    if participates {
+        bits::expand(v, e.free, &e.mv, steps(chunk)) | e.bitval
+    } else {
+        v
+    }
 }
 
 /// The `n ≤ 64` bits starting `shift < 32` bits into the little-endian
@@ -173,7 +222,11 @@ pub const fn decode_chunk(e: &Entry, participates: bool, v: u64, chunk: u32) -> 
 #[inline(always)]
 pub const fn window64(w0: u32, w1: u32, w2: u32, shift: u32, n: u32) -> u64 {
     let lo = (w0 as u64) | ((w1 as u64) << 32);
-    let v = if shift == 0 { lo } else { (lo >> shift) | ((w2 as u64) << (64 - shift)) };
+    let v = if shift == 0 {
+        lo
+    } else {
+        (lo >> shift) | ((w2 as u64) << (64 - shift))
+    };
     v & bits::low_mask(n)
 }
 
@@ -189,7 +242,13 @@ mod tests {
     use super::*;
 
     fn words(buf: &[u8]) -> [u32; 18] {
-        core::array::from_fn(|i| if i * 4 + 4 <= buf.len() { u32::from_le_bytes(buf[i * 4..i * 4 + 4].try_into().unwrap()) } else { 0 })
+        core::array::from_fn(|i| {
+            if i * 4 + 4 <= buf.len() {
+                u32::from_le_bytes(buf[i * 4..i * 4 + 4].try_into().unwrap())
+            } else {
+                0
+            }
+        })
     }
 
     fn check<const C: u32>(next: &mut impl FnMut() -> u64) {
@@ -240,12 +299,20 @@ mod tests {
     #[test]
     fn windows_read_any_offset() {
         let bytes: [u8; 12] = core::array::from_fn(|i| (i as u8).wrapping_mul(37).wrapping_add(11));
-        let w: [u32; 3] = core::array::from_fn(|i| u32::from_le_bytes(bytes[i * 4..i * 4 + 4].try_into().unwrap()));
+        let w: [u32; 3] = core::array::from_fn(|i| {
+            u32::from_le_bytes(bytes[i * 4..i * 4 + 4].try_into().unwrap())
+        });
         for shift in 0..32 {
             for n in [1, 7, 31, 32, 33, 63, 64] {
-                assert_eq!(window64(w[0], w[1], w[2], shift, n), bits::read_bits(&bytes, shift as u64, n));
+                assert_eq!(
+                    window64(w[0], w[1], w[2], shift, n),
+                    bits::read_bits(&bytes, shift as u64, n)
+                );
                 if n <= 32 {
-                    assert_eq!(window32(w[0], w[1], shift, n) as u64, bits::read_bits(&bytes, shift as u64, n));
+                    assert_eq!(
+                        window32(w[0], w[1], shift, n) as u64,
+                        bits::read_bits(&bytes, shift as u64, n)
+                    );
                 }
             }
         }

@@ -63,7 +63,9 @@ impl EmulatedWarp {
 
     /// `vote.sync.ballot.b32`: bit `l` set when lane `l`'s value is non-zero.
     pub fn ballot(v: &[u32; 32]) -> u32 {
-        v.iter().enumerate().fold(0, |acc, (l, &x)| acc | (((x != 0) as u32) << l))
+        v.iter()
+            .enumerate()
+            .fold(0, |acc, (l, &x)| acc | (((x != 0) as u32) << l))
     }
 
     /// Inclusive warp scan, built from [`scan_step`] exactly as the kernel does.

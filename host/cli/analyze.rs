@@ -82,7 +82,9 @@ impl Counter {
             "cpu" => Ok(Counter::Cpu),
             "gpu" => Self::gpu(true),
             "auto" => Self::gpu(false),
-            other => Err(ibp::Error::invalid(format!("--device {other}: use auto, gpu or cpu"))),
+            other => Err(ibp::Error::invalid(format!(
+                "--device {other}: use auto, gpu or cpu"
+            ))),
         }
     }
 
@@ -140,10 +142,11 @@ pub fn run(args: Args) -> Result<()> {
     let opts = args.fit.options()?;
     let counter = Counter::pick(&args.device)?;
     let cast = args.cast.as_deref().map(DType::parse).transpose()?;
-    if let Some(c) = &cast {
-        if *c != DType::BF16 && *c != DType::F16 {
-            return Err(ibp::Error::invalid(format!("--cast {c}: use bf16 or f16")));
-        }
+    if let Some(c) = &cast
+        && *c != DType::BF16
+        && *c != DType::F16
+    {
+        return Err(ibp::Error::invalid(format!("--cast {c}: use bf16 or f16")));
     }
     let bar = progress(doc.groups.len() as u64);
     let mut reports = Vec::new();
@@ -164,9 +167,17 @@ pub fn run(args: Args) -> Result<()> {
             "counted_on": counter.name(),
             "tensors": reports,
         });
-        println!("{}", serde_json::to_string_pretty(&out).expect("serialisable"));
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&out).expect("serialisable")
+        );
     } else {
-        print_table(&source.display(), &counter.name(), &reports, args.candidates);
+        print_table(
+            &source.display(),
+            &counter.name(),
+            &reports,
+            args.candidates,
+        );
     }
     Ok(())
 }
@@ -192,9 +203,11 @@ fn cast_group<'a>(g: &'a TensorGroup<'a>, to: &DType) -> Cow<'a, TensorGroup<'a>
     }
     let data: Vec<u8> = g
         .data
-        .chunks_exact(4)
+        .as_chunks::<4>()
+        .0
+        .iter()
         .flat_map(|b| {
-            let x = f32::from_le_bytes(b.try_into().expect("4 bytes"));
+            let x = f32::from_le_bytes(*b);
             if *to == DType::BF16 {
                 half::bf16::from_f32(x).to_le_bytes()
             } else {
@@ -202,10 +215,20 @@ fn cast_group<'a>(g: &'a TensorGroup<'a>, to: &DType) -> Cow<'a, TensorGroup<'a>
             }
         })
         .collect();
-    Cow::Owned(TensorGroup { name: g.name.clone(), dtype: to.clone(), shape: g.shape.clone(), data: Cow::Owned(data) })
+    Cow::Owned(TensorGroup {
+        name: g.name.clone(),
+        dtype: to.clone(),
+        shape: g.shape.clone(),
+        data: Cow::Owned(data),
+    })
 }
 
-fn analyze_group(g: &TensorGroup<'_>, fit_args: &FitArgs, opts: &FitOptions, counter: &Counter) -> Result<Report> {
+fn analyze_group(
+    g: &TensorGroup<'_>,
+    fit_args: &FitArgs,
+    opts: &FitOptions,
+    counter: &Counter,
+) -> Result<Report> {
     let shape = g.row_shape(fit_args.row_len)?;
     let raw_bytes = shape.total_bytes();
     let mut r = Report {
@@ -286,7 +309,16 @@ fn print_table(input: &str, counted_on: &str, reports: &[Report], candidates: bo
     println!("bits counted on: {counted_on}");
     println!();
     let header = [
-        "tensor", "dtype", "rows × row", "invariant", "threshold", "chunk", "raw", "stored", "savings", "+metadata",
+        "tensor",
+        "dtype",
+        "rows × row",
+        "invariant",
+        "threshold",
+        "chunk",
+        "raw",
+        "stored",
+        "savings",
+        "+metadata",
         "encoded",
     ];
     let rows: Vec<[String; 11]> = reports
@@ -298,22 +330,40 @@ fn print_table(input: &str, counted_on: &str, reports: &[Report], candidates: bo
                 r.name.clone(),
                 r.dtype.clone(),
                 format!("{} × {} B", r.rows, r.row_bytes),
-                if fitted { format!("{:.1}%", 100.0 * r.invariant_fraction) } else { "-".into() },
+                if fitted {
+                    format!("{:.1}%", 100.0 * r.invariant_fraction)
+                } else {
+                    "-".into()
+                },
                 r.threshold.map_or("-".into(), |t| format!("{t:.2}")),
                 r.chunk_bytes.map_or("-".into(), |c| format!("{c} B")),
                 human(r.raw_bytes),
                 human(r.stored_bytes),
                 format!("{:.1}%", 100.0 * r.savings),
                 format!("{:.1}%", 100.0 * r.savings_with_metadata),
-                if fitted { format!("{:.1}%", 100.0 * r.encoded_rows as f64 / r.rows as f64) } else { "raw".into() },
+                if fitted {
+                    format!("{:.1}%", 100.0 * r.encoded_rows as f64 / r.rows as f64)
+                } else {
+                    "raw".into()
+                },
             ]
         })
         .collect();
     let widths: Vec<usize> = (0..header.len())
-        .map(|i| rows.iter().map(|r| r[i].chars().count()).chain([header[i].chars().count()]).max().unwrap_or(0))
+        .map(|i| {
+            rows.iter()
+                .map(|r| r[i].chars().count())
+                .chain([header[i].chars().count()])
+                .max()
+                .unwrap_or(0)
+        })
         .collect();
     let line = |cells: &[String]| {
-        let parts: Vec<String> = cells.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
+        let parts: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
         println!("{}", parts.join("  ").trim_end());
     };
     line(&header.map(String::from));
@@ -336,7 +386,12 @@ fn print_table(input: &str, counted_on: &str, reports: &[Report], candidates: bo
             println!();
             println!("{}: savings per (threshold, chunk)", r.name);
             for c in &r.candidates {
-                println!("  t={:.2}  chunk={} B  {:>6.2}%", c.threshold, c.chunk_bytes, 100.0 * c.savings);
+                println!(
+                    "  t={:.2}  chunk={} B  {:>6.2}%",
+                    c.threshold,
+                    c.chunk_bytes,
+                    100.0 * c.savings
+                );
             }
         }
     }

@@ -1,7 +1,6 @@
 //! `ibp bench`: GPU decompression benchmarks. Prints a table and writes a
 //! results file naming the GPU, driver, commit and date.
 
-use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use ibp::Result;
@@ -42,17 +41,22 @@ pub struct Args {
 
 #[cfg(not(feature = "cuda"))]
 pub fn run(_: Args) -> Result<()> {
-    Err(ibp::Error::unsupported("ibp bench needs the `cuda` feature: build with --features cuda"))
+    Err(ibp::Error::unsupported(
+        "ibp bench needs the `cuda` feature: build with --features cuda",
+    ))
 }
 
 #[cfg(feature = "cuda")]
 pub fn run(args: Args) -> Result<()> {
+    use std::fmt::Write as _;
+
     use cust::stream::{Stream, StreamFlags};
     use ibp::gpu::bench::{BenchLayout, figure7_dataset, measure_decode, measure_device_copy};
     use ibp::gpu::{DecodeOptions, Gpu, Residency};
 
     let gpu = Gpu::first()?;
-    let stream = Stream::new(StreamFlags::NON_BLOCKING, None).map_err(|e| ibp::Error::cuda(e.to_string()))?;
+    let stream = Stream::new(StreamFlags::NON_BLOCKING, None)
+        .map_err(|e| ibp::Error::cuda(e.to_string()))?;
     let info = gpu.info().clone();
     let mut opts = DecodeOptions::default();
     if let Some(s) = args.max_sms {
@@ -68,24 +72,54 @@ pub fn run(args: Args) -> Result<()> {
         None => {}
         Some("cp-async") => opts = opts.with_fetch(ibp::gpu::Fetch::CpAsync),
         Some("load-store") => opts = opts.with_fetch(ibp::gpu::Fetch::LoadStore),
-        Some(other) => return Err(ibp::Error::invalid(format!("--fetch {other}: use cp-async or load-store"))),
+        Some(other) => {
+            return Err(ibp::Error::invalid(format!(
+                "--fetch {other}: use cp-async or load-store"
+            )));
+        }
     }
     use ibp::gpu::bench::{measure_h2d_copy, measure_zero_copy_read};
     let link_bytes = 1usize << 30;
     let h2d = link_bytes as f64 / measure_h2d_copy(&stream, link_bytes)?;
     let zc = (link_bytes / 1536 * 1536) as f64 / measure_zero_copy_read(&gpu, &stream, link_bytes)?;
-    eprintln!("PCIe on this machine: pinned host-to-device copy {:.1} GB/s, zero-copy kernel read {:.1} GB/s", h2d / 1e9, zc / 1e9);
+    eprintln!(
+        "PCIe on this machine: pinned host-to-device copy {:.1} GB/s, zero-copy kernel read {:.1} GB/s",
+        h2d / 1e9,
+        zc / 1e9
+    );
     if let Some(pt) = &args.point {
         let parts: Vec<&str> = pt.split(',').collect();
         let bad = || ibp::Error::invalid("--point wants SIZE,SAVINGS,pinned|device");
         let (size, s, res) = match parts.as_slice() {
-            [a, b, c] => (a.parse::<usize>().map_err(|_| bad())?, b.parse::<f64>().map_err(|_| bad())?, *c),
+            [a, b, c] => (
+                a.parse::<usize>().map_err(|_| bad())?,
+                b.parse::<f64>().map_err(|_| bad())?,
+                *c,
+            ),
             _ => return Err(bad()),
         };
-        let residency = if res == "device" { Residency::Device } else { Residency::Pinned };
+        let residency = if res == "device" {
+            Residency::Device
+        } else {
+            Residency::Pinned
+        };
         let (data, cb) = figure7_dataset(args.rows, size, s, 11)?;
-        let m = measure_decode(&gpu, &stream, &data, size, &cb, BenchLayout::Packed, residency, false, &opts)?;
-        println!("{size} B at {s}: {:.1} GB/s decoded, {:.1} GB/s moved", m.decoded_rate() / 1e9, m.moved_rate() / 1e9);
+        let m = measure_decode(
+            &gpu,
+            &stream,
+            &data,
+            size,
+            &cb,
+            BenchLayout::Packed,
+            residency,
+            false,
+            &opts,
+        )?;
+        println!(
+            "{size} B at {s}: {:.1} GB/s decoded, {:.1} GB/s moved",
+            m.decoded_rate() / 1e9,
+            m.moved_rate() / 1e9
+        );
         return Ok(());
     }
     let mut md = String::new();
@@ -119,10 +153,32 @@ pub fn run(args: Args) -> Result<()> {
     eprintln!("figure 7 grid ({} tensors per point)...", args.rows);
     for &size in &[256usize, 1024, 4096] {
         let (raw, raw_cb) = figure7_dataset(args.rows, size, 0.0, 7)?;
-        let gather = measure_decode(&gpu, &stream, &raw, size, &raw_cb, BenchLayout::Packed, Residency::Pinned, false, &opts)?;
+        let gather = measure_decode(
+            &gpu,
+            &stream,
+            &raw,
+            size,
+            &raw_cb,
+            BenchLayout::Packed,
+            Residency::Pinned,
+            false,
+            &opts,
+        )?;
         for &s in &[0.125, 0.25, 0.5, 0.75, 0.9] {
             let (data, cb) = figure7_dataset(args.rows, size, s, 11)?;
-            let m = |layout, ideal| measure_decode(&gpu, &stream, &data, size, &cb, layout, Residency::Pinned, ideal, &opts);
+            let m = |layout, ideal| {
+                measure_decode(
+                    &gpu,
+                    &stream,
+                    &data,
+                    size,
+                    &cb,
+                    layout,
+                    Residency::Pinned,
+                    ideal,
+                    &opts,
+                )
+            };
             let packed = m(BenchLayout::Packed, false)?;
             let ideal = m(BenchLayout::Packed, true)?;
             let fixed = m(BenchLayout::Fixed, false)?;
@@ -145,16 +201,34 @@ pub fn run(args: Args) -> Result<()> {
                 packed.decoded_rate() / gather.decoded_rate(),
                 packed.stored_bytes as f64 / packed.seconds / 1e9,
             );
-            eprintln!("  {size} B at {:.1}%: packed {:.1} GB/s, ideal {:.1} GB/s", 100.0 * real_savings, packed.decoded_rate() / 1e9, ideal.decoded_rate() / 1e9);
+            eprintln!(
+                "  {size} B at {:.1}%: packed {:.1} GB/s, ideal {:.1} GB/s",
+                100.0 * real_savings,
+                packed.decoded_rate() / 1e9,
+                ideal.decoded_rate() / 1e9
+            );
         }
     }
 
     // 2. Plain gather of uncompressed rows at several sizes.
-    let _ = writeln!(md, "\n## Uncompressed gather from pinned host memory\n\n| row | GB/s |\n| --- | --- |");
+    let _ = writeln!(
+        md,
+        "\n## Uncompressed gather from pinned host memory\n\n| row | GB/s |\n| --- | --- |"
+    );
     for &size in &[128usize, 256, 512, 1024, 4096, 16384] {
         let rows = (args.rows * 1024 / size).max(1000);
         let (raw, raw_cb) = figure7_dataset(rows, size, 0.0, 3)?;
-        let g = measure_decode(&gpu, &stream, &raw, size, &raw_cb, BenchLayout::Packed, Residency::Pinned, false, &opts)?;
+        let g = measure_decode(
+            &gpu,
+            &stream,
+            &raw,
+            size,
+            &raw_cb,
+            BenchLayout::Packed,
+            Residency::Pinned,
+            false,
+            &opts,
+        )?;
         let _ = writeln!(md, "| {size} B | {:.1} |", g.decoded_rate() / 1e9);
     }
 
@@ -168,9 +242,25 @@ pub fn run(args: Args) -> Result<()> {
         copy_rate / 1e9
     );
     let dev_rows = args.rows * 4;
-    for &(size, s) in &[(1024usize, 0.125), (1024, 0.5), (4096, 0.25), (4096, 0.5), (4096, 0.9)] {
+    for &(size, s) in &[
+        (1024usize, 0.125),
+        (1024, 0.5),
+        (4096, 0.25),
+        (4096, 0.5),
+        (4096, 0.9),
+    ] {
         let (data, cb) = figure7_dataset(dev_rows, size, s, 5)?;
-        let d = measure_decode(&gpu, &stream, &data, size, &cb, BenchLayout::Packed, Residency::Device, false, &opts)?;
+        let d = measure_decode(
+            &gpu,
+            &stream,
+            &data,
+            size,
+            &cb,
+            BenchLayout::Packed,
+            Residency::Device,
+            false,
+            &opts,
+        )?;
         let real = 1.0 - d.stored_bytes as f64 / d.decoded_bytes as f64;
         let _ = writeln!(
             md,
@@ -194,13 +284,43 @@ pub fn run(args: Args) -> Result<()> {
             let reps = args.real_bytes.div_ceil(data.len()).max(1);
             let big = data.repeat(reps);
             let cb = &fit.codebook;
-            let p = measure_decode(&gpu, &stream, &big, row, cb, BenchLayout::Packed, Residency::Pinned, false, &opts)?;
+            let p = measure_decode(
+                &gpu,
+                &stream,
+                &big,
+                row,
+                cb,
+                BenchLayout::Packed,
+                Residency::Pinned,
+                false,
+                &opts,
+            )?;
             let ideal = if row % 4 == 0 {
-                Some(measure_decode(&gpu, &stream, &big, row, cb, BenchLayout::Packed, Residency::Pinned, true, &opts)?)
+                Some(measure_decode(
+                    &gpu,
+                    &stream,
+                    &big,
+                    row,
+                    cb,
+                    BenchLayout::Packed,
+                    Residency::Pinned,
+                    true,
+                    &opts,
+                )?)
             } else {
                 None
             };
-            let d = measure_decode(&gpu, &stream, &big, row, cb, BenchLayout::Packed, Residency::Device, false, &opts)?;
+            let d = measure_decode(
+                &gpu,
+                &stream,
+                &big,
+                row,
+                cb,
+                BenchLayout::Packed,
+                Residency::Device,
+                false,
+                &opts,
+            )?;
             let savings = 1.0 - p.stored_bytes as f64 / p.decoded_bytes as f64;
             let _ = writeln!(
                 md,
@@ -208,21 +328,34 @@ pub fn run(args: Args) -> Result<()> {
                 cb.chunk().bytes(),
                 100.0 * savings,
                 p.decoded_rate() / 1e9,
-                ideal.as_ref().map_or("-".into(), |i| format!("{:.1}", i.decoded_rate() / 1e9)),
-                ideal.as_ref().map_or("-".into(), |i| format!("{:.3}", p.decoded_rate() / i.decoded_rate())),
+                ideal
+                    .as_ref()
+                    .map_or("-".into(), |i| format!("{:.1}", i.decoded_rate() / 1e9)),
+                ideal.as_ref().map_or("-".into(), |i| format!(
+                    "{:.3}",
+                    p.decoded_rate() / i.decoded_rate()
+                )),
                 d.decoded_rate() / 1e9,
                 d.moved_rate() / copy_rate
             );
-            eprintln!("  {name}: pinned {:.1} GB/s, device {:.0} GB/s", p.decoded_rate() / 1e9, d.decoded_rate() / 1e9);
+            eprintln!(
+                "  {name}: pinned {:.1} GB/s, device {:.0} GB/s",
+                p.decoded_rate() / 1e9,
+                d.decoded_rate() / 1e9
+            );
         }
     }
 
     println!("{md}");
-    let path = args.out.unwrap_or_else(|| PathBuf::from(format!("docs/results/{}.md", slug(&info.name))));
+    let path = args
+        .out
+        .unwrap_or_else(|| PathBuf::from(format!("docs/results/{}.md", slug(&info.name))));
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| ibp::Error::io(format!("creating {}", dir.display()), e))?;
+        std::fs::create_dir_all(dir)
+            .map_err(|e| ibp::Error::io(format!("creating {}", dir.display()), e))?;
     }
-    std::fs::write(&path, &md).map_err(|e| ibp::Error::io(format!("writing {}", path.display()), e))?;
+    std::fs::write(&path, &md)
+        .map_err(|e| ibp::Error::io(format!("writing {}", path.display()), e))?;
     eprintln!("results written to {}", path.display());
     Ok(())
 }
@@ -231,39 +364,66 @@ pub fn run(args: Args) -> Result<()> {
 #[cfg(feature = "cuda")]
 fn real_tables() -> Result<Vec<(String, Vec<u8>, usize)>> {
     let mut out = Vec::new();
-    let doc = ibp::io::parse(super::input::EMBEDDED_CORA, ibp::io::SourceFormat::Npz, &Default::default())?;
+    let doc = ibp::io::parse(
+        super::input::EMBEDDED_CORA,
+        ibp::io::SourceFormat::Npz,
+        &Default::default(),
+    )?;
     let g = &doc.groups[0];
-    out.push(("Cora features f32".into(), g.data.to_vec(), g.row_shape(None)?.row_bytes as usize));
-    let dir = std::env::var_os("IBP_DATA_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(".tools/data"));
+    out.push((
+        "Cora features f32".into(),
+        g.data.to_vec(),
+        g.row_shape(None)?.row_bytes as usize,
+    ));
+    let dir = std::env::var_os("IBP_DATA_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(".tools/data"));
     let path = dir.join("model.safetensors");
     if path.is_file() {
         let f = ibp::io::InputFile::open(&path)?;
-        let opts = ibp::io::ParseOptions::default().with_select(["embeddings.word_embeddings.weight"]);
+        let opts =
+            ibp::io::ParseOptions::default().with_select(["embeddings.word_embeddings.weight"]);
         let doc = ibp::io::parse(f.bytes(), ibp::io::SourceFormat::Safetensors, &opts)?;
         let g = &doc.groups[0];
         let row = g.row_shape(None)?.row_bytes as usize;
         let bf16: Vec<u8> = g
             .data
-            .chunks_exact(4)
-            .flat_map(|b| half::bf16::from_f32(f32::from_le_bytes(b.try_into().expect("4 bytes"))).to_le_bytes())
+            .as_chunks::<4>()
+            .0
+            .iter()
+            .flat_map(|b| half::bf16::from_f32(f32::from_le_bytes(*b)).to_le_bytes())
             .collect();
         out.push(("MiniLM word embeddings f32".into(), g.data.to_vec(), row));
         out.push(("MiniLM word embeddings bf16".into(), bf16, row / 2));
     } else {
-        eprintln!("MiniLM skipped: {} not found (run scripts/setup.sh)", path.display());
+        eprintln!(
+            "MiniLM skipped: {} not found (run scripts/setup.sh)",
+            path.display()
+        );
     }
     Ok(out)
 }
 
 #[cfg(feature = "cuda")]
 fn slug(name: &str) -> String {
-    name.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' }).collect()
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .collect()
 }
 
 /// Current UTC date and time, formatted without a date library.
 #[cfg(feature = "cuda")]
 fn utc_now() -> String {
-    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
     let days = secs / 86_400;
     let (h, m) = ((secs % 86_400) / 3600, (secs % 3600) / 60);
     // Civil-from-days (proleptic Gregorian).

@@ -54,9 +54,12 @@ impl FitArgs {
     pub fn options(&self) -> Result<FitOptions> {
         let mut o = FitOptions::default();
         if self.chunk != "auto" {
-            let bad = || ibp::Error::invalid(format!("--chunk {}: use 1, 2, 4, 8 or auto", self.chunk));
+            let bad =
+                || ibp::Error::invalid(format!("--chunk {}: use 1, 2, 4, 8 or auto", self.chunk));
             let c: u32 = self.chunk.parse().map_err(|_| bad())?;
-            o = o.with_chunk(ChunkChoice::Fixed(ChunkSize::try_from(c).map_err(|_| bad())?));
+            o = o.with_chunk(ChunkChoice::Fixed(
+                ChunkSize::try_from(c).map_err(|_| bad())?,
+            ));
         }
         if let Some(t) = self.threshold {
             o = o.with_threshold(Threshold::from_fraction(t)?);
@@ -64,10 +67,15 @@ impl FitArgs {
         if let Some(s) = &self.sample {
             let sample = if s.contains('.') {
                 Sample::Fraction(
-                    s.parse().map_err(|_| ibp::Error::invalid(format!("--sample {s}: not a fraction")))?,
+                    s.parse().map_err(|_| {
+                        ibp::Error::invalid(format!("--sample {s}: not a fraction"))
+                    })?,
                 )
             } else {
-                Sample::Count(s.parse().map_err(|_| ibp::Error::invalid(format!("--sample {s}: not a count")))?)
+                Sample::Count(
+                    s.parse()
+                        .map_err(|_| ibp::Error::invalid(format!("--sample {s}: not a count")))?,
+                )
             };
             o = o.with_sample(sample);
         }
@@ -140,8 +148,12 @@ impl Source {
 pub fn open_container(path: &Path) -> Result<IbpFile<'static>> {
     IbpFile::open(path).map_err(|e| {
         let hint = match e.kind() {
-            ErrorKind::Truncated => "copy it again if a transfer was cut short, or re-create it with `ibp compress`",
-            ErrorKind::Corrupt => "if it is an .ibp file, it is damaged: re-create it with `ibp compress`",
+            ErrorKind::Truncated => {
+                "copy it again if a transfer was cut short, or re-create it with `ibp compress`"
+            }
+            ErrorKind::Corrupt => {
+                "if it is an .ibp file, it is damaged: re-create it with `ibp compress`"
+            }
             _ => return e,
         };
         ibp::Error::new(e.kind(), format!("{}; {hint}", e.message()))

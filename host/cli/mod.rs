@@ -71,10 +71,12 @@ pub fn run() -> i32 {
 
 #[cfg(feature = "cuda")]
 fn write_ptx(out: &std::path::Path) -> ibp::Result<()> {
-    std::fs::create_dir_all(out).map_err(|e| ibp::Error::io(format!("creating {}", out.display()), e))?;
+    std::fs::create_dir_all(out)
+        .map_err(|e| ibp::Error::io(format!("creating {}", out.display()), e))?;
     for (arch, text) in ibp::gpu::EMBEDDED_PTX {
         let p = out.join(format!("ibp_kernels_{arch}.ptx"));
-        std::fs::write(&p, text).map_err(|e| ibp::Error::io(format!("writing {}", p.display()), e))?;
+        std::fs::write(&p, text)
+            .map_err(|e| ibp::Error::io(format!("writing {}", p.display()), e))?;
         println!("{}", p.display());
     }
     Ok(())
@@ -82,5 +84,7 @@ fn write_ptx(out: &std::path::Path) -> ibp::Result<()> {
 
 #[cfg(not(feature = "cuda"))]
 fn write_ptx(_: &std::path::Path) -> ibp::Result<()> {
-    Err(ibp::Error::unsupported("this ibp was built without the `cuda` feature, so it embeds no PTX"))
+    Err(ibp::Error::unsupported(
+        "this ibp was built without the `cuda` feature, so it embeds no PTX",
+    ))
 }

@@ -81,7 +81,7 @@ fn count_range(rows: Rows<'_>, counts: &mut [u64]) {
     let n = rows.rows();
     let mut accs = vec![PosPopcnt64::new(); cols];
     let sink_for = |c: usize| {
-        let valid = ((l - c * 8).min(8) * 8) as usize;
+        let valid = (l - c * 8).min(8) * 8;
         move |counts: &mut [u64], b: usize, v: u64| {
             if b < valid {
                 counts[c * 64 + b] += v;

@@ -22,14 +22,23 @@ use crate::layout::{compress_fixed, compress_packed};
 /// of `row_bytes`, 4-byte chunks, and a codebook whose mask has enough bits
 /// per chunk that every tensor saves `savings` of its size (rounded to whole
 /// bits per chunk). Free bits are random, so nothing else compresses.
-pub fn figure7_dataset(rows: usize, row_bytes: usize, savings: f64, seed: u64) -> Result<(Vec<u8>, Codebook)> {
-    if row_bytes % 4 != 0 {
+pub fn figure7_dataset(
+    rows: usize,
+    row_bytes: usize,
+    savings: f64,
+    seed: u64,
+) -> Result<(Vec<u8>, Codebook)> {
+    if !row_bytes.is_multiple_of(4) {
         return Err(Error::invalid("figure-7 datasets use whole 4-byte chunks"));
     }
     // Saved bits per 32-bit chunk: m invariant bits minus one participation
     // bit. m = round(32·s) + 1, at most 32.
     let m = ((32.0 * savings).round() as u32 + 1).min(32);
-    let chunk_mask: u32 = if m == 32 { u32::MAX } else { ((1u32 << m) - 1) << (32 - m) };
+    let chunk_mask: u32 = if m == 32 {
+        u32::MAX
+    } else {
+        ((1u32 << m) - 1) << (32 - m)
+    };
     let mut s = seed | 1;
     let mut next = move || {
         s ^= s << 13;
@@ -37,7 +46,9 @@ pub fn figure7_dataset(rows: usize, row_bytes: usize, savings: f64, seed: u64) -
         s ^= s << 17;
         s
     };
-    let mask: Vec<u8> = (0..row_bytes / 4).flat_map(|_| chunk_mask.to_le_bytes()).collect();
+    let mask: Vec<u8> = (0..row_bytes / 4)
+        .flat_map(|_| chunk_mask.to_le_bytes())
+        .collect();
     let bitval: Vec<u8> = mask.iter().map(|&b| b & (next() as u8)).collect();
     let mut data = vec![0u8; rows * row_bytes];
     for w in data.chunks_mut(8) {
@@ -54,7 +65,12 @@ pub fn figure7_dataset(rows: usize, row_bytes: usize, savings: f64, seed: u64) -
 }
 
 /// Median of event-timed repetitions of `f`, in seconds per call.
-pub fn time_median(stream: &Stream, warmup: usize, reps: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
+pub fn time_median(
+    stream: &Stream,
+    warmup: usize,
+    reps: usize,
+    mut f: impl FnMut() -> Result<()>,
+) -> Result<f64> {
     for _ in 0..warmup {
         f()?;
     }
@@ -124,23 +140,31 @@ pub fn measure_decode(
 ) -> Result<DecodeMeasurement> {
     let rows = Rows::new(data, row_bytes)?;
     let ds = match layout {
-        BenchLayout::Packed => GpuDataset::upload_packed(gpu, cb, &compress_packed(cb, rows)?.view(), residency)?,
-        BenchLayout::Fixed => GpuDataset::upload_fixed(gpu, cb, &compress_fixed(cb, rows)?.view(), residency)?,
+        BenchLayout::Packed => {
+            GpuDataset::upload_packed(gpu, cb, &compress_packed(cb, rows)?.view(), residency)?
+        }
+        BenchLayout::Fixed => {
+            GpuDataset::upload_fixed(gpu, cb, &compress_fixed(cb, rows)?.view(), residency)?
+        }
         BenchLayout::FixedLengths => {
             let f = compress_fixed(cb, rows)?;
-            GpuDataset::upload_fixed(gpu, cb, &f.view(), residency)?.with_length_table(cb, &f.view())?
+            GpuDataset::upload_fixed(gpu, cb, &f.view(), residency)?
+                .with_length_table(cb, &f.view())?
         }
     };
     let n = rows.rows() as u64;
     let dec = Decoder::new(gpu, &ds, opts)?;
     let mut status = DecodeStatus::new()?;
-    let mut out = DeviceBuffer::<u8>::zeroed(data.len()).map_err(cuda_err("allocating the output"))?;
+    let mut out =
+        DeviceBuffer::<u8>::zeroed(data.len()).map_err(cuda_err("allocating the output"))?;
     // Correctness first (the warm-up round trip).
     dec.range(gpu, &ds, 0, n, &mut out, &status, stream)?;
     stream.synchronize().map_err(cuda_err("decoding"))?;
     status.check()?;
     if copy_to_host(&out)? != data {
-        return Err(Error::corrupt("benchmark decode differs from the original data"));
+        return Err(Error::corrupt(
+            "benchmark decode differs from the original data",
+        ));
     }
     let seconds = time_median(stream, 2, 9, || {
         if ideal {
@@ -150,7 +174,11 @@ pub fn measure_decode(
         }
     })?;
     status.check()?;
-    Ok(DecodeMeasurement { decoded_bytes: data.len() as u64, stored_bytes: ds.stored_bytes(), seconds })
+    Ok(DecodeMeasurement {
+        decoded_bytes: data.len() as u64,
+        stored_bytes: ds.stored_bytes(),
+        seconds,
+    })
 }
 
 /// Device-to-device copy of `bytes`, seconds (median): the roofline for
@@ -170,7 +198,11 @@ pub fn measure_device_copy(stream: &Stream, bytes: usize) -> Result<f64> {
             )
         };
         let _ = &mut dst;
-        if r == cust::sys::CUresult::CUDA_SUCCESS { Ok(()) } else { Err(Error::cuda(format!("device copy: {r:?}"))) }
+        if r == cust::sys::CUresult::CUDA_SUCCESS {
+            Ok(())
+        } else {
+            Err(Error::cuda(format!("device copy: {r:?}")))
+        }
     })
 }
 
@@ -190,7 +222,11 @@ pub fn measure_h2d_copy(stream: &Stream, bytes: usize) -> Result<f64> {
                 stream.as_inner(),
             )
         };
-        if r == cust::sys::CUresult::CUDA_SUCCESS { Ok(()) } else { Err(Error::cuda(format!("host-to-device copy: {r:?}"))) }
+        if r == cust::sys::CUresult::CUDA_SUCCESS {
+            Ok(())
+        } else {
+            Err(Error::cuda(format!("host-to-device copy: {r:?}")))
+        }
     })
 }
 
@@ -201,5 +237,7 @@ pub fn measure_zero_copy_read(gpu: &Gpu, stream: &Stream, bytes: usize) -> Resul
     let l = 1536;
     let src = super::PinnedBuffer::<u8>::zeroed(bytes / l * l)?;
     let mut counts = DeviceBuffer::<u64>::zeroed(8 * l).map_err(cuda_err("allocating"))?;
-    time_median(stream, 2, 9, || gpu.count_bits(&src, l, &mut counts, stream))
+    time_median(stream, 2, 9, || {
+        gpu.count_bits(&src, l, &mut counts, stream)
+    })
 }

@@ -50,7 +50,9 @@ impl Payload {
         };
         Ok(match residency {
             Residency::Pinned => Payload::Pinned(PinnedBuffer::from_slice(bytes)?),
-            Residency::Device => Payload::Device(DeviceBuffer::from_slice(bytes).map_err(cuda_err("uploading the payload"))?),
+            Residency::Device => Payload::Device(
+                DeviceBuffer::from_slice(bytes).map_err(cuda_err("uploading the payload"))?,
+            ),
         })
     }
 
@@ -100,7 +102,12 @@ pub struct GpuDataset {
 impl GpuDataset {
     /// Place a packed dataset (validated first: a corrupt offsets table is
     /// rejected here, so the kernel can trust slot boundaries).
-    pub fn upload_packed(_gpu: &Gpu, cb: &Codebook, packed: &PackedRef<'_>, residency: Residency) -> Result<Self> {
+    pub fn upload_packed(
+        _gpu: &Gpu,
+        cb: &Codebook,
+        packed: &PackedRef<'_>,
+        residency: Residency,
+    ) -> Result<Self> {
         check_codebook(cb, packed.row_bytes())?;
         packed.validate()?;
         let table = decoder_table(cb);
@@ -108,7 +115,10 @@ impl GpuDataset {
             table_bytes: table.len(),
             table: DeviceBuffer::from_slice(&table).map_err(cuda_err("uploading the codebook"))?,
             flags: upload_flags(packed.flags())?,
-            offsets: Some(DeviceBuffer::from_slice(packed.offsets()).map_err(cuda_err("uploading offsets"))?),
+            offsets: Some(
+                DeviceBuffer::from_slice(packed.offsets())
+                    .map_err(cuda_err("uploading offsets"))?,
+            ),
             lengths: None,
             payload: Payload::new(packed.payload(), residency)?,
             rows: packed.rows() as u64,
@@ -120,7 +130,12 @@ impl GpuDataset {
 
     /// Place a fixed-stride dataset: slots of `L` bytes, each tensor's
     /// stored form a prefix of its slot.
-    pub fn upload_fixed(_gpu: &Gpu, cb: &Codebook, fixed: &FixedStrideRef<'_>, residency: Residency) -> Result<Self> {
+    pub fn upload_fixed(
+        _gpu: &Gpu,
+        cb: &Codebook,
+        fixed: &FixedStrideRef<'_>,
+        residency: Residency,
+    ) -> Result<Self> {
         check_codebook(cb, fixed.row_bytes())?;
         let table = decoder_table(cb);
         let lengths = fixed_lengths(cb, fixed);
@@ -146,10 +161,13 @@ impl GpuDataset {
     /// into a batch. Without it the lengths come from the participation bits.
     pub fn with_length_table(mut self, cb: &Codebook, fixed: &FixedStrideRef<'_>) -> Result<Self> {
         if self.offsets.is_some() {
-            return Err(Error::invalid("a length table is for the fixed-stride layout; packed offsets already give lengths"));
+            return Err(Error::invalid(
+                "a length table is for the fixed-stride layout; packed offsets already give lengths",
+            ));
         }
         let lengths = fixed_lengths(cb, fixed);
-        self.lengths = Some(DeviceBuffer::from_slice(&lengths).map_err(cuda_err("uploading lengths"))?);
+        self.lengths =
+            Some(DeviceBuffer::from_slice(&lengths).map_err(cuda_err("uploading lengths"))?);
         Ok(self)
     }
 
@@ -276,7 +294,8 @@ pub struct DecodeStatus {
 impl DecodeStatus {
     /// A cleared status.
     pub fn new() -> Result<Self> {
-        let words = DeviceBuffer::from_slice(&[0u64, u64::MAX]).map_err(cuda_err("allocating the status"))?;
+        let words = DeviceBuffer::from_slice(&[0u64, u64::MAX])
+            .map_err(cuda_err("allocating the status"))?;
         Ok(Self { words })
     }
 
@@ -332,7 +351,10 @@ impl Decoder {
         // a tensor is a few KB; beyond that one tensor is enough work to
         // hide a round trip and streaming through a small ring saves shared
         // memory (more warps per SM).
-        let batch = span_max <= BATCH_MAX_LINES && opts.ring_bytes.is_none_or(|b| b as u64 >= 2 * span_max * 128);
+        let batch = span_max <= BATCH_MAX_LINES
+            && opts
+                .ring_bytes
+                .is_none_or(|b| b as u64 >= 2 * span_max * 128);
         let (ring_lines, pbuf_words) = if batch {
             let half = match opts.ring_bytes {
                 Some(b) => (b as u64 / 256).max(span_max),
@@ -359,7 +381,11 @@ impl Decoder {
         // for two blocks per SM (registers allow about two blocks of eight
         // warps anyway); otherwise L1 serves it to every warp of the SM.
         let table = ds.table_bytes as u64;
-        let table_smem = if table + warps * warp_bytes <= budget / 2 { table } else { 0 };
+        let table_smem = if table + warps * warp_bytes <= budget / 2 {
+            table
+        } else {
+            0
+        };
         while warps > 1 && table_smem + warps * warp_bytes > budget {
             warps /= 2;
         }
@@ -372,7 +398,10 @@ impl Decoder {
         }
         let block = (warps * 32) as u32;
         let per_sm = gpu.decode_blocks_per_sm(batch, block, shared as usize)?;
-        let sms = opts.max_sms.unwrap_or(info.sm_count).clamp(1, info.sm_count);
+        let sms = opts
+            .max_sms
+            .unwrap_or(info.sm_count)
+            .clamp(1, info.sm_count);
         Ok(Decoder {
             grid: per_sm * sms,
             block,
@@ -427,7 +456,15 @@ impl Decoder {
         status: &DecodeStatus,
         stream: &Stream,
     ) -> Result<()> {
-        gpu.launch_decode(self, ds, Target::Range(first, count), out, status, false, stream)
+        gpu.launch_decode(
+            self,
+            ds,
+            Target::Range(first, count),
+            out,
+            status,
+            false,
+            stream,
+        )
     }
 
     /// Benchmark baseline for [`Decoder::range`]: read exactly the stored
@@ -445,7 +482,15 @@ impl Decoder {
         status: &DecodeStatus,
         stream: &Stream,
     ) -> Result<()> {
-        gpu.launch_decode(self, ds, Target::Range(first, count), out, status, true, stream)
+        gpu.launch_decode(
+            self,
+            ds,
+            Target::Range(first, count),
+            out,
+            status,
+            true,
+            stream,
+        )
     }
 }
 

@@ -9,7 +9,8 @@ use std::ffi::c_void;
 use cust::memory::{DeviceBuffer, DeviceCopy, DeviceSlice};
 use cust::stream::Stream;
 use ibp_kernels::params::{
-    CountParams, CpAsyncTestParams, DECODE_MODE_DECODE, DECODE_MODE_IDEAL, DecodeParams, WarpTestParams,
+    CountParams, CpAsyncTestParams, DECODE_MODE_DECODE, DECODE_MODE_IDEAL, DecodeParams,
+    WarpTestParams,
 };
 
 use super::decode::{DecodeStatus, Decoder, GpuDataset, Target};
@@ -37,7 +38,10 @@ impl Gpu {
         stream: &Stream,
         params: P,
     ) -> Result<()> {
-        let f = self.module().get_function(name).map_err(cuda_err("finding a kernel"))?;
+        let f = self
+            .module()
+            .get_function(name)
+            .map_err(cuda_err("finding a kernel"))?;
         if shared_bytes > 48 * 1024 {
             // Q: why an attribute?
             // A: above 48 KiB of dynamic shared memory a kernel must opt in.
@@ -50,7 +54,9 @@ impl Gpu {
                 )
             };
             if r != cust::sys::CUresult::CUDA_SUCCESS {
-                return Err(Error::cuda(format!("{name}: cannot reserve {shared_bytes} bytes of shared memory: {r:?}")));
+                return Err(Error::cuda(format!(
+                    "{name}: cannot reserve {shared_bytes} bytes of shared memory: {r:?}"
+                )));
             }
         }
         let mut p = params;
@@ -64,7 +70,10 @@ impl Gpu {
     /// Blocks of `block` threads that fill the device once (all SMs at full
     /// occupancy) for kernel `name`.
     fn resident_blocks(&self, name: &str, block: u32, shared_bytes: usize) -> Result<u32> {
-        let f = self.module().get_function(name).map_err(cuda_err("finding a kernel"))?;
+        let f = self
+            .module()
+            .get_function(name)
+            .map_err(cuda_err("finding a kernel"))?;
         let per_sm = f
             .max_active_blocks_per_multiprocessor(block.into(), shared_bytes)
             .map_err(cuda_err("querying occupancy"))?;
@@ -86,7 +95,7 @@ impl Gpu {
         if row_bytes == 0 {
             return Err(Error::invalid("row length is 0 bytes"));
         }
-        if src.byte_len() % row_bytes != 0 {
+        if !src.byte_len().is_multiple_of(row_bytes) {
             return Err(Error::invalid(format!(
                 "{} source bytes do not split into rows of {row_bytes} bytes",
                 src.byte_len()
@@ -105,7 +114,8 @@ impl Gpu {
         }
         let cols = row_bytes.div_ceil(4) as u64;
         let wanted = (cols * rows).div_ceil(COUNT_BLOCK as u64);
-        let grid = wanted.min(self.resident_blocks("ibp_count_bits", COUNT_BLOCK, 0)? as u64) as u32;
+        let grid =
+            wanted.min(self.resident_blocks("ibp_count_bits", COUNT_BLOCK, 0)? as u64) as u32;
         let p = CountParams {
             data: src.device_addr(),
             rows,
@@ -126,22 +136,32 @@ impl Gpu {
     pub fn count_bits_blocking(&self, rows: Rows<'_>, batch_bytes: usize) -> Result<Vec<u64>> {
         let l = rows.row_bytes();
         let batch_rows = (batch_bytes / l).max(1).min(rows.rows().max(1));
-        let stream = Stream::new(cust::stream::StreamFlags::NON_BLOCKING, None).map_err(cuda_err("creating a stream"))?;
-        let mut counts = DeviceBuffer::<u64>::zeroed(8 * l).map_err(cuda_err("allocating counters"))?;
-        let mut staging = [PinnedBuffer::<u8>::zeroed(batch_rows * l)?, PinnedBuffer::<u8>::zeroed(batch_rows * l)?];
+        let stream = Stream::new(cust::stream::StreamFlags::NON_BLOCKING, None)
+            .map_err(cuda_err("creating a stream"))?;
+        let mut counts =
+            DeviceBuffer::<u64>::zeroed(8 * l).map_err(cuda_err("allocating counters"))?;
+        let mut staging = [
+            PinnedBuffer::<u8>::zeroed(batch_rows * l)?,
+            PinnedBuffer::<u8>::zeroed(batch_rows * l)?,
+        ];
         let mut done: [Option<cust::event::Event>; 2] = [None, None];
         let mut start = 0;
         let mut k = 0;
         while start < rows.rows() {
             let end = (start + batch_rows).min(rows.rows());
             if let Some(ev) = done[k].take() {
-                ev.synchronize().map_err(cuda_err("waiting for a staging buffer"))?;
+                ev.synchronize()
+                    .map_err(cuda_err("waiting for a staging buffer"))?;
             }
             let bytes = rows.slice(start, end).bytes();
             staging[k][..bytes.len()].copy_from_slice(bytes);
-            let view = PinnedView { buf: &staging[k], len: bytes.len() };
+            let view = PinnedView {
+                buf: &staging[k],
+                len: bytes.len(),
+            };
             self.count_bits(&view, l, &mut counts, &stream)?;
-            let ev = cust::event::Event::new(cust::event::EventFlags::DISABLE_TIMING).map_err(cuda_err("creating an event"))?;
+            let ev = cust::event::Event::new(cust::event::EventFlags::DISABLE_TIMING)
+                .map_err(cuda_err("creating an event"))?;
             ev.record(&stream).map_err(cuda_err("recording an event"))?;
             done[k] = Some(ev);
             start = end;
@@ -153,8 +173,16 @@ impl Gpu {
 
     /// Blocks of `block` threads with `shared` bytes of dynamic shared
     /// memory that one SM holds at once for the decode kernel.
-    pub(crate) fn decode_blocks_per_sm(&self, batch: bool, block: u32, shared: usize) -> Result<u32> {
-        let f = self.module().get_function(decode_kernel(batch)).map_err(cuda_err("finding a kernel"))?;
+    pub(crate) fn decode_blocks_per_sm(
+        &self,
+        batch: bool,
+        block: u32,
+        shared: usize,
+    ) -> Result<u32> {
+        let f = self
+            .module()
+            .get_function(decode_kernel(batch))
+            .map_err(cuda_err("finding a kernel"))?;
         if shared > 48 * 1024 {
             // SAFETY: valid function handle and attribute; the value is
             // within the device's opt-in limit (checked by the caller).
@@ -166,10 +194,14 @@ impl Gpu {
                 )
             };
             if r != cust::sys::CUresult::CUDA_SUCCESS {
-                return Err(Error::cuda(format!("reserving {shared} bytes of shared memory: {r:?}")));
+                return Err(Error::cuda(format!(
+                    "reserving {shared} bytes of shared memory: {r:?}"
+                )));
             }
         }
-        let n = f.max_active_blocks_per_multiprocessor(block.into(), shared).map_err(cuda_err("querying occupancy"))?;
+        let n = f
+            .max_active_blocks_per_multiprocessor(block.into(), shared)
+            .map_err(cuda_err("querying occupancy"))?;
         if n == 0 {
             return Err(Error::unsupported(format!(
                 "the decode kernel cannot run with {block} threads and {shared} bytes of shared memory per block"
@@ -216,14 +248,19 @@ impl Gpu {
                 ds.row_bytes
             )));
         }
-        if ideal && ((ds.offsets.is_none() && ds.lengths.is_none()) || ds.row_bytes % 4 != 0) {
+        if ideal
+            && ((ds.offsets.is_none() && ds.lengths.is_none()) || !ds.row_bytes.is_multiple_of(4))
+        {
             return Err(Error::invalid(
                 "the ideal-copy baseline needs stored lengths (packed layout or a length table) and rows of whole u32",
             ));
         }
         let p = DecodeParams {
             src: ds.payload.device_addr(),
-            offsets: ds.offsets.as_ref().map_or(0, |o| o.as_device_ptr().as_raw()),
+            offsets: ds
+                .offsets
+                .as_ref()
+                .map_or(0, |o| o.as_device_ptr().as_raw()),
             flags: ds.flags.as_device_ptr().as_raw(),
             table: ds.table.as_device_ptr().as_raw(),
             index,
@@ -238,10 +275,21 @@ impl Gpu {
             ring_lines: dec.ring_lines,
             pbuf_words: dec.pbuf_words,
             table_smem_bytes: dec.table_smem_bytes,
-            mode: if ideal { DECODE_MODE_IDEAL } else { DECODE_MODE_DECODE },
+            mode: if ideal {
+                DECODE_MODE_IDEAL
+            } else {
+                DECODE_MODE_DECODE
+            },
             batch: dec.batch as u32,
-            lengths: ds.lengths.as_ref().map_or(0, |b| b.as_device_ptr().as_raw()),
-            fetch: if dec.load_store { ibp_kernels::params::FETCH_LOAD_STORE } else { ibp_kernels::params::FETCH_CP_ASYNC },
+            lengths: ds
+                .lengths
+                .as_ref()
+                .map_or(0, |b| b.as_device_ptr().as_raw()),
+            fetch: if dec.load_store {
+                ibp_kernels::params::FETCH_LOAD_STORE
+            } else {
+                ibp_kernels::params::FETCH_CP_ASYNC
+            },
             _pad: 0,
         };
         let warps = (dec.block / 32) as u64;
@@ -252,14 +300,30 @@ impl Gpu {
         // `index` holds `count` u64 (its length); status holds two u64; the
         // shared memory matches the Decoder's carving; DecodeParams is the
         // kernel's parameter type.
-        unsafe { self.launch(decode_kernel(dec.batch), grid, dec.block, dec.shared_bytes, stream, p) }
+        unsafe {
+            self.launch(
+                decode_kernel(dec.batch),
+                grid,
+                dec.block,
+                dec.shared_bytes,
+                stream,
+                p,
+            )
+        }
     }
 
     /// Run the warp-helper test kernel: see `ibp_kernels::params::WarpTestParams`.
-    pub fn test_warp(&self, input: &DeviceBuffer<u32>, out: &mut DeviceBuffer<u32>, stream: &Stream) -> Result<()> {
+    pub fn test_warp(
+        &self,
+        input: &DeviceBuffer<u32>,
+        out: &mut DeviceBuffer<u32>,
+        stream: &Stream,
+    ) -> Result<()> {
         let lanes = input.len();
-        if lanes % 32 != 0 || out.len() != lanes * 8 {
-            return Err(Error::invalid("test_warp needs whole warps and 8 outputs per lane"));
+        if !lanes.is_multiple_of(32) || out.len() != lanes * 8 {
+            return Err(Error::invalid(
+                "test_warp needs whole warps and 8 outputs per lane",
+            ));
         }
         let p = WarpTestParams {
             input: input.as_device_ptr().as_raw(),
@@ -283,20 +347,37 @@ impl Gpu {
         width: u32,
         stream: &Stream,
     ) -> Result<()> {
-        if ![4, 8, 16].contains(&width) || bytes == 0 || bytes % width != 0 || bytes % 4 != 0 {
-            return Err(Error::invalid("cp.async test needs width 4/8/16 dividing a non-zero byte count"));
+        if ![4, 8, 16].contains(&width)
+            || bytes == 0
+            || !bytes.is_multiple_of(width)
+            || !bytes.is_multiple_of(4)
+        {
+            return Err(Error::invalid(
+                "cp.async test needs width 4/8/16 dividing a non-zero byte count",
+            ));
         }
-        if src.byte_len() != dst.len() || src.byte_len() % bytes as usize != 0 {
-            return Err(Error::invalid("cp.async test needs equal source and destination sizes, whole blocks"));
+        if src.byte_len() != dst.len() || !src.byte_len().is_multiple_of(bytes as usize) {
+            return Err(Error::invalid(
+                "cp.async test needs equal source and destination sizes, whole blocks",
+            ));
         }
-        if src.device_addr() % width as u64 != 0 {
-            return Err(Error::invalid("cp.async test source is not aligned to the copy width"));
+        if !src.device_addr().is_multiple_of(width as u64) {
+            return Err(Error::invalid(
+                "cp.async test source is not aligned to the copy width",
+            ));
         }
         if bytes > self.info().max_shared_per_block {
-            return Err(Error::invalid("cp.async test block larger than the shared memory limit"));
+            return Err(Error::invalid(
+                "cp.async test block larger than the shared memory limit",
+            ));
         }
         let blocks = (src.byte_len() / bytes as usize) as u32;
-        let p = CpAsyncTestParams { src: src.device_addr(), dst: dst.as_device_ptr().as_raw(), bytes, width };
+        let p = CpAsyncTestParams {
+            src: src.device_addr(),
+            dst: dst.as_device_ptr().as_raw(),
+            bytes,
+            width,
+        };
         // SAFETY: sizes and alignment checked above; matching parameter type.
         unsafe { self.launch("ibp_test_cp_async", blocks, 128, bytes, stream, p) }
     }
@@ -304,7 +385,11 @@ impl Gpu {
 
 /// The decode kernel for batch or streaming mode.
 fn decode_kernel(batch: bool) -> &'static str {
-    if batch { "ibp_decode" } else { "ibp_decode_stream" }
+    if batch {
+        "ibp_decode"
+    } else {
+        "ibp_decode_stream"
+    }
 }
 
 /// A prefix of a pinned buffer, as a kernel source.
@@ -325,6 +410,7 @@ impl GpuReadable for PinnedView<'_> {
 /// Copy a whole device buffer to a new host vector (synchronous).
 pub fn copy_to_host<T: DeviceCopy + Default + Clone>(buf: &DeviceSlice<T>) -> Result<Vec<T>> {
     let mut v = vec![T::default(); buf.len()];
-    cust::memory::CopyDestination::copy_to(buf, &mut v[..]).map_err(cuda_err("copying to the host"))?;
+    cust::memory::CopyDestination::copy_to(buf, &mut v[..])
+        .map_err(cuda_err("copying to the host"))?;
     Ok(v)
 }

@@ -69,10 +69,16 @@ impl<T: bytemuck::Pod> PinnedBuffer<T> {
         let mut p: *mut c_void = std::ptr::null_mut();
         // SAFETY: valid out-pointer; flags are documented constants.
         let r = unsafe {
-            cu::cuMemHostAlloc(&mut p, alloc, cu::CU_MEMHOSTALLOC_DEVICEMAP | cu::CU_MEMHOSTALLOC_PORTABLE)
+            cu::cuMemHostAlloc(
+                &mut p,
+                alloc,
+                cu::CU_MEMHOSTALLOC_DEVICEMAP | cu::CU_MEMHOSTALLOC_PORTABLE,
+            )
         };
         if r != cu::CUresult::CUDA_SUCCESS || p.is_null() {
-            return Err(Error::cuda(format!("allocating {bytes} bytes of pinned host memory: {r:?}")));
+            return Err(Error::cuda(format!(
+                "allocating {bytes} bytes of pinned host memory: {r:?}"
+            )));
         }
         let mut d: cu::CUdeviceptr = 0;
         // SAFETY: `p` came from cuMemHostAlloc with DEVICEMAP.
@@ -80,11 +86,18 @@ impl<T: bytemuck::Pod> PinnedBuffer<T> {
         if r != cu::CUresult::CUDA_SUCCESS {
             // SAFETY: `p` is ours and not used after this.
             unsafe { cu::cuMemFreeHost(p) };
-            return Err(Error::cuda(format!("mapping pinned host memory into the device: {r:?}")));
+            return Err(Error::cuda(format!(
+                "mapping pinned host memory into the device: {r:?}"
+            )));
         }
         // SAFETY: `alloc` bytes are writable; zero them (Pod: all-zero is valid).
         unsafe { std::ptr::write_bytes(p as *mut u8, 0, alloc) };
-        Ok(Self { host: p as *mut T, device: d, len, _owns: PhantomData })
+        Ok(Self {
+            host: p as *mut T,
+            device: d,
+            len,
+            _owns: PhantomData,
+        })
     }
 
     /// A pinned copy of `data`.

@@ -75,14 +75,18 @@ impl Gpu {
     /// PTX does not load.
     pub fn new(ordinal: u32) -> Result<Self> {
         cust::init(cust::CudaFlags::empty()).map_err(|e| {
-            Error::cuda(format!("no CUDA-capable device is usable (cuInit failed: {e})"))
+            Error::cuda(format!(
+                "no CUDA-capable device is usable (cuInit failed: {e})"
+            ))
         })?;
         let count = Device::num_devices().map_err(cuda_err("counting devices"))?;
         if count == 0 {
             return Err(Error::cuda("no CUDA-capable device is detected"));
         }
         if ordinal >= count {
-            return Err(Error::invalid(format!("device {ordinal} requested but only {count} exist")));
+            return Err(Error::invalid(format!(
+                "device {ordinal} requested but only {count} exist"
+            )));
         }
         let device = Device::get_device(ordinal).map_err(cuda_err("opening the device"))?;
         let context = Context::new(device).map_err(cuda_err("creating the primary context"))?;
@@ -94,7 +98,11 @@ impl Gpu {
             )));
         }
         let module = Module::from_ptx(PTX_SM80, &[]).map_err(cuda_err("loading ibp's PTX"))?;
-        Ok(Self { module, info, context })
+        Ok(Self {
+            module,
+            info,
+            context,
+        })
     }
 
     /// Device 0, or `None` (with the reason) when no CUDA device is usable.
@@ -104,7 +112,8 @@ impl Gpu {
 
     /// Make this device's context current on the calling thread.
     pub fn make_current(&self) -> Result<()> {
-        cust::context::CurrentContext::set_current(&self.context).map_err(cuda_err("setting the current context"))
+        cust::context::CurrentContext::set_current(&self.context)
+            .map_err(cuda_err("setting the current context"))
     }
 
     /// The device's properties.
@@ -118,13 +127,19 @@ impl Gpu {
 }
 
 fn device_info(device: Device) -> Result<DeviceInfo> {
-    let attr = |a: DeviceAttribute| device.get_attribute(a).map_err(cuda_err("reading a device attribute"));
+    let attr = |a: DeviceAttribute| {
+        device
+            .get_attribute(a)
+            .map_err(cuda_err("reading a device attribute"))
+    };
     let raw_attr = |a: cu::CUdevice_attribute| -> Result<i32> {
         let mut v: c_int = 0;
         // SAFETY: `v` is a valid out-pointer and `device` a valid handle.
         let r = unsafe { cu::cuDeviceGetAttribute(&mut v, a, device.as_raw()) };
         if r != cu::CUresult::CUDA_SUCCESS {
-            return Err(Error::cuda(format!("reading device attribute {a:?}: {r:?}")));
+            return Err(Error::cuda(format!(
+                "reading device attribute {a:?}: {r:?}"
+            )));
         }
         Ok(v)
     };
@@ -138,11 +153,14 @@ fn device_info(device: Device) -> Result<DeviceInfo> {
             attr(DeviceAttribute::ComputeCapabilityMinor)?,
         ),
         sm_count: attr(DeviceAttribute::MultiprocessorCount)? as u32,
-        max_shared_per_block: raw_attr(cu::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?
-            as u32,
+        max_shared_per_block: raw_attr(
+            cu::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+        )? as u32,
         shared_per_sm: attr(DeviceAttribute::MaxSharedMemoryPerMultiprocessor)? as u32,
         driver_version,
-        total_memory: device.total_memory().map_err(cuda_err("reading the memory size"))?,
+        total_memory: device
+            .total_memory()
+            .map_err(cuda_err("reading the memory size"))?,
     })
 }
 
