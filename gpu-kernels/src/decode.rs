@@ -289,122 +289,77 @@ fn sbits64(base: u32, bit: u32, n: u32) -> u64 {
 }
 
 impl Ctx {
-    /// Popcount of chunk `k`'s mask.
+    /// The 8 table bytes at `off` (8-aligned).
+    #[inline(always)]
+    fn load8(&self, off: u64) -> u64 {
+        let x = if self.in_smem {
+            // SAFETY: inside the shared copy of the table.
+            unsafe { arch::ld_shared_v2(self.table_smem + off as u32) }
+        } else {
+            // SAFETY: inside the table, which no thread writes.
+            unsafe { arch::ld_global_nc_v2(self.table + off) }
+        };
+        (x[0] as u64) | ((x[1] as u64) << 32)
+    }
+
+    /// Field `f` of the `8 / C` chunks from `k0` (a multiple of `8 / C`):
+    /// one 8-byte load, chunk `j` in bits `8Cj..`.
+    #[inline(always)]
+    fn lane_field<const C: u32>(&self, f: u32, k0: u64) -> u64 {
+        self.load8(table::field_offset(C, self.chunks, f, k0))
+    }
+
+    /// Field `f` of chunk `k` alone.
+    #[inline(always)]
+    fn field<const C: u32>(&self, f: u32, k: u64) -> u64 {
+        let off = table::field_offset(C, self.chunks, f, k);
+        let word = self.load8(off & !7);
+        if C == 8 {
+            word
+        } else {
+            (word >> ((off & 7) * 8)) & crate::bits::low_mask(8 * C)
+        }
+    }
+
+    /// Width in bits of chunk `k`.
+    #[inline(always)]
+    fn width<const C: u32>(&self, k: u64) -> u32 {
+        let rest = self.p.row_bytes - k * C as u64;
+        if rest < C as u64 {
+            (rest * 8) as u32
+        } else {
+            C * 8
+        }
+    }
+
+    /// Popcount of chunk `k`'s mask (the bits it saves when it matches).
     #[inline(always)]
     fn inv(&self, k: u64) -> u32 {
-        let byte = self.chunks * table::entry_bytes(self.p.chunk) as u64 + k;
-        if self.in_smem {
-            // SAFETY: inside the table copy.
-            unsafe { arch::ld_shared_u8(self.table_smem + byte as u32) }
-        } else {
-            // SAFETY: inside the table.
-            unsafe { arch::ld_global_u8(self.table + byte) }
+        match self.p.chunk {
+            1 => self.field::<1>(0, k).count_ones(),
+            2 => self.field::<2>(0, k).count_ones(),
+            4 => self.field::<4>(0, k).count_ones(),
+            _ => self.field::<8>(0, k).count_ones(),
         }
     }
 
-    /// Table entry of chunk `k` (layout in `crate::table`).
+    /// Table entry of chunk `k`.
     #[inline(always)]
     fn entry<const C: u32>(&self, k: u64) -> table::Entry {
-        let base = k * table::entry_bytes(C) as u64;
-        let mut w = [0u32; 18];
-        // Q: why these load widths?
-        // A: the widest aligned loads each entry size allows: 8-byte entries
-        // (C = 1) and 72-byte ones (C = 8) are 8-aligned, the others 16.
-        if self.in_smem {
-            let a = self.table_smem + base as u32;
-            // SAFETY (all loads): the entry lies inside the shared copy.
-            match C {
-                1 => {
-                    let x = unsafe { arch::ld_shared_v2(a) };
-                    w[0] = x[0];
-                    w[1] = x[1];
-                }
-                2 => {
-                    let x = unsafe { arch::ld_shared_v4(a) };
-                    w[..4].copy_from_slice(&x);
-                }
-                4 => {
-                    let x = unsafe { arch::ld_shared_v4(a) };
-                    let y = unsafe { arch::ld_shared_v4(a + 16) };
-                    w[..4].copy_from_slice(&x);
-                    w[4..8].copy_from_slice(&y);
-                }
-                _ => {
-                    for i in 0..9 {
-                        let x = unsafe { arch::ld_shared_v2(a + 8 * i) };
-                        w[2 * i as usize] = x[0];
-                        w[2 * i as usize + 1] = x[1];
-                    }
-                }
+        let steps = table::steps(C);
+        let mv = core::array::from_fn(|i| {
+            if (i as u32) < steps {
+                self.field::<C>(2 + i as u32, k)
+            } else {
+                0
             }
-        } else {
-            let a = self.table + base;
-            // SAFETY (all loads): the entry lies inside the table, which no
-            // thread writes during the launch.
-            match C {
-                1 => {
-                    let x = unsafe { arch::ld_global_nc_v2(a) };
-                    w[0] = x[0];
-                    w[1] = x[1];
-                }
-                2 => {
-                    let x = unsafe { arch::ld_global_nc_v4(a) };
-                    w[..4].copy_from_slice(&x);
-                }
-                4 => {
-                    let x = unsafe { arch::ld_global_nc_v4(a) };
-                    let y = unsafe { arch::ld_global_nc_v4(a + 16) };
-                    w[..4].copy_from_slice(&x);
-                    w[4..8].copy_from_slice(&y);
-                }
-                _ => {
-                    for i in 0..9u64 {
-                        let x = unsafe { arch::ld_global_nc_v2(a + 8 * i) };
-                        w[2 * i as usize] = x[0];
-                        w[2 * i as usize + 1] = x[1];
-                    }
-                }
-            }
-        }
-        table::Entry::from_words::<C>(&w)
-    }
-
-    /// Mask popcounts of the `8 / C` chunks from `k0` (a multiple of
-    /// `8 / C`), byte `j` for chunk `k0 + j`.
-    #[inline(always)]
-    fn inv_lane<const C: u32>(&self, k0: u64) -> u64 {
-        let off = self.chunks * table::entry_bytes(C) as u64 + k0;
-        if self.in_smem {
-            let a = self.table_smem + off as u32;
-            // SAFETY (all loads): inside the (16-byte padded) shared copy;
-            // aligned to the load width since k0 is a multiple of 8 / C and
-            // the entries region is a multiple of 8 bytes.
-            unsafe {
-                match C {
-                    1 => {
-                        let x = arch::ld_shared_v2(a);
-                        (x[0] as u64) | ((x[1] as u64) << 32)
-                    }
-                    2 => arch::ld_shared_u32(a) as u64,
-                    4 => (arch::ld_shared_u8(a) | (arch::ld_shared_u8(a + 1) << 8)) as u64,
-                    _ => arch::ld_shared_u8(a) as u64,
-                }
-            }
-        } else {
-            let a = self.table + off;
-            // SAFETY (all loads): as above, in the (padded) table.
-            unsafe {
-                match C {
-                    1 => {
-                        let x = arch::ld_global_nc_v2(a);
-                        (x[0] as u64) | ((x[1] as u64) << 32)
-                    }
-                    2 => arch::ld_global_u32(a) as u64,
-                    4 => (arch::ld_global_u8(a) | (arch::ld_global_u8(a + 1) << 8)) as u64,
-                    _ => arch::ld_global_u8(a) as u64,
-                }
-            }
-        }
+        });
+        table::entry_from(
+            self.field::<C>(0, k),
+            self.field::<C>(1, k),
+            self.width::<C>(k),
+            mv,
+        )
     }
 
     /// Write chunk `k` (value `x`, `bytes` bytes) of output row `out`.
@@ -764,8 +719,8 @@ impl Ctx {
             } else {
                 cpl
             };
-            let (p, inv) = if n > 0 {
-                (sbits32(base, k0, n), self.inv_lane::<C>(k0 as u64))
+            let (p, masks) = if n > 0 {
+                (sbits32(base, k0, n), self.lane_field::<C>(0, k0 as u64))
             } else {
                 (0, 0)
             };
@@ -776,7 +731,7 @@ impl Ctx {
             };
             let mut total = 0;
             for j in 0..cpl {
-                total += table::lane_width(C, n, p, inv, lastj, last_width, j);
+                total += table::lane_width(C, n, p, masks, lastj, last_width, j);
             }
             let (excl, sum) = arch::warp_exclusive_scan(total);
             if pos + sum > limit {
@@ -788,13 +743,39 @@ impl Ctx {
                 } else {
                     0
                 };
+                // Bit values and move masks: one 8-byte load per field for
+                // all of the lane's chunks; the move masks only when one of
+                // them matches (a lane of raw chunks needs none).
+                let bitvals = self.lane_field::<C>(1, k0 as u64);
+                let steps = table::steps(C);
+                let mvs: [u64; 6] = core::array::from_fn(|i| {
+                    if (i as u32) < steps && p != 0 {
+                        self.lane_field::<C>(2 + i as u32, k0 as u64)
+                    } else {
+                        0
+                    }
+                });
                 let mut word = 0u64;
                 for j in 0..cpl {
                     if j < n {
-                        let w = table::lane_width(C, n, p, inv, lastj, last_width, j);
+                        let w = table::lane_width(C, n, p, masks, lastj, last_width, j);
                         let v = win & crate::bits::low_mask(w);
                         win = if w >= 64 { 0 } else { win >> w };
-                        let e = self.entry::<C>((k0 + j) as u64);
+                        let width = if j == lastj { last_width } else { 8 * C };
+                        let mv = [
+                            table::lane_part(mvs[0], C, j),
+                            table::lane_part(mvs[1], C, j),
+                            table::lane_part(mvs[2], C, j),
+                            table::lane_part(mvs[3], C, j),
+                            table::lane_part(mvs[4], C, j),
+                            table::lane_part(mvs[5], C, j),
+                        ];
+                        let e = table::entry_from(
+                            table::lane_part(masks, C, j),
+                            table::lane_part(bitvals, C, j),
+                            width,
+                            mv,
+                        );
                         word |= table::decode_entry::<C>(&e, (p >> j) & 1 == 1, v) << (8 * C * j);
                     }
                 }

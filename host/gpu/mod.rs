@@ -27,6 +27,16 @@ pub use memory::{GpuReadable, PinnedBuffer};
 /// driver's JIT), embedded at build time.
 pub const PTX_SM80: &str = include_str!(concat!(env!("OUT_DIR"), "/ibp_kernels_sm_80.ptx"));
 
+/// Register cap given to the driver's JIT for every kernel.
+///
+/// Q: why cap registers at all?
+/// A: occupancy. The batch-mode decoder compiles to 144 registers, which
+/// leaves room for one block of eight warps per SM; at 128 it keeps two
+/// blocks (16 warps) resident and `ptxas -v` reports no spills. The other
+/// kernels use fewer and are unaffected. CI runs `ptxas --maxrregcount 128`
+/// on the PTX to keep that true.
+pub const JIT_MAX_REGISTERS: u32 = 128;
+
 /// Every embedded PTX image as `(arch, text)`.
 pub const EMBEDDED_PTX: &[(&str, &str)] = &[("sm_80", PTX_SM80)];
 
@@ -97,7 +107,13 @@ impl Gpu {
                 info.name, info.compute_capability.0, info.compute_capability.1
             )));
         }
-        let module = Module::from_ptx(PTX_SM80, &[]).map_err(cuda_err("loading ibp's PTX"))?;
+        let module = Module::from_ptx(
+            PTX_SM80,
+            &[cust::module::ModuleJitOption::MaxRegisters(
+                JIT_MAX_REGISTERS,
+            )],
+        )
+        .map_err(cuda_err("loading ibp's PTX"))?;
         Ok(Self {
             module,
             info,
