@@ -261,6 +261,13 @@ fn lines(src: u64, len: u64) -> u32 {
     }
 }
 
+/// Chunk `j`'s field from a lane's 8-byte field word, for chunks of at most
+/// 4 bytes.
+#[inline(always)]
+fn part32<const C: u32>(word: u64, j: u32) -> u32 {
+    ((word >> (8 * C * j)) as u32) & (crate::bits::low_mask(8 * C) as u32)
+}
+
 /// 32-bit read of `n` bits at bit `bit` of the bytes starting at shared
 /// address `base` (any alignment).
 #[inline(always)]
@@ -300,13 +307,6 @@ impl Ctx {
             unsafe { arch::ld_global_nc_v2(self.table + off) }
         };
         (x[0] as u64) | ((x[1] as u64) << 32)
-    }
-
-    /// Field `f` of the `8 / C` chunks from `k0` (a multiple of `8 / C`):
-    /// one 8-byte load, chunk `j` in bits `8Cj..`.
-    #[inline(always)]
-    fn lane_field<const C: u32>(&self, f: u32, k0: u64) -> u64 {
-        self.load8(table::field_offset(C, self.chunks, f, k0))
     }
 
     /// Field `f` of chunk `k` alone.
@@ -702,12 +702,15 @@ impl Ctx {
     #[inline(always)]
     fn decode_contig<const C: u32>(&self, base: u32, e_bytes: u32, out: u64) -> bool {
         let cpl = table::chunks_per_lane(C);
+        let steps = table::steps(C);
         let k_total = self.chunks as u32;
         let l = self.p.row_bytes as u32;
         let lane = arch::lane();
         let last = k_total - 1;
         let last_width = (l - last * C) * 8;
         let limit = e_bytes * 8;
+        // Byte distance between two fields of one chunk in the table.
+        let fstride = table::padded_chunks(self.chunks) * C as u64;
         let mut pos = k_total;
         let mut g0 = 0;
         while g0 < k_total {
@@ -719,8 +722,10 @@ impl Ctx {
             } else {
                 cpl
             };
+            // The lane's column in every field array.
+            let col = (k0 * C) as u64;
             let (p, masks) = if n > 0 {
-                (sbits32(base, k0, n), self.lane_field::<C>(0, k0 as u64))
+                (sbits32(base, k0, n), self.load8(col))
             } else {
                 (0, 0)
             };
@@ -738,7 +743,7 @@ impl Ctx {
                 return false;
             }
             if n > 0 {
-                let mut win = if total > 0 {
+                let win = if total > 0 {
                     sbits64(base, pos + excl, total)
                 } else {
                     0
@@ -746,37 +751,53 @@ impl Ctx {
                 // Bit values and move masks: one 8-byte load per field for
                 // all of the lane's chunks; the move masks only when one of
                 // them matches (a lane of raw chunks needs none).
-                let bitvals = self.lane_field::<C>(1, k0 as u64);
-                let steps = table::steps(C);
-                let mvs: [u64; 6] = core::array::from_fn(|i| {
-                    if (i as u32) < steps && p != 0 {
-                        self.lane_field::<C>(2 + i as u32, k0 as u64)
+                let bitvals = self.load8(fstride + col);
+                let mv_at = |i: u64| {
+                    if p != 0 && (i as u32) < steps {
+                        self.load8((2 + i) * fstride + col)
                     } else {
                         0
                     }
-                });
+                };
+                let mvs = [mv_at(0), mv_at(1), mv_at(2), mv_at(3), mv_at(4), mv_at(5)];
                 let mut word = 0u64;
+                let mut off = 0u32;
                 for j in 0..cpl {
                     if j < n {
+                        // Recomputed rather than kept in an array: a runtime-
+                        // indexed array would live in local memory.
                         let w = table::lane_width(C, n, p, masks, lastj, last_width, j);
-                        let v = win & crate::bits::low_mask(w);
-                        win = if w >= 64 { 0 } else { win >> w };
+                        let raw = win.checked_shr(off).unwrap_or(0);
                         let width = if j == lastj { last_width } else { 8 * C };
-                        let mv = [
-                            table::lane_part(mvs[0], C, j),
-                            table::lane_part(mvs[1], C, j),
-                            table::lane_part(mvs[2], C, j),
-                            table::lane_part(mvs[3], C, j),
-                            table::lane_part(mvs[4], C, j),
-                            table::lane_part(mvs[5], C, j),
-                        ];
-                        let e = table::entry_from(
-                            table::lane_part(masks, C, j),
-                            table::lane_part(bitvals, C, j),
-                            width,
-                            mv,
-                        );
-                        word |= table::decode_entry::<C>(&e, (p >> j) & 1 == 1, v) << (8 * C * j);
+                        let matched = (p >> j) & 1 == 1;
+                        let x = if C == 8 {
+                            let v = raw & crate::bits::low_mask(w);
+                            let e = table::entry_from(masks, bitvals, width, mvs);
+                            table::decode_entry::<8>(&e, matched, v)
+                        } else {
+                            // Q: why 32-bit here?
+                            // A: chunks of up to 4 bytes fit a u32; 64-bit
+                            // logic costs two instructions per operation.
+                            let v = (raw as u32) & (crate::bits::low_mask(w) as u32);
+                            if matched {
+                                let m = part32::<C>(masks, j);
+                                let free = !m & (crate::bits::low_mask(width) as u32);
+                                let mv = [
+                                    part32::<C>(mvs[0], j),
+                                    part32::<C>(mvs[1], j),
+                                    part32::<C>(mvs[2], j),
+                                    part32::<C>(mvs[3], j),
+                                    part32::<C>(mvs[4], j),
+                                ];
+                                (crate::bits::expand32(v, free, &mv, steps)
+                                    | part32::<C>(bitvals, j))
+                                    as u64
+                            } else {
+                                v as u64
+                            }
+                        };
+                        word |= x << (8 * C * j);
+                        off += w;
                     }
                 }
                 let ob = k0 * C;
