@@ -37,6 +37,16 @@ pub const PTX_SM80: &str = include_str!(concat!(env!("OUT_DIR"), "/ibp_kernels_s
 /// on the PTX to keep that true.
 pub const JIT_MAX_REGISTERS: u32 = 128;
 
+/// The register cap: [`JIT_MAX_REGISTERS`], or `IBP_JIT_MAX_REGISTERS` from
+/// the environment (a tuning knob; values outside 32..=255 are ignored).
+fn jit_max_registers() -> u32 {
+    std::env::var("IBP_JIT_MAX_REGISTERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|r| (32..=255).contains(r))
+        .unwrap_or(JIT_MAX_REGISTERS)
+}
+
 /// Every embedded PTX image as `(arch, text)`.
 pub const EMBEDDED_PTX: &[(&str, &str)] = &[("sm_80", PTX_SM80)];
 
@@ -110,7 +120,7 @@ impl Gpu {
         let module = Module::from_ptx(
             PTX_SM80,
             &[cust::module::ModuleJitOption::MaxRegisters(
-                JIT_MAX_REGISTERS,
+                jit_max_registers(),
             )],
         )
         .map_err(cuda_err("loading ibp's PTX"))?;
