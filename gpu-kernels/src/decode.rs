@@ -261,13 +261,6 @@ fn lines(src: u64, len: u64) -> u32 {
     }
 }
 
-/// Chunk `j`'s field from a lane's 8-byte field word, for chunks of at most
-/// 4 bytes.
-#[inline(always)]
-fn part32<const C: u32>(word: u64, j: u32) -> u32 {
-    ((word >> (8 * C * j)) as u32) & (crate::bits::low_mask(8 * C) as u32)
-}
-
 /// 32-bit read of `n` bits at bit `bit` of the bytes starting at shared
 /// address `base` (any alignment).
 #[inline(always)]
@@ -296,70 +289,122 @@ fn sbits64(base: u32, bit: u32, n: u32) -> u64 {
 }
 
 impl Ctx {
-    /// The 8 table bytes at `off` (8-aligned).
-    #[inline(always)]
-    fn load8(&self, off: u64) -> u64 {
-        let x = if self.in_smem {
-            // SAFETY: inside the shared copy of the table.
-            unsafe { arch::ld_shared_v2(self.table_smem + off as u32) }
-        } else {
-            // SAFETY: inside the table, which no thread writes.
-            unsafe { arch::ld_global_nc_v2(self.table + off) }
-        };
-        (x[0] as u64) | ((x[1] as u64) << 32)
-    }
-
-    /// Field `f` of chunk `k` alone.
-    #[inline(always)]
-    fn field<const C: u32>(&self, f: u32, k: u64) -> u64 {
-        let off = table::field_offset(C, self.chunks, f, k);
-        let word = self.load8(off & !7);
-        if C == 8 {
-            word
-        } else {
-            (word >> ((off & 7) * 8)) & crate::bits::low_mask(8 * C)
-        }
-    }
-
-    /// Width in bits of chunk `k`.
-    #[inline(always)]
-    fn width<const C: u32>(&self, k: u64) -> u32 {
-        let rest = self.p.row_bytes - k * C as u64;
-        if rest < C as u64 {
-            (rest * 8) as u32
-        } else {
-            C * 8
-        }
-    }
-
-    /// Popcount of chunk `k`'s mask (the bits it saves when it matches).
+    /// Popcount of chunk `k`'s mask.
     #[inline(always)]
     fn inv(&self, k: u64) -> u32 {
-        match self.p.chunk {
-            1 => self.field::<1>(0, k).count_ones(),
-            2 => self.field::<2>(0, k).count_ones(),
-            4 => self.field::<4>(0, k).count_ones(),
-            _ => self.field::<8>(0, k).count_ones(),
+        let byte = self.chunks * table::entry_bytes(self.p.chunk) as u64 + k;
+        if self.in_smem {
+            // SAFETY: inside the table copy.
+            unsafe { arch::ld_shared_u8(self.table_smem + byte as u32) }
+        } else {
+            // SAFETY: inside the table.
+            unsafe { arch::ld_global_u8(self.table + byte) }
         }
     }
 
-    /// Table entry of chunk `k`.
+    /// Table entry of chunk `k` (layout in `crate::table`).
     #[inline(always)]
     fn entry<const C: u32>(&self, k: u64) -> table::Entry {
-        let steps = table::steps(C);
-        let mv = core::array::from_fn(|i| {
-            if (i as u32) < steps {
-                self.field::<C>(2 + i as u32, k)
-            } else {
-                0
+        let base = k * table::entry_bytes(C) as u64;
+        let mut w = [0u32; 18];
+        // Q: why these load widths?
+        // A: the widest aligned loads each entry size allows: 8-byte entries
+        // (C = 1) and 72-byte ones (C = 8) are 8-aligned, the others 16.
+        if self.in_smem {
+            let a = self.table_smem + base as u32;
+            // SAFETY (all loads): the entry lies inside the shared copy.
+            match C {
+                1 => {
+                    let x = unsafe { arch::ld_shared_v2(a) };
+                    w[0] = x[0];
+                    w[1] = x[1];
+                }
+                2 => {
+                    let x = unsafe { arch::ld_shared_v4(a) };
+                    w[..4].copy_from_slice(&x);
+                }
+                4 => {
+                    let x = unsafe { arch::ld_shared_v4(a) };
+                    let y = unsafe { arch::ld_shared_v4(a + 16) };
+                    w[..4].copy_from_slice(&x);
+                    w[4..8].copy_from_slice(&y);
+                }
+                _ => {
+                    for i in 0..9 {
+                        let x = unsafe { arch::ld_shared_v2(a + 8 * i) };
+                        w[2 * i as usize] = x[0];
+                        w[2 * i as usize + 1] = x[1];
+                    }
+                }
             }
-        });
-        table::entry_from(
-            self.field::<C>(0, k),
-            self.field::<C>(1, k),
-            self.width::<C>(k),
-            mv,
-        )
+        } else {
+            let a = self.table + base;
+            // SAFETY (all loads): the entry lies inside the table, which no
+            // thread writes during the launch.
+            match C {
+                1 => {
+                    let x = unsafe { arch::ld_global_nc_v2(a) };
+                    w[0] = x[0];
+                    w[1] = x[1];
+                }
+                2 => {
+                    let x = unsafe { arch::ld_global_nc_v4(a) };
+                    w[..4].copy_from_slice(&x);
+                }
+                4 => {
+                    let x = unsafe { arch::ld_global_nc_v4(a) };
+                    let y = unsafe { arch::ld_global_nc_v4(a + 16) };
+                    w[..4].copy_from_slice(&x);
+                    w[4..8].copy_from_slice(&y);
+                }
+                _ => {
+                    for i in 0..9u64 {
+                        let x = unsafe { arch::ld_global_nc_v2(a + 8 * i) };
+                        w[2 * i as usize] = x[0];
+                        w[2 * i as usize + 1] = x[1];
+                    }
+                }
+            }
+        }
+        table::Entry::from_words::<C>(&w)
+    }
+
+    /// Mask popcounts of the `8 / C` chunks from `k0` (a multiple of
+    /// `8 / C`), byte `j` for chunk `k0 + j`.
+    #[inline(always)]
+    fn inv_lane<const C: u32>(&self, k0: u64) -> u64 {
+        let off = self.chunks * table::entry_bytes(C) as u64 + k0;
+        if self.in_smem {
+            let a = self.table_smem + off as u32;
+            // SAFETY (all loads): inside the (16-byte padded) shared copy;
+            // aligned to the load width since k0 is a multiple of 8 / C and
+            // the entries region is a multiple of 8 bytes.
+            unsafe {
+                match C {
+                    1 => {
+                        let x = arch::ld_shared_v2(a);
+                        (x[0] as u64) | ((x[1] as u64) << 32)
+                    }
+                    2 => arch::ld_shared_u32(a) as u64,
+                    4 => (arch::ld_shared_u8(a) | (arch::ld_shared_u8(a + 1) << 8)) as u64,
+                    _ => arch::ld_shared_u8(a) as u64,
+                }
+            }
+        } else {
+            let a = self.table + off;
+            // SAFETY (all loads): as above, in the (padded) table.
+            unsafe {
+                match C {
+                    1 => {
+                        let x = arch::ld_global_nc_v2(a);
+                        (x[0] as u64) | ((x[1] as u64) << 32)
+                    }
+                    2 => arch::ld_global_u32(a) as u64,
+                    4 => (arch::ld_global_u8(a) | (arch::ld_global_u8(a + 1) << 8)) as u64,
+                    _ => arch::ld_global_u8(a) as u64,
+                }
+            }
+        }
     }
 
     /// Write chunk `k` (value `x`, `bytes` bytes) of output row `out`.
@@ -702,15 +747,12 @@ impl Ctx {
     #[inline(always)]
     fn decode_contig<const C: u32>(&self, base: u32, e_bytes: u32, out: u64) -> bool {
         let cpl = table::chunks_per_lane(C);
-        let steps = table::steps(C);
         let k_total = self.chunks as u32;
         let l = self.p.row_bytes as u32;
         let lane = arch::lane();
         let last = k_total - 1;
         let last_width = (l - last * C) * 8;
         let limit = e_bytes * 8;
-        // Byte distance between two fields of one chunk in the table.
-        let fstride = table::padded_chunks(self.chunks) * C as u64;
         let mut pos = k_total;
         let mut g0 = 0;
         while g0 < k_total {
@@ -722,10 +764,8 @@ impl Ctx {
             } else {
                 cpl
             };
-            // The lane's column in every field array.
-            let col = (k0 * C) as u64;
-            let (p, masks) = if n > 0 {
-                (sbits32(base, k0, n), self.load8(col))
+            let (p, inv) = if n > 0 {
+                (sbits32(base, k0, n), self.inv_lane::<C>(k0 as u64))
             } else {
                 (0, 0)
             };
@@ -736,68 +776,26 @@ impl Ctx {
             };
             let mut total = 0;
             for j in 0..cpl {
-                total += table::lane_width(C, n, p, masks, lastj, last_width, j);
+                total += table::lane_width(C, n, p, inv, lastj, last_width, j);
             }
             let (excl, sum) = arch::warp_exclusive_scan(total);
             if pos + sum > limit {
                 return false;
             }
             if n > 0 {
-                let win = if total > 0 {
+                let mut win = if total > 0 {
                     sbits64(base, pos + excl, total)
                 } else {
                     0
                 };
-                // Bit values and move masks: one 8-byte load per field for
-                // all of the lane's chunks; the move masks only when one of
-                // them matches (a lane of raw chunks needs none).
-                let bitvals = self.load8(fstride + col);
-                let mv_at = |i: u64| {
-                    if p != 0 && (i as u32) < steps {
-                        self.load8((2 + i) * fstride + col)
-                    } else {
-                        0
-                    }
-                };
-                let mvs = [mv_at(0), mv_at(1), mv_at(2), mv_at(3), mv_at(4), mv_at(5)];
                 let mut word = 0u64;
-                let mut off = 0u32;
                 for j in 0..cpl {
                     if j < n {
-                        // Recomputed rather than kept in an array: a runtime-
-                        // indexed array would live in local memory.
-                        let w = table::lane_width(C, n, p, masks, lastj, last_width, j);
-                        let raw = win.checked_shr(off).unwrap_or(0);
-                        let width = if j == lastj { last_width } else { 8 * C };
-                        let matched = (p >> j) & 1 == 1;
-                        let x = if C == 8 {
-                            let v = raw & crate::bits::low_mask(w);
-                            let e = table::entry_from(masks, bitvals, width, mvs);
-                            table::decode_entry::<8>(&e, matched, v)
-                        } else {
-                            // Q: why 32-bit here?
-                            // A: chunks of up to 4 bytes fit a u32; 64-bit
-                            // logic costs two instructions per operation.
-                            let v = (raw as u32) & (crate::bits::low_mask(w) as u32);
-                            if matched {
-                                let m = part32::<C>(masks, j);
-                                let free = !m & (crate::bits::low_mask(width) as u32);
-                                let mv = [
-                                    part32::<C>(mvs[0], j),
-                                    part32::<C>(mvs[1], j),
-                                    part32::<C>(mvs[2], j),
-                                    part32::<C>(mvs[3], j),
-                                    part32::<C>(mvs[4], j),
-                                ];
-                                (crate::bits::expand32(v, free, &mv, steps)
-                                    | part32::<C>(bitvals, j))
-                                    as u64
-                            } else {
-                                v as u64
-                            }
-                        };
-                        word |= x << (8 * C * j);
-                        off += w;
+                        let w = table::lane_width(C, n, p, inv, lastj, last_width, j);
+                        let v = win & crate::bits::low_mask(w);
+                        win = if w >= 64 { 0 } else { win >> w };
+                        let e = self.entry::<C>((k0 + j) as u64);
+                        word |= table::decode_entry::<C>(&e, (p >> j) & 1 == 1, v) << (8 * C * j);
                     }
                 }
                 let ob = k0 * C;

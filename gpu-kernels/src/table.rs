@@ -1,94 +1,44 @@
 //! The decoder's per-chunk codebook table and the lane arithmetic of one
 //! decode step, shared by the GPU kernels and their host emulation.
 //!
-//! The table is built once per codebook on the host. It is a structure of
-//! arrays: field `f` of every chunk position `k`, `C` bytes each,
-//! little-endian, at byte `f · KP · C + k · C`, where `KP` is the number of
-//! chunks rounded up to a multiple of 64. The fields are the chunk's mask
-//! `m`, its bit value `b`, and the `steps = log2(8C)` move masks of its free
-//! bits `f = ~m` (within the chunk's width):
+//! One entry per chunk position `k` of a tensor, built once per codebook on
+//! the host: the chunk's mask `m`, bit value `b`, free bits `f` and the
+//! [`crate::bits::move_masks`] of `f` (`steps = log2(8C)` of them), each field
+//! `C` bytes wide, little-endian, padded to a power of two:
 //!
-//! | chunk C | fields | table bytes per tensor byte |
+//! | chunk C | fields | entry bytes |
 //! | --- | --- | --- |
-//! | 1 | `m, b, mv0..mv2` | 5 |
-//! | 2 | `m, b, mv0..mv3` | 6 |
-//! | 4 | `m, b, mv0..mv4` | 7 |
-//! | 8 | `m, b, mv0..mv5` | 8 |
+//! | 1 | `m, b, f, mv0..mv2` as u8 | 8 |
+//! | 2 | `m, b, f, mv0..mv3` as u16 | 16 |
+//! | 4 | `m, b, f, mv0..mv4` as u32 | 32 |
+//! | 8 | `m, b, f, mv0..mv5` as u64 | 72 |
 //!
-//! Q: why a structure of arrays?
-//! A: a lane decodes the `8 / C` consecutive chunks that make 8 output
-//! bytes, so each field of all its chunks is one aligned 8-byte load, and the
-//! 32 lanes of a warp read 256 consecutive bytes: no shared-memory bank
-//! conflicts (an array of 32-byte entries put 16 lanes on the same banks).
-//! The free bits and the mask popcounts are derived, not stored.
+//! After the entries comes one byte per chunk: the popcount of its mask
+//! (the bits a matching chunk saves), which is all a lane needs to compute
+//! payload widths and a tensor's encoded length.
+//!
+//! Q: why fields as wide as the chunk?
+//! A: the table is then 8 bytes per tensor byte for C ≤ 4 (9 for C = 8) and
+//! an entry is one or two aligned vector loads; it fits in shared memory for
+//! tensors of a few KB and is read through L1 beyond that.
 
 use crate::bits;
 
-/// Number of fields per chunk.
+/// Bytes of one table entry for chunks of `chunk` bytes.
 #[inline(always)]
-pub const fn fields(chunk: u32) -> u32 {
-    2 + steps(chunk)
-}
-
-/// Chunk positions per field array (chunks rounded up to 64).
-#[inline(always)]
-pub const fn padded_chunks(chunks: u64) -> u64 {
-    chunks.div_ceil(64) * 64
-}
-
-/// Bytes of the table for `chunks` chunks of `chunk` bytes.
-#[inline(always)]
-pub const fn table_bytes(chunk: u32, chunks: u64) -> u64 {
-    fields(chunk) as u64 * padded_chunks(chunks) * chunk as u64
-}
-
-/// Byte offset of field `f` of chunk `k`.
-#[inline(always)]
-pub const fn field_offset(chunk: u32, chunks: u64, f: u32, k: u64) -> u64 {
-    (f as u64 * padded_chunks(chunks) + k) * chunk as u64
-}
-
-/// Write chunk `k`'s entry (mask `m`, bit value `b`, width in bits) into the
-/// table `out` of [`table_bytes`] bytes.
-pub fn write_entry(
-    out: &mut [u8],
-    chunk: u32,
-    chunks: u64,
-    k: u64,
-    mask: u64,
-    bitval: u64,
-    width: u32,
-) {
-    let e = Entry::new(mask, bitval, width, chunk);
-    let vals = [
-        e.mask, e.bitval, e.mv[0], e.mv[1], e.mv[2], e.mv[3], e.mv[4], e.mv[5],
-    ];
-    let c = chunk as usize;
-    for f in 0..fields(chunk) {
-        let o = field_offset(chunk, chunks, f, k) as usize;
-        out[o..o + c].copy_from_slice(&vals[f as usize].to_le_bytes()[..c]);
+pub const fn entry_bytes(chunk: u32) -> u32 {
+    match chunk {
+        1 => 8,
+        2 => 16,
+        4 => 32,
+        _ => 72,
     }
 }
 
-/// Chunk `j`'s value of a field within a lane's 8-byte field word.
+/// u32 words of one table entry.
 #[inline(always)]
-pub const fn lane_part(word: u64, chunk: u32, j: u32) -> u64 {
-    if chunk == 8 {
-        word
-    } else {
-        (word >> (8 * chunk * j)) & bits::low_mask(8 * chunk)
-    }
-}
-
-/// Entry of one chunk from its mask, bit value, width and move masks.
-#[inline(always)]
-pub const fn entry_from(mask: u64, bitval: u64, width: u32, mv: [u64; 6]) -> Entry {
-    Entry {
-        mask,
-        bitval,
-        free: !mask & bits::low_mask(width),
-        mv,
-    }
+pub const fn entry_words(chunk: u32) -> u32 {
+    entry_bytes(chunk) / 4
 }
 
 /// Move-mask steps for chunks of `chunk` bytes.
@@ -127,6 +77,68 @@ impl Entry {
     pub const fn width(&self) -> u32 {
         (self.mask | self.free).count_ones()
     }
+
+    /// Serialise into `out` (exactly [`entry_bytes`] bytes), little-endian.
+    pub fn write(&self, chunk: u32, out: &mut [u8]) {
+        let fields = [
+            self.mask,
+            self.bitval,
+            self.free,
+            self.mv[0],
+            self.mv[1],
+            self.mv[2],
+            self.mv[3],
+            self.mv[4],
+            self.mv[5],
+        ];
+        let c = chunk as usize;
+        out[..entry_bytes(chunk) as usize].fill(0);
+        for (i, f) in fields.iter().take(3 + steps(chunk) as usize).enumerate() {
+            out[i * c..(i + 1) * c].copy_from_slice(&f.to_le_bytes()[..c]);
+        }
+    }
+
+    /// Read an entry back from its u32 words (as loaded by a kernel).
+    #[inline(always)]
+    pub const fn from_words<const C: u32>(w: &[u32; 18]) -> Self {
+        Entry {
+            mask: field::<C>(w, 0),
+            bitval: field::<C>(w, 1),
+            free: field::<C>(w, 2),
+            mv: [
+                field::<C>(w, 3),
+                field::<C>(w, 4),
+                field::<C>(w, 5),
+                if 6 < 3 + steps(C) {
+                    field::<C>(w, 6)
+                } else {
+                    0
+                },
+                if 7 < 3 + steps(C) {
+                    field::<C>(w, 7)
+                } else {
+                    0
+                },
+                if 8 < 3 + steps(C) {
+                    field::<C>(w, 8)
+                } else {
+                    0
+                },
+            ],
+        }
+    }
+}
+
+/// Field `i` (`C` bytes) of an entry held as u32 words.
+#[inline(always)]
+pub const fn field<const C: u32>(w: &[u32; 18], i: u32) -> u64 {
+    let bit = i * C * 8;
+    let word = (bit / 32) as usize;
+    match C {
+        8 => (w[word] as u64) | ((w[word + 1] as u64) << 32),
+        4 => w[word] as u64,
+        _ => ((w[word] >> (bit % 32)) as u64) & bits::low_mask(C * 8),
+    }
 }
 
 /// Decode one chunk from its payload bits `v` (masked to its width): chunks
@@ -163,16 +175,16 @@ pub const fn chunks_per_lane(chunk: u32) -> u32 {
     8 / chunk
 }
 
-/// Payload width of chunk `j` of a lane: its participation bit (bit `j` of
-/// `p`), its mask (from the lane's mask word) and its width (`8C` bits, or
-/// `last_width` for the tensor's last chunk, index `last` in the lane);
-/// zero past the lane's `n` valid chunks.
+/// Payload widths of a lane's chunks from their participation bits `p`
+/// (bit j for chunk j), mask popcounts `inv` (byte j) and chunk widths:
+/// all `8C` bits wide except possibly the tensor's last chunk, of
+/// `last_width` bits, when `last` (index within the lane) is below `n`.
 #[inline(always)]
 pub const fn lane_width(
     c: u32,
     n: u32,
     p: u32,
-    masks: u64,
+    inv: u64,
     last: u32,
     last_width: u32,
     j: u32,
@@ -181,7 +193,7 @@ pub const fn lane_width(
         return 0;
     }
     let full = if j == last { last_width } else { c * 8 };
-    let saved = lane_part(masks, c, j).count_ones();
+    let saved = ((inv >> (8 * j)) & 0xff) as u32;
     if (p >> j) & 1 == 1 {
         full - saved
     } else {
@@ -229,62 +241,38 @@ pub const fn window32(w0: u32, w1: u32, shift: u32, n: u32) -> u32 {
 mod tests {
     use super::*;
 
-    fn read_field(t: &[u8], c: u32, k_total: u64, f: u32, k: u64) -> u64 {
-        let o = field_offset(c, k_total, f, k) as usize;
-        let mut b = [0u8; 8];
-        b[..c as usize].copy_from_slice(&t[o..o + c as usize]);
-        u64::from_le_bytes(b)
+    fn words(buf: &[u8]) -> [u32; 18] {
+        core::array::from_fn(|i| {
+            if i * 4 + 4 <= buf.len() {
+                u32::from_le_bytes(buf[i * 4..i * 4 + 4].try_into().unwrap())
+            } else {
+                0
+            }
+        })
     }
 
     fn check<const C: u32>(next: &mut impl FnMut() -> u64) {
-        let k_total = 70u64;
-        let mut table = vec![0u8; table_bytes(C, k_total) as usize];
-        let mut expect = Vec::new();
-        for k in 0..k_total {
-            let width = if k == k_total - 1 {
-                (C * 8).saturating_sub(8).max(8)
-            } else {
-                C * 8
-            };
-            let mask = next() & bits::low_mask(width);
-            let x = next() & bits::low_mask(width);
-            let bitval = x & mask; // a chunk that matches
-            write_entry(&mut table, C, k_total, k, mask, bitval, width);
-            expect.push((mask, bitval, width, x));
-        }
-        for (k, &(mask, bitval, width, x)) in expect.iter().enumerate() {
-            let k = k as u64;
-            let mv: [u64; 6] = core::array::from_fn(|i| {
-                if (i as u32) < steps(C) {
-                    read_field(&table, C, k_total, 2 + i as u32, k)
-                } else {
-                    0
-                }
-            });
-            let e = entry_from(
-                read_field(&table, C, k_total, 0, k),
-                read_field(&table, C, k_total, 1, k),
-                width,
-                mv,
-            );
-            assert_eq!(e, Entry::new(mask, bitval, width, C), "C={C} k={k}");
-            let payload = bits::compress(x, e.free, &e.mv, steps(C));
-            assert_eq!(decode_entry::<C>(&e, true, payload), x);
-            assert_eq!(decode_entry::<C>(&e, false, x), x);
-            assert_eq!(payload_width(&e, true), e.free.count_ones());
-            assert_eq!(payload_width(&e, false), width);
-        }
-        // A lane's 8-byte field word holds its 8 / C chunks in order.
-        let cpl = chunks_per_lane(C) as u64;
-        let o = field_offset(C, k_total, 0, cpl) as usize;
-        let word = u64::from_le_bytes(table[o..o + 8].try_into().unwrap());
-        for j in 0..cpl {
-            assert_eq!(lane_part(word, C, j as u32), expect[(cpl + j) as usize].0);
+        for width in [C * 8, (C * 8).saturating_sub(8).max(8)] {
+            for _ in 0..500 {
+                let mask = next() & bits::low_mask(width);
+                let x = next() & bits::low_mask(width);
+                let bitval = x & mask; // a chunk that matches
+                let e = Entry::new(mask, bitval, width, C);
+                assert_eq!(e.width(), width);
+                let mut buf = [0u8; 72];
+                e.write(C, &mut buf);
+                assert_eq!(Entry::from_words::<C>(&words(&buf)), e, "C={C}");
+                let payload = bits::compress(x, e.free, &e.mv, steps(C));
+                assert_eq!(decode_entry::<C>(&e, true, payload), x);
+                assert_eq!(decode_entry::<C>(&e, false, x), x);
+                assert_eq!(payload_width(&e, true), e.free.count_ones());
+                assert_eq!(payload_width(&e, false), width);
+            }
         }
     }
 
     #[test]
-    fn table_round_trips_and_decode_inverts_compress() {
+    fn entries_round_trip_and_decode_inverts_compress() {
         let mut s = 0x5eed_u64;
         let mut next = || {
             s ^= s << 13;
@@ -300,13 +288,12 @@ mod tests {
 
     #[test]
     fn lane_widths_follow_participation_and_tail() {
-        // Four 2-byte chunks, the last a 1-byte tail; chunks 0 and 2 match,
-        // with 5 and 3 invariant bits.
-        let masks = 0x0000_0007_0000_001fu64;
-        let w: [u32; 4] = core::array::from_fn(|j| lane_width(2, 4, 0b0101, masks, 3, 8, j as u32));
+        // Four 2-byte chunks, the last a 1-byte tail; chunks 0 and 2 match.
+        let inv = 0x00_03_00_05u64; // saved bits: chunk0 5, chunk2 3
+        let w: [u32; 4] = core::array::from_fn(|j| lane_width(2, 4, 0b0101, inv, 3, 8, j as u32));
         assert_eq!(w, [11, 16, 13, 8]);
-        // Fewer valid chunks than the lane's share.
-        assert_eq!(lane_width(2, 2, 0b0101, masks, 3, 8, 2), 0);
+        // Fewer valid chunks than lanes' share.
+        assert_eq!(lane_width(2, 2, 0b0101, inv, 3, 8, 2), 0);
     }
 
     #[test]
