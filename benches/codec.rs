@@ -1,13 +1,15 @@
-//! CPU codec throughput: fit, compress and decompress (packed layout) on two
-//! synthetic datasets shaped like real ones.
+//! CPU codec throughput: fit, compress and decompress (packed layout),
+//! multi-threaded, on the real tables:
 //!
-//! - `cora`: 2708 × 1433 f32 bag-of-words features, about 1.3% of the values
-//!   1.0 and the rest 0.0 (sparse, compresses ~20×).
-//! - `embedding`: 30522 × 384 f32 values spread around ±0.05, like a dense
-//!   word-embedding table (a few invariant exponent bits per value).
+//! - `cora`: the Cora node features (2708 × 1433 f32 bag-of-words,
+//!   `data/cora-features.npz` in the repository);
+//! - `minilm-f32`: all-MiniLM-L6-v2's word embeddings (30522 × 384 f32,
+//!   fetched by `scripts/setup.sh` into `.tools/data`), and `minilm-bf16`, the
+//!   same table rounded to bf16.
 //!
-//! Throughput is uncompressed bytes per second. Every round trip is checked
-//! once before timing.
+//! When the MiniLM weights are missing, a synthetic table of the same shape
+//! stands in, and the bench says so. Throughput is uncompressed bytes per
+//! second. Every round trip is checked once before timing.
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use ibp::Rows;
@@ -32,30 +34,56 @@ impl Rng {
     }
 }
 
-fn cora() -> (Vec<f32>, usize) {
-    let (rows, cols) = (2708, 1433);
-    let mut rng = Rng(1);
-    let values = (0..rows * cols)
-        .map(|_| if rng.next() % 1000 < 13 { 1.0 } else { 0.0 })
-        .collect();
-    (values, cols)
+fn cora() -> (Vec<u8>, usize) {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("data/cora-features.npz");
+    let file = ibp::io::InputFile::open(&path).expect("data/cora-features.npz");
+    let doc = ibp::io::parse(
+        file.bytes(),
+        ibp::io::SourceFormat::Npz,
+        &Default::default(),
+    )
+    .expect("npz");
+    let g = &doc.groups[0];
+    (
+        g.data.to_vec(),
+        g.row_shape(None).expect("shape").row_bytes as usize,
+    )
 }
 
-fn embedding() -> (Vec<f32>, usize) {
-    let (rows, cols) = (30522, 384);
+/// MiniLM's word embeddings as f32 bytes and their row length, or a
+/// synthetic stand-in of the same shape.
+fn minilm() -> (Vec<u8>, usize, bool) {
+    let dir = std::env::var_os("IBP_DATA_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(".tools/data"));
+    if let Ok(file) = ibp::io::InputFile::open(&dir.join("model.safetensors")) {
+        let opts =
+            ibp::io::ParseOptions::default().with_select(["embeddings.word_embeddings.weight"]);
+        if let Ok(doc) = ibp::io::parse(file.bytes(), ibp::io::SourceFormat::Safetensors, &opts) {
+            let g = &doc.groups[0];
+            return (
+                g.data.to_vec(),
+                g.row_shape(None).expect("shape").row_bytes as usize,
+                true,
+            );
+        }
+    }
+    eprintln!(
+        "codec bench: model.safetensors not found (run scripts/setup.sh); using a synthetic 30522 × 384 table"
+    );
     let mut rng = Rng(2);
     // Sum of four uniforms, centred and scaled: roughly normal, σ ≈ 0.05.
-    let values = (0..rows * cols)
-        .map(|_| {
+    let values: Vec<u8> = (0..30522 * 384)
+        .flat_map(|_| {
             let s: f32 = (0..4).map(|_| rng.unit()).sum::<f32>() - 2.0;
-            s * 0.05 / 0.577
+            (s * 0.05 / 0.577).to_le_bytes()
         })
         .collect();
-    (values, cols)
+    (values, 1536, false)
 }
 
-fn bench_dataset(c: &mut Criterion, name: &str, values: &[f32], cols: usize) {
-    let rows = Rows::of(values, cols).expect("rows");
+fn bench_dataset(c: &mut Criterion, name: &str, data: &[u8], row_bytes: usize) {
+    let rows = Rows::new(data, row_bytes).expect("rows");
     let bytes = rows.bytes().len() as u64;
     let opts = FitOptions::default();
     let fitted = fit(rows, &opts).expect("fit");
@@ -90,10 +118,22 @@ fn bench_dataset(c: &mut Criterion, name: &str, values: &[f32], cols: usize) {
 }
 
 fn codec(c: &mut Criterion) {
-    let (values, cols) = cora();
-    bench_dataset(c, "cora", &values, cols);
-    let (values, cols) = embedding();
-    bench_dataset(c, "embedding", &values, cols);
+    let (data, row) = cora();
+    bench_dataset(c, "cora", &data, row);
+    let (data, row, real) = minilm();
+    let tag = if real {
+        "minilm"
+    } else {
+        "synthetic-embedding"
+    };
+    bench_dataset(c, &format!("{tag}-f32"), &data, row);
+    let bf16: Vec<u8> = data
+        .as_chunks::<4>()
+        .0
+        .iter()
+        .flat_map(|b| half::bf16::from_f32(f32::from_le_bytes(*b)).to_le_bytes())
+        .collect();
+    bench_dataset(c, &format!("{tag}-bf16"), &bf16, row / 2);
 }
 
 criterion_group! {
