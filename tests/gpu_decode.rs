@@ -394,3 +394,76 @@ fn real_tables_decode_bit_exactly() {
     }
     assert!(ran >= 1);
 }
+
+#[test]
+fn dma_range_path_matches_original_and_checks_its_inputs() {
+    let Some(gpu) = gpu_or_skip("dma_range_path_matches_original_and_checks_its_inputs") else {
+        return;
+    };
+    let mut rng = Rng(909);
+    for (l, n, chunk, mix, piece) in [
+        (1024usize, 3000usize, 4u32, Mix::Mixed, 64 * 1024usize),
+        (256, 5000, 2, Mix::Encoded, 4096),
+        (5732, 400, 8, Mix::Encoded, 1 << 20),
+        (100, 2000, 1, Mix::Raw, 300),
+    ] {
+        let (data, cb) = dataset(&mut rng, l, n, ChunkSize::try_from(chunk).unwrap(), mix);
+        let packed = compress_packed(&cb, Rows::new(&data, l).unwrap()).unwrap();
+        let ds = GpuDataset::upload_packed(&gpu, &cb, &packed.view(), Residency::Pinned).unwrap();
+        let dec = Decoder::new(&gpu, &ds, &DecodeOptions::default()).unwrap();
+        let mut scratch = ibp::gpu::DmaScratch::new(piece).unwrap();
+        let mut status = DecodeStatus::new().unwrap();
+        let s = stream();
+        for (first, count) in [(0u64, n as u64), (7, n as u64 / 3), (n as u64 - 1, 1)] {
+            let rows = count as usize;
+            let mut out = DeviceBuffer::from_slice(&vec![POISON; rows * l + GUARD]).unwrap();
+            // Twice on the same stream and scratch: the second call must wait
+            // for the first one's decode before reusing the buffers.
+            for _ in 0..2 {
+                dec.range_dma(&gpu, &ds, first, count, &mut out, &status, &mut scratch, &s)
+                    .unwrap();
+            }
+            s.synchronize().unwrap();
+            status.check().unwrap();
+            let host = copy_to_host(&out).unwrap();
+            let f = first as usize;
+            assert!(
+                host[rows * l..].iter().all(|&b| b == POISON),
+                "L={l}: wrote past the rows"
+            );
+            assert!(
+                host[..rows * l] == data[f * l..(f + rows) * l],
+                "L={l} rows {first}+{count}: DMA path differs"
+            );
+        }
+    }
+    // Inputs the DMA path cannot serve are refused, not mishandled.
+    let (data, cb) = dataset(
+        &mut rng,
+        512,
+        100,
+        ChunkSize::try_from(4).unwrap(),
+        Mix::Mixed,
+    );
+    let packed = compress_packed(&cb, Rows::new(&data, 512).unwrap()).unwrap();
+    let dev = GpuDataset::upload_packed(&gpu, &cb, &packed.view(), Residency::Device).unwrap();
+    let dec = Decoder::new(&gpu, &dev, &DecodeOptions::default()).unwrap();
+    let mut scratch = ibp::gpu::DmaScratch::new(1 << 16).unwrap();
+    let status = DecodeStatus::new().unwrap();
+    let mut out = DeviceBuffer::<u8>::zeroed(100 * 512).unwrap();
+    let s = stream();
+    let e = dec
+        .range_dma(&gpu, &dev, 0, 100, &mut out, &status, &mut scratch, &s)
+        .unwrap_err();
+    assert_eq!(e.kind(), ibp::ErrorKind::InvalidArgument);
+    let pinned = GpuDataset::upload_packed(&gpu, &cb, &packed.view(), Residency::Pinned).unwrap();
+    let e = dec
+        .range_dma(&gpu, &pinned, 90, 20, &mut out, &status, &mut scratch, &s)
+        .unwrap_err();
+    assert_eq!(e.kind(), ibp::ErrorKind::InvalidArgument);
+    let mut tiny = ibp::gpu::DmaScratch::new(8).unwrap();
+    let e = dec
+        .range_dma(&gpu, &pinned, 0, 100, &mut out, &status, &mut tiny, &s)
+        .unwrap_err();
+    assert_eq!(e.kind(), ibp::ErrorKind::InvalidArgument);
+}

@@ -669,7 +669,7 @@ impl Ctx {
             let o = arch::to_global(p.offsets) + t * 8;
             // SAFETY: as above.
             let (a, b) = unsafe { (arch::ld_global_u64(o), arch::ld_global_u64(o + 8)) };
-            (a, Some(b.wrapping_sub(a)))
+            (a.wrapping_sub(p.offset_base), Some(b.wrapping_sub(a)))
         } else if p.lengths != 0 {
             // SAFETY: as above.
             (
@@ -1175,7 +1175,7 @@ pub unsafe fn run(p: DecodeParams, batch: bool) {
                     arch::ld_global_u64(offsets + t * 8 + 8),
                 )
             };
-            (a, b.wrapping_sub(a))
+            (a.wrapping_sub(p.offset_base), b.wrapping_sub(a))
         } else {
             (t * p.row_bytes, p.row_bytes)
         };

@@ -98,6 +98,9 @@ pub struct DecodeParams {
     /// [`FETCH_LOAD_STORE`].
     pub fetch: u32,
     pub _pad: u32,
+    /// Packed layout: subtracted from every offset, so `src` may point at a
+    /// copy of part of the payload (the DMA path) starting at this offset.
+    pub offset_base: u64,
 }
 
 /// Fetch lines with `cp.async.cg` (asynchronous, bypasses registers and L1).

@@ -241,3 +241,45 @@ pub fn measure_zero_copy_read(gpu: &Gpu, stream: &Stream, bytes: usize) -> Resul
         gpu.count_bits(&src, l, &mut counts, stream)
     })
 }
+
+/// Decode all rows of a packed pinned dataset through the DMA path
+/// ([`Decoder::range_dma`], pieces of `piece` bytes), checked first.
+pub fn measure_decode_dma(
+    gpu: &Gpu,
+    stream: &Stream,
+    data: &[u8],
+    row_bytes: usize,
+    cb: &Codebook,
+    piece: usize,
+) -> Result<DecodeMeasurement> {
+    let rows = Rows::new(data, row_bytes)?;
+    let ds = GpuDataset::upload_packed(
+        gpu,
+        cb,
+        &compress_packed(cb, rows)?.view(),
+        Residency::Pinned,
+    )?;
+    let n = rows.rows() as u64;
+    let dec = Decoder::new(gpu, &ds, &DecodeOptions::default())?;
+    let mut status = DecodeStatus::new()?;
+    let mut scratch = super::DmaScratch::new(piece)?;
+    let mut out =
+        DeviceBuffer::<u8>::zeroed(data.len()).map_err(cuda_err("allocating the output"))?;
+    dec.range_dma(gpu, &ds, 0, n, &mut out, &status, &mut scratch, stream)?;
+    stream.synchronize().map_err(cuda_err("decoding"))?;
+    status.check()?;
+    if copy_to_host(&out)? != data {
+        return Err(Error::corrupt(
+            "benchmark DMA-path decode differs from the original data",
+        ));
+    }
+    let seconds = time_median(stream, 2, 9, || {
+        dec.range_dma(gpu, &ds, 0, n, &mut out, &status, &mut scratch, stream)
+    })?;
+    status.check()?;
+    Ok(DecodeMeasurement {
+        decoded_bytes: data.len() as u64,
+        stored_bytes: ds.stored_bytes(),
+        seconds,
+    })
+}

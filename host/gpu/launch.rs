@@ -13,7 +13,7 @@ use ibp_kernels::params::{
     WarpTestParams,
 };
 
-use super::decode::{DecodeStatus, Decoder, GpuDataset, Target};
+use super::decode::{DecodeStatus, Decoder, GpuDataset, LaunchVia, Target};
 use super::memory::{GpuReadable, PinnedBuffer};
 use super::{Gpu, cuda_err};
 use crate::dataset::Rows;
@@ -220,6 +220,7 @@ impl Gpu {
         out: &mut DeviceSlice<u8>,
         status: &DecodeStatus,
         ideal: bool,
+        via: LaunchVia,
         stream: &Stream,
     ) -> Result<()> {
         let (index, first, count) = match target {
@@ -238,7 +239,7 @@ impl Gpu {
         if count == 0 {
             return Ok(());
         }
-        let need = count
+        let need = (count + via.out_skip_rows)
             .checked_mul(ds.row_bytes)
             .ok_or_else(|| Error::invalid("output size overflows u64"))?;
         if (out.len() as u64) < need {
@@ -256,7 +257,7 @@ impl Gpu {
             ));
         }
         let p = DecodeParams {
-            src: ds.payload.device_addr(),
+            src: via.src.unwrap_or_else(|| ds.payload.device_addr()),
             offsets: ds
                 .offsets
                 .as_ref()
@@ -268,7 +269,7 @@ impl Gpu {
             count,
             rows: ds.rows,
             row_bytes: ds.row_bytes,
-            out: out.as_device_ptr().as_raw(),
+            out: out.as_device_ptr().as_raw() + via.out_skip_rows * ds.row_bytes,
             out_stride: ds.row_bytes,
             status: status.words.as_device_ptr().as_raw(),
             chunk: ds.chunk,
@@ -285,7 +286,8 @@ impl Gpu {
                 .lengths
                 .as_ref()
                 .map_or(0, |b| b.as_device_ptr().as_raw()),
-            fetch: if dec.load_store {
+            offset_base: via.offset_base,
+            fetch: if via.load_store.unwrap_or(dec.load_store) {
                 ibp_kernels::params::FETCH_LOAD_STORE
             } else {
                 ibp_kernels::params::FETCH_CP_ASYNC

@@ -20,7 +20,7 @@ use cust::sys as cu;
 
 use crate::error::{Error, Result};
 
-pub use decode::{DecodeOptions, DecodeStatus, Decoder, Fetch, GpuDataset, Residency};
+pub use decode::{DecodeOptions, DecodeStatus, Decoder, DmaScratch, Fetch, GpuDataset, Residency};
 pub use memory::{GpuReadable, PinnedBuffer};
 
 /// PTX for the `sm_80` baseline (A100, H100/H200 and later through the
