@@ -437,6 +437,17 @@ fn dma_range_path_matches_original_and_checks_its_inputs() {
             );
         }
     }
+    // The auto rule: large tensors go by DMA, small stored ones zero-copy.
+    let mut pick = |l: usize, mix: Mix| {
+        let (data, cb) = dataset(&mut rng, l, 64, ChunkSize::try_from(4).unwrap(), mix);
+        let packed = compress_packed(&cb, Rows::new(&data, l).unwrap()).unwrap();
+        let ds = GpuDataset::upload_packed(&gpu, &cb, &packed.view(), Residency::Pinned).unwrap();
+        Decoder::new(&gpu, &ds, &DecodeOptions::default())
+            .unwrap()
+            .prefers_dma(&ds)
+    };
+    assert!(pick(4096, Mix::Encoded));
+    assert!(!pick(256, Mix::Encoded));
     // Inputs the DMA path cannot serve are refused, not mishandled.
     let (data, cb) = dataset(
         &mut rng,

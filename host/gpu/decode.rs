@@ -686,6 +686,45 @@ fn wait(stream: &Stream, event: &Event) -> Result<()> {
     )
 }
 
+impl Decoder {
+    /// Whether [`Decoder::range_auto`] takes the DMA path for `ds`.
+    ///
+    /// Q: where does the rule come from?
+    /// A: from `ibp bench` on the H200 (docs/results/nvidia-h200.md): the
+    /// DMA path won for 4 KB tensors at every savings (up to 416 against
+    /// 339 GB/s at 90%) and for tensors storing 768 bytes or more on average
+    /// (MiniLM f32: 60.6 against 54.9), and lost for small stored tensors
+    /// (256 B at 90% savings: 113 against 219), where per-piece staging
+    /// costs more than zero-copy reads.
+    pub fn prefers_dma(&self, ds: &GpuDataset) -> bool {
+        let pinned_packed = ds.host_offsets.is_some() && matches!(ds.payload, Payload::Pinned(_));
+        let mean_stored = ds.stored_bytes / ds.rows.max(1);
+        pinned_packed && (ds.row_bytes >= 2048 || mean_stored >= 768)
+    }
+
+    /// Enqueue a range decode by whichever path [`Decoder::prefers_dma`]
+    /// picks: [`Decoder::range_dma`] with `scratch`, or zero-copy
+    /// [`Decoder::range`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn range_auto(
+        &self,
+        gpu: &Gpu,
+        ds: &GpuDataset,
+        first: u64,
+        count: u64,
+        out: &mut DeviceSlice<u8>,
+        status: &DecodeStatus,
+        scratch: &mut DmaScratch,
+        stream: &Stream,
+    ) -> Result<()> {
+        if self.prefers_dma(ds) {
+            self.range_dma(gpu, ds, first, count, out, status, scratch, stream)
+        } else {
+            self.range(gpu, ds, first, count, out, status, stream)
+        }
+    }
+}
+
 /// Device buffers, a copy stream and events for [`Decoder::range_dma`],
 /// allocated once and reused by every call on one stream.
 pub struct DmaScratch {
