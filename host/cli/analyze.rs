@@ -10,6 +10,7 @@ use ibp::{Result, Rows};
 use serde::Serialize;
 
 use super::input::{FitArgs, InputArgs, Source};
+use super::table::human;
 
 /// Arguments of `ibp analyze`.
 #[derive(clap::Args, Debug)]
@@ -289,19 +290,6 @@ fn analyze_group(
         })
         .collect();
     Ok(r)
-}
-
-fn human(bytes: u64) -> String {
-    let b = bytes as f64;
-    if b >= 1e9 {
-        format!("{:.2} GB", b / 1e9)
-    } else if b >= 1e6 {
-        format!("{:.2} MB", b / 1e6)
-    } else if b >= 1e3 {
-        format!("{:.1} kB", b / 1e3)
-    } else {
-        format!("{bytes} B")
-    }
 }
 
 fn print_table(input: &str, counted_on: &str, reports: &[Report], candidates: bool) {
