@@ -14,6 +14,10 @@ pub mod fit;
 #[cfg(feature = "cuda")]
 pub mod gpu;
 pub mod io;
+#[cfg(test)]
+mod kernel_emu;
+#[cfg(any(test, feature = "cuda"))]
+pub(crate) mod kernel_tables;
 pub mod layout;
 
 pub use dataset::Rows;

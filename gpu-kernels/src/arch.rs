@@ -127,6 +127,17 @@ pub fn shfl_idx(x: u32, src: u32) -> u32 {
     r
 }
 
+/// `shfl.sync.bfly.b32` (full warp): the value of lane `lane ^ m`.
+#[inline(always)]
+pub fn shfl_xor(x: u32, m: u32) -> u32 {
+    let r: u32;
+    // SAFETY: full-mask shuffle.
+    unsafe {
+        asm!("shfl.sync.bfly.b32 {r}, {x}, {m}, 31, -1;", r = out(reg32) r, x = in(reg32) x, m = in(reg32) m)
+    }
+    r
+}
+
 /// 64-bit [`shfl_up`] as two 32-bit shuffles.
 #[inline(always)]
 pub fn shfl_up64(x: u64, d: u32) -> u64 {
@@ -504,4 +515,48 @@ pub unsafe fn st_shared_v4(addr: u32, v: [u32; 4]) {
         asm!("st.shared.v4.u32 [{p}], {{{a}, {b}, {c}, {d}}};",
             p = in(reg32) addr, a = in(reg32) v[0], b = in(reg32) v[1], c = in(reg32) v[2], d = in(reg32) v[3])
     }
+}
+
+/// `red.global.or.b32`.
+///
+/// # Safety
+/// `addr` is a writable, 4-aligned global address.
+#[inline(always)]
+pub unsafe fn red_or_u32(addr: u64, v: u32) {
+    // SAFETY: the caller guarantees the address.
+    unsafe { asm!("red.global.or.b32 [{a}], {v};", a = in(reg64) addr, v = in(reg32) v) }
+}
+
+/// `ld.global.nc.u64`: a read-only 8-aligned load.
+///
+/// # Safety
+/// `addr` is a readable, 8-aligned global address not written by the kernel.
+#[inline(always)]
+pub unsafe fn ld_global_nc_u64(addr: u64) -> u64 {
+    let r: u64;
+    // SAFETY: the caller guarantees the address.
+    unsafe { asm!("ld.global.nc.u64 {r}, [{a}];", r = out(reg64) r, a = in(reg64) addr) }
+    r
+}
+
+/// `st.shared.u64`.
+///
+/// # Safety
+/// `addr` is an 8-aligned shared address inside the block's allocation.
+#[inline(always)]
+pub unsafe fn st_shared_u64(addr: u32, v: u64) {
+    // SAFETY: the caller guarantees the address.
+    unsafe { asm!("st.shared.u64 [{a}], {v};", a = in(reg32) addr, v = in(reg64) v) }
+}
+
+/// `ld.shared.u64`.
+///
+/// # Safety
+/// `addr` is an 8-aligned shared address inside the block's allocation.
+#[inline(always)]
+pub unsafe fn ld_shared_u64(addr: u32) -> u64 {
+    let r: u64;
+    // SAFETY: the caller guarantees the address.
+    unsafe { asm!("ld.shared.u64 {r}, [{a}];", r = out(reg64) r, a = in(reg32) addr) }
+    r
 }

@@ -3,7 +3,11 @@
 
 use crate::arch;
 use crate::count::PosPopcnt32;
-use crate::params::{CountParams, CpAsyncTestParams, DecodeParams, WarpTestParams};
+use crate::params::{
+    CountParams, CpAsyncTestParams, DecodeParams, EncodeParams, MeasureParams, SCAN_PER_THREAD,
+    SCAN_TILE, ScanParams, WarpTestParams,
+};
+use crate::simt::{Lanes, Mem};
 
 /// Bit counting (paper §4.1): `counts[8 * row_bytes] += per-bit-position
 /// popcount over all rows`.
@@ -291,4 +295,392 @@ pub unsafe extern "ptx-kernel" fn ibp_decode(p: DecodeParams) {
 pub unsafe extern "ptx-kernel" fn ibp_decode_stream(p: DecodeParams) {
     // SAFETY: forwarded contract.
     unsafe { crate::decode::run(p, false) }
+}
+
+/// The real machine behind [`Lanes`] and [`Mem`]: each method is one PTX
+/// instruction on global memory.
+struct Hw;
+
+impl Lanes for Hw {
+    #[inline(always)]
+    fn lane(&self) -> u32 {
+        arch::lane()
+    }
+    #[inline(always)]
+    fn shfl_up(&self, x: u32, d: u32) -> u32 {
+        arch::shfl_up(x, d)
+    }
+    #[inline(always)]
+    fn shfl_down(&self, x: u32, d: u32) -> u32 {
+        arch::shfl_down(x, d)
+    }
+    #[inline(always)]
+    fn shfl_idx(&self, x: u32, src: u32) -> u32 {
+        arch::shfl_idx(x, src)
+    }
+    #[inline(always)]
+    fn shfl_xor(&self, x: u32, m: u32) -> u32 {
+        arch::shfl_xor(x, m)
+    }
+}
+
+// SAFETY (every method): forwarded to the caller, as `Mem` documents.
+impl Mem for Hw {
+    #[inline(always)]
+    unsafe fn ld_u8(&self, a: u64) -> u32 {
+        unsafe { arch::ld_global_u8(a) }
+    }
+    #[inline(always)]
+    unsafe fn ld_u32(&self, a: u64) -> u32 {
+        unsafe { arch::ld_global_u32(a) }
+    }
+    #[inline(always)]
+    unsafe fn ld_u64(&self, a: u64) -> u64 {
+        unsafe { arch::ld_global_u64(a) }
+    }
+    #[inline(always)]
+    unsafe fn ld_ro_u64(&self, a: u64) -> u64 {
+        unsafe { arch::ld_global_nc_u64(a) }
+    }
+    #[inline(always)]
+    unsafe fn st_u8(&self, a: u64, v: u32) {
+        unsafe { arch::st_global_u8(a, v) }
+    }
+    #[inline(always)]
+    unsafe fn st_u32(&self, a: u64, v: u32) {
+        unsafe { arch::st_global_u32(a, v) }
+    }
+    #[inline(always)]
+    unsafe fn st_u64(&self, a: u64, v: u64) {
+        unsafe { arch::st_global_u64(a, v) }
+    }
+    #[inline(always)]
+    unsafe fn or_u32(&self, a: u64, v: u32) {
+        unsafe { arch::red_or_u32(a, v) }
+    }
+    #[inline(always)]
+    unsafe fn add_u64(&self, a: u64, v: u64) {
+        unsafe { arch::red_add_u64(a, v) }
+    }
+}
+
+/// Global addresses of a [`MeasureParams`].
+#[inline(always)]
+fn global_measure(p: MeasureParams) -> MeasureParams {
+    MeasureParams {
+        src: arch::to_global(p.src),
+        book: arch::to_global(p.book),
+        totals: arch::to_global(p.totals),
+        sizes: arch::to_global(p.sizes),
+        stage: if p.stage == 0 {
+            0
+        } else {
+            arch::to_global(p.stage)
+        },
+        ..p
+    }
+}
+
+/// The fit's evaluation pass (`crate::encode::eval`).
+///
+/// # Safety
+/// As [`MeasureParams`] states.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn ibp_fit_eval(p: MeasureParams) {
+    let (wid, nwarps) = arch::global_warp();
+    // SAFETY: forwarded contract.
+    unsafe { crate::encode::eval(&Hw, &Hw, &global_measure(p), wid, nwarps) }
+}
+
+/// The size query (`crate::encode::size`).
+///
+/// # Safety
+/// As [`MeasureParams`] states.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn ibp_size(p: MeasureParams) {
+    let (wid, nwarps) = arch::global_warp();
+    let p = global_measure(p);
+    // SAFETY: forwarded contract.
+    unsafe {
+        match p.chunk {
+            1 => crate::encode::size::<Hw, Hw, 1>(&Hw, &Hw, &p, wid, nwarps),
+            2 => crate::encode::size::<Hw, Hw, 2>(&Hw, &Hw, &p, wid, nwarps),
+            4 => crate::encode::size::<Hw, Hw, 4>(&Hw, &Hw, &p, wid, nwarps),
+            _ => crate::encode::size::<Hw, Hw, 8>(&Hw, &Hw, &p, wid, nwarps),
+        }
+    }
+}
+
+/// Copy sampled tensors (`crate::encode::gather`).
+///
+/// # Safety
+/// As [`MeasureParams`] states.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn ibp_gather(p: MeasureParams) {
+    let (wid, nwarps) = arch::global_warp();
+    // SAFETY: forwarded contract.
+    unsafe { crate::encode::gather(&Hw, &Hw, &global_measure(p), wid, nwarps) }
+}
+
+/// Compression with chunks of `C` bytes: the body behind the four
+/// `ibp_encode_c*` entry points.
+///
+/// Q: why four entry points?
+/// A: registers are allocated per kernel for its most demanding path; one
+/// kernel per chunk size lets 1-byte chunks (eight table entries per lane)
+/// and 8-byte chunks (64-bit arithmetic) each get only what they need.
+#[inline(always)]
+unsafe fn encode_entry<const C: u32>(p: EncodeParams) {
+    let (wid, nwarps) = arch::global_warp();
+    let p = EncodeParams {
+        src: arch::to_global(p.src),
+        table: arch::to_global(p.table),
+        book: arch::to_global(p.book),
+        sizes: arch::to_global(p.sizes),
+        offsets: if p.offsets == 0 {
+            0
+        } else {
+            arch::to_global(p.offsets)
+        },
+        out: arch::to_global(p.out),
+        ..p
+    };
+    // SAFETY: forwarded contract.
+    unsafe { crate::encode::encode::<Hw, Hw, C>(&Hw, &Hw, &p, wid, nwarps) }
+}
+
+/// Compression, 1-byte chunks.
+///
+/// # Safety
+/// As [`EncodeParams`] states.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn ibp_encode_c1(p: EncodeParams) {
+    // SAFETY: forwarded contract.
+    unsafe { encode_entry::<1>(p) }
+}
+
+/// Compression, 2-byte chunks.
+///
+/// # Safety
+/// As [`EncodeParams`] states.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn ibp_encode_c2(p: EncodeParams) {
+    // SAFETY: forwarded contract.
+    unsafe { encode_entry::<2>(p) }
+}
+
+/// Compression, 4-byte chunks.
+///
+/// # Safety
+/// As [`EncodeParams`] states.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn ibp_encode_c4(p: EncodeParams) {
+    // SAFETY: forwarded contract.
+    unsafe { encode_entry::<4>(p) }
+}
+
+/// Compression, 8-byte chunks.
+///
+/// # Safety
+/// As [`EncodeParams`] states.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn ibp_encode_c8(p: EncodeParams) {
+    // SAFETY: forwarded contract.
+    unsafe { encode_entry::<8>(p) }
+}
+
+/// u64 sum over the warp, in every lane.
+#[inline(always)]
+fn warp_sum64(x: u64) -> u64 {
+    let mut s = x;
+    let mut m = 16;
+    while m > 0 {
+        let lo = arch::shfl_xor(s as u32, m) as u64;
+        let hi = arch::shfl_xor((s >> 32) as u32, m) as u64;
+        s += lo | hi << 32;
+        m /= 2;
+    }
+    s
+}
+
+/// Exclusive scan of one u64 per thread over the block (at most 32 warps),
+/// and the block's total. Uses 33 u64 of dynamic shared memory; every
+/// thread of the block must call it.
+#[inline(always)]
+fn block_exclusive_scan(x: u64) -> (u64, u64) {
+    let smem = arch::dyn_smem_base();
+    let lane = arch::lane();
+    let warp = arch::warp_in_block();
+    let warps = arch::block_dim() / 32;
+    let inc = arch::warp_inclusive_scan64(x);
+    // SAFETY (shared accesses): indices below 33, 8-aligned.
+    unsafe {
+        if lane == 31 {
+            arch::st_shared_u64(smem + 8 * warp, inc);
+        }
+        arch::sync_threads();
+        if warp == 0 {
+            let y = if lane < warps {
+                arch::ld_shared_u64(smem + 8 * lane)
+            } else {
+                0
+            };
+            let yi = arch::warp_inclusive_scan64(y);
+            if lane < warps {
+                arch::st_shared_u64(smem + 8 * lane, yi - y);
+            }
+            if lane == 31 {
+                arch::st_shared_u64(smem + 8 * 32, yi);
+            }
+        }
+        arch::sync_threads();
+        let r = (
+            inc - x + arch::ld_shared_u64(smem + 8 * warp),
+            arch::ld_shared_u64(smem + 8 * 32),
+        );
+        arch::sync_threads();
+        r
+    }
+}
+
+/// This thread's stored lengths: (their sum, their flag byte), summing
+/// into `out` (when given) the exclusive prefix of each.
+///
+/// # Safety
+/// `p.sizes` holds `p.rows` u64.
+#[inline(always)]
+unsafe fn thread_sizes(p: &ScanParams, first: u64) -> ([u64; SCAN_PER_THREAD as usize], u64, u32) {
+    let mut pre = [0u64; SCAN_PER_THREAD as usize];
+    let (mut sum, mut flags) = (0u64, 0u32);
+    let mut j = 0;
+    while j < SCAN_PER_THREAD {
+        pre[j as usize] = sum;
+        if first + j < p.rows {
+            // SAFETY: in bounds.
+            let s = unsafe { arch::ld_global_u64(p.sizes + 8 * (first + j)) };
+            sum += s;
+            if s < p.row_bytes {
+                flags |= 1 << j;
+            }
+        }
+        j += 1;
+    }
+    (pre, sum, flags)
+}
+
+/// Global addresses of a [`ScanParams`].
+#[inline(always)]
+fn global_scan(p: ScanParams) -> ScanParams {
+    ScanParams {
+        sizes: arch::to_global(p.sizes),
+        offsets: arch::to_global(p.offsets),
+        flags: arch::to_global(p.flags),
+        partials: arch::to_global(p.partials),
+        total: if p.total == 0 {
+            0
+        } else {
+            arch::to_global(p.total)
+        },
+        ..p
+    }
+}
+
+/// Scan, phase 1: each block sums its tile into `partials[tile]` and writes
+/// the tile's flag bytes.
+///
+/// # Safety
+/// As [`ScanParams`] states; one block per tile, `SCAN_BLOCK` threads.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn ibp_scan_tiles(p: ScanParams) {
+    let p = global_scan(p);
+    let tile = arch::block_idx() as u64;
+    let first = tile * SCAN_TILE + arch::thread_idx() as u64 * SCAN_PER_THREAD;
+    // SAFETY: bounds checked inside.
+    let (_, sum, flags) = unsafe { thread_sizes(&p, first) };
+    if first < p.rows {
+        // SAFETY: byte first / 8 < ⌈rows / 8⌉.
+        unsafe { arch::st_global_u8(p.flags + first / SCAN_PER_THREAD, flags) }
+    }
+    // Block sum: warp sums, then warp 0 adds them up.
+    let ws = warp_sum64(sum);
+    let smem = arch::dyn_smem_base();
+    let warp = arch::warp_in_block();
+    // SAFETY (shared): indices below 32.
+    unsafe {
+        if arch::lane() == 0 {
+            arch::st_shared_u64(smem + 8 * warp, ws);
+        }
+        arch::sync_threads();
+        if arch::thread_idx() == 0 {
+            let mut t = 0u64;
+            let mut w = 0;
+            while w < arch::block_dim() / 32 {
+                t += arch::ld_shared_u64(smem + 8 * w);
+                w += 1;
+            }
+            arch::st_global_u64(p.partials + 8 * tile, t);
+        }
+    }
+}
+
+/// Scan, phase 2 (one block): the exclusive scan of the tile sums, in
+/// place; the total to `offsets[rows]` (and `total`).
+///
+/// # Safety
+/// As [`ScanParams`] states; one block.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn ibp_scan_partials(p: ScanParams) {
+    let p = global_scan(p);
+    let mut carry = 0u64;
+    let mut base = 0u64;
+    let t = arch::thread_idx() as u64;
+    while base < p.tiles {
+        let i = base + t;
+        // SAFETY: i < tiles.
+        let x = if i < p.tiles {
+            unsafe { arch::ld_global_u64(p.partials + 8 * i) }
+        } else {
+            0
+        };
+        let (ex, total) = block_exclusive_scan(x);
+        if i < p.tiles {
+            // SAFETY: as above.
+            unsafe { arch::st_global_u64(p.partials + 8 * i, carry + ex) }
+        }
+        carry += total;
+        base += arch::block_dim() as u64;
+    }
+    if t == 0 {
+        // SAFETY: offsets holds rows + 1 u64; total, when given, one.
+        unsafe {
+            arch::st_global_u64(p.offsets + 8 * p.rows, carry);
+            if p.total != 0 {
+                arch::st_global_u64(p.total, carry);
+            }
+        }
+    }
+}
+
+/// Scan, phase 3: each block writes its tile's offsets.
+///
+/// # Safety
+/// As [`ScanParams`] states; one block per tile, `SCAN_BLOCK` threads.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn ibp_scan_apply(p: ScanParams) {
+    let p = global_scan(p);
+    let tile = arch::block_idx() as u64;
+    let first = tile * SCAN_TILE + arch::thread_idx() as u64 * SCAN_PER_THREAD;
+    // SAFETY: bounds checked inside.
+    let (pre, sum, _) = unsafe { thread_sizes(&p, first) };
+    let (ex, _) = block_exclusive_scan(sum);
+    // SAFETY: partials holds a value per tile.
+    let base = unsafe { arch::ld_global_u64(p.partials + 8 * tile) } + ex;
+    let mut j = 0;
+    while j < SCAN_PER_THREAD {
+        if first + j < p.rows {
+            // SAFETY: first + j < rows.
+            unsafe { arch::st_global_u64(p.offsets + 8 * (first + j), base + pre[j as usize]) }
+        }
+        j += 1;
+    }
 }

@@ -12,6 +12,9 @@
 //! - [`count`]: the positional popcount (per-bit-position counter) used by the
 //!   fit's bit counting, as a carry-save accumulator.
 //! - [`warp`]: warp-scan lane arithmetic and a host emulation of a warp.
+//! - [`simt`]: the lane and memory operations a kernel body needs, as traits,
+//!   so that [`encode`] runs on the GPU and, emulated, in host tests.
+//! - [`encode`]: the fit's evaluation pass, the size query and compression.
 //! - [`params`]: `#[repr(C)]` kernel parameter blocks, shared with the host.
 //! - `arch` (nvptx only): thread ids, shuffles, ballot, shared memory, cp.async.
 //! - `kernels` (nvptx only): the thin `extern "ptx-kernel"` entry points.
@@ -24,7 +27,9 @@
 
 pub mod bits;
 pub mod count;
+pub mod encode;
 pub mod params;
+pub mod simt;
 pub mod table;
 pub mod warp;
 

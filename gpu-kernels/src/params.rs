@@ -118,3 +118,94 @@ pub const DECODE_MODE_IDEAL: u32 = 1;
 pub const STATUS_CORRUPT: u64 = 1;
 /// An index is not below `rows`.
 pub const STATUS_BAD_INDEX: u64 = 2;
+
+/// Candidate thresholds one evaluation pass weighs (four chunk sizes each:
+/// one candidate per lane).
+pub const MAX_THRESHOLDS: u32 = 8;
+
+/// `ibp_fit_eval`, `ibp_size` and `ibp_gather`: one warp per sampled tensor.
+///
+/// The source holds `rows` tensors of `row_bytes` bytes, tensor `r` at
+/// `src + r · stride`; the kernels visit the sample `i = 0 … sample − 1`,
+/// tensor `⌊i · rows / sample⌋` (every tensor when `sample == rows`; the host
+/// guarantees `i · rows` fits in a u64 otherwise).
+///
+/// - `ibp_fit_eval`: `book` holds, per 8-byte word `q` of a tensor,
+///   `1 + nt` u64: the bit values `V` then the masks of the `nt ≤ 8`
+///   thresholds. Adds, for candidate lane `l = 4t + log2 C`, the stored bytes
+///   of the sample to `totals[2l]` and the number of tensors stored encoded to
+///   `totals[2l + 1]`.
+/// - `ibp_size`: `book` holds `(bitval, mask)` per 8-byte word of one
+///   codebook with chunks of `chunk` bytes; writes tensor `i`'s stored length
+///   to `sizes[i]` (u64). When `stage` is not 0, also copies tensor `i` to
+///   `stage + i · stage_stride`.
+/// - `ibp_gather`: only the copy to `stage`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MeasureParams {
+    pub src: u64,
+    pub stride: u64,
+    pub rows: u64,
+    pub sample: u64,
+    pub row_bytes: u64,
+    pub book: u64,
+    pub totals: u64,
+    pub sizes: u64,
+    pub stage: u64,
+    pub stage_stride: u64,
+    pub nt: u32,
+    pub chunk: u32,
+}
+
+/// `ibp_encode_c{1,2,4,8}`: write the stored form of tensors `0 … rows − 1`
+/// (tensor `i` at `src + i · stride`, `row_bytes` bytes) given their stored
+/// lengths `sizes[i]` (from `ibp_size`: `L` means raw).
+///
+/// Packed layout: `offsets` holds `rows + 1` u64 and tensor `i` goes to
+/// `out + offsets[i] − offset_base`. Fixed-stride layout: `offsets` is 0 and
+/// tensor `i` goes to the slot `out + i · row_bytes`. `table` is the decoder
+/// table of the codebook (`crate::table`), `book` its `(bitval, mask)` per
+/// 8-byte word as for `ibp_size`.
+///
+/// The output must be zeroed first: only words that hold stored bits are
+/// written, and a word shared by two tensors is OR-ed into.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EncodeParams {
+    pub src: u64,
+    pub stride: u64,
+    pub rows: u64,
+    pub row_bytes: u64,
+    pub table: u64,
+    pub book: u64,
+    pub sizes: u64,
+    pub offsets: u64,
+    pub offset_base: u64,
+    pub out: u64,
+}
+
+/// `ibp_scan_tiles`, `ibp_scan_partials`, `ibp_scan_apply`: the device-wide
+/// exclusive scan of `rows` stored lengths `sizes` into `offsets` (`rows + 1`
+/// u64, the last the total) and the flag bitmap `flags` (bit `i` set when
+/// `sizes[i] < row_bytes`), through one partial sum per tile of
+/// [`SCAN_TILE`] tensors in `partials` (`tiles` u64). `total`, when not 0,
+/// also receives the total (e.g. a mapped host word).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ScanParams {
+    pub sizes: u64,
+    pub rows: u64,
+    pub row_bytes: u64,
+    pub offsets: u64,
+    pub flags: u64,
+    pub partials: u64,
+    pub tiles: u64,
+    pub total: u64,
+}
+
+/// Threads per block of the scan kernels.
+pub const SCAN_BLOCK: u32 = 256;
+/// Tensors per scan thread (one flag byte).
+pub const SCAN_PER_THREAD: u64 = 8;
+/// Tensors per scan tile (one block).
+pub const SCAN_TILE: u64 = SCAN_BLOCK as u64 * SCAN_PER_THREAD;

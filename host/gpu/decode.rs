@@ -12,7 +12,6 @@
 use cust::memory::{DeviceBuffer, DeviceSlice};
 use cust::stream::{Stream, StreamFlags};
 use ibp_kernels::params::{STATUS_BAD_INDEX, STATUS_CORRUPT};
-use ibp_kernels::table::{Entry, entry_bytes};
 
 use super::memory::{GpuReadable, PinnedBuffer};
 use super::{Gpu, cuda_err};
@@ -65,23 +64,7 @@ impl Payload {
     }
 }
 
-/// Decoder table of a codebook (`ibp_kernels::table`): one entry per chunk,
-/// then one byte per chunk with the popcount of its mask.
-pub fn decoder_table(cb: &Codebook) -> Vec<u8> {
-    let c = cb.chunk().bytes();
-    let eb = entry_bytes(c) as usize;
-    let k = cb.chunks();
-    // Padded so a lane may read a whole 8-byte group of mask popcounts past
-    // the last chunk.
-    let mut out = vec![0u8; (k * eb + k + 16).next_multiple_of(16)];
-    for (j, t) in cb.tables().entries().iter().enumerate() {
-        let e = Entry::new(t.mask, t.bitval, t.width, c);
-        debug_assert_eq!(e.free, t.free);
-        e.write(c, &mut out[j * eb..(j + 1) * eb]);
-        out[k * eb + j] = t.mask.count_ones() as u8;
-    }
-    out
-}
+pub use crate::kernel_tables::decoder_table;
 
 /// A compressed dataset on the GPU side: codebook table, flag bitmap and
 /// (packed layout) offsets in device memory; the compressed bytes pinned on

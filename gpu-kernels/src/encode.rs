@@ -1,0 +1,699 @@
+//! Fit and compression on the GPU, written once over [`Lanes`] and [`Mem`]
+//! so that the host tests run the same bodies (see `crate::simt`).
+//!
+//! Three warp-per-tensor bodies:
+//!
+//! - [`eval`]: the fit's one pass. For every sampled tensor and every
+//!   candidate `(threshold, chunk size)` at once, the bits the codebook
+//!   saves; a warp reduce-scatter leaves candidate `l` in lane `l`, which adds
+//!   the tensor's stored length `min(E, L)` to its running total.
+//! - [`size`]: the compressed-size query for one codebook: each tensor's
+//!   stored length, optionally copying the tensor to a staging buffer as it
+//!   goes (the host path reads pinned memory once this way).
+//! - [`encode`]: the stored form of each tensor (`docs/FORMAT.md` §2–§3),
+//!   written by a [`WarpWriter`].
+//!
+//! A lane owns 8 bytes of a tensor per step (`q = 32·step + lane`), so every
+//! chunk size 1, 2, 4, 8 divides a lane's share, and a lane's payload fits a
+//! `u64`.
+
+use crate::bits;
+use crate::params::{EncodeParams, MAX_THRESHOLDS, MeasureParams};
+use crate::simt::{Lanes, Mem, exclusive_scan, warp_sum};
+use crate::table::{Entry, entry_bytes, steps};
+
+/// Row `i` of a sample of `sample` of `rows` rows: `⌊i · rows / sample⌋`
+/// (`docs/FORMAT.md` §4). The host guarantees `i · rows` fits in a u64
+/// whenever `sample < rows`.
+#[inline(always)]
+pub const fn sample_row(i: u64, rows: u64, sample: u64) -> u64 {
+    if sample >= rows { i } else { i * rows / sample }
+}
+
+/// Bytes `[8q, 8q + 8)` of the `len`-byte tensor at `start`, little-endian,
+/// zero past the end.
+///
+/// # Safety
+/// The tensor's bytes are readable.
+#[inline(always)]
+pub unsafe fn row_word<M: Mem>(m: &M, start: u64, len: u64, q: u64) -> u64 {
+    let off = q * 8;
+    if off >= len {
+        return 0;
+    }
+    let a = start + off;
+    // SAFETY (all loads): inside the tensor, aligned as each width needs.
+    unsafe {
+        if off + 8 <= len {
+            if a.is_multiple_of(8) {
+                return m.ld_u64(a);
+            }
+            if a.is_multiple_of(4) {
+                return m.ld_u32(a) as u64 | (m.ld_u32(a + 4) as u64) << 32;
+            }
+        }
+        let n = if len - off < 8 { len - off } else { 8 };
+        let mut w = 0u64;
+        let mut k = 0;
+        while k < n {
+            w |= (m.ld_u8(a + k) as u64) << (8 * k);
+            k += 1;
+        }
+        w
+    }
+}
+
+/// Store the low `n` bytes of `w` at `a`.
+///
+/// # Safety
+/// `a .. a + n` writable.
+#[inline(always)]
+pub unsafe fn store_bytes<M: Mem>(m: &M, a: u64, w: u64, n: u64) {
+    // SAFETY (all stores): inside the destination, aligned as each needs.
+    unsafe {
+        if n == 8 && a.is_multiple_of(8) {
+            m.st_u64(a, w);
+        } else if n == 8 && a.is_multiple_of(4) {
+            m.st_u32(a, w as u32);
+            m.st_u32(a + 4, (w >> 32) as u32);
+        } else {
+            let mut k = 0;
+            while k < n {
+                m.st_u8(a + k, ((w >> (8 * k)) & 0xff) as u32);
+                k += 1;
+            }
+        }
+    }
+}
+
+/// `0x80` in every byte of the 4-byte `m` that is not zero.
+#[inline(always)]
+const fn nonzero_bytes(m: u32) -> u32 {
+    (((m & 0x7f7f_7f7f) + 0x7f7f_7f7f) | m) & 0x8080_8080
+}
+
+/// Bits one 8-byte word of a tensor saves under one codebook word, for chunk
+/// sizes 1, 2, 4, 8 (index `log2 C`): the mask bits of the chunks that
+/// match. `v` holds the codebook's bit values (any value outside `mask` is
+/// ignored), `mask` its invariant bits; past the tensor's end both the word
+/// and the mask are zero, so a tail chunk matches exactly when its real bytes
+/// do. The same rule as the CPU fit's `row_saved_bits`, in 32-bit halves.
+#[inline(always)]
+pub const fn word_saved(x: u64, v: u64, mask: u64) -> [u32; 4] {
+    let d = (x ^ v) & mask;
+    let (dl, dh) = (d as u32, (d >> 32) as u32);
+    let (kl, kh) = (mask as u32, (mask >> 32) as u32);
+    let b1l = (nonzero_bytes(dl) >> 7) * 0xff;
+    let b1h = (nonzero_bytes(dh) >> 7) * 0xff;
+    let b2l = b1l | ((b1l >> 8) & 0x00ff_00ff) | ((b1l << 8) & 0xff00_ff00);
+    let b2h = b1h | ((b1h >> 8) & 0x00ff_00ff) | ((b1h << 8) & 0xff00_ff00);
+    let (pl, ph) = (kl.count_ones(), kh.count_ones());
+    let s4 = if dl == 0 { pl } else { 0 } + if dh == 0 { ph } else { 0 };
+    [
+        (kl & !b1l).count_ones() + (kh & !b1h).count_ones(),
+        (kl & !b2l).count_ones() + (kh & !b2h).count_ones(),
+        s4,
+        if d == 0 { pl + ph } else { 0 },
+    ]
+}
+
+/// Participation bits of the `8 / C` chunks of one 8-byte word (bit `c` for
+/// the word's chunk `c`): 1 when no byte of the chunk has a mismatching
+/// invariant bit.
+#[inline(always)]
+pub const fn word_participation<const C: u32>(x: u64, v: u64, mask: u64) -> u32 {
+    let d = (x ^ v) & mask;
+    let nl = nonzero_bytes(d as u32);
+    let nh = nonzero_bytes((d >> 32) as u32);
+    // Bit k: byte k has a mismatch.
+    let bad = ((nl >> 7) | (nl >> 14) | (nl >> 21) | (nl >> 28)) & 0xf
+        | (((nh >> 7) | (nh >> 14) | (nh >> 21) | (nh >> 28)) & 0xf) << 4;
+    let mut p = 0;
+    let mut c = 0;
+    while c < 8 / C {
+        if (bad >> (c * C)) & (bits::low_mask(C) as u32) == 0 {
+            p |= 1 << c;
+        }
+        c += 1;
+    }
+    p
+}
+
+/// Stored length of a tensor of `len` bytes and `chunks` chunks that saves
+/// `saved` bits: `min(E, L)` with `E = ⌈(K + 8L − saved) / 8⌉`.
+#[inline(always)]
+pub const fn stored_len(len: u64, chunks: u64, saved: u64) -> u64 {
+    let e = (chunks + 8 * len - saved).div_ceil(8);
+    if e < len { e } else { len }
+}
+
+/// One level of a warp reduce-scatter over `2H` values: afterwards the low
+/// `H` entries of `a` hold the sums of the half of the values this lane keeps
+/// (the upper half when lane bit `H` is set).
+#[inline(always)]
+fn scatter_level<W: Lanes, const H: usize>(w: &W, a: &mut [u32; 32]) {
+    let upper = w.lane() & H as u32 != 0;
+    let mut i = 0;
+    while i < H {
+        let (keep, send) = if upper {
+            (a[i + H], a[i])
+        } else {
+            (a[i], a[i + H])
+        };
+        a[i] = keep + w.shfl_xor(send, H as u32);
+        i += 1;
+    }
+}
+
+/// Warp reduce-scatter: lane `l` gets the warp's sum of `a[l]` (31 shuffles
+/// instead of 32 × 5 for summing every entry everywhere).
+#[inline(always)]
+pub fn reduce_scatter<W: Lanes>(w: &W, a: &[u32; 32]) -> u32 {
+    let mut a = *a;
+    scatter_level::<W, 16>(w, &mut a);
+    scatter_level::<W, 8>(w, &mut a);
+    scatter_level::<W, 4>(w, &mut a);
+    scatter_level::<W, 2>(w, &mut a);
+    scatter_level::<W, 1>(w, &mut a);
+    a[0]
+}
+
+/// Add word `x`'s saved bits under threshold `T` (mask at `b + 8 + 8T`) to
+/// `acc[4T..4T + 4]`, when `T < nt`.
+///
+/// # Safety
+/// The book word at `b` has `1 + nt` entries.
+#[inline(always)]
+unsafe fn add_threshold<M: Mem, const T: usize>(
+    m: &M,
+    acc: &mut [u32; 32],
+    b: u64,
+    nt: u32,
+    x: u64,
+    v: u64,
+) {
+    if T as u32 >= nt {
+        return;
+    }
+    // SAFETY: T < nt.
+    let mask = unsafe { m.ld_ro_u64(b + 8 + 8 * T as u64) };
+    let s = word_saved(x, v, mask);
+    acc[4 * T] += s[0];
+    acc[4 * T + 1] += s[1];
+    acc[4 * T + 2] += s[2];
+    acc[4 * T + 3] += s[3];
+}
+
+/// The fit's evaluation pass (see the module doc and [`MeasureParams`]).
+/// Warp `wid` of `nwarps` takes sampled tensors `wid, wid + nwarps, …`.
+///
+/// # Safety
+/// As [`MeasureParams`] states.
+pub unsafe fn eval<W: Lanes, M: Mem>(w: &W, m: &M, p: &MeasureParams, wid: u64, nwarps: u64) {
+    let lane = w.lane();
+    let l = p.row_bytes;
+    let words = l.div_ceil(8);
+    let nt = if p.nt > MAX_THRESHOLDS {
+        MAX_THRESHOLDS
+    } else {
+        p.nt
+    };
+    let per_word = 8 * (1 + nt as u64);
+    // This lane's candidate: threshold lane / 4, chunk size 2^(lane % 4).
+    let chunks = l.div_ceil(1 << (lane % 4));
+    let (mut stored, mut encoded) = (0u64, 0u64);
+    let mut i = wid;
+    while i < p.sample {
+        let start = p.src + sample_row(i, p.rows, p.sample) * p.stride;
+        let mut acc = [0u32; 32];
+        let mut add = |q: u64, x: u64| {
+            if q >= words {
+                return;
+            }
+            let b = p.book + q * per_word;
+            // SAFETY: the book holds 1 + nt words per 8-byte word of a
+            // tensor, and t < nt.
+            let v = unsafe { m.ld_ro_u64(b) };
+            // Written out per threshold: a loop of eight with this much in its
+            // body is not unrolled, and `acc` indexed by a variable would
+            // live in local memory.
+            // SAFETY (each): t < nt is checked inside.
+            unsafe {
+                add_threshold::<M, 0>(m, &mut acc, b, nt, x, v);
+                add_threshold::<M, 1>(m, &mut acc, b, nt, x, v);
+                add_threshold::<M, 2>(m, &mut acc, b, nt, x, v);
+                add_threshold::<M, 3>(m, &mut acc, b, nt, x, v);
+                add_threshold::<M, 4>(m, &mut acc, b, nt, x, v);
+                add_threshold::<M, 5>(m, &mut acc, b, nt, x, v);
+                add_threshold::<M, 6>(m, &mut acc, b, nt, x, v);
+                add_threshold::<M, 7>(m, &mut acc, b, nt, x, v);
+            }
+        };
+        let mut q = lane as u64;
+        while q < words {
+            // Q: why four loads written out before any arithmetic?
+            // A: they are independent, so a lane keeps four requests in
+            // flight (what hides PCIe latency); written out, not looped, so
+            // that the words stay in registers, not local memory.
+            // SAFETY: row_word reads inside the tensor only.
+            let x = unsafe {
+                [
+                    row_word(m, start, l, q),
+                    row_word(m, start, l, q + 32),
+                    row_word(m, start, l, q + 64),
+                    row_word(m, start, l, q + 96),
+                ]
+            };
+            add(q, x[0]);
+            add(q + 32, x[1]);
+            add(q + 64, x[2]);
+            add(q + 96, x[3]);
+            q += 128;
+        }
+        let saved = reduce_scatter(w, &acc) as u64;
+        let s = stored_len(l, chunks, saved);
+        stored += s;
+        encoded += (s < l) as u64;
+        i += nwarps;
+    }
+    if lane / 4 < nt {
+        // SAFETY: totals holds 2 u64 per candidate lane.
+        unsafe {
+            m.add_u64(p.totals + 16 * lane as u64, stored);
+            m.add_u64(p.totals + 16 * lane as u64 + 8, encoded);
+        }
+    }
+}
+
+/// The size query for one codebook of chunk size `C` (see [`MeasureParams`]).
+///
+/// # Safety
+/// As [`MeasureParams`] states.
+pub unsafe fn size<W: Lanes, M: Mem, const C: u32>(
+    w: &W,
+    m: &M,
+    p: &MeasureParams,
+    wid: u64,
+    nwarps: u64,
+) {
+    let lane = w.lane();
+    let l = p.row_bytes;
+    let words = l.div_ceil(8);
+    let chunks = l.div_ceil(C as u64);
+    let ci = C.trailing_zeros() as usize;
+    // Whole 8-byte stores into the staging rows when their stride allows.
+    let whole = p.stage_stride.is_multiple_of(8) && p.stage_stride >= 8 * words;
+    let mut i = wid;
+    while i < p.sample {
+        let start = p.src + sample_row(i, p.rows, p.sample) * p.stride;
+        let stage = p.stage + i * p.stage_stride;
+        let mut saved = 0u32;
+        let mut add = |q: u64, x: u64| {
+            if q >= words {
+                return;
+            }
+            // SAFETY: the book holds (bitval, mask) per 8-byte word; the
+            // staging row holds `stage_stride` bytes.
+            unsafe {
+                let v = m.ld_ro_u64(p.book + 16 * q);
+                let mask = m.ld_ro_u64(p.book + 16 * q + 8);
+                saved += word_saved(x, v, mask)[ci];
+                if p.stage != 0 {
+                    let n = if whole || l - 8 * q >= 8 {
+                        8
+                    } else {
+                        l - 8 * q
+                    };
+                    store_bytes(m, stage + 8 * q, x, n);
+                }
+            }
+        };
+        let mut q = lane as u64;
+        while q < words {
+            // SAFETY: row_word reads inside the tensor only.
+            let x = unsafe {
+                [
+                    row_word(m, start, l, q),
+                    row_word(m, start, l, q + 32),
+                    row_word(m, start, l, q + 64),
+                    row_word(m, start, l, q + 96),
+                ]
+            };
+            add(q, x[0]);
+            add(q + 32, x[1]);
+            add(q + 64, x[2]);
+            add(q + 96, x[3]);
+            q += 128;
+        }
+        let total = warp_sum(w, saved) as u64;
+        if lane == 0 {
+            // SAFETY: sizes holds `sample` u64.
+            unsafe { m.st_u64(p.sizes + 8 * i, stored_len(l, chunks, total)) }
+        }
+        i += nwarps;
+    }
+}
+
+/// Copy sampled tensors to a staging buffer (`stage + i · stage_stride`)
+/// without measuring anything: the fit counts bits of a sample this way.
+///
+/// # Safety
+/// As [`MeasureParams`] states.
+pub unsafe fn gather<W: Lanes, M: Mem>(w: &W, m: &M, p: &MeasureParams, wid: u64, nwarps: u64) {
+    let l = p.row_bytes;
+    let words = l.div_ceil(8);
+    let whole = p.stage_stride.is_multiple_of(8) && p.stage_stride >= 8 * words;
+    let mut i = wid;
+    while i < p.sample {
+        let start = p.src + sample_row(i, p.rows, p.sample) * p.stride;
+        let stage = p.stage + i * p.stage_stride;
+        let mut q = w.lane() as u64;
+        while q < words {
+            let n = if whole || l - 8 * q >= 8 {
+                8
+            } else {
+                l - 8 * q
+            };
+            // SAFETY: inside the tensor and the staging row.
+            unsafe { store_bytes(m, stage + 8 * q, row_word(m, start, l, q), n) }
+            q += 32;
+        }
+        i += nwarps;
+    }
+}
+
+/// Writes one tensor's bit stream into memory, a step of 32 lane segments at
+/// a time, each 32-bit word exactly once.
+///
+/// Q: how do 32 lanes write a bit stream without atomics?
+/// A: a step's segments (lane `l`: `n_l ≤ 64` bits) are laid end to end by an
+/// exclusive scan of `n_l`. A segment touches at most three words: its head
+/// word, perhaps a middle word it fills alone, and its last word. A word is
+/// then the OR of the segments that end in it (a run of lanes, found by a
+/// segmented OR-scan keyed by last word) and the head of the one segment
+/// that starts in it and runs on. The lane at the end of the run writes it;
+/// a segment whose head word no run ends in writes that word itself. The
+/// step's last, partial word is carried in a register to the next step, so
+/// nothing is read back from memory.
+///
+/// Words are addressed from `a0`, the destination rounded down to 4 bytes;
+/// the stream starts `s0` bits into word 0. A word entirely inside the
+/// destination region is stored; a word shared with a neighbouring region
+/// (only the first and last of a region can be) is OR-ed into memory that the
+/// host zeroed, so two warps can finish it in either order.
+pub struct WarpWriter {
+    a0: u64,
+    /// Region in bits from `a0`: `[lo, hi)`.
+    lo: u64,
+    hi: u64,
+    /// Next stream bit, from `a0`.
+    pos: u64,
+    /// Bits already laid in word `pos / 32` (below `pos % 32`).
+    pend: u32,
+}
+
+impl WarpWriter {
+    /// A writer for the region of `len` bytes at byte address `dst`.
+    #[inline(always)]
+    pub const fn new(dst: u64, len: u64) -> Self {
+        let s0 = (dst % 4) * 8;
+        WarpWriter {
+            a0: dst - dst % 4,
+            lo: s0,
+            hi: s0 + 8 * len,
+            pos: s0,
+            pend: 0,
+        }
+    }
+
+    /// Bits written so far.
+    #[inline(always)]
+    pub const fn written(&self) -> u64 {
+        self.pos - self.lo
+    }
+
+    /// Store word `k`.
+    ///
+    /// # Safety
+    /// The region is writable (and zeroed where it shares a word).
+    #[inline(always)]
+    unsafe fn put<M: Mem>(&self, m: &M, k: u64, v: u32) {
+        let a = self.a0 + 4 * k;
+        // SAFETY: word k overlaps the region; the caller's contract.
+        unsafe {
+            if 32 * k >= self.lo && 32 * k + 32 <= self.hi {
+                m.st_u32(a, v);
+            } else {
+                m.or_u32(a, v);
+            }
+        }
+    }
+
+    /// Append every lane's segment: the low `n ≤ 64` bits of `v` (no bit of
+    /// `v` at or above `n` may be set), lane 0 first.
+    ///
+    /// # Safety
+    /// The stream stays inside the region.
+    #[inline(always)]
+    pub unsafe fn step<W: Lanes, M: Mem>(&mut self, w: &W, m: &M, v: u64, n: u32) {
+        let lane = w.lane();
+        let (off, total) = exclusive_scan(w, n);
+        let base = self.pos / 32;
+        let p0 = self.pos + off as u64;
+        let s = (p0 % 32) as u32;
+        // Relative index of the head word, and the words the segment covers.
+        let rf = (p0 / 32 - base) as u32;
+        let nw = if n == 0 { 0 } else { (s + n).div_ceil(32) };
+        let lo = v << s;
+        let head = lo as u32;
+        let mid = (lo >> 32) as u32;
+        let top = if s == 0 { 0 } else { (v >> (64 - s)) as u32 };
+        let last = match nw {
+            0 => 0,
+            1 => head,
+            2 => mid,
+            _ => top,
+        };
+        // Key: the word the segment ends in (an empty segment: where the
+        // next bit goes), non-decreasing over lanes.
+        let rk = if nw == 0 { rf } else { rf + nw - 1 };
+        let mut run = last;
+        let mut d = 1;
+        while d < 32 {
+            let y = w.shfl_up(run, d);
+            let k = w.shfl_up(rk, d);
+            if lane >= d && k == rk {
+                run |= y;
+            }
+            d *= 2;
+        }
+        let next_rk = w.shfl_down(rk, 1);
+        let next_rf = w.shfl_down(rf, 1);
+        let next_head = w.shfl_down(head, 1);
+        let next_multi = w.shfl_down((nw >= 2) as u32, 1);
+        let prev_rk = w.shfl_up(rk, 1);
+        let end = self.pos + total as u64;
+        // Relative words below `complete` are whole after this step.
+        let complete = (end / 32 - base) as u32;
+        let pend = if !self.pos.is_multiple_of(32) { self.pend } else { 0 };
+        let is_last = lane == 31;
+        // SAFETY (puts): every word written holds stream bits inside the
+        // region (the caller's contract).
+        unsafe {
+            if (is_last || next_rk != rk) && rk < complete {
+                let mut val = run;
+                if !is_last && next_rf == rk && next_multi != 0 {
+                    val |= next_head;
+                }
+                if rk == 0 {
+                    val |= pend;
+                }
+                self.put(m, base + rk as u64, val);
+            }
+            if nw >= 2 && (lane == 0 || prev_rk != rf) {
+                let val = if rf == 0 { head | pend } else { head };
+                self.put(m, base + rf as u64, val);
+            }
+            if nw == 3 {
+                self.put(m, base + rf as u64 + 1, mid);
+            }
+        }
+        let tail = w.shfl_idx(run, 31);
+        self.pend = if !end.is_multiple_of(32) {
+            tail | if complete == 0 { pend } else { 0 }
+        } else {
+            0
+        };
+        self.pos = end;
+    }
+
+    /// Write the last, partial word (its padding bits are zero).
+    ///
+    /// # Safety
+    /// As [`WarpWriter::step`].
+    #[inline(always)]
+    pub unsafe fn flush<W: Lanes, M: Mem>(&mut self, w: &W, m: &M) {
+        if !self.pos.is_multiple_of(32) && w.lane() == 0 {
+            // SAFETY: the word holds the stream's last bits.
+            unsafe { self.put(m, self.pos / 32, self.pend) }
+        }
+    }
+}
+
+/// Load the table entry of chunk `j` (`crate::table` layout).
+///
+/// # Safety
+/// The table holds entry `j`.
+#[inline(always)]
+unsafe fn load_entry<M: Mem, const C: u32>(m: &M, table: u64, j: u64) -> Entry {
+    let a = table + j * entry_bytes(C) as u64;
+    let mut words = [0u32; 18];
+    let n = (entry_bytes(C) / 8) as usize;
+    let mut i = 0;
+    while i < n {
+        // SAFETY: inside the entry, 8-aligned (entries are 8, 16, 32 or 72
+        // bytes from an aligned base).
+        let v = unsafe { m.ld_ro_u64(a + 8 * i as u64) };
+        words[2 * i] = v as u32;
+        words[2 * i + 1] = (v >> 32) as u32;
+        i += 1;
+    }
+    Entry::from_words::<C>(&words)
+}
+
+/// Payload of lane word `q` (8 bytes `x`): its chunks' payloads laid end to
+/// end, and their total width. `chunks` is K, `tail_width` the width of
+/// chunk K − 1.
+///
+/// # Safety
+/// The table holds every chunk's entry.
+#[inline(always)]
+unsafe fn lane_payload<M: Mem, const C: u32>(
+    m: &M,
+    table: u64,
+    x: u64,
+    q: u64,
+    chunks: u64,
+    tail_width: u32,
+) -> (u64, u32) {
+    let per = (8 / C) as u64;
+    let (mut val, mut n) = (0u64, 0u32);
+    let mut c = 0;
+    while c < per {
+        let j = q * per + c;
+        if j < chunks {
+            // SAFETY: j < K.
+            let e = unsafe { load_entry::<M, C>(m, table, j) };
+            let xc = if C == 8 {
+                x
+            } else {
+                (x >> (8 * C as u64 * c)) & bits::low_mask(8 * C)
+            };
+            let width = if j + 1 == chunks { tail_width } else { 8 * C };
+            let (v, nb) = if xc & e.mask == e.bitval {
+                let v = if C == 8 {
+                    bits::compress(xc, e.free, &e.mv, steps(C))
+                } else {
+                    bits::compress32(
+                        xc as u32,
+                        e.free as u32,
+                        &bits::move_masks32(&e.mv),
+                        steps(C),
+                    ) as u64
+                };
+                (v, e.free.count_ones())
+            } else {
+                (xc, width)
+            };
+            val |= v << n;
+            n += nb;
+        }
+        c += 1;
+    }
+    (val, n)
+}
+
+/// Compression with chunks of `C` bytes (see [`EncodeParams`]).
+///
+/// # Safety
+/// As [`EncodeParams`] states.
+pub unsafe fn encode<W: Lanes, M: Mem, const C: u32>(
+    w: &W,
+    m: &M,
+    p: &EncodeParams,
+    wid: u64,
+    nwarps: u64,
+) {
+    let lane = w.lane() as u64;
+    let l = p.row_bytes;
+    let words = l.div_ceil(8);
+    let steps_per_row = words.div_ceil(32);
+    let chunks = l.div_ceil(C as u64);
+    let per = (8 / C) as u64;
+    let tail_width = 8 * (l - (chunks - 1) * C as u64) as u32;
+    let mut i = wid;
+    while i < p.rows {
+        let start = p.src + i * p.stride;
+        // SAFETY (this block): sizes holds `rows` u64, offsets `rows + 1`
+        // (packed), and the output covers every region (the contract).
+        unsafe {
+            let stored = m.ld_u64(p.sizes + 8 * i);
+            let (dst, len) = if p.offsets != 0 {
+                let o = m.ld_u64(p.offsets + 8 * i) - p.offset_base;
+                let e = m.ld_u64(p.offsets + 8 * i + 8) - p.offset_base;
+                (p.out + o, e - o)
+            } else {
+                (p.out + i * l, l)
+            };
+            let mut wr = WarpWriter::new(dst, len);
+            if stored >= l {
+                // Raw: the tensor's bytes as they are.
+                let mut k = 0;
+                while k < steps_per_row {
+                    let q = 32 * k + lane;
+                    let x = row_word(m, start, l, q);
+                    let n = if q >= words {
+                        0
+                    } else if l - 8 * q >= 8 {
+                        64
+                    } else {
+                        8 * (l - 8 * q) as u32
+                    };
+                    wr.step(w, m, x, n);
+                    k += 1;
+                }
+            } else {
+                // Participation bits, K of them.
+                let mut k = 0;
+                while k < steps_per_row {
+                    let q = 32 * k + lane;
+                    let (mut part, mut n) = (0u32, 0u32);
+                    if q < words {
+                        let x = row_word(m, start, l, q);
+                        let v = m.ld_ro_u64(p.book + 16 * q);
+                        let mask = m.ld_ro_u64(p.book + 16 * q + 8);
+                        let have = chunks - q * per;
+                        n = if have < per { have as u32 } else { per as u32 };
+                        part = word_participation::<C>(x, v, mask) & (bits::low_mask(n) as u32);
+                    }
+                    wr.step(w, m, part as u64, n);
+                    k += 1;
+                }
+                // Payloads.
+                let mut k = 0;
+                while k < steps_per_row {
+                    let q = 32 * k + lane;
+                    let (mut val, mut n) = (0u64, 0u32);
+                    if q < words {
+                        let x = row_word(m, start, l, q);
+                        (val, n) = lane_payload::<M, C>(m, p.table, x, q, chunks, tail_width);
+                    }
+                    wr.step(w, m, val, n);
+                    k += 1;
+                }
+            }
+            wr.flush(w, m);
+        }
+        i += nwarps;
+    }
+}

@@ -1,0 +1,127 @@
+//! The two things a warp-level kernel body needs from the machine, as
+//! traits: the lanes of its warp ([`Lanes`]: id and shuffles) and memory
+//! ([`Mem`]: loads, stores, reductions).
+//!
+//! Q: why traits instead of calling `arch` directly?
+//! A: so that one kernel body runs in two places. On the GPU the traits are
+//! implemented by `kernels::Hw` with single PTX instructions (every call is
+//! `#[inline(always)]`, so nothing is left of the abstraction in the PTX). On
+//! the host the ibp crate's tests implement them with 32 threads and a barrier
+//! per shuffle, and run the very same compression code against the CPU
+//! encoder on machines without a GPU.
+//!
+//! Every lane must make the same sequence of [`Lanes`] calls (the real
+//! shuffles use the full member mask); the host emulation deadlocks when a
+//! body breaks that rule, which its tests would catch.
+
+/// One lane's view of its warp: its id and the `shfl.sync` family, with the
+/// semantics of the PTX instructions under a full member mask (out-of-range
+/// sources return the caller's own value).
+pub trait Lanes {
+    /// Lane id, 0..32.
+    fn lane(&self) -> u32;
+    /// Value of lane `lane - d` (own value when `lane < d`).
+    fn shfl_up(&self, x: u32, d: u32) -> u32;
+    /// Value of lane `lane + d` (own value when `lane + d > 31`).
+    fn shfl_down(&self, x: u32, d: u32) -> u32;
+    /// Value of lane `src`.
+    fn shfl_idx(&self, x: u32, src: u32) -> u32;
+    /// Value of lane `lane ^ m`.
+    fn shfl_xor(&self, x: u32, m: u32) -> u32;
+}
+
+/// Memory as the kernels use it. Addresses are plain `u64`.
+///
+/// # Safety
+/// Every method is `unsafe`: the caller guarantees that the address is valid
+/// for the access and aligned to its width.
+pub trait Mem {
+    /// Load a byte (zero-extended).
+    ///
+    /// # Safety
+    /// `a` readable.
+    unsafe fn ld_u8(&self, a: u64) -> u32;
+    /// Load a 4-aligned u32.
+    ///
+    /// # Safety
+    /// `a` readable and 4-aligned.
+    unsafe fn ld_u32(&self, a: u64) -> u32;
+    /// Load an 8-aligned u64.
+    ///
+    /// # Safety
+    /// `a` readable and 8-aligned.
+    unsafe fn ld_u64(&self, a: u64) -> u64;
+    /// Load an 8-aligned u64 that no thread writes during the kernel
+    /// (codebook tables), through the read-only path.
+    ///
+    /// # Safety
+    /// `a` readable and 8-aligned, not written during the kernel.
+    unsafe fn ld_ro_u64(&self, a: u64) -> u64;
+    /// Store a byte.
+    ///
+    /// # Safety
+    /// `a` writable.
+    unsafe fn st_u8(&self, a: u64, v: u32);
+    /// Store a 4-aligned u32.
+    ///
+    /// # Safety
+    /// `a` writable and 4-aligned.
+    unsafe fn st_u32(&self, a: u64, v: u32);
+    /// Store an 8-aligned u64.
+    ///
+    /// # Safety
+    /// `a` writable and 8-aligned.
+    unsafe fn st_u64(&self, a: u64, v: u64);
+    /// Atomically OR into a 4-aligned u32.
+    ///
+    /// # Safety
+    /// `a` writable and 4-aligned.
+    unsafe fn or_u32(&self, a: u64, v: u32);
+    /// Atomically add to an 8-aligned u64.
+    ///
+    /// # Safety
+    /// `a` writable and 8-aligned.
+    unsafe fn add_u64(&self, a: u64, v: u64);
+}
+
+/// Exclusive prefix sum over the warp and the warp's total (Kogge–Stone over
+/// `shfl_up`).
+#[inline(always)]
+pub fn exclusive_scan<W: Lanes>(w: &W, x: u32) -> (u32, u32) {
+    let lane = w.lane();
+    let mut s = x;
+    let mut d = 1;
+    while d < 32 {
+        let y = w.shfl_up(s, d);
+        if lane >= d {
+            s += y;
+        }
+        d *= 2;
+    }
+    (s - x, w.shfl_idx(s, 31))
+}
+
+/// Sum over the warp, in every lane (butterfly).
+#[inline(always)]
+pub fn warp_sum<W: Lanes>(w: &W, x: u32) -> u32 {
+    let mut s = x;
+    let mut m = 16;
+    while m > 0 {
+        s += w.shfl_xor(s, m);
+        m /= 2;
+    }
+    s
+}
+
+/// OR over groups of `g` consecutive lanes (`g` a power of two ≤ 32), in
+/// every lane of the group.
+#[inline(always)]
+pub fn group_or<W: Lanes>(w: &W, x: u32, g: u32) -> u32 {
+    let mut s = x;
+    let mut m = 1;
+    while m < g {
+        s |= w.shfl_xor(s, m);
+        m *= 2;
+    }
+    s
+}
