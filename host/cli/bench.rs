@@ -37,6 +37,9 @@ pub struct Args {
     /// by residency).
     #[arg(long, hide = true)]
     fetch: Option<String>,
+    /// Which benchmarks: `all`, `decode` or `compress` (fit and compression).
+    #[arg(long, default_value = "all")]
+    section: String,
 }
 
 #[cfg(not(feature = "cuda"))]
@@ -51,9 +54,7 @@ pub fn run(args: Args) -> Result<()> {
     use std::fmt::Write as _;
 
     use cust::stream::{Stream, StreamFlags};
-    use ibp::gpu::bench::{
-        BenchLayout, figure7_dataset, measure_decode, measure_decode_dma, measure_device_copy,
-    };
+    use ibp::gpu::bench::{BenchLayout, figure7_dataset, measure_decode};
     use ibp::gpu::{DecodeOptions, Gpu, Residency};
 
     let gpu = Gpu::first()?;
@@ -124,13 +125,23 @@ pub fn run(args: Args) -> Result<()> {
         );
         return Ok(());
     }
+    let (decode, compress) = match args.section.as_str() {
+        "all" => (true, true),
+        "decode" => (true, false),
+        "compress" => (false, true),
+        other => {
+            return Err(ibp::Error::invalid(format!(
+                "--section {other}: use all, decode or compress"
+            )));
+        }
+    };
     let mut md = String::new();
     let commit = option_env!("IBP_GIT_COMMIT").unwrap_or("unknown");
     let date = utc_now();
     let _ = writeln!(md, "# ibp GPU benchmarks: {}\n", info.name);
     let _ = writeln!(
         md,
-        "- GPU: {} ({} SMs, compute capability {}.{})\n- driver: CUDA {}.{}\n- ibp commit: {commit}\n- date: {date}\n- command: `ibp bench --rows {}`\n- timing: CUDA events, median of 9 calls after 2 warm-ups; every configuration is decoded and compared with the original bytes first.\n- this machine's PCIe, measured in the same run: pinned host-to-device copy {:.1} GB/s (1 GiB, DMA); zero-copy kernel read {:.1} GB/s (1 GiB, ibp's bit-counting kernel)\n",
+        "- GPU: {} ({} SMs, compute capability {}.{})\n- driver: CUDA {}.{}\n- ibp commit: {commit}\n- date: {date}\n- command: `ibp bench --rows {} --section {}`\n- timing: CUDA events, median of 9 calls after 2 warm-ups; every configuration is decoded and compared with the original bytes first.\n- this machine's PCIe, measured in the same run: pinned host-to-device copy {:.1} GB/s (1 GiB, DMA); zero-copy kernel read {:.1} GB/s (1 GiB, ibp's bit-counting kernel)\n",
         info.name,
         info.sm_count,
         info.compute_capability.0,
@@ -138,10 +149,47 @@ pub fn run(args: Args) -> Result<()> {
         info.driver_version / 1000,
         (info.driver_version % 1000) / 10,
         args.rows,
+        args.section,
         h2d / 1e9,
         zc / 1e9
     );
 
+    if compress {
+        super::bench_compress::section(&gpu, args.real_bytes, h2d, zc, &mut md)?;
+    }
+    if decode {
+        decode_sections(&gpu, &stream, &args, &opts, &mut md)?;
+    }
+    println!("{md}");
+    let path = args
+        .out
+        .unwrap_or_else(|| PathBuf::from(format!("docs/results/{}.md", slug(&info.name))));
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| ibp::Error::io(format!("creating {}", dir.display()), e))?;
+    }
+    std::fs::write(&path, &md)
+        .map_err(|e| ibp::Error::io(format!("writing {}", path.display()), e))?;
+    eprintln!("results written to {}", path.display());
+    Ok(())
+}
+
+/// The decompression benchmarks.
+#[cfg(feature = "cuda")]
+fn decode_sections(
+    gpu: &ibp::gpu::Gpu,
+    stream: &cust::stream::Stream,
+    args: &Args,
+    opts: &ibp::gpu::DecodeOptions,
+    md: &mut String,
+) -> Result<()> {
+    use std::fmt::Write as _;
+
+    use ibp::gpu::Residency;
+    use ibp::gpu::bench::{
+        BenchLayout, figure7_dataset, measure_decode, measure_decode_dma, measure_device_copy,
+    };
+    let (gpu, stream, opts) = (gpu, stream, opts);
     // 1. Figure 7: decode from pinned host memory, vs the ideal and a plain gather.
     let _ = writeln!(
         md,
@@ -156,36 +204,36 @@ pub fn run(args: Args) -> Result<()> {
     for &size in &[256usize, 1024, 4096] {
         let (raw, raw_cb) = figure7_dataset(args.rows, size, 0.0, 7)?;
         let gather = measure_decode(
-            &gpu,
-            &stream,
+            gpu,
+            stream,
             &raw,
             size,
             &raw_cb,
             BenchLayout::Packed,
             Residency::Pinned,
             false,
-            &opts,
+            opts,
         )?;
         for &s in &[0.125, 0.25, 0.5, 0.75, 0.9] {
             let (data, cb) = figure7_dataset(args.rows, size, s, 11)?;
             let m = |layout, ideal| {
                 measure_decode(
-                    &gpu,
-                    &stream,
+                    gpu,
+                    stream,
                     &data,
                     size,
                     &cb,
                     layout,
                     Residency::Pinned,
                     ideal,
-                    &opts,
+                    opts,
                 )
             };
             let packed = m(BenchLayout::Packed, false)?;
             let ideal = m(BenchLayout::Packed, true)?;
             let fixed = m(BenchLayout::Fixed, false)?;
             let fixed_l = m(BenchLayout::FixedLengths, false)?;
-            let dma = measure_decode_dma(&gpu, &stream, &data, size, &cb, 8 << 20)?;
+            let dma = measure_decode_dma(gpu, stream, &data, size, &cb, 8 << 20)?;
             let ideal_f = m(BenchLayout::FixedLengths, true)?;
             let real_savings = 1.0 - packed.stored_bytes as f64 / packed.decoded_bytes as f64;
             let _ = writeln!(
@@ -223,22 +271,22 @@ pub fn run(args: Args) -> Result<()> {
         let rows = (args.rows * 1024 / size).max(1000);
         let (raw, raw_cb) = figure7_dataset(rows, size, 0.0, 3)?;
         let g = measure_decode(
-            &gpu,
-            &stream,
+            gpu,
+            stream,
             &raw,
             size,
             &raw_cb,
             BenchLayout::Packed,
             Residency::Pinned,
             false,
-            &opts,
+            opts,
         )?;
         let _ = writeln!(md, "| {size} B | {:.1} |", g.decoded_rate() / 1e9);
     }
 
     // 3. Device-resident decode vs device copy.
     let copy_bytes = 1usize << 30;
-    let copy_s = measure_device_copy(&stream, copy_bytes)?;
+    let copy_s = measure_device_copy(stream, copy_bytes)?;
     let copy_rate = 2.0 * copy_bytes as f64 / copy_s;
     let _ = writeln!(
         md,
@@ -255,15 +303,15 @@ pub fn run(args: Args) -> Result<()> {
     ] {
         let (data, cb) = figure7_dataset(dev_rows, size, s, 5)?;
         let d = measure_decode(
-            &gpu,
-            &stream,
+            gpu,
+            stream,
             &data,
             size,
             &cb,
             BenchLayout::Packed,
             Residency::Device,
             false,
-            &opts,
+            opts,
         )?;
         let real = 1.0 - d.stored_bytes as f64 / d.decoded_bytes as f64;
         let _ = writeln!(
@@ -289,43 +337,43 @@ pub fn run(args: Args) -> Result<()> {
             let big = data.repeat(reps);
             let cb = &fit.codebook;
             let p = measure_decode(
-                &gpu,
-                &stream,
+                gpu,
+                stream,
                 &big,
                 row,
                 cb,
                 BenchLayout::Packed,
                 Residency::Pinned,
                 false,
-                &opts,
+                opts,
             )?;
             let ideal = if row % 4 == 0 {
                 Some(measure_decode(
-                    &gpu,
-                    &stream,
+                    gpu,
+                    stream,
                     &big,
                     row,
                     cb,
                     BenchLayout::Packed,
                     Residency::Pinned,
                     true,
-                    &opts,
+                    opts,
                 )?)
             } else {
                 None
             };
             let d = measure_decode(
-                &gpu,
-                &stream,
+                gpu,
+                stream,
                 &big,
                 row,
                 cb,
                 BenchLayout::Packed,
                 Residency::Device,
                 false,
-                &opts,
+                opts,
             )?;
-            let dma = measure_decode_dma(&gpu, &stream, &big, row, cb, 8 << 20)?;
+            let dma = measure_decode_dma(gpu, stream, &big, row, cb, 8 << 20)?;
             let savings = 1.0 - p.stored_bytes as f64 / p.decoded_bytes as f64;
             let _ = writeln!(
                 md,
@@ -352,23 +400,12 @@ pub fn run(args: Args) -> Result<()> {
         }
     }
 
-    println!("{md}");
-    let path = args
-        .out
-        .unwrap_or_else(|| PathBuf::from(format!("docs/results/{}.md", slug(&info.name))));
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| ibp::Error::io(format!("creating {}", dir.display()), e))?;
-    }
-    std::fs::write(&path, &md)
-        .map_err(|e| ibp::Error::io(format!("writing {}", path.display()), e))?;
-    eprintln!("results written to {}", path.display());
     Ok(())
 }
 
 /// Cora (embedded) and, when found, MiniLM's word embeddings in f32 and bf16.
 #[cfg(feature = "cuda")]
-fn real_tables() -> Result<Vec<(String, Vec<u8>, usize)>> {
+pub(super) fn real_tables() -> Result<Vec<(String, Vec<u8>, usize)>> {
     let mut out = Vec::new();
     let doc = ibp::io::parse(
         super::input::EMBEDDED_CORA,

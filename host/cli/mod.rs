@@ -4,6 +4,7 @@
 
 mod analyze;
 mod bench;
+mod bench_compress;
 mod compress;
 mod decompress;
 mod input;

@@ -239,6 +239,23 @@ fn choose(
     plan: SamplePlan,
     opts: &FitOptions,
 ) -> Result<Fit> {
+    choose_with(counts, counted, plan, rows.row_bytes(), opts, |books| {
+        Ok(evaluate(rows, plan, books))
+    })
+}
+
+/// The choice itself, with the evaluation of the candidates' codebooks on
+/// the sample left to `evaluate` (the CPU pass here, or the GPU's): given
+/// each threshold's `(mask, bitval)`, thresholds ascending, it returns their
+/// [`Totals`] in the same order.
+pub(crate) fn choose_with(
+    counts: &[u64],
+    counted: u64,
+    plan: SamplePlan,
+    row_bytes: usize,
+    opts: &FitOptions,
+    evaluate: impl FnOnce(&[(Vec<u8>, Vec<u8>)]) -> Result<Vec<Totals>>,
+) -> Result<Fit> {
     let mut thresholds = opts.thresholds.clone();
     thresholds.sort();
     thresholds.dedup();
@@ -253,7 +270,12 @@ fn choose(
         .iter()
         .map(|&t| mask_and_bitval(counts, counted, t))
         .collect();
-    let totals = evaluate(rows, plan, &books);
+    let totals = evaluate(&books)?;
+    if totals.len() != books.len() {
+        return Err(Error::invalid(
+            "candidate evaluation returned the wrong number of totals",
+        ));
+    }
     let mut candidates = Vec::with_capacity(thresholds.len() * chunks.len());
     for (&t, total) in thresholds.iter().zip(&totals) {
         for &c in &chunks {
@@ -287,15 +309,17 @@ fn choose(
         chosen: best,
         candidates,
         sample_rows: plan.len(),
-        sample_bytes: plan.len() * rows.row_bytes() as u64,
+        sample_bytes: plan.len() * row_bytes as u64,
     })
 }
 
 /// Totals of one threshold for chunk sizes 1, 2, 4, 8 (index `log2 C`).
 #[derive(Clone, Copy, Debug, Default)]
-struct Totals {
-    stored: [u64; 4],
-    encoded: [u64; 4],
+pub(crate) struct Totals {
+    /// Total stored bytes of the sample.
+    pub stored: [u64; 4],
+    /// Tensors of the sample stored encoded.
+    pub encoded: [u64; 4],
 }
 
 /// Sample rows per parallel task.

@@ -29,7 +29,7 @@ impl Gpu {
     /// `P` must be the `#[repr(C)]` parameter struct that kernel `name` takes,
     /// and every address inside it must be valid for the accesses the kernel
     /// makes (each kernel's doc in `gpu-kernels` states them).
-    unsafe fn launch<P: Copy>(
+    pub(crate) unsafe fn launch<P: Copy>(
         &self,
         name: &str,
         grid: u32,
@@ -69,7 +69,12 @@ impl Gpu {
 
     /// Blocks of `block` threads that fill the device once (all SMs at full
     /// occupancy) for kernel `name`.
-    fn resident_blocks(&self, name: &str, block: u32, shared_bytes: usize) -> Result<u32> {
+    pub(crate) fn resident_blocks(
+        &self,
+        name: &str,
+        block: u32,
+        shared_bytes: usize,
+    ) -> Result<u32> {
         let f = self
             .module()
             .get_function(name)

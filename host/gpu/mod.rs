@@ -7,6 +7,7 @@
 //! caller's back, unless its name says so (`*_blocking`).
 
 pub mod bench;
+pub mod compress;
 pub mod decode;
 pub mod launch;
 pub mod memory;
@@ -20,6 +21,9 @@ use cust::sys as cu;
 
 use crate::error::{Error, Result};
 
+pub use compress::{
+    CompressedBatch, DeviceCompressed, GpuCodebook, HostOptions, OutputLayout, Registered,
+};
 pub use decode::{DecodeOptions, DecodeStatus, Decoder, DmaScratch, Fetch, GpuDataset, Residency};
 pub use memory::{GpuReadable, PinnedBuffer};
 

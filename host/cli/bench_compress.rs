@@ -1,0 +1,185 @@
+//! `ibp bench --section compress`: GPU fit and compression against the
+//! issue's targets (host-resident input at 40 GB/s or more, device-resident
+//! at 1 TB/s or more), with the CPU on the same machine alongside. Every
+//! configuration is checked byte for byte against the CPU encoder first.
+
+#![cfg(feature = "cuda")]
+
+use std::fmt::Write as _;
+use std::time::Instant;
+
+use cust::memory::DeviceBuffer;
+use ibp::fit::{FitOptions, Sample};
+use ibp::gpu::{Gpu, GpuCodebook, HostOptions, OutputLayout, PinnedBuffer, Registered};
+use ibp::{Error, Result, Rows};
+
+/// Median wall time of `reps` calls after one warm-up.
+fn median(reps: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
+    f()?;
+    let mut t = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        let s = Instant::now();
+        f()?;
+        t.push(s.elapsed().as_secs_f64());
+    }
+    t.sort_by(f64::total_cmp);
+    Ok(t[reps / 2])
+}
+
+fn check(ok: bool, what: &str) -> Result<()> {
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::corrupt(format!(
+            "benchmark self-check failed: {what} differs from the CPU"
+        )))
+    }
+}
+
+/// Append the compression section to `md`.
+pub fn section(gpu: &Gpu, real_bytes: usize, h2d: f64, zc: f64, md: &mut String) -> Result<()> {
+    let sample = Sample::Fraction(1.0 / 16.0);
+    let _ = writeln!(
+        md,
+        "## Fit and compression\n\nEach table is replicated to at least {} bytes. Wall-clock time of the public calls (allocation of outputs included), median of 5 after a warm-up; every configuration was first compared byte for byte with the CPU encoder (`compress_packed`, `compress_fixed`) and the GPU fit with the CPU fit. Rates are input bytes per second.\n\n- *fit all*: `Gpu::fit` counting and weighing every tensor; *fit 1/16*: on the sample of every 16th tensor (`Sample::Fraction(1/16)`), which the CPU fit accepts too and which chooses the same codebook here.\n- *device*: the rows in device memory; `Gpu::compress` to the packed layout, output in device memory.\n- *host*: the rows in pinned host memory; `Gpu::compress_host` (64 MiB batches read zero-copy once, compressed batches copied back to pinned memory and handed to a callback that does nothing else). *registered*: the same from ordinary (pageable) memory registered for the call with `Registered`, registration included.\n- *CPU*: `ibp::fit::fit` plus `compress_packed` on this machine's CPU ({} threads), one run.\n- PCIe on this machine: pinned host-to-device copy {:.1} GB/s, zero-copy kernel read {:.1} GB/s.\n",
+        real_bytes,
+        rayon::current_num_threads(),
+        h2d / 1e9,
+        zc / 1e9
+    );
+    let _ = writeln!(
+        md,
+        "| data | bytes | chunk | savings | device: fit all | device: fit 1/16 | device: compress packed | device: compress fixed | **device: fit 1/16 + compress** | device: fit all + compress | host: fit 1/16 | host: compress | **host: fit 1/16 + compress** | host: fit all + compress | registered: compress | CPU: fit + compress |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+    );
+    let mut tables = super::bench::real_tables()?;
+    for (size, s) in [(4096usize, 0.5), (4096, 0.9)] {
+        let rows = (real_bytes / size).max(1);
+        let (data, _) = ibp::gpu::bench::figure7_dataset(rows, size, s, 3)?;
+        tables.push((
+            format!("synthetic {size} B, {:.0}% invariant", 100.0 * s),
+            data,
+            size,
+        ));
+    }
+    for (name, data, l) in tables {
+        let reps = real_bytes.div_ceil(data.len()).max(1);
+        let big = if reps > 1 { data.repeat(reps) } else { data };
+        let n = big.len() as f64;
+        let rows = Rows::new(&big, l)?;
+        eprintln!("compression: {name} ({} MB)...", big.len() >> 20);
+
+        // CPU reference (also what the GPU must reproduce).
+        let t = Instant::now();
+        let cpu_fit = ibp::fit::fit(rows, &FitOptions::default())?;
+        let cpu_packed = ibp::layout::compress_packed(&cpu_fit.codebook, rows)?;
+        let cpu_rate = n / t.elapsed().as_secs_f64();
+        let cb = &cpu_fit.codebook;
+        let cpu_sample_fit = ibp::fit::fit(rows, &FitOptions::default().with_sample(sample))?;
+
+        let device = DeviceBuffer::from_slice(&big).map_err(|e| Error::cuda(e.to_string()))?;
+        let pinned = PinnedBuffer::from_slice(&big)?;
+        let all = FitOptions::default();
+        let part = FitOptions::default().with_sample(sample);
+
+        // Self-checks.
+        let g = gpu.fit(&device, l, &all)?;
+        check(
+            g.codebook == cpu_fit.codebook && g.candidates == cpu_fit.candidates,
+            "fit (device)",
+        )?;
+        let g = gpu.fit(&pinned, l, &part)?;
+        check(
+            g.codebook == cpu_sample_fit.codebook,
+            "sampled fit (pinned)",
+        )?;
+        let gcb = GpuCodebook::new(cb)?;
+        let p = gpu
+            .compress(&gcb, &device, OutputLayout::Packed)?
+            .to_packed()?;
+        check(p == cpu_packed, "device compression (packed)")?;
+        let f = gpu
+            .compress(&gcb, &device, OutputLayout::FixedStride)?
+            .to_fixed()?;
+        check(
+            f == ibp::layout::compress_fixed(cb, rows)?,
+            "device compression (fixed)",
+        )?;
+        let h = gpu.compress_host_packed(&gcb, &pinned, 64 << 20)?;
+        check(h == cpu_packed, "host compression")?;
+        let savings = 1.0 - cpu_packed.payload.len() as f64 / n;
+
+        let host_opts = HostOptions::default();
+        let d_fit_all = median(5, || gpu.fit(&device, l, &all).map(drop))?;
+        let d_fit_part = median(5, || gpu.fit(&device, l, &part).map(drop))?;
+        let d_packed = median(5, || {
+            gpu.compress(&gcb, &device, OutputLayout::Packed).map(drop)
+        })?;
+        let d_fixed = median(5, || {
+            gpu.compress(&gcb, &device, OutputLayout::FixedStride)
+                .map(drop)
+        })?;
+        let d_total = median(5, || {
+            let fit = gpu.fit(&device, l, &part)?;
+            let gcb = GpuCodebook::new(&fit.codebook)?;
+            gpu.compress(&gcb, &device, OutputLayout::Packed).map(drop)
+        })?;
+        let d_total_all = median(5, || {
+            let fit = gpu.fit(&device, l, &all)?;
+            let gcb = GpuCodebook::new(&fit.codebook)?;
+            gpu.compress(&gcb, &device, OutputLayout::Packed).map(drop)
+        })?;
+        let h_fit = median(5, || gpu.fit(&pinned, l, &part).map(drop))?;
+        let h_comp = median(5, || {
+            gpu.compress_host(&gcb, &pinned, &host_opts, |_| Ok(()))
+                .map(drop)
+        })?;
+        let h_total = median(5, || {
+            let fit = gpu.fit(&pinned, l, &part)?;
+            let gcb = GpuCodebook::new(&fit.codebook)?;
+            gpu.compress_host(&gcb, &pinned, &host_opts, |_| Ok(()))
+                .map(drop)
+        })?;
+        let h_total_all = median(5, || {
+            let fit = gpu.fit(&pinned, l, &all)?;
+            let gcb = GpuCodebook::new(&fit.codebook)?;
+            gpu.compress_host(&gcb, &pinned, &host_opts, |_| Ok(()))
+                .map(drop)
+        })?;
+        let reg = median(5, || {
+            let r = Registered::new(&big)?;
+            gpu.compress_host(&gcb, &r, &host_opts, |_| Ok(()))
+                .map(drop)
+        })?;
+        let gbs = |t: f64| format!("{:.1}", n / t / 1e9);
+        let _ = writeln!(
+            md,
+            "| {name} (×{reps}) | {} MB | {} B | {:.1}% | {} | {} | {} | {} | **{}** | {} | {} | {} | **{}** | {} | {} | {:.2} |",
+            big.len() >> 20,
+            cb.chunk().bytes(),
+            100.0 * savings,
+            gbs(d_fit_all),
+            gbs(d_fit_part),
+            gbs(d_packed),
+            gbs(d_fixed),
+            gbs(d_total),
+            gbs(d_total_all),
+            gbs(h_fit),
+            gbs(h_comp),
+            gbs(h_total),
+            gbs(h_total_all),
+            gbs(reg),
+            cpu_rate / 1e9,
+        );
+        eprintln!(
+            "  device fit 1/16 + compress {} GB/s, host {} GB/s, CPU {:.2} GB/s",
+            gbs(d_total),
+            gbs(h_total),
+            cpu_rate / 1e9
+        );
+    }
+    let _ = writeln!(
+        md,
+        "\nAll rates in GB/s (10^9 bytes per second) of input.\n"
+    );
+    Ok(())
+}

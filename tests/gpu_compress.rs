@@ -1,0 +1,268 @@
+//! GPU fit and compression against the CPU, byte for byte: every chunk
+//! size, ragged tensor lengths, all-encoded / all-raw / mixed sets, both
+//! layouts, every source (device memory, pinned host memory, registered
+//! pageable memory) and the batched host path with several batches; the GPU
+//! fit against the CPU fit (all rows, samples, fixed chunk sizes, more than
+//! eight thresholds); and the real Cora and MiniLM (f32, bf16) tables.
+//! Prints `skipped: no CUDA device` without a GPU (a failure with
+//! `IBP_REQUIRE_GPU=1`).
+#![cfg(feature = "cuda")]
+
+mod common;
+
+use common::{Rng, data_file, gpu_or_skip, notice};
+use cust::memory::DeviceBuffer;
+use ibp::Rows;
+use ibp::codebook::{ChunkSize, Codebook, Threshold};
+use ibp::fit::{ChunkChoice, Fit, FitOptions, Sample, fit};
+use ibp::gpu::{Gpu, GpuCodebook, OutputLayout, PinnedBuffer, Registered};
+use ibp::layout::{compress_fixed, compress_packed, size_query};
+
+/// `n` rows of `l` bytes: a noisy base pattern (most rows compress), every
+/// `raw_every`-th row random (stored raw).
+fn dataset(rng: &mut Rng, l: usize, n: usize, raw_every: usize) -> Vec<u8> {
+    let base: Vec<u8> = (0..l).map(|_| rng.next() as u8).collect();
+    let mut out = Vec::with_capacity(l * n);
+    for i in 0..n {
+        let raw = raw_every > 0 && i % raw_every == raw_every - 1;
+        for &b in &base {
+            let r = rng.next();
+            out.push(match (raw, r % 16) {
+                (true, _) | (false, 0) => (r >> 8) as u8,
+                (false, 1 | 2) => b ^ (1 << ((r >> 16) % 8)),
+                _ => b,
+            });
+        }
+    }
+    out
+}
+
+/// Compress `data` every GPU way and compare with the CPU encoder.
+fn check_compress(gpu: &Gpu, data: &[u8], l: usize, cb: &Codebook, what: &str) {
+    let rows = Rows::new(data, l).unwrap();
+    let cpu_packed = compress_packed(cb, rows).unwrap();
+    let cpu_fixed = compress_fixed(cb, rows).unwrap();
+    let gcb = GpuCodebook::new(cb).unwrap();
+    let device = DeviceBuffer::from_slice(data).unwrap();
+    let pinned = PinnedBuffer::from_slice(data).unwrap();
+
+    let sizes = gpu.size_query(&gcb, &device).unwrap();
+    assert_eq!(sizes, size_query(cb, rows).unwrap(), "{what}: size query");
+
+    let p = gpu.compress(&gcb, &device, OutputLayout::Packed).unwrap();
+    assert_eq!(p.to_packed().unwrap(), cpu_packed, "{what}: device, packed");
+    let f = gpu
+        .compress(&gcb, &device, OutputLayout::FixedStride)
+        .unwrap();
+    assert_eq!(f.to_fixed().unwrap(), cpu_fixed, "{what}: device, fixed");
+    let p = gpu.compress(&gcb, &pinned, OutputLayout::Packed).unwrap();
+    assert_eq!(p.to_packed().unwrap(), cpu_packed, "{what}: pinned, packed");
+
+    // The batched host path, with batches small enough that there are
+    // several (and a short last one).
+    let batch = (data.len() / 3).max(1);
+    let hp = gpu.compress_host_packed(&gcb, &pinned, batch).unwrap();
+    assert_eq!(hp, cpu_packed, "{what}: host batches, packed");
+    let hf = gpu.compress_host_fixed(&gcb, &pinned, batch).unwrap();
+    assert_eq!(hf, cpu_fixed, "{what}: host batches, fixed");
+    let reg = Registered::new(data).unwrap();
+    let hr = gpu.compress_host_packed(&gcb, &reg, batch).unwrap();
+    assert_eq!(hr, cpu_packed, "{what}: registered pageable memory");
+}
+
+fn assert_same_fit(gpu: &Fit, cpu: &Fit, what: &str) {
+    assert_eq!(gpu.candidates, cpu.candidates, "{what}: candidates");
+    assert_eq!(gpu.chosen, cpu.chosen, "{what}: chosen");
+    assert_eq!(gpu.threshold, cpu.threshold, "{what}: threshold");
+    assert_eq!(gpu.codebook, cpu.codebook, "{what}: codebook");
+    assert_eq!(
+        (gpu.sample_rows, gpu.sample_bytes),
+        (cpu.sample_rows, cpu.sample_bytes),
+        "{what}: sample"
+    );
+}
+
+#[test]
+fn random_data_compresses_byte_identically() {
+    let Some(gpu) = gpu_or_skip("random_data_compresses_byte_identically") else {
+        return;
+    };
+    let mut rng = Rng(11);
+    let mut checked = 0;
+    for (l, n) in [
+        (1usize, 300usize),
+        (3, 257),
+        (7, 100),
+        (8, 64),
+        (13, 77),
+        (64, 40),
+        (100, 33),
+        (255, 20),
+        (1001, 17),
+        (5732, 9),
+        (70001, 3),
+    ] {
+        for raw_every in [0, 3, 1] {
+            let data = dataset(&mut rng, l, n, raw_every);
+            let counts = ibp::fit::count_bits(Rows::new(&data, l).unwrap());
+            for chunk in ChunkSize::ALL {
+                for t in [7000, 9000] {
+                    let t = Threshold::from_basis_points(t).unwrap();
+                    let cb = Codebook::from_counts(&counts, n as u64, t, chunk).unwrap();
+                    check_compress(
+                        &gpu,
+                        &data,
+                        l,
+                        &cb,
+                        &format!("L={l} N={n} raw_every={raw_every} C={chunk} T={t}"),
+                    );
+                    checked += 1;
+                }
+            }
+        }
+    }
+    assert_eq!(checked, 11 * 3 * 4 * 2);
+}
+
+#[test]
+fn gpu_fit_chooses_the_cpu_codebook() {
+    let Some(gpu) = gpu_or_skip("gpu_fit_chooses_the_cpu_codebook") else {
+        return;
+    };
+    let mut rng = Rng(5);
+    let many: Vec<Threshold> = (0..11)
+        .map(|i| Threshold::from_basis_points(5000 + 500 * i).unwrap())
+        .collect();
+    for (l, n) in [
+        (1usize, 50usize),
+        (6, 300),
+        (13, 97),
+        (100, 64),
+        (1536, 40),
+        (5732, 30),
+    ] {
+        let data = dataset(&mut rng, l, n, 4);
+        let rows = Rows::new(&data, l).unwrap();
+        let device = DeviceBuffer::from_slice(&data).unwrap();
+        let pinned = PinnedBuffer::from_slice(&data).unwrap();
+        for (name, opts) in [
+            ("default", FitOptions::default()),
+            (
+                "sample 1/3",
+                FitOptions::default().with_sample(Sample::Fraction(1.0 / 3.0)),
+            ),
+            (
+                "sample 7",
+                FitOptions::default().with_sample(Sample::Count(7)),
+            ),
+            (
+                "C=2",
+                FitOptions::default().with_chunk(ChunkChoice::Fixed(ChunkSize::Two)),
+            ),
+            (
+                "11 thresholds",
+                FitOptions::default().with_thresholds(many.clone()),
+            ),
+        ] {
+            let cpu = fit(rows, &opts).unwrap();
+            let what = format!("L={l} N={n} {name}");
+            assert_same_fit(
+                &gpu.fit(&device, l, &opts).unwrap(),
+                &cpu,
+                &format!("{what}, device"),
+            );
+            assert_same_fit(
+                &gpu.fit(&pinned, l, &opts).unwrap(),
+                &cpu,
+                &format!("{what}, pinned"),
+            );
+        }
+    }
+}
+
+#[test]
+fn bad_arguments_are_typed_errors() {
+    let Some(gpu) = gpu_or_skip("bad_arguments_are_typed_errors") else {
+        return;
+    };
+    let data = vec![1u8; 30];
+    let device = DeviceBuffer::from_slice(&data).unwrap();
+    let kind = |r: ibp::Result<Fit>| r.unwrap_err().kind();
+    assert_eq!(
+        kind(gpu.fit(&device, 0, &FitOptions::default())),
+        ibp::ErrorKind::InvalidArgument
+    );
+    assert_eq!(
+        kind(gpu.fit(&device, 7, &FitOptions::default())),
+        ibp::ErrorKind::InvalidArgument
+    );
+    let cb = Codebook::new(ChunkSize::One, vec![0xff; 4], vec![1; 4]).unwrap();
+    let gcb = GpuCodebook::new(&cb).unwrap();
+    let err = gpu
+        .compress(&gcb, &device, OutputLayout::Packed)
+        .err()
+        .unwrap();
+    assert_eq!(err.kind(), ibp::ErrorKind::InvalidArgument);
+    assert!(Registered::new(&[]).is_err());
+}
+
+/// The rows of a real table: Cora's features, MiniLM's word embeddings.
+fn real_tables() -> Vec<(String, Vec<u8>, usize)> {
+    let mut out = Vec::new();
+    let cora = ibp::io::InputFile::open(
+        &data_file("cora-features.npz").expect("cora-features.npz (data/ in the repository)"),
+    )
+    .unwrap();
+    let doc = ibp::io::parse(
+        cora.bytes(),
+        ibp::io::SourceFormat::Npz,
+        &Default::default(),
+    )
+    .unwrap();
+    let g = &doc.groups[0];
+    let l = g.row_shape(None).unwrap().row_bytes as usize;
+    out.push(("cora".to_string(), g.data.to_vec(), l));
+    if let Some(p) = data_file("model.safetensors") {
+        let f = ibp::io::InputFile::open(&p).unwrap();
+        let opts =
+            ibp::io::ParseOptions::default().with_select(["embeddings.word_embeddings.weight"]);
+        let doc = ibp::io::parse(f.bytes(), ibp::io::SourceFormat::Safetensors, &opts).unwrap();
+        let g = &doc.groups[0];
+        let l = g.row_shape(None).unwrap().row_bytes as usize;
+        let bf16: Vec<u8> = g
+            .data
+            .as_chunks::<4>()
+            .0
+            .iter()
+            .flat_map(|b| half::bf16::from_f32(f32::from_le_bytes(*b)).to_le_bytes())
+            .collect();
+        out.push(("minilm f32".to_string(), g.data.to_vec(), l));
+        out.push(("minilm bf16".to_string(), bf16, l / 2));
+    } else {
+        notice("real tables: MiniLM skipped: model.safetensors not found (run scripts/setup.sh)");
+    }
+    out
+}
+
+#[test]
+fn real_tables_fit_and_compress_like_the_cpu() {
+    let Some(gpu) = gpu_or_skip("real_tables_fit_and_compress_like_the_cpu") else {
+        return;
+    };
+    let tables = real_tables();
+    for (name, data, l) in &tables {
+        let rows = Rows::new(data, *l).unwrap();
+        let device = DeviceBuffer::from_slice(data).unwrap();
+        for opts in [
+            FitOptions::default(),
+            FitOptions::default().with_sample(Sample::Fraction(1.0 / 16.0)),
+        ] {
+            let cpu = fit(rows, &opts).unwrap();
+            let g = gpu.fit(&device, *l, &opts).unwrap();
+            assert_same_fit(&g, &cpu, &format!("{name} {:?}", opts.sample));
+        }
+        let cb = fit(rows, &FitOptions::default()).unwrap().codebook;
+        check_compress(&gpu, data, *l, &cb, name);
+    }
+    assert!(!tables.is_empty());
+}
