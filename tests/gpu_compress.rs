@@ -15,7 +15,7 @@ use cust::memory::DeviceBuffer;
 use ibp::Rows;
 use ibp::codebook::{ChunkSize, Codebook, Threshold};
 use ibp::fit::{ChunkChoice, Fit, FitOptions, Sample, fit};
-use ibp::gpu::{Gpu, GpuCodebook, OutputLayout, PinnedBuffer, Registered};
+use ibp::gpu::{Gpu, GpuCodebook, HostOptions, HostRead, OutputLayout, PinnedBuffer, Registered};
 use ibp::layout::{compress_fixed, compress_packed, size_query};
 
 /// `n` rows of `l` bytes: a noisy base pattern (most rows compress), every
@@ -68,6 +68,39 @@ fn check_compress(gpu: &Gpu, data: &[u8], l: usize, cb: &Codebook, what: &str) {
     let reg = Registered::new(data).unwrap();
     let hr = gpu.compress_host_packed(&gcb, &reg, batch).unwrap();
     assert_eq!(hr, cpu_packed, "{what}: registered pageable memory");
+    // Zero-copy reads instead of DMA, batch by batch.
+    for layout in [OutputLayout::Packed, OutputLayout::FixedStride] {
+        let opts = HostOptions {
+            layout,
+            read: HostRead::ZeroCopy,
+            batch_bytes: batch,
+        };
+        let (mut flags, mut out, mut sizes) = (Vec::new(), Vec::new(), Vec::new());
+        let mut next = 0u64;
+        let total = gpu
+            .compress_host(&gcb, &pinned, &opts, |b| {
+                assert_eq!(b.first_row, next, "{what}: batches in order");
+                next += b.rows as u64;
+                flags.extend_from_slice(b.flags);
+                out.extend_from_slice(b.data);
+                sizes.extend(b.offsets.windows(2).map(|w| w[1] - w[0]));
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(total as usize, out.len());
+        match layout {
+            OutputLayout::Packed => {
+                assert_eq!(out, cpu_packed.payload, "{what}: zero-copy, packed");
+                assert_eq!(flags, cpu_packed.flags, "{what}: zero-copy flags");
+                let want: Vec<u64> = cpu_packed.offsets.windows(2).map(|w| w[1] - w[0]).collect();
+                assert_eq!(sizes, want, "{what}: zero-copy offsets");
+            }
+            OutputLayout::FixedStride => {
+                assert_eq!(out, cpu_fixed.slots, "{what}: zero-copy, fixed");
+                assert_eq!(flags, cpu_fixed.flags, "{what}: zero-copy flags");
+            }
+        }
+    }
 }
 
 fn assert_same_fit(gpu: &Fit, cpu: &Fit, what: &str) {

@@ -426,18 +426,30 @@ impl WarpWriter {
         }
     }
 
+    /// A writer for the same region that continues a stream: `bits` stream
+    /// bits are already in place (written by the caller), the last
+    /// `bits % 32`-bit partial word's bits being `pend` (not yet written).
+    #[inline(always)]
+    pub const fn resume(dst: u64, len: u64, bits: u64, pend: u32) -> Self {
+        let mut w = Self::new(dst, len);
+        w.pos += bits;
+        w.pend = pend;
+        w
+    }
+
     /// Bits written so far.
     #[inline(always)]
     pub const fn written(&self) -> u64 {
         self.pos - self.lo
     }
 
-    /// Store word `k`.
+    /// Store word `k` (counted from the region's first word): a plain store
+    /// when the word lies inside the region, an OR otherwise.
     ///
     /// # Safety
     /// The region is writable (and zeroed where it shares a word).
     #[inline(always)]
-    unsafe fn put<M: Mem>(&self, m: &M, k: u64, v: u32) {
+    pub unsafe fn put<M: Mem>(&self, m: &M, k: u64, v: u32) {
         let a = self.a0 + 4 * k;
         // SAFETY: word k overlaps the region; the caller's contract.
         unsafe {
@@ -562,8 +574,8 @@ unsafe fn load_entry<M: Mem, const C: u32>(m: &M, table: u64, j: u64) -> Entry {
 }
 
 /// Payload of lane word `q` (8 bytes `x`): its chunks' payloads laid end to
-/// end, and their total width. `chunks` is K, `tail_width` the width of
-/// chunk K − 1.
+/// end, and their total width. Bit `c` of `part` says whether the word's
+/// chunk `c` matches; `chunks` is K, `tail_width` the width of chunk K − 1.
 ///
 /// # Safety
 /// The table holds every chunk's entry.
@@ -573,6 +585,7 @@ unsafe fn lane_payload<M: Mem, const C: u32>(
     table: u64,
     x: u64,
     q: u64,
+    part: u32,
     chunks: u64,
     tail_width: u32,
 ) -> (u64, u32) {
@@ -582,15 +595,14 @@ unsafe fn lane_payload<M: Mem, const C: u32>(
     while c < per {
         let j = q * per + c;
         if j < chunks {
-            // SAFETY: j < K.
-            let e = unsafe { load_entry::<M, C>(m, table, j) };
             let xc = if C == 8 {
                 x
             } else {
                 (x >> (8 * C as u64 * c)) & bits::low_mask(8 * C)
             };
-            let width = if j + 1 == chunks { tail_width } else { 8 * C };
-            let (v, nb) = if xc & e.mask == e.bitval {
+            let (v, nb) = if (part >> c) & 1 == 1 {
+                // SAFETY: j < K.
+                let e = unsafe { load_entry::<M, C>(m, table, j) };
                 let v = if C == 8 {
                     bits::compress(xc, e.free, &e.mv, steps(C))
                 } else {
@@ -603,6 +615,7 @@ unsafe fn lane_payload<M: Mem, const C: u32>(
                 };
                 (v, e.free.count_ones())
             } else {
+                let width = if j + 1 == chunks { tail_width } else { 8 * C };
                 (xc, width)
             };
             val |= v << n;
@@ -611,6 +624,157 @@ unsafe fn lane_payload<M: Mem, const C: u32>(
         c += 1;
     }
     (val, n)
+}
+
+/// This lane's 8 bytes `x` of a tensor (word `q`), their participation bits
+/// (`8 / C` of them, only for chunks below `chunks`) and that count.
+///
+/// # Safety
+/// The book holds a `(bitval, mask)` pair per 8-byte word of the tensor.
+#[inline(always)]
+unsafe fn lane_participation<M: Mem, const C: u32>(
+    m: &M,
+    book: u64,
+    x: u64,
+    q: u64,
+    words: u64,
+    chunks: u64,
+) -> (u32, u32) {
+    if q >= words {
+        return (0, 0);
+    }
+    let per = (8 / C) as u64;
+    // SAFETY: q < words.
+    let (v, mask) = unsafe { (m.ld_ro_u64(book + 16 * q), m.ld_ro_u64(book + 16 * q + 8)) };
+    let have = chunks - q * per;
+    let n = if have < per { have as u32 } else { per as u32 };
+    (
+        word_participation::<C>(x, v, mask) & (bits::low_mask(n) as u32),
+        n,
+    )
+}
+
+/// Participation word of this lane's group: the 32 participation bits
+/// (chunks `32w … 32w + 31`) that the `4C` lanes of a group hold between
+/// them, OR-ed together in every lane of the group.
+#[inline(always)]
+fn group_word<W: Lanes, const C: u32>(w: &W, part: u32) -> u32 {
+    let g = 4 * C;
+    crate::simt::group_or(w, part << ((w.lane() % g) * (8 / C)), g)
+}
+
+/// Participation word `pw` of the tensor at `start` (0 past the last chunk),
+/// in every lane. Warp-uniform.
+///
+/// # Safety
+/// As [`encode`].
+#[inline(always)]
+unsafe fn participation_word<W: Lanes, M: Mem, const C: u32>(
+    w: &W,
+    m: &M,
+    p: &EncodeParams,
+    start: u64,
+    pw: u64,
+) -> u32 {
+    let l = p.row_bytes;
+    let chunks = l.div_ceil(C as u64);
+    if 32 * pw >= chunks {
+        return 0;
+    }
+    let groups = (8 / C) as u64;
+    let q = 32 * (pw / groups) + w.lane() as u64;
+    let words = l.div_ceil(8);
+    // SAFETY: row_word reads inside the tensor; the book as the contract.
+    let (part, _) = unsafe {
+        let x = row_word(m, start, l, q);
+        lane_participation::<M, C>(m, p.book, x, q, words, chunks)
+    };
+    let word = group_word::<W, C>(w, part);
+    w.shfl_idx(word, ((pw % groups) * 4 * C as u64) as u32)
+}
+
+/// Write one encoded tensor (stored length `< L`) into its region `dst`,
+/// `len` bytes, in a single pass over its bytes, and return the writer (to
+/// flush).
+///
+/// Q: how are the participation bits written in the same pass as the
+/// payload, when they come first in the stream?
+/// A: their place is known: bits `s0 … s0 + K` from the word-aligned base
+/// (`s0` the region's misalignment). Each step's participation bits are
+/// whole 32-bit words (`8 / C` of them, one per group of `4C` lanes), so a
+/// group leader stores its word, shifted by `s0` and completed with the top
+/// of the previous word. Only the word holding bit `s0 + K`, shared with the
+/// payload, must wait: it is computed first (from the tensor's last chunks)
+/// and handed to the payload's writer as its partial word.
+///
+/// # Safety
+/// As [`encode`].
+#[inline(always)]
+unsafe fn encoded_tensor<W: Lanes, M: Mem, const C: u32>(
+    w: &W,
+    m: &M,
+    p: &EncodeParams,
+    start: u64,
+    dst: u64,
+    len: u64,
+) -> WarpWriter {
+    let lane = w.lane();
+    let l = p.row_bytes;
+    let words = l.div_ceil(8);
+    let chunks = l.div_ceil(C as u64);
+    let tail_width = 8 * (l - (chunks - 1) * C as u64) as u32;
+    let g = 4 * C;
+    let s0 = ((dst % 4) * 8) as u32;
+    let end = s0 as u64 + chunks;
+    let boundary = end / 32;
+    // SAFETY (this block): the contract of `encode`.
+    unsafe {
+        let pend = if end.is_multiple_of(32) {
+            0
+        } else {
+            let hi = participation_word::<W, M, C>(w, m, p, start, boundary);
+            let v = if s0 == 0 {
+                hi
+            } else {
+                let lo = if boundary >= 1 {
+                    participation_word::<W, M, C>(w, m, p, start, boundary - 1)
+                } else {
+                    0
+                };
+                (hi << s0) | (lo >> (32 - s0))
+            };
+            v & (bits::low_mask((end % 32) as u32) as u32)
+        };
+        let mut wr = WarpWriter::resume(dst, len, chunks, pend);
+        let mut carry = 0u32;
+        let mut k = 0;
+        while k < words.div_ceil(32) {
+            let q = 32 * k + lane as u64;
+            let x = row_word(m, start, l, q);
+            let (part, _) = lane_participation::<M, C>(m, p.book, x, q, words, chunks);
+            let word = group_word::<W, C>(w, part);
+            let prev = w.shfl_up(word, g);
+            let prev = if lane < g { carry } else { prev };
+            let out = if s0 == 0 {
+                word
+            } else {
+                (word << s0) | (prev >> (32 - s0))
+            };
+            let pw = k * (8 / C) as u64 + (lane / g) as u64;
+            if lane.is_multiple_of(g) && pw < boundary {
+                wr.put(m, pw, out);
+            }
+            carry = w.shfl_idx(word, 31);
+            let (val, n) = if q < words {
+                lane_payload::<M, C>(m, p.table, x, q, part, chunks, tail_width)
+            } else {
+                (0, 0)
+            };
+            wr.step(w, m, val, n);
+            k += 1;
+        }
+        wr
+    }
 }
 
 /// Compression with chunks of `C` bytes (see [`EncodeParams`]).
@@ -628,9 +792,6 @@ pub unsafe fn encode<W: Lanes, M: Mem, const C: u32>(
     let l = p.row_bytes;
     let words = l.div_ceil(8);
     let steps_per_row = words.div_ceil(32);
-    let chunks = l.div_ceil(C as u64);
-    let per = (8 / C) as u64;
-    let tail_width = 8 * (l - (chunks - 1) * C as u64) as u32;
     let mut i = wid;
     while i < p.rows {
         let start = p.src + i * p.stride;
@@ -645,9 +806,9 @@ pub unsafe fn encode<W: Lanes, M: Mem, const C: u32>(
             } else {
                 (p.out + i * l, l)
             };
-            let mut wr = WarpWriter::new(dst, len);
-            if stored >= l {
+            let wr = if stored >= l {
                 // Raw: the tensor's bytes as they are.
+                let mut wr = WarpWriter::new(dst, len);
                 let mut k = 0;
                 while k < steps_per_row {
                     let q = 32 * k + lane;
@@ -662,36 +823,11 @@ pub unsafe fn encode<W: Lanes, M: Mem, const C: u32>(
                     wr.step(w, m, x, n);
                     k += 1;
                 }
+                wr
             } else {
-                // Participation bits, K of them.
-                let mut k = 0;
-                while k < steps_per_row {
-                    let q = 32 * k + lane;
-                    let (mut part, mut n) = (0u32, 0u32);
-                    if q < words {
-                        let x = row_word(m, start, l, q);
-                        let v = m.ld_ro_u64(p.book + 16 * q);
-                        let mask = m.ld_ro_u64(p.book + 16 * q + 8);
-                        let have = chunks - q * per;
-                        n = if have < per { have as u32 } else { per as u32 };
-                        part = word_participation::<C>(x, v, mask) & (bits::low_mask(n) as u32);
-                    }
-                    wr.step(w, m, part as u64, n);
-                    k += 1;
-                }
-                // Payloads.
-                let mut k = 0;
-                while k < steps_per_row {
-                    let q = 32 * k + lane;
-                    let (mut val, mut n) = (0u64, 0u32);
-                    if q < words {
-                        let x = row_word(m, start, l, q);
-                        (val, n) = lane_payload::<M, C>(m, p.table, x, q, chunks, tail_width);
-                    }
-                    wr.step(w, m, val, n);
-                    k += 1;
-                }
-            }
+                encoded_tensor::<W, M, C>(w, m, p, start, dst, len)
+            };
+            let mut wr = wr;
             wr.flush(w, m);
         }
         i += nwarps;

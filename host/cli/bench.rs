@@ -141,7 +141,7 @@ pub fn run(args: Args) -> Result<()> {
     let _ = writeln!(md, "# ibp GPU benchmarks: {}\n", info.name);
     let _ = writeln!(
         md,
-        "- GPU: {} ({} SMs, compute capability {}.{})\n- driver: CUDA {}.{}\n- ibp commit: {commit}\n- date: {date}\n- command: `ibp bench --rows {} --section {}`\n- timing: CUDA events, median of 9 calls after 2 warm-ups; every configuration is decoded and compared with the original bytes first.\n- this machine's PCIe, measured in the same run: pinned host-to-device copy {:.1} GB/s (1 GiB, DMA); zero-copy kernel read {:.1} GB/s (1 GiB, ibp's bit-counting kernel)\n",
+        "- GPU: {} ({} SMs, compute capability {}.{})\n- driver: CUDA {}.{}\n- ibp commit: {commit}\n- date: {date}\n- command: `ibp bench --rows {} --section {}`\n- decode timing: CUDA events, median of 9 calls after 2 warm-ups; every configuration is decoded and compared with the original bytes first.\n- this machine's PCIe, measured in the same run: pinned host-to-device copy {:.1} GB/s (1 GiB, DMA); zero-copy kernel read {:.1} GB/s (1 GiB, ibp's bit-counting kernel)\n",
         info.name,
         info.sm_count,
         info.compute_capability.0,

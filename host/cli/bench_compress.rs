@@ -41,7 +41,7 @@ pub fn section(gpu: &Gpu, real_bytes: usize, h2d: f64, zc: f64, md: &mut String)
     let sample = Sample::Fraction(1.0 / 16.0);
     let _ = writeln!(
         md,
-        "## Fit and compression\n\nEach table is replicated to at least {} bytes. Wall-clock time of the public calls (allocation of outputs included), median of 5 after a warm-up; every configuration was first compared byte for byte with the CPU encoder (`compress_packed`, `compress_fixed`) and the GPU fit with the CPU fit. Rates are input bytes per second.\n\n- *fit all*: `Gpu::fit` counting and weighing every tensor; *fit 1/16*: on the sample of every 16th tensor (`Sample::Fraction(1/16)`), which the CPU fit accepts too and which chooses the same codebook here.\n- *device*: the rows in device memory; `Gpu::compress` to the packed layout, output in device memory.\n- *host*: the rows in pinned host memory; `Gpu::compress_host` (64 MiB batches read zero-copy once, compressed batches copied back to pinned memory and handed to a callback that does nothing else). *registered*: the same from ordinary (pageable) memory registered for the call with `Registered`, registration included.\n- *CPU*: `ibp::fit::fit` plus `compress_packed` on this machine's CPU ({} threads), one run.\n- PCIe on this machine: pinned host-to-device copy {:.1} GB/s, zero-copy kernel read {:.1} GB/s.\n",
+        "## Fit and compression\n\nEach table is replicated to at least {} bytes. Wall-clock time of the public calls (allocation of outputs included), median of 5 after a warm-up; every configuration was first compared byte for byte with the CPU encoder (`compress_packed`, `compress_fixed`) and the GPU fit with the CPU fit. Rates are input bytes per second.\n\n- *fit all*: `Gpu::fit` counting and weighing every tensor; *fit 1/16*: on the sample of every 16th tensor (`Sample::Fraction(1/16)`), which the CPU fit accepts too and which chooses the same codebook here.\n- *device*: the rows in device memory; `Gpu::compress` to the packed layout, output in device memory.\n- *host*: the rows in pinned host memory; `Gpu::compress_host` (64 MiB batches, each read once, by DMA into a device batch buffer (`HostRead::Dma`, the default) or zero-copy by the size kernel (`HostRead::ZeroCopy`); three batches in flight; compressed batches copied back to pinned memory and handed to a callback that does nothing else). *registered*: the same from ordinary (pageable) memory registered for the call with `Registered`, registration included.\n- *CPU*: `ibp::fit::fit` plus `compress_packed` on this machine's CPU ({} threads), one run.\n- PCIe on this machine: pinned host-to-device copy {:.1} GB/s, zero-copy kernel read {:.1} GB/s.\n",
         real_bytes,
         rayon::current_num_threads(),
         h2d / 1e9,
@@ -49,7 +49,7 @@ pub fn section(gpu: &Gpu, real_bytes: usize, h2d: f64, zc: f64, md: &mut String)
     );
     let _ = writeln!(
         md,
-        "| data | bytes | chunk | savings | device: fit all | device: fit 1/16 | device: compress packed | device: compress fixed | **device: fit 1/16 + compress** | device: fit all + compress | host: fit 1/16 | host: compress | **host: fit 1/16 + compress** | host: fit all + compress | registered: compress | CPU: fit + compress |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+        "| data | bytes | chunk | savings | device: fit all | device: fit 1/16 | device: compress packed | device: compress fixed | **device: fit 1/16 + compress** | device: fit all + compress | host: fit 1/16 | host: compress (DMA) | host: compress (zero-copy) | **host: fit 1/16 + compress** | host: fit all + compress | registered: compress | CPU: fit + compress |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
     );
     let mut tables = super::bench::real_tables()?;
     for (size, s) in [(4096usize, 0.5), (4096, 0.9)] {
@@ -133,6 +133,14 @@ pub fn section(gpu: &Gpu, real_bytes: usize, h2d: f64, zc: f64, md: &mut String)
             gpu.compress_host(&gcb, &pinned, &host_opts, |_| Ok(()))
                 .map(drop)
         })?;
+        let zc_opts = HostOptions {
+            read: ibp::gpu::HostRead::ZeroCopy,
+            ..HostOptions::default()
+        };
+        let h_comp_zc = median(5, || {
+            gpu.compress_host(&gcb, &pinned, &zc_opts, |_| Ok(()))
+                .map(drop)
+        })?;
         let h_total = median(5, || {
             let fit = gpu.fit(&pinned, l, &part)?;
             let gcb = GpuCodebook::new(&fit.codebook)?;
@@ -153,7 +161,7 @@ pub fn section(gpu: &Gpu, real_bytes: usize, h2d: f64, zc: f64, md: &mut String)
         let gbs = |t: f64| format!("{:.1}", n / t / 1e9);
         let _ = writeln!(
             md,
-            "| {name} (×{reps}) | {} MB | {} B | {:.1}% | {} | {} | {} | {} | **{}** | {} | {} | {} | **{}** | {} | {} | {:.2} |",
+            "| {name} (×{reps}) | {} MB | {} B | {:.1}% | {} | {} | {} | {} | **{}** | {} | {} | {} | {} | **{}** | {} | {} | {:.2} |",
             big.len() >> 20,
             cb.chunk().bytes(),
             100.0 * savings,
@@ -165,6 +173,7 @@ pub fn section(gpu: &Gpu, real_bytes: usize, h2d: f64, zc: f64, md: &mut String)
             gbs(d_total_all),
             gbs(h_fit),
             gbs(h_comp),
+            gbs(h_comp_zc),
             gbs(h_total),
             gbs(h_total_all),
             gbs(reg),

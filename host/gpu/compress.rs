@@ -25,6 +25,7 @@ use ibp_kernels::params::{
     EncodeParams, MAX_THRESHOLDS, MeasureParams, SCAN_BLOCK, SCAN_TILE, ScanParams,
 };
 
+use super::decode::{Event, wait};
 use super::launch::copy_to_host;
 use super::memory::{GpuReadable, PinnedBuffer};
 use super::{Gpu, cuda_err};
@@ -144,11 +145,38 @@ impl DeviceCompressed {
     }
 }
 
+/// Batch buffers in flight in [`Gpu::compress_host`].
+const SETS: usize = 3;
+
+/// Device buffers of one batch in flight.
+struct BatchSet {
+    work: Work,
+    stage: DeviceBuffer<u8>,
+    out: DeviceBuffer<u8>,
+    copied: Event,
+    done: Event,
+}
+
+/// How [`Gpu::compress_host`] reads a batch of host rows (once, either way).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum HostRead {
+    /// A DMA copy into a device batch buffer, overlapped with the
+    /// compression of the previous batch (the copy engine reaches the
+    /// link's rate).
+    #[default]
+    Dma,
+    /// The size kernel reads the rows zero-copy over PCIe and stages them in
+    /// device memory as it goes.
+    ZeroCopy,
+}
+
 /// Options of [`Gpu::compress_host`].
 #[derive(Clone, Debug)]
 pub struct HostOptions {
     /// Layout of the batches.
     pub layout: OutputLayout,
+    /// How batches are read.
+    pub read: HostRead,
     /// Input bytes per batch (rounded to a multiple of 8 tensors, at least
     /// 8). Two batches of device buffers are allocated.
     pub batch_bytes: usize,
@@ -158,6 +186,7 @@ impl Default for HostOptions {
     fn default() -> Self {
         Self {
             layout: OutputLayout::Packed,
+            read: HostRead::Dma,
             batch_bytes: 64 << 20,
         }
     }
@@ -593,12 +622,12 @@ impl Gpu {
     }
 
     /// Compress rows in host memory the GPU can read (a [`PinnedBuffer`] or
-    /// [`Registered`]) without a device copy of the dataset: batch by batch,
-    /// the size kernel reads the rows zero-copy (once) and stages them in
-    /// device memory, the encoder writes the batch, and the compressed batch
-    /// is copied back and handed to `sink`, while the next batch is already
-    /// being compressed. Returns the total compressed bytes (payload or
-    /// slots).
+    /// [`Registered`]) without a device copy of the dataset. Batch by batch,
+    /// the rows are read once ([`HostRead`]: copied by DMA into a device
+    /// batch buffer, or read zero-copy by the size kernel, which stages them),
+    /// compressed on the device, copied back and handed to `sink`, while the
+    /// next batches are already being read and compressed. Returns the total
+    /// compressed bytes (payload or slots).
     pub fn compress_host<S: GpuReadable + ?Sized>(
         &self,
         gcb: &GpuCodebook,
@@ -613,82 +642,100 @@ impl Gpu {
         }
         let batch = ((opts.batch_bytes / l).max(8) / 8 * 8).min(rows.next_multiple_of(8));
         let packed = opts.layout == OutputLayout::Packed;
-        let stride = l.next_multiple_of(8);
-        let compute = new_stream()?;
-        let copy = new_stream()?;
-        // Two sets of device buffers: batch k + 1 computes while batch k is
-        // copied back.
-        let mut sets = Vec::with_capacity(2);
-        for _ in 0..2 {
-            sets.push((
-                Work::new(batch)?,
-                device_buffer::<u8>(batch * stride, "allocating the staging rows")?,
-                device_buffer::<u8>(batch * l, "allocating the batch output")?,
-                cust::event::Event::new(cust::event::EventFlags::DISABLE_TIMING)
-                    .map_err(cuda_err("creating an event"))?,
-            ));
+        let dma = opts.read == HostRead::Dma;
+        // Zero-copy: the size kernel stages rows at an 8-byte stride; DMA:
+        // the batch as it is in host memory.
+        let stride = if dma { l } else { l.next_multiple_of(8) };
+        let (h2d, compute, d2h) = (new_stream()?, new_stream()?, new_stream()?);
+        let event = Event::new;
+        // Q: why three sets of device buffers?
+        // A: while batch k is copied back and handed to the sink, batch k + 1
+        // is being compressed and batch k + 2 read: the copy engines and the
+        // SMs all stay busy.
+        let mut sets = Vec::with_capacity(SETS);
+        for _ in 0..SETS {
+            sets.push(BatchSet {
+                work: Work::new(batch)?,
+                stage: device_buffer::<u8>(batch * stride, "allocating the batch input")?,
+                out: device_buffer::<u8>(batch * l, "allocating the batch output")?,
+                copied: event()?,
+                done: event()?,
+            });
         }
-        let totals = PinnedBuffer::<u64>::zeroed(2)?;
+        let totals = PinnedBuffer::<u64>::zeroed(SETS)?;
         let mut out_data = PinnedBuffer::<u8>::zeroed(batch * l)?;
         let mut out_offsets = PinnedBuffer::<u64>::zeroed(batch + 1)?;
         let mut out_flags = PinnedBuffer::<u8>::zeroed(flag_bytes(batch))?;
         let batches = rows.div_ceil(batch);
         let batch_rows = |k: usize| (rows - k * batch).min(batch);
-        let enqueue = |k: usize,
-                       set: &(Work, DeviceBuffer<u8>, DeviceBuffer<u8>, cust::event::Event),
-                       total: u64|
-         -> Result<()> {
-            let (work, stage, out, done) = set;
+        let enqueue = |k: usize| -> Result<()> {
+            let set = &sets[k % SETS];
             let n = batch_rows(k);
             let src_addr = src.device_addr() + (k * batch * l) as u64;
-            self.enqueue_size(
-                gcb,
-                src_addr,
-                n,
-                &work.sizes,
-                Some((stage.as_device_ptr().as_raw(), stride as u64)),
-                &compute,
-            )?;
-            self.enqueue_scan(work, n, l, packed, total, &compute)?;
-            zero_async(out, n * l, &compute)?;
-            self.enqueue_encode(
-                gcb,
-                (stage.as_device_ptr().as_raw(), stride as u64),
-                n,
-                work,
-                packed,
-                out,
-                &compute,
-            )?;
-            done.record(&compute)
-                .map_err(cuda_err("recording an event"))
-        };
-        let total_addr = |k: usize| totals.device_ptr() + 8 * (k % 2) as u64;
-        enqueue(0, &sets[0], if packed { total_addr(0) } else { 0 })?;
-        let mut written = 0u64;
-        for k in 0..batches {
-            if k + 1 < batches {
-                enqueue(
-                    k + 1,
-                    &sets[(k + 1) % 2],
-                    if packed { total_addr(k + 1) } else { 0 },
+            let stage_addr = set.stage.as_device_ptr().as_raw();
+            if dma {
+                // SAFETY: both ranges lie in their buffers; the set's previous
+                // batch is finished (the host waited for it before reusing
+                // the set).
+                let r = unsafe { cu::cuMemcpyAsync(stage_addr, src_addr, n * l, h2d.as_inner()) };
+                if r != cu::CUresult::CUDA_SUCCESS {
+                    return Err(Error::cuda(format!("copying a batch to the device: {r:?}")));
+                }
+                set.copied.record(&h2d)?;
+                wait(&compute, &set.copied)?;
+                self.enqueue_size(gcb, stage_addr, n, &set.work.sizes, None, &compute)?;
+            } else {
+                self.enqueue_size(
+                    gcb,
+                    src_addr,
+                    n,
+                    &set.work.sizes,
+                    Some((stage_addr, stride as u64)),
+                    &compute,
                 )?;
             }
-            let (work, _, out, done) = &sets[k % 2];
-            done.synchronize()
-                .map_err(cuda_err("compressing a batch"))?;
+            let total = if packed {
+                totals.device_ptr() + 8 * (k % SETS) as u64
+            } else {
+                0
+            };
+            self.enqueue_scan(&set.work, n, l, packed, total, &compute)?;
+            zero_async(&set.out, n * l, &compute)?;
+            self.enqueue_encode(
+                gcb,
+                (stage_addr, stride as u64),
+                n,
+                &set.work,
+                packed,
+                &set.out,
+                &compute,
+            )?;
+            set.done.record(&compute)
+        };
+        for k in 0..batches.min(SETS) {
+            enqueue(k)?;
+        }
+        let mut written = 0u64;
+        for k in 0..batches {
+            let set = &sets[k % SETS];
+            set.done.synchronize()?;
             let n = batch_rows(k);
             let data_len = if packed {
-                totals[k % 2] as usize
+                totals[k % SETS] as usize
             } else {
                 n * l
             };
-            copy_to_pinned(out, &mut out_data, data_len, &copy)?;
-            copy_to_pinned(&work.flags, &mut out_flags, flag_bytes(n), &copy)?;
+            copy_to_pinned(&set.out, &mut out_data, data_len, &d2h)?;
+            copy_to_pinned(&set.work.flags, &mut out_flags, flag_bytes(n), &d2h)?;
             if packed {
-                copy_to_pinned(&work.offsets, &mut out_offsets, n + 1, &copy)?;
+                copy_to_pinned(&set.work.offsets, &mut out_offsets, n + 1, &d2h)?;
             }
-            sync(&copy, "copying a compressed batch back")?;
+            sync(&d2h, "copying a compressed batch back")?;
+            // The set is free again: start reading batch k + SETS into it
+            // before the sink runs.
+            if k + SETS < batches {
+                enqueue(k + SETS)?;
+            }
             written += data_len as u64;
             sink(CompressedBatch {
                 first_row: (k * batch) as u64,
@@ -720,6 +767,7 @@ impl Gpu {
         let opts = HostOptions {
             layout: OutputLayout::Packed,
             batch_bytes,
+            ..Default::default()
         };
         self.compress_host(gcb, src, &opts, |b| {
             let base = out.payload.len() as u64;
@@ -751,6 +799,7 @@ impl Gpu {
         let opts = HostOptions {
             layout: OutputLayout::FixedStride,
             batch_bytes,
+            ..Default::default()
         };
         self.compress_host(gcb, src, &opts, |b| {
             out.flags.extend_from_slice(b.flags);

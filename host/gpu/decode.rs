@@ -616,10 +616,11 @@ impl Decoder {
 /// Q: why not cust's `Event`?
 /// A: its `Stream::wait_event` takes the event by value (and destroys it),
 /// and its raw handle is private; the DMA pipeline reuses its events.
-struct Event(cust::sys::CUevent);
+pub(crate) struct Event(cust::sys::CUevent);
 
 impl Event {
-    fn new() -> Result<Self> {
+    /// A new event.
+    pub(crate) fn new() -> Result<Self> {
         let mut e = std::ptr::null_mut();
         // SAFETY: valid out-pointer; documented flag.
         let r = unsafe {
@@ -632,11 +633,22 @@ impl Event {
     }
 
     /// Record on `stream`.
-    fn record(&self, stream: &Stream) -> Result<()> {
+    pub(crate) fn record(&self, stream: &Stream) -> Result<()> {
         // SAFETY: live event and stream handles.
         check(
             unsafe { cust::sys::cuEventRecord(self.0, stream.as_inner()) },
             "recording an event",
+        )
+    }
+}
+
+impl Event {
+    /// Block until the work recorded before the event is done.
+    pub(crate) fn synchronize(&self) -> Result<()> {
+        // SAFETY: live event handle.
+        check(
+            unsafe { cust::sys::cuEventSynchronize(self.0) },
+            "waiting for an event",
         )
     }
 }
@@ -660,7 +672,7 @@ fn check(r: cust::sys::CUresult, what: &str) -> Result<()> {
 }
 
 /// Make `stream` wait for `event`.
-fn wait(stream: &Stream, event: &Event) -> Result<()> {
+pub(crate) fn wait(stream: &Stream, event: &Event) -> Result<()> {
     // SAFETY: both handles are live for the call; the driver only records
     // the dependency.
     check(

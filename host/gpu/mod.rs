@@ -22,7 +22,7 @@ use cust::sys as cu;
 use crate::error::{Error, Result};
 
 pub use compress::{
-    CompressedBatch, DeviceCompressed, GpuCodebook, HostOptions, OutputLayout, Registered,
+    CompressedBatch, DeviceCompressed, GpuCodebook, HostOptions, HostRead, OutputLayout, Registered,
 };
 pub use decode::{DecodeOptions, DecodeStatus, Decoder, DmaScratch, Fetch, GpuDataset, Residency};
 pub use memory::{GpuReadable, PinnedBuffer};
