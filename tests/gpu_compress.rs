@@ -299,3 +299,63 @@ fn real_tables_fit_and_compress_like_the_cpu() {
     }
     assert!(!tables.is_empty());
 }
+
+#[test]
+fn reused_buffers_give_the_same_bytes() {
+    let Some(gpu) = gpu_or_skip("reused_buffers_give_the_same_bytes") else {
+        return;
+    };
+    let mut rng = Rng(23);
+    let l = 300;
+    let mut dev_out = ibp::gpu::DeviceCompressed::empty().unwrap();
+    let mut hc = ibp::gpu::HostCompressor::new(
+        l,
+        &HostOptions {
+            batch_bytes: 40 * l,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    // Large, small, large again: buffers grow, are reused, and stale bytes
+    // from the larger run must not leak into the smaller one.
+    for (n, raw_every) in [(500usize, 5usize), (37, 0), (700, 2)] {
+        let data = dataset(&mut rng, l, n, raw_every);
+        let rows = Rows::new(&data, l).unwrap();
+        let cb = fit(rows, &FitOptions::default()).unwrap().codebook;
+        let gcb = GpuCodebook::new(&cb).unwrap();
+        let device = DeviceBuffer::from_slice(&data).unwrap();
+        for layout in [OutputLayout::Packed, OutputLayout::FixedStride] {
+            gpu.compress_into(&gcb, &device, layout, &mut dev_out)
+                .unwrap();
+            match layout {
+                OutputLayout::Packed => {
+                    assert_eq!(
+                        dev_out.to_packed().unwrap(),
+                        compress_packed(&cb, rows).unwrap()
+                    )
+                }
+                OutputLayout::FixedStride => {
+                    assert_eq!(
+                        dev_out.to_fixed().unwrap(),
+                        compress_fixed(&cb, rows).unwrap()
+                    )
+                }
+            }
+        }
+        let pinned = PinnedBuffer::from_slice(&data).unwrap();
+        let mut payload = Vec::new();
+        let mut batches = 0;
+        hc.compress(&gpu, &gcb, &pinned, |b| {
+            payload.extend_from_slice(b.data);
+            batches += 1;
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(
+            payload,
+            compress_packed(&cb, rows).unwrap().payload,
+            "N={n}"
+        );
+        assert_eq!(batches, n.div_ceil(40), "N={n}");
+    }
+}

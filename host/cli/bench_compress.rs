@@ -10,7 +10,10 @@ use std::time::Instant;
 
 use cust::memory::DeviceBuffer;
 use ibp::fit::{FitOptions, Sample};
-use ibp::gpu::{Gpu, GpuCodebook, HostOptions, OutputLayout, PinnedBuffer, Registered};
+use ibp::gpu::{
+    DeviceCompressed, Gpu, GpuCodebook, HostCompressor, HostOptions, HostRead, OutputLayout,
+    PinnedBuffer, Registered,
+};
 use ibp::{Error, Result, Rows};
 
 /// Median wall time of `reps` calls after one warm-up.
@@ -41,7 +44,7 @@ pub fn section(gpu: &Gpu, real_bytes: usize, h2d: f64, zc: f64, md: &mut String)
     let sample = Sample::Fraction(1.0 / 16.0);
     let _ = writeln!(
         md,
-        "## Fit and compression\n\nEach table is replicated to at least {} bytes. Wall-clock time of the public calls (allocation of outputs included), median of 5 after a warm-up; every configuration was first compared byte for byte with the CPU encoder (`compress_packed`, `compress_fixed`) and the GPU fit with the CPU fit. Rates are input bytes per second.\n\n- *fit all*: `Gpu::fit` counting and weighing every tensor; *fit 1/16*: on the sample of every 16th tensor (`Sample::Fraction(1/16)`), which the CPU fit accepts too and which chooses the same codebook here.\n- *device*: the rows in device memory; `Gpu::compress` to the packed layout, output in device memory.\n- *host*: the rows in pinned host memory; `Gpu::compress_host` (64 MiB batches, each read once, by DMA into a device batch buffer (`HostRead::Dma`, the default) or zero-copy by the size kernel (`HostRead::ZeroCopy`); three batches in flight; compressed batches copied back to pinned memory and handed to a callback that does nothing else). *registered*: the same from ordinary (pageable) memory registered for the call with `Registered`, registration included.\n- *CPU*: `ibp::fit::fit` plus `compress_packed` on this machine's CPU ({} threads), one run.\n- PCIe on this machine: pinned host-to-device copy {:.1} GB/s, zero-copy kernel read {:.1} GB/s.\n",
+        "## Fit and compression\n\nEach table is replicated to at least {} bytes. Wall-clock time of the public calls, median of 5 after a warm-up, with output buffers allocated once and reused (`Gpu::compress_into`, `HostCompressor`; *one-shot* is `Gpu::compress_host`, which allocates its buffers, 3 × 128 MiB of device memory and 64 MiB pinned, on every call); every configuration was first compared byte for byte with the CPU encoder (`compress_packed`, `compress_fixed`) and the GPU fit with the CPU fit. Rates are input bytes per second.\n\n- *fit all*: `Gpu::fit` counting and weighing every tensor; *fit 1/16*: on the sample of every 16th tensor (`Sample::Fraction(1/16)`), which the CPU fit accepts too and which chooses the same codebook here.\n- *device*: the rows in device memory; `Gpu::compress` to the packed layout, output in device memory.\n- *host*: the rows in pinned host memory; `Gpu::compress_host` (64 MiB batches, each read once, by DMA into a device batch buffer (`HostRead::Dma`, the default) or zero-copy by the size kernel (`HostRead::ZeroCopy`); three batches in flight; compressed batches copied back to pinned memory and handed to a callback that does nothing else). *registered*: the same from ordinary (pageable) memory registered for the call with `Registered`, registration included.\n- *CPU*: `ibp::fit::fit` plus `compress_packed` on this machine's CPU ({} threads), one run.\n- PCIe on this machine: pinned host-to-device copy {:.1} GB/s, zero-copy kernel read {:.1} GB/s.\n",
         real_bytes,
         rayon::current_num_threads(),
         h2d / 1e9,
@@ -49,7 +52,7 @@ pub fn section(gpu: &Gpu, real_bytes: usize, h2d: f64, zc: f64, md: &mut String)
     );
     let _ = writeln!(
         md,
-        "| data | bytes | chunk | savings | device: fit all | device: fit 1/16 | device: compress packed | device: compress fixed | **device: fit 1/16 + compress** | device: fit all + compress | host: fit 1/16 | host: compress (DMA) | host: compress (zero-copy) | **host: fit 1/16 + compress** | host: fit all + compress | registered: compress | CPU: fit + compress |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+        "| data | bytes | chunk | savings | device: fit all | device: fit 1/16 | device: compress packed | device: compress fixed | **device: fit 1/16 + compress** | device: fit all + compress | host: fit 1/16 | host: compress (DMA) | host: compress (zero-copy) | host: compress (one-shot) | **host: fit 1/16 + compress** | host: fit all + compress | registered: compress | CPU: fit + compress |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
     );
     let mut tables = super::bench::real_tables()?;
     for (size, s) in [(4096usize, 0.5), (4096, 0.9)] {
@@ -108,60 +111,61 @@ pub fn section(gpu: &Gpu, real_bytes: usize, h2d: f64, zc: f64, md: &mut String)
         check(h == cpu_packed, "host compression")?;
         let savings = 1.0 - cpu_packed.payload.len() as f64 / n;
 
+        // Buffers are allocated once per configuration and reused, as a
+        // service compressing tensor after tensor would.
+        let mut dev_out = DeviceCompressed::empty()?;
         let host_opts = HostOptions::default();
+        let zc_opts = HostOptions {
+            read: HostRead::ZeroCopy,
+            ..HostOptions::default()
+        };
+        let mut hc = HostCompressor::new(l, &host_opts)?;
+        let mut hc_zc = HostCompressor::new(l, &zc_opts)?;
         let d_fit_all = median(5, || gpu.fit(&device, l, &all).map(drop))?;
         let d_fit_part = median(5, || gpu.fit(&device, l, &part).map(drop))?;
         let d_packed = median(5, || {
-            gpu.compress(&gcb, &device, OutputLayout::Packed).map(drop)
+            gpu.compress_into(&gcb, &device, OutputLayout::Packed, &mut dev_out)
         })?;
         let d_fixed = median(5, || {
-            gpu.compress(&gcb, &device, OutputLayout::FixedStride)
-                .map(drop)
+            gpu.compress_into(&gcb, &device, OutputLayout::FixedStride, &mut dev_out)
         })?;
         let d_total = median(5, || {
             let fit = gpu.fit(&device, l, &part)?;
             let gcb = GpuCodebook::new(&fit.codebook)?;
-            gpu.compress(&gcb, &device, OutputLayout::Packed).map(drop)
+            gpu.compress_into(&gcb, &device, OutputLayout::Packed, &mut dev_out)
         })?;
         let d_total_all = median(5, || {
             let fit = gpu.fit(&device, l, &all)?;
             let gcb = GpuCodebook::new(&fit.codebook)?;
-            gpu.compress(&gcb, &device, OutputLayout::Packed).map(drop)
+            gpu.compress_into(&gcb, &device, OutputLayout::Packed, &mut dev_out)
         })?;
         let h_fit = median(5, || gpu.fit(&pinned, l, &part).map(drop))?;
-        let h_comp = median(5, || {
-            gpu.compress_host(&gcb, &pinned, &host_opts, |_| Ok(()))
-                .map(drop)
-        })?;
-        let zc_opts = HostOptions {
-            read: ibp::gpu::HostRead::ZeroCopy,
-            ..HostOptions::default()
-        };
+        let h_comp = median(5, || hc.compress(gpu, &gcb, &pinned, |_| Ok(())).map(drop))?;
         let h_comp_zc = median(5, || {
-            gpu.compress_host(&gcb, &pinned, &zc_opts, |_| Ok(()))
+            hc_zc.compress(gpu, &gcb, &pinned, |_| Ok(())).map(drop)
+        })?;
+        let h_once = median(5, || {
+            gpu.compress_host(&gcb, &pinned, &host_opts, |_| Ok(()))
                 .map(drop)
         })?;
         let h_total = median(5, || {
             let fit = gpu.fit(&pinned, l, &part)?;
             let gcb = GpuCodebook::new(&fit.codebook)?;
-            gpu.compress_host(&gcb, &pinned, &host_opts, |_| Ok(()))
-                .map(drop)
+            hc.compress(gpu, &gcb, &pinned, |_| Ok(())).map(drop)
         })?;
         let h_total_all = median(5, || {
             let fit = gpu.fit(&pinned, l, &all)?;
             let gcb = GpuCodebook::new(&fit.codebook)?;
-            gpu.compress_host(&gcb, &pinned, &host_opts, |_| Ok(()))
-                .map(drop)
+            hc.compress(gpu, &gcb, &pinned, |_| Ok(())).map(drop)
         })?;
         let reg = median(5, || {
             let r = Registered::new(&big)?;
-            gpu.compress_host(&gcb, &r, &host_opts, |_| Ok(()))
-                .map(drop)
+            hc.compress(gpu, &gcb, &r, |_| Ok(())).map(drop)
         })?;
         let gbs = |t: f64| format!("{:.1}", n / t / 1e9);
         let _ = writeln!(
             md,
-            "| {name} (×{reps}) | {} MB | {} B | {:.1}% | {} | {} | {} | {} | **{}** | {} | {} | {} | {} | **{}** | {} | {} | {:.2} |",
+            "| {name} (×{reps}) | {} MB | {} B | {:.1}% | {} | {} | {} | {} | **{}** | {} | {} | {} | {} | {} | **{}** | {} | {} | {:.2} |",
             big.len() >> 20,
             cb.chunk().bytes(),
             100.0 * savings,
@@ -174,6 +178,7 @@ pub fn section(gpu: &Gpu, real_bytes: usize, h2d: f64, zc: f64, md: &mut String)
             gbs(h_fit),
             gbs(h_comp),
             gbs(h_comp_zc),
+            gbs(h_once),
             gbs(h_total),
             gbs(h_total_all),
             gbs(reg),

@@ -77,26 +77,40 @@ impl GpuCodebook {
     }
 }
 
-/// A dataset compressed on the device.
+/// A dataset compressed on the device (by [`Gpu::compress`] or
+/// [`Gpu::compress_into`], which reuses its buffers).
 pub struct DeviceCompressed {
     layout: OutputLayout,
     rows: usize,
     row_bytes: usize,
-    /// Flag bitmap, `⌈N/8⌉` bytes (at least one allocated).
-    pub flags: DeviceBuffer<u8>,
-    /// Stored length of every tensor.
-    pub sizes: DeviceBuffer<u64>,
-    /// Packed layout: `N + 1` offsets.
-    pub offsets: Option<DeviceBuffer<u64>>,
-    /// Packed payload or fixed-stride slots (at least one byte allocated).
-    pub data: DeviceBuffer<u8>,
+    work: Work,
+    data: DeviceBuffer<u8>,
     data_len: usize,
+    total: PinnedBuffer<u64>,
 }
 
 impl DeviceCompressed {
+    /// An empty result, to compress into. A CUDA context must be current.
+    pub fn empty() -> Result<Self> {
+        Ok(Self {
+            layout: OutputLayout::Packed,
+            rows: 0,
+            row_bytes: 0,
+            work: Work::new(0)?,
+            data: device_buffer(0, "allocating the compressed output")?,
+            data_len: 0,
+            total: PinnedBuffer::zeroed(1)?,
+        })
+    }
+
     /// The layout.
     pub fn layout(&self) -> OutputLayout {
         self.layout
+    }
+
+    /// Number of tensors.
+    pub fn rows(&self) -> usize {
+        self.rows
     }
 
     /// Bytes of payload (packed) or slots (fixed-stride).
@@ -104,18 +118,32 @@ impl DeviceCompressed {
         self.data_len
     }
 
+    /// Device address of the payload or slots (`data_len` bytes).
+    pub fn data_addr(&self) -> u64 {
+        self.data.as_device_ptr().as_raw()
+    }
+
+    /// Device address of the offsets (`rows + 1` u64; packed layout).
+    pub fn offsets_addr(&self) -> u64 {
+        self.work.offsets.as_device_ptr().as_raw()
+    }
+
+    /// Device address of the flag bitmap (`⌈rows / 8⌉` bytes).
+    pub fn flags_addr(&self) -> u64 {
+        self.work.flags.as_device_ptr().as_raw()
+    }
+
     /// Copy a packed result to the host.
     pub fn to_packed(&self) -> Result<Packed> {
-        let offsets = self
-            .offsets
-            .as_ref()
-            .ok_or_else(|| Error::invalid("this result is in the fixed-stride layout"))?;
+        if self.layout != OutputLayout::Packed {
+            return Err(Error::invalid("this result is in the fixed-stride layout"));
+        }
         Ok(Packed {
             row_bytes: self.row_bytes,
             rows: self.rows,
-            flags: self.flags_to_host()?,
-            offsets: copy_to_host(offsets)?,
-            payload: self.data_to_host()?,
+            flags: copy_prefix(&self.work.flags, flag_bytes(self.rows))?,
+            offsets: copy_prefix(&self.work.offsets, self.rows + 1)?,
+            payload: copy_prefix(&self.data, self.data_len)?,
         })
     }
 
@@ -127,22 +155,48 @@ impl DeviceCompressed {
         Ok(FixedStride {
             row_bytes: self.row_bytes,
             rows: self.rows,
-            flags: self.flags_to_host()?,
-            slots: self.data_to_host()?,
+            flags: copy_prefix(&self.work.flags, flag_bytes(self.rows))?,
+            slots: copy_prefix(&self.data, self.data_len)?,
         })
     }
+}
 
-    fn flags_to_host(&self) -> Result<Vec<u8>> {
-        let mut f = copy_to_host(&self.flags)?;
-        f.truncate(flag_bytes(self.rows));
-        Ok(f)
+/// The first `len` elements of a device buffer, on the host (synchronous).
+fn copy_prefix<T: cust::memory::DeviceCopy + bytemuck::Pod>(
+    buf: &DeviceSlice<T>,
+    len: usize,
+) -> Result<Vec<T>> {
+    if len > buf.len() {
+        return Err(Error::invalid("copy larger than its buffer"));
     }
+    let mut v = vec![T::zeroed(); len];
+    if len == 0 {
+        return Ok(v);
+    }
+    // SAFETY: `len` elements lie in both buffers; the copy is synchronous.
+    let r = unsafe {
+        cu::cuMemcpyDtoH_v2(
+            v.as_mut_ptr() as *mut c_void,
+            buf.as_device_ptr().as_raw(),
+            len * size_of::<T>(),
+        )
+    };
+    if r != cu::CUresult::CUDA_SUCCESS {
+        return Err(Error::cuda(format!("copying to the host: {r:?}")));
+    }
+    Ok(v)
+}
 
-    fn data_to_host(&self) -> Result<Vec<u8>> {
-        let mut d = copy_to_host(&self.data)?;
-        d.truncate(self.data_len);
-        Ok(d)
+/// Grow `buf` to at least `len` elements (contents not kept).
+fn ensure<T: cust::memory::DeviceCopy>(
+    buf: &mut DeviceBuffer<T>,
+    len: usize,
+    what: &str,
+) -> Result<()> {
+    if buf.len() < len {
+        *buf = device_buffer(len, what)?;
     }
+    Ok(())
 }
 
 /// Batch buffers in flight in [`Gpu::compress_host`].
@@ -396,6 +450,14 @@ struct Work {
 }
 
 impl Work {
+    /// Grow every buffer to hold `rows` tensors.
+    fn ensure(&mut self, rows: usize) -> Result<()> {
+        if self.sizes.len() < rows {
+            *self = Work::new(rows)?;
+        }
+        Ok(())
+    }
+
     fn new(rows: usize) -> Result<Self> {
         Ok(Self {
             sizes: device_buffer(rows, "allocating sizes")?,
@@ -406,6 +468,198 @@ impl Work {
                 "allocating scan partials",
             )?,
         })
+    }
+}
+
+/// Reusable buffers for compressing host rows in batches (see
+/// [`HostCompressor::compress`]).
+///
+/// Batch by batch, the rows are read once ([`HostRead`]: copied by DMA into
+/// a device batch buffer, or read zero-copy by the size kernel, which stages
+/// them), compressed on the device, copied back into pinned memory and handed
+/// to the caller, while the next batches are already being read and
+/// compressed. No device copy of the whole dataset is made.
+pub struct HostCompressor {
+    row_bytes: usize,
+    batch: usize,
+    stride: usize,
+    opts: HostOptions,
+    sets: Vec<BatchSet>,
+    totals: PinnedBuffer<u64>,
+    out_data: PinnedBuffer<u8>,
+    out_offsets: PinnedBuffer<u64>,
+    out_flags: PinnedBuffer<u8>,
+    h2d: Stream,
+    compute: Stream,
+    d2h: Stream,
+}
+
+impl HostCompressor {
+    /// Buffers for tensors of `row_bytes` bytes: [`SETS`] batches of device
+    /// buffers (input and output) and one of pinned output. A CUDA context
+    /// must be current.
+    pub fn new(row_bytes: usize, opts: &HostOptions) -> Result<Self> {
+        if row_bytes == 0 || row_bytes > MAX_ROW_BYTES {
+            return Err(Error::invalid(format!(
+                "tensors of {row_bytes} bytes; use 1 to {MAX_ROW_BYTES}"
+            )));
+        }
+        let l = row_bytes;
+        let batch = (opts.batch_bytes / l).max(8) / 8 * 8;
+        // Zero-copy: the size kernel stages rows at an 8-byte stride; DMA:
+        // the batch as it is in host memory.
+        let stride = match opts.read {
+            HostRead::Dma => l,
+            HostRead::ZeroCopy => l.next_multiple_of(8),
+        };
+        // Q: why three sets of device buffers?
+        // A: while batch k is copied back and handed to the sink, batch k + 1
+        // is being compressed and batch k + 2 read: the copy engines and the
+        // SMs all stay busy.
+        let mut sets = Vec::with_capacity(SETS);
+        for _ in 0..SETS {
+            sets.push(BatchSet {
+                work: Work::new(batch)?,
+                stage: device_buffer::<u8>(batch * stride, "allocating the batch input")?,
+                out: device_buffer::<u8>(batch * l, "allocating the batch output")?,
+                copied: Event::new()?,
+                done: Event::new()?,
+            });
+        }
+        Ok(Self {
+            row_bytes,
+            batch,
+            stride,
+            opts: opts.clone(),
+            sets,
+            totals: PinnedBuffer::zeroed(SETS)?,
+            out_data: PinnedBuffer::zeroed(batch * l)?,
+            out_offsets: PinnedBuffer::zeroed(batch + 1)?,
+            out_flags: PinnedBuffer::zeroed(flag_bytes(batch))?,
+            h2d: new_stream()?,
+            compute: new_stream()?,
+            d2h: new_stream()?,
+        })
+    }
+
+    /// Compress the rows in `src` (host memory the GPU can read: a
+    /// [`PinnedBuffer`] or [`Registered`]; `row_bytes` as given to
+    /// [`HostCompressor::new`]) and hand each compressed batch to `sink`, in
+    /// order. Returns the total compressed bytes (payload or slots).
+    pub fn compress<S: GpuReadable + ?Sized>(
+        &mut self,
+        gpu: &Gpu,
+        gcb: &GpuCodebook,
+        src: &S,
+        mut sink: impl FnMut(CompressedBatch<'_>) -> Result<()>,
+    ) -> Result<u64> {
+        let l = self.row_bytes;
+        if gcb.cb.row_bytes() != l {
+            return Err(Error::invalid(format!(
+                "the codebook is for {}-byte tensors, this compressor for {l}-byte tensors",
+                gcb.cb.row_bytes()
+            )));
+        }
+        let rows = row_count(src, l)?;
+        if rows == 0 {
+            return Ok(0);
+        }
+        let batch = self.batch;
+        let packed = self.opts.layout == OutputLayout::Packed;
+        let dma = self.opts.read == HostRead::Dma;
+        let stride = self.stride;
+        let Self {
+            sets,
+            totals,
+            out_data,
+            out_offsets,
+            out_flags,
+            h2d,
+            compute,
+            d2h,
+            ..
+        } = self;
+        let (h2d, compute, d2h) = (&*h2d, &*compute, &*d2h);
+        let batches = rows.div_ceil(batch);
+        let batch_rows = |k: usize| (rows - k * batch).min(batch);
+        let enqueue = |k: usize| -> Result<()> {
+            let set = &sets[k % SETS];
+            let n = batch_rows(k);
+            let src_addr = src.device_addr() + (k * batch * l) as u64;
+            let stage_addr = set.stage.as_device_ptr().as_raw();
+            if dma {
+                // SAFETY: both ranges lie in their buffers; the set's previous
+                // batch is finished (the host waited for it before reusing
+                // the set).
+                let r = unsafe { cu::cuMemcpyAsync(stage_addr, src_addr, n * l, h2d.as_inner()) };
+                if r != cu::CUresult::CUDA_SUCCESS {
+                    return Err(Error::cuda(format!("copying a batch to the device: {r:?}")));
+                }
+                set.copied.record(h2d)?;
+                wait(compute, &set.copied)?;
+                gpu.enqueue_size(gcb, stage_addr, n, &set.work.sizes, None, compute)?;
+            } else {
+                gpu.enqueue_size(
+                    gcb,
+                    src_addr,
+                    n,
+                    &set.work.sizes,
+                    Some((stage_addr, stride as u64)),
+                    compute,
+                )?;
+            }
+            let total = if packed {
+                totals.device_ptr() + 8 * (k % SETS) as u64
+            } else {
+                0
+            };
+            gpu.enqueue_scan(&set.work, n, l, packed, total, compute)?;
+            zero_async(&set.out, n * l, compute)?;
+            gpu.enqueue_encode(
+                gcb,
+                (stage_addr, stride as u64),
+                n,
+                &set.work,
+                packed,
+                &set.out,
+                compute,
+            )?;
+            set.done.record(compute)
+        };
+        for k in 0..batches.min(SETS) {
+            enqueue(k)?;
+        }
+        let mut written = 0u64;
+        for k in 0..batches {
+            let set = &sets[k % SETS];
+            set.done.synchronize()?;
+            let n = batch_rows(k);
+            let data_len = if packed {
+                totals[k % SETS] as usize
+            } else {
+                n * l
+            };
+            copy_to_pinned(&set.out, out_data, data_len, d2h)?;
+            copy_to_pinned(&set.work.flags, out_flags, flag_bytes(n), d2h)?;
+            if packed {
+                copy_to_pinned(&set.work.offsets, out_offsets, n + 1, d2h)?;
+            }
+            sync(d2h, "copying a compressed batch back")?;
+            // The set is free again: start reading batch k + SETS into it
+            // before the sink runs.
+            if k + SETS < batches {
+                enqueue(k + SETS)?;
+            }
+            written += data_len as u64;
+            sink(CompressedBatch {
+                first_row: (k * batch) as u64,
+                rows: n,
+                flags: &out_flags[..flag_bytes(n)],
+                offsets: if packed { &out_offsets[..n + 1] } else { &[] },
+                data: &out_data[..data_len],
+            })?;
+        }
+        Ok(written)
     }
 }
 
@@ -562,7 +816,8 @@ impl Gpu {
 
     /// Compress the rows in `src` (device memory, or host memory the GPU
     /// can read: a [`PinnedBuffer`] or [`Registered`]) into `layout`, in
-    /// device memory. Blocks until done.
+    /// device memory. Blocks until done. See [`Gpu::compress_into`] to reuse
+    /// the output's buffers.
     ///
     /// Reads `src` twice (sizes, then the stored forms): for host memory,
     /// [`Gpu::compress_host`] reads it once.
@@ -572,180 +827,76 @@ impl Gpu {
         src: &S,
         layout: OutputLayout,
     ) -> Result<DeviceCompressed> {
+        let mut out = DeviceCompressed::empty()?;
+        self.compress_into(gcb, src, layout, &mut out)?;
+        Ok(out)
+    }
+
+    /// [`Gpu::compress`] into `out`, whose device buffers are reused when
+    /// they are large enough (and grown otherwise).
+    pub fn compress_into<S: GpuReadable + ?Sized>(
+        &self,
+        gcb: &GpuCodebook,
+        src: &S,
+        layout: OutputLayout,
+        out: &mut DeviceCompressed,
+    ) -> Result<()> {
         let l = gcb.cb.row_bytes();
         let rows = row_count(src, l)?;
         let stream = new_stream()?;
-        let work = Work::new(rows)?;
         let packed = layout == OutputLayout::Packed;
+        out.work.ensure(rows)?;
+        let work = &out.work;
         self.enqueue_size(gcb, src.device_addr(), rows, &work.sizes, None, &stream)?;
-        self.enqueue_scan(&work, rows, l, packed, 0, &stream)?;
+        self.enqueue_scan(work, rows, l, packed, 0, &stream)?;
         let data_len = if packed {
             if rows == 0 {
                 0
             } else {
-                let mut total = PinnedBuffer::<u64>::zeroed(1)?;
-                copy_elements(&work.offsets, rows, &mut total, 1, &stream)?;
+                copy_elements(&work.offsets, rows, &mut out.total, 1, &stream)?;
                 sync(&stream, "scanning sizes")?;
-                total[0] as usize
+                out.total[0] as usize
             }
         } else {
             rows * l
         };
-        let data = device_buffer::<u8>(data_len, "allocating the compressed output")?;
-        zero_async(&data, data_len, &stream)?;
+        ensure(&mut out.data, data_len, "allocating the compressed output")?;
+        zero_async(&out.data, data_len, &stream)?;
         self.enqueue_encode(
             gcb,
             (src.device_addr(), l as u64),
             rows,
-            &work,
+            &out.work,
             packed,
-            &data,
+            &out.data,
             &stream,
         )?;
         sync(&stream, "compressing")?;
-        let Work {
-            sizes,
-            offsets,
-            flags,
-            ..
-        } = work;
-        Ok(DeviceCompressed {
-            layout,
-            rows,
-            row_bytes: l,
-            flags,
-            sizes,
-            offsets: packed.then_some(offsets),
-            data,
-            data_len,
-        })
+        out.layout = layout;
+        out.rows = rows;
+        out.row_bytes = l;
+        out.data_len = data_len;
+        Ok(())
     }
 
     /// Compress rows in host memory the GPU can read (a [`PinnedBuffer`] or
-    /// [`Registered`]) without a device copy of the dataset. Batch by batch,
-    /// the rows are read once ([`HostRead`]: copied by DMA into a device
-    /// batch buffer, or read zero-copy by the size kernel, which stages them),
-    /// compressed on the device, copied back and handed to `sink`, while the
-    /// next batches are already being read and compressed. Returns the total
-    /// compressed bytes (payload or slots).
+    /// [`Registered`]) without a device copy of the dataset: see
+    /// [`HostCompressor`], which this creates for the call (keep one to
+    /// reuse its buffers). Returns the total compressed bytes.
     pub fn compress_host<S: GpuReadable + ?Sized>(
         &self,
         gcb: &GpuCodebook,
         src: &S,
         opts: &HostOptions,
-        mut sink: impl FnMut(CompressedBatch<'_>) -> Result<()>,
+        sink: impl FnMut(CompressedBatch<'_>) -> Result<()>,
     ) -> Result<u64> {
-        let l = gcb.cb.row_bytes();
-        let rows = row_count(src, l)?;
-        if rows == 0 {
-            return Ok(0);
-        }
-        let batch = ((opts.batch_bytes / l).max(8) / 8 * 8).min(rows.next_multiple_of(8));
-        let packed = opts.layout == OutputLayout::Packed;
-        let dma = opts.read == HostRead::Dma;
-        // Zero-copy: the size kernel stages rows at an 8-byte stride; DMA:
-        // the batch as it is in host memory.
-        let stride = if dma { l } else { l.next_multiple_of(8) };
-        let (h2d, compute, d2h) = (new_stream()?, new_stream()?, new_stream()?);
-        let event = Event::new;
-        // Q: why three sets of device buffers?
-        // A: while batch k is copied back and handed to the sink, batch k + 1
-        // is being compressed and batch k + 2 read: the copy engines and the
-        // SMs all stay busy.
-        let mut sets = Vec::with_capacity(SETS);
-        for _ in 0..SETS {
-            sets.push(BatchSet {
-                work: Work::new(batch)?,
-                stage: device_buffer::<u8>(batch * stride, "allocating the batch input")?,
-                out: device_buffer::<u8>(batch * l, "allocating the batch output")?,
-                copied: event()?,
-                done: event()?,
-            });
-        }
-        let totals = PinnedBuffer::<u64>::zeroed(SETS)?;
-        let mut out_data = PinnedBuffer::<u8>::zeroed(batch * l)?;
-        let mut out_offsets = PinnedBuffer::<u64>::zeroed(batch + 1)?;
-        let mut out_flags = PinnedBuffer::<u8>::zeroed(flag_bytes(batch))?;
-        let batches = rows.div_ceil(batch);
-        let batch_rows = |k: usize| (rows - k * batch).min(batch);
-        let enqueue = |k: usize| -> Result<()> {
-            let set = &sets[k % SETS];
-            let n = batch_rows(k);
-            let src_addr = src.device_addr() + (k * batch * l) as u64;
-            let stage_addr = set.stage.as_device_ptr().as_raw();
-            if dma {
-                // SAFETY: both ranges lie in their buffers; the set's previous
-                // batch is finished (the host waited for it before reusing
-                // the set).
-                let r = unsafe { cu::cuMemcpyAsync(stage_addr, src_addr, n * l, h2d.as_inner()) };
-                if r != cu::CUresult::CUDA_SUCCESS {
-                    return Err(Error::cuda(format!("copying a batch to the device: {r:?}")));
-                }
-                set.copied.record(&h2d)?;
-                wait(&compute, &set.copied)?;
-                self.enqueue_size(gcb, stage_addr, n, &set.work.sizes, None, &compute)?;
-            } else {
-                self.enqueue_size(
-                    gcb,
-                    src_addr,
-                    n,
-                    &set.work.sizes,
-                    Some((stage_addr, stride as u64)),
-                    &compute,
-                )?;
-            }
-            let total = if packed {
-                totals.device_ptr() + 8 * (k % SETS) as u64
-            } else {
-                0
-            };
-            self.enqueue_scan(&set.work, n, l, packed, total, &compute)?;
-            zero_async(&set.out, n * l, &compute)?;
-            self.enqueue_encode(
-                gcb,
-                (stage_addr, stride as u64),
-                n,
-                &set.work,
-                packed,
-                &set.out,
-                &compute,
-            )?;
-            set.done.record(&compute)
-        };
-        for k in 0..batches.min(SETS) {
-            enqueue(k)?;
-        }
-        let mut written = 0u64;
-        for k in 0..batches {
-            let set = &sets[k % SETS];
-            set.done.synchronize()?;
-            let n = batch_rows(k);
-            let data_len = if packed {
-                totals[k % SETS] as usize
-            } else {
-                n * l
-            };
-            copy_to_pinned(&set.out, &mut out_data, data_len, &d2h)?;
-            copy_to_pinned(&set.work.flags, &mut out_flags, flag_bytes(n), &d2h)?;
-            if packed {
-                copy_to_pinned(&set.work.offsets, &mut out_offsets, n + 1, &d2h)?;
-            }
-            sync(&d2h, "copying a compressed batch back")?;
-            // The set is free again: start reading batch k + SETS into it
-            // before the sink runs.
-            if k + SETS < batches {
-                enqueue(k + SETS)?;
-            }
-            written += data_len as u64;
-            sink(CompressedBatch {
-                first_row: (k * batch) as u64,
-                rows: n,
-                flags: &out_flags[..flag_bytes(n)],
-                offsets: if packed { &out_offsets[..n + 1] } else { &[] },
-                data: &out_data[..data_len],
-            })?;
-        }
-        Ok(written)
+        let rows = row_count(src, gcb.cb.row_bytes())?;
+        let mut opts = opts.clone();
+        // No larger buffers than the dataset needs.
+        opts.batch_bytes = opts
+            .batch_bytes
+            .min(rows.next_multiple_of(8) * gcb.cb.row_bytes());
+        HostCompressor::new(gcb.cb.row_bytes(), &opts)?.compress(self, gcb, src, sink)
     }
 
     /// [`Gpu::compress_host`] into one [`Packed`] on the host.

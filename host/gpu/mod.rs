@@ -22,7 +22,8 @@ use cust::sys as cu;
 use crate::error::{Error, Result};
 
 pub use compress::{
-    CompressedBatch, DeviceCompressed, GpuCodebook, HostOptions, HostRead, OutputLayout, Registered,
+    CompressedBatch, DeviceCompressed, GpuCodebook, HostCompressor, HostOptions, HostRead,
+    OutputLayout, Registered,
 };
 pub use decode::{DecodeOptions, DecodeStatus, Decoder, DmaScratch, Fetch, GpuDataset, Residency};
 pub use memory::{GpuReadable, PinnedBuffer};
