@@ -14,7 +14,7 @@ use ibp_kernels::simt::{Lanes, Mem};
 use crate::codebook::{ChunkSize, Codebook, Threshold};
 use crate::dataset::Rows;
 use crate::fit::{FitOptions, count_bits, fit};
-use crate::kernel_tables::{decoder_table, eval_book, size_book};
+use crate::kernel_tables::{encoder_book, eval_book};
 use crate::layout::{compress_fixed, compress_packed, size_query};
 
 /// The shuffle exchange shared by the 32 lane threads.
@@ -172,7 +172,7 @@ fn dataset(rows: usize, l: usize, seed: u64) -> Vec<u8> {
 /// Stored lengths from the emulated `size` body.
 fn emu_sizes(cb: &Codebook, rows: Rows<'_>, stage: Option<&mut Aligned>) -> Vec<u64> {
     let src = Aligned::from(rows.bytes());
-    let book = size_book(cb);
+    let book = encoder_book(cb);
     let sizes = Aligned::zeroed(8 * rows.rows());
     let l = rows.row_bytes() as u64;
     let stage_stride = l.next_multiple_of(8);
@@ -212,15 +212,13 @@ fn emu_encode(
     out_len: usize,
 ) -> Vec<u8> {
     let src = Aligned::from(rows.bytes());
-    let table = Aligned::from(&decoder_table(cb));
-    let book = size_book(cb);
+    let book = encoder_book(cb);
     let out = Aligned::zeroed(out_len);
     let p = EncodeParams {
         src: src.addr(),
         stride: rows.row_bytes() as u64,
         rows: rows.rows() as u64,
         row_bytes: rows.row_bytes() as u64,
-        table: table.addr(),
         book: book.as_ptr() as u64,
         sizes: sizes.as_ptr() as u64,
         offsets: offsets.map_or(0, |(o, _)| o.as_ptr() as u64),

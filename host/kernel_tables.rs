@@ -1,14 +1,15 @@
 //! The codebook as the kernels read it, built on the host. No CUDA needed:
 //! the host tests that emulate a warp use the same tables as the GPU.
 
-use ibp_kernels::table::{Entry, entry_bytes};
-
 use crate::codebook::Codebook;
 
 /// Decoder table of a codebook (`ibp_kernels::table`): one entry per chunk,
 /// then one byte per chunk with the popcount of its mask. The encoder reads
 /// the same entries.
+#[cfg(feature = "cuda")]
 pub fn decoder_table(cb: &Codebook) -> Vec<u8> {
+    use ibp_kernels::table::{Entry, entry_bytes};
+
     let c = cb.chunk().bytes();
     let eb = entry_bytes(c) as usize;
     let k = cb.chunks();
@@ -32,25 +33,47 @@ fn le_word(bytes: &[u8], q: usize) -> u64 {
     u64::from_le_bytes(w)
 }
 
-/// The size query's and the encoder's book: `(bitval, mask)` per 8-byte word
-/// of a tensor (`ibp_kernels::params::MeasureParams`).
-pub fn size_book(cb: &Codebook) -> Vec<u64> {
-    (0..cb.row_bytes().div_ceil(8))
-        .flat_map(|q| [le_word(cb.bitval(), q), le_word(cb.mask(), q)])
+/// The encoder book of a codebook (`ibp_kernels::params::EncodeParams`),
+/// field-major: the bit values, the mask, then the move masks of each chunk's
+/// free bits, one u64 per 8-byte word of a tensor in each field. Its first
+/// two fields are what the size query reads.
+pub fn encoder_book(cb: &Codebook) -> Vec<u64> {
+    let l = cb.row_bytes();
+    let c = cb.chunk().bytes() as usize;
+    let mut fields = vec![cb.bitval().to_vec(), cb.mask().to_vec()];
+    for i in 0..cb.chunk().steps() as usize {
+        let mut f = vec![0u8; l];
+        for (j, t) in cb.tables().entries().iter().enumerate() {
+            let bytes = t.mv[i].to_le_bytes();
+            let end = (j * c + c).min(l);
+            f[j * c..end].copy_from_slice(&bytes[..end - j * c]);
+        }
+        fields.push(f);
+    }
+    field_major(&fields)
+}
+
+/// Fields (byte strings of one length) as u64 words, field after field.
+fn field_major(fields: &[Vec<u8>]) -> Vec<u64> {
+    let words = fields.first().map_or(0, |f| f.len().div_ceil(8));
+    fields
+        .iter()
+        .flat_map(|f| (0..words).map(move |q| le_word(f, q)))
         .collect()
 }
 
 /// The evaluation pass's book for up to eight `(mask, bitval)` pairs of one
-/// fit (thresholds ascending): per 8-byte word, the bit values then each
-/// mask. The bit values are the OR of every candidate's: a bit invariant
-/// under two thresholds has the same value under both (`docs/FORMAT.md` §4:
-/// 1 when set in more than half of the tensors, 0 when in fewer).
+/// fit (thresholds ascending), field-major: the bit values, then each mask.
+/// The bit values are the OR of every candidate's: a bit invariant under two
+/// thresholds has the same value under both (`docs/FORMAT.md` §4: 1 when set
+/// in more than half of the tensors, 0 when in fewer).
 pub fn eval_book(books: &[(Vec<u8>, Vec<u8>)]) -> Vec<u64> {
     let l = books.first().map_or(0, |b| b.0.len());
-    let mut out = Vec::with_capacity(l.div_ceil(8) * (1 + books.len()));
-    for q in 0..l.div_ceil(8) {
-        out.push(books.iter().fold(0, |v, (_, b)| v | le_word(b, q)));
-        out.extend(books.iter().map(|(m, _)| le_word(m, q)));
-    }
-    out
+    let v = books.iter().fold(vec![0u8; l], |mut v, (_, b)| {
+        v.iter_mut().zip(b).for_each(|(x, y)| *x |= y);
+        v
+    });
+    let mut fields = vec![v];
+    fields.extend(books.iter().map(|(m, _)| m.clone()));
+    field_major(&fields)
 }

@@ -20,7 +20,7 @@
 use crate::bits;
 use crate::params::{EncodeParams, MAX_THRESHOLDS, MeasureParams};
 use crate::simt::{Lanes, Mem, exclusive_scan, warp_sum};
-use crate::table::{Entry, entry_bytes, steps};
+use crate::table::steps;
 
 /// Row `i` of a sample of `sample` of `rows` rows: `⌊i · rows / sample⌋`
 /// (`docs/FORMAT.md` §4). The host guarantees `i · rows` fits in a u64
@@ -178,16 +178,17 @@ pub fn reduce_scatter<W: Lanes>(w: &W, a: &[u32; 32]) -> u32 {
     a[0]
 }
 
-/// Add word `x`'s saved bits under threshold `T` (mask at `b + 8 + 8T`) to
-/// `acc[4T..4T + 4]`, when `T < nt`.
+/// Add word `x`'s saved bits under threshold `T` (its mask at
+/// `b + field · (1 + T)`) to `acc[4T..4T + 4]`, when `T < nt`.
 ///
 /// # Safety
-/// The book word at `b` has `1 + nt` entries.
+/// The book has `1 + nt` fields of `field` bytes.
 #[inline(always)]
 unsafe fn add_threshold<M: Mem, const T: usize>(
     m: &M,
     acc: &mut [u32; 32],
     b: u64,
+    field: u64,
     nt: u32,
     x: u64,
     v: u64,
@@ -196,7 +197,7 @@ unsafe fn add_threshold<M: Mem, const T: usize>(
         return;
     }
     // SAFETY: T < nt.
-    let mask = unsafe { m.ld_ro_u64(b + 8 + 8 * T as u64) };
+    let mask = unsafe { m.ld_ro_u64(b + field * (1 + T as u64)) };
     let s = word_saved(x, v, mask);
     acc[4 * T] += s[0];
     acc[4 * T + 1] += s[1];
@@ -218,7 +219,8 @@ pub unsafe fn eval<W: Lanes, M: Mem>(w: &W, m: &M, p: &MeasureParams, wid: u64, 
     } else {
         p.nt
     };
-    let per_word = 8 * (1 + nt as u64);
+    // Field-major book: field f of word q at book + 8 (f · words + q).
+    let field = 8 * words;
     // This lane's candidate: threshold lane / 4, chunk size 2^(lane % 4).
     let chunks = l.div_ceil(1 << (lane % 4));
     let (mut stored, mut encoded) = (0u64, 0u64);
@@ -230,23 +232,23 @@ pub unsafe fn eval<W: Lanes, M: Mem>(w: &W, m: &M, p: &MeasureParams, wid: u64, 
             if q >= words {
                 return;
             }
-            let b = p.book + q * per_word;
-            // SAFETY: the book holds 1 + nt words per 8-byte word of a
-            // tensor, and t < nt.
+            let b = p.book + 8 * q;
+            // SAFETY: the book holds 1 + nt fields of `words` u64, and
+            // t < nt.
             let v = unsafe { m.ld_ro_u64(b) };
             // Written out per threshold: a loop of eight with this much in its
             // body is not unrolled, and `acc` indexed by a variable would
             // live in local memory.
             // SAFETY (each): t < nt is checked inside.
             unsafe {
-                add_threshold::<M, 0>(m, &mut acc, b, nt, x, v);
-                add_threshold::<M, 1>(m, &mut acc, b, nt, x, v);
-                add_threshold::<M, 2>(m, &mut acc, b, nt, x, v);
-                add_threshold::<M, 3>(m, &mut acc, b, nt, x, v);
-                add_threshold::<M, 4>(m, &mut acc, b, nt, x, v);
-                add_threshold::<M, 5>(m, &mut acc, b, nt, x, v);
-                add_threshold::<M, 6>(m, &mut acc, b, nt, x, v);
-                add_threshold::<M, 7>(m, &mut acc, b, nt, x, v);
+                add_threshold::<M, 0>(m, &mut acc, b, field, nt, x, v);
+                add_threshold::<M, 1>(m, &mut acc, b, field, nt, x, v);
+                add_threshold::<M, 2>(m, &mut acc, b, field, nt, x, v);
+                add_threshold::<M, 3>(m, &mut acc, b, field, nt, x, v);
+                add_threshold::<M, 4>(m, &mut acc, b, field, nt, x, v);
+                add_threshold::<M, 5>(m, &mut acc, b, field, nt, x, v);
+                add_threshold::<M, 6>(m, &mut acc, b, field, nt, x, v);
+                add_threshold::<M, 7>(m, &mut acc, b, field, nt, x, v);
             }
         };
         let mut q = lane as u64;
@@ -312,11 +314,11 @@ pub unsafe fn size<W: Lanes, M: Mem, const C: u32>(
             if q >= words {
                 return;
             }
-            // SAFETY: the book holds (bitval, mask) per 8-byte word; the
-            // staging row holds `stage_stride` bytes.
+            // SAFETY: the book holds the bit values then the masks, `words`
+            // u64 each; the staging row holds `stage_stride` bytes.
             unsafe {
-                let v = m.ld_ro_u64(p.book + 16 * q);
-                let mask = m.ld_ro_u64(p.book + 16 * q + 8);
+                let v = m.ld_ro_u64(p.book + 8 * q);
+                let mask = m.ld_ro_u64(p.book + 8 * (words + q));
                 saved += word_saved(x, v, mask)[ci];
                 if p.stage != 0 {
                     let n = if whole || l - 8 * q >= 8 {
@@ -552,70 +554,75 @@ impl WarpWriter {
     }
 }
 
-/// Load the table entry of chunk `j` (`crate::table` layout).
-///
-/// # Safety
-/// The table holds entry `j`.
-#[inline(always)]
-unsafe fn load_entry<M: Mem, const C: u32>(m: &M, table: u64, j: u64) -> Entry {
-    let a = table + j * entry_bytes(C) as u64;
-    let mut words = [0u32; 18];
-    let n = (entry_bytes(C) / 8) as usize;
-    let mut i = 0;
-    while i < n {
-        // SAFETY: inside the entry, 8-aligned (entries are 8, 16, 32 or 72
-        // bytes from an aligned base).
-        let v = unsafe { m.ld_ro_u64(a + 8 * i as u64) };
-        words[2 * i] = v as u32;
-        words[2 * i + 1] = (v >> 32) as u32;
-        i += 1;
-    }
-    Entry::from_words::<C>(&words)
-}
-
 /// Payload of lane word `q` (8 bytes `x`): its chunks' payloads laid end to
 /// end, and their total width. Bit `c` of `part` says whether the word's
-/// chunk `c` matches; `chunks` is K, `tail_width` the width of chunk K − 1.
+/// chunk `c` matches; `chunks` is K, `tail_width` the width of chunk K − 1,
+/// `valid_bits` the bits of the tensor in this lane's 8 bytes.
+///
+/// The chunks' free bits and move masks come from the encoder book (fields
+/// 1 … of `crate::params::EncodeParams::book`): each field is a byte string
+/// as long as the tensor, chunk `j`'s value in its `C` bytes, so a lane
+/// loads one u64 per field for all its chunks and the warp's loads are
+/// contiguous.
 ///
 /// # Safety
-/// The table holds every chunk's entry.
+/// The book holds `2 + steps(C)` fields of `words` u64.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 unsafe fn lane_payload<M: Mem, const C: u32>(
     m: &M,
-    table: u64,
+    book: u64,
+    words: u64,
     x: u64,
     q: u64,
     part: u32,
     chunks: u64,
     tail_width: u32,
+    valid_bits: u32,
 ) -> (u64, u32) {
     let per = (8 / C) as u64;
+    if part == 0 {
+        // No chunk matches: the payload is the lane's bytes themselves.
+        return (x, valid_bits);
+    }
+    // SAFETY (loads): q < words, fields inside the book.
+    let mask = unsafe { m.ld_ro_u64(book + 8 * (words + q)) };
+    let mut mvw = [0u64; 6];
+    let mut i = 0;
+    while i < 6 {
+        if i < steps(C) {
+            mvw[i as usize] = unsafe { m.ld_ro_u64(book + 8 * ((2 + i as u64) * words + q)) };
+        }
+        i += 1;
+    }
     let (mut val, mut n) = (0u64, 0u32);
     let mut c = 0;
     while c < per {
         let j = q * per + c;
         if j < chunks {
+            let sh = 8 * C as u64 * c;
+            let width = if j + 1 == chunks { tail_width } else { 8 * C };
             let xc = if C == 8 {
                 x
             } else {
-                (x >> (8 * C as u64 * c)) & bits::low_mask(8 * C)
+                (x >> sh) & bits::low_mask(8 * C)
             };
             let (v, nb) = if (part >> c) & 1 == 1 {
-                // SAFETY: j < K.
-                let e = unsafe { load_entry::<M, C>(m, table, j) };
+                let free = !(mask >> sh) & bits::low_mask(width);
                 let v = if C == 8 {
-                    bits::compress(xc, e.free, &e.mv, steps(C))
+                    bits::compress(xc, free, &mvw, steps(C))
                 } else {
-                    bits::compress32(
-                        xc as u32,
-                        e.free as u32,
-                        &bits::move_masks32(&e.mv),
-                        steps(C),
-                    ) as u64
+                    let mv = [
+                        (mvw[0] >> sh) as u32,
+                        (mvw[1] >> sh) as u32,
+                        (mvw[2] >> sh) as u32,
+                        (mvw[3] >> sh) as u32,
+                        (mvw[4] >> sh) as u32,
+                    ];
+                    bits::compress32(xc as u32, free as u32, &mv, steps(C)) as u64
                 };
-                (v, e.free.count_ones())
+                (v, free.count_ones())
             } else {
-                let width = if j + 1 == chunks { tail_width } else { 8 * C };
                 (xc, width)
             };
             val |= v << n;
@@ -630,7 +637,7 @@ unsafe fn lane_payload<M: Mem, const C: u32>(
 /// (`8 / C` of them, only for chunks below `chunks`) and that count.
 ///
 /// # Safety
-/// The book holds a `(bitval, mask)` pair per 8-byte word of the tensor.
+/// The book holds the bit values then the masks, `words` u64 each.
 #[inline(always)]
 unsafe fn lane_participation<M: Mem, const C: u32>(
     m: &M,
@@ -645,7 +652,7 @@ unsafe fn lane_participation<M: Mem, const C: u32>(
     }
     let per = (8 / C) as u64;
     // SAFETY: q < words.
-    let (v, mask) = unsafe { (m.ld_ro_u64(book + 16 * q), m.ld_ro_u64(book + 16 * q + 8)) };
+    let (v, mask) = unsafe { (m.ld_ro_u64(book + 8 * q), m.ld_ro_u64(book + 8 * (words + q))) };
     let have = chunks - q * per;
     let n = if have < per { have as u32 } else { per as u32 };
     (
@@ -766,7 +773,12 @@ unsafe fn encoded_tensor<W: Lanes, M: Mem, const C: u32>(
             }
             carry = w.shfl_idx(word, 31);
             let (val, n) = if q < words {
-                lane_payload::<M, C>(m, p.table, x, q, part, chunks, tail_width)
+                let valid = if l - 8 * q >= 8 {
+                    64
+                } else {
+                    8 * (l - 8 * q) as u32
+                };
+                lane_payload::<M, C>(m, p.book, words, x, q, part, chunks, tail_width, valid)
             } else {
                 (0, 0)
             };

@@ -434,7 +434,6 @@ unsafe fn encode_entry<const C: u32>(p: EncodeParams) {
     let (wid, nwarps) = arch::global_warp();
     let p = EncodeParams {
         src: arch::to_global(p.src),
-        table: arch::to_global(p.table),
         book: arch::to_global(p.book),
         sizes: arch::to_global(p.sizes),
         offsets: if p.offsets == 0 {

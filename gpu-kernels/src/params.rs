@@ -130,13 +130,17 @@ pub const MAX_THRESHOLDS: u32 = 8;
 /// tensor `⌊i · rows / sample⌋` (every tensor when `sample == rows`; the host
 /// guarantees `i · rows` fits in a u64 otherwise).
 ///
-/// - `ibp_fit_eval`: `book` holds, per 8-byte word `q` of a tensor,
-///   `1 + nt` u64: the bit values `V` then the masks of the `nt ≤ 8`
-///   thresholds. Adds, for candidate lane `l = 4t + log2 C`, the stored bytes
+/// Books are field-major: a field is one u64 per 8-byte word `q` of a
+/// tensor (`words = ⌈L/8⌉` of them, the tensor's bytes as little-endian
+/// words), and field `f` starts at `book + 8 · f · words`, so the lanes of a
+/// warp load consecutive words.
+///
+/// - `ibp_fit_eval`: `book` has `1 + nt` fields: the bit values `V`, then the
+///   masks of the `nt ≤ 8` thresholds. Adds, for candidate lane `l = 4t + log2 C`, the stored bytes
 ///   of the sample to `totals[2l]` and the number of tensors stored encoded to
 ///   `totals[2l + 1]`.
-/// - `ibp_size`: `book` holds `(bitval, mask)` per 8-byte word of one
-///   codebook with chunks of `chunk` bytes; writes tensor `i`'s stored length
+/// - `ibp_size`: `book` starts with two fields, the bit values and the mask
+///   of one codebook with chunks of `chunk` bytes (an encoder book); writes tensor `i`'s stored length
 ///   to `sizes[i]` (u64). When `stage` is not 0, also copies tensor `i` to
 ///   `stage + i · stage_stride`.
 /// - `ibp_gather`: only the copy to `stage`.
@@ -163,9 +167,10 @@ pub struct MeasureParams {
 ///
 /// Packed layout: `offsets` holds `rows + 1` u64 and tensor `i` goes to
 /// `out + offsets[i] − offset_base`. Fixed-stride layout: `offsets` is 0 and
-/// tensor `i` goes to the slot `out + i · row_bytes`. `table` is the decoder
-/// table of the codebook (`crate::table`), `book` its `(bitval, mask)` per
-/// 8-byte word as for `ibp_size`.
+/// tensor `i` goes to the slot `out + i · row_bytes`. `book` is the
+/// codebook's encoder book, field-major as for [`MeasureParams`]: the bit
+/// values, the mask, then the `log2(8C)` move masks of the chunks' free bits
+/// (`crate::bits::move_masks`), each chunk's value in its own `C` bytes.
 ///
 /// The output must be zeroed first: only words that hold stored bits are
 /// written, and a word shared by two tensors is OR-ed into.
@@ -176,7 +181,6 @@ pub struct EncodeParams {
     pub stride: u64,
     pub rows: u64,
     pub row_bytes: u64,
-    pub table: u64,
     pub book: u64,
     pub sizes: u64,
     pub offsets: u64,

@@ -33,7 +33,7 @@ use crate::codebook::Codebook;
 use crate::error::{Error, Result};
 use crate::fit::choose::{Totals, choose_with};
 use crate::fit::{Fit, FitOptions, SamplePlan};
-use crate::kernel_tables::{decoder_table, eval_book, size_book};
+use crate::kernel_tables::{encoder_book, eval_book};
 use crate::layout::{FixedStride, Packed, SizeReport, flag_bytes};
 
 /// Threads per block of the warp-per-tensor kernels.
@@ -55,7 +55,6 @@ pub enum OutputLayout {
 /// A codebook in device memory, as the size query and the encoder read it.
 pub struct GpuCodebook {
     cb: Codebook,
-    table: DeviceBuffer<u8>,
     book: DeviceBuffer<u64>,
 }
 
@@ -64,9 +63,7 @@ impl GpuCodebook {
     pub fn new(cb: &Codebook) -> Result<Self> {
         Ok(Self {
             cb: cb.clone(),
-            table: DeviceBuffer::from_slice(&decoder_table(cb))
-                .map_err(cuda_err("uploading the codebook table"))?,
-            book: DeviceBuffer::from_slice(&size_book(cb))
+            book: DeviceBuffer::from_slice(&encoder_book(cb))
                 .map_err(cuda_err("uploading the codebook"))?,
         })
     }
@@ -772,7 +769,6 @@ impl Gpu {
             stride: src.1,
             rows: rows as u64,
             row_bytes: gcb.cb.row_bytes() as u64,
-            table: gcb.table.as_device_ptr().as_raw(),
             book: gcb.book.as_device_ptr().as_raw(),
             sizes: work.sizes.as_device_ptr().as_raw(),
             offsets: if offsets {
