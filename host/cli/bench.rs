@@ -37,6 +37,9 @@ pub struct Args {
     /// by residency).
     #[arg(long, hide = true)]
     fetch: Option<String>,
+    /// With the compression benchmarks, also time each kernel stage alone.
+    #[arg(long)]
+    stages: bool,
     /// Which benchmarks: `all`, `decode` or `compress` (fit and compression).
     #[arg(long, default_value = "all")]
     section: String,
@@ -155,7 +158,7 @@ pub fn run(args: Args) -> Result<()> {
     );
 
     if compress {
-        super::bench_compress::section(&gpu, args.real_bytes, h2d, zc, &mut md)?;
+        super::bench_compress::section(&gpu, args.real_bytes, h2d, zc, args.stages, &mut md)?;
     }
     if decode {
         decode_sections(&gpu, &stream, &args, &opts, &mut md)?;

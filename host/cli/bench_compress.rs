@@ -40,7 +40,17 @@ fn check(ok: bool, what: &str) -> Result<()> {
 }
 
 /// Append the compression section to `md`.
-pub fn section(gpu: &Gpu, real_bytes: usize, h2d: f64, zc: f64, md: &mut String) -> Result<()> {
+pub fn section(
+    gpu: &Gpu,
+    real_bytes: usize,
+    h2d: f64,
+    zc: f64,
+    stages: bool,
+    md: &mut String,
+) -> Result<()> {
+    let mut stage_md = String::from(
+        "\n### Stages on device-resident data\n\nEach kernel launched alone and synchronised (median of 5).\n\n| data | stage | ms | input GB/s |\n| --- | --- | --- | --- |\n",
+    );
     let sample = Sample::Fraction(1.0 / 16.0);
     let _ = writeln!(
         md,
@@ -163,6 +173,16 @@ pub fn section(gpu: &Gpu, real_bytes: usize, h2d: f64, zc: f64, md: &mut String)
             hc.compress(gpu, &gcb, &r, |_| Ok(())).map(drop)
         })?;
         let gbs = |t: f64| format!("{:.1}", n / t / 1e9);
+        if stages {
+            for (stage, t) in gpu.profile_stages(&gcb, &device, 5)? {
+                let _ = writeln!(
+                    stage_md,
+                    "| {name} | {stage} | {:.3} | {} |",
+                    t * 1e3,
+                    gbs(t)
+                );
+            }
+        }
         let _ = writeln!(
             md,
             "| {name} (×{reps}) | {} MB | {} B | {:.1}% | {} | {} | {} | {} | **{}** | {} | {} | {} | {} | {} | **{}** | {} | {} | {:.2} |",
