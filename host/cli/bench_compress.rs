@@ -215,5 +215,8 @@ pub fn section(
         md,
         "\nAll rates in GB/s (10^9 bytes per second) of input.\n"
     );
+    if stages {
+        md.push_str(&stage_md);
+    }
     Ok(())
 }
