@@ -1,5 +1,5 @@
-//! `ibp analyze`: bit-invariance analysis per tensor, on the GPU when one is
-//! usable and on the CPU otherwise.
+//! `ibp analyze`: bit-invariance analysis per tensor, fitted on the GPU when
+//! one is usable and on the CPU otherwise (the same codebooks either way).
 
 use std::borrow::Cow;
 use std::time::Instant;
@@ -19,7 +19,7 @@ pub struct Args {
     input: InputArgs,
     #[command(flatten)]
     fit: FitArgs,
-    /// Where to count bits: auto (GPU if usable), gpu, or cpu.
+    /// Where to fit: auto (GPU if usable), gpu, or cpu.
     #[arg(long, default_value = "auto")]
     device: String,
     /// Round f32 tensors to this type first (bf16 or f16), to see what a
@@ -125,13 +125,18 @@ impl Counter {
             Counter::Cpu => fit::fit(rows, opts),
             #[cfg(feature = "cuda")]
             Counter::Gpu(g) => {
-                if opts.sample != Sample::All {
-                    // A sample is small; gathering it for the GPU costs more
-                    // than counting it here.
+                // The whole fit on the GPU (count, weigh every candidate,
+                // sample included), reading the rows where they are:
+                // registered in place, or a pinned copy when the memory
+                // cannot be registered.
+                let l = rows.row_bytes();
+                if rows.rows() == 0 {
                     return fit::fit(rows, opts);
                 }
-                let counts = g.count_bits_blocking(rows, 256 << 20)?;
-                fit::fit_from_counts(&counts, rows.rows() as u64, rows, opts)
+                match ibp::gpu::Registered::new(rows.bytes()) {
+                    Ok(r) => g.fit(&r, l, opts),
+                    Err(_) => g.fit(&ibp::gpu::PinnedBuffer::from_slice(rows.bytes())?, l, opts),
+                }
             }
         }
     }

@@ -144,15 +144,22 @@ pub fn run(args: Args) -> Result<()> {
     let _ = writeln!(md, "# ibp GPU benchmarks: {}\n", info.name);
     let _ = writeln!(
         md,
-        "- GPU: {} ({} SMs, compute capability {}.{})\n- driver: CUDA {}.{}\n- ibp commit: {commit}\n- date: {date}\n- command: `ibp bench --rows {} --section {}`\n- decode timing: CUDA events, median of 9 calls after 2 warm-ups; every configuration is decoded and compared with the original bytes first.\n- this machine's PCIe, measured in the same run: pinned host-to-device copy {:.1} GB/s (1 GiB, DMA); zero-copy kernel read {:.1} GB/s (1 GiB, ibp's bit-counting kernel)\n",
+        "- GPU: {} ({} SMs, compute capability {}.{})\n- driver: {} (CUDA {}.{})\n- ibp commit: {commit}\n- date: {date}\n- command: `ibp bench --rows {} --section {}{}`\n{}- this machine's PCIe, measured in the same run: pinned host-to-device copy {:.1} GB/s (1 GiB, DMA); zero-copy kernel read {:.1} GB/s (1 GiB, ibp's bit-counting kernel)\n",
         info.name,
         info.sm_count,
         info.compute_capability.0,
         info.compute_capability.1,
+        driver_release().unwrap_or_else(|| "release unknown".into()),
         info.driver_version / 1000,
         (info.driver_version % 1000) / 10,
         args.rows,
         args.section,
+        if args.stages { " --stages" } else { "" },
+        if decode {
+            "- decode timing: CUDA events, median of 9 calls after 2 warm-ups; every configuration is decoded and compared with the original bytes first.\n"
+        } else {
+            ""
+        },
         h2d / 1e9,
         zc / 1e9
     );
@@ -404,6 +411,16 @@ fn decode_sections(
     }
 
     Ok(())
+}
+
+/// The NVIDIA kernel driver's release (e.g. "580.159.04"), from
+/// `/proc/driver/nvidia/version` on Linux.
+#[cfg(feature = "cuda")]
+fn driver_release() -> Option<String> {
+    let v = std::fs::read_to_string("/proc/driver/nvidia/version").ok()?;
+    v.split_whitespace()
+        .find(|w| w.split('.').count() >= 2 && w.split('.').all(|p| p.parse::<u32>().is_ok()))
+        .map(str::to_string)
 }
 
 /// Cora (embedded) and, when found, MiniLM's word embeddings in f32 and bf16.
