@@ -299,7 +299,7 @@ fn analyze_group(
 
 fn print_table(input: &str, counted_on: &str, reports: &[Report], candidates: bool) {
     println!("input: {input}");
-    println!("bits counted on: {counted_on}");
+    println!("fitted on: {counted_on}");
     println!();
     let header = [
         "tensor",
