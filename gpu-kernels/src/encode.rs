@@ -509,7 +509,11 @@ impl WarpWriter {
         let end = self.pos + total as u64;
         // Relative words below `complete` are whole after this step.
         let complete = (end / 32 - base) as u32;
-        let pend = if !self.pos.is_multiple_of(32) { self.pend } else { 0 };
+        let pend = if !self.pos.is_multiple_of(32) {
+            self.pend
+        } else {
+            0
+        };
         let is_last = lane == 31;
         // SAFETY (puts): every word written holds stream bits inside the
         // region (the caller's contract).
@@ -652,7 +656,12 @@ unsafe fn lane_participation<M: Mem, const C: u32>(
     }
     let per = (8 / C) as u64;
     // SAFETY: q < words.
-    let (v, mask) = unsafe { (m.ld_ro_u64(book + 8 * q), m.ld_ro_u64(book + 8 * (words + q))) };
+    let (v, mask) = unsafe {
+        (
+            m.ld_ro_u64(book + 8 * q),
+            m.ld_ro_u64(book + 8 * (words + q)),
+        )
+    };
     let have = chunks - q * per;
     let n = if have < per { have as u32 } else { per as u32 };
     (
