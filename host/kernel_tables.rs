@@ -2,6 +2,7 @@
 //! the host tests that emulate a warp use the same tables as the GPU.
 
 use crate::codebook::Codebook;
+use crate::fit::choose::le_word;
 
 /// Decoder table of a codebook (`ibp_kernels::table`): one entry per chunk,
 /// then one byte per chunk with the popcount of its mask. The encoder reads
@@ -23,14 +24,6 @@ pub fn decoder_table(cb: &Codebook) -> Vec<u8> {
         out[k * eb + j] = t.mask.count_ones() as u8;
     }
     out
-}
-
-/// Little-endian 8-byte word `q` of `bytes`, zero past the end.
-fn le_word(bytes: &[u8], q: usize) -> u64 {
-    let mut w = [0u8; 8];
-    let part = &bytes[(8 * q).min(bytes.len())..(8 * q + 8).min(bytes.len())];
-    w[..part.len()].copy_from_slice(part);
-    u64::from_le_bytes(w)
 }
 
 /// The encoder book of a codebook (`ibp_kernels::params::EncodeParams`),

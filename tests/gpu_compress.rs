@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::{Rng, data_file, gpu_or_skip, notice};
+use common::{Rng, gpu_or_skip};
 use cust::memory::DeviceBuffer;
 use ibp::Rows;
 use ibp::codebook::{ChunkSize, Codebook, Threshold};
@@ -239,50 +239,12 @@ fn bad_arguments_are_typed_errors() {
     assert!(Registered::new(&[]).is_err());
 }
 
-/// The rows of a real table: Cora's features, MiniLM's word embeddings.
-fn real_tables() -> Vec<(String, Vec<u8>, usize)> {
-    let mut out = Vec::new();
-    let cora = ibp::io::InputFile::open(
-        &data_file("cora-features.npz").expect("cora-features.npz (data/ in the repository)"),
-    )
-    .unwrap();
-    let doc = ibp::io::parse(
-        cora.bytes(),
-        ibp::io::SourceFormat::Npz,
-        &Default::default(),
-    )
-    .unwrap();
-    let g = &doc.groups[0];
-    let l = g.row_shape(None).unwrap().row_bytes as usize;
-    out.push(("cora".to_string(), g.data.to_vec(), l));
-    if let Some(p) = data_file("model.safetensors") {
-        let f = ibp::io::InputFile::open(&p).unwrap();
-        let opts =
-            ibp::io::ParseOptions::default().with_select(["embeddings.word_embeddings.weight"]);
-        let doc = ibp::io::parse(f.bytes(), ibp::io::SourceFormat::Safetensors, &opts).unwrap();
-        let g = &doc.groups[0];
-        let l = g.row_shape(None).unwrap().row_bytes as usize;
-        let bf16: Vec<u8> = g
-            .data
-            .as_chunks::<4>()
-            .0
-            .iter()
-            .flat_map(|b| half::bf16::from_f32(f32::from_le_bytes(*b)).to_le_bytes())
-            .collect();
-        out.push(("minilm f32".to_string(), g.data.to_vec(), l));
-        out.push(("minilm bf16".to_string(), bf16, l / 2));
-    } else {
-        notice("real tables: MiniLM skipped: model.safetensors not found (run scripts/setup.sh)");
-    }
-    out
-}
-
 #[test]
 fn real_tables_fit_and_compress_like_the_cpu() {
     let Some(gpu) = gpu_or_skip("real_tables_fit_and_compress_like_the_cpu") else {
         return;
     };
-    let tables = real_tables();
+    let tables = common::real_tables("real_tables_fit_and_compress_like_the_cpu");
     for (name, data, l) in &tables {
         let rows = Rows::new(data, *l).unwrap();
         let device = DeviceBuffer::from_slice(data).unwrap();
@@ -358,4 +320,48 @@ fn reused_buffers_give_the_same_bytes() {
         );
         assert_eq!(batches, n.div_ceil(40), "N={n}");
     }
+}
+
+#[test]
+fn a_sink_error_stops_the_batches_and_the_compressor_still_works() {
+    let Some(gpu) = gpu_or_skip("a_sink_error_stops_the_batches_and_the_compressor_still_works")
+    else {
+        return;
+    };
+    let mut rng = Rng(31);
+    let l = 256;
+    let data = dataset(&mut rng, l, 400, 6);
+    let rows = Rows::new(&data, l).unwrap();
+    let cb = fit(rows, &FitOptions::default()).unwrap().codebook;
+    let gcb = GpuCodebook::new(&cb).unwrap();
+    let mut hc = ibp::gpu::HostCompressor::new(
+        l,
+        &HostOptions {
+            batch_bytes: 16 * l,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    {
+        // Registered memory, unregistered as soon as the call returns: the
+        // batches still in flight must be finished by then.
+        let reg = Registered::new(&data).unwrap();
+        let mut seen = 0;
+        let err = hc
+            .compress(&gpu, &gcb, &reg, |_| {
+                seen += 1;
+                Err(ibp::Error::invalid("the sink gives up"))
+            })
+            .unwrap_err();
+        assert_eq!(err.kind(), ibp::ErrorKind::InvalidArgument);
+        assert_eq!(seen, 1, "no batch after the sink's error");
+    }
+    let pinned = PinnedBuffer::from_slice(&data).unwrap();
+    let mut payload = Vec::new();
+    hc.compress(&gpu, &gcb, &pinned, |b| {
+        payload.extend_from_slice(b.data);
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(payload, compress_packed(&cb, rows).unwrap().payload);
 }

@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::{Rng, data_file, gpu_or_skip, notice};
+use common::{Rng, gpu_or_skip};
 use cust::memory::DeviceBuffer;
 use cust::stream::{Stream, StreamFlags};
 use ibp::Rows;
@@ -353,44 +353,10 @@ fn real_tables_decode_bit_exactly() {
     };
     let mut rng = Rng(1);
     let mut ran = 0;
-    let cora = ibp::io::InputFile::open(
-        &data_file("cora-features.npz").expect("cora-features.npz (data/ in the repository)"),
-    )
-    .unwrap();
-    let doc = ibp::io::parse(
-        cora.bytes(),
-        ibp::io::SourceFormat::Npz,
-        &Default::default(),
-    )
-    .unwrap();
-    let g = &doc.groups[0];
-    let l = g.row_shape(None).unwrap().row_bytes as usize;
-    let fit = ibp::fit::fit(Rows::new(&g.data, l).unwrap(), &Default::default()).unwrap();
-    check_all(&gpu, &mut rng, &g.data, l, &fit.codebook, "cora");
-    ran += 1;
-    if let Some(p) = data_file("model.safetensors") {
-        let f = ibp::io::InputFile::open(&p).unwrap();
-        let opts =
-            ibp::io::ParseOptions::default().with_select(["embeddings.word_embeddings.weight"]);
-        let doc = ibp::io::parse(f.bytes(), ibp::io::SourceFormat::Safetensors, &opts).unwrap();
-        let g = &doc.groups[0];
-        let l = g.row_shape(None).unwrap().row_bytes as usize;
-        let fit = ibp::fit::fit(Rows::new(&g.data, l).unwrap(), &Default::default()).unwrap();
-        check_all(&gpu, &mut rng, &g.data, l, &fit.codebook, "minilm f32");
-        let bf16: Vec<u8> = g
-            .data
-            .as_chunks::<4>()
-            .0
-            .iter()
-            .flat_map(|b| half::bf16::from_f32(f32::from_le_bytes(*b)).to_le_bytes())
-            .collect();
-        let fit = ibp::fit::fit(Rows::new(&bf16, l / 2).unwrap(), &Default::default()).unwrap();
-        check_all(&gpu, &mut rng, &bf16, l / 2, &fit.codebook, "minilm bf16");
-        ran += 2;
-    } else {
-        notice(
-            "real_tables_decode_bit_exactly: MiniLM skipped: model.safetensors not found (run scripts/setup.sh)",
-        );
+    for (name, data, l) in common::real_tables("real_tables_decode_bit_exactly") {
+        let fit = ibp::fit::fit(Rows::new(&data, l).unwrap(), &Default::default()).unwrap();
+        check_all(&gpu, &mut rng, &data, l, &fit.codebook, &name);
+        ran += 1;
     }
     assert!(ran >= 1);
 }

@@ -827,7 +827,7 @@ pub unsafe fn encode<W: Lanes, M: Mem, const C: u32>(
             } else {
                 (p.out + i * l, l)
             };
-            let wr = if stored >= l {
+            let mut wr = if stored >= l {
                 // Raw: the tensor's bytes as they are.
                 let mut wr = WarpWriter::new(dst, len);
                 let mut k = 0;
@@ -848,7 +848,6 @@ pub unsafe fn encode<W: Lanes, M: Mem, const C: u32>(
             } else {
                 encoded_tensor::<W, M, C>(w, m, p, start, dst, len)
             };
-            let mut wr = wr;
             wr.flush(w, m);
         }
         i += nwarps;

@@ -14,6 +14,8 @@
 //! shuffles use the full member mask); the host emulation deadlocks when a
 //! body breaks that rule, which its tests would catch.
 
+use crate::warp::{SCAN_DISTANCES, scan_step};
+
 /// One lane's view of its warp: its id and the `shfl.sync` family, with the
 /// semantics of the PTX instructions under a full member mask (out-of-range
 /// sources return the caller's own value).
@@ -84,21 +86,19 @@ pub trait Mem {
     unsafe fn add_u64(&self, a: u64, v: u64);
 }
 
-/// Exclusive prefix sum over the warp and the warp's total (Kogge–Stone over
-/// `shfl_up`).
+/// Exclusive prefix sum over the warp and the warp's total: the Kogge–Stone
+/// rounds of [`crate::warp`] over `shfl_up`.
 #[inline(always)]
 pub fn exclusive_scan<W: Lanes>(w: &W, x: u32) -> (u32, u32) {
     let lane = w.lane();
     let mut s = x;
-    let mut d = 1;
-    while d < 32 {
-        let y = w.shfl_up(s, d);
-        if lane >= d {
-            s += y;
-        }
-        d *= 2;
+    let mut i = 0;
+    while i < SCAN_DISTANCES.len() {
+        let d = SCAN_DISTANCES[i];
+        s = scan_step(lane, d, s, w.shfl_up(s, d));
+        i += 1;
     }
-    (s - x, w.shfl_idx(s, 31))
+    (s.wrapping_sub(x), w.shfl_idx(s, 31))
 }
 
 /// Sum over the warp, in every lane (butterfly).

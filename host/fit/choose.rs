@@ -396,7 +396,7 @@ struct BookWord {
 }
 
 /// Little-endian word `q` of `bytes`, zero-padded past the end.
-fn le_word(bytes: &[u8], q: usize) -> u64 {
+pub(crate) fn le_word(bytes: &[u8], q: usize) -> u64 {
     let mut w = [0u8; 8];
     let part = &bytes[8 * q..(8 * q + 8).min(bytes.len())];
     w[..part.len()].copy_from_slice(part);

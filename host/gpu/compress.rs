@@ -27,7 +27,7 @@ use ibp_kernels::params::{
 
 use super::decode::{Event, wait};
 use super::launch::copy_to_host;
-use super::memory::{GpuReadable, PinnedBuffer};
+use super::memory::{GpuReadable, PinnedBuffer, Span};
 use super::{Gpu, cuda_err};
 use crate::codebook::Codebook;
 use crate::error::{Error, Result};
@@ -90,6 +90,7 @@ pub struct DeviceCompressed {
     data: DeviceBuffer<u8>,
     data_len: usize,
     total: PinnedBuffer<u64>,
+    stream: Stream,
 }
 
 impl DeviceCompressed {
@@ -103,6 +104,7 @@ impl DeviceCompressed {
             data: device_buffer(0, "allocating the compressed output")?,
             data_len: 0,
             total: PinnedBuffer::zeroed(1)?,
+            stream: new_stream()?,
         })
     }
 
@@ -336,21 +338,6 @@ impl Drop for Registered<'_> {
 impl GpuReadable for Registered<'_> {
     fn device_addr(&self) -> u64 {
         self.device
-    }
-    fn byte_len(&self) -> usize {
-        self.len
-    }
-}
-
-/// A sub-range of a readable source.
-struct View {
-    addr: u64,
-    len: usize,
-}
-
-impl GpuReadable for View {
-    fn device_addr(&self) -> u64 {
-        self.addr
     }
     fn byte_len(&self) -> usize {
         self.len
@@ -629,40 +616,53 @@ impl HostCompressor {
             )?;
             set.done.record(compute)
         };
-        for k in 0..batches.min(SETS) {
-            enqueue(k)?;
-        }
         let mut written = 0u64;
-        for k in 0..batches {
-            let set = &sets[k % SETS];
-            set.done.synchronize()?;
-            let n = batch_rows(k);
-            let data_len = if packed {
-                totals[k % SETS] as usize
-            } else {
-                n * l
-            };
-            copy_to_pinned(&set.out, out_data, data_len, d2h)?;
-            copy_to_pinned(&set.work.flags, out_flags, flag_bytes(n), d2h)?;
-            if packed {
-                copy_to_pinned(&set.work.offsets, out_offsets, n + 1, d2h)?;
+        let mut run = || -> Result<()> {
+            for k in 0..batches.min(SETS) {
+                enqueue(k)?;
             }
-            sync(d2h, "copying a compressed batch back")?;
-            // The set is free again: start reading batch k + SETS into it
-            // before the sink runs.
-            if k + SETS < batches {
-                enqueue(k + SETS)?;
+            for k in 0..batches {
+                let set = &sets[k % SETS];
+                set.done.synchronize()?;
+                let n = batch_rows(k);
+                let data_len = if packed {
+                    totals[k % SETS] as usize
+                } else {
+                    n * l
+                };
+                copy_to_pinned(&set.out, out_data, data_len, d2h)?;
+                copy_to_pinned(&set.work.flags, out_flags, flag_bytes(n), d2h)?;
+                if packed {
+                    copy_to_pinned(&set.work.offsets, out_offsets, n + 1, d2h)?;
+                }
+                sync(d2h, "copying a compressed batch back")?;
+                // The set is free again: start reading batch k + SETS into
+                // it before the sink runs.
+                if k + SETS < batches {
+                    enqueue(k + SETS)?;
+                }
+                written += data_len as u64;
+                sink(CompressedBatch {
+                    first_row: (k * batch) as u64,
+                    rows: n,
+                    flags: &out_flags[..flag_bytes(n)],
+                    offsets: if packed { &out_offsets[..n + 1] } else { &[] },
+                    data: &out_data[..data_len],
+                })?;
             }
-            written += data_len as u64;
-            sink(CompressedBatch {
-                first_row: (k * batch) as u64,
-                rows: n,
-                flags: &out_flags[..flag_bytes(n)],
-                offsets: if packed { &out_offsets[..n + 1] } else { &[] },
-                data: &out_data[..data_len],
-            })?;
+            Ok(())
+        };
+        let result = run();
+        if result.is_err() {
+            // Q: why wait before returning an error?
+            // A: batches already enqueued still read `src` and write these
+            // buffers; the caller may free `src` (or unregister it) as soon
+            // as we return.
+            for s in [h2d, compute, d2h] {
+                let _ = s.synchronize();
+            }
         }
-        Ok(written)
+        result.map(|()| written)
     }
 }
 
@@ -845,25 +845,25 @@ impl Gpu {
     ) -> Result<()> {
         let l = gcb.cb.row_bytes();
         let rows = row_count(src, l)?;
-        let stream = new_stream()?;
+        let stream = &out.stream;
         let packed = layout == OutputLayout::Packed;
         out.work.ensure(rows)?;
         let work = &out.work;
-        self.enqueue_size(gcb, src.device_addr(), rows, &work.sizes, None, &stream)?;
-        self.enqueue_scan(work, rows, l, packed, 0, &stream)?;
+        self.enqueue_size(gcb, src.device_addr(), rows, &work.sizes, None, stream)?;
+        self.enqueue_scan(work, rows, l, packed, 0, stream)?;
         let data_len = if packed {
             if rows == 0 {
                 0
             } else {
-                copy_elements(&work.offsets, rows, &mut out.total, 1, &stream)?;
-                sync(&stream, "scanning sizes")?;
+                copy_elements(&work.offsets, rows, &mut out.total, 1, stream)?;
+                sync(stream, "scanning sizes")?;
                 out.total[0] as usize
             }
         } else {
             rows * l
         };
         ensure(&mut out.data, data_len, "allocating the compressed output")?;
-        zero_async(&out.data, data_len, &stream)?;
+        zero_async(&out.data, data_len, stream)?;
         self.enqueue_encode(
             gcb,
             (src.device_addr(), l as u64),
@@ -871,9 +871,9 @@ impl Gpu {
             &out.work,
             packed,
             &out.data,
-            &stream,
+            stream,
         )?;
-        sync(&stream, "compressing")?;
+        sync(stream, "compressing")?;
         out.layout = layout;
         out.rows = rows;
         out.row_bytes = l;
@@ -1003,10 +1003,8 @@ impl Gpu {
         // SAFETY: the source holds n rows, the buffer `sample` rows of L
         // bytes; MeasureParams is the kernel's type.
         unsafe { self.launch("ibp_gather", grid, WARP_BLOCK, 0, &stream, p)? };
-        let gathered = View {
-            addr: buf.as_device_ptr().as_raw(),
-            len: bytes,
-        };
+        let gathered = Span::of(&buf, 0, bytes)
+            .ok_or_else(|| Error::invalid("sample larger than its buffer"))?;
         let counts = self.count_sample(&gathered, row_bytes, &stream)?;
         self.fit_counted(&gathered, &counts, plan, row_bytes, opts, &stream)
     }

@@ -14,7 +14,7 @@ use ibp_kernels::params::{
 };
 
 use super::decode::{DecodeStatus, Decoder, GpuDataset, LaunchVia, Target};
-use super::memory::{GpuReadable, PinnedBuffer};
+use super::memory::{GpuReadable, PinnedBuffer, Span};
 use super::{Gpu, cuda_err};
 use crate::dataset::Rows;
 use crate::error::{Error, Result};
@@ -160,10 +160,8 @@ impl Gpu {
             }
             let bytes = rows.slice(start, end).bytes();
             staging[k][..bytes.len()].copy_from_slice(bytes);
-            let view = PinnedView {
-                buf: &staging[k],
-                len: bytes.len(),
-            };
+            let view = Span::of(&staging[k], 0, bytes.len())
+                .ok_or_else(|| Error::invalid("batch larger than its staging buffer"))?;
             self.count_bits(&view, l, &mut counts, &stream)?;
             let ev = cust::event::Event::new(cust::event::EventFlags::DISABLE_TIMING)
                 .map_err(cuda_err("creating an event"))?;
@@ -396,21 +394,6 @@ fn decode_kernel(batch: bool) -> &'static str {
         "ibp_decode"
     } else {
         "ibp_decode_stream"
-    }
-}
-
-/// A prefix of a pinned buffer, as a kernel source.
-struct PinnedView<'a> {
-    buf: &'a PinnedBuffer<u8>,
-    len: usize,
-}
-
-impl GpuReadable for PinnedView<'_> {
-    fn device_addr(&self) -> u64 {
-        self.buf.device_ptr()
-    }
-    fn byte_len(&self) -> usize {
-        self.len
     }
 }
 

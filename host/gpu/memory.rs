@@ -143,3 +143,35 @@ impl<T: bytemuck::Pod> GpuReadable for PinnedBuffer<T> {
         self.len * size_of::<T>()
     }
 }
+
+/// Bytes `offset .. offset + len` of a readable source, as a kernel source
+/// itself (borrowing the source, so it cannot be freed meanwhile).
+pub(crate) struct Span<'a> {
+    addr: u64,
+    len: usize,
+    _src: PhantomData<&'a ()>,
+}
+
+impl<'a> Span<'a> {
+    /// The sub-range; `None` when it is not inside `src`.
+    pub(crate) fn of<S: GpuReadable + ?Sized>(
+        src: &'a S,
+        offset: usize,
+        len: usize,
+    ) -> Option<Self> {
+        (offset.checked_add(len)? <= src.byte_len()).then(|| Span {
+            addr: src.device_addr() + offset as u64,
+            len,
+            _src: PhantomData,
+        })
+    }
+}
+
+impl GpuReadable for Span<'_> {
+    fn device_addr(&self) -> u64 {
+        self.addr
+    }
+    fn byte_len(&self) -> usize {
+        self.len
+    }
+}

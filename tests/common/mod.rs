@@ -72,3 +72,45 @@ impl Rng {
             .collect()
     }
 }
+
+/// The real tables as `(name, rows, row bytes)`: Cora's features (always),
+/// and MiniLM's word embeddings in f32 and rounded to bf16 when
+/// `model.safetensors` is found (a visible notice naming `test` otherwise).
+pub fn real_tables(test: &str) -> Vec<(String, Vec<u8>, usize)> {
+    let mut out = Vec::new();
+    let cora = ibp::io::InputFile::open(
+        &data_file("cora-features.npz").expect("cora-features.npz (data/ in the repository)"),
+    )
+    .unwrap();
+    let doc = ibp::io::parse(
+        cora.bytes(),
+        ibp::io::SourceFormat::Npz,
+        &Default::default(),
+    )
+    .unwrap();
+    let g = &doc.groups[0];
+    let l = g.row_shape(None).unwrap().row_bytes as usize;
+    out.push(("cora".to_string(), g.data.to_vec(), l));
+    if let Some(p) = data_file("model.safetensors") {
+        let f = ibp::io::InputFile::open(&p).unwrap();
+        let opts =
+            ibp::io::ParseOptions::default().with_select(["embeddings.word_embeddings.weight"]);
+        let doc = ibp::io::parse(f.bytes(), ibp::io::SourceFormat::Safetensors, &opts).unwrap();
+        let g = &doc.groups[0];
+        let l = g.row_shape(None).unwrap().row_bytes as usize;
+        let bf16: Vec<u8> = g
+            .data
+            .as_chunks::<4>()
+            .0
+            .iter()
+            .flat_map(|b| half::bf16::from_f32(f32::from_le_bytes(*b)).to_le_bytes())
+            .collect();
+        out.push(("minilm f32".to_string(), g.data.to_vec(), l));
+        out.push(("minilm bf16".to_string(), bf16, l / 2));
+    } else {
+        notice(&format!(
+            "{test}: MiniLM skipped: model.safetensors not found (run scripts/setup.sh)"
+        ));
+    }
+    out
+}
