@@ -46,7 +46,7 @@ fn bench(c: &mut Criterion) {
                 let dec = Decoder::new(&gpu, &ds, &DecodeOptions::default()).unwrap();
                 let mut status = DecodeStatus::new().unwrap();
                 let mut out = DeviceBuffer::<u8>::zeroed(data.len()).unwrap();
-                dec.range(&gpu, &ds, 0, rows as u64, &mut out, &status, &stream)
+                dec.range(&gpu, 0, rows as u64, &mut out, &status, &stream)
                     .unwrap();
                 stream.synchronize().unwrap();
                 status.check().unwrap();
@@ -65,7 +65,7 @@ fn bench(c: &mut Criterion) {
                         );
                         a.record(&stream).unwrap();
                         for _ in 0..iters {
-                            dec.range(&gpu, &ds, 0, rows as u64, &mut out, &status, &stream)
+                            dec.range(&gpu, 0, rows as u64, &mut out, &status, &stream)
                                 .unwrap();
                         }
                         z.record(&stream).unwrap();

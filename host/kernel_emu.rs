@@ -9,12 +9,12 @@ use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering::Relaxed};
 
 use ibp_kernels::encode::{self, WarpWriter};
 use ibp_kernels::params::{EncodeParams, MeasureParams};
-use ibp_kernels::simt::{Lanes, Mem};
+use ibp_kernels::simt::{Book, Lanes, Mem, Shared};
 
 use crate::codebook::{ChunkSize, Codebook, Threshold};
 use crate::dataset::Rows;
 use crate::fit::{FitOptions, count_bits, fit};
-use crate::kernel_tables::{encoder_book, eval_book};
+use crate::kernel_tables::{decode_book, decoder_table, encoder_book, eval_book};
 use crate::layout::{compress_fixed, compress_packed, size_query};
 
 /// The shuffle exchange shared by the 32 lane threads.
@@ -65,6 +65,14 @@ impl Lanes for EmuLane<'_> {
     fn shfl_xor(&self, x: u32, m: u32) -> u32 {
         self.exchange(x, (self.lane ^ m) & 31)
     }
+    fn ballot(&self, pred: bool) -> u32 {
+        // Five exchanges OR the 32 predicate bits together (butterfly).
+        let mut v = (pred as u32) << self.lane;
+        for m in [1, 2, 4, 8, 16] {
+            v |= self.exchange(v, (self.lane ^ m) & 31);
+        }
+        v
+    }
 }
 
 /// Host memory through atomics (lanes are threads; a word two lanes OR into
@@ -95,11 +103,43 @@ impl Mem for EmuMem {
     unsafe fn st_u64(&self, a: u64, v: u64) {
         unsafe { AtomicU64::from_ptr(a as *mut u64) }.store(v, Relaxed)
     }
+    unsafe fn st_v4(&self, a: u64, v: [u32; 4]) {
+        for (i, x) in v.into_iter().enumerate() {
+            unsafe { self.st_u32(a + 4 * i as u64, x) };
+        }
+    }
     unsafe fn or_u32(&self, a: u64, v: u32) {
         unsafe { AtomicU32::from_ptr(a as *mut u32) }.fetch_or(v, Relaxed);
     }
     unsafe fn add_u64(&self, a: u64, v: u64) {
         unsafe { AtomicU64::from_ptr(a as *mut u64) }.fetch_add(v, Relaxed);
+    }
+}
+
+/// Host bytes read as shared memory (by offset) or as a decode book.
+struct HostBytes(u64);
+
+// SAFETY (every method): the caller passes offsets inside the buffer, as
+// `Shared` and `Book` require.
+impl Shared for HostBytes {
+    unsafe fn ld_u32(&self, a: u32) -> u32 {
+        unsafe { EmuMem.ld_u32(self.0 + a as u64) }
+    }
+}
+
+// SAFETY: as above.
+impl Book for HostBytes {
+    unsafe fn ld_u8(&self, off: u32) -> u32 {
+        unsafe { EmuMem.ld_u8(self.0 + off as u64) }
+    }
+    unsafe fn ld_u32(&self, off: u32) -> u32 {
+        unsafe { EmuMem.ld_u32(self.0 + off as u64) }
+    }
+    unsafe fn ld_v2(&self, off: u32) -> [u32; 2] {
+        std::array::from_fn(|i| unsafe { EmuMem.ld_u32(self.0 + (off + 4 * i as u32) as u64) })
+    }
+    unsafe fn ld_v4(&self, off: u32) -> [u32; 4] {
+        std::array::from_fn(|i| unsafe { EmuMem.ld_u32(self.0 + (off + 4 * i as u32) as u64) })
     }
 }
 
@@ -403,4 +443,139 @@ fn warp_writer_lays_random_segments_end_to_end() {
 
 fn crate_low_mask(n: u32) -> u64 {
     ibp_kernels::bits::low_mask(n)
+}
+
+/// Decode one stored (encoded) tensor with the emulated batch-decoder step
+/// (`ibp_kernels::step::decode_row`): the tensor sits at byte `shift` of a
+/// workspace of garbage, the output row at byte `out_shift` of a poisoned
+/// buffer. Returns the row, or `None` when the step reports corruption.
+fn emu_decode_row(
+    cb: &Codebook,
+    stored: &[u8],
+    e_bytes: u32,
+    shift: usize,
+    out_shift: usize,
+    flags: u32,
+) -> Option<Vec<u8>> {
+    use ibp_kernels::book::Layout;
+    use ibp_kernels::step::{Geometry, decode_row};
+
+    let l = cb.row_bytes();
+    let mut ws = Aligned::from(&vec![0xa5u8; shift + stored.len() + 32]);
+    ws.bytes_mut()[shift..shift + stored.len()].copy_from_slice(stored);
+    let book = Aligned::from(&decode_book(cb));
+    let entries = Aligned::from(&decoder_table(cb));
+    let out = Aligned::from(&vec![0xeeu8; out_shift + l + 16]);
+    let k = cb.chunks() as u32;
+    let g = Geometry {
+        chunks: k,
+        row_bytes: l as u32,
+        layout: Layout::new(k, cb.chunk().bytes()),
+        entries: entries.addr(),
+        flags,
+    };
+    let dst = out.addr() + out_shift as u64;
+    let low = (dst as u32) & 15;
+    let align = if low == 0 { 16 } else { 1 << low.trailing_zeros() };
+    let ok = AtomicU32::new(0);
+    let ws_mem = HostBytes(ws.addr());
+    let book_mem = HostBytes(book.addr());
+    // SAFETY: the workspace holds the stored bytes plus 32 bytes, the book
+    // and entries are this codebook's, the row is inside `out`.
+    run_warp(|w| {
+        let r = unsafe {
+            match cb.chunk() {
+                ChunkSize::One => decode_row::<1, _, _, _, _>(w, &ws_mem, &book_mem, &EmuMem, &g, shift as u32, e_bytes, dst, align),
+                ChunkSize::Two => decode_row::<2, _, _, _, _>(w, &ws_mem, &book_mem, &EmuMem, &g, shift as u32, e_bytes, dst, align),
+                ChunkSize::Four => decode_row::<4, _, _, _, _>(w, &ws_mem, &book_mem, &EmuMem, &g, shift as u32, e_bytes, dst, align),
+                ChunkSize::Eight => decode_row::<8, _, _, _, _>(w, &ws_mem, &book_mem, &EmuMem, &g, shift as u32, e_bytes, dst, align),
+            }
+        };
+        ok.fetch_add(r as u32, Relaxed);
+    });
+    let ok = ok.load(Relaxed);
+    assert!(ok == 0 || ok == 32, "lanes disagree on the verdict");
+    let row = out.bytes()[out_shift..out_shift + l].to_vec();
+    assert!(out.bytes()[..out_shift].iter().all(|&b| b == 0xee), "wrote before the row");
+    assert!(out.bytes()[out_shift + l..].iter().all(|&b| b == 0xee), "wrote past the row");
+    (ok == 32).then_some(row)
+}
+
+/// f32 rows whose exponents vary little (free bits in two runs: the low
+/// mantissa and the sign), with some outliers that do not match.
+fn float_rows(rows: usize, l: usize, seed: u64) -> Vec<u8> {
+    let mut s = seed | 1;
+    (0..rows * l.div_ceil(4))
+        .flat_map(|_| {
+            let x = xorshift(&mut s);
+            let v = if x % 13 == 0 {
+                f32::from_bits(x as u32)
+            } else {
+                (1.0 + (x >> 40) as f32 / (1u64 << 24) as f32) * if x & 1 == 0 { 1.0 } else { -1.0 }
+            };
+            v.to_le_bytes()
+        })
+        .take(rows * l)
+        .collect()
+}
+
+/// Sparse rows: mostly zero bytes (no free bits), a few random ones.
+fn sparse_rows(rows: usize, l: usize, seed: u64) -> Vec<u8> {
+    let mut s = seed | 1;
+    (0..rows * l)
+        .map(|_| {
+            let x = xorshift(&mut s);
+            if x % 97 == 0 { (x >> 8) as u8 } else { 0 }
+        })
+        .collect()
+}
+
+#[test]
+fn emulated_decode_step_equals_the_cpu_decoder_with_fast_paths_on_and_off() {
+    use ibp_kernels::params::{DECODE_FLAG_NO_CLASSES, DECODE_FLAG_NO_PREFIX};
+    let mut checked = [0usize; 4];
+    for (kind, l, n) in [
+        (0, 1usize, 12usize),
+        (0, 13, 10),
+        (1, 16, 8),
+        (2, 100, 8),
+        (0, 517, 6),
+        (1, 1024, 5),
+        (2, 1531, 5),
+        (1, 2052, 4),
+    ] {
+        let seed = 11 + l as u64;
+        let data = match kind {
+            0 => dataset(n, l, seed),
+            1 => float_rows(n, l, seed),
+            _ => sparse_rows(n, l, seed),
+        };
+        let rows = Rows::new(&data, l).unwrap();
+        let counts = count_bits(rows);
+        for chunk in ChunkSize::ALL {
+            for bp in [6000, 9000] {
+                let t = Threshold::from_basis_points(bp).unwrap();
+                let cb = Codebook::from_counts(&counts, n as u64, t, chunk).unwrap();
+                let packed = compress_packed(&cb, rows).unwrap();
+                for (i, row) in rows.iter().enumerate() {
+                    let (a, b) = (packed.offsets[i] as usize, packed.offsets[i + 1] as usize);
+                    if packed.flags[i / 8] >> (i % 8) & 1 == 0 {
+                        continue;
+                    }
+                    let stored = &packed.payload[a..b];
+                    let flags = [0, DECODE_FLAG_NO_CLASSES, DECODE_FLAG_NO_PREFIX, 3][i % 4];
+                    let what = format!("kind {kind} L={l} C={chunk} T={bp} row {i} flags {flags}");
+                    let got = emu_decode_row(&cb, stored, stored.len() as u32, i % 5, (i * 3) % 17, flags);
+                    assert_eq!(got.as_deref(), Some(row), "{what}");
+                    checked[chunk.bytes().trailing_zeros() as usize] += 1;
+                    // A stored length that disagrees with the bits is corrupt.
+                    if stored.len() > (cb.chunks().div_ceil(8)) + 1 {
+                        let short = emu_decode_row(&cb, stored, stored.len() as u32 - 1, 1, 0, flags);
+                        assert_eq!(short, None, "short length accepted: {what}");
+                    }
+                }
+            }
+        }
+    }
+    assert!(checked.iter().all(|&c| c >= 8), "too few encoded rows checked: {checked:?}");
 }

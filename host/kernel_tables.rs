@@ -7,7 +7,6 @@ use crate::fit::choose::le_word;
 /// Decoder table of a codebook (`ibp_kernels::table`): one entry per chunk,
 /// then one byte per chunk with the popcount of its mask. The encoder reads
 /// the same entries.
-#[cfg(feature = "cuda")]
 pub fn decoder_table(cb: &Codebook) -> Vec<u8> {
     use ibp_kernels::table::{Entry, entry_bytes};
 
@@ -22,6 +21,58 @@ pub fn decoder_table(cb: &Codebook) -> Vec<u8> {
         debug_assert_eq!(e.free, t.free);
         e.write(c, &mut out[j * eb..(j + 1) * eb]);
         out[k * eb + j] = t.mask.count_ones() as u8;
+    }
+    out
+}
+
+/// The decode book of a codebook (`ibp_kernels::book`): the fields the batch
+/// decoder's 16-bytes-per-lane step reads, in chunk order, and the class and
+/// all-match prefix of every step.
+pub fn decode_book(cb: &Codebook) -> Vec<u8> {
+    use ibp_kernels::book::{
+        CLASS_GENERAL, CLASS_NONE_FREE, CLASS_TWO_RUNS, Layout, lowest_run, params_general,
+        params_two_runs, step_chunks,
+    };
+
+    let c = cb.chunk().bytes();
+    let cu = c as usize;
+    let entries = cb.tables().entries();
+    let lay = Layout::new(entries.len() as u32, c);
+    let mut out = vec![0u8; lay.bytes as usize];
+    let per_step = step_chunks(c) as usize;
+    let cpl = per_step / 32;
+    for (k, t) in entries.iter().enumerate() {
+        let put = |out: &mut [u8], field: u32, v: u64| {
+            let at = field as usize + k * cu;
+            out[at..at + cu].copy_from_slice(&v.to_le_bytes()[..cu]);
+        };
+        put(&mut out, lay.bitval, t.bitval);
+        put(&mut out, lay.run1, lowest_run(t.free));
+        put(&mut out, lay.free, t.free);
+        let q = params_two_runs(t.free, t.width).unwrap_or(params_general(t.free, t.width));
+        let at = lay.params as usize + 4 * k;
+        out[at..at + 4].copy_from_slice(&q.to_le_bytes());
+    }
+    for step in 0..lay.steps as usize {
+        let cols = &entries[(step * per_step).min(entries.len())..((step + 1) * per_step).min(entries.len())];
+        let class = if cols.iter().all(|t| t.free == 0) {
+            CLASS_NONE_FREE
+        } else if cols.iter().all(|t| params_two_runs(t.free, t.width).is_some()) {
+            CLASS_TWO_RUNS
+        } else {
+            CLASS_GENERAL
+        };
+        out[lay.class as usize + step] = class;
+        let mut incl = 0u32;
+        for lane in 0..32 {
+            let first = step * per_step + lane * cpl;
+            incl += (first..first + cpl)
+                .filter_map(|k| entries.get(k))
+                .map(|t| t.free_bits)
+                .sum::<u32>();
+            let at = lay.prefix as usize + 128 * step + 4 * lane;
+            out[at..at + 4].copy_from_slice(&incl.to_le_bytes());
+        }
     }
     out
 }

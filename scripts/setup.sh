@@ -9,6 +9,7 @@
 #                                  GPU, CUDA then fails cleanly at run time
 #   .tools/py/.../ptxas            NVIDIA's PTX assembler from PyPI, to check
 #                                  the embedded PTX
+#   .tools/nvd/.../nvdisasm        NVIDIA's disassembler from PyPI (scripts/sass.sh)
 #   .tools/data/                   test data: MiniLM's model.safetensors
 #
 # Source scripts/env.sh afterwards (the other scripts do) for the variables.
@@ -61,6 +62,13 @@ fi
 if ! ls "$tools"/py/nvidia/cuda_nvcc/bin/ptxas >/dev/null 2>&1; then
   say "installing ptxas (PyPI nvidia-cuda-nvcc-cu12) into .tools/py"
   python3 -m pip install -q --disable-pip-version-check --no-deps --target "$tools/py" 'nvidia-cuda-nvcc-cu12>=12.8'
+fi
+
+# 3b. nvdisasm from PyPI (scripts/sass.sh: SASS instruction counts of every
+#     kernel without a GPU).
+if ! ls "$tools"/nvd/nvidia/*/bin/nvdisasm >/dev/null 2>&1; then
+  say "installing nvdisasm (PyPI nvidia-cuda-nvdisasm) into .tools/nvd"
+  python3 -m pip install -q --disable-pip-version-check --no-deps --target "$tools/nvd" nvidia-cuda-nvdisasm
 fi
 
 # 4. Test data: all-MiniLM-L6-v2's weights (90 MB, not committed).

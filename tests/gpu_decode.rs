@@ -89,7 +89,7 @@ fn gpu_gather(
     let mut out = DeviceBuffer::from_slice(&vec![POISON; index.len() * l + GUARD]).unwrap();
     assert!(!index.is_empty());
     let d_index = DeviceBuffer::from_slice(index).unwrap();
-    dec.gather(gpu, ds, &d_index, &mut out, &status, &s)?;
+    dec.gather(gpu, &d_index, &mut out, &status, &s)?;
     s.synchronize().unwrap();
     let host = copy_to_host(&out).unwrap();
     assert!(
@@ -204,6 +204,53 @@ fn decode_matches_original_for_every_chunk_size_length_and_mix() {
                 let (data, cb) = dataset(&mut rng, l, 300, chunk, mix);
                 let what = format!("streaming C={} L={l} {mix:?}", chunk.bytes());
                 check_with(&gpu, &mut rng, &data, l, &cb, &what, &streaming);
+            }
+        }
+    }
+}
+
+/// Rows whose codebooks put every step class of the batch decoder to work:
+/// f32 values with a narrow exponent range (free bits in two runs), sparse
+/// rows (columns without free bits, Cora's shape) and random patterns
+/// (three or more runs: the general path).
+fn class_rows(rng: &mut Rng, kind: u32, n: usize, l: usize) -> Vec<u8> {
+    (0..n * l.div_ceil(4))
+        .flat_map(|_| {
+            let x = rng.next();
+            let v: u32 = match kind {
+                0 if x % 11 == 0 => x as u32,
+                0 => (1.0f32 + (x >> 40) as f32 / 16_777_216.0).to_bits() | (x as u32 & 1) << 31,
+                1 if x % 53 == 0 => (x >> 3) as u32,
+                1 => 0,
+                _ => (x as u32 & 0x0f0f_3c3c) | 0x4000_0001,
+            };
+            v.to_le_bytes()
+        })
+        .take(n * l)
+        .collect()
+}
+
+#[test]
+fn decode_fast_paths_on_and_off_give_the_same_bytes() {
+    let Some(gpu) = gpu_or_skip("decode_fast_paths_on_and_off_give_the_same_bytes") else {
+        return;
+    };
+    let mut rng = Rng(0xfa57);
+    let on = DecodeOptions::default();
+    let off = DecodeOptions::default().with_fast_paths(false);
+    for chunk in ChunkSize::ALL {
+        for &l in &[4usize, 100, 1024, 1531, 5732] {
+            for kind in 0..3 {
+                let n = (1_000_000 / l).clamp(8, 400);
+                let data = class_rows(&mut rng, kind, n, l);
+                let rows = Rows::new(&data, l).unwrap();
+                let opts = ibp::fit::FitOptions::default()
+                    .with_chunk(ibp::fit::ChunkChoice::Fixed(chunk));
+                let cb = ibp::fit::fit(rows, &opts).unwrap().codebook;
+                for (fast, o) in [("on", &on), ("off", &off)] {
+                    let what = format!("fast paths {fast} C={} L={l} kind {kind}", chunk.bytes());
+                    check_with(&gpu, &mut rng, &data, l, &cb, &what, o);
+                }
             }
         }
     }
@@ -386,7 +433,7 @@ fn dma_range_path_matches_original_and_checks_its_inputs() {
             // Twice on the same stream and scratch: the second call must wait
             // for the first one's decode before reusing the buffers.
             for _ in 0..2 {
-                dec.range_dma(&gpu, &ds, first, count, &mut out, &status, &mut scratch, &s)
+                dec.range_dma(&gpu, first, count, &mut out, &status, &mut scratch, &s)
                     .unwrap();
             }
             s.synchronize().unwrap();
@@ -410,7 +457,7 @@ fn dma_range_path_matches_original_and_checks_its_inputs() {
         let ds = GpuDataset::upload_packed(&gpu, &cb, &packed.view(), Residency::Pinned).unwrap();
         Decoder::new(&gpu, &ds, &DecodeOptions::default())
             .unwrap()
-            .prefers_dma(&ds)
+            .prefers_dma()
     };
     assert!(pick(4096, Mix::Encoded));
     assert!(!pick(256, Mix::Encoded));
@@ -430,17 +477,18 @@ fn dma_range_path_matches_original_and_checks_its_inputs() {
     let mut out = DeviceBuffer::<u8>::zeroed(100 * 512).unwrap();
     let s = stream();
     let e = dec
-        .range_dma(&gpu, &dev, 0, 100, &mut out, &status, &mut scratch, &s)
+        .range_dma(&gpu, 0, 100, &mut out, &status, &mut scratch, &s)
         .unwrap_err();
     assert_eq!(e.kind(), ibp::ErrorKind::InvalidArgument);
     let pinned = GpuDataset::upload_packed(&gpu, &cb, &packed.view(), Residency::Pinned).unwrap();
+    let dec = Decoder::new(&gpu, &pinned, &DecodeOptions::default()).unwrap();
     let e = dec
-        .range_dma(&gpu, &pinned, 90, 20, &mut out, &status, &mut scratch, &s)
+        .range_dma(&gpu, 90, 20, &mut out, &status, &mut scratch, &s)
         .unwrap_err();
     assert_eq!(e.kind(), ibp::ErrorKind::InvalidArgument);
     let mut tiny = ibp::gpu::DmaScratch::new(8).unwrap();
     let e = dec
-        .range_dma(&gpu, &pinned, 0, 100, &mut out, &status, &mut tiny, &s)
+        .range_dma(&gpu, 0, 100, &mut out, &status, &mut tiny, &s)
         .unwrap_err();
     assert_eq!(e.kind(), ibp::ErrorKind::InvalidArgument);
 }

@@ -43,7 +43,8 @@
 use crate::arch;
 use crate::bits::WARP;
 use crate::params::{DECODE_MODE_IDEAL, DecodeParams, STATUS_BAD_INDEX, STATUS_CORRUPT};
-use crate::table;
+use crate::kernels::{Hw, SharedBook};
+use crate::{book, step, table};
 
 const LINE: u64 = 128;
 
@@ -177,10 +178,12 @@ struct Ctx {
     aligned_out: bool,
     raw_aligned: bool,
     vec_out: bool,
-    out8: bool,
     out_base: u64,
     ring: u32,
     pbuf: u32,
+    /// Batch mode: the step's geometry and where its book is.
+    geo: step::Geometry,
+    book_smem: u32,
 }
 
 /// One tensor of a batch, held by one lane (lane `b` holds tensor `b`).
@@ -272,22 +275,6 @@ fn sbits32(base: u32, bit: u32, n: u32) -> u32 {
     table::window32(w0, w1, a & 31, n)
 }
 
-/// 64-bit variant of [`sbits32`].
-#[inline(always)]
-fn sbits64(base: u32, bit: u32, n: u32) -> u64 {
-    let a = base * 8 + bit;
-    let w = (a >> 5) << 2;
-    // SAFETY: as in sbits32.
-    let (w0, w1, w2) = unsafe {
-        (
-            arch::ld_shared_u32(w),
-            arch::ld_shared_u32(w + 4),
-            arch::ld_shared_u32(w + 8),
-        )
-    };
-    table::window64(w0, w1, w2, a & 31, n)
-}
-
 impl Ctx {
     /// Popcount of chunk `k`'s mask.
     #[inline(always)]
@@ -369,43 +356,6 @@ impl Ctx {
         table::Entry::from_words::<C>(&w)
     }
 
-    /// Mask popcounts of the `8 / C` chunks from `k0` (a multiple of
-    /// `8 / C`), byte `j` for chunk `k0 + j`.
-    #[inline(always)]
-    fn inv_lane<const C: u32>(&self, k0: u64) -> u64 {
-        let off = self.chunks * table::entry_bytes(C) as u64 + k0;
-        if self.in_smem {
-            let a = self.table_smem + off as u32;
-            // SAFETY (all loads): inside the (16-byte padded) shared copy;
-            // aligned to the load width since k0 is a multiple of 8 / C and
-            // the entries region is a multiple of 8 bytes.
-            unsafe {
-                match C {
-                    1 => {
-                        let x = arch::ld_shared_v2(a);
-                        (x[0] as u64) | ((x[1] as u64) << 32)
-                    }
-                    2 => arch::ld_shared_u32(a) as u64,
-                    4 => (arch::ld_shared_u8(a) | (arch::ld_shared_u8(a + 1) << 8)) as u64,
-                    _ => arch::ld_shared_u8(a) as u64,
-                }
-            }
-        } else {
-            let a = self.table + off;
-            // SAFETY (all loads): as above, in the (padded) table.
-            unsafe {
-                match C {
-                    1 => {
-                        let x = arch::ld_global_nc_v2(a);
-                        (x[0] as u64) | ((x[1] as u64) << 32)
-                    }
-                    2 => arch::ld_global_u32(a) as u64,
-                    4 => (arch::ld_global_u8(a) | (arch::ld_global_u8(a + 1) << 8)) as u64,
-                    _ => arch::ld_global_u8(a) as u64,
-                }
-            }
-        }
-    }
 
     /// Write chunk `k` (value `x`, `bytes` bytes) of output row `out`.
     #[inline(always)]
@@ -741,82 +691,26 @@ impl Ctx {
         }
     }
 
+
     /// Decode an encoded tensor held contiguously at shared address `base`
-    /// (`e_bytes` stored bytes) into row `out`, each lane producing 8 output
-    /// bytes (`8 / C` chunks) per step. False on inconsistent bits.
+    /// (`e_bytes` stored bytes) into row `out` with the 16-bytes-per-lane
+    /// step ([`step::decode_row`]). False on inconsistent bits.
     #[inline(always)]
-    fn decode_contig<const C: u32>(&self, base: u32, e_bytes: u32, out: u64) -> bool {
-        let cpl = table::chunks_per_lane(C);
-        let k_total = self.chunks as u32;
-        let l = self.p.row_bytes as u32;
-        let lane = arch::lane();
-        let last = k_total - 1;
-        let last_width = (l - last * C) * 8;
-        let limit = e_bytes * 8;
-        let mut pos = k_total;
-        let mut g0 = 0;
-        while g0 < k_total {
-            let k0 = g0 + lane * cpl;
-            let n = if k0 >= k_total {
-                0
-            } else if k_total - k0 < cpl {
-                k_total - k0
-            } else {
-                cpl
-            };
-            let (p, inv) = if n > 0 {
-                (sbits32(base, k0, n), self.inv_lane::<C>(k0 as u64))
-            } else {
-                (0, 0)
-            };
-            let lastj = if last >= k0 && last < k0 + cpl {
-                last - k0
-            } else {
-                cpl
-            };
-            let mut total = 0;
-            for j in 0..cpl {
-                total += table::lane_width(C, n, p, inv, lastj, last_width, j);
+    fn decode_step<B: crate::simt::Book>(&self, b: &B, base: u32, e_bytes: u32, out: u64) -> bool {
+        let low = (out as u32) & 15;
+        let align = if low == 0 { 16 } else { 1 << low.trailing_zeros() };
+        let g = &self.geo;
+        // SAFETY: the tensor's stored bytes are resident at `base` (plus the
+        // warp's padding); the book and entry table are the dataset's (the
+        // host sized them from the same codebook); the row is inside `out`.
+        unsafe {
+            match self.p.chunk {
+                1 => step::decode_row::<1, _, _, _, _>(&Hw, &Hw, b, &Hw, g, base, e_bytes, out, align),
+                2 => step::decode_row::<2, _, _, _, _>(&Hw, &Hw, b, &Hw, g, base, e_bytes, out, align),
+                4 => step::decode_row::<4, _, _, _, _>(&Hw, &Hw, b, &Hw, g, base, e_bytes, out, align),
+                _ => step::decode_row::<8, _, _, _, _>(&Hw, &Hw, b, &Hw, g, base, e_bytes, out, align),
             }
-            let (excl, sum) = arch::warp_exclusive_scan(total);
-            if pos + sum > limit {
-                return false;
-            }
-            if n > 0 {
-                let mut win = if total > 0 {
-                    sbits64(base, pos + excl, total)
-                } else {
-                    0
-                };
-                let mut word = 0u64;
-                for j in 0..cpl {
-                    if j < n {
-                        let w = table::lane_width(C, n, p, inv, lastj, last_width, j);
-                        let v = win & crate::bits::low_mask(w);
-                        win = if w >= 64 { 0 } else { win >> w };
-                        let e = self.entry::<C>((k0 + j) as u64);
-                        word |= table::decode_entry::<C>(&e, (p >> j) & 1 == 1, v) << (8 * C * j);
-                    }
-                }
-                let ob = k0 * C;
-                let nbytes = if l - ob < 8 { l - ob } else { 8 };
-                if nbytes == 8 && self.out8 {
-                    // SAFETY: 8-aligned (row base, stride and ob) inside the row.
-                    unsafe { arch::st_global_u64(out + ob as u64, word) };
-                } else {
-                    for b in 0..nbytes {
-                        // SAFETY: ob + b < L.
-                        unsafe {
-                            arch::st_global_u8(out + (ob + b) as u64, (word >> (8 * b)) as u32)
-                        };
-                    }
-                }
-            }
-            pos += sum;
-            g0 += 32 * cpl;
         }
-        let pad = (8 - pos % 8) % 8;
-        pos.div_ceil(8) == e_bytes && (pad == 0 || sbits32(base, pos, pad) == 0)
     }
 
     /// Copy `L` raw bytes held at shared address `base` to row `out`.
@@ -988,12 +882,7 @@ impl Ctx {
                 ITEM_RAW if ideal => self.write_ideal(base, out),
                 ITEM_RAW => self.copy_contig(base, out),
                 ITEM_ENCODED => {
-                    let ok = match self.p.chunk {
-                        1 => self.decode_contig::<1>(base, it.len, out),
-                        2 => self.decode_contig::<2>(base, it.len, out),
-                        4 => self.decode_contig::<4>(base, it.len, out),
-                        _ => self.decode_contig::<8>(base, it.len, out),
-                    };
+                    let ok = self.decode_step(&SharedBook(self.book_smem), base, it.len, out);
                     if !ok {
                         self.fail(it.row, out, STATUS_CORRUPT);
                     }
@@ -1105,6 +994,22 @@ pub unsafe fn run(p: DecodeParams, batch: bool) {
     let cmask = (1u64 << shift) - 1;
     let chunks = (p.row_bytes + cmask) >> shift;
     let table = arch::to_global(p.table);
+    if batch {
+        // Q: why must the book fit in shared memory?
+        // A: batch mode is for tensors of a few KB, whose book (at most
+        // 7 bytes per tensor byte) always fits beside the workspaces; the
+        // host checks it and uses streaming mode otherwise.
+        // The decode book, once per block.
+        let words = p.book_smem_bytes / 4;
+        let src = arch::to_global(p.book);
+        let mut i = arch::thread_idx();
+        while i < words {
+            // SAFETY: i·4 < book_smem_bytes <= book length.
+            unsafe { arch::st_shared_u32(base + i * 4, arch::ld_global_u32(src + i as u64 * 4)) };
+            i += arch::block_dim();
+        }
+        arch::sync_threads();
+    }
     if in_smem {
         // The codebook is loaded once per block (paper: metadata stays on the
         // GPU; here it also stays in shared memory when it fits).
@@ -1125,7 +1030,8 @@ pub unsafe fn run(p: DecodeParams, batch: bool) {
     // 16 bytes of padding per warp: bit reads may look up to 8 bytes past a
     // tensor's last byte.
     let warp_bytes = p.pbuf_words * 4 + p.ring_lines * LINE as u32 + 16;
-    let warp_base = base + p.table_smem_bytes + arch::warp_in_block() * warp_bytes;
+    let warp_base =
+        base + p.table_smem_bytes + p.book_smem_bytes + arch::warp_in_block() * warp_bytes;
     let out_base = arch::to_global(p.out);
     let ctx = Ctx {
         p,
@@ -1137,10 +1043,17 @@ pub unsafe fn run(p: DecodeParams, batch: bool) {
         aligned_out: out_base % 8 == 0 && p.out_stride & cmask == 0 && p.row_bytes & cmask == 0,
         raw_aligned: out_base % 4 == 0 && p.out_stride % 4 == 0,
         vec_out: out_base % 16 == 0 && p.out_stride % 16 == 0 && p.row_bytes % 16 == 0,
-        out8: out_base % 8 == 0 && p.out_stride % 8 == 0,
         out_base,
         pbuf: warp_base,
         ring: warp_base + p.pbuf_words * 4,
+        geo: step::Geometry {
+            chunks: chunks as u32,
+            row_bytes: p.row_bytes as u32,
+            layout: book::Layout::new(chunks as u32, p.chunk),
+            entries: table,
+            flags: p.decode_flags,
+        },
+        book_smem: base,
     };
     if batch {
         let (warp, warps) = arch::global_warp();

@@ -7,7 +7,7 @@ use crate::params::{
     CountParams, CpAsyncTestParams, DecodeParams, EncodeParams, MeasureParams, SCAN_PER_THREAD,
     SCAN_TILE, ScanParams, WarpTestParams,
 };
-use crate::simt::{Lanes, Mem};
+use crate::simt::{Book, Lanes, Mem, Shared};
 
 /// Bit counting (paper §4.1): `counts[8 * row_bytes] += per-bit-position
 /// popcount over all rows`.
@@ -297,9 +297,10 @@ pub unsafe extern "ptx-kernel" fn ibp_decode_stream(p: DecodeParams) {
     unsafe { crate::decode::run(p, false) }
 }
 
-/// The real machine behind [`Lanes`] and [`Mem`]: each method is one PTX
-/// instruction on global memory.
-struct Hw;
+/// The real machine behind [`Lanes`], [`Mem`] and [`Shared`]: each method is
+/// one PTX instruction (global memory for `Mem`, shared memory for
+/// `Shared`).
+pub(crate) struct Hw;
 
 impl Lanes for Hw {
     #[inline(always)]
@@ -321,6 +322,41 @@ impl Lanes for Hw {
     #[inline(always)]
     fn shfl_xor(&self, x: u32, m: u32) -> u32 {
         arch::shfl_xor(x, m)
+    }
+    #[inline(always)]
+    fn ballot(&self, pred: bool) -> u32 {
+        arch::ballot(pred)
+    }
+}
+
+// SAFETY (every method): forwarded to the caller, as `Shared` documents.
+impl Shared for Hw {
+    #[inline(always)]
+    unsafe fn ld_u32(&self, a: u32) -> u32 {
+        unsafe { arch::ld_shared_u32(a) }
+    }
+}
+
+/// The decode book copied into shared memory, at this shared address.
+pub(crate) struct SharedBook(pub u32);
+
+// SAFETY (every method): forwarded to the caller, as `Book` documents.
+impl Book for SharedBook {
+    #[inline(always)]
+    unsafe fn ld_u8(&self, off: u32) -> u32 {
+        unsafe { arch::ld_shared_u8(self.0 + off) }
+    }
+    #[inline(always)]
+    unsafe fn ld_u32(&self, off: u32) -> u32 {
+        unsafe { arch::ld_shared_u32(self.0 + off) }
+    }
+    #[inline(always)]
+    unsafe fn ld_v2(&self, off: u32) -> [u32; 2] {
+        unsafe { arch::ld_shared_v2(self.0 + off) }
+    }
+    #[inline(always)]
+    unsafe fn ld_v4(&self, off: u32) -> [u32; 4] {
+        unsafe { arch::ld_shared_v4(self.0 + off) }
     }
 }
 
@@ -353,6 +389,10 @@ impl Mem for Hw {
     #[inline(always)]
     unsafe fn st_u64(&self, a: u64, v: u64) {
         unsafe { arch::st_global_u64(a, v) }
+    }
+    #[inline(always)]
+    unsafe fn st_v4(&self, a: u64, v: [u32; 4]) {
+        unsafe { arch::st_global_v4(a, v) }
     }
     #[inline(always)]
     unsafe fn or_u32(&self, a: u64, v: u32) {

@@ -15,6 +15,9 @@
 //! - [`simt`]: the lane and memory operations a kernel body needs, as traits,
 //!   so that [`encode`] runs on the GPU and, emulated, in host tests.
 //! - [`encode`]: the fit's evaluation pass, the size query and compression.
+//! - [`book`]: the decode book (the codebook laid out for 16 output bytes
+//!   per lane) and the two-run expansion.
+//! - [`step`]: the batch decoder's inner loop over the [`simt`] traits.
 //! - [`params`]: `#[repr(C)]` kernel parameter blocks, shared with the host.
 //! - `arch` (nvptx only): thread ids, shuffles, ballot, shared memory, cp.async.
 //! - `kernels` (nvptx only): the thin `extern "ptx-kernel"` entry points.
@@ -26,10 +29,12 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod bits;
+pub mod book;
 pub mod count;
 pub mod encode;
 pub mod params;
 pub mod simt;
+pub mod step;
 pub mod table;
 pub mod warp;
 

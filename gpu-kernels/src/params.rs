@@ -97,11 +97,25 @@ pub struct DecodeParams {
     /// How lines are fetched into the ring: [`FETCH_CP_ASYNC`] or
     /// [`FETCH_LOAD_STORE`].
     pub fetch: u32,
-    pub _pad: u32,
+    /// `DECODE_FLAG_*` bits: fast paths forced off (tests and benchmarks).
+    pub decode_flags: u32,
     /// Packed layout: subtracted from every offset, so `src` may point at a
     /// copy of part of the payload (the DMA path) starting at this offset.
     pub offset_base: u64,
+    /// Batch mode: device address of the decode book (`crate::book`).
+    pub book: u64,
+    /// Bytes of the decode book copied into shared memory (0: read it from
+    /// global memory). In batch mode this replaces `table_smem_bytes`.
+    pub book_smem_bytes: u32,
+    pub _pad2: u32,
 }
+
+/// Decode flag: treat every step as [`crate::book::CLASS_GENERAL`] (the
+/// move-mask expansion), whatever its columns.
+pub const DECODE_FLAG_NO_CLASSES: u32 = 1;
+/// Decode flag: always scan the payload widths, even when every chunk of a
+/// step matches.
+pub const DECODE_FLAG_NO_PREFIX: u32 = 2;
 
 /// Fetch lines with `cp.async.cg` (asynchronous, bypasses registers and L1).
 pub const FETCH_CP_ASYNC: u32 = 0;

@@ -30,6 +30,8 @@ pub trait Lanes {
     fn shfl_idx(&self, x: u32, src: u32) -> u32;
     /// Value of lane `lane ^ m`.
     fn shfl_xor(&self, x: u32, m: u32) -> u32;
+    /// `vote.sync.ballot`: bit `l` set when lane `l` passes `pred`.
+    fn ballot(&self, pred: bool) -> u32;
 }
 
 /// Memory as the kernels use it. Addresses are plain `u64`.
@@ -74,6 +76,11 @@ pub trait Mem {
     /// # Safety
     /// `a` writable and 8-aligned.
     unsafe fn st_u64(&self, a: u64, v: u64);
+    /// Store 16 bytes at a 16-aligned address.
+    ///
+    /// # Safety
+    /// `a` writable and 16-aligned.
+    unsafe fn st_v4(&self, a: u64, v: [u32; 4]);
     /// Atomically OR into a 4-aligned u32.
     ///
     /// # Safety
@@ -84,6 +91,49 @@ pub trait Mem {
     /// # Safety
     /// `a` writable and 8-aligned.
     unsafe fn add_u64(&self, a: u64, v: u64);
+}
+
+/// The block's shared memory (the decoder's workspace), by 32-bit
+/// shared-space address.
+///
+/// # Safety
+/// Every method is `unsafe`: the address must be inside the launch's shared
+/// memory and aligned to the access width.
+pub trait Shared {
+    /// Load a u32.
+    ///
+    /// # Safety
+    /// `a` inside shared memory, 4-aligned.
+    unsafe fn ld_u32(&self, a: u32) -> u32;
+}
+
+/// A read-only table (the decode book), by byte offset from its start; it
+/// lives in shared memory when it fits, else in global memory.
+///
+/// # Safety
+/// Every method is `unsafe`: the offset must be inside the table and aligned
+/// to the access width.
+pub trait Book {
+    /// Load a byte.
+    ///
+    /// # Safety
+    /// `off` inside the table.
+    unsafe fn ld_u8(&self, off: u32) -> u32;
+    /// Load a u32.
+    ///
+    /// # Safety
+    /// `off` inside the table, 4-aligned.
+    unsafe fn ld_u32(&self, off: u32) -> u32;
+    /// Load 8 bytes.
+    ///
+    /// # Safety
+    /// `off` inside the table, 8-aligned.
+    unsafe fn ld_v2(&self, off: u32) -> [u32; 2];
+    /// Load 16 bytes.
+    ///
+    /// # Safety
+    /// `off` inside the table, 16-aligned.
+    unsafe fn ld_v4(&self, off: u32) -> [u32; 4];
 }
 
 /// Exclusive prefix sum over the warp and the warp's total: the Kogge–Stone

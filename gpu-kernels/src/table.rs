@@ -163,44 +163,6 @@ pub const fn decode_entry<const C: u32>(e: &Entry, participates: bool, v: u64) -
     }
 }
 
-/// Chunks one lane decodes per step: every lane produces 8 output bytes.
-///
-/// Q: why several chunks per lane?
-/// A: the warp scan (five dependent shuffles) and the bit-window read are
-/// paid once per lane per step instead of once per chunk: for 1-byte chunks
-/// eight times fewer scans. A lane's payload bits are at most 64, so one
-/// 64-bit window holds them all, and its 8-byte output is one store.
-#[inline(always)]
-pub const fn chunks_per_lane(chunk: u32) -> u32 {
-    8 / chunk
-}
-
-/// Payload widths of a lane's chunks from their participation bits `p`
-/// (bit j for chunk j), mask popcounts `inv` (byte j) and chunk widths:
-/// all `8C` bits wide except possibly the tensor's last chunk, of
-/// `last_width` bits, when `last` (index within the lane) is below `n`.
-#[inline(always)]
-pub const fn lane_width(
-    c: u32,
-    n: u32,
-    p: u32,
-    inv: u64,
-    last: u32,
-    last_width: u32,
-    j: u32,
-) -> u32 {
-    if j >= n {
-        return 0;
-    }
-    let full = if j == last { last_width } else { c * 8 };
-    let saved = ((inv >> (8 * j)) & 0xff) as u32;
-    if (p >> j) & 1 == 1 {
-        full - saved
-    } else {
-        full
-    }
-}
-
 /// Payload bits of chunk with entry `e` given its participation bit.
 #[inline(always)]
 pub const fn payload_width(e: &Entry, participates: bool) -> u32 {
@@ -284,16 +246,6 @@ mod tests {
         check::<2>(&mut next);
         check::<4>(&mut next);
         check::<8>(&mut next);
-    }
-
-    #[test]
-    fn lane_widths_follow_participation_and_tail() {
-        // Four 2-byte chunks, the last a 1-byte tail; chunks 0 and 2 match.
-        let inv = 0x00_03_00_05u64; // saved bits: chunk0 5, chunk2 3
-        let w: [u32; 4] = core::array::from_fn(|j| lane_width(2, 4, 0b0101, inv, 3, 8, j as u32));
-        assert_eq!(w, [11, 16, 13, 8]);
-        // Fewer valid chunks than lanes' share.
-        assert_eq!(lane_width(2, 2, 0b0101, inv, 3, 8, 2), 0);
     }
 
     #[test]

@@ -37,6 +37,10 @@ pub struct Args {
     /// by residency).
     #[arg(long, hide = true)]
     fetch: Option<String>,
+    /// Turn the batch decoder's fast paths off (to measure what they are
+    /// worth; output is identical).
+    #[arg(long, hide = true)]
+    no_fast_paths: bool,
     /// With the compression benchmarks, also time each kernel stage alone.
     #[arg(long)]
     stages: bool,
@@ -64,7 +68,7 @@ pub fn run(args: Args) -> Result<()> {
     let stream = Stream::new(StreamFlags::NON_BLOCKING, None)
         .map_err(|e| ibp::Error::cuda(e.to_string()))?;
     let info = gpu.info().clone();
-    let mut opts = DecodeOptions::default();
+    let mut opts = DecodeOptions::default().with_fast_paths(!args.no_fast_paths);
     if let Some(s) = args.max_sms {
         opts = opts.with_max_sms(s);
     }

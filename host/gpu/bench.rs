@@ -158,7 +158,7 @@ pub fn measure_decode(
     let mut out =
         DeviceBuffer::<u8>::zeroed(data.len()).map_err(cuda_err("allocating the output"))?;
     // Correctness first (the warm-up round trip).
-    dec.range(gpu, &ds, 0, n, &mut out, &status, stream)?;
+    dec.range(gpu, 0, n, &mut out, &status, stream)?;
     stream.synchronize().map_err(cuda_err("decoding"))?;
     status.check()?;
     if copy_to_host(&out)? != data {
@@ -168,9 +168,9 @@ pub fn measure_decode(
     }
     let seconds = time_median(stream, 2, 9, || {
         if ideal {
-            dec.ideal_range(gpu, &ds, 0, n, &mut out, &status, stream)
+            dec.ideal_range(gpu, 0, n, &mut out, &status, stream)
         } else {
-            dec.range(gpu, &ds, 0, n, &mut out, &status, stream)
+            dec.range(gpu, 0, n, &mut out, &status, stream)
         }
     })?;
     status.check()?;
@@ -265,7 +265,7 @@ pub fn measure_decode_dma(
     let mut scratch = super::DmaScratch::new(piece)?;
     let mut out =
         DeviceBuffer::<u8>::zeroed(data.len()).map_err(cuda_err("allocating the output"))?;
-    dec.range_dma(gpu, &ds, 0, n, &mut out, &status, &mut scratch, stream)?;
+    dec.range_dma(gpu, 0, n, &mut out, &status, &mut scratch, stream)?;
     stream.synchronize().map_err(cuda_err("decoding"))?;
     status.check()?;
     if copy_to_host(&out)? != data {
@@ -274,7 +274,7 @@ pub fn measure_decode_dma(
         ));
     }
     let seconds = time_median(stream, 2, 9, || {
-        dec.range_dma(gpu, &ds, 0, n, &mut out, &status, &mut scratch, stream)
+        dec.range_dma(gpu, 0, n, &mut out, &status, &mut scratch, stream)
     })?;
     status.check()?;
     Ok(DecodeMeasurement {

@@ -5,7 +5,7 @@
 //! let ds = GpuDataset::upload_packed(&gpu, &codebook, &packed.view(), Residency::Pinned)?;
 //! let dec = Decoder::new(&gpu, &ds, &DecodeOptions::default())?;
 //! let status = DecodeStatus::new()?;
-//! dec.gather(&gpu, &ds, &index, &mut out, &status, &stream)?;   // enqueued, no sync
+//! dec.gather(&gpu, &index, &mut out, &status, &stream)?;   // enqueued, no sync
 //! stream.synchronize()?; status.check()?;
 //! ```
 
@@ -65,12 +65,16 @@ impl Payload {
 }
 
 pub use crate::kernel_tables::decoder_table;
+use crate::kernel_tables::decode_book;
 
 /// A compressed dataset on the GPU side: codebook table, flag bitmap and
 /// (packed layout) offsets in device memory; the compressed bytes pinned on
 /// the host or on the device.
 pub struct GpuDataset {
     pub(crate) table: DeviceBuffer<u8>,
+    /// The batch decoder's book (`ibp_kernels::book`).
+    pub(crate) book: DeviceBuffer<u8>,
+    pub(crate) book_bytes: usize,
     pub(crate) flags: DeviceBuffer<u8>,
     pub(crate) offsets: Option<DeviceBuffer<u64>>,
     pub(crate) lengths: Option<DeviceBuffer<u32>>,
@@ -97,9 +101,12 @@ impl GpuDataset {
         check_codebook(cb, packed.row_bytes())?;
         packed.validate()?;
         let table = decoder_table(cb);
+        let book = decode_book(cb);
         Ok(GpuDataset {
             table_bytes: table.len(),
             table: DeviceBuffer::from_slice(&table).map_err(cuda_err("uploading the codebook"))?,
+            book_bytes: book.len(),
+            book: DeviceBuffer::from_slice(&book).map_err(cuda_err("uploading the codebook"))?,
             flags: upload_flags(packed.flags())?,
             offsets: Some(
                 DeviceBuffer::from_slice(packed.offsets())
@@ -127,9 +134,12 @@ impl GpuDataset {
         let table = decoder_table(cb);
         let lengths = fixed_lengths(cb, fixed);
         let stored = lengths.iter().map(|&n| n as u64).sum();
+        let book = decode_book(cb);
         Ok(GpuDataset {
             table_bytes: table.len(),
             table: DeviceBuffer::from_slice(&table).map_err(cuda_err("uploading the codebook"))?,
+            book_bytes: book.len(),
+            book: DeviceBuffer::from_slice(&book).map_err(cuda_err("uploading the codebook"))?,
             flags: upload_flags(fixed.flags())?,
             offsets: None,
             lengths: None,
@@ -227,6 +237,10 @@ pub struct DecodeOptions {
     /// How lines reach shared memory. `None`: by residency (see
     /// [`Fetch`]).
     pub fetch: Option<Fetch>,
+    /// Turn the batch decoder's fast paths off (every step expanded by move
+    /// masks, every step scanned): for tests and for measuring what the fast
+    /// paths are worth. Output is identical either way.
+    pub no_fast_paths: bool,
 }
 
 /// How the decoder moves source lines into shared memory.
@@ -271,6 +285,12 @@ impl DecodeOptions {
         self.fetch = Some(fetch);
         self
     }
+
+    /// Turn the fast paths on (the default) or off.
+    pub fn with_fast_paths(mut self, on: bool) -> Self {
+        self.no_fast_paths = !on;
+        self
+    }
 }
 
 /// Errors found by a decode, reported through device memory so that the
@@ -310,8 +330,19 @@ impl DecodeStatus {
     }
 }
 
-/// Launch geometry for one dataset, computed once.
-pub struct Decoder {
+/// A decoder for one dataset: launch geometry computed once, and the
+/// dataset itself, borrowed.
+///
+/// Q: why does the decoder borrow its dataset instead of taking one per
+/// call?
+/// A: its shared-memory carving and tables are sized from that dataset; a
+/// call with another dataset (longer tensors, another codebook) would let
+/// the kernel read past the workspace or the book. Borrowing makes the
+/// mismatch impossible to write.
+pub struct Decoder<'ds> {
+    pub(crate) ds: &'ds GpuDataset,
+    pub(crate) flags: u32,
+    pub(crate) book_smem_bytes: u32,
     pub(crate) grid: u32,
     pub(crate) block: u32,
     pub(crate) shared_bytes: u32,
@@ -325,9 +356,9 @@ pub struct Decoder {
 /// Largest tensor span, in lines, that batch mode takes (half a ring).
 const BATCH_MAX_LINES: u64 = 48;
 
-impl Decoder {
+impl<'ds> Decoder<'ds> {
     /// Size shared memory and the grid for `ds` on `gpu`.
-    pub fn new(gpu: &Gpu, ds: &GpuDataset, opts: &DecodeOptions) -> Result<Self> {
+    pub fn new(gpu: &Gpu, ds: &'ds GpuDataset, opts: &DecodeOptions) -> Result<Self> {
         let info = gpu.info();
         let l = ds.row_bytes;
         let k = l.div_ceil(ds.chunk as u64);
@@ -339,10 +370,15 @@ impl Decoder {
         // a tensor is a few KB; beyond that one tensor is enough work to
         // hide a round trip and streaming through a small ring saves shared
         // memory (more warps per SM).
+        // Batch mode also needs its decode book in shared memory beside at
+        // least one warp's workspace (always so for tensors of a few KB).
+        let budget = info.max_shared_per_block as u64;
+        let book = ds.book_bytes as u64;
         let batch = span_max <= BATCH_MAX_LINES
             && opts
                 .ring_bytes
-                .is_none_or(|b| b as u64 >= 2 * span_max * 128);
+                .is_none_or(|b| b as u64 >= 2 * span_max * 128)
+            && book + 2 * span_max.max(16) * 128 + 16 <= budget;
         let (ring_lines, pbuf_words) = if batch {
             let half = match opts.ring_bytes {
                 Some(b) => (b as u64 / 256).max(span_max),
@@ -363,13 +399,16 @@ impl Decoder {
         };
         let warp_bytes = pbuf_words as u64 * 4 + ring_lines as u64 * 128 + 16;
         let mut warps = opts.warps_per_block.unwrap_or(8).clamp(1, 32) as u64;
-        let budget = info.max_shared_per_block as u64;
         // Q: when does the codebook go to shared memory?
-        // A: when a block with it and its warps' workspaces still leaves room
-        // for two blocks per SM (registers allow about two blocks of eight
-        // warps anyway); otherwise L1 serves it to every warp of the SM.
+        // A: batch mode: always (its book; the entry table of the rare
+        // general steps is read through L1). Streaming mode: when a block
+        // with the table and its warps' workspaces still leaves room for two
+        // blocks per SM (registers allow about two blocks of eight warps
+        // anyway); otherwise L1 serves it to every warp of the SM.
         let table = ds.table_bytes as u64;
-        let table_smem = if table + warps * warp_bytes <= budget / 2 {
+        let table_smem = if batch {
+            book
+        } else if table + warps * warp_bytes <= budget / 2 {
             table
         } else {
             0
@@ -391,12 +430,20 @@ impl Decoder {
             .unwrap_or(info.sm_count)
             .clamp(1, info.sm_count);
         Ok(Decoder {
+            ds,
+            flags: if opts.no_fast_paths {
+                ibp_kernels::params::DECODE_FLAG_NO_CLASSES
+                    | ibp_kernels::params::DECODE_FLAG_NO_PREFIX
+            } else {
+                0
+            },
+            book_smem_bytes: if batch { book as u32 } else { 0 },
             grid: per_sm * sms,
             block,
             shared_bytes: shared as u32,
             ring_lines,
             pbuf_words,
-            table_smem_bytes: table_smem as u32,
+            table_smem_bytes: if batch { 0 } else { table_smem as u32 },
             batch,
             load_store: match opts.fetch {
                 Some(f) => f == Fetch::LoadStore,
@@ -423,7 +470,6 @@ impl Decoder {
     pub fn gather(
         &self,
         gpu: &Gpu,
-        ds: &GpuDataset,
         index: &DeviceSlice<u64>,
         out: &mut DeviceSlice<u8>,
         status: &DecodeStatus,
@@ -431,7 +477,7 @@ impl Decoder {
     ) -> Result<()> {
         gpu.launch_decode(
             self,
-            ds,
+            self.ds,
             Target::Index(index),
             out,
             status,
@@ -446,7 +492,6 @@ impl Decoder {
     pub fn range(
         &self,
         gpu: &Gpu,
-        ds: &GpuDataset,
         first: u64,
         count: u64,
         out: &mut DeviceSlice<u8>,
@@ -455,7 +500,7 @@ impl Decoder {
     ) -> Result<()> {
         gpu.launch_decode(
             self,
-            ds,
+            self.ds,
             Target::Range(first, count),
             out,
             status,
@@ -473,7 +518,6 @@ impl Decoder {
     pub fn ideal_range(
         &self,
         gpu: &Gpu,
-        ds: &GpuDataset,
         first: u64,
         count: u64,
         out: &mut DeviceSlice<u8>,
@@ -482,7 +526,7 @@ impl Decoder {
     ) -> Result<()> {
         gpu.launch_decode(
             self,
-            ds,
+            self.ds,
             Target::Range(first, count),
             out,
             status,
@@ -493,7 +537,7 @@ impl Decoder {
     }
 }
 
-impl Decoder {
+impl<'ds> Decoder<'ds> {
     /// Enqueue the pipelined range path: output row `i` receives tensor
     /// `first + i`, as [`Decoder::range`] does, but the compressed bytes of
     /// the range travel by DMA (`cuMemcpyHtoDAsync`) into `scratch`, piece by
@@ -511,7 +555,6 @@ impl Decoder {
     pub fn range_dma(
         &self,
         gpu: &Gpu,
-        ds: &GpuDataset,
         first: u64,
         count: u64,
         out: &mut DeviceSlice<u8>,
@@ -519,6 +562,7 @@ impl Decoder {
         scratch: &mut DmaScratch,
         stream: &Stream,
     ) -> Result<()> {
+        let ds = self.ds;
         let (Some(offsets), Payload::Pinned(payload)) = (&ds.host_offsets, &ds.payload) else {
             return Err(Error::invalid(
                 "the DMA path needs a packed dataset in pinned host memory (Residency::Pinned)",
@@ -595,7 +639,7 @@ impl Decoder {
             };
             gpu.launch_decode(
                 self,
-                ds,
+                self.ds,
                 Target::Range(a, b - a),
                 out,
                 status,
@@ -681,7 +725,7 @@ pub(crate) fn wait(stream: &Stream, event: &Event) -> Result<()> {
     )
 }
 
-impl Decoder {
+impl<'ds> Decoder<'ds> {
     /// Whether [`Decoder::range_auto`] takes the DMA path for `ds`.
     ///
     /// Q: where does the rule come from?
@@ -691,7 +735,8 @@ impl Decoder {
     /// (MiniLM f32: 60.6 against 54.9), and lost for small stored tensors
     /// (256 B at 90% savings: 113 against 219), where per-piece staging
     /// costs more than zero-copy reads.
-    pub fn prefers_dma(&self, ds: &GpuDataset) -> bool {
+    pub fn prefers_dma(&self) -> bool {
+        let ds = self.ds;
         let pinned_packed = ds.host_offsets.is_some() && matches!(ds.payload, Payload::Pinned(_));
         let mean_stored = ds.stored_bytes / ds.rows.max(1);
         pinned_packed && (ds.row_bytes >= 2048 || mean_stored >= 768)
@@ -704,7 +749,6 @@ impl Decoder {
     pub fn range_auto(
         &self,
         gpu: &Gpu,
-        ds: &GpuDataset,
         first: u64,
         count: u64,
         out: &mut DeviceSlice<u8>,
@@ -712,10 +756,10 @@ impl Decoder {
         scratch: &mut DmaScratch,
         stream: &Stream,
     ) -> Result<()> {
-        if self.prefers_dma(ds) {
-            self.range_dma(gpu, ds, first, count, out, status, scratch, stream)
+        if self.prefers_dma() {
+            self.range_dma(gpu, first, count, out, status, scratch, stream)
         } else {
-            self.range(gpu, ds, first, count, out, status, stream)
+            self.range(gpu, first, count, out, status, stream)
         }
     }
 }

@@ -217,7 +217,7 @@ impl Gpu {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn launch_decode(
         &self,
-        dec: &Decoder,
+        dec: &Decoder<'_>,
         ds: &GpuDataset,
         target: Target<'_>,
         out: &mut DeviceSlice<u8>,
@@ -295,7 +295,10 @@ impl Gpu {
             } else {
                 ibp_kernels::params::FETCH_CP_ASYNC
             },
-            _pad: 0,
+            decode_flags: dec.flags,
+            book: ds.book.as_device_ptr().as_raw(),
+            book_smem_bytes: dec.book_smem_bytes,
+            _pad2: 0,
         };
         let warps = (dec.block / 32) as u64;
         let grid = (dec.grid as u64).min(count.div_ceil(warps)).max(1) as u32;

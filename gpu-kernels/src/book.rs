@@ -1,0 +1,250 @@
+//! The decode book: the codebook laid out for the batch decoder's step of
+//! 16 output bytes per lane ([`crate::step`]), built once per codebook on the
+//! host and read by the kernels (and by their host emulation).
+//!
+//! A step of a warp covers `32 · 16 / C` consecutive chunks; lane `l` of
+//! step `g` decodes chunks `k0 = (32g + l) · 16/C` to `k0 + 16/C − 1`, i.e.
+//! output bytes `16·(32g + l)` to `16·(32g + l) + 15`. Every field is stored
+//! in chunk order, so a lane's share of a field is one contiguous, aligned
+//! run and a warp's loads are contiguous (no bank conflicts). `KP` is the
+//! chunk count rounded up to whole steps; chunks past the tensor's end are
+//! zero in every field (width 0), so the last step needs no bounds logic.
+//!
+//! | field | bytes | per chunk |
+//! | --- | --- | --- |
+//! | `BITVAL` | `KP·C` | the codebook's bit values (`C` bytes, little-endian) |
+//! | `RUN1` | `KP·C` | the lowest run of free bits |
+//! | `FREE` | `KP·C` | all free bits |
+//! | `PARAMS` | `KP·4` | `s1, d2, pw, fw` (one byte each, see below) |
+//! | `CLASS` | one byte per step, padded to 16 | [`CLASS_NONE_FREE`], [`CLASS_TWO_RUNS`] or [`CLASS_GENERAL`] |
+//! | `PREFIX` | `4·32` per step | lane `l`'s inclusive prefix of payload widths when every chunk of the step matches |
+//!
+//! `s1` is the first bit of the lowest run of free bits, `d2 = s2 − n1` the
+//! left shift that takes the payload's bits past that run to the second run
+//! (first bit `s2`), `pw` the payload width of a matching chunk
+//! (`popcount(free)`), `fw` the chunk's width in bits (0 past the end).
+//!
+//! Q: why two runs?
+//! A: a float column whose exponent is invariant has its free bits in the
+//! low mantissa and the sign: two runs (all of MiniLM's f32 and bf16
+//! columns), and Cora's columns have none or one. With at most two runs the
+//! inverse of `pext` is two shifts and two three-input logic operations
+//! ([`expand2_32`]) instead of `log2(8C)` move-mask rounds, and the same
+//! holds for every lane, so a warp never diverges on it. A step with any
+//! column of three or more runs takes the general move-mask path
+//! ([`CLASS_GENERAL`]).
+
+use crate::bits;
+
+/// Output bytes one lane produces per step.
+pub const LANE_BYTES: u32 = 16;
+
+/// Chunks one lane decodes per step.
+#[inline(always)]
+pub const fn chunks_per_lane(chunk: u32) -> u32 {
+    LANE_BYTES / chunk
+}
+
+/// Chunks per warp step.
+#[inline(always)]
+pub const fn step_chunks(chunk: u32) -> u32 {
+    32 * chunks_per_lane(chunk)
+}
+
+/// Every chunk of the step has no free bits: a matching chunk is its bit
+/// value, and reads no payload.
+pub const CLASS_NONE_FREE: u8 = 0;
+/// Every chunk's free bits form at most two runs.
+pub const CLASS_TWO_RUNS: u8 = 1;
+/// Some chunk needs the general move-mask expansion.
+pub const CLASS_GENERAL: u8 = 2;
+
+/// Byte offsets of the fields of a decode book.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Layout {
+    /// Steps per tensor.
+    pub steps: u32,
+    /// `BITVAL` (always 0).
+    pub bitval: u32,
+    /// `RUN1`.
+    pub run1: u32,
+    /// `FREE`.
+    pub free: u32,
+    /// `PARAMS`.
+    pub params: u32,
+    /// `CLASS`.
+    pub class: u32,
+    /// `PREFIX`.
+    pub prefix: u32,
+    /// Total bytes (a multiple of 16).
+    pub bytes: u32,
+}
+
+impl Layout {
+    /// The layout for tensors of `chunks` chunks of `chunk` bytes.
+    #[inline(always)]
+    pub const fn new(chunks: u32, chunk: u32) -> Self {
+        let per_step = step_chunks(chunk);
+        let steps = chunks.div_ceil(per_step);
+        let kp = steps * per_step;
+        let field = kp * chunk;
+        let params = 3 * field;
+        let class = params + 4 * kp;
+        let prefix = class + steps.div_ceil(16) * 16;
+        Layout {
+            steps,
+            bitval: 0,
+            run1: field,
+            free: 2 * field,
+            params,
+            class,
+            prefix,
+            bytes: prefix + steps * 128,
+        }
+    }
+}
+
+/// The `PARAMS` word of a chunk with free bits `free` (within a chunk of
+/// `width` bits) when they form at most two runs, else `None` (its `pw` and
+/// `fw` bytes then still come from [`params_general`]).
+pub const fn params_two_runs(free: u64, width: u32) -> Option<u32> {
+    let pw = free.count_ones();
+    if free == 0 {
+        return Some(pw << 16 | width << 24);
+    }
+    let s1 = free.trailing_zeros();
+    let n1 = (free >> s1).trailing_ones();
+    let rest = if s1 + n1 >= 64 {
+        0
+    } else {
+        free & !bits::low_mask(s1 + n1)
+    };
+    let (d2, ok) = if rest == 0 {
+        (0, true)
+    } else {
+        let s2 = rest.trailing_zeros();
+        let n2 = (rest >> s2).trailing_ones();
+        (s2 - n1, n1 + n2 == pw)
+    };
+    if ok {
+        Some(s1 | d2 << 8 | pw << 16 | width << 24)
+    } else {
+        None
+    }
+}
+
+/// The `PARAMS` word of a chunk that needs the general path (only `pw` and
+/// `fw` are read).
+pub const fn params_general(free: u64, width: u32) -> u32 {
+    free.count_ones() << 16 | width << 24
+}
+
+/// The lowest run of the set bits of `free`.
+pub const fn lowest_run(free: u64) -> u64 {
+    if free == 0 {
+        return 0;
+    }
+    let s1 = free.trailing_zeros();
+    let n1 = (free >> s1).trailing_ones();
+    bits::low_mask(n1) << s1
+}
+
+/// Rebuild a matching chunk of at most 4 bytes from its payload `v` (its
+/// `pw` low bits; higher bits of `v` must be zero), given its `PARAMS`
+/// shifts, `RUN1`, `FREE` and `BITVAL`: the inverse of `pext` when the free
+/// bits form at most two runs.
+#[inline(always)]
+pub const fn expand2_32(v: u32, s1: u32, d2: u32, run1: u32, free: u32, bitval: u32) -> u32 {
+    let t1 = v << (s1 & 31);
+    let t2 = v << (d2 & 31);
+    let y = (t1 & run1) | (t2 & !run1);
+    (y & free) | bitval
+}
+
+/// 64-bit [`expand2_32`] for 8-byte chunks.
+#[inline(always)]
+pub const fn expand2_64(v: u64, s1: u32, d2: u32, run1: u64, free: u64, bitval: u64) -> u64 {
+    let t1 = v << (s1 & 63);
+    let t2 = v << (d2 & 63);
+    let y = (t1 & run1) | (t2 & !run1);
+    (y & free) | bitval
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn next(s: &mut u64) -> u64 {
+        *s ^= *s << 13;
+        *s ^= *s >> 7;
+        *s ^= *s << 17;
+        *s
+    }
+
+    #[test]
+    fn two_run_expansion_inverts_pext() {
+        let mut s = 0x1234_5678_9abc_def1;
+        for width in [8u32, 16, 24, 32, 40, 64] {
+            for _ in 0..4000 {
+                // Free bits: zero, one or two runs, or random (often more).
+                let r = next(&mut s);
+                let a = (r % width as u64) as u32;
+                let b = a + ((r >> 8) % (width - a) as u64) as u32;
+                let c = b + ((r >> 16) % (width - b + 1) as u64) as u32;
+                let d = c + ((r >> 24) % (width - c + 1) as u64) as u32;
+                let run = |lo: u32, hi: u32| bits::low_mask(hi) & !bits::low_mask(lo);
+                let free = match r >> 60 {
+                    0 => 0,
+                    1..=4 => run(a, b + 1),
+                    5..=12 => run(a, b + 1) | run(c, d),
+                    _ => next(&mut s) & bits::low_mask(width),
+                };
+                let mask = !free & bits::low_mask(width);
+                let x = next(&mut s) & bits::low_mask(width);
+                let bitval = x & mask;
+                let steps = bits::move_steps(if width > 32 { 8 } else { 4 });
+                let mv = bits::move_masks(free, steps);
+                let payload = bits::compress(x, free, &mv, steps);
+                match params_two_runs(free, width) {
+                    Some(p) => {
+                        assert_eq!(p >> 16 & 0xff, free.count_ones());
+                        assert_eq!(p >> 24, width);
+                        let (s1, d2) = (p & 0xff, p >> 8 & 0xff);
+                        let r1 = lowest_run(free);
+                        assert_eq!(expand2_64(payload, s1, d2, r1, free, bitval), x);
+                        if width <= 32 {
+                            let y = expand2_32(
+                                payload as u32,
+                                s1,
+                                d2,
+                                r1 as u32,
+                                free as u32,
+                                bitval as u32,
+                            );
+                            assert_eq!(y as u64, x);
+                        }
+                    }
+                    None => {
+                        // Three runs or more.
+                        let runs = (free ^ (free << 1)).count_ones().div_ceil(2);
+                        assert!(runs >= 3, "free {free:#x} has {runs} runs");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn layout_is_aligned_and_whole_steps() {
+        for chunk in [1u32, 2, 4, 8] {
+            for chunks in [1u32, 7, 64, 511, 512, 513, 717, 5732] {
+                let l = Layout::new(chunks, chunk);
+                assert!(l.steps * step_chunks(chunk) >= chunks);
+                for off in [l.run1, l.free, l.params, l.class, l.prefix, l.bytes] {
+                    assert_eq!(off % 16, 0, "C={chunk} K={chunks}");
+                }
+                assert!(l.class - l.params == 4 * l.steps * step_chunks(chunk));
+            }
+        }
+    }
+}

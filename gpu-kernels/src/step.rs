@@ -1,0 +1,359 @@
+//! The batch decoder's inner loop: one encoded tensor, resident contiguously
+//! in shared memory, decoded by one warp into its output row, 16 output
+//! bytes per lane per step (paper §4.3, with the step widened and the work
+//! per chunk cut).
+//!
+//! Written over the [`crate::simt`] traits, so the kernels and the host
+//! emulation (`host/kernel_emu.rs`) run this very body; the tests compare it
+//! with the CPU decoder with every fast path forced on and forced off.
+//!
+//! A step, per lane:
+//! 1. its `16/C` participation bits (one shared-memory word);
+//! 2. its chunks' payload widths from the book's `PARAMS` (`pw` when the
+//!    chunk matches, `fw` otherwise) and their sum;
+//! 3. its first payload bit: an exclusive warp scan of the sums, or, when
+//!    every chunk of the step matches (one ballot), the book's precomputed
+//!    `PREFIX`, which needs no shuffle at all;
+//! 4. each chunk's payload (two or three shared-memory words and a funnel
+//!    shift), expanded by the step's class (see [`crate::book`]): nothing to
+//!    expand when the step's columns have no free bits, two shifts and two
+//!    logic operations when their free bits form at most two runs, the
+//!    move-mask rounds otherwise;
+//! 5. one 16-byte store.
+//!
+//! Q: why 16 bytes per lane rather than one chunk?
+//! A: the scan (five dependent shuffles), the participation read and the
+//! loop overhead are paid once per 16 output bytes instead of once per
+//! chunk, and the output leaves in one 16-byte store per lane (a 512-byte
+//! warp store) when the row is aligned.
+
+use crate::bits::low_mask;
+use crate::book::{
+    CLASS_GENERAL, CLASS_NONE_FREE, CLASS_TWO_RUNS, Layout, chunks_per_lane, expand2_32,
+    expand2_64,
+};
+use crate::params::{DECODE_FLAG_NO_CLASSES, DECODE_FLAG_NO_PREFIX};
+use crate::simt::{Book, Lanes, Mem, Shared, exclusive_scan};
+use crate::table::{self, Entry, entry_bytes, window32, window64};
+
+/// Run `$body` for `$j` = 0, 1, … 15 with `$j` a constant in each copy.
+///
+/// Q: why a macro rather than a loop?
+/// A: the per-chunk values live in small arrays; a loop LLVM declines to
+/// unroll (its bodies are large for 1-byte chunks) indexes them at run time,
+/// which moves them to local memory. Sixteen constant copies, the ones past
+/// `16/C` folded away, keep every index constant.
+macro_rules! each_chunk {
+    ($j:ident => $body:block) => {
+        each_chunk!(@ $j $body 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15)
+    };
+    (@ $j:ident $body:block $($n:literal)*) => {
+        $( { let $j: u32 = $n; $body } )*
+    };
+}
+
+/// What the step needs to know about the tensors of a launch.
+#[derive(Clone, Copy, Debug)]
+pub struct Geometry {
+    /// Chunks per tensor (`K`).
+    pub chunks: u32,
+    /// Bytes per tensor (`L`).
+    pub row_bytes: u32,
+    /// The decode book's layout.
+    pub layout: Layout,
+    /// Global address of the per-chunk entry table (`crate::table`), read
+    /// only by [`CLASS_GENERAL`] steps.
+    pub entries: u64,
+    /// `DECODE_FLAG_*` bits (fast paths forced off, for tests).
+    pub flags: u32,
+}
+
+/// `n ≤ 32` bits at stream bit `bit` of the bytes at shared address `base`.
+#[inline(always)]
+fn bits32<S: Shared>(s: &S, base: u32, bit: u32, n: u32) -> u32 {
+    let a = base * 8 + bit;
+    let w = (a >> 5) << 2;
+    // SAFETY: the caller keeps `bit + n` inside the tensor's stored bytes;
+    // the second word may lie up to 4 bytes past them, inside the warp's
+    // region and its 16 bytes of padding.
+    let (w0, w1) = unsafe { (s.ld_u32(w), s.ld_u32(w + 4)) };
+    window32(w0, w1, a & 31, n)
+}
+
+/// `n ≤ 64` bits at stream bit `bit`.
+#[inline(always)]
+fn bits64<S: Shared>(s: &S, base: u32, bit: u32, n: u32) -> u64 {
+    let a = base * 8 + bit;
+    let w = (a >> 5) << 2;
+    // SAFETY: as in `bits32`, up to 8 bytes past the stored bytes.
+    let (w0, w1, w2) = unsafe { (s.ld_u32(w), s.ld_u32(w + 4), s.ld_u32(w + 8)) };
+    window64(w0, w1, w2, a & 31, n)
+}
+
+/// Field of chunk `j` (of a lane's `16/C`) from the lane's 16 bytes of a
+/// field held as four words (`C ≤ 4`).
+#[inline(always)]
+fn field32<const C: u32>(w: &[u32; 4], j: u32) -> u32 {
+    let byte = j * C;
+    let x = w[(byte / 4) as usize] >> ((byte % 4) * 8);
+    if C == 4 { x } else { x & (low_mask(C * 8) as u32) }
+}
+
+/// Field of chunk `j ∈ {0, 1}` for 8-byte chunks.
+#[inline(always)]
+fn field64(w: &[u32; 4], j: u32) -> u64 {
+    (w[(2 * j) as usize] as u64) | ((w[(2 * j + 1) as usize] as u64) << 32)
+}
+
+/// Load the lane's `PARAMS` words (`16/C` of them; the rest are 0).
+#[inline(always)]
+fn load_params<const C: u32, B: Book>(b: &B, off: u32) -> [u32; 16] {
+    let mut p = [0u32; 16];
+    // SAFETY (all loads): inside the book's PARAMS field (whole steps),
+    // aligned to the load width (`off` is a multiple of 4·16/C bytes).
+    unsafe {
+        match C {
+            8 => {
+                let x = b.ld_v2(off);
+                p[0] = x[0];
+                p[1] = x[1];
+            }
+            4 => p[..4].copy_from_slice(&b.ld_v4(off)),
+            2 => {
+                p[..4].copy_from_slice(&b.ld_v4(off));
+                p[4..8].copy_from_slice(&b.ld_v4(off + 16));
+            }
+            _ => {
+                p[..4].copy_from_slice(&b.ld_v4(off));
+                p[4..8].copy_from_slice(&b.ld_v4(off + 16));
+                p[8..12].copy_from_slice(&b.ld_v4(off + 32));
+                p[12..16].copy_from_slice(&b.ld_v4(off + 48));
+            }
+        }
+    }
+    p
+}
+
+/// Entry of chunk `k` from the global entry table (general path).
+#[inline(always)]
+fn entry<const C: u32, M: Mem>(m: &M, entries: u64, k: u32) -> Entry {
+    let a = entries + k as u64 * entry_bytes(C) as u64;
+    let mut w = [0u32; 18];
+    let mut i = 0;
+    while i < 9 {
+        if i * 8 < entry_bytes(C) {
+            // SAFETY: inside entry k of the table (k < K), 8-aligned.
+            let x = unsafe { m.ld_ro_u64(a + 8 * i as u64) };
+            w[2 * i as usize] = x as u32;
+            w[2 * i as usize + 1] = (x >> 32) as u32;
+        }
+        i += 1;
+    }
+    Entry::from_words::<C>(&w)
+}
+
+/// Store the lane's output bytes `[0, n)` (`n ≤ 16`) at `a`; `align` is the
+/// largest power of two (at most 16) dividing `a`.
+#[inline(always)]
+fn store16<M: Mem>(m: &M, a: u64, w: [u32; 4], n: u32, align: u32) {
+    // SAFETY (all stores): the caller owns bytes [a, a + n) of the output
+    // row; each store is aligned to its width by `align`.
+    unsafe {
+        if n == 16 && align >= 16 {
+            m.st_v4(a, w);
+            return;
+        }
+        let mut q = 0;
+        while q < 4 {
+            let x = w[q as usize];
+            if 4 * q + 4 <= n && align >= 4 {
+                m.st_u32(a + 4 * q as u64, x);
+            } else {
+                let mut b = 0;
+                while b < 4 {
+                    if 4 * q + b < n {
+                        m.st_u8(a + (4 * q + b) as u64, x >> (8 * b));
+                    }
+                    b += 1;
+                }
+            }
+            q += 1;
+        }
+    }
+}
+
+/// Decode the encoded tensor of `e_bytes` stored bytes at shared address
+/// `base` into the output row at global address `out` (aligned to `align`,
+/// a power of two ≤ 16). Returns false when its bits disagree with its
+/// length or padding (corrupt); nothing outside the stored bytes (plus the
+/// region's padding) is read either way.
+///
+/// Every lane calls this with the same arguments (warp-uniform control).
+///
+/// # Safety
+/// `base .. base + e_bytes + 16` is readable through `s`; the book `b`
+/// holds a [`Layout`] of `g.layout`; `g.entries` holds `K` entries; the
+/// output row `[out, out + L)` is writable; `e_bytes ≥ ⌈K/8⌉`.
+#[inline(always)]
+#[allow(unused_assignments)] // the last chunk's `bit +=` is never read
+pub unsafe fn decode_row<const C: u32, W: Lanes, S: Shared, B: Book, M: Mem>(
+    w: &W,
+    s: &S,
+    b: &B,
+    m: &M,
+    g: &Geometry,
+    base: u32,
+    e_bytes: u32,
+    out: u64,
+    align: u32,
+) -> bool {
+    let cpl = chunks_per_lane(C);
+    let k_total = g.chunks;
+    let lay = g.layout;
+    let lane = w.lane();
+    let limit = e_bytes * 8;
+    let classes = g.flags & DECODE_FLAG_NO_CLASSES == 0;
+    let prefix = g.flags & DECODE_FLAG_NO_PREFIX == 0;
+    let mut pos = k_total;
+    let mut step = 0;
+    while step < lay.steps {
+        let k0 = (step * 32 + lane) * cpl;
+        let nvalid = if k0 >= k_total {
+            0
+        } else if k_total - k0 < cpl {
+            k_total - k0
+        } else {
+            cpl
+        };
+        let vmask = low_mask(nvalid) as u32;
+        // Bits past K are payload, not participation: masked off.
+        let p = if nvalid > 0 {
+            bits32(s, base, k0, cpl) & vmask
+        } else {
+            0
+        };
+        let prm = load_params::<C, B>(b, lay.params + 4 * k0);
+        let mut wid = [0u32; 16];
+        let mut tot = 0;
+        each_chunk!(j => {
+            if j < cpl {
+                let x = prm[j as usize];
+                wid[j as usize] = if (p >> j) & 1 == 1 {
+                    (x >> 16) & 0xff
+                } else {
+                    x >> 24
+                };
+                tot += wid[j as usize];
+            }
+        });
+        let all_match = w.ballot(p == vmask) == u32::MAX;
+        let (excl, sum) = if all_match && prefix {
+            let row = lay.prefix + 128 * step;
+            // SAFETY: inside the book's PREFIX field (step < steps).
+            let (incl, sum) = unsafe { (b.ld_u32(row + 4 * lane), b.ld_u32(row + 124)) };
+            (incl.wrapping_sub(tot), sum)
+        } else {
+            exclusive_scan(w, tot)
+        };
+        if sum > limit || pos > limit - sum {
+            return false;
+        }
+        let class = if classes {
+            // SAFETY: inside the CLASS field.
+            unsafe { b.ld_u8(lay.class + step) as u8 }
+        } else {
+            CLASS_GENERAL
+        };
+        let ob = k0 * C;
+        // SAFETY: inside the BITVAL field, 16-aligned.
+        let bv = unsafe { b.ld_v4(lay.bitval + ob) };
+        let mut bit = pos + excl;
+        let mut o = [0u32; 4];
+        if class == CLASS_NONE_FREE && all_match {
+            o = bv;
+        } else if C == 8 {
+            let (r1, fr) = if class == CLASS_TWO_RUNS {
+                // SAFETY: inside the RUN1 and FREE fields, 16-aligned.
+                unsafe { (b.ld_v4(lay.run1 + ob), b.ld_v4(lay.free + ob)) }
+            } else {
+                ([0; 4], [0; 4])
+            };
+            each_chunk!(j => {
+              if j < 2 {
+                let wj = wid[j as usize];
+                let v = if wj > 0 { bits64(s, base, bit, wj) } else { 0 };
+                bit += wj;
+                let x = if (p >> j) & 1 == 0 {
+                    v
+                } else if class == CLASS_NONE_FREE {
+                    field64(&bv, j)
+                } else if class == CLASS_TWO_RUNS {
+                    let q = prm[j as usize];
+                    expand2_64(
+                        v,
+                        q & 0xff,
+                        (q >> 8) & 0xff,
+                        field64(&r1, j),
+                        field64(&fr, j),
+                        field64(&bv, j),
+                    )
+                } else {
+                    let e = entry::<8, M>(m, g.entries, k0 + j);
+                    table::decode_entry::<8>(&e, true, v)
+                };
+                o[2 * j as usize] = x as u32;
+                o[2 * j as usize + 1] = (x >> 32) as u32;
+              }
+            });
+        } else {
+            let (r1, fr) = if class == CLASS_TWO_RUNS {
+                // SAFETY: as above.
+                unsafe { (b.ld_v4(lay.run1 + ob), b.ld_v4(lay.free + ob)) }
+            } else {
+                ([0; 4], [0; 4])
+            };
+            each_chunk!(j => {
+                if j < cpl {
+                    let wj = wid[j as usize];
+                    let v = if wj > 0 { bits32(s, base, bit, wj) } else { 0 };
+                    bit += wj;
+                    let x = if (p >> j) & 1 == 0 {
+                        v
+                    } else if class == CLASS_NONE_FREE {
+                        field32::<C>(&bv, j)
+                    } else if class == CLASS_TWO_RUNS {
+                        let q = prm[j as usize];
+                        expand2_32(
+                            v,
+                            q & 0xff,
+                            (q >> 8) & 0xff,
+                            field32::<C>(&r1, j),
+                            field32::<C>(&fr, j),
+                            field32::<C>(&bv, j),
+                        )
+                    } else if k0 + j < k_total {
+                        let e = entry::<C, M>(m, g.entries, k0 + j);
+                        table::decode_entry::<C>(&e, true, v as u64) as u32
+                    } else {
+                        0
+                    };
+                    let byte = j * C;
+                    o[(byte / 4) as usize] |= x << ((byte % 4) * 8);
+                }
+            });
+        }
+        if ob < g.row_bytes {
+            let n = if g.row_bytes - ob < 16 {
+                g.row_bytes - ob
+            } else {
+                16
+            };
+            store16(m, out + ob as u64, o, n, align);
+        }
+        pos += sum;
+        step += 1;
+    }
+    // The stream must end exactly at E, with zero padding.
+    let pad = (8 - pos % 8) % 8;
+    pos.div_ceil(8) == e_bytes && (pad == 0 || bits32(s, base, pos, pad) == 0)
+}
