@@ -42,6 +42,9 @@ for ptx in "$ptx_dir"/*.ptx; do
 done
 rm -rf "$ptx_dir"
 
+step "decode step instructions per path (SASS of the probe kernels; budget 100 per 256 output bytes)"
+IBP_STEP_BUDGET=100 bash scripts/sass.sh --steps
+
 if [ -x scripts/fuzz-smoke.sh ]; then
   step "fuzz smoke run"
   bash scripts/fuzz-smoke.sh "${IBP_FUZZ_SECONDS:-20}"

@@ -723,3 +723,63 @@ pub unsafe extern "ptx-kernel" fn ibp_scan_apply(p: ScanParams) {
         j += 1;
     }
 }
+
+/// Probe kernels for `scripts/sass.sh` (feature `probe`, never in the
+/// shipped PTX): the batch decoder's step loop with one path fixed at
+/// compile time, so that its loop body in the SASS is that path's cost per
+/// step. `ibp_probe_c{C}_{path}`: `none` (no free bits, every chunk
+/// matches: the Cora case), `two` (two runs, every chunk matches), `twoscan`
+/// (two runs with the scan: some chunk of the step does not match), `gen`
+/// (move masks, scan); `nonescan` (no free bits, some chunk does not match).
+#[cfg(feature = "probe")]
+mod probe {
+    use super::{Hw, SharedBook};
+    use crate::book::{CLASS_GENERAL, CLASS_NONE_FREE, CLASS_TWO_RUNS, Layout};
+    use crate::params::DecodeParams;
+    use crate::step::{Geometry, decode_row_as};
+
+    macro_rules! probe {
+        ($name:ident, $c:literal, $class:expr, $prefix:literal) => {
+            /// Probe (see the module).
+            ///
+            /// # Safety
+            /// Never launched; built for its SASS only.
+            #[unsafe(no_mangle)]
+            pub unsafe extern "ptx-kernel" fn $name(p: DecodeParams) {
+                let chunks = (p.row_bytes as u32).div_ceil($c);
+                let g = Geometry {
+                    chunks,
+                    row_bytes: p.row_bytes as u32,
+                    layout: Layout::new(chunks, $c),
+                    entries: p.table,
+                    flags: 0,
+                };
+                // SAFETY: never launched.
+                let ok = unsafe {
+                    decode_row_as::<$c, { $class }, $prefix, _, _, _, _>(
+                        &Hw, &Hw, &SharedBook(0), &Hw, &g, p.ring_lines, p.pbuf_words, p.out, 16,
+                    )
+                };
+                if !ok {
+                    // SAFETY: never launched.
+                    unsafe { crate::arch::st_global_u32(p.status, 1) };
+                }
+            }
+        };
+    }
+    probe!(ibp_probe_c8_none, 8, CLASS_NONE_FREE, 1);
+    probe!(ibp_probe_c8_nonescan, 8, CLASS_NONE_FREE, 0);
+    probe!(ibp_probe_c8_two, 8, CLASS_TWO_RUNS, 1);
+    probe!(ibp_probe_c8_twoscan, 8, CLASS_TWO_RUNS, 0);
+    probe!(ibp_probe_c8_gen, 8, CLASS_GENERAL, 0);
+    probe!(ibp_probe_c4_none, 4, CLASS_NONE_FREE, 1);
+    probe!(ibp_probe_c4_two, 4, CLASS_TWO_RUNS, 1);
+    probe!(ibp_probe_c4_twoscan, 4, CLASS_TWO_RUNS, 0);
+    probe!(ibp_probe_c4_gen, 4, CLASS_GENERAL, 0);
+    probe!(ibp_probe_c2_two, 2, CLASS_TWO_RUNS, 1);
+    probe!(ibp_probe_c2_twoscan, 2, CLASS_TWO_RUNS, 0);
+    probe!(ibp_probe_c2_gen, 2, CLASS_GENERAL, 0);
+    probe!(ibp_probe_c1_two, 1, CLASS_TWO_RUNS, 1);
+    probe!(ibp_probe_c1_twoscan, 1, CLASS_TWO_RUNS, 0);
+    probe!(ibp_probe_c1_gen, 1, CLASS_GENERAL, 0);
+}

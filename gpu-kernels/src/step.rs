@@ -152,33 +152,52 @@ fn entry<const C: u32, M: Mem>(m: &M, entries: u64, k: u32) -> Entry {
     Entry::from_words::<C>(&w)
 }
 
-/// Store the lane's output bytes `[0, n)` (`n ≤ 16`) at `a`; `align` is the
-/// largest power of two (at most 16) dividing `a`.
+/// Store the lane's 16 output bytes at `a`; `align` is the largest power of
+/// two (at most 16) dividing `a`.
+///
+/// Q: why three widths?
+/// A: a row whose length is not a multiple of 16 (Cora's 5732 bytes) leaves
+/// most rows 4- or 8-aligned; two 8-byte or four 4-byte stores are still far
+/// cheaper than byte stores, which only the tail of a row and rows at odd
+/// addresses need ([`store_tail`], kept out of line).
 #[inline(always)]
-fn store16<M: Mem>(m: &M, a: u64, w: [u32; 4], n: u32, align: u32) {
-    // SAFETY (all stores): the caller owns bytes [a, a + n) of the output
+fn store16<M: Mem>(m: &M, a: u64, w: [u32; 4], align: u32) {
+    // SAFETY (all stores): the caller owns bytes [a, a + 16) of the output
     // row; each store is aligned to its width by `align`.
     unsafe {
-        if n == 16 && align >= 16 {
+        if align >= 16 {
             m.st_v4(a, w);
-            return;
+        } else if align >= 8 {
+            m.st_u64(a, (w[0] as u64) | ((w[1] as u64) << 32));
+            m.st_u64(a + 8, (w[2] as u64) | ((w[3] as u64) << 32));
+        } else if align >= 4 {
+            m.st_u32(a, w[0]);
+            m.st_u32(a + 4, w[1]);
+            m.st_u32(a + 8, w[2]);
+            m.st_u32(a + 12, w[3]);
+        } else {
+            store_tail(m, a, w, 16);
         }
-        let mut q = 0;
-        while q < 4 {
-            let x = w[q as usize];
-            if 4 * q + 4 <= n && align >= 4 {
-                m.st_u32(a + 4 * q as u64, x);
-            } else {
-                let mut b = 0;
-                while b < 4 {
-                    if 4 * q + b < n {
-                        m.st_u8(a + (4 * q + b) as u64, x >> (8 * b));
-                    }
-                    b += 1;
-                }
+    }
+}
+
+/// Store bytes `[0, n)` of the lane's output at `a`, one byte at a time.
+///
+/// # Safety
+/// The caller owns bytes `[a, a + n)`.
+#[inline(never)]
+unsafe fn store_tail<M: Mem>(m: &M, a: u64, w: [u32; 4], n: u32) {
+    let mut q = 0;
+    while q < 4 {
+        let mut b = 0;
+        while b < 4 {
+            if 4 * q + b < n {
+                // SAFETY: inside [a, a + n).
+                unsafe { m.st_u8(a + (4 * q + b) as u64, w[q as usize] >> (8 * b)) };
             }
-            q += 1;
+            b += 1;
         }
+        q += 1;
     }
 }
 
@@ -195,8 +214,43 @@ fn store16<M: Mem>(m: &M, a: u64, w: [u32; 4], n: u32, align: u32) {
 /// holds a [`Layout`] of `g.layout`; `g.entries` holds `K` entries; the
 /// output row `[out, out + L)` is writable; `e_bytes ≥ ⌈K/8⌉`.
 #[inline(always)]
-#[allow(unused_assignments)] // the last chunk's `bit +=` is never read
 pub unsafe fn decode_row<const C: u32, W: Lanes, S: Shared, B: Book, M: Mem>(
+    w: &W,
+    s: &S,
+    b: &B,
+    m: &M,
+    g: &Geometry,
+    base: u32,
+    e_bytes: u32,
+    out: u64,
+    align: u32,
+) -> bool {
+    // SAFETY: forwarded.
+    unsafe { decode_row_as::<C, ANY, ANY, W, S, B, M>(w, s, b, m, g, base, e_bytes, out, align) }
+}
+
+/// `CLASS` / `PREFIX` value of [`decode_row_as`]: decided at run time.
+pub const ANY: u8 = u8::MAX;
+
+/// [`decode_row`] with the step class and the all-match shortcut fixed at
+/// compile time, for counting one path's instructions (`scripts/sass.sh`
+/// reads the probe kernels built from this): `CLASS` is a `CLASS_*` or
+/// [`ANY`]; `PREFIX` is 1 (every step matches: prefix, no scan), 0 (always
+/// scan) or [`ANY`]. Only [`ANY`]/[`ANY`] decodes every input correctly.
+///
+/// # Safety
+/// As [`decode_row`].
+#[inline(always)]
+#[allow(unused_assignments, clippy::too_many_arguments)] // the last chunk's `bit +=` is never read
+pub unsafe fn decode_row_as<
+    const C: u32,
+    const CLASS: u8,
+    const PREFIX: u8,
+    W: Lanes,
+    S: Shared,
+    B: Book,
+    M: Mem,
+>(
     w: &W,
     s: &S,
     b: &B,
@@ -246,7 +300,10 @@ pub unsafe fn decode_row<const C: u32, W: Lanes, S: Shared, B: Book, M: Mem>(
                 tot += wid[j as usize];
             }
         });
-        let all_match = w.ballot(p == vmask) == u32::MAX;
+        let all_match = match PREFIX {
+            ANY => w.ballot(p == vmask) == u32::MAX,
+            x => x == 1,
+        };
         let (excl, sum) = if all_match && prefix {
             let row = lay.prefix + 128 * step;
             // SAFETY: inside the book's PREFIX field (step < steps).
@@ -258,7 +315,9 @@ pub unsafe fn decode_row<const C: u32, W: Lanes, S: Shared, B: Book, M: Mem>(
         if sum > limit || pos > limit - sum {
             return false;
         }
-        let class = if classes {
+        let class = if CLASS != ANY {
+            CLASS
+        } else if classes {
             // SAFETY: inside the CLASS field.
             unsafe { b.ld_u8(lay.class + step) as u8 }
         } else {
@@ -312,11 +371,35 @@ pub unsafe fn decode_row<const C: u32, W: Lanes, S: Shared, B: Book, M: Mem>(
             } else {
                 ([0; 4], [0; 4])
             };
+            let mut win = 0u32;
             each_chunk!(j => {
                 if j < cpl {
                     let wj = wid[j as usize];
-                    let v = if wj > 0 { bits32(s, base, bit, wj) } else { 0 };
-                    bit += wj;
+                    // Q: why one read per 4 bytes of chunks?
+                    // A: chunks of 1 or 2 bytes have payloads of at most
+                    // 8 or 16 bits, so the 4/C chunks of one output word
+                    // fit one 32-bit read; each then shifts its bits out
+                    // (two instructions instead of a read's eight).
+                    let v = if C == 4 {
+                        let v = if wj > 0 { bits32(s, base, bit, wj) } else { 0 };
+                        bit += wj;
+                        v
+                    } else {
+                        let per_word = 4 / C;
+                        if j % per_word == 0 {
+                            let mut gw = 0;
+                            each_chunk!(i => {
+                                if i < per_word {
+                                    gw += wid[((j + i) % 16) as usize];
+                                }
+                            });
+                            win = if gw > 0 { bits32(s, base, bit, gw) } else { 0 };
+                            bit += gw;
+                        }
+                        let v = win & (low_mask(wj) as u32);
+                        win >>= wj & 31;
+                        v
+                    };
                     let x = if (p >> j) & 1 == 0 {
                         v
                     } else if class == CLASS_NONE_FREE {
@@ -342,13 +425,11 @@ pub unsafe fn decode_row<const C: u32, W: Lanes, S: Shared, B: Book, M: Mem>(
                 }
             });
         }
-        if ob < g.row_bytes {
-            let n = if g.row_bytes - ob < 16 {
-                g.row_bytes - ob
-            } else {
-                16
-            };
-            store16(m, out + ob as u64, o, n, align);
+        if ob + 16 <= g.row_bytes {
+            store16(m, out + ob as u64, o, align);
+        } else if ob < g.row_bytes {
+            // SAFETY: the row's last bytes, [ob, L).
+            unsafe { store_tail(m, out + ob as u64, o, g.row_bytes - ob) };
         }
         pos += sum;
         step += 1;
