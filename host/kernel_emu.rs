@@ -458,7 +458,7 @@ fn emu_decode_row(
     flags: u32,
 ) -> Option<Vec<u8>> {
     use ibp_kernels::book::Layout;
-    use ibp_kernels::step::{Geometry, decode_row};
+    use ibp_kernels::step::{Geometry, RowAt, decode_row};
 
     let l = cb.row_bytes();
     let mut ws = Aligned::from(&vec![0xa5u8; shift + stored.len() + 32]);
@@ -474,9 +474,7 @@ fn emu_decode_row(
         entries: entries.addr(),
         flags,
     };
-    let dst = out.addr() + out_shift as u64;
-    let low = (dst as u32) & 15;
-    let align = if low == 0 { 16 } else { 1 << low.trailing_zeros() };
+    let r = RowAt::new(shift as u32, e_bytes, out.addr() + out_shift as u64);
     let ok = AtomicU32::new(0);
     let ws_mem = HostBytes(ws.addr());
     let book_mem = HostBytes(book.addr());
@@ -485,10 +483,18 @@ fn emu_decode_row(
     run_warp(|w| {
         let r = unsafe {
             match cb.chunk() {
-                ChunkSize::One => decode_row::<1, _, _, _, _>(w, &ws_mem, &book_mem, &EmuMem, &g, shift as u32, e_bytes, dst, align),
-                ChunkSize::Two => decode_row::<2, _, _, _, _>(w, &ws_mem, &book_mem, &EmuMem, &g, shift as u32, e_bytes, dst, align),
-                ChunkSize::Four => decode_row::<4, _, _, _, _>(w, &ws_mem, &book_mem, &EmuMem, &g, shift as u32, e_bytes, dst, align),
-                ChunkSize::Eight => decode_row::<8, _, _, _, _>(w, &ws_mem, &book_mem, &EmuMem, &g, shift as u32, e_bytes, dst, align),
+                ChunkSize::One => {
+                    decode_row::<1, _, _, _, _>(w, &ws_mem, &book_mem, &EmuMem, &g, r)
+                }
+                ChunkSize::Two => {
+                    decode_row::<2, _, _, _, _>(w, &ws_mem, &book_mem, &EmuMem, &g, r)
+                }
+                ChunkSize::Four => {
+                    decode_row::<4, _, _, _, _>(w, &ws_mem, &book_mem, &EmuMem, &g, r)
+                }
+                ChunkSize::Eight => {
+                    decode_row::<8, _, _, _, _>(w, &ws_mem, &book_mem, &EmuMem, &g, r)
+                }
             }
         };
         ok.fetch_add(r as u32, Relaxed);
@@ -496,8 +502,14 @@ fn emu_decode_row(
     let ok = ok.load(Relaxed);
     assert!(ok == 0 || ok == 32, "lanes disagree on the verdict");
     let row = out.bytes()[out_shift..out_shift + l].to_vec();
-    assert!(out.bytes()[..out_shift].iter().all(|&b| b == 0xee), "wrote before the row");
-    assert!(out.bytes()[out_shift + l..].iter().all(|&b| b == 0xee), "wrote past the row");
+    assert!(
+        out.bytes()[..out_shift].iter().all(|&b| b == 0xee),
+        "wrote before the row"
+    );
+    assert!(
+        out.bytes()[out_shift + l..].iter().all(|&b| b == 0xee),
+        "wrote past the row"
+    );
     (ok == 32).then_some(row)
 }
 
@@ -508,7 +520,7 @@ fn float_rows(rows: usize, l: usize, seed: u64) -> Vec<u8> {
     (0..rows * l.div_ceil(4))
         .flat_map(|_| {
             let x = xorshift(&mut s);
-            let v = if x % 13 == 0 {
+            let v = if x.is_multiple_of(13) {
                 f32::from_bits(x as u32)
             } else {
                 (1.0 + (x >> 40) as f32 / (1u64 << 24) as f32) * if x & 1 == 0 { 1.0 } else { -1.0 }
@@ -525,7 +537,11 @@ fn sparse_rows(rows: usize, l: usize, seed: u64) -> Vec<u8> {
     (0..rows * l)
         .map(|_| {
             let x = xorshift(&mut s);
-            if x % 97 == 0 { (x >> 8) as u8 } else { 0 }
+            if x.is_multiple_of(97) {
+                (x >> 8) as u8
+            } else {
+                0
+            }
         })
         .collect()
 }
@@ -565,17 +581,28 @@ fn emulated_decode_step_equals_the_cpu_decoder_with_fast_paths_on_and_off() {
                     let stored = &packed.payload[a..b];
                     let flags = [0, DECODE_FLAG_NO_CLASSES, DECODE_FLAG_NO_PREFIX, 3][i % 4];
                     let what = format!("kind {kind} L={l} C={chunk} T={bp} row {i} flags {flags}");
-                    let got = emu_decode_row(&cb, stored, stored.len() as u32, i % 5, (i * 3) % 17, flags);
+                    let got = emu_decode_row(
+                        &cb,
+                        stored,
+                        stored.len() as u32,
+                        i % 5,
+                        (i * 3) % 17,
+                        flags,
+                    );
                     assert_eq!(got.as_deref(), Some(row), "{what}");
                     checked[chunk.bytes().trailing_zeros() as usize] += 1;
                     // A stored length that disagrees with the bits is corrupt.
                     if stored.len() > (cb.chunks().div_ceil(8)) + 1 {
-                        let short = emu_decode_row(&cb, stored, stored.len() as u32 - 1, 1, 0, flags);
+                        let short =
+                            emu_decode_row(&cb, stored, stored.len() as u32 - 1, 1, 0, flags);
                         assert_eq!(short, None, "short length accepted: {what}");
                     }
                 }
             }
         }
     }
-    assert!(checked.iter().all(|&c| c >= 8), "too few encoded rows checked: {checked:?}");
+    assert!(
+        checked.iter().all(|&c| c >= 8),
+        "too few encoded rows checked: {checked:?}"
+    );
 }

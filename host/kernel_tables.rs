@@ -54,10 +54,14 @@ pub fn decode_book(cb: &Codebook) -> Vec<u8> {
         out[at..at + 4].copy_from_slice(&q.to_le_bytes());
     }
     for step in 0..lay.steps as usize {
-        let cols = &entries[(step * per_step).min(entries.len())..((step + 1) * per_step).min(entries.len())];
+        let cols = &entries
+            [(step * per_step).min(entries.len())..((step + 1) * per_step).min(entries.len())];
         let class = if cols.iter().all(|t| t.free == 0) {
             CLASS_NONE_FREE
-        } else if cols.iter().all(|t| params_two_runs(t.free, t.width).is_some()) {
+        } else if cols
+            .iter()
+            .all(|t| params_two_runs(t.free, t.width).is_some())
+        {
             CLASS_TWO_RUNS
         } else {
             CLASS_GENERAL

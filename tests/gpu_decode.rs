@@ -218,9 +218,9 @@ fn class_rows(rng: &mut Rng, kind: u32, n: usize, l: usize) -> Vec<u8> {
         .flat_map(|_| {
             let x = rng.next();
             let v: u32 = match kind {
-                0 if x % 11 == 0 => x as u32,
+                0 if x.is_multiple_of(11) => x as u32,
                 0 => (1.0f32 + (x >> 40) as f32 / 16_777_216.0).to_bits() | (x as u32 & 1) << 31,
-                1 if x % 53 == 0 => (x >> 3) as u32,
+                1 if x.is_multiple_of(53) => (x >> 3) as u32,
                 1 => 0,
                 _ => (x as u32 & 0x0f0f_3c3c) | 0x4000_0001,
             };
@@ -244,8 +244,8 @@ fn decode_fast_paths_on_and_off_give_the_same_bytes() {
                 let n = (1_000_000 / l).clamp(8, 400);
                 let data = class_rows(&mut rng, kind, n, l);
                 let rows = Rows::new(&data, l).unwrap();
-                let opts = ibp::fit::FitOptions::default()
-                    .with_chunk(ibp::fit::ChunkChoice::Fixed(chunk));
+                let opts =
+                    ibp::fit::FitOptions::default().with_chunk(ibp::fit::ChunkChoice::Fixed(chunk));
                 let cb = ibp::fit::fit(rows, &opts).unwrap().codebook;
                 for (fast, o) in [("on", &on), ("off", &off)] {
                     let what = format!("fast paths {fast} C={} L={l} kind {kind}", chunk.bytes());

@@ -42,8 +42,8 @@
 
 use crate::arch;
 use crate::bits::WARP;
-use crate::params::{DECODE_MODE_IDEAL, DecodeParams, STATUS_BAD_INDEX, STATUS_CORRUPT};
 use crate::kernels::{Hw, SharedBook};
+use crate::params::{DECODE_MODE_IDEAL, DecodeParams, STATUS_BAD_INDEX, STATUS_CORRUPT};
 use crate::{book, step, table};
 
 const LINE: u64 = 128;
@@ -355,7 +355,6 @@ impl Ctx {
         }
         table::Entry::from_words::<C>(&w)
     }
-
 
     /// Write chunk `k` (value `x`, `bytes` bytes) of output row `out`.
     #[inline(always)]
@@ -691,24 +690,21 @@ impl Ctx {
         }
     }
 
-
     /// Decode an encoded tensor held contiguously at shared address `base`
     /// (`e_bytes` stored bytes) into row `out` with the 16-bytes-per-lane
     /// step ([`step::decode_row`]). False on inconsistent bits.
     #[inline(always)]
     fn decode_step<B: crate::simt::Book>(&self, b: &B, base: u32, e_bytes: u32, out: u64) -> bool {
-        let low = (out as u32) & 15;
-        let align = if low == 0 { 16 } else { 1 << low.trailing_zeros() };
-        let g = &self.geo;
+        let (g, r) = (&self.geo, step::RowAt::new(base, e_bytes, out));
         // SAFETY: the tensor's stored bytes are resident at `base` (plus the
         // warp's padding); the book and entry table are the dataset's (the
         // host sized them from the same codebook); the row is inside `out`.
         unsafe {
             match self.p.chunk {
-                1 => step::decode_row::<1, _, _, _, _>(&Hw, &Hw, b, &Hw, g, base, e_bytes, out, align),
-                2 => step::decode_row::<2, _, _, _, _>(&Hw, &Hw, b, &Hw, g, base, e_bytes, out, align),
-                4 => step::decode_row::<4, _, _, _, _>(&Hw, &Hw, b, &Hw, g, base, e_bytes, out, align),
-                _ => step::decode_row::<8, _, _, _, _>(&Hw, &Hw, b, &Hw, g, base, e_bytes, out, align),
+                1 => step::decode_row::<1, _, _, _, _>(&Hw, &Hw, b, &Hw, g, r),
+                2 => step::decode_row::<2, _, _, _, _>(&Hw, &Hw, b, &Hw, g, r),
+                4 => step::decode_row::<4, _, _, _, _>(&Hw, &Hw, b, &Hw, g, r),
+                _ => step::decode_row::<8, _, _, _, _>(&Hw, &Hw, b, &Hw, g, r),
             }
         }
     }

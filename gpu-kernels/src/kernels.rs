@@ -736,7 +736,7 @@ mod probe {
     use super::{Hw, SharedBook};
     use crate::book::{CLASS_GENERAL, CLASS_NONE_FREE, CLASS_TWO_RUNS, Layout};
     use crate::params::DecodeParams;
-    use crate::step::{Geometry, decode_row_as};
+    use crate::step::{Geometry, RowAt, decode_row_as};
 
     macro_rules! probe {
         ($name:ident, $c:literal, $class:expr, $prefix:literal) => {
@@ -757,7 +757,17 @@ mod probe {
                 // SAFETY: never launched.
                 let ok = unsafe {
                     decode_row_as::<$c, { $class }, $prefix, _, _, _, _>(
-                        &Hw, &Hw, &SharedBook(0), &Hw, &g, p.ring_lines, p.pbuf_words, p.out, 16,
+                        &Hw,
+                        &Hw,
+                        &SharedBook(0),
+                        &Hw,
+                        &g,
+                        RowAt {
+                            base: p.ring_lines,
+                            e_bytes: p.pbuf_words,
+                            out: p.out,
+                            align: 16,
+                        },
                     )
                 };
                 if !ok {

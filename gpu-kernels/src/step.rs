@@ -29,8 +29,7 @@
 
 use crate::bits::low_mask;
 use crate::book::{
-    CLASS_GENERAL, CLASS_NONE_FREE, CLASS_TWO_RUNS, Layout, chunks_per_lane, expand2_32,
-    expand2_64,
+    CLASS_GENERAL, CLASS_NONE_FREE, CLASS_TWO_RUNS, Layout, chunks_per_lane, expand2_32, expand2_64,
 };
 use crate::params::{DECODE_FLAG_NO_CLASSES, DECODE_FLAG_NO_PREFIX};
 use crate::simt::{Book, Lanes, Mem, Shared, exclusive_scan};
@@ -68,6 +67,38 @@ pub struct Geometry {
     pub flags: u32,
 }
 
+/// One tensor to decode: where its stored bytes are and where its row goes.
+#[derive(Clone, Copy, Debug)]
+pub struct RowAt {
+    /// Shared-space address of the tensor's first stored byte.
+    pub base: u32,
+    /// Stored bytes (`E`).
+    pub e_bytes: u32,
+    /// Global address of the output row.
+    pub out: u64,
+    /// The largest power of two, at most 16, dividing `out`.
+    pub align: u32,
+}
+
+impl RowAt {
+    /// A row at `out` (its alignment derived).
+    #[inline(always)]
+    pub const fn new(base: u32, e_bytes: u32, out: u64) -> Self {
+        let low = (out as u32) & 15;
+        let align = if low == 0 {
+            16
+        } else {
+            1 << low.trailing_zeros()
+        };
+        RowAt {
+            base,
+            e_bytes,
+            out,
+            align,
+        }
+    }
+}
+
 /// `n ≤ 32` bits at stream bit `bit` of the bytes at shared address `base`.
 #[inline(always)]
 fn bits32<S: Shared>(s: &S, base: u32, bit: u32, n: u32) -> u32 {
@@ -96,7 +127,11 @@ fn bits64<S: Shared>(s: &S, base: u32, bit: u32, n: u32) -> u64 {
 fn field32<const C: u32>(w: &[u32; 4], j: u32) -> u32 {
     let byte = j * C;
     let x = w[(byte / 4) as usize] >> ((byte % 4) * 8);
-    if C == 4 { x } else { x & (low_mask(C * 8) as u32) }
+    if C == 4 {
+        x
+    } else {
+        x & (low_mask(C * 8) as u32)
+    }
 }
 
 /// Field of chunk `j ∈ {0, 1}` for 8-byte chunks.
@@ -201,18 +236,17 @@ unsafe fn store_tail<M: Mem>(m: &M, a: u64, w: [u32; 4], n: u32) {
     }
 }
 
-/// Decode the encoded tensor of `e_bytes` stored bytes at shared address
-/// `base` into the output row at global address `out` (aligned to `align`,
-/// a power of two ≤ 16). Returns false when its bits disagree with its
+/// Decode the encoded tensor of `r.e_bytes` stored bytes at shared address
+/// `r.base` into the output row at global address `r.out`. Returns false when its bits disagree with its
 /// length or padding (corrupt); nothing outside the stored bytes (plus the
 /// region's padding) is read either way.
 ///
 /// Every lane calls this with the same arguments (warp-uniform control).
 ///
 /// # Safety
-/// `base .. base + e_bytes + 16` is readable through `s`; the book `b`
+/// `r.base .. r.base + r.e_bytes + 16` is readable through `s`; the book `b`
 /// holds a [`Layout`] of `g.layout`; `g.entries` holds `K` entries; the
-/// output row `[out, out + L)` is writable; `e_bytes ≥ ⌈K/8⌉`.
+/// output row `[r.out, r.out + L)` is writable; `r.e_bytes ≥ ⌈K/8⌉`.
 #[inline(always)]
 pub unsafe fn decode_row<const C: u32, W: Lanes, S: Shared, B: Book, M: Mem>(
     w: &W,
@@ -220,13 +254,10 @@ pub unsafe fn decode_row<const C: u32, W: Lanes, S: Shared, B: Book, M: Mem>(
     b: &B,
     m: &M,
     g: &Geometry,
-    base: u32,
-    e_bytes: u32,
-    out: u64,
-    align: u32,
+    r: RowAt,
 ) -> bool {
     // SAFETY: forwarded.
-    unsafe { decode_row_as::<C, ANY, ANY, W, S, B, M>(w, s, b, m, g, base, e_bytes, out, align) }
+    unsafe { decode_row_as::<C, ANY, ANY, W, S, B, M>(w, s, b, m, g, r) }
 }
 
 /// `CLASS` / `PREFIX` value of [`decode_row_as`]: decided at run time.
@@ -241,7 +272,7 @@ pub const ANY: u8 = u8::MAX;
 /// # Safety
 /// As [`decode_row`].
 #[inline(always)]
-#[allow(unused_assignments, clippy::too_many_arguments)] // the last chunk's `bit +=` is never read
+#[allow(unused_assignments)] // the last chunk's `bit +=` is never read
 pub unsafe fn decode_row_as<
     const C: u32,
     const CLASS: u8,
@@ -256,11 +287,14 @@ pub unsafe fn decode_row_as<
     b: &B,
     m: &M,
     g: &Geometry,
-    base: u32,
-    e_bytes: u32,
-    out: u64,
-    align: u32,
+    r: RowAt,
 ) -> bool {
+    let RowAt {
+        base,
+        e_bytes,
+        out,
+        align,
+    } = r;
     let cpl = chunks_per_lane(C);
     let k_total = g.chunks;
     let lay = g.layout;
@@ -386,7 +420,7 @@ pub unsafe fn decode_row_as<
                         v
                     } else {
                         let per_word = 4 / C;
-                        if j % per_word == 0 {
+                        if j.is_multiple_of(per_word) {
                             let mut gw = 0;
                             each_chunk!(i => {
                                 if i < per_word {

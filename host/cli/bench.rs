@@ -172,7 +172,7 @@ pub fn run(args: Args) -> Result<()> {
         super::bench_compress::section(&gpu, args.real_bytes, h2d, zc, args.stages, &mut md)?;
     }
     if decode {
-        decode_sections(&gpu, &stream, &args, &opts, &mut md)?;
+        decode_sections(&gpu, &stream, &args, &opts, zc, &mut md)?;
     }
     println!("{md}");
     let path = args
@@ -195,6 +195,7 @@ fn decode_sections(
     stream: &cust::stream::Stream,
     args: &Args,
     opts: &ibp::gpu::DecodeOptions,
+    zero_copy_rate: f64,
     md: &mut String,
 ) -> Result<()> {
     use std::fmt::Write as _;
@@ -202,6 +203,7 @@ fn decode_sections(
     use ibp::gpu::Residency;
     use ibp::gpu::bench::{
         BenchLayout, figure7_dataset, measure_decode, measure_decode_dma, measure_device_copy,
+        measure_gather,
     };
     let (gpu, stream, opts) = (gpu, stream, opts);
     // 1. Figure 7: decode from pinned host memory, vs the ideal and a plain gather.
@@ -345,6 +347,8 @@ fn decode_sections(
             "\n## Real data\n\nRows replicated to at least {} bytes (the tables are smaller); codebook fitted on the original table.\n\n| data | row | chunk | savings | pinned GB/s | pinned ideal GB/s | pinned / ideal | pinned DMA path GB/s | device GB/s | device moved / copy |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
             args.real_bytes
         );
+        let mut auto_rows = Vec::new();
+        let mut gathers = Vec::new();
         for (name, data, row) in real_tables()? {
             let fit = ibp::fit::fit(ibp::Rows::new(&data, row)?, &Default::default())?;
             let reps = args.real_bytes.div_ceil(data.len()).max(1);
@@ -411,6 +415,58 @@ fn decode_sections(
                 p.decoded_rate() / 1e9,
                 d.decoded_rate() / 1e9
             );
+            let dec = ibp::gpu::Decoder::new(
+                gpu,
+                &ibp::gpu::GpuDataset::upload_packed(
+                    gpu,
+                    cb,
+                    &ibp::layout::compress_packed(cb, ibp::Rows::new(&data, row)?)?.view(),
+                    Residency::Pinned,
+                )?,
+                opts,
+            )?
+            .prefers_dma();
+            let faster_dma = dma.decoded_rate() > p.decoded_rate();
+            auto_rows.push(format!(
+                "| {name} | {} | {} | {} |",
+                if dec { "DMA" } else { "zero-copy" },
+                if faster_dma { "DMA" } else { "zero-copy" },
+                if dec == faster_dma { "yes" } else { "no" }
+            ));
+            gathers.push((name, big, row, fit.codebook.clone()));
+        }
+        let _ = writeln!(
+            md,
+            "\n### Which range path `range_auto` takes\n\n| data | range_auto picks | faster in this run | right |\n| --- | --- | --- | --- |"
+        );
+        for r in &auto_rows {
+            let _ = writeln!(md, "{r}");
+        }
+        // 5. Random gathers of compressed rows.
+        let _ = writeln!(
+            md,
+            "\n## Random gathers of compressed rows\n\nUniform random row ids (8 index sets in rotation), decoded into device memory, checked first. *pinned ideal*: the zero-copy read rate of this run × the table's ratio (what a gather reading exactly the compressed bytes at link speed would deliver).\n\n| data | batch | pinned GB/s | pinned ideal GB/s | pinned / ideal | device GB/s |\n| --- | --- | --- | --- | --- | --- |"
+        );
+        for (name, big, row, cb) in &gathers {
+            for batch in [4096usize, 65536] {
+                let p = measure_gather(gpu, stream, big, *row, cb, Residency::Pinned, batch, opts)?;
+                let d = measure_gather(gpu, stream, big, *row, cb, Residency::Device, batch, opts)?;
+                let ratio = p.decoded_bytes as f64 / p.stored_bytes as f64;
+                let ideal = zero_copy_rate * ratio;
+                let _ = writeln!(
+                    md,
+                    "| {name} | {batch} | {:.1} | {:.1} | {:.2} | {:.0} |",
+                    p.decoded_rate() / 1e9,
+                    ideal / 1e9,
+                    p.decoded_rate() / ideal,
+                    d.decoded_rate() / 1e9
+                );
+                eprintln!(
+                    "  gather {name} ×{batch}: pinned {:.1} GB/s, device {:.0} GB/s",
+                    p.decoded_rate() / 1e9,
+                    d.decoded_rate() / 1e9
+                );
+            }
         }
     }
 

@@ -283,3 +283,70 @@ pub fn measure_decode_dma(
         seconds,
     })
 }
+
+/// Random gathers of compressed rows: `batch` uniform random row ids of a
+/// packed dataset placed per `residency`, decoded into a device buffer.
+/// Eight index sets rotate (so device-resident gathers are not served from
+/// L2 alone); every set's output is checked against `data` first.
+#[allow(clippy::too_many_arguments)]
+pub fn measure_gather(
+    gpu: &Gpu,
+    stream: &Stream,
+    data: &[u8],
+    row_bytes: usize,
+    cb: &Codebook,
+    residency: Residency,
+    batch: usize,
+    opts: &DecodeOptions,
+) -> Result<DecodeMeasurement> {
+    let rows = Rows::new(data, row_bytes)?;
+    let packed = compress_packed(cb, rows)?;
+    let ds = GpuDataset::upload_packed(gpu, cb, &packed.view(), residency)?;
+    let n = rows.rows() as u64;
+    let dec = Decoder::new(gpu, &ds, opts)?;
+    let mut status = DecodeStatus::new()?;
+    let mut out =
+        DeviceBuffer::<u8>::zeroed(batch * row_bytes).map_err(cuda_err("allocating the output"))?;
+    let mut s = 0x9e37_79b9_7f4a_7c15u64 ^ batch as u64;
+    let mut sets = Vec::new();
+    let mut stored = 0u64;
+    for _ in 0..8 {
+        let ids: Vec<u64> = (0..batch)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                s % n
+            })
+            .collect();
+        stored += ids
+            .iter()
+            .map(|&t| packed.offsets[t as usize + 1] - packed.offsets[t as usize])
+            .sum::<u64>();
+        let dev = DeviceBuffer::from_slice(&ids).map_err(cuda_err("uploading ids"))?;
+        dec.gather(gpu, &dev, &mut out, &status, stream)?;
+        stream.synchronize().map_err(cuda_err("gathering"))?;
+        status.check()?;
+        let got = copy_to_host(&out)?;
+        for (i, &t) in ids.iter().enumerate() {
+            let t = t as usize;
+            if got[i * row_bytes..(i + 1) * row_bytes] != data[t * row_bytes..(t + 1) * row_bytes] {
+                return Err(Error::corrupt(
+                    "benchmark gather differs from the original data",
+                ));
+            }
+        }
+        sets.push(dev);
+    }
+    let mut k = 0;
+    let seconds = time_median(stream, 8, 24, || {
+        k = (k + 1) % sets.len();
+        dec.gather(gpu, &sets[k], &mut out, &status, stream)
+    })?;
+    status.check()?;
+    Ok(DecodeMeasurement {
+        decoded_bytes: (batch * row_bytes) as u64,
+        stored_bytes: stored / sets.len() as u64,
+        seconds,
+    })
+}
