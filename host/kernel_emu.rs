@@ -5,11 +5,11 @@
 //! for byte. The same comparisons run on the GPU in `tests/gpu_compress.rs`.
 
 use std::sync::Barrier;
-use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU8, AtomicU16, AtomicU32, AtomicU64, Ordering::Relaxed};
 
 use ibp_kernels::encode::{self, WarpWriter};
 use ibp_kernels::params::{EncodeParams, MeasureParams};
-use ibp_kernels::simt::{Book, Lanes, Mem, Shared};
+use ibp_kernels::simt::{Async, Book, Lanes, Mem, Shared};
 
 use crate::codebook::{ChunkSize, Codebook, Threshold};
 use crate::dataset::Rows;
@@ -27,6 +27,8 @@ struct Exchange {
 struct EmuLane<'a> {
     lane: u32,
     ex: &'a Exchange,
+    /// Host address of the warp's shared memory (0: none).
+    smem: u64,
 }
 
 impl EmuLane<'_> {
@@ -103,6 +105,18 @@ impl Mem for EmuMem {
     unsafe fn st_u64(&self, a: u64, v: u64) {
         unsafe { AtomicU64::from_ptr(a as *mut u64) }.store(v, Relaxed)
     }
+    unsafe fn ld_v4(&self, a: u64) -> [u32; 4] {
+        std::array::from_fn(|i| unsafe { self.ld_u32(a + 4 * i as u64) })
+    }
+    unsafe fn st_u16(&self, a: u64, v: u32) {
+        unsafe { AtomicU16::from_ptr(a as *mut u16) }.store(v as u16, Relaxed)
+    }
+    unsafe fn or_u64(&self, a: u64, v: u64) {
+        unsafe { AtomicU64::from_ptr(a as *mut u64) }.fetch_or(v, Relaxed);
+    }
+    unsafe fn min_u64(&self, a: u64, v: u64) {
+        unsafe { AtomicU64::from_ptr(a as *mut u64) }.fetch_min(v, Relaxed);
+    }
     unsafe fn st_v4(&self, a: u64, v: [u32; 4]) {
         for (i, x) in v.into_iter().enumerate() {
             unsafe { self.st_u32(a + 4 * i as u64, x) };
@@ -122,8 +136,17 @@ struct HostBytes(u64);
 // SAFETY (every method): the caller passes offsets inside the buffer, as
 // `Shared` and `Book` require.
 impl Shared for HostBytes {
-    unsafe fn ld_u32(&self, a: u32) -> u32 {
+    unsafe fn lds_u8(&self, a: u32) -> u32 {
+        unsafe { EmuMem.ld_u8(self.0 + a as u64) }
+    }
+    unsafe fn lds_u32(&self, a: u32) -> u32 {
         unsafe { EmuMem.ld_u32(self.0 + a as u64) }
+    }
+    unsafe fn sts_u32(&self, a: u32, v: u32) {
+        unsafe { EmuMem.st_u32(self.0 + a as u64, v) }
+    }
+    unsafe fn sts_v4(&self, a: u32, v: [u32; 4]) {
+        unsafe { EmuMem.st_v4(self.0 + a as u64, v) }
     }
 }
 
@@ -143,8 +166,92 @@ impl Book for HostBytes {
     }
 }
 
+// SAFETY (every method): forwarded to `EmuMem`, as `Mem` requires.
+impl Mem for EmuLane<'_> {
+    unsafe fn ld_u8(&self, a: u64) -> u32 {
+        unsafe { EmuMem.ld_u8(a) }
+    }
+    unsafe fn ld_u32(&self, a: u64) -> u32 {
+        unsafe { EmuMem.ld_u32(a) }
+    }
+    unsafe fn ld_u64(&self, a: u64) -> u64 {
+        unsafe { EmuMem.ld_u64(a) }
+    }
+    unsafe fn ld_ro_u64(&self, a: u64) -> u64 {
+        unsafe { EmuMem.ld_ro_u64(a) }
+    }
+    unsafe fn ld_v4(&self, a: u64) -> [u32; 4] {
+        unsafe { EmuMem.ld_v4(a) }
+    }
+    unsafe fn st_u8(&self, a: u64, v: u32) {
+        unsafe { EmuMem.st_u8(a, v) }
+    }
+    unsafe fn st_u16(&self, a: u64, v: u32) {
+        unsafe { EmuMem.st_u16(a, v) }
+    }
+    unsafe fn st_u32(&self, a: u64, v: u32) {
+        unsafe { EmuMem.st_u32(a, v) }
+    }
+    unsafe fn st_u64(&self, a: u64, v: u64) {
+        unsafe { EmuMem.st_u64(a, v) }
+    }
+    unsafe fn st_v4(&self, a: u64, v: [u32; 4]) {
+        unsafe { EmuMem.st_v4(a, v) }
+    }
+    unsafe fn or_u32(&self, a: u64, v: u32) {
+        unsafe { EmuMem.or_u32(a, v) }
+    }
+    unsafe fn or_u64(&self, a: u64, v: u64) {
+        unsafe { EmuMem.or_u64(a, v) }
+    }
+    unsafe fn min_u64(&self, a: u64, v: u64) {
+        unsafe { EmuMem.min_u64(a, v) }
+    }
+    unsafe fn add_u64(&self, a: u64, v: u64) {
+        unsafe { EmuMem.add_u64(a, v) }
+    }
+}
+
+// SAFETY (every method): the warp's shared memory is a host buffer at
+// `smem`; offsets are checked against nothing, as on the GPU, so the tests
+// give the kernel exactly the shared memory the host launcher would.
+impl Shared for EmuLane<'_> {
+    unsafe fn lds_u8(&self, a: u32) -> u32 {
+        unsafe { HostBytes(self.smem).lds_u8(a) }
+    }
+    unsafe fn lds_u32(&self, a: u32) -> u32 {
+        unsafe { HostBytes(self.smem).lds_u32(a) }
+    }
+    unsafe fn sts_u32(&self, a: u32, v: u32) {
+        unsafe { HostBytes(self.smem).sts_u32(a, v) }
+    }
+    unsafe fn sts_v4(&self, a: u32, v: [u32; 4]) {
+        unsafe { HostBytes(self.smem).sts_v4(a, v) }
+    }
+}
+
+/// Copies complete at once on the host: an asynchronous copy is a plain
+/// copy, and the waits only keep the lanes together.
+impl Async for EmuLane<'_> {
+    unsafe fn cp16(&self, dst: u32, src: u64) {
+        // SAFETY: as `Async::cp16` requires of its caller.
+        unsafe { HostBytes(self.smem).sts_v4(dst, EmuMem.ld_v4(src)) }
+    }
+    fn commit(&self) {}
+    fn wait_all(&self) {}
+    fn wait_all_but_last(&self) {}
+    fn sync_warp(&self) {
+        self.ex.barrier.wait();
+    }
+}
+
 /// Run `body` as one warp (32 lane threads).
 fn run_warp(body: impl Fn(&EmuLane<'_>) + Sync) {
+    run_warp_with(0, body)
+}
+
+/// Run `body` as one warp whose shared memory is the host buffer at `smem`.
+fn run_warp_with(smem: u64, body: impl Fn(&EmuLane<'_>) + Sync) {
     let ex = Exchange {
         barrier: Barrier::new(32),
         slots: std::array::from_fn(|_| AtomicU32::new(0)),
@@ -152,7 +259,7 @@ fn run_warp(body: impl Fn(&EmuLane<'_>) + Sync) {
     std::thread::scope(|s| {
         for lane in 0..32 {
             let (ex, body) = (&ex, &body);
-            s.spawn(move || body(&EmuLane { lane, ex }));
+            s.spawn(move || body(&EmuLane { lane, ex, smem }));
         }
     });
 }
@@ -458,7 +565,7 @@ fn emu_decode_row(
     flags: u32,
 ) -> Option<Vec<u8>> {
     use ibp_kernels::book::Layout;
-    use ibp_kernels::step::{Geometry, RowAt, decode_row};
+    use ibp_kernels::step::{Contig, Geometry, RowAt, decode_row};
 
     let l = cb.row_bytes();
     let mut ws = Aligned::from(&vec![0xa5u8; shift + stored.len() + 32]);
@@ -474,7 +581,7 @@ fn emu_decode_row(
         entries: entries.addr(),
         flags,
     };
-    let r = RowAt::new(shift as u32, e_bytes, out.addr() + out_shift as u64);
+    let r = RowAt::new(e_bytes, out.addr() + out_shift as u64);
     let ok = AtomicU32::new(0);
     let ws_mem = HostBytes(ws.addr());
     let book_mem = HostBytes(book.addr());
@@ -483,18 +590,38 @@ fn emu_decode_row(
     run_warp(|w| {
         let r = unsafe {
             match cb.chunk() {
-                ChunkSize::One => {
-                    decode_row::<1, _, _, _, _>(w, &ws_mem, &book_mem, &EmuMem, &g, r)
-                }
-                ChunkSize::Two => {
-                    decode_row::<2, _, _, _, _>(w, &ws_mem, &book_mem, &EmuMem, &g, r)
-                }
-                ChunkSize::Four => {
-                    decode_row::<4, _, _, _, _>(w, &ws_mem, &book_mem, &EmuMem, &g, r)
-                }
-                ChunkSize::Eight => {
-                    decode_row::<8, _, _, _, _>(w, &ws_mem, &book_mem, &EmuMem, &g, r)
-                }
+                ChunkSize::One => decode_row::<1, _, _, _, _>(
+                    w,
+                    &mut Contig::new(&ws_mem, shift as u32),
+                    &book_mem,
+                    &EmuMem,
+                    &g,
+                    r,
+                ),
+                ChunkSize::Two => decode_row::<2, _, _, _, _>(
+                    w,
+                    &mut Contig::new(&ws_mem, shift as u32),
+                    &book_mem,
+                    &EmuMem,
+                    &g,
+                    r,
+                ),
+                ChunkSize::Four => decode_row::<4, _, _, _, _>(
+                    w,
+                    &mut Contig::new(&ws_mem, shift as u32),
+                    &book_mem,
+                    &EmuMem,
+                    &g,
+                    r,
+                ),
+                ChunkSize::Eight => decode_row::<8, _, _, _, _>(
+                    w,
+                    &mut Contig::new(&ws_mem, shift as u32),
+                    &book_mem,
+                    &EmuMem,
+                    &g,
+                    r,
+                ),
             }
         };
         ok.fetch_add(r as u32, Relaxed);
@@ -605,4 +732,307 @@ fn emulated_decode_step_equals_the_cpu_decoder_with_fast_paths_on_and_off() {
         checked.iter().all(|&c| c >= 8),
         "too few encoded rows checked: {checked:?}"
     );
+}
+
+/// A buffer whose first byte is 128-aligned, with a line of slack after its
+/// end: the decoder fetches whole 128-byte lines around a tensor's bytes,
+/// as a GPU allocation (256-byte aligned, whole pages) allows.
+struct Lined(Vec<u64>, usize);
+
+impl Lined {
+    fn from(bytes: &[u8]) -> Self {
+        let mut v = vec![0u64; bytes.len().div_ceil(8) + 48];
+        let skip = (128 - (v.as_ptr() as usize % 128)) % 128;
+        bytemuck::cast_slice_mut::<u64, u8>(&mut v)[skip..skip + bytes.len()]
+            .copy_from_slice(bytes);
+        Lined(v, skip)
+    }
+    fn addr(&self) -> u64 {
+        self.0.as_ptr() as u64 + self.1 as u64
+    }
+}
+
+/// Which tensors an emulated launch decodes and how it is laid out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum EmuLayout {
+    Packed,
+    Fixed,
+    FixedLengths,
+}
+
+/// Run the whole decode kernel (`ibp_kernels::decode::run`) on the CPU, one
+/// emulated warp after another, as the host launcher would size it (batch
+/// mode unless `streaming`, or when tensors are too long for it). Returns
+/// the output rows (poisoned first) and the two status words.
+#[allow(clippy::too_many_arguments)]
+fn emu_kernel(
+    cb: &Codebook,
+    rows: Rows<'_>,
+    layout: EmuLayout,
+    index: Option<&[u64]>,
+    count: u64,
+    streaming: bool,
+    fetch: u32,
+    corrupt: Option<usize>,
+) -> (Vec<u8>, [u64; 2]) {
+    use ibp_kernels::decode::{Launch, run};
+    use ibp_kernels::params::{DECODE_MODE_DECODE, DecodeParams, workspace_bytes};
+
+    let l = rows.row_bytes();
+    let n = rows.rows();
+    let c = cb.chunk().bytes();
+    let k = cb.chunks();
+    let (flags, offsets, mut payload, lengths) = match layout {
+        EmuLayout::Packed => {
+            let p = compress_packed(cb, rows).unwrap();
+            (p.flags, Some(p.offsets), p.payload, None)
+        }
+        _ => {
+            let f = compress_fixed(cb, rows).unwrap();
+            let lens: Vec<u32> = (0..n)
+                .map(|i| {
+                    let s = &f.slots[i * l..(i + 1) * l];
+                    if f.flags[i / 8] >> (i % 8) & 1 == 1 {
+                        crate::encode::stream_len(cb, s).unwrap() as u32
+                    } else {
+                        l as u32
+                    }
+                })
+                .collect();
+            let lengths = (layout == EmuLayout::FixedLengths).then_some(lens);
+            (f.flags, None, f.slots, lengths)
+        }
+    };
+    // Corrupt one encoded tensor: set its last stored bit (padding or
+    // payload), which the decoder must report, not decode.
+    if let Some(t) = corrupt {
+        let end = match &offsets {
+            Some(o) => o[t + 1] as usize,
+            None => t * l + lengths.as_ref().map_or(l, |x| x[t] as usize),
+        };
+        payload[end - 1] ^= 0x80;
+    }
+    let src = Lined::from(&payload);
+    let offs = offsets
+        .as_ref()
+        .map(|o| Aligned::from(bytemuck::cast_slice(o)));
+    let lens = lengths
+        .as_ref()
+        .map(|o| Aligned::from(bytemuck::cast_slice(o)));
+    let flag_buf = Aligned::from(&flags);
+    let table = Aligned::from(&decoder_table(cb));
+    let book = Aligned::from(&decode_book(cb));
+    let idx = index.map(|ix| Aligned::from(bytemuck::cast_slice(ix)));
+    let out = Aligned::from(&vec![0xa7u8; count as usize * l]);
+    let status = Aligned::from(bytemuck::cast_slice(&[0u64, u64::MAX]));
+    // Geometry as the host launcher computes it (host/gpu/decode.rs).
+    let span_max = (l as u64 + 127).div_ceil(128);
+    let batch = !streaming && span_max <= 48;
+    let (ring_lines, pbuf_words) = if batch {
+        (2 * span_max.max(16) as u32, 0)
+    } else {
+        let pbytes = k.div_ceil(8) as u64;
+        let min_lines = (pbytes.div_ceil(128) + 2).next_power_of_two();
+        (
+            min_lines.max(8) as u32,
+            (k.div_ceil(32)).next_multiple_of(4) as u32,
+        )
+    };
+    let book_smem = if batch { book.1 as u32 } else { 0 };
+    let ws = workspace_bytes(pbuf_words, ring_lines);
+    let p = DecodeParams {
+        src: src.addr(),
+        offsets: offs.as_ref().map_or(0, |o| o.addr()),
+        flags: flag_buf.addr(),
+        table: table.addr(),
+        index: idx.as_ref().map_or(0, |i| i.addr()),
+        first: 0,
+        count,
+        rows: n as u64,
+        row_bytes: l as u64,
+        out: out.addr(),
+        out_stride: l as u64,
+        status: status.addr(),
+        chunk: c,
+        ring_lines,
+        pbuf_words,
+        mode: DECODE_MODE_DECODE,
+        batch: batch as u32,
+        lengths: lens.as_ref().map_or(0, |x| x.addr()),
+        fetch,
+        offset_base: 0,
+        book: book.addr(),
+        book_smem_bytes: book_smem,
+        ..Default::default()
+    };
+    let warps = 2u64;
+    for warp in 0..warps {
+        // The block's shared memory: the book (batch mode), then this
+        // warp's workspace, filled with garbage.
+        let smem = Aligned::from(&vec![0x5au8; (book_smem + ws) as usize]);
+        let smem_addr = smem.addr();
+        if batch {
+            // SAFETY: both buffers hold book_smem bytes.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    book.addr() as *const u8,
+                    smem_addr as *mut u8,
+                    book_smem as usize,
+                )
+            };
+        }
+        let at = Launch {
+            warp,
+            warps,
+            workspace: book_smem,
+        };
+        // SAFETY: every buffer is sized as DecodeParams requires, the book
+        // is at shared offset 0 (batch) or in host memory (streaming), and
+        // the workspace holds `ws` bytes.
+        run_warp_with(smem_addr, |w| unsafe {
+            if batch {
+                run(w, &HostBytes(smem_addr), p, true, at)
+            } else {
+                run(w, &HostBytes(book.addr()), p, false, at)
+            }
+        });
+    }
+    let st = bytemuck::cast_slice::<u8, u64>(status.bytes());
+    (out.bytes().to_vec(), [st[0], st[1]])
+}
+
+#[test]
+fn emulated_decode_kernel_equals_the_original_rows_in_every_mode() {
+    use ibp_kernels::params::{FETCH_CP_ASYNC, FETCH_LOAD_STORE, STATUS_BAD_INDEX, STATUS_CORRUPT};
+    let mut cases = 0;
+    for (kind, l, n) in [
+        (0usize, 5usize, 24usize),
+        (1, 100, 12),
+        (2, 1024, 6),
+        (1, 1531, 5),
+        (2, 5732, 4),
+        (1, 6400, 4),
+    ] {
+        let seed = 3 + l as u64;
+        let data = match kind {
+            0 => dataset(n, l, seed),
+            1 => float_rows(n, l, seed),
+            _ => sparse_rows(n, l, seed),
+        };
+        let rows = Rows::new(&data, l).unwrap();
+        for chunk in ChunkSize::ALL {
+            let opts = FitOptions::default().with_chunk(crate::fit::ChunkChoice::Fixed(chunk));
+            let cb = fit(rows, &opts).unwrap().codebook;
+            // Streaming mode reads no length table: its fixed-stride case is
+            // `Fixed` alone.
+            for (layout, streaming) in [
+                (EmuLayout::Packed, false),
+                (EmuLayout::Fixed, false),
+                (EmuLayout::FixedLengths, false),
+                (EmuLayout::Packed, true),
+                (EmuLayout::Fixed, true),
+            ] {
+                {
+                    let fetch = if cases % 2 == 0 {
+                        FETCH_CP_ASYNC
+                    } else {
+                        FETCH_LOAD_STORE
+                    };
+                    cases += 1;
+                    let what =
+                        format!("kind {kind} L={l} C={chunk} {layout:?} streaming {streaming}");
+                    // A range of every row.
+                    let (out, st) =
+                        emu_kernel(&cb, rows, layout, None, n as u64, streaming, fetch, None);
+                    assert_eq!(st, [0, u64::MAX], "status: {what}");
+                    assert!(out == data, "range differs: {what}");
+                    if layout == EmuLayout::FixedLengths {
+                        continue;
+                    }
+                    // A gather with repeats and one bad index.
+                    let ix: Vec<u64> = (0..n as u64 + 3)
+                        .map(|i| {
+                            if i == 2 {
+                                n as u64 + 7
+                            } else {
+                                (i * 7 + 3) % n as u64
+                            }
+                        })
+                        .collect();
+                    let (out, st) = emu_kernel(
+                        &cb,
+                        rows,
+                        layout,
+                        Some(&ix),
+                        ix.len() as u64,
+                        streaming,
+                        fetch,
+                        None,
+                    );
+                    assert_eq!(st, [STATUS_BAD_INDEX, 2], "gather status: {what}");
+                    for (i, &t) in ix.iter().enumerate() {
+                        let got = &out[i * l..(i + 1) * l];
+                        if i == 2 {
+                            assert!(
+                                got.iter().all(|&b| b == 0),
+                                "bad index row not zeroed: {what}"
+                            );
+                        } else {
+                            let t = t as usize;
+                            assert!(got == &data[t * l..(t + 1) * l], "gather row {i}: {what}");
+                        }
+                    }
+                }
+            }
+            // A corrupt encoded tensor (packed) is reported and zeroed, and
+            // the others still decode: one whose stream ends inside its last
+            // byte, with its top padding bit set.
+            let packed = compress_packed(&cb, rows).unwrap();
+            let bits = |i: usize| {
+                let s = &packed.payload[packed.offsets[i] as usize..];
+                let ents = cb.tables().entries();
+                ents.len()
+                    + ents
+                        .iter()
+                        .enumerate()
+                        .map(|(j, e)| {
+                            if s[j / 8] >> (j % 8) & 1 == 1 {
+                                e.free_bits as usize
+                            } else {
+                                e.width as usize
+                            }
+                        })
+                        .sum::<usize>()
+            };
+            let padded =
+                (0..n).find(|&i| packed.flags[i / 8] >> (i % 8) & 1 == 1 && bits(i) % 8 != 0);
+            if let Some(t) = padded {
+                for streaming in [false, true] {
+                    let (out, st) = emu_kernel(
+                        &cb,
+                        rows,
+                        EmuLayout::Packed,
+                        None,
+                        n as u64,
+                        streaming,
+                        FETCH_CP_ASYNC,
+                        Some(t),
+                    );
+                    let what = format!(
+                        "corrupt row {t}: kind {kind} L={l} C={chunk} streaming {streaming}"
+                    );
+                    assert_eq!(st, [STATUS_CORRUPT, t as u64], "{what}");
+                    for i in 0..n {
+                        let got = &out[i * l..(i + 1) * l];
+                        if i == t {
+                            assert!(got.iter().all(|&b| b == 0), "{what}: not zeroed");
+                        } else {
+                            assert!(got == &data[i * l..(i + 1) * l], "{what}: row {i}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(cases >= 100);
 }

@@ -42,7 +42,9 @@ pub const LANE_BYTES: u32 = 16;
 /// Chunks one lane decodes per step.
 #[inline(always)]
 pub const fn chunks_per_lane(chunk: u32) -> u32 {
-    LANE_BYTES / chunk
+    // A shift, not a division: `chunk` may be a run-time value in a kernel,
+    // and a division would bring a division-by-zero panic path along.
+    LANE_BYTES >> (chunk.trailing_zeros() & 3)
 }
 
 /// Chunks per warp step.
@@ -85,7 +87,8 @@ impl Layout {
     #[inline(always)]
     pub const fn new(chunks: u32, chunk: u32) -> Self {
         let per_step = step_chunks(chunk);
-        let steps = chunks.div_ceil(per_step);
+        // per_step is a power of two: a shift instead of a division.
+        let steps = (chunks + per_step - 1) >> per_step.trailing_zeros();
         let kp = steps * per_step;
         let field = kp * chunk;
         let params = 3 * field;

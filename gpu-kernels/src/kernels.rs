@@ -5,9 +5,9 @@ use crate::arch;
 use crate::count::PosPopcnt32;
 use crate::params::{
     CountParams, CpAsyncTestParams, DecodeParams, EncodeParams, MeasureParams, SCAN_PER_THREAD,
-    SCAN_TILE, ScanParams, WarpTestParams,
+    SCAN_TILE, ScanParams, WarpTestParams, workspace_bytes,
 };
-use crate::simt::{Book, Lanes, Mem, Shared};
+use crate::simt::{Async, Book, Lanes, Mem, Shared};
 
 /// Bit counting (paper §4.1): `counts[8 * row_bytes] += per-bit-position
 /// popcount over all rows`.
@@ -280,21 +280,69 @@ pub unsafe extern "ptx-kernel" fn ibp_test_cp_async(p: CpAsyncTestParams) {
 /// per SM as its own path allows.
 ///
 /// # Safety
-/// As `crate::decode::run`.
+/// As `crate::decode::run`; the launch provides `book_smem_bytes` plus
+/// one workspace per warp of dynamic shared memory.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn ibp_decode(p: DecodeParams) {
-    // SAFETY: forwarded contract.
-    unsafe { crate::decode::run(p, true) }
+    let p = global_decode(p);
+    let base = arch::dyn_smem_base();
+    // The decode book, once per block (paper: metadata stays on the GPU;
+    // here in shared memory).
+    let words = p.book_smem_bytes / 4;
+    let mut i = arch::thread_idx();
+    while i < words {
+        // SAFETY: i·4 < book_smem_bytes <= the book's length.
+        unsafe { arch::st_shared_u32(base + i * 4, arch::ld_global_u32(p.book + i as u64 * 4)) };
+        i += arch::block_dim();
+    }
+    arch::sync_threads();
+    let at = launch(&p, base + p.book_smem_bytes);
+    // SAFETY: forwarded contract; the book is in shared memory at `base`.
+    unsafe { crate::decode::run(&Hw, &SharedBook(base), p, true, at) }
 }
 
 /// Decompression in streaming mode (large tensors).
 ///
 /// # Safety
-/// As `crate::decode::run`.
+/// As `crate::decode::run`; the launch provides one workspace per warp of
+/// dynamic shared memory.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn ibp_decode_stream(p: DecodeParams) {
-    // SAFETY: forwarded contract.
-    unsafe { crate::decode::run(p, false) }
+    let p = global_decode(p);
+    let at = launch(&p, arch::dyn_smem_base());
+    // SAFETY: forwarded contract; the book is read from global memory.
+    unsafe { crate::decode::run(&Hw, &GlobalBook(p.book), p, false, at) }
+}
+
+/// This warp's place in the grid and its workspace after `first` (the
+/// block's workspaces follow each other).
+#[inline(always)]
+fn launch(p: &DecodeParams, first: u32) -> crate::decode::Launch {
+    let (warp, warps) = arch::global_warp();
+    let ws = workspace_bytes(p.pbuf_words, p.ring_lines);
+    crate::decode::Launch {
+        warp,
+        warps,
+        workspace: first + arch::warp_in_block() * ws,
+    }
+}
+
+/// Global addresses of a [`DecodeParams`] (the host passes generic ones).
+#[inline(always)]
+fn global_decode(p: DecodeParams) -> DecodeParams {
+    let g = |a: u64| if a == 0 { 0 } else { arch::to_global(a) };
+    DecodeParams {
+        src: arch::to_global(p.src),
+        offsets: g(p.offsets),
+        flags: arch::to_global(p.flags),
+        table: arch::to_global(p.table),
+        index: g(p.index),
+        out: arch::to_global(p.out),
+        status: arch::to_global(p.status),
+        lengths: g(p.lengths),
+        book: arch::to_global(p.book),
+        ..p
+    }
 }
 
 /// The real machine behind [`Lanes`], [`Mem`] and [`Shared`]: each method is
@@ -332,8 +380,44 @@ impl Lanes for Hw {
 // SAFETY (every method): forwarded to the caller, as `Shared` documents.
 impl Shared for Hw {
     #[inline(always)]
-    unsafe fn ld_u32(&self, a: u32) -> u32 {
+    unsafe fn lds_u8(&self, a: u32) -> u32 {
+        unsafe { arch::ld_shared_u8(a) }
+    }
+    #[inline(always)]
+    unsafe fn lds_u32(&self, a: u32) -> u32 {
         unsafe { arch::ld_shared_u32(a) }
+    }
+    #[inline(always)]
+    unsafe fn sts_u32(&self, a: u32, v: u32) {
+        unsafe { arch::st_shared_u32(a, v) }
+    }
+    #[inline(always)]
+    unsafe fn sts_v4(&self, a: u32, v: [u32; 4]) {
+        unsafe { arch::st_shared_v4(a, v) }
+    }
+}
+
+impl Async for Hw {
+    #[inline(always)]
+    unsafe fn cp16(&self, dst: u32, src: u64) {
+        // SAFETY: forwarded to the caller, as `Async` documents.
+        unsafe { arch::cp_async::<16>(dst, src) }
+    }
+    #[inline(always)]
+    fn commit(&self) {
+        arch::cp_async_commit()
+    }
+    #[inline(always)]
+    fn wait_all(&self) {
+        arch::cp_async_wait_all()
+    }
+    #[inline(always)]
+    fn wait_all_but_last(&self) {
+        arch::cp_async_wait_group::<1>()
+    }
+    #[inline(always)]
+    fn sync_warp(&self) {
+        arch::sync_warp()
     }
 }
 
@@ -357,6 +441,30 @@ impl Book for SharedBook {
     #[inline(always)]
     unsafe fn ld_v4(&self, off: u32) -> [u32; 4] {
         unsafe { arch::ld_shared_v4(self.0 + off) }
+    }
+}
+
+/// The decode book in global memory (read-only path), at this address.
+pub(crate) struct GlobalBook(pub u64);
+
+// SAFETY (every method): forwarded to the caller, as `Book` documents; the
+// book is never written during a launch.
+impl Book for GlobalBook {
+    #[inline(always)]
+    unsafe fn ld_u8(&self, off: u32) -> u32 {
+        unsafe { arch::ld_global_u8(self.0 + off as u64) }
+    }
+    #[inline(always)]
+    unsafe fn ld_u32(&self, off: u32) -> u32 {
+        unsafe { arch::ld_global_u32(self.0 + off as u64) }
+    }
+    #[inline(always)]
+    unsafe fn ld_v2(&self, off: u32) -> [u32; 2] {
+        unsafe { arch::ld_global_nc_v2(self.0 + off as u64) }
+    }
+    #[inline(always)]
+    unsafe fn ld_v4(&self, off: u32) -> [u32; 4] {
+        unsafe { arch::ld_global_nc_v4(self.0 + off as u64) }
     }
 }
 
@@ -389,6 +497,22 @@ impl Mem for Hw {
     #[inline(always)]
     unsafe fn st_u64(&self, a: u64, v: u64) {
         unsafe { arch::st_global_u64(a, v) }
+    }
+    #[inline(always)]
+    unsafe fn ld_v4(&self, a: u64) -> [u32; 4] {
+        unsafe { arch::ld_global_v4(a) }
+    }
+    #[inline(always)]
+    unsafe fn st_u16(&self, a: u64, v: u32) {
+        unsafe { arch::st_global_u16(a, v) }
+    }
+    #[inline(always)]
+    unsafe fn or_u64(&self, a: u64, v: u64) {
+        unsafe { arch::red_or_u64(a, v) }
+    }
+    #[inline(always)]
+    unsafe fn min_u64(&self, a: u64, v: u64) {
+        unsafe { arch::red_min_u64(a, v) }
     }
     #[inline(always)]
     unsafe fn st_v4(&self, a: u64, v: [u32; 4]) {
@@ -736,7 +860,7 @@ mod probe {
     use super::{Hw, SharedBook};
     use crate::book::{CLASS_GENERAL, CLASS_NONE_FREE, CLASS_TWO_RUNS, Layout};
     use crate::params::DecodeParams;
-    use crate::step::{Geometry, RowAt, decode_row_as};
+    use crate::step::{Contig, Geometry, RowAt, decode_row_as};
 
     macro_rules! probe {
         ($name:ident, $c:literal, $class:expr, $prefix:literal) => {
@@ -755,15 +879,16 @@ mod probe {
                     flags: 0,
                 };
                 // SAFETY: never launched.
+                let mut src = unsafe { Contig::new(&Hw, p.ring_lines) };
+                // SAFETY: never launched.
                 let ok = unsafe {
                     decode_row_as::<$c, { $class }, $prefix, _, _, _, _>(
                         &Hw,
-                        &Hw,
+                        &mut src,
                         &SharedBook(0),
                         &Hw,
                         &g,
                         RowAt {
-                            base: p.ring_lines,
                             e_bytes: p.pbuf_words,
                             out: p.out,
                             align: 16,

@@ -17,7 +17,10 @@
 //! - [`encode`]: the fit's evaluation pass, the size query and compression.
 //! - [`book`]: the decode book (the codebook laid out for 16 output bytes
 //!   per lane) and the two-run expansion.
-//! - [`step`]: the batch decoder's inner loop over the [`simt`] traits.
+//! - [`step`]: the decoder's inner loop (16 output bytes per lane) over the
+//!   [`simt`] traits.
+//! - [`decode`]: the decode kernel's body (batch and streaming modes), over
+//!   the same traits.
 //! - [`params`]: `#[repr(C)]` kernel parameter blocks, shared with the host.
 //! - `arch` (nvptx only): thread ids, shuffles, ballot, shared memory, cp.async.
 //! - `kernels` (nvptx only): the thin `extern "ptx-kernel"` entry points.
@@ -31,6 +34,7 @@
 pub mod bits;
 pub mod book;
 pub mod count;
+pub mod decode;
 pub mod encode;
 pub mod params;
 pub mod simt;
@@ -40,8 +44,6 @@ pub mod warp;
 
 #[cfg(target_arch = "nvptx64")]
 pub mod arch;
-#[cfg(target_arch = "nvptx64")]
-mod decode;
 #[cfg(target_arch = "nvptx64")]
 mod kernels;
 

@@ -83,8 +83,8 @@ pub struct DecodeParams {
     pub ring_lines: u32,
     /// u32 words of each warp's participation buffer.
     pub pbuf_words: u32,
-    /// Bytes of the table copied into shared memory (0: read it from global).
-    pub table_smem_bytes: u32,
+    /// Unused (kept so the block's layout does not move).
+    pub _pad0: u32,
     /// [`DECODE_MODE_DECODE`] or [`DECODE_MODE_IDEAL`].
     pub mode: u32,
     /// 1: batch mode (whole tensors in half a ring, several per batch,
@@ -102,12 +102,21 @@ pub struct DecodeParams {
     /// Packed layout: subtracted from every offset, so `src` may point at a
     /// copy of part of the payload (the DMA path) starting at this offset.
     pub offset_base: u64,
-    /// Batch mode: device address of the decode book (`crate::book`).
+    /// Device address of the decode book (`crate::book`).
     pub book: u64,
-    /// Bytes of the decode book copied into shared memory (0: read it from
-    /// global memory). In batch mode this replaces `table_smem_bytes`.
+    /// Bytes of the decode book copied into shared memory before the warps'
+    /// workspaces (batch mode; 0 in streaming mode, which reads the book
+    /// through L1).
     pub book_smem_bytes: u32,
     pub _pad2: u32,
+}
+
+/// Bytes of one warp's decode workspace in shared memory: its participation
+/// buffer (streaming mode), its ring of lines, and 16 bytes of padding (bit
+/// windows may read up to 16 bytes past a tensor's last byte).
+#[inline(always)]
+pub const fn workspace_bytes(pbuf_words: u32, ring_lines: u32) -> u32 {
+    pbuf_words * 4 + ring_lines * 128 + 16
 }
 
 /// Decode flag: treat every step as [`crate::book::CLASS_GENERAL`] (the

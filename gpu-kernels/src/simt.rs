@@ -76,6 +76,26 @@ pub trait Mem {
     /// # Safety
     /// `a` writable and 8-aligned.
     unsafe fn st_u64(&self, a: u64, v: u64);
+    /// Load 16 bytes at a 16-aligned address.
+    ///
+    /// # Safety
+    /// `a` readable and 16-aligned.
+    unsafe fn ld_v4(&self, a: u64) -> [u32; 4];
+    /// Store a 2-aligned u16 (the low half of `v`).
+    ///
+    /// # Safety
+    /// `a` writable and 2-aligned.
+    unsafe fn st_u16(&self, a: u64, v: u32);
+    /// Atomically OR into an 8-aligned u64.
+    ///
+    /// # Safety
+    /// `a` writable and 8-aligned.
+    unsafe fn or_u64(&self, a: u64, v: u64);
+    /// Atomically take the minimum with an 8-aligned u64.
+    ///
+    /// # Safety
+    /// `a` writable and 8-aligned.
+    unsafe fn min_u64(&self, a: u64, v: u64);
     /// Store 16 bytes at a 16-aligned address.
     ///
     /// # Safety
@@ -100,11 +120,46 @@ pub trait Mem {
 /// Every method is `unsafe`: the address must be inside the launch's shared
 /// memory and aligned to the access width.
 pub trait Shared {
+    /// Load a byte.
+    ///
+    /// # Safety
+    /// `a` inside shared memory.
+    unsafe fn lds_u8(&self, a: u32) -> u32;
     /// Load a u32.
     ///
     /// # Safety
     /// `a` inside shared memory, 4-aligned.
-    unsafe fn ld_u32(&self, a: u32) -> u32;
+    unsafe fn lds_u32(&self, a: u32) -> u32;
+    /// Store a u32.
+    ///
+    /// # Safety
+    /// `a` inside shared memory, 4-aligned.
+    unsafe fn sts_u32(&self, a: u32, v: u32);
+    /// Store 16 bytes.
+    ///
+    /// # Safety
+    /// `a` inside shared memory, 16-aligned.
+    unsafe fn sts_v4(&self, a: u32, v: [u32; 4]);
+}
+
+/// Asynchronous copies from global into shared memory, and the warp's
+/// barrier: what a warp needs to keep its workspace filled ahead of use.
+pub trait Async {
+    /// `cp.async.cg` of 16 bytes (may complete later).
+    ///
+    /// # Safety
+    /// `dst` a 16-aligned shared address, `src` a 16-aligned readable global
+    /// address.
+    unsafe fn cp16(&self, dst: u32, src: u64);
+    /// Close the lane's current group of copies.
+    fn commit(&self);
+    /// Wait for every copy of the lane.
+    fn wait_all(&self);
+    /// Wait for every group of the lane but the most recent one.
+    fn wait_all_but_last(&self);
+    /// `bar.warp.sync`: the warp's lanes meet; shared-memory writes before
+    /// it are visible to every lane after it.
+    fn sync_warp(&self);
 }
 
 /// A read-only table (the decode book), by byte offset from its start; it
@@ -140,6 +195,13 @@ pub trait Book {
 /// rounds of [`crate::warp`] over `shfl_up`.
 #[inline(always)]
 pub fn exclusive_scan<W: Lanes>(w: &W, x: u32) -> (u32, u32) {
+    let s = inclusive_scan(w, x);
+    (s.wrapping_sub(x), w.shfl_idx(s, 31))
+}
+
+/// Inclusive prefix sum over the warp.
+#[inline(always)]
+pub fn inclusive_scan<W: Lanes>(w: &W, x: u32) -> u32 {
     let lane = w.lane();
     let mut s = x;
     let mut i = 0;
@@ -148,8 +210,32 @@ pub fn exclusive_scan<W: Lanes>(w: &W, x: u32) -> (u32, u32) {
         s = scan_step(lane, d, s, w.shfl_up(s, d));
         i += 1;
     }
-    (s.wrapping_sub(x), w.shfl_idx(s, 31))
+    s
 }
+
+/// Lane `src`'s 64-bit value (two shuffles).
+#[inline(always)]
+pub fn shfl_idx64<W: Lanes>(w: &W, x: u64, src: u32) -> u64 {
+    (w.shfl_idx(x as u32, src) as u64) | ((w.shfl_idx((x >> 32) as u32, src) as u64) << 32)
+}
+
+/// 64-bit sum over the warp, in every lane.
+#[inline(always)]
+pub fn warp_sum64<W: Lanes>(w: &W, x: u64) -> u64 {
+    let mut s = x;
+    let mut m = 16;
+    while m > 0 {
+        let lo = w.shfl_xor(s as u32, m) as u64;
+        let hi = w.shfl_xor((s >> 32) as u32, m) as u64;
+        s = s.wrapping_add(lo | hi << 32);
+        m /= 2;
+    }
+    s
+}
+
+/// Everything the decode kernel body needs from the machine.
+pub trait Machine: Lanes + Mem + Shared + Async {}
+impl<T: Lanes + Mem + Shared + Async> Machine for T {}
 
 /// Sum over the warp, in every lane (butterfly).
 #[inline(always)]

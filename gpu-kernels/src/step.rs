@@ -67,11 +67,9 @@ pub struct Geometry {
     pub flags: u32,
 }
 
-/// One tensor to decode: where its stored bytes are and where its row goes.
+/// Where a tensor's output row goes.
 #[derive(Clone, Copy, Debug)]
 pub struct RowAt {
-    /// Shared-space address of the tensor's first stored byte.
-    pub base: u32,
     /// Stored bytes (`E`).
     pub e_bytes: u32,
     /// Global address of the output row.
@@ -81,9 +79,10 @@ pub struct RowAt {
 }
 
 impl RowAt {
-    /// A row at `out` (its alignment derived).
+    /// A row of `e_bytes` stored bytes decoded to `out` (its alignment
+    /// derived).
     #[inline(always)]
-    pub const fn new(base: u32, e_bytes: u32, out: u64) -> Self {
+    pub const fn new(e_bytes: u32, out: u64) -> Self {
         let low = (out as u32) & 15;
         let align = if low == 0 {
             16
@@ -91,7 +90,6 @@ impl RowAt {
             1 << low.trailing_zeros()
         };
         RowAt {
-            base,
             e_bytes,
             out,
             align,
@@ -99,26 +97,70 @@ impl RowAt {
     }
 }
 
-/// `n ≤ 32` bits at stream bit `bit` of the bytes at shared address `base`.
-#[inline(always)]
-fn bits32<S: Shared>(s: &S, base: u32, bit: u32, n: u32) -> u32 {
-    let a = base * 8 + bit;
-    let w = (a >> 5) << 2;
-    // SAFETY: the caller keeps `bit + n` inside the tensor's stored bytes;
-    // the second word may lie up to 4 bytes past them, inside the warp's
-    // region and its 16 bytes of padding.
-    let (w0, w1) = unsafe { (s.ld_u32(w), s.ld_u32(w + 4)) };
-    window32(w0, w1, a & 31, n)
+/// Where the step reads one tensor's encoded stream: contiguous in shared
+/// memory (batch mode, [`Contig`]) or streamed through a ring of lines
+/// (streaming mode). Every call is warp-uniform in control flow.
+pub trait Source {
+    /// Participation bits of chunks `k0 .. k0 + n` (`n ≤ 16`, `k0 < K`;
+    /// bits past `K` are unspecified and masked by the caller).
+    fn pbits(&self, k0: u32, n: u32) -> u32;
+    /// `n ≤ 32` stream bits at `bit` (inside what [`Source::ready`] made
+    /// resident).
+    fn bits32(&self, bit: u32, n: u32) -> u32;
+    /// `n ≤ 64` stream bits at `bit`.
+    fn bits64(&self, bit: u32, n: u32) -> u64;
+    /// Make stream bits `[start, end)` resident (`end ≤ 8E`); bits before
+    /// `start` are not read again.
+    fn ready(&mut self, start: u32, end: u32);
 }
 
-/// `n ≤ 64` bits at stream bit `bit`.
-#[inline(always)]
-fn bits64<S: Shared>(s: &S, base: u32, bit: u32, n: u32) -> u64 {
-    let a = base * 8 + bit;
-    let w = (a >> 5) << 2;
-    // SAFETY: as in `bits32`, up to 8 bytes past the stored bytes.
-    let (w0, w1, w2) = unsafe { (s.ld_u32(w), s.ld_u32(w + 4), s.ld_u32(w + 8)) };
-    window64(w0, w1, w2, a & 31, n)
+/// A tensor's stored bytes held contiguously in shared memory.
+pub struct Contig<'a, S> {
+    s: &'a S,
+    base: u32,
+}
+
+impl<'a, S: Shared> Contig<'a, S> {
+    /// The stored bytes at shared address `base`.
+    ///
+    /// # Safety
+    /// `base .. base + E + 16` is readable shared memory (the 16 bytes past
+    /// the stored bytes are what a bit window may touch).
+    #[inline(always)]
+    pub unsafe fn new(s: &'a S, base: u32) -> Self {
+        Contig { s, base }
+    }
+}
+
+impl<S: Shared> Source for Contig<'_, S> {
+    #[inline(always)]
+    fn pbits(&self, k0: u32, n: u32) -> u32 {
+        self.bits32(k0, n)
+    }
+    #[inline(always)]
+    fn bits32(&self, bit: u32, n: u32) -> u32 {
+        let a = self.base * 8 + bit;
+        let w = (a >> 5) << 2;
+        // SAFETY: inside the stored bytes plus padding (`Contig::new`).
+        let (w0, w1) = unsafe { (self.s.lds_u32(w), self.s.lds_u32(w + 4)) };
+        window32(w0, w1, a & 31, n)
+    }
+    #[inline(always)]
+    fn bits64(&self, bit: u32, n: u32) -> u64 {
+        let a = self.base * 8 + bit;
+        let w = (a >> 5) << 2;
+        // SAFETY: as above.
+        let (w0, w1, w2) = unsafe {
+            (
+                self.s.lds_u32(w),
+                self.s.lds_u32(w + 4),
+                self.s.lds_u32(w + 8),
+            )
+        };
+        window64(w0, w1, w2, a & 31, n)
+    }
+    #[inline(always)]
+    fn ready(&mut self, _: u32, _: u32) {}
 }
 
 /// Field of chunk `j` (of a lane's `16/C`) from the lane's 16 bytes of a
@@ -140,7 +182,19 @@ fn field64(w: &[u32; 4], j: u32) -> u64 {
     (w[(2 * j) as usize] as u64) | ((w[(2 * j + 1) as usize] as u64) << 32)
 }
 
-/// Load the lane's `PARAMS` words (`16/C` of them; the rest are 0).
+/// Payload width of chunk `j` of a lane from its `PARAMS` word `x` and the
+/// lane's participation bits `p`.
+#[inline(always)]
+fn width(x: u32, p: u32, j: u32) -> u32 {
+    if (p >> j) & 1 == 1 {
+        (x >> 16) & 0xff
+    } else {
+        x >> 24
+    }
+}
+
+/// Load the lane's `PARAMS` words for chunks of 4 or 8 bytes (`16/C` of
+/// them; the rest are 0).
 #[inline(always)]
 fn load_params<const C: u32, B: Book>(b: &B, off: u32) -> [u32; 16] {
     let mut p = [0u32; 16];
@@ -153,20 +207,17 @@ fn load_params<const C: u32, B: Book>(b: &B, off: u32) -> [u32; 16] {
                 p[0] = x[0];
                 p[1] = x[1];
             }
-            4 => p[..4].copy_from_slice(&b.ld_v4(off)),
-            2 => {
-                p[..4].copy_from_slice(&b.ld_v4(off));
-                p[4..8].copy_from_slice(&b.ld_v4(off + 16));
-            }
-            _ => {
-                p[..4].copy_from_slice(&b.ld_v4(off));
-                p[4..8].copy_from_slice(&b.ld_v4(off + 16));
-                p[8..12].copy_from_slice(&b.ld_v4(off + 32));
-                p[12..16].copy_from_slice(&b.ld_v4(off + 48));
-            }
+            _ => p[..4].copy_from_slice(&b.ld_v4(off)),
         }
     }
     p
+}
+
+/// Four `PARAMS` words at book offset `off` (16-aligned).
+#[inline(always)]
+fn param4<B: Book>(b: &B, off: u32) -> [u32; 4] {
+    // SAFETY: inside the PARAMS field (whole steps), 16-aligned.
+    unsafe { b.ld_v4(off) }
 }
 
 /// Entry of chunk `k` from the global entry table (general path).
@@ -211,46 +262,50 @@ fn store16<M: Mem>(m: &M, a: u64, w: [u32; 4], align: u32) {
             m.st_u32(a + 8, w[2]);
             m.st_u32(a + 12, w[3]);
         } else {
-            store_tail(m, a, w, 16);
+            store_tail(m, a, w[0], w[1], w[2], w[3], 16);
         }
     }
 }
 
 /// Store bytes `[0, n)` of the lane's output at `a`, one byte at a time.
 ///
+/// Q: why four words rather than an array or a tuple?
+/// A: an aggregate argument of a function that is not inlined travels
+/// through local memory (a stack frame); four scalars stay in registers.
+///
 /// # Safety
 /// The caller owns bytes `[a, a + n)`.
 #[inline(never)]
-unsafe fn store_tail<M: Mem>(m: &M, a: u64, w: [u32; 4], n: u32) {
-    let mut q = 0;
-    while q < 4 {
-        let mut b = 0;
-        while b < 4 {
-            if 4 * q + b < n {
-                // SAFETY: inside [a, a + n).
-                unsafe { m.st_u8(a + (4 * q + b) as u64, w[q as usize] >> (8 * b)) };
-            }
-            b += 1;
-        }
-        q += 1;
+unsafe fn store_tail<M: Mem>(m: &M, a: u64, w0: u32, w1: u32, w2: u32, w3: u32, n: u32) {
+    let mut b = 0;
+    while b < n && b < 16 {
+        let x = match b / 4 {
+            0 => w0,
+            1 => w1,
+            2 => w2,
+            _ => w3,
+        };
+        // SAFETY: inside [a, a + n).
+        unsafe { m.st_u8(a + b as u64, x >> (8 * (b % 4))) };
+        b += 1;
     }
 }
 
-/// Decode the encoded tensor of `r.e_bytes` stored bytes at shared address
-/// `r.base` into the output row at global address `r.out`. Returns false when its bits disagree with its
+/// Decode the encoded tensor of `r.e_bytes` stored bytes read through `s`
+/// into the output row at global address `r.out`. Returns false when its bits disagree with its
 /// length or padding (corrupt); nothing outside the stored bytes (plus the
 /// region's padding) is read either way.
 ///
 /// Every lane calls this with the same arguments (warp-uniform control).
 ///
 /// # Safety
-/// `r.base .. r.base + r.e_bytes + 16` is readable through `s`; the book `b`
+/// `s` holds the tensor's `r.e_bytes` stored bytes; the book `b`
 /// holds a [`Layout`] of `g.layout`; `g.entries` holds `K` entries; the
 /// output row `[r.out, r.out + L)` is writable; `r.e_bytes ≥ ⌈K/8⌉`.
 #[inline(always)]
-pub unsafe fn decode_row<const C: u32, W: Lanes, S: Shared, B: Book, M: Mem>(
+pub unsafe fn decode_row<const C: u32, W: Lanes, S: Source, B: Book, M: Mem>(
     w: &W,
-    s: &S,
+    s: &mut S,
     b: &B,
     m: &M,
     g: &Geometry,
@@ -278,19 +333,18 @@ pub unsafe fn decode_row_as<
     const CLASS: u8,
     const PREFIX: u8,
     W: Lanes,
-    S: Shared,
+    S: Source,
     B: Book,
     M: Mem,
 >(
     w: &W,
-    s: &S,
+    s: &mut S,
     b: &B,
     m: &M,
     g: &Geometry,
     r: RowAt,
 ) -> bool {
     let RowAt {
-        base,
         e_bytes,
         out,
         align,
@@ -316,22 +370,29 @@ pub unsafe fn decode_row_as<
         let vmask = low_mask(nvalid) as u32;
         // Bits past K are payload, not participation: masked off.
         let p = if nvalid > 0 {
-            bits32(s, base, k0, cpl) & vmask
+            s.pbits(k0, cpl) & vmask
         } else {
             0
         };
-        let prm = load_params::<C, B>(b, lay.params + 4 * k0);
-        let mut wid = [0u32; 16];
+        // Q: why are 1- and 2-byte chunks' PARAMS loaded twice, four at a
+        // time?
+        // A: sixteen (or eight) words held from the widths to the expansion
+        // push the kernel past its register cap (it spilled); two 16-byte
+        // shared loads per group cost less than the spill.
+        let prm = if C >= 4 {
+            load_params::<C, B>(b, lay.params + 4 * k0)
+        } else {
+            [0; 16]
+        };
+        let mut grp = [0u32; 4];
         let mut tot = 0;
         each_chunk!(j => {
             if j < cpl {
-                let x = prm[j as usize];
-                wid[j as usize] = if (p >> j) & 1 == 1 {
-                    (x >> 16) & 0xff
-                } else {
-                    x >> 24
-                };
-                tot += wid[j as usize];
+                if C <= 2 && j % 4 == 0 {
+                    grp = param4(b, lay.params + 4 * (k0 + j));
+                }
+                let x = if C <= 2 { grp[(j % 4) as usize] } else { prm[j as usize] };
+                tot += width(x, p, j);
             }
         });
         let all_match = match PREFIX {
@@ -349,6 +410,7 @@ pub unsafe fn decode_row_as<
         if sum > limit || pos > limit - sum {
             return false;
         }
+        s.ready(pos, pos + sum);
         let class = if CLASS != ANY {
             CLASS
         } else if classes {
@@ -373,8 +435,8 @@ pub unsafe fn decode_row_as<
             };
             each_chunk!(j => {
               if j < 2 {
-                let wj = wid[j as usize];
-                let v = if wj > 0 { bits64(s, base, bit, wj) } else { 0 };
+                let wj = width(prm[j as usize], p, j);
+                let v = if wj > 0 { s.bits64(bit, wj) } else { 0 };
                 bit += wj;
                 let x = if (p >> j) & 1 == 0 {
                     v
@@ -408,14 +470,18 @@ pub unsafe fn decode_row_as<
             let mut win = 0u32;
             each_chunk!(j => {
                 if j < cpl {
-                    let wj = wid[j as usize];
+                    if C <= 2 && j % 4 == 0 {
+                        grp = param4(b, lay.params + 4 * (k0 + j));
+                    }
+                    let q = if C <= 2 { grp[(j % 4) as usize] } else { prm[j as usize] };
+                    let wj = width(q, p, j);
                     // Q: why one read per 4 bytes of chunks?
                     // A: chunks of 1 or 2 bytes have payloads of at most
                     // 8 or 16 bits, so the 4/C chunks of one output word
                     // fit one 32-bit read; each then shifts its bits out
                     // (two instructions instead of a read's eight).
                     let v = if C == 4 {
-                        let v = if wj > 0 { bits32(s, base, bit, wj) } else { 0 };
+                        let v = if wj > 0 { s.bits32(bit, wj) } else { 0 };
                         bit += wj;
                         v
                     } else {
@@ -424,10 +490,10 @@ pub unsafe fn decode_row_as<
                             let mut gw = 0;
                             each_chunk!(i => {
                                 if i < per_word {
-                                    gw += wid[((j + i) % 16) as usize];
+                                    gw += width(grp[((j + i) % 4) as usize], p, (j + i) % 16);
                                 }
                             });
-                            win = if gw > 0 { bits32(s, base, bit, gw) } else { 0 };
+                            win = if gw > 0 { s.bits32(bit, gw) } else { 0 };
                             bit += gw;
                         }
                         let v = win & (low_mask(wj) as u32);
@@ -439,7 +505,6 @@ pub unsafe fn decode_row_as<
                     } else if class == CLASS_NONE_FREE {
                         field32::<C>(&bv, j)
                     } else if class == CLASS_TWO_RUNS {
-                        let q = prm[j as usize];
                         expand2_32(
                             v,
                             q & 0xff,
@@ -463,12 +528,12 @@ pub unsafe fn decode_row_as<
             store16(m, out + ob as u64, o, align);
         } else if ob < g.row_bytes {
             // SAFETY: the row's last bytes, [ob, L).
-            unsafe { store_tail(m, out + ob as u64, o, g.row_bytes - ob) };
+            unsafe { store_tail(m, out + ob as u64, o[0], o[1], o[2], o[3], g.row_bytes - ob) };
         }
         pos += sum;
         step += 1;
     }
     // The stream must end exactly at E, with zero padding.
     let pad = (8 - pos % 8) % 8;
-    pos.div_ceil(8) == e_bytes && (pad == 0 || bits32(s, base, pos, pad) == 0)
+    pos.div_ceil(8) == e_bytes && (pad == 0 || s.bits32(pos, pad) == 0)
 }

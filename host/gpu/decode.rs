@@ -11,7 +11,7 @@
 
 use cust::memory::{DeviceBuffer, DeviceSlice};
 use cust::stream::{Stream, StreamFlags};
-use ibp_kernels::params::{STATUS_BAD_INDEX, STATUS_CORRUPT};
+use ibp_kernels::params::{STATUS_BAD_INDEX, STATUS_CORRUPT, workspace_bytes};
 
 use super::memory::{GpuReadable, PinnedBuffer};
 use super::{Gpu, cuda_err};
@@ -82,7 +82,6 @@ pub struct GpuDataset {
     pub(crate) rows: u64,
     pub(crate) row_bytes: u64,
     pub(crate) chunk: u32,
-    pub(crate) table_bytes: usize,
     pub(crate) stored_bytes: u64,
     /// Packed layout: the offsets, also on the host (the DMA path plans its
     /// copies from them).
@@ -103,7 +102,6 @@ impl GpuDataset {
         let table = decoder_table(cb);
         let book = decode_book(cb);
         Ok(GpuDataset {
-            table_bytes: table.len(),
             table: DeviceBuffer::from_slice(&table).map_err(cuda_err("uploading the codebook"))?,
             book_bytes: book.len(),
             book: DeviceBuffer::from_slice(&book).map_err(cuda_err("uploading the codebook"))?,
@@ -136,7 +134,6 @@ impl GpuDataset {
         let stored = lengths.iter().map(|&n| n as u64).sum();
         let book = decode_book(cb);
         Ok(GpuDataset {
-            table_bytes: table.len(),
             table: DeviceBuffer::from_slice(&table).map_err(cuda_err("uploading the codebook"))?,
             book_bytes: book.len(),
             book: DeviceBuffer::from_slice(&book).map_err(cuda_err("uploading the codebook"))?,
@@ -348,7 +345,6 @@ pub struct Decoder<'ds> {
     pub(crate) shared_bytes: u32,
     pub(crate) ring_lines: u32,
     pub(crate) pbuf_words: u32,
-    pub(crate) table_smem_bytes: u32,
     pub(crate) batch: bool,
     pub(crate) load_store: bool,
 }
@@ -395,24 +391,20 @@ impl<'ds> Decoder<'ds> {
                 Some(b) => (b as u64).div_ceil(128).next_power_of_two(),
                 None => 32,
             };
-            (want.max(min_lines).max(4) as u32, pbuf_words)
+            // At least 8 lines: one step of the decoder spans up to 512
+            // payload bytes (five lines at the worst alignment), all
+            // resident at once.
+            (want.max(min_lines).max(8) as u32, pbuf_words)
         };
-        let warp_bytes = pbuf_words as u64 * 4 + ring_lines as u64 * 128 + 16;
+        let warp_bytes = workspace_bytes(pbuf_words, ring_lines) as u64;
         let mut warps = opts.warps_per_block.unwrap_or(8).clamp(1, 32) as u64;
-        // Q: when does the codebook go to shared memory?
-        // A: batch mode: always (its book; the entry table of the rare
-        // general steps is read through L1). Streaming mode: when a block
-        // with the table and its warps' workspaces still leaves room for two
-        // blocks per SM (registers allow about two blocks of eight warps
-        // anyway); otherwise L1 serves it to every warp of the SM.
-        let table = ds.table_bytes as u64;
-        let table_smem = if batch {
-            book
-        } else if table + warps * warp_bytes <= budget / 2 {
-            table
-        } else {
-            0
-        };
+        // Q: where is the decode book?
+        // A: batch mode copies it into shared memory once per block (it is
+        // at most 7 bytes per tensor byte for tensors of a few KB);
+        // streaming mode, for long tensors, reads it through L1 and keeps
+        // shared memory for the rings. The entry table that only the rare
+        // general steps read stays in global memory in both modes.
+        let table_smem = if batch { book } else { 0 };
         while warps > 1 && table_smem + warps * warp_bytes > budget {
             warps /= 2;
         }
@@ -443,7 +435,6 @@ impl<'ds> Decoder<'ds> {
             shared_bytes: shared as u32,
             ring_lines,
             pbuf_words,
-            table_smem_bytes: if batch { 0 } else { table_smem as u32 },
             batch,
             load_store: match opts.fetch {
                 Some(f) => f == Fetch::LoadStore,

@@ -278,7 +278,7 @@ impl Gpu {
             chunk: ds.chunk,
             ring_lines: dec.ring_lines,
             pbuf_words: dec.pbuf_words,
-            table_smem_bytes: dec.table_smem_bytes,
+            _pad0: 0,
             mode: if ideal {
                 DECODE_MODE_IDEAL
             } else {
