@@ -388,7 +388,7 @@ pub unsafe fn decode_row_as<
         let mut tot = 0;
         each_chunk!(j => {
             if j < cpl {
-                if C <= 2 && j % 4 == 0 {
+                if C <= 2 && j.is_multiple_of(4) {
                     grp = param4(b, lay.params + 4 * (k0 + j));
                 }
                 let x = if C <= 2 { grp[(j % 4) as usize] } else { prm[j as usize] };
@@ -470,7 +470,7 @@ pub unsafe fn decode_row_as<
             let mut win = 0u32;
             each_chunk!(j => {
                 if j < cpl {
-                    if C <= 2 && j % 4 == 0 {
+                    if C <= 2 && j.is_multiple_of(4) {
                         grp = param4(b, lay.params + 4 * (k0 + j));
                     }
                     let q = if C <= 2 { grp[(j % 4) as usize] } else { prm[j as usize] };
