@@ -335,7 +335,18 @@ impl DecodeStatus {
 /// A: its shared-memory carving and tables are sized from that dataset; a
 /// call with another dataset (longer tensors, another codebook) would let
 /// the kernel read past the workspace or the book. Borrowing makes the
-/// mismatch impossible to write.
+/// mismatch impossible to write: no call takes a dataset, and the decoder
+/// cannot outlive the one it was sized for.
+///
+/// ```compile_fail,E0505
+/// # use ibp::gpu::{DecodeOptions, DecodeStatus, Decoder, Gpu, GpuDataset};
+/// # fn f(gpu: &Gpu, ds: GpuDataset, out: &mut cust::memory::DeviceSlice<u8>,
+/// #      st: &DecodeStatus, s: &cust::stream::Stream) -> ibp::Result<()> {
+/// let dec = Decoder::new(gpu, &ds, &DecodeOptions::default())?;
+/// drop(ds); // error[E0505]: cannot move out of `ds` because it is borrowed
+/// dec.range(gpu, 0, 1, out, st, s)?;
+/// # Ok(()) }
+/// ```
 pub struct Decoder<'ds> {
     pub(crate) ds: &'ds GpuDataset,
     pub(crate) flags: u32,
