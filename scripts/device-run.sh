@@ -28,6 +28,14 @@ if [ "$what" = benches ] || [ "$what" = all ]; then
   done
   timeout 400 .device/bin/ibp.bin bench --rows 100000 --out "$out/results.md" >"$out/ibp-bench.log" 2>&1
   summary+=("ibp bench: rc=$?")
+  if [ -x .device/bin/ibp-baseline.bin ]; then
+    timeout 300 .device/bin/ibp-baseline.bin bench --section decode --rows 100000 --out "$out/baseline.md" >"$out/baseline-bench.log" 2>&1
+    summary+=("baseline ($(cat .device/baseline-commit)) ibp bench: rc=$?")
+  fi
 fi
 cat "$out"/bench-*.txt 2>/dev/null
+# The decode tables of this build (and of the baseline, if staged).
+for f in "$out/results.md" "$out/baseline.md"; do
+  [ -s "$f" ] && { echo "== $f"; grep -E '^(#|\|)' "$f" | grep -vE '^\| ---' | head -80; }
+done
 printf '%s\n' "${summary[@]}"

@@ -6,7 +6,13 @@
 # With IBP_STAGE_WORKTREE=DIR it builds the committed HEAD in a separate
 # worktree (so edits in progress in this checkout do not get in the way).
 # Only the GPU binaries travel (the carry limit is 64 MiB), plus MiniLM's
-# word-embedding table cut out of model.safetensors (47 MB).
+# word-embedding table cut out of model.safetensors (47 MB). The criterion
+# benches stay behind unless IBP_STAGE_BENCHES=1 (with them the carry is at
+# its limit); `ibp bench` measures the same and more.
+#
+# With IBP_BASELINE=COMMIT it also builds that commit's `ibp` binary as
+# .device/bin/ibp-baseline.bin, and device-run.sh then runs its decode
+# benchmark in the same session, for before/after tables from one machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -23,7 +29,7 @@ fi
 { cd "$src"; cargo test --release --features cuda --no-run --message-format=json
   cargo bench --features cuda --no-run --message-format=json
   cargo build --release --features cuda --bin ibp --message-format=json; cd "$root"; } 2>/dev/null | python3 -c '
-import json, sys
+import json, os, sys
 for line in sys.stdin:
     try: m = json.loads(line)
     except ValueError: continue
@@ -32,9 +38,19 @@ for line in sys.stdin:
     kinds, test = m["target"]["kind"], m["profile"]["test"]
     kind = "bench" if "bench" in kinds else ("test" if test else "bin")
     name = m["target"]["name"]
+    if kind == "bench" and os.environ.get("IBP_STAGE_BENCHES") != "1": continue
     if kind == "bin" or name.startswith("gpu_"):
         print(name + "." + kind, exe)
 ' | sort -u | while read -r name exe; do cp "$exe" "$root/.device/bin/$name"; done
+if [ -n "${IBP_BASELINE:-}" ]; then
+  base=$root/target/baseline-src
+  [ -d "$base" ] || git worktree add --detach "$base" "$IBP_BASELINE" >/dev/null
+  git -C "$base" checkout -q --detach "$IBP_BASELINE"
+  cp -r .tools "$base/" 2>/dev/null || true
+  (cd "$base" && CARGO_TARGET_DIR="$root/target/baseline" cargo build --release --features cuda --bin ibp >&2)
+  cp "$root/target/baseline/release/ibp" .device/bin/ibp-baseline.bin
+  echo "$IBP_BASELINE" >.device/baseline-commit
+fi
 strip .device/bin/* 2>/dev/null || true
 cp scripts/device-run.sh .device/
 python3 - "$IBP_DATA_DIR/model.safetensors" .device/data/model.safetensors <<'PY'

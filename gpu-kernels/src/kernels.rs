@@ -882,7 +882,7 @@ mod probe {
                 let mut src = unsafe { Contig::new(&Hw, p.ring_lines) };
                 // SAFETY: never launched.
                 let ok = unsafe {
-                    decode_row_as::<$c, { $class }, $prefix, _, _, _, _>(
+                    decode_row_as::<$c, { $class }, $prefix, false, _, _, _, _>(
                         &Hw,
                         &mut src,
                         &SharedBook(0),

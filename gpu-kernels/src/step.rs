@@ -312,7 +312,7 @@ pub unsafe fn decode_row<const C: u32, W: Lanes, S: Source, B: Book, M: Mem>(
     r: RowAt,
 ) -> bool {
     // SAFETY: forwarded.
-    unsafe { decode_row_as::<C, ANY, ANY, W, S, B, M>(w, s, b, m, g, r) }
+    unsafe { decode_row_as::<C, ANY, ANY, true, W, S, B, M>(w, s, b, m, g, r) }
 }
 
 /// `CLASS` / `PREFIX` value of [`decode_row_as`]: decided at run time.
@@ -322,7 +322,9 @@ pub const ANY: u8 = u8::MAX;
 /// compile time, for counting one path's instructions (`scripts/sass.sh`
 /// reads the probe kernels built from this): `CLASS` is a `CLASS_*` or
 /// [`ANY`]; `PREFIX` is 1 (every step matches: prefix, no scan), 0 (always
-/// scan) or [`ANY`]. Only [`ANY`]/[`ANY`] decodes every input correctly.
+/// scan) or [`ANY`]; `TAIL` false drops the store of a row's last partial
+/// 16 bytes (which the steady state never takes). Only [`ANY`]/[`ANY`]/true
+/// decodes every input correctly.
 ///
 /// # Safety
 /// As [`decode_row`].
@@ -332,6 +334,7 @@ pub unsafe fn decode_row_as<
     const C: u32,
     const CLASS: u8,
     const PREFIX: u8,
+    const TAIL: bool,
     W: Lanes,
     S: Source,
     B: Book,
@@ -395,8 +398,9 @@ pub unsafe fn decode_row_as<
                 tot += width(x, p, j);
             }
         });
+        let vote = w.ballot(p == vmask);
         let all_match = match PREFIX {
-            ANY => w.ballot(p == vmask) == u32::MAX,
+            ANY => vote == u32::MAX,
             x => x == 1,
         };
         let (excl, sum) = if all_match && prefix {
@@ -524,7 +528,7 @@ pub unsafe fn decode_row_as<
                 }
             });
         }
-        if ob + 16 <= g.row_bytes {
+        if !TAIL || ob + 16 <= g.row_bytes {
             store16(m, out + ob as u64, o, align);
         } else if ob < g.row_bytes {
             // SAFETY: the row's last bytes, [ob, L).
