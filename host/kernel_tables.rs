@@ -49,7 +49,13 @@ pub fn decode_book(cb: &Codebook) -> Vec<u8> {
         put(&mut out, lay.bitval, t.bitval);
         put(&mut out, lay.run1, lowest_run(t.free));
         put(&mut out, lay.free, t.free);
-        let q = params_two_runs(t.free, t.width).unwrap_or(params_general(t.free, t.width));
+        let mut q = params_two_runs(t.free, t.width).unwrap_or(params_general(t.free, t.width));
+        // 1- and 2-byte chunks expand in place in their output word: their
+        // shifts include the chunk's offset in it (`ibp_kernels::step`).
+        if c <= 2 {
+            let sh = 8 * c * (k as u32 % (4 / c));
+            q += sh | sh << 8;
+        }
         let at = lay.params as usize + 4 * k;
         out[at..at + 4].copy_from_slice(&q.to_le_bytes());
     }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SASS of the kernels, with no GPU: build the kernels' PTX, assemble it for
-# sm_90 with ptxas (as the driver's JIT would, with the same register cap),
+# sm_90 (IBP_SASS_ARCH to change) with ptxas (as the driver's JIT would, with the same register cap),
 # and disassemble it with nvdisasm (both installed by scripts/setup.sh).
 #
 #   scripts/sass.sh [KERNEL]   registers, spills and instruction counts of
@@ -26,7 +26,7 @@ features=()
 (cd gpu-kernels && CARGO_ENCODED_RUSTFLAGS=-Ctarget-cpu=sm_80 cargo rustc --quiet --lib --crate-type cdylib \
   --target nvptx64-nvidia-cuda -Zbuild-std=core --release "${features[@]}" --target-dir ../target/sass-build)
 ptx=target/sass-build/nvptx64-nvidia-cuda/release/ibp_kernels.ptx
-"$IBP_PTXAS" -arch=sm_90 -v --maxrregcount=128 "$ptx" -o "$out/k.cubin" 2>"$out/ptxas.txt"
+"$IBP_PTXAS" -arch="${IBP_SASS_ARCH:-sm_90}" -v --maxrregcount=128 "$ptx" -o "$out/k.cubin" 2>"$out/ptxas.txt"
 "$IBP_NVDISASM" -c "$out/k.cubin" 2>/dev/null >"$out/all.sass"
 # One kernel's section: from its .text label to the next kernel's .global.
 section() { awk -v k=".text.$1:" '$1 == k {on = 1; next} on && $1 == ".global" {on = 0} on' "$out/all.sass"; }

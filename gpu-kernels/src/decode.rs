@@ -48,7 +48,7 @@ use crate::params::{
     DECODE_MODE_IDEAL, DecodeParams, FETCH_LOAD_STORE, STATUS_BAD_INDEX, STATUS_CORRUPT,
 };
 use crate::simt::{Book, Machine, inclusive_scan, shfl_idx64, warp_sum64};
-use crate::step::{self, Contig, Geometry, RowAt, Source};
+use crate::step::{self, Contig, Geometry, RowAt, Source, shared_raw32};
 use crate::table::{window32, window64};
 
 const LINE: u64 = 128;
@@ -201,21 +201,18 @@ struct Streamed<'a, H> {
 
 impl<H: Machine> Source for Streamed<'_, H> {
     #[inline(always)]
-    fn pbits(&self, k0: u32, n: u32) -> u32 {
-        let a = self.pbuf * 8 + k0;
-        let w = (a >> 5) << 2;
-        // SAFETY: inside the participation buffer, or (second word, bits
-        // the caller masks off) the first word of the ring after it.
-        let (w0, w1) = unsafe { (self.h.lds_u32(w), self.h.lds_u32(w + 4)) };
-        window32(w0, w1, a & 31, n)
+    fn pbits(&self, k0: u32) -> u32 {
+        // Inside the participation buffer, or (bits the caller masks off)
+        // the first word of the ring after it.
+        shared_raw32(self.h, self.pbuf, k0)
     }
     #[inline(always)]
-    fn bits32(&self, bit: u32, n: u32) -> u32 {
-        self.ring.bits32(self.h, bit as u64, n)
+    fn raw32(&self, bit: u32) -> u32 {
+        self.ring.bits32(self.h, bit as u64, 32)
     }
     #[inline(always)]
-    fn bits64(&self, bit: u32, n: u32) -> u64 {
-        self.ring.bits64(self.h, bit as u64, n)
+    fn raw64(&self, bit: u32) -> u64 {
+        self.ring.bits64(self.h, bit as u64, 64)
     }
     #[inline(always)]
     fn ready(&mut self, start: u32, end: u32) {

@@ -27,13 +27,13 @@
 //! chunk, and the output leaves in one 16-byte store per lane (a 512-byte
 //! warp store) when the row is aligned.
 
-use crate::bits::low_mask;
+use crate::bits::{low_mask, low_mask32};
 use crate::book::{
     CLASS_GENERAL, CLASS_NONE_FREE, CLASS_TWO_RUNS, Layout, chunks_per_lane, expand2_32, expand2_64,
 };
 use crate::params::{DECODE_FLAG_NO_CLASSES, DECODE_FLAG_NO_PREFIX};
 use crate::simt::{Book, Lanes, Mem, Shared, exclusive_scan};
-use crate::table::{self, Entry, entry_bytes, window32, window64};
+use crate::table::{self, Entry, entry_bytes, window64};
 
 /// Run `$body` for `$j` = 0, 1, … 15 with `$j` a constant in each copy.
 ///
@@ -100,18 +100,35 @@ impl RowAt {
 /// Where the step reads one tensor's encoded stream: contiguous in shared
 /// memory (batch mode, [`Contig`]) or streamed through a ring of lines
 /// (streaming mode). Every call is warp-uniform in control flow.
+///
+/// Q: why do the reads return whole windows, unmasked?
+/// A: masking to a width costs as much as the read; the step masks only
+/// where stray high bits could land in another chunk's bytes (chunks of 1
+/// or 2 bytes, the participation bits, the padding).
 pub trait Source {
-    /// Participation bits of chunks `k0 .. k0 + n` (`n ≤ 16`, `k0 < K`;
-    /// bits past `K` are unspecified and masked by the caller).
-    fn pbits(&self, k0: u32, n: u32) -> u32;
-    /// `n ≤ 32` stream bits at `bit` (inside what [`Source::ready`] made
-    /// resident).
-    fn bits32(&self, bit: u32, n: u32) -> u32;
-    /// `n ≤ 64` stream bits at `bit`.
-    fn bits64(&self, bit: u32, n: u32) -> u64;
+    /// 32 participation bits from chunk `k0` (`k0 < K`; bits past `K` are
+    /// unspecified).
+    fn pbits(&self, k0: u32) -> u32;
+    /// 32 stream bits from `bit` (inside what [`Source::ready`] made
+    /// resident, or within 8 bytes past the stored bytes); bits past the
+    /// stored bytes are unspecified.
+    fn raw32(&self, bit: u32) -> u32;
+    /// 64 stream bits from `bit`, likewise.
+    fn raw64(&self, bit: u32) -> u64;
     /// Make stream bits `[start, end)` resident (`end ≤ 8E`); bits before
     /// `start` are not read again.
     fn ready(&mut self, start: u32, end: u32);
+}
+
+/// 32 bits from bit `bit` of the bytes at shared address `base`.
+#[inline(always)]
+pub fn shared_raw32<S: Shared>(s: &S, base: u32, bit: u32) -> u32 {
+    let a = base * 8 + bit;
+    let w = (a >> 5) << 2;
+    // SAFETY: the caller's (every user reads inside its region plus the
+    // 16 bytes of padding after it).
+    let (w0, w1) = unsafe { (s.lds_u32(w), s.lds_u32(w + 4)) };
+    (((w1 as u64) << 32 | w0 as u64) >> (a & 31)) as u32
 }
 
 /// A tensor's stored bytes held contiguously in shared memory.
@@ -134,22 +151,18 @@ impl<'a, S: Shared> Contig<'a, S> {
 
 impl<S: Shared> Source for Contig<'_, S> {
     #[inline(always)]
-    fn pbits(&self, k0: u32, n: u32) -> u32 {
-        self.bits32(k0, n)
+    fn pbits(&self, k0: u32) -> u32 {
+        self.raw32(k0)
     }
     #[inline(always)]
-    fn bits32(&self, bit: u32, n: u32) -> u32 {
+    fn raw32(&self, bit: u32) -> u32 {
+        shared_raw32(self.s, self.base, bit)
+    }
+    #[inline(always)]
+    fn raw64(&self, bit: u32) -> u64 {
         let a = self.base * 8 + bit;
         let w = (a >> 5) << 2;
         // SAFETY: inside the stored bytes plus padding (`Contig::new`).
-        let (w0, w1) = unsafe { (self.s.lds_u32(w), self.s.lds_u32(w + 4)) };
-        window32(w0, w1, a & 31, n)
-    }
-    #[inline(always)]
-    fn bits64(&self, bit: u32, n: u32) -> u64 {
-        let a = self.base * 8 + bit;
-        let w = (a >> 5) << 2;
-        // SAFETY: as above.
         let (w0, w1, w2) = unsafe {
             (
                 self.s.lds_u32(w),
@@ -157,23 +170,10 @@ impl<S: Shared> Source for Contig<'_, S> {
                 self.s.lds_u32(w + 8),
             )
         };
-        window64(w0, w1, w2, a & 31, n)
+        window64(w0, w1, w2, a & 31, 64)
     }
     #[inline(always)]
     fn ready(&mut self, _: u32, _: u32) {}
-}
-
-/// Field of chunk `j` (of a lane's `16/C`) from the lane's 16 bytes of a
-/// field held as four words (`C ≤ 4`).
-#[inline(always)]
-fn field32<const C: u32>(w: &[u32; 4], j: u32) -> u32 {
-    let byte = j * C;
-    let x = w[(byte / 4) as usize] >> ((byte % 4) * 8);
-    if C == 4 {
-        x
-    } else {
-        x & (low_mask(C * 8) as u32)
-    }
 }
 
 /// Field of chunk `j ∈ {0, 1}` for 8-byte chunks.
@@ -370,13 +370,13 @@ pub unsafe fn decode_row_as<
         } else {
             cpl
         };
-        let vmask = low_mask(nvalid) as u32;
-        // Bits past K are payload, not participation: masked off.
-        let p = if nvalid > 0 {
-            s.pbits(k0, cpl) & vmask
+        let vmask = if nvalid == cpl {
+            low_mask(cpl) as u32
         } else {
-            0
+            low_mask32(nvalid)
         };
+        // Bits past K are payload, not participation: masked off.
+        let p = if nvalid > 0 { s.pbits(k0) & vmask } else { 0 };
         // Q: why are 1- and 2-byte chunks' PARAMS loaded twice, four at a
         // time?
         // A: sixteen (or eight) words held from the widths to the expansion
@@ -440,7 +440,7 @@ pub unsafe fn decode_row_as<
             each_chunk!(j => {
               if j < 2 {
                 let wj = width(prm[j as usize], p, j);
-                let v = if wj > 0 { s.bits64(bit, wj) } else { 0 };
+                let v = s.raw64(bit);
                 bit += wj;
                 let x = if (p >> j) & 1 == 0 {
                     v
@@ -485,7 +485,7 @@ pub unsafe fn decode_row_as<
                     // fit one 32-bit read; each then shifts its bits out
                     // (two instructions instead of a read's eight).
                     let v = if C == 4 {
-                        let v = if wj > 0 { s.bits32(bit, wj) } else { 0 };
+                        let v = s.raw32(bit);
                         bit += wj;
                         v
                     } else {
@@ -497,34 +497,41 @@ pub unsafe fn decode_row_as<
                                     gw += width(grp[((j + i) % 4) as usize], p, (j + i) % 16);
                                 }
                             });
-                            win = if gw > 0 { s.bits32(bit, gw) } else { 0 };
+                            win = s.raw32(bit);
                             bit += gw;
                         }
-                        let v = win & (low_mask(wj) as u32);
+                        let v = win & low_mask32(wj);
                         win >>= wj & 31;
                         v
                     };
+                    // Q: why expand in place in the output word?
+                    // A: the book's `s1` and `d2` of a 1- or 2-byte chunk
+                    // already include the chunk's offset in its output
+                    // word, and a chunk's shifted payload never leaves its
+                    // own bytes, so the word's whole RUN1 and FREE words
+                    // serve every chunk in it: no per-chunk field
+                    // extraction, no repacking.
+                    let byte = j * C;
+                    let wi = (byte / 4) as usize;
+                    let sh = (byte % 4) * 8;
+                    let own = if C == 4 {
+                        u32::MAX
+                    } else {
+                        (low_mask(C * 8) as u32) << sh
+                    };
                     let x = if (p >> j) & 1 == 0 {
-                        v
+                        v << sh
                     } else if class == CLASS_NONE_FREE {
-                        field32::<C>(&bv, j)
+                        bv[wi] & own
                     } else if class == CLASS_TWO_RUNS {
-                        expand2_32(
-                            v,
-                            q & 0xff,
-                            (q >> 8) & 0xff,
-                            field32::<C>(&r1, j),
-                            field32::<C>(&fr, j),
-                            field32::<C>(&bv, j),
-                        )
+                        expand2_32(v, q & 0xff, (q >> 8) & 0xff, r1[wi], fr[wi], bv[wi] & own)
                     } else if k0 + j < k_total {
                         let e = entry::<C, M>(m, g.entries, k0 + j);
-                        table::decode_entry::<C>(&e, true, v as u64) as u32
+                        (table::decode_entry::<C>(&e, true, v as u64) as u32) << sh
                     } else {
                         0
                     };
-                    let byte = j * C;
-                    o[(byte / 4) as usize] |= x << ((byte % 4) * 8);
+                    o[wi] |= x;
                 }
             });
         }
@@ -539,5 +546,5 @@ pub unsafe fn decode_row_as<
     }
     // The stream must end exactly at E, with zero padding.
     let pad = (8 - pos % 8) % 8;
-    pos.div_ceil(8) == e_bytes && (pad == 0 || s.bits32(pos, pad) == 0)
+    pos.div_ceil(8) == e_bytes && s.raw32(pos) & low_mask32(pad) == 0
 }
