@@ -10,8 +10,8 @@ use ibp::io::SourceFormat;
 use ibp::{Error, Result};
 use serde::Serialize;
 
-use super::input::{FitArgs, InputArgs, Source};
-use super::output::{ByteProgress, OutputFile, check_output};
+use super::input::{FitArgs, InputArgs, Source, is_stdin};
+use super::output::{ByteProgress, Contents, OutputFile, Unreadable, check_output};
 use super::table::{GroupSummary, Totals, emit, group_table, human, json, percent, savings};
 
 /// Arguments of `ibp compress`.
@@ -26,7 +26,8 @@ pub struct Args {
     input: InputArgs,
     #[command(flatten)]
     fit: FitArgs,
-    /// The container to write (conventionally FILE.ibp).
+    /// The container to write (conventionally FILE.ibp); `-` writes it to
+    /// standard output (the report then goes to stderr).
     #[arg(short, long, value_name = "OUT")]
     output: PathBuf,
     /// Layout of compressed tensors: packed (smallest) or fixed (every
@@ -83,7 +84,11 @@ pub fn run(args: Args) -> Result<()> {
         args.input.file.clone().ok_or_else(|| {
             Error::invalid("give the file to compress: ibp compress FILE -o OUT.ibp")
         })?;
-    check_output(&args.output, args.force, &input)?;
+    let target = check_output(
+        &args.output,
+        args.force,
+        Some(input.as_path()).filter(|p| !is_stdin(p)),
+    )?;
 
     let source = Source::open(&args.input)?;
     let doc = source.parse(&args.input)?;
@@ -105,7 +110,7 @@ pub fn run(args: Args) -> Result<()> {
 
     let total = doc.groups.iter().map(|g| g.data.len() as u64).sum::<u64>() + doc.raw_bytes();
     let bar = ByteProgress::new(total, "compressing");
-    let mut out = OutputFile::create(&args.output, args.force)?;
+    let mut out = OutputFile::create(&target, args.force, Unreadable::Buffer)?;
     let (_, report) =
         compress_document_with_progress(&doc, &opts, out.writer(), &|done, _| bar.update(done))?;
     let written = out.finish()?;
@@ -113,7 +118,7 @@ pub fn run(args: Args) -> Result<()> {
 
     // Read the container back before it takes OUT's name: open checks every
     // checksum and structure, and the table then shows what the file holds.
-    let file = IbpFile::open(written.path()).map_err(|e| {
+    let bug = |e: Error| {
         Error::new(
             e.kind(),
             format!(
@@ -121,7 +126,32 @@ pub fn run(args: Args) -> Result<()> {
                 e.message()
             ),
         )
-    })?;
+    };
+    let file = match written.contents() {
+        Contents::File(p) => IbpFile::open(p).map_err(bug)?,
+        Contents::Bytes(b) => IbpFile::from_bytes(b).map_err(bug)?,
+        Contents::Gone => return Err(bug(Error::invalid("nothing to read back"))),
+    };
+    // Q: why restore the whole file once more, when every group was checked
+    // as it was compressed? A: the groups were checked against the input as
+    // it was then. A file still being written (a checkpoint being saved)
+    // changes under ibp; only restoring what the container holds and
+    // comparing with the hash of the input taken at the start shows that
+    // the container gives back the file that was read.
+    let check = ByteProgress::new(doc.original.len, "verifying");
+    file.restore_with_progress(&mut std::io::sink(), &|done, _| check.update(done))
+        .map_err(|e| {
+            Error::new(
+                e.kind(),
+                format!(
+                    "the container does not restore the input as it was read ({}); was {} changed while ibp read it? Nothing was written to {}; run again once the file is complete",
+                    e.message(),
+                    source.display(),
+                    args.output.display()
+                ),
+            )
+        })?;
+    check.clear();
     let reasons: HashMap<&str, &str> = report
         .groups
         .iter()
@@ -147,11 +177,18 @@ pub fn run(args: Args) -> Result<()> {
         groups,
         notes: report.notes,
     };
-    emit(&if args.json {
+    let report = if args.json {
         json(&r)?
     } else {
         text(&r, doc.format)
-    })
+    };
+    if target.is_stdout() {
+        // The container went to stdout; the report must not mix with it.
+        let _ = std::io::Write::write_all(&mut std::io::stderr(), report.as_bytes());
+        Ok(())
+    } else {
+        emit(&report)
+    }
 }
 
 /// The human-readable report: the group table, then totals and notes.

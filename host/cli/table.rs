@@ -49,16 +49,26 @@ impl Table {
         let mut out = String::new();
         for cells in std::iter::once(&self.header).chain(&self.rows) {
             let line: Vec<String> = (0..cols)
-                .map(|i| {
-                    let c = cells.get(i).map_or("", String::as_str);
-                    format!("{c:<w$}", w = widths[i])
-                })
+                .map(|i| pad(cells.get(i).map_or("", String::as_str), widths[i]))
                 .collect();
             out.push_str(line.join("  ").trim_end());
             out.push('\n');
         }
         out
     }
+}
+
+/// `cell` padded with spaces to `width` characters.
+///
+/// Q: why not `format!("{cell:<width$}")`? A: a width given as an argument
+/// must fit in a u16, and a tensor name can be longer than 65,535
+/// characters; the formatter panics on such a width.
+pub fn pad(cell: &str, width: usize) -> String {
+    let n = cell.chars().count();
+    let mut s = String::with_capacity(cell.len() + width.saturating_sub(n));
+    s.push_str(cell);
+    s.extend(std::iter::repeat_n(' ', width.saturating_sub(n)));
+    s
 }
 
 /// `bytes` in decimal units, as `ibp analyze` prints them: "46.88 MB".

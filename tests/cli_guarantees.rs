@@ -1,0 +1,565 @@
+//! What the README's "Guarantees" section promises, checked through the real
+//! binary: inputs that are not plain files, hostile names, inputs that
+//! change under a run, output paths that are not plain files, interrupted
+//! and concurrent runs, and containers that could restore the wrong bytes.
+//! Each test is the regression test of a finding of issue 15 (or 13.9).
+
+mod common;
+
+use std::ffi::OsString;
+use std::io::{Read, Write};
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use ibp::container::{ContainerWriter, GroupData, GroupMeta};
+use ibp::io::{DType, Segment};
+
+const EXIT_INVALID: i32 = 2;
+const EXIT_IO: i32 = 3;
+const EXIT_CORRUPT: i32 = 4;
+const EXIT_UNSUPPORTED: i32 = 5;
+
+macro_rules! args {
+    ($($a:expr),* $(,)?) => {
+        [$(OsString::from($a)),*]
+    };
+}
+
+/// An empty folder for one test, removed again when the test passes.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(test: &str) -> Self {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("guarantees-{test}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+
+    fn write(&self, name: &str, bytes: &[u8]) -> PathBuf {
+        let p = self.path(name);
+        std::fs::write(&p, bytes).unwrap();
+        p
+    }
+
+    /// Names in the folder that look like ibp's temporary files.
+    fn partials(&self) -> Vec<String> {
+        std::fs::read_dir(&self.0)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.contains(".partial"))
+            .collect()
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_ibp"))
+}
+
+fn ibp(args: &[OsString]) -> Output {
+    bin().args(args).output().expect("running the ibp binary")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Run `ibp args` and insist on success.
+fn ok(args: &[OsString]) -> Output {
+    let o = ibp(args);
+    assert!(
+        o.status.success(),
+        "ibp {args:?} failed ({}):\n{}",
+        o.status,
+        text(&o.stderr)
+    );
+    o
+}
+
+/// Run `ibp args`, insist on exit code `code` with an `ibp:` message and no
+/// panic, and return the message.
+fn fails(args: &[OsString], code: i32) -> String {
+    let o = ibp(args);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(code), "ibp {args:?}:\n{err}");
+    assert!(err.contains("ibp: "), "ibp {args:?}: {err}");
+    assert!(!err.contains("panicked"), "ibp {args:?} panicked:\n{err}");
+    err
+}
+
+/// f32 features with invariant high bits: `rows × cols`, deterministic.
+fn features(rows: usize, cols: usize, seed: u64) -> Vec<u8> {
+    let mut rng = common::Rng(seed | 1);
+    (0..rows * cols)
+        .flat_map(|i| {
+            let r = rng.next();
+            let v = if r.is_multiple_of(8) {
+                0.0
+            } else {
+                (1.0 + (r >> 40) as f32 / (1u64 << 24) as f32) * (1 + i % cols % 3) as f32
+            };
+            v.to_le_bytes()
+        })
+        .collect()
+}
+
+/// Compress `input` (raw f32 of `cols` columns) to `out`: the arguments.
+fn compress_raw(input: &Path, cols: usize, out: &Path) -> Vec<OsString> {
+    let bytes = std::fs::metadata(input).map(|m| m.len()).unwrap_or(0) as usize;
+    let shape = format!("{},{cols}", bytes / 4 / cols);
+    args![
+        "compress", input, "--dtype", "f32", "--shape", &shape, "-o", out
+    ]
+    .to_vec()
+}
+
+/// Wait until `cond` holds, at most `secs` seconds.
+fn wait_for(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < end {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    false
+}
+
+/// Wait for `child` to end, killing it after `secs` seconds.
+fn finish(mut child: Child, secs: u64) -> Output {
+    if !wait_for(secs, || child.try_wait().unwrap().is_some()) {
+        let _ = child.kill();
+        panic!("ibp did not finish within {secs} s");
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn restores_to(dir: &Scratch, container: &Path, want: &[u8]) {
+    let back = dir.path("restored");
+    let _ = std::fs::remove_file(&back);
+    ok(&args!["decompress", container, "-o", &back]);
+    let got = std::fs::read(&back).unwrap();
+    assert!(
+        got == want,
+        "restored {} bytes, wanted {}",
+        got.len(),
+        want.len()
+    );
+}
+
+// Finding 1: inputs that are not regular files.
+
+#[test]
+fn piped_input_is_read_in_full() {
+    let dir = Scratch::new("pipe");
+    let data = features(512, 32, 1);
+    let shape = "512,32";
+    for input in ["/dev/stdin", "-"] {
+        let out = dir.path("piped.ibp");
+        let _ = std::fs::remove_file(&out);
+        let mut child = bin()
+            .args(args![
+                "compress", input, "--dtype", "f32", "--shape", shape, "-o", &out
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        let feed = data.clone();
+        let writer = std::thread::spawn(move || stdin.write_all(&feed));
+        let o = finish(child, 60);
+        writer.join().unwrap().unwrap();
+        assert!(o.status.success(), "{input}: {}", text(&o.stderr));
+        restores_to(&dir, &out, &data);
+    }
+}
+
+#[test]
+fn fifo_input_is_read_in_full() {
+    let dir = Scratch::new("fifo-in");
+    let data = features(256, 16, 2);
+    let fifo = dir.path("in.fifo");
+    let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let out = dir.path("fifo.ibp");
+    let child = bin()
+        .args(args![
+            "compress", &fifo, "--dtype", "f32", "--shape", "256,16", "-o", &out
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let feed = data.clone();
+    let path = fifo.clone();
+    let writer = std::thread::spawn(move || std::fs::write(path, feed));
+    let o = finish(child, 60);
+    writer.join().unwrap().unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    restores_to(&dir, &out, &data);
+}
+
+#[test]
+fn device_input_is_refused() {
+    let dir = Scratch::new("dev-in");
+    let out = dir.path("zero.ibp");
+    let err = fails(
+        &args!["compress", "/dev/zero", "--dtype", "u8", "-o", &out],
+        EXIT_UNSUPPORTED,
+    );
+    assert!(err.contains("device"), "{err}");
+    assert!(!out.exists());
+}
+
+// Finding 2: strings longer than 65,535 characters.
+
+#[test]
+fn very_long_names_do_not_panic() {
+    let dir = Scratch::new("long-name");
+    let name = "n".repeat(70_000);
+    let data = features(64, 8, 3);
+    let header = format!(
+        r#"{{"{name}":{{"dtype":"F32","shape":[64,8],"data_offsets":[0,{}]}}}}"#,
+        data.len()
+    );
+    let mut header = header.into_bytes();
+    while !header.len().is_multiple_of(8) {
+        header.push(b' ');
+    }
+    let mut file = (header.len() as u64).to_le_bytes().to_vec();
+    file.extend(&header);
+    file.extend(&data);
+    let input = dir.write("long.safetensors", &file);
+    let out = dir.path("long.ibp");
+    let o = ok(&args!["compress", &input, "-o", &out]);
+    assert!(text(&o.stdout).contains(&name));
+    ok(&args!["inspect", &out]);
+    let o = ok(&args!["analyze", &input]);
+    assert!(text(&o.stdout).contains(&name));
+    restores_to(&dir, &out, &file);
+}
+
+// Finding 3: the input changes while it is compressed.
+
+/// A 16 MiB raw input and a compress of it, started; returns once the
+/// temporary output exists (the input has been read and hashed).
+fn start_slow_compress(dir: &Scratch) -> (PathBuf, PathBuf, Child) {
+    let input = dir.write("big.f32", &features(4096, 1024, 4));
+    let out = dir.path("big.ibp");
+    let child = bin()
+        .args(compress_raw(&input, 1024, &out))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_for(30, || !dir.partials().is_empty()),
+        "no temporary output appeared"
+    );
+    (input, out, child)
+}
+
+#[test]
+fn input_changed_during_compress_is_refused() {
+    let dir = Scratch::new("changed");
+    let (input, out, child) = start_slow_compress(&dir);
+    // Rewrite the file in place, as a program still saving it would.
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&input)
+        .unwrap();
+    f.write_all(&features(4096, 1024, 5)).unwrap();
+    drop(f);
+    let o = finish(child, 120);
+    let err = text(&o.stderr);
+    assert!(o.status.signal().is_none(), "killed by a signal: {err}");
+    if o.status.success() {
+        // Only acceptable if the container really restores what it claims.
+        let r = ibp(&args!["decompress", &out, "-o", dir.path("back")]);
+        assert!(
+            r.status.success(),
+            "exit 0 but the container does not restore: {}",
+            text(&r.stderr)
+        );
+    } else {
+        assert_eq!(o.status.code(), Some(EXIT_CORRUPT), "{err}");
+        assert!(err.contains("changed while ibp read it"), "{err}");
+        assert!(!out.exists());
+    }
+    assert_eq!(dir.partials(), Vec::<String>::new());
+}
+
+#[test]
+fn input_truncated_during_compress_is_an_io_error() {
+    let dir = Scratch::new("truncated");
+    let (input, out, child) = start_slow_compress(&dir);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&input)
+        .unwrap()
+        .set_len(4096)
+        .unwrap();
+    let o = finish(child, 120);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.signal(), None, "killed by a signal: {err}");
+    assert_eq!(o.status.code(), Some(EXIT_IO), "{err}");
+    assert!(err.contains("SIGBUS"), "{err}");
+    assert!(!out.exists());
+    assert_eq!(dir.partials(), Vec::<String>::new());
+}
+
+// Finding 5 and issue 13.9: output paths that are not plain files.
+
+#[test]
+fn output_to_stdout_is_the_container() {
+    let dir = Scratch::new("stdout");
+    let input = dir.write("x.f32", &features(256, 16, 6));
+    let file = dir.path("x.ibp");
+    ok(&compress_raw(&input, 16, &file));
+    let o = ok(&compress_raw(&input, 16, Path::new("-")));
+    assert!(o.stdout == std::fs::read(&file).unwrap());
+    // The report went to stderr, and no file called "-" was made.
+    assert!(text(&o.stderr).contains("groups:"));
+    assert!(!Path::new("-").exists() && !dir.path("-").exists());
+    // And back: container on stdin, restored file on stdout.
+    let mut child = bin()
+        .args(args!["decompress", "-", "-o", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let container = o.stdout.clone();
+    let feed = std::thread::spawn(move || stdin.write_all(&container));
+    let back = finish(child, 60);
+    feed.join().unwrap().unwrap();
+    assert!(back.status.success(), "{}", text(&back.stderr));
+    assert!(back.stdout == std::fs::read(&input).unwrap());
+}
+
+#[test]
+fn output_to_a_character_device_is_written_not_replaced() {
+    let dir = Scratch::new("devnull");
+    let input = dir.write("x.f32", &features(64, 16, 7));
+    // No --force needed: nothing is replaced. (Never run with --force on
+    // an ibp that replaces nodes: as root it would replace /dev/null.)
+    ok(&compress_raw(&input, 16, Path::new("/dev/null")));
+    let m = std::fs::metadata("/dev/null").unwrap();
+    assert!(m.file_type().is_char_device());
+}
+
+#[test]
+fn output_to_a_fifo_is_written_not_replaced() {
+    let dir = Scratch::new("fifo-out");
+    let input = dir.write("x.f32", &features(512, 64, 8));
+    let fifo = dir.path("out.fifo");
+    let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    // Open the reading end without blocking, so that an ibp that replaces
+    // the FIFO instead of writing to it cannot hang the test.
+    let mut reader = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(&fifo)
+        .unwrap();
+    let mut args = compress_raw(&input, 64, &fifo);
+    args.push("--force".into());
+    let mut child = bin()
+        .args(&args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 1 << 16];
+    let end = Instant::now() + Duration::from_secs(60);
+    loop {
+        assert!(Instant::now() < end, "ibp did not finish");
+        match reader.read(&mut buf) {
+            Ok(n) if n > 0 => got.extend_from_slice(&buf[..n]),
+            Ok(_) | Err(_) => {
+                if child.try_wait().unwrap().is_some() {
+                    // Drain what is left after the writer closed.
+                    while let Ok(n) = reader.read(&mut buf) {
+                        if n == 0 {
+                            break;
+                        }
+                        got.extend_from_slice(&buf[..n]);
+                    }
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+    }
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(
+        std::fs::symlink_metadata(&fifo)
+            .unwrap()
+            .file_type()
+            .is_fifo(),
+        "the FIFO was replaced"
+    );
+    let file = dir.path("x.ibp");
+    ok(&compress_raw(&input, 64, &file));
+    assert!(
+        got == std::fs::read(&file).unwrap(),
+        "the FIFO did not carry the container"
+    );
+}
+
+#[test]
+fn symlinked_output_is_written_through() {
+    let dir = Scratch::new("symlink");
+    let input = dir.write("x.f32", &features(128, 16, 9));
+    let target = dir.write("target.ibp", b"old contents");
+    let link = dir.path("link.ibp");
+    std::os::unix::fs::symlink("target.ibp", &link).unwrap();
+    fails(&compress_raw(&input, 16, &link), EXIT_INVALID);
+    let mut args = compress_raw(&input, 16, &link);
+    args.push("--force".into());
+    ok(&args);
+    assert!(
+        std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink(),
+        "the link was replaced"
+    );
+    restores_to(&dir, &target, &std::fs::read(&input).unwrap());
+    // A dangling link names the file to create.
+    let dangling = dir.path("dangling.ibp");
+    std::os::unix::fs::symlink("new.ibp", &dangling).unwrap();
+    ok(&compress_raw(&input, 16, &dangling));
+    assert!(dir.path("new.ibp").is_file());
+    assert!(
+        std::fs::symlink_metadata(&dangling)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert_eq!(dir.partials(), Vec::<String>::new());
+}
+
+#[test]
+fn interrupted_runs_leave_no_partial_file() {
+    for (sig, name) in [(libc::SIGINT, "sigint"), (libc::SIGTERM, "sigterm")] {
+        let dir = Scratch::new(name);
+        let (_, out, child) = start_slow_compress(&dir);
+        // SAFETY: kill with a valid pid and signal.
+        assert_eq!(unsafe { libc::kill(child.id() as libc::pid_t, sig) }, 0);
+        let o = finish(child, 60);
+        assert_eq!(o.status.signal(), Some(sig), "{name}: {}", text(&o.stderr));
+        assert_eq!(dir.partials(), Vec::<String>::new(), "{name}");
+        assert!(!out.exists());
+    }
+}
+
+#[test]
+fn stale_partial_files_are_removed_by_the_next_run() {
+    let dir = Scratch::new("stale");
+    let input = dir.write("x.f32", &features(64, 16, 10));
+    // A process that has ended: its pid is free.
+    let mut gone = Command::new("true").spawn().unwrap();
+    let dead = gone.id();
+    gone.wait().unwrap();
+    let stale = dir.write(
+        &format!(".x.ibp.ibp-{dead}.partial"),
+        b"left by a killed run",
+    );
+    let old_style = dir.write(&format!(".x.ibp.{dead}.partial"), b"left by ibp 0.1");
+    // One of a run that is still going (this test) is left alone, and so
+    // are other outputs' files.
+    let live = dir.write(
+        &format!(".x.ibp.ibp-{}.partial", std::process::id()),
+        b"in use",
+    );
+    let other = dir.write(&format!(".y.ibp.ibp-{dead}.partial"), b"another output");
+    let o = ok(&compress_raw(&input, 16, &dir.path("x.ibp")));
+    assert!(!stale.exists() && !old_style.exists());
+    assert!(live.exists() && other.exists());
+    assert!(
+        text(&o.stderr).contains("earlier run"),
+        "{}",
+        text(&o.stderr)
+    );
+}
+
+#[test]
+fn concurrent_runs_without_force_one_wins() {
+    let dir = Scratch::new("race");
+    let input = dir.write("x.f32", &features(64, 16, 11));
+    let out = dir.path("x.ibp");
+    for round in 0..5 {
+        let _ = std::fs::remove_file(&out);
+        let children: Vec<Child> = (0..6)
+            .map(|_| {
+                bin()
+                    .args(compress_raw(&input, 16, &out))
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        let codes: Vec<Option<i32>> = children
+            .into_iter()
+            .map(|c| finish(c, 60).status.code())
+            .collect();
+        let wins = codes.iter().filter(|c| **c == Some(0)).count();
+        assert_eq!(wins, 1, "round {round}: exit codes {codes:?}");
+        assert!(codes.iter().all(|c| matches!(c, Some(0 | EXIT_INVALID))));
+        restores_to(&dir, &out, &std::fs::read(&input).unwrap());
+        assert_eq!(dir.partials(), Vec::<String>::new());
+    }
+}
+
+// Finding 6: a container whose restore nothing could check.
+
+#[test]
+fn container_without_the_original_fingerprint_does_not_restore() {
+    let dir = Scratch::new("no-source");
+    // Group data inside a deflate segment: the group's hash checks the data
+    // but not the level, which shapes the restored bytes.
+    let data = b"tensor bytes".to_vec();
+    let mut w = ContainerWriter::new(Vec::new()).unwrap();
+    let g = w
+        .add_group(
+            GroupMeta::new("t", DType::U8, vec![12], 1, 12, &data),
+            GroupData::Raw(&data),
+        )
+        .unwrap();
+    let (bytes, _) = w
+        .finish(&[Segment::Deflate {
+            level: 1,
+            inner: vec![Segment::Group(g as usize)],
+        }])
+        .unwrap();
+    let container = dir.write("nosource.ibp", &bytes);
+    let out = dir.path("out");
+    let err = fails(&args!["decompress", &container, "-o", &out], EXIT_CORRUPT);
+    assert!(err.contains("records no length and hash"), "{err}");
+    assert!(!out.exists());
+    assert_eq!(dir.partials(), Vec::<String>::new());
+}
