@@ -384,6 +384,14 @@ fn writer_api_by_hand() {
         )
         .unwrap();
     w.add_note("hello");
+    let mut want = b"HEAD".to_vec();
+    want.extend(&data);
+    let mut e = flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::new(6));
+    std::io::Write::write_all(&mut e, &data).unwrap();
+    want.extend(e.finish().unwrap());
+    want.extend(b"xyz");
+    let source = SourceInfo::new(SourceFormat::Raw, Fingerprint::of(&want));
+    w.set_source(Some(source.clone()));
     let envelope = [
         Segment::Raw(head),
         Segment::Group(a as usize),
@@ -400,7 +408,7 @@ fn writer_api_by_hand() {
 
     let file = IbpFile::from_bytes(&bytes).unwrap();
     assert_eq!(file.notes(), ["hello"]);
-    assert_eq!(file.source(), None);
+    assert_eq!(file.source(), Some(&source));
     assert_eq!(file.envelope(), &envelope);
     assert_eq!(file.piece(head), Some(&b"HEAD"[..]));
     let ga = file.group(0).unwrap();
@@ -418,12 +426,6 @@ fn writer_api_by_hand() {
     );
     assert_eq!(file.group(1).unwrap().threshold(), None);
     // Restore: HEAD, the data, the deflated data, xyz.
-    let mut want = b"HEAD".to_vec();
-    want.extend(&data);
-    let mut e = flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::new(6));
-    std::io::Write::write_all(&mut e, &data).unwrap();
-    want.extend(e.finish().unwrap());
-    want.extend(b"xyz");
     assert_eq!(file.restore_to_vec().unwrap(), want);
     // The sections are where §6 says, each 64-aligned.
     let kinds: Vec<u32> = file.sections().iter().map(|s| s.kind).collect();
@@ -487,11 +489,74 @@ fn writer_rejects_inconsistent_input() {
 }
 
 #[test]
+fn writer_refuses_what_the_reader_refuses() {
+    // A dtype named like a known type but of another size: the reader
+    // refuses the manifest, so the writer must refuse the group.
+    let mut w = ContainerWriter::new(Vec::new()).unwrap();
+    let odd = DType::Other {
+        name: "f32".into(),
+        size: 3,
+    };
+    let e = w.add_group(
+        GroupMeta::new("t", odd, vec![2], 1, 6, b"abcdef"),
+        GroupData::Raw(b"abcdef"),
+    );
+    assert_eq!(e.unwrap_err().kind(), ErrorKind::InvalidArgument);
+
+    // A packed form whose offsets do not tile its payload: the reader's
+    // validation refuses it, so must the writer.
+    let data = features(16, 4, 3);
+    let rows = Rows::new(&data, 16).unwrap();
+    let f = fit(rows, &FitOptions::default()).unwrap();
+    let mut packed = compress_packed(&f.codebook, rows).unwrap();
+    packed.offsets[1] = packed.offsets[2] + 1;
+    let mut w = ContainerWriter::new(Vec::new()).unwrap();
+    let e = w.add_group(
+        GroupMeta::new("p", DType::F32, vec![16, 4], 16, 16, &data),
+        GroupData::Packed {
+            codebook: &f.codebook,
+            threshold: None,
+            packed: packed.view(),
+        },
+    );
+    assert_eq!(e.unwrap_err().kind(), ErrorKind::InvalidArgument);
+}
+
+#[test]
+fn restore_needs_the_original_fingerprint() {
+    // Without `source`, nothing checks the envelope: here a deflate level
+    // that shapes the restored bytes. Such a container opens (to inspect)
+    // but does not restore.
+    let mut w = ContainerWriter::new(Vec::new()).unwrap();
+    let g = w
+        .add_group(
+            GroupMeta::new("r", DType::U8, vec![3], 1, 3, b"abc"),
+            GroupData::Raw(b"abc"),
+        )
+        .unwrap();
+    let (bytes, _) = w
+        .finish(&[Segment::Deflate {
+            level: 9,
+            inner: vec![Segment::Group(g as usize)],
+        }])
+        .unwrap();
+    let file = IbpFile::from_bytes(&bytes).unwrap();
+    assert_eq!(file.group(0).unwrap().decompress().unwrap(), b"abc");
+    let e = file.restore_to_vec().unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Corrupt);
+    assert!(e.message().contains("records no length and hash"), "{e}");
+}
+
+#[test]
 fn group_hash_mismatch_is_caught() {
     // A writer handed a wrong hash produces a file whose restore fails.
     let mut w = ContainerWriter::new(Vec::new()).unwrap();
     let mut meta = GroupMeta::new("r", DType::U8, vec![3], 1, 3, b"abc");
     meta.xxh3 ^= 1;
+    w.set_source(Some(SourceInfo::new(
+        SourceFormat::Raw,
+        Fingerprint::of(b"abc"),
+    )));
     let g = w.add_group(meta, GroupData::Raw(b"abc")).unwrap();
     let (bytes, _) = w.finish(&[Segment::Group(g as usize)]).unwrap();
     let file = IbpFile::from_bytes(&bytes).unwrap();

@@ -6,8 +6,8 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use ibp::container::{CompressOptions, GroupLayout, IbpFile, compress_document_with_progress};
-use ibp::io::SourceFormat;
-use ibp::{Error, Result};
+use ibp::io::{Fingerprint, SourceFormat};
+use ibp::{Error, ErrorKind, Result};
 use serde::Serialize;
 
 use super::input::{FitArgs, InputArgs, Source, is_stdin};
@@ -110,9 +110,26 @@ pub fn run(args: Args) -> Result<()> {
 
     let total = doc.groups.iter().map(|g| g.data.len() as u64).sum::<u64>() + doc.raw_bytes();
     let bar = ByteProgress::new(total, "compressing");
+    // A file still being written (a checkpoint being saved) can change
+    // under ibp. Whatever fails then, say so rather than blame the data.
+    let changed = |e: Error| {
+        if Fingerprint::of(source.bytes()) == doc.original {
+            return e;
+        }
+        Error::new(
+            ErrorKind::Io,
+            format!(
+                "{} changed while ibp read it ({}); nothing was written to {}; run again once the file is complete",
+                source.display(),
+                e.message(),
+                args.output.display()
+            ),
+        )
+    };
     let mut out = OutputFile::create(&target, args.force, Unreadable::Buffer)?;
     let (_, report) =
-        compress_document_with_progress(&doc, &opts, out.writer(), &|done, _| bar.update(done))?;
+        compress_document_with_progress(&doc, &opts, out.writer(), &|done, _| bar.update(done))
+            .map_err(changed)?;
     let written = out.finish()?;
     bar.clear();
 
@@ -134,22 +151,20 @@ pub fn run(args: Args) -> Result<()> {
     };
     // Q: why restore the whole file once more, when every group was checked
     // as it was compressed? A: the groups were checked against the input as
-    // it was then. A file still being written (a checkpoint being saved)
-    // changes under ibp; only restoring what the container holds and
-    // comparing with the hash of the input taken at the start shows that
-    // the container gives back the file that was read.
+    // it was then; if it changed meanwhile, only restoring what the
+    // container holds and comparing with the hash taken when the input was
+    // first read shows whether the container gives back that file.
     let check = ByteProgress::new(doc.original.len, "verifying");
     file.restore_with_progress(&mut std::io::sink(), &|done, _| check.update(done))
         .map_err(|e| {
-            Error::new(
+            changed(Error::new(
                 e.kind(),
                 format!(
-                    "the container does not restore the input as it was read ({}); was {} changed while ibp read it? Nothing was written to {}; run again once the file is complete",
+                    "the container just written does not restore the input ({}); nothing was written to {}; this is an ibp bug, please report it",
                     e.message(),
-                    source.display(),
                     args.output.display()
                 ),
-            )
+            ))
         })?;
     check.clear();
     let reasons: HashMap<&str, &str> = report

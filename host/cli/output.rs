@@ -569,3 +569,67 @@ impl Drop for ByteProgress {
         self.bar.finish_and_clear();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("ibp-output-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn exclusive_rename_never_replaces_an_existing_name() {
+        let d = scratch("exclusive");
+        let (from, to) = (d.join("from"), d.join("to"));
+        std::fs::write(&from, b"new").unwrap();
+        std::fs::write(&to, b"theirs").unwrap();
+        let e = rename_exclusive(&from, &to).err().unwrap();
+        assert_eq!(e.kind(), std::io::ErrorKind::AlreadyExists);
+        assert_eq!(std::fs::read(&to).unwrap(), b"theirs");
+        std::fs::remove_file(&to).unwrap();
+        rename_exclusive(&from, &to).unwrap();
+        assert_eq!(std::fs::read(&to).unwrap(), b"new");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_name_taken_during_the_run_is_left_alone() {
+        let d = scratch("taken");
+        let dest = d.join("out.ibp");
+        let target = check_output(&dest, false, None).unwrap();
+        let mut out = OutputFile::create(&target, false, Unreadable::Buffer).unwrap();
+        out.writer().write_all(b"ours").unwrap();
+        let written = out.finish().unwrap();
+        // Another run commits first.
+        std::fs::write(&dest, b"theirs").unwrap();
+        let e = written.commit().unwrap_err();
+        assert_eq!(e.kind(), ibp::ErrorKind::InvalidArgument);
+        assert_eq!(std::fs::read(&dest).unwrap(), b"theirs");
+        let left: Vec<_> = std::fs::read_dir(&d).unwrap().collect();
+        assert_eq!(left.len(), 1, "the temporary file was not removed");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn partial_names_are_recognised() {
+        let name = "m.ibp";
+        assert_eq!(partial_name(name, 42), ".m.ibp.ibp-42.partial");
+        assert_eq!(partial_owner(".m.ibp.ibp-42.partial", name), Some(42));
+        assert_eq!(partial_owner(".m.ibp.ibp-42.partial3", name), Some(42));
+        assert_eq!(partial_owner(".m.ibp.42.partial", name), Some(42));
+        for other in [
+            "m.ibp",
+            ".m.ibp.ibp-42.partial.bak",
+            ".m.ibpx.ibp-42.partial",
+            ".n.ibp.ibp-42.partial",
+            ".m.ibp.ibp-0.partial",
+            ".m.ibp.ibp-x.partial",
+        ] {
+            assert_eq!(partial_owner(other, name), None, "{other}");
+        }
+    }
+}
