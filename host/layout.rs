@@ -49,12 +49,20 @@ pub fn flag_bytes(rows: usize) -> usize {
     rows.div_ceil(8)
 }
 
-/// Is tensor `i` stored encoded? (`flags` must hold bit `i`.)
+/// Is tensor `i` stored encoded?
+///
+/// # Panics
+///
+/// If `flags` does not hold bit `i` (`i / 8 >= flags.len()`).
 pub fn flag(flags: &[u8], i: usize) -> bool {
     flags[i / 8] >> (i % 8) & 1 == 1
 }
 
 /// Set tensor `i`'s flag to `encoded`.
+///
+/// # Panics
+///
+/// If `flags` does not hold bit `i` (`i / 8 >= flags.len()`).
 pub fn set_flag(flags: &mut [u8], i: usize, encoded: bool) {
     let bit = 1u8 << (i % 8);
     if encoded {
@@ -783,6 +791,18 @@ mod tests {
     use super::*;
     use crate::ErrorKind;
     use crate::codebook::ChunkSize;
+
+    #[test]
+    #[should_panic]
+    fn flag_past_the_bitmap_panics_as_documented() {
+        let _ = flag(&[0xff], 8);
+    }
+
+    #[test]
+    #[should_panic]
+    fn set_flag_past_the_bitmap_panics_as_documented() {
+        set_flag(&mut [0], 8, true);
+    }
 
     /// L = 6, C = 2, all bits invariant at 0: a zero row encodes to one byte
     /// (3 participation bits), a row with one non-zero chunk to 3 bytes, a
