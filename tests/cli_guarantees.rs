@@ -564,3 +564,92 @@ fn container_without_the_original_fingerprint_does_not_restore() {
     assert!(!out.exists());
     assert_eq!(dir.partials(), Vec::<String>::new());
 }
+
+// Finding 4: memory bounded by design.
+
+/// Run `ibp args` to the end and return its exit code and peak resident
+/// memory in KiB (`ru_maxrss` of the child, from `wait4`).
+fn peak_kib(args: &[OsString]) -> (Option<i32>, i64) {
+    let child = bin()
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut status = 0;
+    // SAFETY: a zeroed rusage is a valid out-parameter.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: waits for our own child, writing into the two locals.
+    let pid = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut usage) };
+    assert_eq!(pid, child.id() as libc::pid_t);
+    let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
+    (code, usage.ru_maxrss)
+}
+
+/// Peak memory of compressing a tiny file: the binary and its threads.
+fn baseline_kib(dir: &Scratch) -> i64 {
+    let tiny = dir.write("tiny.u8", &[7u8; 64]);
+    let (code, kib) = peak_kib(&args![
+        "compress",
+        &tiny,
+        "--dtype",
+        "u8",
+        "--shape",
+        "32,2",
+        "-o",
+        dir.path("tiny.ibp")
+    ]);
+    assert_eq!(code, Some(0));
+    kib
+}
+
+#[test]
+fn fit_memory_does_not_grow_with_row_length() {
+    // Two rows of 512 KiB. The fit used to need about 130 bytes per byte of
+    // row length (68 MB here); now its counters cover a block of columns at
+    // a time.
+    let dir = Scratch::new("long-rows");
+    let base = baseline_kib(&dir);
+    let input = dir.write("long.f32", &features(2, 1 << 17, 12));
+    let (code, kib) = peak_kib(&args![
+        "compress",
+        &input,
+        "--dtype",
+        "f32",
+        "--shape",
+        "2,131072",
+        "-o",
+        dir.path("long.ibp")
+    ]);
+    assert_eq!(code, Some(0));
+    let extra_mib = (kib - base) / 1024;
+    assert!(
+        extra_mib < 24,
+        "compressing 1 MiB of 512 KiB rows took {extra_mib} MiB more than a tiny file"
+    );
+}
+
+#[test]
+fn short_rows_do_not_multiply_memory() {
+    // Rows of 2 bytes: the packed form (8 bytes of offset a row) can never
+    // be smaller, and is no longer built only to be thrown away (it cost
+    // 8× the input).
+    let dir = Scratch::new("short-rows");
+    let base = baseline_kib(&dir);
+    let n = 1 << 21;
+    let data: Vec<u8> = (0..2 * n).map(|i| (i % 3) as u8).collect();
+    let input = dir.write("two.u8", &data);
+    let shape = format!("{n},2");
+    let out = dir.path("two.ibp");
+    let (code, kib) = peak_kib(&args![
+        "compress", &input, "--dtype", "u8", "--shape", &shape, "-o", &out
+    ]);
+    assert_eq!(code, Some(0));
+    let extra = (kib - base) * 1024;
+    assert!(
+        extra < 3 * data.len() as i64,
+        "compressing {} bytes of 2-byte rows took {extra} bytes more than a tiny file",
+        data.len()
+    );
+    restores_to(&dir, &out, &data);
+}

@@ -680,6 +680,52 @@ fn assemble(version: u16, sections: &[(u32, u16, u32, Vec<u8>)]) -> Vec<u8> {
 }
 
 #[test]
+fn a_shape_of_a_million_dimensions_is_refused() {
+    // Ones do not change the element count, so only a limit on the number
+    // of dimensions stops a small manifest from costing gigabytes to read
+    // and print (issue 15: 37.7 MB took 1.34 GB to inspect).
+    let original = mixed_file();
+    let doc = io::parse(
+        &original,
+        SourceFormat::Safetensors,
+        &ParseOptions::default(),
+    )
+    .unwrap();
+    let (bytes, _) = compress(&doc, &CompressOptions::default());
+    let mut secs = sections_of(&bytes);
+    let mi = secs
+        .iter()
+        .position(|s| s.0 == SectionKind::Manifest as u32)
+        .unwrap();
+    let mut json: serde_json::Value = serde_json::from_slice(&secs[mi].3).unwrap();
+    let mut shape = json["groups"][0]["shape"].as_array().unwrap().clone();
+    let at_limit = shape.len()..io::MAX_DIMS;
+    shape.extend(at_limit.map(|_| serde_json::json!(1)));
+    json["groups"][0]["shape"] = serde_json::Value::Array(shape.clone());
+    secs[mi].3 = serde_json::to_vec(&json).unwrap();
+    // 64 dimensions still open and restore.
+    check_restores(
+        &IbpFile::from_bytes(&assemble(1, &secs)).unwrap(),
+        &original,
+    );
+    shape.extend((0..1_000_000).map(|_| serde_json::json!(1)));
+    json["groups"][0]["shape"] = serde_json::Value::Array(shape);
+    secs[mi].3 = serde_json::to_vec(&json).unwrap();
+    let e = IbpFile::from_bytes(&assemble(1, &secs)).err().unwrap();
+    assert_eq!(e.kind(), ErrorKind::Corrupt);
+    assert!(e.message().contains("at most 64"), "{e}");
+    // And the writer does not write one.
+    let mut w = ContainerWriter::new(Vec::new()).unwrap();
+    let e = w
+        .add_group(
+            GroupMeta::new("t", DType::U8, vec![1; 65], 1, 1, b"x"),
+            GroupData::Raw(b"x"),
+        )
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+}
+
+#[test]
 fn hand_assembled_files_and_forward_compatibility() {
     let original = mixed_file();
     let doc = io::parse(

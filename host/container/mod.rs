@@ -328,6 +328,17 @@ impl<W: Write> State<'_, W> {
                         fixed: view,
                     },
                 )?
+            } else if let Some(floor) = packed_floor(shape.rows, shape.row_bytes, cb.chunk())
+                .filter(|&f| f >= shape.total_bytes())
+            {
+                // Q: why decide before compressing? A: with short rows the
+                // offsets table alone (8 bytes a row) outweighs the data;
+                // building the packed form only to throw it away cost 8×
+                // the input in memory for rows of 2 bytes.
+                report.raw_reason = Some(format!(
+                    "compressed form (at least {floor} bytes) is not smaller"
+                ));
+                self.w.add_group(meta, GroupData::Raw(&g.data))?
             } else {
                 let packed = compress_packed_with_progress(cb, rows, &row_progress)?;
                 let stored = cb_bytes
@@ -366,6 +377,19 @@ impl<W: Write> State<'_, W> {
         (self.progress)(self.done, self.total);
         Ok((id, report))
     }
+}
+
+/// The smallest possible size of a packed group of `rows` rows of
+/// `row_bytes` with chunk size `chunk`: codebook, flags, offsets, and at
+/// least the participation bits, `⌈⌈L/C⌉/8⌉` bytes, of every row. `None`
+/// when it overflows (then it is certainly not smaller).
+fn packed_floor(rows: u64, row_bytes: u64, chunk: ChunkSize) -> Option<u64> {
+    let min_row = row_bytes.div_ceil(u64::from(chunk.bytes())).div_ceil(8);
+    let per_row = min_row.checked_add(8)?;
+    (2 * row_bytes)
+        .checked_add(rows.div_ceil(8))?
+        .checked_add(8)?
+        .checked_add(rows.checked_mul(per_row)?)
 }
 
 fn popcount(flags: &[u8]) -> u64 {

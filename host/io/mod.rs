@@ -621,8 +621,23 @@ pub fn row_shape(shape: &[u64], dtype: &DType, row_len: Option<u64>) -> Result<R
     })
 }
 
-/// `product(shape)`, or an error when it overflows u64.
+/// Dimensions a tensor may have: numpy's limit (`NPY_MAXDIMS`), more than
+/// any tensor file ibp reads holds in practice.
+///
+/// Q: why a limit at all? A: a shape of a million ones has one element, so
+/// sizes alone do not bound it; without a limit a small hostile file could
+/// make every reader hold and print millions of dimensions.
+pub const MAX_DIMS: usize = 64;
+
+/// `product(shape)`, or an error when it overflows u64 or the shape has more
+/// than [`MAX_DIMS`] dimensions ([`crate::ErrorKind::Unsupported`]).
 pub fn element_count(shape: &[u64]) -> Result<u64> {
+    if shape.len() > MAX_DIMS {
+        return Err(Error::unsupported(format!(
+            "a shape of {} dimensions; ibp supports at most {MAX_DIMS}, as numpy does",
+            shape.len()
+        )));
+    }
     shape
         .iter()
         .try_fold(1u64, |acc, &d| acc.checked_mul(d))
