@@ -611,6 +611,7 @@ fn document_with_deflate_segments_roundtrips() {
         ],
         original: Fingerprint::of(&original),
         notes: vec!["n".into()],
+        deferred: Vec::new(),
     };
     assert_eq!(doc.restore_to_vec().unwrap(), original);
     let (bytes, report) = compress(&doc, &CompressOptions::default());
@@ -834,6 +835,7 @@ fn empty_document() {
         envelope: vec![],
         original: Fingerprint::of(b""),
         notes: vec![],
+        deferred: Vec::new(),
     };
     let (bytes, _) = compress(&doc, &CompressOptions::default());
     let file = IbpFile::from_bytes(&bytes).unwrap();

@@ -157,11 +157,14 @@ pub fn run(args: Args) -> Result<()> {
     }
     let bar = progress(doc.groups.len() as u64);
     let mut reports = Vec::new();
-    for group in &doc.groups {
+    for i in 0..doc.groups.len() {
+        // A deferred npz member is inflated here and dropped after its
+        // analysis: one member in memory at a time.
+        let group = doc.group_with_data(i)?;
         bar.set_message(group.name.clone());
         let group = match &cast {
-            Some(to) => cast_group(group, to),
-            None => Cow::Borrowed(group),
+            Some(to) => cast_group(&group, to),
+            None => Cow::Borrowed(&group),
         };
         reports.push(analyze_group(&group, &args.fit, &opts, &counter)?);
         bar.inc(1);

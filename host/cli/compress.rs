@@ -108,7 +108,7 @@ pub fn run(args: Args) -> Result<()> {
         }
     }
 
-    let total = doc.groups.iter().map(|g| g.data.len() as u64).sum::<u64>() + doc.raw_bytes();
+    let total = doc.group_bytes() + doc.raw_bytes();
     let bar = ByteProgress::new(total, "compressing");
     // A file still being written (a checkpoint being saved) can change
     // under ibp. Whatever fails then, say so rather than blame the data.

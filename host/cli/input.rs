@@ -123,7 +123,8 @@ impl Source {
 
     /// Parse into a document.
     pub fn parse(&self, args: &InputArgs) -> Result<Document<'_>> {
-        let mut opts = ParseOptions::default();
+        // One npz member in memory at a time (see Document::deferred).
+        let mut opts = ParseOptions::default().with_deferred_inflate(true);
         if !args.tensors.is_empty() {
             opts = opts.with_select(args.tensors.iter().cloned());
         }

@@ -173,7 +173,7 @@ pub fn compress_document_with_progress<W: Write>(
     out: W,
     progress: Progress<'_>,
 ) -> Result<(W, CompressReport)> {
-    let total = doc.groups.iter().map(|g| g.data.len() as u64).sum::<u64>() + doc.raw_bytes();
+    let total = doc.group_bytes() + doc.raw_bytes();
     let mut w = ContainerWriter::new(out)?;
     w.set_source(Some(SourceInfo::new(doc.format, doc.original)));
     for n in &doc.notes {
@@ -229,17 +229,21 @@ impl<W: Write> State<'_, W> {
                         Segment::Raw(id)
                     }
                     Segment::Group(i) => {
-                        let g = doc.groups.get(*i).ok_or_else(|| {
-                            Error::invalid(format!(
+                        if *i >= doc.groups.len() {
+                            return Err(Error::invalid(format!(
                                 "the document's envelope names group {i}, which does not exist"
-                            ))
-                        })?;
+                            )));
+                        }
                         if self.ids[*i].is_some() {
                             return Err(Error::invalid(format!(
                                 "the document's envelope uses group {i} twice"
                             )));
                         }
-                        let (id, report) = self.group(g, opts)?;
+                        // A deferred npz member is inflated here and
+                        // dropped once written: one member in memory at a
+                        // time.
+                        let g = doc.group_with_data(*i)?;
+                        let (id, report) = self.group(&g, opts)?;
                         self.ids[*i] = Some(id);
                         self.reports[*i] = Some(report);
                         Segment::Group(id as usize)

@@ -336,6 +336,7 @@ impl<'a> IbpFile<'a> {
                 |s| s.fingerprint,
             ),
             notes: self.notes.clone(),
+            deferred: Vec::new(),
         })
     }
 }
@@ -1072,6 +1073,7 @@ mod tests {
                 ],
                 original: Fingerprint::of(&original),
                 notes: vec![],
+                deferred: Vec::new(),
             };
             let (bytes, _) =
                 compress_document(&doc, &CompressOptions::default(), Vec::new()).unwrap();
