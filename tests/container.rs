@@ -1027,3 +1027,33 @@ fn golden_v1_file() {
     let g = file.find_group("g").unwrap();
     assert_eq!((g.rows(), g.row_bytes(), g.stats().encoded_rows), (6, 5, 6));
 }
+
+#[test]
+fn deferred_npz_members_give_the_same_container() {
+    // The embedded Cora npz: one deflated member. Deferred, its group's
+    // data is inflated only when used, and everything comes out the same.
+    let original = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/data/cora-features.npz"
+    ))
+    .unwrap();
+    let eager = io::parse(&original, SourceFormat::Npz, &ParseOptions::default()).unwrap();
+    let lazy = io::parse(
+        &original,
+        SourceFormat::Npz,
+        &ParseOptions::default().with_deferred_inflate(true),
+    )
+    .unwrap();
+    assert!(eager.deferred.is_empty());
+    assert_eq!(lazy.deferred.len(), lazy.groups.len());
+    assert!(lazy.groups.iter().all(|g| g.data.is_empty()));
+    for i in 0..eager.groups.len() {
+        assert!(lazy.group_data(i).unwrap() == eager.group_data(i).unwrap());
+        assert_eq!(lazy.group_len(i), eager.groups[i].data.len() as u64);
+    }
+    assert_eq!(lazy.group_bytes(), eager.group_bytes());
+    assert!(lazy.restore_to_vec().unwrap() == original);
+    let opts = CompressOptions::default();
+    assert!(compress(&lazy, &opts).0 == compress(&eager, &opts).0);
+    assert!(lazy.group_data(lazy.groups.len()).is_err());
+}
