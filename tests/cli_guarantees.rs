@@ -660,6 +660,39 @@ fn fit_memory_does_not_grow_with_row_length() {
 }
 
 #[test]
+fn long_rows_fit_under_a_memory_limit() {
+    // Under a 64 MiB address-space limit the fit of two 512 KiB rows used
+    // to abort (SIGABRT: "memory allocation failed"); it needs a few MiB
+    // now. One arena and two threads keep the binary's own reservations
+    // small on machines with many cores.
+    use std::os::unix::process::CommandExt;
+    let dir = Scratch::new("memory-limit");
+    let input = dir.write("long.f32", &features(2, 1 << 17, 13));
+    let out = dir.path("long.ibp");
+    let mut cmd = bin();
+    cmd.args(compress_raw(&input, 1 << 17, &out))
+        .env("MALLOC_ARENA_MAX", "2")
+        .env("RAYON_NUM_THREADS", "2");
+    // SAFETY: setrlimit is async-signal-safe and touches only the child.
+    unsafe {
+        cmd.pre_exec(|| {
+            let lim = libc::rlimit {
+                rlim_cur: 64 << 20,
+                rlim_max: 64 << 20,
+            };
+            if libc::setrlimit(libc::RLIMIT_AS, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let o = cmd.output().unwrap();
+    assert_eq!(o.status.signal(), None, "{}", text(&o.stderr));
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    restores_to(&dir, &out, &std::fs::read(&input).unwrap());
+}
+
+#[test]
 fn short_rows_do_not_multiply_memory() {
     // Rows of 2 bytes: the packed form (8 bytes of offset a row) can never
     // be smaller, and is no longer built only to be thrown away (it cost
@@ -770,7 +803,7 @@ fn npz_members_are_inflated_one_at_a_time() {
     let (code, kib) = peak_kib(&args!["compress", &input, "-o", &out]);
     assert_eq!(code, Some(0));
     let extra_mib = (kib - base) / 1024;
-    let member_mib = rows * cols * 4 >> 20;
+    let member_mib = (rows * cols * 4) >> 20;
     assert!(
         extra_mib < 6 * member_mib as i64,
         "compressing 12 members of {member_mib} MiB took {extra_mib} MiB more than a tiny file"

@@ -8,7 +8,7 @@ use rayon::prelude::*;
 use super::count::count_bits_into;
 use crate::codebook::{ChunkSize, Codebook, Threshold, mask_and_bitval};
 use crate::dataset::Rows;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, try_vec};
 
 /// Which chunk sizes the fit considers.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -372,7 +372,7 @@ fn fit_in_column_blocks(rows: Rows<'_>, plan: SamplePlan, opts: &FitOptions) -> 
     };
     // saved[i * nt + t]: bits row i of the sample saves under threshold t,
     // for chunk sizes 1, 2, 4, 8.
-    let mut saved = vec![[0u64; 4]; s * nt];
+    let mut saved = try_vec(s.saturating_mul(nt), [0u64; 4], "the fit's per-tensor sums")?;
     for c0 in (0..l).step_by(COLUMN_BLOCK_BYTES) {
         let c1 = (c0 + COLUMN_BLOCK_BYTES).min(l);
         let books: Vec<Vec<BookWord>> = count_block(c0, c1)
@@ -648,7 +648,7 @@ mod tests {
                 s ^= s << 17;
                 match (i % l) % 5 {
                     0 => 0x3f,
-                    1 if s % 16 != 0 => 0x80,
+                    1 if !s.is_multiple_of(16) => 0x80,
                     2 => (s & 0x0f) as u8,
                     _ => s as u8,
                 }
