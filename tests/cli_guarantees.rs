@@ -812,3 +812,51 @@ fn npz_members_are_inflated_one_at_a_time() {
     let o = ok(&args!["analyze", &input]);
     assert!(text(&o.stdout).contains("m11"));
 }
+
+#[test]
+fn inspecting_a_container_of_many_small_parts_is_bounded() {
+    // What a crafted container can hold most of for its size: empty groups
+    // (a directory entry and a manifest entry each), empty pieces, and
+    // notes. Opening and inspecting it must stay within a small multiple of
+    // its size.
+    let dir = Scratch::new("many-parts");
+    let base = baseline_kib(&dir);
+    let n = 40_000;
+    let mut w = ContainerWriter::new(Vec::new()).unwrap();
+    let mut env = Vec::new();
+    for i in 0..n {
+        let g = w
+            .add_group(
+                GroupMeta::new(format!("g{i}"), DType::U8, vec![0], 0, 0, b""),
+                GroupData::Raw(b""),
+            )
+            .unwrap();
+        env.push(Segment::Group(g as usize));
+        env.push(Segment::Raw(w.add_piece(b"").unwrap()));
+        w.add_note("");
+    }
+    w.set_source(Some(ibp::container::SourceInfo::new(
+        ibp::io::SourceFormat::Raw,
+        ibp::io::Fingerprint::of(b""),
+    )));
+    let (bytes, _) = w.finish(&env).unwrap();
+    let container = dir.write("many.ibp", &bytes);
+    for args in [
+        args!["inspect", &container].to_vec(),
+        args!["inspect", &container, "--json"].to_vec(),
+        args!["decompress", &container, "-o", dir.path("out")].to_vec(),
+    ] {
+        let (code, kib) = peak_kib(&args);
+        assert_eq!(code, Some(0), "{args:?}");
+        let extra = (kib - base) * 1024;
+        eprintln!(
+            "{args:?}: {} bytes of container, {extra} bytes",
+            bytes.len()
+        );
+        assert!(
+            extra < 8 * bytes.len() as i64,
+            "{args:?}: {} bytes of container took {extra} bytes",
+            bytes.len()
+        );
+    }
+}
