@@ -340,7 +340,9 @@ pub struct TensorGroup<'a> {
     /// reversed here, so the first axis is always the slowest).
     pub shape: Vec<u64>,
     /// The elements, `product(shape) × dtype.size()` bytes: borrowed from the
-    /// input when it is stored plainly, owned when it had to be inflated.
+    /// input when it is stored plainly, owned when it had to be inflated;
+    /// empty for a group of [`Document::deferred`] (use
+    /// [`Document::group_data`]).
     pub data: Cow<'a, [u8]>,
 }
 

@@ -11,7 +11,9 @@
 //! A deflated member is inflated, and becomes a [`Segment::Deflate`] only when
 //! re-deflating it at some zlib level reproduces the stored stream exactly;
 //! otherwise its compressed bytes are kept as they are (still exact, no
-//! savings) and a note says so.
+//! savings) and a note says so. With [`ParseOptions::with_deferred_inflate`]
+//! the inflated bytes are let go once checked and inflated again when used
+//! ([`super::Document::group_data`]), so memory holds one member at a time.
 #![forbid(unsafe_code)]
 
 use std::borrow::Cow;
