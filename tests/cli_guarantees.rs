@@ -365,6 +365,44 @@ fn output_to_stdout_is_the_container() {
 }
 
 #[test]
+fn dev_stdout_is_standard_output() {
+    // Issue 13.9: `-o /dev/stdout --force` as root replaced the symlink
+    // /dev/stdout with a file. It is standard output, whatever that is open
+    // on: a pipe, or a file the shell opened (`>` or `>>`). No --force here:
+    // an ibp that replaces nodes must not get the chance.
+    let dir = Scratch::new("dev-stdout");
+    let input = dir.write("x.f32", &features(256, 16, 14));
+    let file = dir.path("x.ibp");
+    ok(&compress_raw(&input, 16, &file));
+    let want = std::fs::read(&file).unwrap();
+    let o = ibp(&compress_raw(&input, 16, Path::new("/dev/stdout")));
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(o.stdout == want, "the pipe did not carry the container");
+    assert!(text(&o.stderr).contains("groups:"));
+    // Appended to a file the caller opened.
+    let appended = dir.write("appended", b"HEAD");
+    let f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&appended)
+        .unwrap();
+    let o = bin()
+        .args(compress_raw(&input, 16, Path::new("/dev/stdout")))
+        .stdout(f)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let got = std::fs::read(&appended).unwrap();
+    assert!(got[..4] == *b"HEAD" && got[4..] == want[..]);
+    assert!(
+        std::fs::symlink_metadata("/dev/stdout")
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert_eq!(dir.partials(), Vec::<String>::new());
+}
+
+#[test]
 fn output_to_a_character_device_is_written_not_replaced() {
     let dir = Scratch::new("devnull");
     let input = dir.write("x.f32", &features(64, 16, 7));

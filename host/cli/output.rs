@@ -54,10 +54,15 @@ impl Target {
 const MAX_SYMLINKS: usize = 40;
 
 /// `path` with its last component's symlinks followed, even when the final
-/// target does not exist yet (a dangling link names the file to create).
-fn resolve_symlinks(path: &Path) -> Result<PathBuf> {
+/// target does not exist yet (a dangling link names the file to create);
+/// `None` when the chain reaches a descriptor link ([`is_descriptor_path`]),
+/// whose target is no path at all.
+fn resolve_symlinks(path: &Path) -> Result<Option<PathBuf>> {
     let mut p = path.to_path_buf();
     for _ in 0..MAX_SYMLINKS {
+        if is_descriptor_path(&p) {
+            return Ok(None);
+        }
         match std::fs::symlink_metadata(&p) {
             Ok(m) if m.file_type().is_symlink() => {
                 let to = std::fs::read_link(&p)
@@ -67,13 +72,49 @@ fn resolve_symlinks(path: &Path) -> Result<PathBuf> {
                     _ => to,
                 };
             }
-            _ => return Ok(p),
+            _ => return Ok(Some(p)),
         }
     }
     Err(Error::invalid(format!(
         "{}: more than {MAX_SYMLINKS} symbolic links in a row; give the real path with -o",
         path.display()
     )))
+}
+
+/// `/dev/stdout` and the other names of this process's standard output:
+/// written to file descriptor 1 itself, which keeps what the shell set up
+/// (a pipe, `>` or `>>` to a file).
+fn is_own_stdout(path: &Path) -> bool {
+    ["/dev/stdout", "/dev/fd/1", "/proc/self/fd/1"]
+        .iter()
+        .any(|p| path == Path::new(p))
+}
+
+/// Is `meta` the file (pipe, FIFO or regular file) this process's standard
+/// output is open on? Then the output is written to descriptor 1 and the
+/// report goes to stderr, instead of the two mixing. (Character devices are
+/// left out: `-o /dev/null` with stdout on `/dev/null` too keeps its report
+/// where it was.)
+fn is_stdout(meta: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    if std::os::unix::fs::FileTypeExt::is_char_device(&meta.file_type()) {
+        return false;
+    }
+    // SAFETY: fstat writes into the zeroed struct we own.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; descriptor 1 may be closed, which fstat reports.
+    let ok = unsafe { libc::fstat(1, &mut st) } == 0;
+    ok && st.st_dev as u64 == meta.dev() && st.st_ino as u64 == meta.ino()
+}
+
+/// Is `path` one of the kernel's per-process descriptor links (`/dev/fd/N`,
+/// `/dev/stdin`, `/dev/stdout`, `/dev/stderr`, anything under `/proc`)?
+fn is_descriptor_path(path: &Path) -> bool {
+    path.starts_with("/proc")
+        || path.starts_with("/dev/fd")
+        || ["/dev/stdin", "/dev/stdout", "/dev/stderr"]
+            .iter()
+            .any(|p| path == Path::new(p))
 }
 
 #[cfg(unix)]
@@ -93,10 +134,24 @@ fn is_stream_node(_: &std::fs::FileType) -> bool {
 /// directory, another kind of special file, or the input itself, and must
 /// not exist unless `force`.
 pub fn check_output(dest: &Path, force: bool, input: Option<&Path>) -> Result<Target> {
-    if dest.as_os_str() == "-" {
+    if dest.as_os_str() == "-" || is_own_stdout(dest) {
         return Ok(Target::Stdout);
     }
-    let real = resolve_symlinks(dest)?;
+    let Some(real) = resolve_symlinks(dest)? else {
+        // `/dev/fd/N`, `/proc/PID/fd/N` (or a link to one): a link to an
+        // open file description (often `pipe:[1234]`, which names no
+        // path), not a file to replace; opening it opens what it stands
+        // for.
+        return match std::fs::metadata(dest) {
+            Ok(m) if m.is_dir() => Err(Error::invalid(format!(
+                "{} is a directory; give a file name with -o",
+                dest.display()
+            ))),
+            Ok(m) if is_stdout(&m) => Ok(Target::Stdout),
+            Ok(_) => Ok(Target::Direct(dest.to_path_buf())),
+            Err(e) => Err(Error::io(format!("checking {}", dest.display()), e)),
+        };
+    };
     let meta = match std::fs::metadata(&real) {
         Ok(m) => m,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Target::File(real)),
@@ -108,6 +163,9 @@ pub fn check_output(dest: &Path, force: bool, input: Option<&Path>) -> Result<Ta
             "{} is a directory; give a file name with -o",
             dest.display()
         )));
+    }
+    if is_stdout(&meta) {
+        return Ok(Target::Stdout);
     }
     if is_stream_node(&kind) {
         return Ok(Target::Direct(real));
