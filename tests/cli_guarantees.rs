@@ -557,9 +557,9 @@ fn concurrent_runs_without_force_one_wins() {
     let dir = Scratch::new("race");
     let input = dir.write("x.f32", &features(64, 16, 11));
     let out = dir.path("x.ibp");
-    for round in 0..5 {
+    for round in 0..8 {
         let _ = std::fs::remove_file(&out);
-        let children: Vec<Child> = (0..6)
+        let children: Vec<Child> = (0..8)
             .map(|_| {
                 bin()
                     .args(compress_raw(&input, 16, &out))
