@@ -525,31 +525,55 @@ fn interrupted_runs_leave_no_partial_file() {
 #[test]
 fn stale_partial_files_are_removed_by_the_next_run() {
     let dir = Scratch::new("stale");
-    let input = dir.write("x.f32", &features(64, 16, 10));
-    // A process that has ended: its pid is free.
+    // A run killed outright (SIGKILL cannot be caught) leaves its file.
+    let (input, out, mut child) = start_slow_compress(&dir);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let left = dir.partials();
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert!(left[0].starts_with(".big.ibp.ibp-"), "{left:?}");
+    // A process that has ended: its pid is free. Files of ibp 0.1's naming
+    // from it go too; another machine's (on a shared disk) and another
+    // output's stay.
     let mut gone = Command::new("true").spawn().unwrap();
     let dead = gone.id();
     gone.wait().unwrap();
-    let stale = dir.write(
-        &format!(".x.ibp.ibp-{dead}.partial"),
-        b"left by a killed run",
+    let old_style = dir.write(&format!(".big.ibp.{dead}.partial"), b"left by ibp 0.1");
+    let elsewhere = dir.write(
+        &format!(".big.ibp.ibp-otherhost-{dead}.partial"),
+        b"another machine's run",
     );
-    let old_style = dir.write(&format!(".x.ibp.{dead}.partial"), b"left by ibp 0.1");
-    // One of a run that is still going (this test) is left alone, and so
-    // are other outputs' files.
-    let live = dir.write(
-        &format!(".x.ibp.ibp-{}.partial", std::process::id()),
-        b"in use",
-    );
-    let other = dir.write(&format!(".y.ibp.ibp-{dead}.partial"), b"another output");
-    let o = ok(&compress_raw(&input, 16, &dir.path("x.ibp")));
-    assert!(!stale.exists() && !old_style.exists());
-    assert!(live.exists() && other.exists());
-    assert!(
-        text(&o.stderr).contains("earlier run"),
-        "{}",
-        text(&o.stderr)
-    );
+    let other = dir.write(&format!(".y.ibp.{dead}.partial"), b"another output");
+    // A run still going keeps its file while the next run goes ahead.
+    let running = bin()
+        .args(compress_raw(&input, 1024, &dir.path("live.ibp")))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let live_partial = || dir.partials().iter().any(|p| p.starts_with(".live.ibp."));
+    assert!(wait_for(30, live_partial));
+    let small = dir.write("small.f32", &features(64, 16, 10));
+    // Same output name as the killed run, and as the live one.
+    for name in [&out, &dir.path("live.ibp")] {
+        let o = bin()
+            .args(compress_raw(&small, 16, name))
+            .args(["--force"])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", text(&o.stderr));
+    }
+    let now = dir.partials();
+    assert!(!now.contains(&left[0]), "{now:?}");
+    assert!(!old_style.exists());
+    assert!(elsewhere.exists() && other.exists());
+    assert!(live_partial(), "the live run's file was removed: {now:?}");
+    // The live run then finds its output written meanwhile (by the --force
+    // run above) and, without --force itself, leaves it alone, and its own
+    // file goes.
+    let live = finish(running, 120);
+    assert_eq!(live.status.code(), Some(EXIT_INVALID));
+    assert!(!live_partial());
 }
 
 #[test]

@@ -13,10 +13,10 @@
 //! - Without `--force` the final name is created exclusively (`renameat2`
 //!   with `RENAME_NOREPLACE`, or a hard link), so of two runs racing for one
 //!   name exactly one succeeds.
-//! - The temporary file is `.NAME.ibp-PID.partial`. It is removed on any
-//!   error and on SIGINT, SIGTERM and SIGHUP (see [`super::interrupt`]);
-//!   one left by a killed run (its PID no longer running) is removed by the
-//!   next run that writes NAME.
+//! - The temporary file is `.NAME.ibp-HOST-PID.partial`. It is removed on
+//!   any error and on SIGINT, SIGTERM and SIGHUP (see [`super::interrupt`]);
+//!   one left by a killed run on this machine (its PID no longer running) is
+//!   removed by the next run that writes NAME.
 //!
 //! Q: why next to the destination and not in the system's temp folder?
 //! A: a rename is only atomic within one file system, and /tmp is often
@@ -295,7 +295,7 @@ impl OutputFile {
             _ => PathBuf::from("."),
         };
         remove_stale_partials(&dir, &name.to_string_lossy());
-        let stem = partial_name(&name.to_string_lossy(), std::process::id());
+        let stem = partial_name(&name.to_string_lossy(), &this_host(), std::process::id());
         let mut attempt = 0u32;
         loop {
             let path = dir.join(if attempt == 0 {
@@ -379,25 +379,59 @@ impl OutputFile {
     }
 }
 
-/// The temporary name of an output called `name` written by process `pid`.
-fn partial_name(name: &str, pid: u32) -> String {
-    format!(".{name}.ibp-{pid}.partial")
+/// The temporary name of an output called `name` written by process `pid`
+/// on machine `host` ([`this_host`]).
+fn partial_name(name: &str, host: &str, pid: u32) -> String {
+    format!(".{name}.ibp-{host}-{pid}.partial")
 }
 
-/// The process that wrote `file`, if it is a temporary file of an output
-/// called `name`: `.NAME.ibp-PID.partial`, or `.NAME.PID.partial` as ibp
-/// 0.1 named it, either with a retry number appended.
-fn partial_owner(file: &str, name: &str) -> Option<u32> {
+/// This machine's name as it goes into temporary names: at most 24 of its
+/// letters, digits, dots and underscores (`-` separates the PID).
+///
+/// Q: why the machine's name at all? A: a PID means nothing on another
+/// machine (an NFS share) or in another PID namespace (a container with its
+/// own hostname); a later run must only remove what a run on its own
+/// machine left, where it can tell that the process is gone.
+fn this_host() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most buf.len() bytes into buf.
+    let ok = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0;
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    let host: String = buf[..end]
+        .iter()
+        .map(|&b| b as char)
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '.' || *c == '_')
+        .take(24)
+        .collect();
+    if ok && !host.is_empty() {
+        host
+    } else {
+        "localhost".into()
+    }
+}
+
+/// Who wrote `file`, if it is a temporary file of an output called `name`:
+/// `(Some(host), pid)` for `.NAME.ibp-HOST-PID.partial`, `(None, pid)` for
+/// `.NAME.PID.partial` as ibp 0.1 named it (on this machine, as far as
+/// anyone can tell), either with a retry number appended.
+fn partial_owner<'f>(file: &'f str, name: &str) -> Option<(Option<&'f str>, u32)> {
     let rest = file
         .strip_prefix('.')?
         .strip_prefix(name)?
         .strip_prefix('.')?;
-    let (pid, tail) = rest.split_once(".partial")?;
+    let (who, tail) = rest.split_once(".partial")?;
     if !tail.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    let pid = pid.strip_prefix("ibp-").unwrap_or(pid);
-    pid.parse().ok().filter(|&p| p > 0)
+    let (host, pid) = match who.strip_prefix("ibp-") {
+        Some(hp) => {
+            let (host, pid) = hp.rsplit_once('-')?;
+            (Some(host), pid)
+        }
+        None => (None, who),
+    };
+    let pid = pid.parse().ok().filter(|&p| p > 0)?;
+    Some((host, pid))
 }
 
 /// Is process `pid` running (or unknowable, which counts as running)?
@@ -411,17 +445,23 @@ fn process_alive(pid: u32) -> bool {
 }
 
 /// Remove the temporary files a killed run left for the output `name` in
-/// `dir`: regular files named as [`partial_name`] whose process is gone.
+/// `dir`: regular files named as [`partial_name`] by this machine whose
+/// process is gone.
 /// Best effort: a file that cannot be removed is left for the user.
 fn remove_stale_partials(dir: &Path, name: &str) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
+    let host = this_host();
     for e in entries.flatten() {
         let file = e.file_name();
-        let Some(pid) = partial_owner(&file.to_string_lossy(), name) else {
+        let file = file.to_string_lossy();
+        let Some((owner, pid)) = partial_owner(&file, name) else {
             continue;
         };
+        if owner.is_some_and(|h| h != host) {
+            continue;
+        }
         let regular = e.file_type().is_ok_and(|t| t.is_file());
         if regular && !process_alive(pid) && std::fs::remove_file(e.path()).is_ok() {
             eprintln!(
@@ -675,17 +715,24 @@ mod tests {
     #[test]
     fn partial_names_are_recognised() {
         let name = "m.ibp";
-        assert_eq!(partial_name(name, 42), ".m.ibp.ibp-42.partial");
-        assert_eq!(partial_owner(".m.ibp.ibp-42.partial", name), Some(42));
-        assert_eq!(partial_owner(".m.ibp.ibp-42.partial3", name), Some(42));
-        assert_eq!(partial_owner(".m.ibp.42.partial", name), Some(42));
+        let host = this_host();
+        assert!(!host.is_empty() && !host.contains('-'));
+        let mine = partial_name(name, &host, 42);
+        assert_eq!(mine, format!(".m.ibp.ibp-{host}-42.partial"));
+        assert_eq!(partial_owner(&mine, name), Some((Some(host.as_str()), 42)));
+        assert_eq!(
+            partial_owner(".m.ibp.ibp-gpu7.lab-42.partial3", name),
+            Some((Some("gpu7.lab"), 42))
+        );
+        assert_eq!(partial_owner(".m.ibp.42.partial", name), Some((None, 42)));
         for other in [
             "m.ibp",
-            ".m.ibp.ibp-42.partial.bak",
-            ".m.ibpx.ibp-42.partial",
-            ".n.ibp.ibp-42.partial",
-            ".m.ibp.ibp-0.partial",
-            ".m.ibp.ibp-x.partial",
+            ".m.ibp.ibp-h-42.partial.bak",
+            ".m.ibpx.ibp-h-42.partial",
+            ".n.ibp.ibp-h-42.partial",
+            ".m.ibp.ibp-h-0.partial",
+            ".m.ibp.ibp-h-x.partial",
+            ".m.ibp.ibp-42.partial",
         ] {
             assert_eq!(partial_owner(other, name), None, "{other}");
         }
