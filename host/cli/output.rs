@@ -382,7 +382,23 @@ impl OutputFile {
 /// The temporary name of an output called `name` written by process `pid`
 /// on machine `host` ([`this_host`]).
 fn partial_name(name: &str, host: &str, pid: u32) -> String {
-    format!(".{name}.ibp-{host}-{pid}.partial")
+    format!(".{}.ibp-{host}-{pid}.partial", partial_stem(name))
+}
+
+/// `name` as temporary names show it: whole, or for a name too long to
+/// take the additions within a file system's 255 bytes, its first 100
+/// bytes and a hash of the rest.
+fn partial_stem(name: &str) -> std::borrow::Cow<'_, str> {
+    const LONGEST: usize = 150;
+    if name.len() <= LONGEST {
+        return name.into();
+    }
+    let mut cut = 100;
+    while !name.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let hash = xxhash_rust::xxh3::xxh3_64(name.as_bytes());
+    format!("{}~{hash:016x}", &name[..cut]).into()
 }
 
 /// This machine's name as it goes into temporary names: at most 24 of its
@@ -417,7 +433,7 @@ fn this_host() -> String {
 fn partial_owner<'f>(file: &'f str, name: &str) -> Option<(Option<&'f str>, u32)> {
     let rest = file
         .strip_prefix('.')?
-        .strip_prefix(name)?
+        .strip_prefix(&*partial_stem(name))?
         .strip_prefix('.')?;
     let (who, tail) = rest.split_once(".partial")?;
     if !tail.bytes().all(|b| b.is_ascii_digit()) {
@@ -725,6 +741,15 @@ mod tests {
             Some((Some("gpu7.lab"), 42))
         );
         assert_eq!(partial_owner(".m.ibp.42.partial", name), Some((None, 42)));
+        // A name of 250 bytes still gets a temporary name under 255.
+        let long = "é".repeat(125);
+        let tmp = partial_name(&long, &host, u32::MAX);
+        assert!(tmp.len() < 255, "{}", tmp.len());
+        assert_eq!(
+            partial_owner(&tmp, &long),
+            Some((Some(host.as_str()), u32::MAX))
+        );
+        assert_eq!(partial_owner(&tmp, &"é".repeat(124)), None);
         for other in [
             "m.ibp",
             ".m.ibp.ibp-h-42.partial.bak",
