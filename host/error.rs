@@ -128,3 +128,35 @@ impl std::error::Error for Error {
             .map(|e| e as &(dyn std::error::Error + 'static))
     }
 }
+
+/// `len` copies of `value`, or an [`ErrorKind::Unsupported`] error naming
+/// `what` when the memory cannot be had.
+///
+/// Q: why not `vec![value; len]`? A: a failed allocation aborts the process
+/// (SIGABRT, under a memory limit for example); allocations sized by the
+/// data go through here so that running out of memory is an error that
+/// says what needed it.
+pub(crate) fn try_vec<T: Clone>(len: usize, value: T, what: &str) -> Result<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(len).map_err(|_| {
+        Error::unsupported(format!(
+            "cannot allocate {} bytes for {what}; free some memory or raise the process's memory limit",
+            len.saturating_mul(size_of::<T>())
+        ))
+    })?;
+    v.resize(len, value);
+    Ok(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_allocation_too_large_is_an_error_not_an_abort() {
+        let e = try_vec(usize::MAX / 2, 0u8, "a test buffer").unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Unsupported);
+        assert!(e.message().contains("a test buffer"), "{e}");
+        assert_eq!(try_vec(3, 7u16, "three").unwrap(), [7, 7, 7]);
+    }
+}

@@ -21,7 +21,7 @@ use rayon::prelude::*;
 use crate::codebook::{ChunkTables, Codebook};
 use crate::dataset::Rows;
 use crate::encode::{decode_row, encode_exact, encoded_bits_unchecked, stream_len};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, try_vec};
 
 /// A progress hook: called with the number of tensors finished so far, from
 /// any worker thread, once per block of tensors (not once per tensor).
@@ -49,12 +49,20 @@ pub fn flag_bytes(rows: usize) -> usize {
     rows.div_ceil(8)
 }
 
-/// Is tensor `i` stored encoded? (`flags` must hold bit `i`.)
+/// Is tensor `i` stored encoded?
+///
+/// # Panics
+///
+/// If `flags` does not hold bit `i` (`i / 8 >= flags.len()`).
 pub fn flag(flags: &[u8], i: usize) -> bool {
     flags[i / 8] >> (i % 8) & 1 == 1
 }
 
 /// Set tensor `i`'s flag to `encoded`.
+///
+/// # Panics
+///
+/// If `flags` does not hold bit `i` (`i / 8 >= flags.len()`).
 pub fn set_flag(flags: &mut [u8], i: usize, encoded: bool) {
     let bit = 1u8 << (i % 8);
     if encoded {
@@ -105,12 +113,12 @@ pub fn size_query(cb: &Codebook, rows: Rows<'_>) -> Result<SizeReport> {
     check_rows(cb, rows.row_bytes())?;
     let t = cb.tables();
     let l = rows.row_bytes() as u64;
-    let stored: Vec<u64> = rows
-        .bytes()
-        .par_chunks(rows.row_bytes())
+    let mut stored = try_vec(rows.rows(), 0u64, "the stored size of every tensor")?;
+    stored
+        .par_iter_mut()
+        .zip(rows.bytes().par_chunks(rows.row_bytes()))
         .with_min_len(block_rows(rows.row_bytes()))
-        .map(|row| encoded_bits_unchecked(t, row).div_ceil(8).min(l))
-        .collect();
+        .for_each(|(s, row)| *s = encoded_bits_unchecked(t, row).div_ceil(8).min(l));
     let total_stored = stored.iter().sum();
     let encoded_rows = stored.iter().filter(|&&s| s < l).count() as u64;
     Ok(SizeReport {
@@ -406,15 +414,16 @@ pub fn compress_packed_with_progress(
     let sizes = size_query(cb, rows)?;
     let (l, n) = (rows.row_bytes(), rows.rows());
     let t = cb.tables();
-    let mut offsets = Vec::with_capacity(n + 1);
-    offsets.push(0u64);
+    let mut offsets = try_vec(n + 1, 0u64, "the offsets table")?;
     let mut end = 0u64;
-    for &s in &sizes.stored {
+    for (o, &s) in offsets[1..].iter_mut().zip(&sizes.stored) {
         end += s;
-        offsets.push(end);
+        *o = end;
     }
-    let mut payload = vec![0u8; sizes.total_stored as usize];
-    let mut flags = vec![0u8; flag_bytes(n)];
+    let payload_len = usize::try_from(sizes.total_stored)
+        .map_err(|_| Error::unsupported("the packed payload is too large for this machine"))?;
+    let mut payload = try_vec(payload_len, 0u8, "the packed payload")?;
+    let mut flags = try_vec(flag_bytes(n), 0u8, "the flag bitmap")?;
     let br = block_rows(l);
     // Cut the payload into one disjoint slice per block, in order.
     let mut blocks = Vec::with_capacity(n.div_ceil(br));
@@ -681,8 +690,8 @@ pub fn compress_fixed_with_progress(
     check_rows(cb, rows.row_bytes())?;
     let (l, n) = (rows.row_bytes(), rows.rows());
     let t = cb.tables();
-    let mut slots = vec![0u8; rows.bytes().len()];
-    let mut flags = vec![0u8; flag_bytes(n)];
+    let mut slots = try_vec(rows.bytes().len(), 0u8, "the fixed-stride slots")?;
+    let mut flags = try_vec(flag_bytes(n), 0u8, "the flag bitmap")?;
     let br = block_rows(l);
     let done = AtomicU64::new(0);
     // Q: why no separate size pass here?
@@ -783,6 +792,18 @@ mod tests {
     use super::*;
     use crate::ErrorKind;
     use crate::codebook::ChunkSize;
+
+    #[test]
+    #[should_panic]
+    fn flag_past_the_bitmap_panics_as_documented() {
+        let _ = flag(&[0xff], 8);
+    }
+
+    #[test]
+    #[should_panic]
+    fn set_flag_past_the_bitmap_panics_as_documented() {
+        set_flag(&mut [0], 8, true);
+    }
 
     /// L = 6, C = 2, all bits invariant at 0: a zero row encodes to one byte
     /// (3 participation bits), a row with one non-zero chunk to 3 bytes, a

@@ -384,6 +384,14 @@ fn writer_api_by_hand() {
         )
         .unwrap();
     w.add_note("hello");
+    let mut want = b"HEAD".to_vec();
+    want.extend(&data);
+    let mut e = flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::new(6));
+    std::io::Write::write_all(&mut e, &data).unwrap();
+    want.extend(e.finish().unwrap());
+    want.extend(b"xyz");
+    let source = SourceInfo::new(SourceFormat::Raw, Fingerprint::of(&want));
+    w.set_source(Some(source.clone()));
     let envelope = [
         Segment::Raw(head),
         Segment::Group(a as usize),
@@ -400,7 +408,7 @@ fn writer_api_by_hand() {
 
     let file = IbpFile::from_bytes(&bytes).unwrap();
     assert_eq!(file.notes(), ["hello"]);
-    assert_eq!(file.source(), None);
+    assert_eq!(file.source(), Some(&source));
     assert_eq!(file.envelope(), &envelope);
     assert_eq!(file.piece(head), Some(&b"HEAD"[..]));
     let ga = file.group(0).unwrap();
@@ -418,12 +426,6 @@ fn writer_api_by_hand() {
     );
     assert_eq!(file.group(1).unwrap().threshold(), None);
     // Restore: HEAD, the data, the deflated data, xyz.
-    let mut want = b"HEAD".to_vec();
-    want.extend(&data);
-    let mut e = flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::new(6));
-    std::io::Write::write_all(&mut e, &data).unwrap();
-    want.extend(e.finish().unwrap());
-    want.extend(b"xyz");
     assert_eq!(file.restore_to_vec().unwrap(), want);
     // The sections are where §6 says, each 64-aligned.
     let kinds: Vec<u32> = file.sections().iter().map(|s| s.kind).collect();
@@ -487,11 +489,74 @@ fn writer_rejects_inconsistent_input() {
 }
 
 #[test]
+fn writer_refuses_what_the_reader_refuses() {
+    // A dtype named like a known type but of another size: the reader
+    // refuses the manifest, so the writer must refuse the group.
+    let mut w = ContainerWriter::new(Vec::new()).unwrap();
+    let odd = DType::Other {
+        name: "f32".into(),
+        size: 3,
+    };
+    let e = w.add_group(
+        GroupMeta::new("t", odd, vec![2], 1, 6, b"abcdef"),
+        GroupData::Raw(b"abcdef"),
+    );
+    assert_eq!(e.unwrap_err().kind(), ErrorKind::InvalidArgument);
+
+    // A packed form whose offsets do not tile its payload: the reader's
+    // validation refuses it, so must the writer.
+    let data = features(16, 4, 3);
+    let rows = Rows::new(&data, 16).unwrap();
+    let f = fit(rows, &FitOptions::default()).unwrap();
+    let mut packed = compress_packed(&f.codebook, rows).unwrap();
+    packed.offsets[1] = packed.offsets[2] + 1;
+    let mut w = ContainerWriter::new(Vec::new()).unwrap();
+    let e = w.add_group(
+        GroupMeta::new("p", DType::F32, vec![16, 4], 16, 16, &data),
+        GroupData::Packed {
+            codebook: &f.codebook,
+            threshold: None,
+            packed: packed.view(),
+        },
+    );
+    assert_eq!(e.unwrap_err().kind(), ErrorKind::InvalidArgument);
+}
+
+#[test]
+fn restore_needs_the_original_fingerprint() {
+    // Without `source`, nothing checks the envelope: here a deflate level
+    // that shapes the restored bytes. Such a container opens (to inspect)
+    // but does not restore.
+    let mut w = ContainerWriter::new(Vec::new()).unwrap();
+    let g = w
+        .add_group(
+            GroupMeta::new("r", DType::U8, vec![3], 1, 3, b"abc"),
+            GroupData::Raw(b"abc"),
+        )
+        .unwrap();
+    let (bytes, _) = w
+        .finish(&[Segment::Deflate {
+            level: 9,
+            inner: vec![Segment::Group(g as usize)],
+        }])
+        .unwrap();
+    let file = IbpFile::from_bytes(&bytes).unwrap();
+    assert_eq!(file.group(0).unwrap().decompress().unwrap(), b"abc");
+    let e = file.restore_to_vec().unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Corrupt);
+    assert!(e.message().contains("records no length and hash"), "{e}");
+}
+
+#[test]
 fn group_hash_mismatch_is_caught() {
     // A writer handed a wrong hash produces a file whose restore fails.
     let mut w = ContainerWriter::new(Vec::new()).unwrap();
     let mut meta = GroupMeta::new("r", DType::U8, vec![3], 1, 3, b"abc");
     meta.xxh3 ^= 1;
+    w.set_source(Some(SourceInfo::new(
+        SourceFormat::Raw,
+        Fingerprint::of(b"abc"),
+    )));
     let g = w.add_group(meta, GroupData::Raw(b"abc")).unwrap();
     let (bytes, _) = w.finish(&[Segment::Group(g as usize)]).unwrap();
     let file = IbpFile::from_bytes(&bytes).unwrap();
@@ -546,6 +611,7 @@ fn document_with_deflate_segments_roundtrips() {
         ],
         original: Fingerprint::of(&original),
         notes: vec!["n".into()],
+        deferred: Vec::new(),
     };
     assert_eq!(doc.restore_to_vec().unwrap(), original);
     let (bytes, report) = compress(&doc, &CompressOptions::default());
@@ -612,6 +678,52 @@ fn assemble(version: u16, sections: &[(u32, u16, u32, Vec<u8>)]) -> Vec<u8> {
     t[56..64].copy_from_slice(&h.to_le_bytes());
     out.extend(t);
     out
+}
+
+#[test]
+fn a_shape_of_a_million_dimensions_is_refused() {
+    // Ones do not change the element count, so only a limit on the number
+    // of dimensions stops a small manifest from costing gigabytes to read
+    // and print (issue 15: 37.7 MB took 1.34 GB to inspect).
+    let original = mixed_file();
+    let doc = io::parse(
+        &original,
+        SourceFormat::Safetensors,
+        &ParseOptions::default(),
+    )
+    .unwrap();
+    let (bytes, _) = compress(&doc, &CompressOptions::default());
+    let mut secs = sections_of(&bytes);
+    let mi = secs
+        .iter()
+        .position(|s| s.0 == SectionKind::Manifest as u32)
+        .unwrap();
+    let mut json: serde_json::Value = serde_json::from_slice(&secs[mi].3).unwrap();
+    let mut shape = json["groups"][0]["shape"].as_array().unwrap().clone();
+    let at_limit = shape.len()..io::MAX_DIMS;
+    shape.extend(at_limit.map(|_| serde_json::json!(1)));
+    json["groups"][0]["shape"] = serde_json::Value::Array(shape.clone());
+    secs[mi].3 = serde_json::to_vec(&json).unwrap();
+    // 64 dimensions still open and restore.
+    check_restores(
+        &IbpFile::from_bytes(&assemble(1, &secs)).unwrap(),
+        &original,
+    );
+    shape.extend((0..1_000_000).map(|_| serde_json::json!(1)));
+    json["groups"][0]["shape"] = serde_json::Value::Array(shape);
+    secs[mi].3 = serde_json::to_vec(&json).unwrap();
+    let e = IbpFile::from_bytes(&assemble(1, &secs)).err().unwrap();
+    assert_eq!(e.kind(), ErrorKind::Corrupt);
+    assert!(e.message().contains("at most 64"), "{e}");
+    // And the writer does not write one.
+    let mut w = ContainerWriter::new(Vec::new()).unwrap();
+    let e = w
+        .add_group(
+            GroupMeta::new("t", DType::U8, vec![1; 65], 1, 1, b"x"),
+            GroupData::Raw(b"x"),
+        )
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument);
 }
 
 #[test]
@@ -723,6 +835,7 @@ fn empty_document() {
         envelope: vec![],
         original: Fingerprint::of(b""),
         notes: vec![],
+        deferred: Vec::new(),
     };
     let (bytes, _) = compress(&doc, &CompressOptions::default());
     let file = IbpFile::from_bytes(&bytes).unwrap();
@@ -913,4 +1026,34 @@ fn golden_v1_file() {
     assert_eq!(file.restore_to_vec().unwrap(), original);
     let g = file.find_group("g").unwrap();
     assert_eq!((g.rows(), g.row_bytes(), g.stats().encoded_rows), (6, 5, 6));
+}
+
+#[test]
+fn deferred_npz_members_give_the_same_container() {
+    // The embedded Cora npz: one deflated member. Deferred, its group's
+    // data is inflated only when used, and everything comes out the same.
+    let original = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/data/cora-features.npz"
+    ))
+    .unwrap();
+    let eager = io::parse(&original, SourceFormat::Npz, &ParseOptions::default()).unwrap();
+    let lazy = io::parse(
+        &original,
+        SourceFormat::Npz,
+        &ParseOptions::default().with_deferred_inflate(true),
+    )
+    .unwrap();
+    assert!(eager.deferred.is_empty());
+    assert_eq!(lazy.deferred.len(), lazy.groups.len());
+    assert!(lazy.groups.iter().all(|g| g.data.is_empty()));
+    for i in 0..eager.groups.len() {
+        assert!(lazy.group_data(i).unwrap() == eager.group_data(i).unwrap());
+        assert_eq!(lazy.group_len(i), eager.groups[i].data.len() as u64);
+    }
+    assert_eq!(lazy.group_bytes(), eager.group_bytes());
+    assert!(lazy.restore_to_vec().unwrap() == original);
+    let opts = CompressOptions::default();
+    assert!(compress(&lazy, &opts).0 == compress(&eager, &opts).0);
+    assert!(lazy.group_data(lazy.groups.len()).is_err());
 }

@@ -374,6 +374,7 @@ fn a_restore_into_a_failing_writer_is_an_io_error() {
         envelope: vec![Segment::Raw(Cow::Borrowed(&b"x"[..]))],
         original: Fingerprint::of(b"x"),
         notes: vec![],
+        deferred: Vec::new(),
     };
     assert_eq!(doc.restore(&mut Full).unwrap_err().kind(), ErrorKind::Io);
 }

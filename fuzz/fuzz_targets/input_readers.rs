@@ -12,12 +12,16 @@ fuzz_target!(|data: &[u8]| {
         SourceFormat::Npz,
         SourceFormat::Safetensors,
     ] {
-        if let Ok(doc) = io::parse(data, format, &ParseOptions::default()) {
-            let back = doc.restore_to_vec().expect("a parsed document restores");
-            assert!(
-                back == data,
-                "{format}: restored bytes differ from the input"
-            );
+        // Deferred npz members (inflated when used) restore the same.
+        for defer in [false, true] {
+            let opts = ParseOptions::default().with_deferred_inflate(defer);
+            if let Ok(doc) = io::parse(data, format, &opts) {
+                let back = doc.restore_to_vec().expect("a parsed document restores");
+                assert!(
+                    back == data,
+                    "{format}: restored bytes differ from the input"
+                );
+            }
         }
     }
     let _ = SourceFormat::detect(None, data);

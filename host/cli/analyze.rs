@@ -2,6 +2,7 @@
 //! one is usable and on the CPU otherwise (the same codebooks either way).
 
 use std::borrow::Cow;
+use std::fmt::Write as _;
 use std::time::Instant;
 
 use ibp::fit::{self, Fit, FitOptions, Sample};
@@ -10,7 +11,7 @@ use ibp::{Result, Rows};
 use serde::Serialize;
 
 use super::input::{FitArgs, InputArgs, Source};
-use super::table::human;
+use super::table::{emit, human, json, pad};
 
 /// Arguments of `ibp analyze`.
 #[derive(clap::Args, Debug)]
@@ -156,11 +157,14 @@ pub fn run(args: Args) -> Result<()> {
     }
     let bar = progress(doc.groups.len() as u64);
     let mut reports = Vec::new();
-    for group in &doc.groups {
+    for i in 0..doc.groups.len() {
+        // A deferred npz member is inflated here and dropped after its
+        // analysis: one member in memory at a time.
+        let group = doc.group_with_data(i)?;
         bar.set_message(group.name.clone());
         let group = match &cast {
-            Some(to) => cast_group(group, to),
-            None => Cow::Borrowed(group),
+            Some(to) => cast_group(&group, to),
+            None => Cow::Borrowed(&group),
         };
         reports.push(analyze_group(&group, &args.fit, &opts, &counter)?);
         bar.inc(1);
@@ -173,19 +177,15 @@ pub fn run(args: Args) -> Result<()> {
             "counted_on": counter.name(),
             "tensors": reports,
         });
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&out).expect("serialisable")
-        );
+        emit(&json(&out)?)
     } else {
-        print_table(
+        emit(&table_text(
             &source.display(),
             &counter.name(),
             &reports,
             args.candidates,
-        );
+        ))
     }
-    Ok(())
 }
 
 fn progress(n: u64) -> indicatif::ProgressBar {
@@ -297,10 +297,11 @@ fn analyze_group(
     Ok(r)
 }
 
-fn print_table(input: &str, counted_on: &str, reports: &[Report], candidates: bool) {
-    println!("input: {input}");
-    println!("fitted on: {counted_on}");
-    println!();
+fn table_text(input: &str, counted_on: &str, reports: &[Report], candidates: bool) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "input: {input}");
+    let _ = writeln!(s, "fitted on: {counted_on}");
+    s.push('\n');
     let header = [
         "tensor",
         "dtype",
@@ -351,13 +352,10 @@ fn print_table(input: &str, counted_on: &str, reports: &[Report], candidates: bo
                 .unwrap_or(0)
         })
         .collect();
-    let line = |cells: &[String]| {
-        let parts: Vec<String> = cells
-            .iter()
-            .zip(&widths)
-            .map(|(c, w)| format!("{c:<w$}"))
-            .collect();
-        println!("{}", parts.join("  ").trim_end());
+    let mut line = |cells: &[String]| {
+        let parts: Vec<String> = cells.iter().zip(&widths).map(|(c, w)| pad(c, *w)).collect();
+        s.push_str(parts.join("  ").trim_end());
+        s.push('\n');
     };
     line(&header.map(String::from));
     for r in &rows {
@@ -366,8 +364,9 @@ fn print_table(input: &str, counted_on: &str, reports: &[Report], candidates: bo
     let raw: u64 = reports.iter().map(|r| r.raw_bytes).sum();
     let stored: u64 = reports.iter().map(|r| r.stored_bytes).sum();
     if reports.len() > 1 && raw > 0 {
-        println!();
-        println!(
+        s.push('\n');
+        let _ = writeln!(
+            s,
             "total: {} -> {} ({:.1}% saved)",
             human(raw),
             human(stored),
@@ -376,10 +375,11 @@ fn print_table(input: &str, counted_on: &str, reports: &[Report], candidates: bo
     }
     if candidates {
         for r in reports.iter().filter(|r| !r.candidates.is_empty()) {
-            println!();
-            println!("{}: savings per (threshold, chunk)", r.name);
+            s.push('\n');
+            let _ = writeln!(s, "{}: savings per (threshold, chunk)", r.name);
             for c in &r.candidates {
-                println!(
+                let _ = writeln!(
+                    s,
                     "  t={:.2}  chunk={} B  {:>6.2}%",
                     c.threshold,
                     c.chunk_bytes,
@@ -390,12 +390,14 @@ fn print_table(input: &str, counted_on: &str, reports: &[Report], candidates: bo
     }
     let raw: Vec<&Report> = reports.iter().filter(|r| r.threshold.is_none()).collect();
     if let [only] = raw.as_slice() {
-        println!("{}: {}", only.name, only.status);
+        let _ = writeln!(s, "{}: {}", only.name, only.status);
     } else if !raw.is_empty() {
-        println!();
-        println!(
+        s.push('\n');
+        let _ = writeln!(
+            s,
             "{} tensors stay raw (fewer than 2 rows, e.g. 1-D biases and norms: nothing is invariant across one tensor); --json lists them",
             raw.len()
         );
     }
+    s
 }

@@ -6,12 +6,12 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use ibp::container::{CompressOptions, GroupLayout, IbpFile, compress_document_with_progress};
-use ibp::io::SourceFormat;
-use ibp::{Error, Result};
+use ibp::io::{Fingerprint, SourceFormat};
+use ibp::{Error, ErrorKind, Result};
 use serde::Serialize;
 
-use super::input::{FitArgs, InputArgs, Source};
-use super::output::{ByteProgress, OutputFile, check_output};
+use super::input::{FitArgs, InputArgs, Source, is_stdin};
+use super::output::{ByteProgress, Contents, OutputFile, Unreadable, check_output};
 use super::table::{GroupSummary, Totals, emit, group_table, human, json, percent, savings};
 
 /// Arguments of `ibp compress`.
@@ -26,7 +26,8 @@ pub struct Args {
     input: InputArgs,
     #[command(flatten)]
     fit: FitArgs,
-    /// The container to write (conventionally FILE.ibp).
+    /// The container to write (conventionally FILE.ibp); `-` writes it to
+    /// standard output (the report then goes to stderr).
     #[arg(short, long, value_name = "OUT")]
     output: PathBuf,
     /// Layout of compressed tensors: packed (smallest) or fixed (every
@@ -83,7 +84,11 @@ pub fn run(args: Args) -> Result<()> {
         args.input.file.clone().ok_or_else(|| {
             Error::invalid("give the file to compress: ibp compress FILE -o OUT.ibp")
         })?;
-    check_output(&args.output, args.force, &input)?;
+    let target = check_output(
+        &args.output,
+        args.force,
+        Some(input.as_path()).filter(|p| !is_stdin(p)),
+    )?;
 
     let source = Source::open(&args.input)?;
     let doc = source.parse(&args.input)?;
@@ -103,17 +108,34 @@ pub fn run(args: Args) -> Result<()> {
         }
     }
 
-    let total = doc.groups.iter().map(|g| g.data.len() as u64).sum::<u64>() + doc.raw_bytes();
+    let total = doc.group_bytes() + doc.raw_bytes();
     let bar = ByteProgress::new(total, "compressing");
-    let mut out = OutputFile::create(&args.output, args.force)?;
+    // A file still being written (a checkpoint being saved) can change
+    // under ibp. Whatever fails then, say so rather than blame the data.
+    let changed = |e: Error| {
+        if Fingerprint::of(source.bytes()) == doc.original {
+            return e;
+        }
+        Error::new(
+            ErrorKind::Io,
+            format!(
+                "{} changed while ibp read it ({}); nothing was written to {}; run again once the file is complete",
+                source.display(),
+                e.message(),
+                args.output.display()
+            ),
+        )
+    };
+    let mut out = OutputFile::create(&target, args.force, Unreadable::Buffer)?;
     let (_, report) =
-        compress_document_with_progress(&doc, &opts, out.writer(), &|done, _| bar.update(done))?;
+        compress_document_with_progress(&doc, &opts, out.writer(), &|done, _| bar.update(done))
+            .map_err(changed)?;
     let written = out.finish()?;
     bar.clear();
 
     // Read the container back before it takes OUT's name: open checks every
     // checksum and structure, and the table then shows what the file holds.
-    let file = IbpFile::open(written.path()).map_err(|e| {
+    let bug = |e: Error| {
         Error::new(
             e.kind(),
             format!(
@@ -121,7 +143,30 @@ pub fn run(args: Args) -> Result<()> {
                 e.message()
             ),
         )
-    })?;
+    };
+    let file = match written.contents() {
+        Contents::File(p) => IbpFile::open(p).map_err(bug)?,
+        Contents::Bytes(b) => IbpFile::from_bytes(b).map_err(bug)?,
+        Contents::Gone => return Err(bug(Error::invalid("nothing to read back"))),
+    };
+    // Q: why restore the whole file once more, when every group was checked
+    // as it was compressed? A: the groups were checked against the input as
+    // it was then; if it changed meanwhile, only restoring what the
+    // container holds and comparing with the hash taken when the input was
+    // first read shows whether the container gives back that file.
+    let check = ByteProgress::new(doc.original.len, "verifying");
+    file.restore_with_progress(&mut std::io::sink(), &|done, _| check.update(done))
+        .map_err(|e| {
+            changed(Error::new(
+                e.kind(),
+                format!(
+                    "the container just written does not restore the input ({}); nothing was written to {}; this is an ibp bug, please report it",
+                    e.message(),
+                    args.output.display()
+                ),
+            ))
+        })?;
+    check.clear();
     let reasons: HashMap<&str, &str> = report
         .groups
         .iter()
@@ -147,11 +192,18 @@ pub fn run(args: Args) -> Result<()> {
         groups,
         notes: report.notes,
     };
-    emit(&if args.json {
+    let report = if args.json {
         json(&r)?
     } else {
         text(&r, doc.format)
-    })
+    };
+    if target.is_stdout() {
+        // The container went to stdout; the report must not mix with it.
+        let _ = std::io::Write::write_all(&mut std::io::stderr(), report.as_bytes());
+        Ok(())
+    } else {
+        emit(&report)
+    }
 }
 
 /// The human-readable report: the group table, then totals and notes.

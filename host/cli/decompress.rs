@@ -7,16 +7,17 @@ use std::path::PathBuf;
 use ibp::io::{Fingerprint, InputFile};
 use ibp::{Error, Result};
 
-use super::input::open_container;
-use super::output::{ByteProgress, OutputFile, check_output};
+use super::input::{is_stdin, open_container};
+use super::output::{ByteProgress, Contents, OutputFile, Unreadable, check_output};
 use super::table::{emit, hex, human};
 
 /// Arguments of `ibp decompress`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// The .ibp container.
+    /// The .ibp container (`-`: read it from standard input).
     input: PathBuf,
-    /// Where to write the restored file.
+    /// Where to write the restored file (`-`: standard output; the report
+    /// then goes to stderr).
     #[arg(short, long, value_name = "FILE")]
     output: PathBuf,
     /// Overwrite FILE if it exists.
@@ -25,13 +26,23 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    check_output(&args.output, args.force, &args.input)?;
+    let target = check_output(
+        &args.output,
+        args.force,
+        Some(args.input.as_path()).filter(|p| !is_stdin(p)),
+    )?;
     let file = open_container(&args.input)?;
-    let total = file
-        .source()
-        .map_or_else(|| file.stats().original_bytes, |s| s.fingerprint.len);
+    // A restore needs the original's fingerprint (`IbpFile::restore` refuses
+    // a container without it); refuse before an output is created.
+    let src = file.source().cloned().ok_or_else(|| {
+        Error::corrupt(format!(
+            "{} records no length and hash of the original file, so a restore could not be checked; it is damaged or was not written by ibp",
+            args.input.display()
+        ))
+    })?;
+    let total = src.fingerprint.len;
     let bar = ByteProgress::new(total, "restoring");
-    let mut out = OutputFile::create(&args.output, args.force)?;
+    let mut out = OutputFile::create(&target, args.force, Unreadable::Stream)?;
     // The restore itself checks every group's hash and, while streaming,
     // the whole file's.
     file.restore_with_progress(out.writer(), &|done, _| bar.update(done))?;
@@ -42,39 +53,39 @@ pub fn run(args: Args) -> Result<()> {
     // A: that hash saw the bytes handed to the writer; this one sees the
     // file as the operating system gives it back, after flush and fsync,
     // which is what the user will use.
-    let verified = match file.source() {
-        Some(src) => {
-            let got = Fingerprint::of(InputFile::open(written.path())?.bytes());
-            if got != src.fingerprint {
-                return Err(Error::corrupt(format!(
-                    "the written file ({} bytes, xxh3 {}) differs from the original recorded in {} ({} bytes, xxh3 {}); nothing was written to {}; check the disk and try again",
-                    got.len,
-                    hex(got.xxh3),
-                    args.input.display(),
-                    src.fingerprint.len,
-                    hex(src.fingerprint.xxh3),
-                    args.output.display()
-                )));
-            }
-            Some((src.format.clone(), got))
-        }
-        None => None,
+    let got = match written.contents() {
+        Contents::File(p) => Fingerprint::of(InputFile::open(p)?.bytes()),
+        Contents::Bytes(b) => Fingerprint::of(b),
+        // Streamed to a pipe or device: the restore checked the hash of
+        // what it wrote.
+        Contents::Gone => src.fingerprint,
     };
+    if got != src.fingerprint {
+        return Err(Error::corrupt(format!(
+            "the written file ({} bytes, xxh3 {}) differs from the original recorded in {} ({} bytes, xxh3 {}); nothing was written to {}; check the disk and try again",
+            got.len,
+            hex(got.xxh3),
+            args.input.display(),
+            src.fingerprint.len,
+            hex(src.fingerprint.xxh3),
+            args.output.display()
+        )));
+    }
     written.commit()?;
 
-    let mut s = format!(
-        "restored {} ({}) from {}\n",
+    let s = format!(
+        "restored {} ({}) from {}\nverified: {} bytes, xxh3 {}, equal to the original {} file recorded in the container\n",
         args.output.display(),
         human(total),
-        args.input.display()
+        args.input.display(),
+        got.len,
+        hex(got.xxh3),
+        src.format
     );
-    s.push_str(&match verified {
-        Some((format, fp)) => format!(
-            "verified: {} bytes, xxh3 {}, equal to the original {format} file recorded in the container\n",
-            fp.len,
-            hex(fp.xxh3)
-        ),
-        None => "not verified as a whole: the container records no fingerprint of the original file (each tensor's xxh3 was checked)\n".to_string(),
-    });
-    emit(&s)
+    if target.is_stdout() {
+        let _ = std::io::Write::write_all(&mut std::io::stderr(), s.as_bytes());
+        Ok(())
+    } else {
+        emit(&s)
+    }
 }

@@ -18,7 +18,8 @@ pub const EMBEDDED_CORA: &[u8] = include_bytes!("../../data/cora-features.npz");
 #[derive(clap::Args, Debug, Clone)]
 pub struct InputArgs {
     /// Input file: .safetensors, .npy, .npz, or raw bytes with --dtype and
-    /// --shape. Omit to use the embedded Cora features.
+    /// --shape; `-` reads standard input. Omit to use the embedded Cora
+    /// features.
     pub file: Option<PathBuf>,
     /// Only these tensors (safetensors keys or npz members; repeatable).
     #[arg(long = "tensor", value_name = "NAME")]
@@ -95,6 +96,10 @@ impl Source {
     /// Open what the arguments name.
     pub fn open(args: &InputArgs) -> Result<Self> {
         match &args.file {
+            Some(p) if is_stdin(p) => Ok(Source::File(
+                io::InputFile::read_from(std::io::stdin().lock(), "standard input")?,
+                p.clone(),
+            )),
             Some(p) => Ok(Source::File(io::InputFile::open(p)?, p.clone())),
             None => Ok(Source::Embedded),
         }
@@ -118,7 +123,8 @@ impl Source {
 
     /// Parse into a document.
     pub fn parse(&self, args: &InputArgs) -> Result<Document<'_>> {
-        let mut opts = ParseOptions::default();
+        // One npz member in memory at a time (see Document::deferred).
+        let mut opts = ParseOptions::default().with_deferred_inflate(true);
         if !args.tensors.is_empty() {
             opts = opts.with_select(args.tensors.iter().cloned());
         }
@@ -143,10 +149,23 @@ impl Source {
     }
 }
 
-/// Open the container at `path`, checked in full, with a hint on what to do
-/// when it is damaged.
+/// Is `path` the command line's name for standard input?
+pub fn is_stdin(path: &Path) -> bool {
+    path.as_os_str() == "-"
+}
+
+/// Open the container at `path` (`-`: read from standard input), checked
+/// in full, with a hint on what to do when it is damaged.
 pub fn open_container(path: &Path) -> Result<IbpFile<'static>> {
-    IbpFile::open(path).map_err(|e| {
+    let opened = if is_stdin(path) {
+        let mut v = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::stdin().lock(), &mut v)
+            .map_err(|e| ibp::Error::io("reading standard input", e))?;
+        IbpFile::from_vec(v)
+    } else {
+        IbpFile::open(path)
+    };
+    opened.map_err(|e| {
         let hint = match e.kind() {
             ErrorKind::Truncated => {
                 "copy it again if a transfer was cut short, or re-create it with `ibp compress`"

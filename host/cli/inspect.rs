@@ -5,7 +5,7 @@
 //! tables), so a damaged file is reported here, as it would be by
 //! `decompress`, with a typed error and its exit code.
 
-use std::fmt::Write as _;
+use std::io::Write;
 use std::path::PathBuf;
 
 use ibp::Result;
@@ -13,7 +13,7 @@ use ibp::container::{FLAG_REQUIRED, IbpFile, NO_OWNER, SectionKind};
 use serde::Serialize;
 
 use super::input::open_container;
-use super::table::{GroupSummary, Table, Totals, emit, group_table, hex, human, json};
+use super::table::{GroupSummary, Table, Totals, emit_with, group_table, hex, human};
 
 /// Arguments of `ibp inspect`.
 #[derive(clap::Args, Debug)]
@@ -52,20 +52,36 @@ struct Section {
     index: usize,
     /// The kind's name, or "unknown" for kinds this ibp does not know
     /// (optional sections of a later writer).
-    kind: String,
+    kind: &'static str,
     kind_id: u32,
     /// Group or piece number; absent for the manifest.
     owner: Option<u32>,
     offset: u64,
     length: u64,
-    xxh3: String,
+    /// Written as 16 hex digits.
+    #[serde(serialize_with = "as_hex")]
+    xxh3: u64,
     required: bool,
+}
+
+/// Q: why not keep the hex string? A: a container can have hundreds of
+/// thousands of sections; a string each was most of what `inspect` held.
+fn as_hex<S: serde::Serializer>(x: &u64, s: S) -> std::result::Result<S::Ok, S::Error> {
+    s.serialize_str(&hex(*x))
 }
 
 pub fn run(args: Args) -> Result<()> {
     let file = open_container(&args.input)?;
     let r = report(&args, &file);
-    emit(&if args.json { json(&r)? } else { text(&r) })
+    // Streamed: a container of many groups and sections prints a lot.
+    emit_with(|out| {
+        if args.json {
+            serde_json::to_writer_pretty(&mut *out, &r)?;
+            out.write_all(b"\n")
+        } else {
+            write_text(&r, out)
+        }
+    })
 }
 
 fn report(args: &Args, file: &IbpFile<'_>) -> Report {
@@ -87,14 +103,12 @@ fn report(args: &Args, file: &IbpFile<'_>) -> Report {
             .enumerate()
             .map(|(index, e)| Section {
                 index,
-                kind: SectionKind::from_u32(e.kind)
-                    .map_or("unknown", SectionKind::name)
-                    .to_string(),
+                kind: SectionKind::from_u32(e.kind).map_or("unknown", SectionKind::name),
                 kind_id: e.kind,
                 owner: (e.owner != NO_OWNER).then_some(e.owner),
                 offset: e.offset,
                 length: e.length,
-                xxh3: hex(e.xxh3),
+                xxh3: e.xxh3,
                 required: e.flags & FLAG_REQUIRED != 0,
             })
             .collect(),
@@ -102,47 +116,44 @@ fn report(args: &Args, file: &IbpFile<'_>) -> Report {
     }
 }
 
-fn text(r: &Report) -> String {
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
+fn write_text(r: &Report, out: &mut dyn Write) -> std::io::Result<()> {
+    writeln!(
+        out,
         "file:     {} ({}, {} bytes)",
         r.file,
         human(r.file_bytes),
         r.file_bytes
-    );
-    let _ = writeln!(s, "format:   .ibp version {}", r.format_version);
+    )?;
+    writeln!(out, "format:   .ibp version {}", r.format_version)?;
     match &r.source {
-        Some(src) => {
-            let _ = writeln!(
-                s,
-                "original: {} file, {} bytes ({}), xxh3 {}",
-                src.format,
-                src.length,
-                human(src.length),
-                src.xxh3
-            );
-        }
-        None => s.push_str("original: not recorded (restores are checked per tensor only)\n"),
+        Some(src) => writeln!(
+            out,
+            "original: {} file, {} bytes ({}), xxh3 {}",
+            src.format,
+            src.length,
+            human(src.length),
+            src.xxh3
+        )?,
+        None => writeln!(out, "original: not recorded (the file cannot be restored)")?,
     }
-    s.push('\n');
+    writeln!(out)?;
     if r.groups.is_empty() {
-        s.push_str("no tensor groups: the whole file is stored as is\n");
+        writeln!(out, "no tensor groups: the whole file is stored as is")?;
     } else {
-        s.push_str(&group_table(&r.groups).render());
-        s.push('\n');
-        let _ = writeln!(s, "{}", r.totals.line());
+        group_table(&r.groups).write_to(out)?;
+        writeln!(out)?;
+        writeln!(out, "{}", r.totals.line())?;
     }
 
-    s.push('\n');
-    let _ = writeln!(s, "sections ({}):", r.sections.len());
+    writeln!(out)?;
+    writeln!(out, "sections ({}):", r.sections.len())?;
     let mut t = Table::new(["#", "kind", "owner", "offset", "length", "xxh3", "flags"]);
     for e in &r.sections {
         let kind = SectionKind::from_u32(e.kind_id);
         t.push(vec![
             e.index.to_string(),
             match kind {
-                Some(_) => e.kind.clone(),
+                Some(_) => e.kind.to_string(),
                 None => format!("unknown ({})", e.kind_id),
             },
             match (kind, e.owner) {
@@ -153,16 +164,16 @@ fn text(r: &Report) -> String {
             },
             e.offset.to_string(),
             e.length.to_string(),
-            e.xxh3.clone(),
+            hex(e.xxh3),
             if e.required { "required" } else { "optional" }.to_string(),
         ]);
     }
-    s.push_str(&t.render());
+    t.write_to(out)?;
     if !r.notes.is_empty() {
-        s.push('\n');
+        writeln!(out)?;
         for n in &r.notes {
-            let _ = writeln!(s, "note: {n}");
+            writeln!(out, "note: {n}")?;
         }
     }
-    s
+    Ok(())
 }

@@ -9,6 +9,7 @@ mod compress;
 mod decompress;
 mod input;
 mod inspect;
+mod interrupt;
 mod output;
 mod table;
 
@@ -52,6 +53,8 @@ enum Command {
 
 /// Parse the arguments, run, and return the process exit code.
 pub fn run() -> i32 {
+    // Before anything starts a thread (see interrupt's notes).
+    interrupt::install();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Analyze(a) => analyze::run(a),

@@ -14,51 +14,100 @@ use serde::Serialize;
 
 /// A plain-text table in the style of `ibp analyze`: left-aligned columns
 /// two spaces apart, trailing spaces trimmed.
+///
+/// Q: why keep the cells in one string? A: a container may hold hundreds of
+/// thousands of groups and sections; a `String` per cell costs about 50
+/// bytes before its text, which made `inspect` of a crafted file take many
+/// times the file's size. Here a cell costs its text and one offset, and
+/// [`Table::write_to`] streams the lines out.
 pub struct Table {
     header: Vec<String>,
-    rows: Vec<Vec<String>>,
+    /// Every cell's text, back to back.
+    text: String,
+    /// End of each cell in `text`, `header.len()` per row.
+    ends: Vec<usize>,
+    /// Widest cell (in characters) per column so far.
+    widths: Vec<usize>,
 }
 
 impl Table {
     /// An empty table with these column titles.
     pub fn new<S: Into<String>>(header: impl IntoIterator<Item = S>) -> Self {
+        let header: Vec<String> = header.into_iter().map(Into::into).collect();
+        let widths = header.iter().map(|h| h.chars().count()).collect();
         Table {
-            header: header.into_iter().map(Into::into).collect(),
-            rows: Vec::new(),
+            header,
+            text: String::new(),
+            ends: Vec::new(),
+            widths,
         }
     }
 
     /// Add a row; missing cells are left blank and extra cells dropped.
     pub fn push(&mut self, cells: Vec<String>) {
-        self.rows.push(cells);
+        for i in 0..self.header.len() {
+            let c = cells.get(i).map_or("", String::as_str);
+            self.widths[i] = self.widths[i].max(c.chars().count());
+            self.text.push_str(c);
+            self.ends.push(self.text.len());
+        }
+    }
+
+    /// Write the table as lines of text, each ending in a newline.
+    pub fn write_to(&self, out: &mut dyn Write) -> std::io::Result<()> {
+        let cols = self.header.len();
+        let mut line = String::new();
+        let mut put = |cells: &mut dyn Iterator<Item = &str>| {
+            line.clear();
+            for (i, c) in cells.enumerate() {
+                if i > 0 {
+                    line.push_str("  ");
+                }
+                pad_into(&mut line, c, self.widths[i]);
+            }
+            out.write_all(line.trim_end().as_bytes())?;
+            out.write_all(b"\n")
+        };
+        put(&mut self.header.iter().map(String::as_str))?;
+        let mut start = 0;
+        for row in self.ends.chunks(cols) {
+            let mut cells = row.iter().map(|&end| {
+                let c = &self.text[start..end];
+                start = end;
+                c
+            });
+            put(&mut cells)?;
+        }
+        Ok(())
     }
 
     /// The table as lines of text, each ending in a newline.
     pub fn render(&self) -> String {
-        let cols = self.header.len();
-        let width = |i: usize| {
-            self.rows
-                .iter()
-                .filter_map(|r| r.get(i))
-                .chain([&self.header[i]])
-                .map(|c| c.chars().count())
-                .max()
-                .unwrap_or(0)
-        };
-        let widths: Vec<usize> = (0..cols).map(width).collect();
-        let mut out = String::new();
-        for cells in std::iter::once(&self.header).chain(&self.rows) {
-            let line: Vec<String> = (0..cols)
-                .map(|i| {
-                    let c = cells.get(i).map_or("", String::as_str);
-                    format!("{c:<w$}", w = widths[i])
-                })
-                .collect();
-            out.push_str(line.join("  ").trim_end());
-            out.push('\n');
-        }
-        out
+        let mut v = Vec::new();
+        // Writing to a vector cannot fail, and the cells are UTF-8.
+        let _ = self.write_to(&mut v);
+        String::from_utf8(v).unwrap_or_default()
     }
+}
+
+/// Append `cell` to `line`, padded with spaces to `width` characters.
+fn pad_into(line: &mut String, cell: &str, width: usize) {
+    line.push_str(cell);
+    line.extend(std::iter::repeat_n(
+        ' ',
+        width.saturating_sub(cell.chars().count()),
+    ));
+}
+
+/// `cell` padded with spaces to `width` characters.
+///
+/// Q: why not `format!("{cell:<width$}")`? A: a width given as an argument
+/// must fit in a u16, and a tensor name can be longer than 65,535
+/// characters; the formatter panics on such a width.
+pub fn pad(cell: &str, width: usize) -> String {
+    let mut s = String::new();
+    pad_into(&mut s, cell, width);
+    s
 }
 
 /// `bytes` in decimal units, as `ibp analyze` prints them: "46.88 MB".
@@ -262,8 +311,14 @@ impl Totals {
 /// the output quietly, as it does for other command-line tools, instead of
 /// the panic `print!` would give.
 pub fn emit(text: &str) -> Result<()> {
-    let mut out = std::io::stdout().lock();
-    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+    emit_with(|out| out.write_all(text.as_bytes()))
+}
+
+/// Write to stdout through `write`, buffered, with [`emit`]'s handling of a
+/// closed pipe: for output too large to build in memory first.
+pub fn emit_with(write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>) -> Result<()> {
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    match write(&mut out).and_then(|()| out.flush()) {
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
             Err(Error::io("writing to stdout", e))
         }

@@ -173,7 +173,7 @@ pub fn compress_document_with_progress<W: Write>(
     out: W,
     progress: Progress<'_>,
 ) -> Result<(W, CompressReport)> {
-    let total = doc.groups.iter().map(|g| g.data.len() as u64).sum::<u64>() + doc.raw_bytes();
+    let total = doc.group_bytes() + doc.raw_bytes();
     let mut w = ContainerWriter::new(out)?;
     w.set_source(Some(SourceInfo::new(doc.format, doc.original)));
     for n in &doc.notes {
@@ -229,17 +229,21 @@ impl<W: Write> State<'_, W> {
                         Segment::Raw(id)
                     }
                     Segment::Group(i) => {
-                        let g = doc.groups.get(*i).ok_or_else(|| {
-                            Error::invalid(format!(
+                        if *i >= doc.groups.len() {
+                            return Err(Error::invalid(format!(
                                 "the document's envelope names group {i}, which does not exist"
-                            ))
-                        })?;
+                            )));
+                        }
                         if self.ids[*i].is_some() {
                             return Err(Error::invalid(format!(
                                 "the document's envelope uses group {i} twice"
                             )));
                         }
-                        let (id, report) = self.group(g, opts)?;
+                        // A deferred npz member is inflated here and
+                        // dropped once written: one member in memory at a
+                        // time.
+                        let g = doc.group_with_data(*i)?;
+                        let (id, report) = self.group(&g, opts)?;
                         self.ids[*i] = Some(id);
                         self.reports[*i] = Some(report);
                         Segment::Group(id as usize)
@@ -328,6 +332,17 @@ impl<W: Write> State<'_, W> {
                         fixed: view,
                     },
                 )?
+            } else if let Some(floor) = packed_floor(shape.rows, shape.row_bytes, cb.chunk())
+                .filter(|&f| f >= shape.total_bytes())
+            {
+                // Q: why decide before compressing? A: with short rows the
+                // offsets table alone (8 bytes a row) outweighs the data;
+                // building the packed form only to throw it away cost 8×
+                // the input in memory for rows of 2 bytes.
+                report.raw_reason = Some(format!(
+                    "compressed form (at least {floor} bytes) is not smaller"
+                ));
+                self.w.add_group(meta, GroupData::Raw(&g.data))?
             } else {
                 let packed = compress_packed_with_progress(cb, rows, &row_progress)?;
                 let stored = cb_bytes
@@ -366,6 +381,19 @@ impl<W: Write> State<'_, W> {
         (self.progress)(self.done, self.total);
         Ok((id, report))
     }
+}
+
+/// The smallest possible size of a packed group of `rows` rows of
+/// `row_bytes` with chunk size `chunk`: codebook, flags, offsets, and at
+/// least the participation bits, `⌈⌈L/C⌉/8⌉` bytes, of every row. `None`
+/// when it overflows (then it is certainly not smaller).
+fn packed_floor(rows: u64, row_bytes: u64, chunk: ChunkSize) -> Option<u64> {
+    let min_row = row_bytes.div_ceil(u64::from(chunk.bytes())).div_ceil(8);
+    let per_row = min_row.checked_add(8)?;
+    (2 * row_bytes)
+        .checked_add(rows.div_ceil(8))?
+        .checked_add(8)?
+        .checked_add(rows.checked_mul(per_row)?)
 }
 
 fn popcount(flags: &[u8]) -> u64 {

@@ -232,10 +232,10 @@ impl<'a> IbpFile<'a> {
 
     /// Write the original file, byte for byte, to `out`.
     ///
-    /// When the container records the original's fingerprint the restored
-    /// bytes are hashed on the way out and a mismatch is
-    /// [`ErrorKind::Corrupt`]; on any error, treat what was written as
-    /// garbage.
+    /// The restored bytes are hashed on the way out and must match the
+    /// original's fingerprint the container records; a mismatch, or a
+    /// container that records none, is [`ErrorKind::Corrupt`]. On any
+    /// error, treat what was written as garbage.
     pub fn restore(&self, out: &mut dyn Write) -> Result<()> {
         self.restore_with_progress(out, &|_, _| {})
     }
@@ -243,10 +243,17 @@ impl<'a> IbpFile<'a> {
     /// [`IbpFile::restore`], reporting bytes written out of the original's
     /// length to `progress`.
     pub fn restore_with_progress(&self, out: &mut dyn Write, progress: Progress<'_>) -> Result<()> {
-        let total = self
-            .source
-            .as_ref()
-            .map_or_else(|| self.stats().original_bytes, |s| s.fingerprint.len);
+        // Q: why refuse a container without the original's fingerprint?
+        // A: each group's hash checks the group, but the envelope (the
+        // order of pieces and groups, deflate levels) shapes the restored
+        // bytes too, and only the whole file's hash covers it. Every
+        // container ibp writes records it (docs/FORMAT.md §6.5).
+        let Some(src) = &self.source else {
+            return Err(Error::corrupt(
+                "the manifest records no length and hash of the original file (`source`), so a restore could not be checked; the container is damaged or was not written by ibp",
+            ));
+        };
+        let total = src.fingerprint.len;
         let mut sink = HashingWriter {
             inner: out,
             hash: Xxh3::new(),
@@ -262,17 +269,15 @@ impl<'a> IbpFile<'a> {
             },
             &mut sink,
         )?;
-        if let Some(src) = &self.source {
-            let got = crate::io::Fingerprint {
-                len: sink.len,
-                xxh3: sink.hash.digest(),
-            };
-            if got != src.fingerprint {
-                return Err(Error::corrupt(format!(
-                    "the restored file differs from the original ({} bytes, xxh3 {:016x}; expected {} bytes, {:016x})",
-                    got.len, got.xxh3, src.fingerprint.len, src.fingerprint.xxh3
-                )));
-            }
+        let got = crate::io::Fingerprint {
+            len: sink.len,
+            xxh3: sink.hash.digest(),
+        };
+        if got != src.fingerprint {
+            return Err(Error::corrupt(format!(
+                "the restored file differs from the original ({} bytes, xxh3 {:016x}; expected {} bytes, {:016x})",
+                got.len, got.xxh3, src.fingerprint.len, src.fingerprint.xxh3
+            )));
         }
         sink.inner.flush().map_err(crate::io::write_error)
     }
@@ -331,6 +336,7 @@ impl<'a> IbpFile<'a> {
                 |s| s.fingerprint,
             ),
             notes: self.notes.clone(),
+            deferred: Vec::new(),
         })
     }
 }
@@ -1067,6 +1073,7 @@ mod tests {
                 ],
                 original: Fingerprint::of(&original),
                 notes: vec![],
+                deferred: Vec::new(),
             };
             let (bytes, _) =
                 compress_document(&doc, &CompressOptions::default(), Vec::new()).unwrap();

@@ -140,7 +140,9 @@ impl<W: Write> ContainerWriter<W> {
     /// Store a group; returns its number for [`Segment::Group`].
     ///
     /// Errors with [`crate::ErrorKind::InvalidArgument`] when the metadata
-    /// and the stored form disagree (shape, rows, row length, codebook).
+    /// and the stored form disagree (shape, rows, row length, codebook), or
+    /// when a reader would refuse the group (a dtype whose name is a known
+    /// type's with another size, a stored form that does not validate).
     pub fn add_group(&mut self, meta: GroupMeta, data: GroupData<'_>) -> Result<u32> {
         let id = u32::try_from(self.groups.len())
             .ok()
@@ -219,7 +221,27 @@ impl<W: Write> ContainerWriter<W> {
             envelope: envelope.to_vec(),
             notes: std::mem::take(&mut self.notes),
         };
-        self.section(SectionKind::Manifest, NO_OWNER, &[&manifest.to_json()])?;
+        let json = manifest.to_json();
+        // Q: why parse the manifest just written? A: so that the writer
+        // cannot accept what the reader refuses (a dtype name with the
+        // wrong size, say): whatever does not come back equal is refused
+        // here, as an invalid argument, instead of becoming a file that
+        // does not open.
+        match Manifest::from_json(&json) {
+            Ok(back) if back == manifest => {}
+            Ok(_) => {
+                return Err(Error::invalid(
+                    "the manifest does not read back as written; check the group descriptions",
+                ));
+            }
+            Err(e) => {
+                return Err(Error::invalid(format!(
+                    "the container would not open: {}",
+                    e.message()
+                )));
+            }
+        }
+        self.section(SectionKind::Manifest, NO_OWNER, &[&json])?;
 
         let dir_offset = self.pos;
         let dir: Vec<u8> = self.entries.iter().flat_map(DirEntry::encode).collect();
@@ -288,7 +310,13 @@ type Described = (
 
 fn check_group(meta: &GroupMeta, data: &GroupData<'_>) -> Result<Described> {
     let bad = |m: String| Error::invalid(format!("group {:?}: {m}", meta.name));
-    let bytes = element_count(&meta.shape)?.checked_mul(meta.dtype.size());
+    // The checks the reader makes of the manifest and the sections, made
+    // here so that every group the writer takes is one the reader opens.
+    DType::from_stored(meta.dtype.name(), meta.dtype.size())
+        .map_err(|e| bad(e.message().to_string()))?;
+    let bytes = element_count(&meta.shape)
+        .map_err(|e| bad(e.message().to_string()))?
+        .checked_mul(meta.dtype.size());
     if meta.rows.checked_mul(meta.row_bytes) != bytes || (meta.row_bytes == 0 && meta.rows != 0) {
         return Err(bad(format!(
             "{} rows of {} bytes do not hold shape {:?} of {}",
@@ -329,6 +357,20 @@ fn check_group(meta: &GroupMeta, data: &GroupData<'_>) -> Result<Described> {
             if packed.row_bytes() != codebook.row_bytes() {
                 return Err(bad("packed rows and codebook differ in length".into()));
             }
+            packed
+                .validate()
+                .map_err(|e| bad(e.message().to_string()))?;
+            let min_row = (packed
+                .row_bytes()
+                .div_ceil(codebook.chunk().bytes() as usize))
+            .div_ceil(8) as u64;
+            if meta
+                .rows
+                .checked_mul(min_row)
+                .is_none_or(|m| m > packed.payload().len() as u64)
+            {
+                return Err(bad("the payload is too short for its tensors".into()));
+            }
             (GroupLayout::Packed, Some(codebook.chunk()), *threshold)
         }
         GroupData::Fixed {
@@ -340,6 +382,9 @@ fn check_group(meta: &GroupMeta, data: &GroupData<'_>) -> Result<Described> {
             if fixed.row_bytes() != codebook.row_bytes() {
                 return Err(bad("fixed-stride rows and codebook differ in length".into()));
             }
+            fixed
+                .validate(codebook)
+                .map_err(|e| bad(e.message().to_string()))?;
             (GroupLayout::Fixed, Some(codebook.chunk()), *threshold)
         }
     })

@@ -8,7 +8,7 @@ use rayon::prelude::*;
 use super::count::count_bits_into;
 use crate::codebook::{ChunkSize, Codebook, Threshold, mask_and_bitval};
 use crate::dataset::Rows;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, try_vec};
 
 /// Which chunk sizes the fit considers.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -176,6 +176,15 @@ pub struct Fit {
 pub fn fit(rows: Rows<'_>, opts: &FitOptions) -> Result<Fit> {
     let plan = SamplePlan::new(rows.rows() as u64, opts.sample)?;
     let l = rows.row_bytes();
+    if l > COLUMN_BLOCK_BYTES {
+        return fit_in_column_blocks(rows, plan, opts);
+    }
+    fit_whole_rows(rows, plan, opts)
+}
+
+/// [`fit`] for rows of at most [`COLUMN_BLOCK_BYTES`]: all counters at once.
+fn fit_whole_rows(rows: Rows<'_>, plan: SamplePlan, opts: &FitOptions) -> Result<Fit> {
+    let l = rows.row_bytes();
     let mut counts = vec![0u64; 8 * l];
     if plan.is_all() {
         count_bits_into(rows, &mut counts)?;
@@ -256,6 +265,27 @@ pub(crate) fn choose_with(
     opts: &FitOptions,
     evaluate: impl FnOnce(&[(Vec<u8>, Vec<u8>)]) -> Result<Vec<Totals>>,
 ) -> Result<Fit> {
+    let (thresholds, chunks) = sweep(opts)?;
+    let books: Vec<(Vec<u8>, Vec<u8>)> = thresholds
+        .iter()
+        .map(|&t| mask_and_bitval(counts, counted, t))
+        .collect();
+    let totals = evaluate(&books)?;
+    let (best, candidates, ti) = pick(&thresholds, &chunks, &totals)?;
+    let (mask, bitval) = books.into_iter().nth(ti).unwrap_or_default();
+    Ok(Fit {
+        codebook: Codebook::new(best.chunk, mask, bitval)?,
+        threshold: best.threshold,
+        chosen: best,
+        candidates,
+        sample_rows: plan.len(),
+        sample_bytes: plan.len() * row_bytes as u64,
+    })
+}
+
+/// The candidate thresholds (ascending, without duplicates) and chunk sizes
+/// of `opts`.
+fn sweep(opts: &FitOptions) -> Result<(Vec<Threshold>, Vec<ChunkSize>)> {
     let mut thresholds = opts.thresholds.clone();
     thresholds.sort();
     thresholds.dedup();
@@ -266,19 +296,25 @@ pub(crate) fn choose_with(
         ChunkChoice::Auto => ChunkSize::ALL.to_vec(),
         ChunkChoice::Fixed(c) => vec![c],
     };
-    let books: Vec<(Vec<u8>, Vec<u8>)> = thresholds
-        .iter()
-        .map(|&t| mask_and_bitval(counts, counted, t))
-        .collect();
-    let totals = evaluate(&books)?;
-    if totals.len() != books.len() {
+    Ok((thresholds, chunks))
+}
+
+/// Every candidate with its totals, the best of them (smallest total; ties
+/// to the larger threshold, then the larger chunk), and the best one's
+/// index in `thresholds`.
+fn pick(
+    thresholds: &[Threshold],
+    chunks: &[ChunkSize],
+    totals: &[Totals],
+) -> Result<(Candidate, Vec<Candidate>, usize)> {
+    if totals.len() != thresholds.len() {
         return Err(Error::invalid(
             "candidate evaluation returned the wrong number of totals",
         ));
     }
     let mut candidates = Vec::with_capacity(thresholds.len() * chunks.len());
-    for (&t, total) in thresholds.iter().zip(&totals) {
-        for &c in &chunks {
+    for (&t, total) in thresholds.iter().zip(totals) {
+        for &c in chunks {
             let ci = c.bytes().trailing_zeros() as usize;
             candidates.push(Candidate {
                 threshold: t,
@@ -288,7 +324,6 @@ pub(crate) fn choose_with(
             });
         }
     }
-    // Smallest total; ties to the larger threshold, then the larger chunk.
     let best = *candidates
         .iter()
         .min_by(|a, b| {
@@ -302,15 +337,96 @@ pub(crate) fn choose_with(
         .iter()
         .position(|&t| t == best.threshold)
         .unwrap_or(0);
-    let (mask, bitval) = books.into_iter().nth(ti).unwrap_or_default();
+    Ok((best, candidates, ti))
+}
+
+/// Rows longer than this many bytes are fitted a block of this many
+/// columns at a time (a multiple of 8, so that every chunk size's chunks
+/// stay inside one block).
+pub(crate) const COLUMN_BLOCK_BYTES: usize = 16 << 10;
+
+/// [`fit`] for rows longer than [`COLUMN_BLOCK_BYTES`], in memory that does
+/// not grow with the row length: bit counters and candidate codebooks exist
+/// for one block of columns at a time, each sampled row keeps four running
+/// sums per threshold, and the chosen codebook is counted again, block by
+/// block, at the end.
+///
+/// Q: why is this the same fit? A: a codebook bit depends only on its own
+/// count (`docs/FORMAT.md` §4), and the bits a row saves are a sum over
+/// 8-byte words; blocks are whole words, so the per-block sums add up to
+/// exactly the totals of the whole-row pass, and the same candidate wins.
+/// `fit_in_column_blocks_equals_the_whole_row_fit` checks it.
+fn fit_in_column_blocks(rows: Rows<'_>, plan: SamplePlan, opts: &FitOptions) -> Result<Fit> {
+    let (thresholds, chunks) = sweep(opts)?;
+    let l = rows.row_bytes();
+    let s = usize::try_from(plan.len())
+        .map_err(|_| Error::invalid("the sample has more tensors than fit in memory"))?;
+    let sample = |i: usize| rows.row(plan.index(i as u64) as usize);
+    let nt = thresholds.len();
+    let mut counts = vec![0u64; 8 * COLUMN_BLOCK_BYTES];
+    let mut count_block = |c0: usize, c1: usize| {
+        let counts = &mut counts[..8 * (c1 - c0)];
+        counts.fill(0);
+        super::count::count_columns_into(s, &sample, c0..c1, counts);
+        mask_and_bitval_all(counts, plan.len(), &thresholds)
+    };
+    // saved[i * nt + t]: bits row i of the sample saves under threshold t,
+    // for chunk sizes 1, 2, 4, 8.
+    let mut saved = try_vec(s.saturating_mul(nt), [0u64; 4], "the fit's per-tensor sums")?;
+    for c0 in (0..l).step_by(COLUMN_BLOCK_BYTES) {
+        let c1 = (c0 + COLUMN_BLOCK_BYTES).min(l);
+        let books: Vec<Vec<BookWord>> = count_block(c0, c1)
+            .iter()
+            .map(|(m, b)| book_words(m, b))
+            .collect();
+        saved.par_chunks_mut(nt).enumerate().for_each(|(i, sv)| {
+            let part = &sample(i)[c0..c1];
+            for (x, book) in sv.iter_mut().zip(&books) {
+                let add = row_saved_bits(part, book);
+                x.iter_mut().zip(add).for_each(|(x, a)| *x += a);
+            }
+        });
+    }
+    let raw_bits = 8 * l as u64;
+    let chunk_counts = ChunkSize::ALL.map(|c| l.div_ceil(c.bytes() as usize) as u64);
+    let mut totals = vec![Totals::default(); nt];
+    for sv in saved.chunks(nt) {
+        for (t, x) in totals.iter_mut().zip(sv) {
+            t.add_row(x, raw_bits, chunk_counts, l as u64);
+        }
+    }
+    drop(saved);
+    let (best, candidates, _) = pick(&thresholds, &chunks, &totals)?;
+    let (mut mask, mut bitval) = (Vec::with_capacity(l), Vec::with_capacity(l));
+    for c0 in (0..l).step_by(COLUMN_BLOCK_BYTES) {
+        let c1 = (c0 + COLUMN_BLOCK_BYTES).min(l);
+        let counts = &mut counts[..8 * (c1 - c0)];
+        counts.fill(0);
+        super::count::count_columns_into(s, &sample, c0..c1, counts);
+        let (m, b) = mask_and_bitval(counts, plan.len(), best.threshold);
+        mask.extend(m);
+        bitval.extend(b);
+    }
     Ok(Fit {
         codebook: Codebook::new(best.chunk, mask, bitval)?,
         threshold: best.threshold,
         chosen: best,
         candidates,
         sample_rows: plan.len(),
-        sample_bytes: plan.len() * row_bytes as u64,
+        sample_bytes: plan.len() * l as u64,
     })
+}
+
+/// `(Mask, Bitval)` of each of `thresholds` for one set of counts.
+fn mask_and_bitval_all(
+    counts: &[u64],
+    counted: u64,
+    thresholds: &[Threshold],
+) -> Vec<(Vec<u8>, Vec<u8>)> {
+    thresholds
+        .iter()
+        .map(|&t| mask_and_bitval(counts, counted, t))
+        .collect()
 }
 
 /// Totals of one threshold for chunk sizes 1, 2, 4, 8 (index `log2 C`).
@@ -322,6 +438,34 @@ pub(crate) struct Totals {
     pub encoded: [u64; 4],
 }
 
+impl Totals {
+    /// Add one row that saves `saved[c]` bits with chunk size `2^c`: it is
+    /// stored in `min(E, L)` bytes, encoded when `E < L`.
+    #[inline(always)]
+    fn add_row(&mut self, saved: &[u64; 4], raw_bits: u64, chunk_counts: [u64; 4], l: u64) {
+        for c in 0..4 {
+            let e = (chunk_counts[c] + raw_bits - saved[c]).div_ceil(8);
+            self.stored[c] += e.min(l);
+            self.encoded[c] += u64::from(e < l);
+        }
+    }
+}
+
+/// One codebook as [`BookWord`]s, one per 8-byte word of `mask`.
+fn book_words(mask: &[u8], bitval: &[u8]) -> Vec<BookWord> {
+    (0..mask.len().div_ceil(8))
+        .map(|q| {
+            let (m, b) = (le_word(mask, q), le_word(bitval, q));
+            let byte_bits = u64::from_le_bytes(m.to_le_bytes().map(|x| x.count_ones() as u8));
+            BookWord {
+                mask: m,
+                bitval: b,
+                byte_bits,
+            }
+        })
+        .collect()
+}
+
 /// Sample rows per parallel task.
 const EVAL_ROWS_PER_TASK: usize = 64;
 
@@ -329,25 +473,8 @@ const EVAL_ROWS_PER_TASK: usize = 64;
 /// chunk size, in one pass over the sample.
 fn evaluate(rows: Rows<'_>, plan: SamplePlan, books: &[(Vec<u8>, Vec<u8>)]) -> Vec<Totals> {
     let l = rows.row_bytes();
-    let words = l.div_ceil(8);
     let nt = books.len();
-    let book: Vec<Vec<BookWord>> = books
-        .iter()
-        .map(|(mask, bitval)| {
-            (0..words)
-                .map(|q| {
-                    let (m, b) = (le_word(mask, q), le_word(bitval, q));
-                    let byte_bits =
-                        u64::from_le_bytes(m.to_le_bytes().map(|x| x.count_ones() as u8));
-                    BookWord {
-                        mask: m,
-                        bitval: b,
-                        byte_bits,
-                    }
-                })
-                .collect()
-        })
-        .collect();
+    let book: Vec<Vec<BookWord>> = books.iter().map(|(m, b)| book_words(m, b)).collect();
     let raw_bits = 8 * l as u64;
     let chunk_counts = ChunkSize::ALL.map(|c| l.div_ceil(c.bytes() as usize) as u64);
     (0..plan.len() as usize)
@@ -362,12 +489,7 @@ fn evaluate(rows: Rows<'_>, plan: SamplePlan, books: &[(Vec<u8>, Vec<u8>)]) -> V
                 // A: the four running sums then stay in registers; the row
                 // (a few KiB) stays in L1 for the next codebook.
                 for (t, b) in totals.iter_mut().zip(&book) {
-                    let s = row_saved_bits(row, b);
-                    for c in 0..4 {
-                        let e = (chunk_counts[c] + raw_bits - s[c]).div_ceil(8);
-                        t.stored[c] += e.min(l as u64);
-                        t.encoded[c] += u64::from(e < l as u64);
-                    }
+                    t.add_row(&row_saved_bits(row, b), raw_bits, chunk_counts, l as u64);
                 }
                 totals
             },
@@ -510,6 +632,42 @@ mod tests {
             let len = stored_len(&cb, row).unwrap() as u64;
             (s + len, e + u64::from(len < rows.row_bytes() as u64))
         })
+    }
+
+    #[test]
+    fn fit_in_column_blocks_equals_the_whole_row_fit() {
+        // Rows of two full blocks and a ragged tail, with columns of every
+        // kind: constant, mostly constant, noise.
+        let l = 2 * COLUMN_BLOCK_BYTES + 20;
+        let n = 24;
+        let mut s = 0x9e37_79b9_7f4a_7c15u64;
+        let bytes: Vec<u8> = (0..n * l)
+            .map(|i| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                match (i % l) % 5 {
+                    0 => 0x3f,
+                    1 if !s.is_multiple_of(16) => 0x80,
+                    2 => (s & 0x0f) as u8,
+                    _ => s as u8,
+                }
+            })
+            .collect();
+        let rows = Rows::new(&bytes, l).unwrap();
+        for opts in [
+            FitOptions::default(),
+            FitOptions::default().with_sample(Sample::Count(7)),
+            FitOptions::default().with_chunk(ChunkChoice::Fixed(ChunkSize::Two)),
+        ] {
+            let plan = SamplePlan::new(n as u64, opts.sample).unwrap();
+            let whole = fit_whole_rows(rows, plan, &opts).unwrap();
+            let blocked = fit(rows, &opts).unwrap();
+            assert_eq!(blocked.codebook, whole.codebook);
+            assert_eq!(blocked.chosen, whole.chosen);
+            assert_eq!(blocked.candidates, whole.candidates);
+            assert_eq!(blocked.sample_rows, whole.sample_rows);
+        }
     }
 
     #[test]

@@ -3,6 +3,8 @@
 //! is [`ibp_kernels::count::PosPopcnt64`], the same carry-save accumulator the
 //! GPU kernel runs on 32-bit words, so the two agree by construction.
 
+use std::ops::Range;
+
 use ibp_kernels::count::PosPopcnt64;
 use rayon::prelude::*;
 
@@ -25,31 +27,47 @@ pub fn count_bits_into(rows: Rows<'_>, counts: &mut [u64]) -> Result<()> {
             8 * l
         )));
     }
-    let n = rows.rows();
-    if n == 0 {
-        return Ok(());
+    count_columns_into(rows.rows(), &|i| rows.row(i), 0..l, counts);
+    Ok(())
+}
+
+/// Add the bit counts of the byte columns `cols` of `n` rows into `counts`
+/// (`8 * cols.len()` counters, checked by the caller); `row(i)` is row `i`,
+/// at least `cols.end` bytes long.
+///
+/// Q: why columns? A: the counters of a row of `L` bytes take `64 L` bytes
+/// per thread; counting a fixed-size block of columns at a time bounds that
+/// for rows of any length (see `fit`).
+pub(crate) fn count_columns_into<'r>(
+    n: usize,
+    row: &(dyn Fn(usize) -> &'r [u8] + Sync),
+    cols: Range<usize>,
+    counts: &mut [u64],
+) {
+    let width = cols.len();
+    if n == 0 || width == 0 {
+        return;
     }
     let tasks = n.div_ceil(ROWS_PER_TASK);
     let partial = (0..tasks)
         .into_par_iter()
         .fold(
-            || vec![0u64; 8 * l],
+            || vec![0u64; 8 * width],
             |mut acc, t| {
                 let start = t * ROWS_PER_TASK;
                 let end = (start + ROWS_PER_TASK).min(n);
-                count_range(rows.slice(start, end), &mut acc);
+                count_range(start..end, row, cols.clone(), &mut acc);
                 acc
             },
         )
         .reduce(
-            || vec![0u64; 8 * l],
+            || vec![0u64; 8 * width],
             |mut a, b| {
                 a.iter_mut().zip(&b).for_each(|(x, y)| *x += y);
                 a
             },
         );
     counts.iter_mut().zip(&partial).for_each(|(x, y)| *x += y);
-    Ok(())
 }
 
 /// Bit counts of `rows` as a new vector of `8 * row_bytes` counters.
@@ -74,12 +92,17 @@ fn word(row: &[u8], c: usize) -> u64 {
     }
 }
 
-/// Count one contiguous range of rows, column by column in blocks of 16 rows.
-fn count_range(rows: Rows<'_>, counts: &mut [u64]) {
-    let l = rows.row_bytes();
-    let cols = l.div_ceil(8);
-    let n = rows.rows();
-    let mut accs = vec![PosPopcnt64::new(); cols];
+/// Count columns `cols` of rows `range`, column by column in blocks of 16
+/// rows.
+fn count_range<'r>(
+    range: Range<usize>,
+    row: &(dyn Fn(usize) -> &'r [u8] + Sync),
+    cols: Range<usize>,
+    counts: &mut [u64],
+) {
+    let l = cols.len();
+    let words = l.div_ceil(8);
+    let mut accs = vec![PosPopcnt64::new(); words];
     let sink_for = |c: usize| {
         let valid = (l - c * 8).min(8) * 8;
         move |counts: &mut [u64], b: usize, v: u64| {
@@ -88,9 +111,10 @@ fn count_range(rows: Rows<'_>, counts: &mut [u64]) {
             }
         }
     };
-    let mut r = 0;
-    while r + 16 <= n {
-        let block: [&[u8]; 16] = std::array::from_fn(|i| rows.row(r + i));
+    let part = |i: usize| &row(i)[cols.clone()];
+    let mut r = range.start;
+    while r + 16 <= range.end {
+        let block: [&[u8]; 16] = std::array::from_fn(|i| part(r + i));
         for (c, acc) in accs.iter_mut().enumerate() {
             let x: [u64; 16] = std::array::from_fn(|i| word(block[i], c));
             let sink = sink_for(c);
@@ -98,8 +122,8 @@ fn count_range(rows: Rows<'_>, counts: &mut [u64]) {
         }
         r += 16;
     }
-    for row in r..n {
-        let row = rows.row(row);
+    for i in r..range.end {
+        let row = part(i);
         for (c, acc) in accs.iter_mut().enumerate() {
             let sink = sink_for(c);
             acc.add(word(row, c), &mut |b, v| sink(counts, b, v));

@@ -340,7 +340,9 @@ pub struct TensorGroup<'a> {
     /// reversed here, so the first axis is always the slowest).
     pub shape: Vec<u64>,
     /// The elements, `product(shape) × dtype.size()` bytes: borrowed from the
-    /// input when it is stored plainly, owned when it had to be inflated.
+    /// input when it is stored plainly, owned when it had to be inflated;
+    /// empty for a group of [`Document::deferred`] (use
+    /// [`Document::group_data`]).
     pub data: Cow<'a, [u8]>,
 }
 
@@ -480,12 +482,126 @@ pub struct Document<'a> {
     pub original: Fingerprint,
     /// Things a person may want to know: members kept verbatim and why.
     pub notes: Vec<String>,
+    /// Groups whose `data` is left empty by the parser, to be inflated
+    /// when used ([`ParseOptions::with_deferred_inflate`]); read a group's
+    /// bytes with [`Document::group_data`], which handles both kinds.
+    pub deferred: Vec<Deferred<'a>>,
+}
+
+/// A group still deflated in the input: an `.npz` member parsed with
+/// [`ParseOptions::with_deferred_inflate`]. The parser inflated it once to
+/// check it, then let it go, so that a document of many members holds one
+/// at a time.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Deferred<'a> {
+    group: usize,
+    what: String,
+    compressed: &'a [u8],
+    inflated_len: u64,
+    crc32: u32,
+    data_start: u64,
+    data_len: u64,
+}
+
+impl<'a> Deferred<'a> {
+    pub(crate) fn new(
+        group: usize,
+        what: String,
+        compressed: &'a [u8],
+        inflated_len: u64,
+        crc32: u32,
+        data: std::ops::Range<u64>,
+    ) -> Self {
+        Deferred {
+            group,
+            what,
+            compressed,
+            inflated_len,
+            crc32,
+            data_start: data.start,
+            data_len: data.end - data.start,
+        }
+    }
+
+    /// The group it holds.
+    pub fn group(&self) -> usize {
+        self.group
+    }
+
+    /// Inflate the member again and cut out the group's data, checking
+    /// the member's CRC-32 (the input may have changed since the parse).
+    fn inflate(&self) -> Result<Vec<u8>> {
+        let mut v = deflate::inflate_exact(self.compressed, self.inflated_len, &self.what)?;
+        let mut crc = flate2::Crc::new();
+        crc.update(&v);
+        if crc.sum() != self.crc32 {
+            return Err(Error::corrupt(format!("{}: CRC-32 mismatch", self.what)));
+        }
+        // The parse checked these bounds on the same bytes.
+        let start = usize::try_from(self.data_start).unwrap_or(usize::MAX);
+        let end = start.saturating_add(usize::try_from(self.data_len).unwrap_or(usize::MAX));
+        if end > v.len() {
+            return Err(Error::corrupt(format!(
+                "{}: shorter than when it was parsed",
+                self.what
+            )));
+        }
+        v.truncate(end);
+        v.drain(..start);
+        Ok(v)
+    }
+}
+
+impl<'a> Document<'a> {
+    /// The bytes of group `i`: borrowed, or inflated now for a deferred
+    /// group (then each call inflates again; drop the result when done).
+    /// Errors when `i` is out of range, or as inflating does.
+    pub fn group_data(&self, i: usize) -> Result<Cow<'_, [u8]>> {
+        let g = self
+            .groups
+            .get(i)
+            .ok_or_else(|| Error::invalid(format!("group {i} does not exist")))?;
+        match self.deferred.iter().find(|d| d.group == i) {
+            Some(d) => d.inflate().map(Cow::Owned),
+            None => Ok(Cow::Borrowed(&g.data)),
+        }
+    }
+
+    /// Group `i` with its data ([`Document::group_data`]).
+    pub fn group_with_data(&self, i: usize) -> Result<TensorGroup<'_>> {
+        let data = self.group_data(i)?;
+        let g = &self.groups[i];
+        Ok(TensorGroup {
+            name: g.name.clone(),
+            dtype: g.dtype.clone(),
+            shape: g.shape.clone(),
+            data,
+        })
+    }
+
+    /// The length of group `i`'s data, deferred or not (0 if there is no
+    /// such group).
+    pub fn group_len(&self, i: usize) -> u64 {
+        match self.deferred.iter().find(|d| d.group == i) {
+            Some(d) => d.data_len,
+            None => self.groups.get(i).map_or(0, |g| g.data.len() as u64),
+        }
+    }
+
+    /// Bytes of all groups' data.
+    pub fn group_bytes(&self) -> u64 {
+        (0..self.groups.len()).map(|i| self.group_len(i)).sum()
+    }
 }
 
 impl Document<'_> {
     /// Write the original file, byte for byte, to `out`.
     pub fn restore(&self, out: &mut dyn Write) -> Result<()> {
-        restore_segments(&self.envelope, &mut DocumentPieces(&self.groups), out)
+        restore_segments(
+            &self.envelope,
+            &mut DocumentPieces(&self.groups, &self.deferred),
+            out,
+        )
     }
 
     /// The original file as a vector (tests and small files).
@@ -523,7 +639,7 @@ pub trait PieceSource<R> {
     fn write_group(&mut self, group: usize, out: &mut dyn Write) -> Result<()>;
 }
 
-struct DocumentPieces<'d, 'a>(&'d [TensorGroup<'a>]);
+pub(crate) struct DocumentPieces<'d, 'a>(pub &'d [TensorGroup<'a>], pub &'d [Deferred<'a>]);
 
 impl<'a> PieceSource<Cow<'a, [u8]>> for DocumentPieces<'_, 'a> {
     fn write_raw(&mut self, raw: &Cow<'a, [u8]>, out: &mut dyn Write) -> Result<()> {
@@ -536,7 +652,10 @@ impl<'a> PieceSource<Cow<'a, [u8]>> for DocumentPieces<'_, 'a> {
                 "envelope names group {group}, which does not exist"
             ))
         })?;
-        out.write_all(&g.data).map_err(write_error)
+        match self.1.iter().find(|d| d.group == group) {
+            Some(d) => out.write_all(&d.inflate()?).map_err(write_error),
+            None => out.write_all(&g.data).map_err(write_error),
+        }
     }
 }
 
@@ -621,8 +740,23 @@ pub fn row_shape(shape: &[u64], dtype: &DType, row_len: Option<u64>) -> Result<R
     })
 }
 
-/// `product(shape)`, or an error when it overflows u64.
+/// Dimensions a tensor may have: numpy's limit (`NPY_MAXDIMS`), more than
+/// any tensor file ibp reads holds in practice.
+///
+/// Q: why a limit at all? A: a shape of a million ones has one element, so
+/// sizes alone do not bound it; without a limit a small hostile file could
+/// make every reader hold and print millions of dimensions.
+pub const MAX_DIMS: usize = 64;
+
+/// `product(shape)`, or an error when it overflows u64 or the shape has more
+/// than [`MAX_DIMS`] dimensions ([`crate::ErrorKind::Unsupported`]).
 pub fn element_count(shape: &[u64]) -> Result<u64> {
+    if shape.len() > MAX_DIMS {
+        return Err(Error::unsupported(format!(
+            "a shape of {} dimensions; ibp supports at most {MAX_DIMS}, as numpy does",
+            shape.len()
+        )));
+    }
     shape
         .iter()
         .try_fold(1u64, |acc, &d| acc.checked_mul(d))
@@ -642,6 +776,10 @@ pub struct ParseOptions {
     pub raw_dtype: Option<DType>,
     /// Shape of a raw file; default: one dimension covering the file.
     pub raw_shape: Option<Vec<u64>>,
+    /// Leave deflated `.npz` members deflated once checked, to be inflated
+    /// one at a time by whoever uses them ([`Document::deferred`]); default
+    /// off, so that every group's `data` is filled in.
+    pub defer_inflate: bool,
 }
 
 impl ParseOptions {
@@ -654,6 +792,13 @@ impl ParseOptions {
     /// Name the single array of an npy or raw file.
     pub fn with_name(mut self, name: impl Into<String>) -> Self {
         self.name = Some(name.into());
+        self
+    }
+
+    /// Defer inflating `.npz` members (see [`ParseOptions::defer_inflate`]):
+    /// memory then holds one member at a time instead of all of them.
+    pub fn with_deferred_inflate(mut self, defer: bool) -> Self {
+        self.defer_inflate = defer;
         self
     }
 
@@ -743,16 +888,33 @@ enum InputBytes {
 impl InputFile {
     /// Open `path` for parsing.
     ///
+    /// A regular file is memory-mapped. Anything else that can be read to
+    /// its end (a pipe or FIFO, `/dev/stdin`, a socket, a `/proc` file,
+    /// which reports a size of 0) is read into memory. Character and block
+    /// devices are refused ([`crate::ErrorKind::Unsupported`]): `/dev/zero`
+    /// never ends, and a disk is not a tensor file.
+    ///
     /// The file must not change while the returned value lives: a mapping
-    /// shows other processes' writes, and a shrinking file can fault.
+    /// shows other processes' writes, and a file that shrinks faults on
+    /// access (SIGBUS; the `ibp` command line catches it and exits with an
+    /// I/O error).
     pub fn open(path: &Path) -> Result<Self> {
         let ctx = || format!("opening {}", path.display());
         let file = std::fs::File::open(path).map_err(|e| Error::io(ctx(), e))?;
-        let len = file.metadata().map_err(|e| Error::io(ctx(), e))?.len();
-        if len == 0 {
-            return Ok(InputFile {
-                bytes: InputBytes::Read(Vec::new()),
-            });
+        let meta = file.metadata().map_err(|e| Error::io(ctx(), e))?;
+        let kind = meta.file_type();
+        if is_device(&kind) {
+            return Err(Error::unsupported(format!(
+                "{} is a device, not a file; ibp reads regular files, pipes and standard input",
+                path.display()
+            )));
+        }
+        // Q: why not map a regular file whose size is 0?
+        // A: /proc and /sys files say 0 and still have contents; and an
+        // empty mapping is an error on some systems. Reading gives the
+        // truth in both cases.
+        if !kind.is_file() || meta.len() == 0 {
+            return InputFile::read_from(file, &path.display().to_string());
         }
         // SAFETY: the mapping is read-only and private to us. The remaining
         // obligation, that no one truncates or rewrites the file while it is
@@ -762,12 +924,21 @@ impl InputFile {
             Ok(map) => Ok(InputFile {
                 bytes: InputBytes::Mapped(map),
             }),
-            Err(_) => std::fs::read(path)
-                .map(|v| InputFile {
-                    bytes: InputBytes::Read(v),
-                })
-                .map_err(|e| Error::io(ctx(), e)),
+            Err(_) => InputFile::read_from(file, &path.display().to_string()),
         }
+    }
+
+    /// Read everything `reader` gives (standard input, a pipe) into memory.
+    /// Running out of memory is an [`crate::ErrorKind::Io`] error, not an
+    /// abort.
+    pub fn read_from(mut reader: impl std::io::Read, name: &str) -> Result<Self> {
+        let mut v = Vec::new();
+        reader
+            .read_to_end(&mut v)
+            .map_err(|e| Error::io(format!("reading {name}"), e))?;
+        Ok(InputFile {
+            bytes: InputBytes::Read(v),
+        })
     }
 
     /// The file's bytes.
@@ -777,6 +948,17 @@ impl InputFile {
             InputBytes::Read(v) => v,
         }
     }
+}
+
+#[cfg(unix)]
+fn is_device(kind: &std::fs::FileType) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    kind.is_char_device() || kind.is_block_device()
+}
+
+#[cfg(not(unix))]
+fn is_device(_: &std::fs::FileType) -> bool {
+    false
 }
 
 /// Bounds-checked slicing for the parsers: `bytes[start..start+len]`, or a

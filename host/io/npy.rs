@@ -143,6 +143,7 @@ pub fn parse<'a>(bytes: &'a [u8], opts: &ParseOptions) -> Result<Document<'a>> {
         envelope,
         original: Fingerprint::of(bytes),
         notes: Vec::new(),
+        deferred: Vec::new(),
     })
 }
 

@@ -11,15 +11,17 @@
 //! A deflated member is inflated, and becomes a [`Segment::Deflate`] only when
 //! re-deflating it at some zlib level reproduces the stored stream exactly;
 //! otherwise its compressed bytes are kept as they are (still exact, no
-//! savings) and a note says so.
+//! savings) and a note says so. With [`ParseOptions::with_deferred_inflate`]
+//! the inflated bytes are let go once checked and inflated again when used
+//! ([`super::Document::group_data`]), so memory holds one member at a time.
 #![forbid(unsafe_code)]
 
 use std::borrow::Cow;
 
 use super::deflate::{find_level, inflate_exact};
 use super::{
-    Document, DocumentPieces, Fingerprint, ParseOptions, Segment, SourceFormat, le_u16, le_u32,
-    le_u64, npy, take,
+    Deferred, Document, DocumentPieces, Fingerprint, ParseOptions, Segment, SourceFormat, le_u16,
+    le_u32, le_u64, npy, take,
 };
 use crate::error::{Error, Result};
 
@@ -58,6 +60,7 @@ pub fn parse<'a>(bytes: &'a [u8], opts: &ParseOptions) -> Result<Document<'a>> {
         envelope: Vec::new(),
         original: Fingerprint::of(bytes),
         notes: Vec::new(),
+        deferred: Vec::new(),
     };
     let mut cursor = 0u64;
     let mut keys = Vec::new();
@@ -84,7 +87,7 @@ pub fn parse<'a>(bytes: &'a [u8], opts: &ParseOptions) -> Result<Document<'a>> {
         }
         match key {
             Some(k) if select.wants(k) => {
-                let segs = member(&mut doc, m, k, data)?;
+                let segs = member(&mut doc, m, k, data, opts.defer_inflate)?;
                 doc.envelope.extend(segs);
             }
             _ => doc.envelope.push(Segment::Raw(Cow::Borrowed(data))),
@@ -105,6 +108,7 @@ fn member<'a>(
     m: &Member,
     key: &str,
     data: &'a [u8],
+    defer: bool,
 ) -> Result<Vec<Segment<Cow<'a, [u8]>>>> {
     let raw = |doc: &mut Document<'a>, why: String| {
         doc.notes
@@ -142,8 +146,31 @@ fn member<'a>(
                 Err(e) => return raw(doc, format!("not an array ibp reads ({e})")),
             };
             doc.groups.push(group);
-            match find_level(&inner, &mut DocumentPieces(&doc.groups), data)? {
-                Some(level) => Ok(vec![Segment::Deflate { level, inner }]),
+            match find_level(
+                &inner,
+                &mut DocumentPieces(&doc.groups, &doc.deferred),
+                data,
+            )? {
+                Some(level) => {
+                    if defer {
+                        let head = match inner.first() {
+                            Some(Segment::Raw(h)) => h.len() as u64,
+                            _ => 0,
+                        };
+                        let g = &mut doc.groups[index];
+                        let len = g.data.len() as u64;
+                        g.data = Cow::Borrowed(&[]);
+                        doc.deferred.push(Deferred::new(
+                            index,
+                            what,
+                            data,
+                            m.uncompressed,
+                            m.crc32,
+                            head..head + len,
+                        ));
+                    }
+                    Ok(vec![Segment::Deflate { level, inner }])
+                }
                 None => {
                     doc.groups.pop();
                     raw(

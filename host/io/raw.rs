@@ -49,5 +49,6 @@ pub fn parse<'a>(
         envelope: vec![Segment::Group(0)],
         original: Fingerprint::of(bytes),
         notes: Vec::new(),
+        deferred: Vec::new(),
     })
 }

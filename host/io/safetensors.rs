@@ -95,6 +95,7 @@ pub fn parse<'a>(bytes: &'a [u8], opts: &ParseOptions) -> Result<Document<'a>> {
         envelope: vec![Segment::Raw(Cow::Borrowed(&bytes[..data_start as usize]))],
         original: Fingerprint::of(bytes),
         notes: Vec::new(),
+        deferred: Vec::new(),
     };
     let mut cursor = 0u64;
     for (name, dtype, info, begin, end) in tensors {
