@@ -43,8 +43,15 @@ impl ErrorKind {
 pub struct Error {
     kind: ErrorKind,
     message: String,
+    /// The CUDA driver's result code, for [`ErrorKind::Cuda`] errors that
+    /// came from the driver.
+    cuda: Option<u32>,
     source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
 }
+
+/// The CUDA driver's `CUresult` code of "no CUDA-capable device is
+/// detected" (`CUDA_ERROR_NO_DEVICE`).
+pub const CUDA_ERROR_NO_DEVICE: u32 = 100;
 
 /// `Result` with [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -55,8 +62,22 @@ impl Error {
         Self {
             kind,
             message: message.into(),
+            cuda: None,
             source: None,
         }
+    }
+
+    /// A [`ErrorKind::Cuda`] error carrying the driver's result code.
+    pub fn cuda_code(message: impl Into<String>, code: u32) -> Self {
+        let mut e = Self::new(ErrorKind::Cuda, message);
+        e.cuda = Some(code);
+        e
+    }
+
+    /// The CUDA driver's result code (`CUresult`, e.g. 2 for out of memory,
+    /// [`CUDA_ERROR_NO_DEVICE`]), when the error came from the driver.
+    pub fn cuda_result(&self) -> Option<u32> {
+        self.cuda
     }
 
     /// Attach the underlying cause.

@@ -201,7 +201,7 @@ pub fn measure_device_copy(stream: &Stream, bytes: usize) -> Result<f64> {
         if r == cust::sys::CUresult::CUDA_SUCCESS {
             Ok(())
         } else {
-            Err(Error::cuda(format!("device copy: {r:?}")))
+            Err(Error::cuda_code(format!("device copy: {r:?}"), r as u32))
         }
     })
 }
@@ -225,7 +225,10 @@ pub fn measure_h2d_copy(stream: &Stream, bytes: usize) -> Result<f64> {
         if r == cust::sys::CUresult::CUDA_SUCCESS {
             Ok(())
         } else {
-            Err(Error::cuda(format!("host-to-device copy: {r:?}")))
+            Err(Error::cuda_code(
+                format!("host-to-device copy: {r:?}"),
+                r as u32,
+            ))
         }
     })
 }

@@ -187,7 +187,10 @@ fn copy_prefix<T: cust::memory::DeviceCopy + bytemuck::Pod>(
         )
     };
     if r != cu::CUresult::CUDA_SUCCESS {
-        return Err(Error::cuda(format!("copying to the host: {r:?}")));
+        return Err(Error::cuda_code(
+            format!("copying to the host: {r:?}"),
+            r as u32,
+        ));
     }
     Ok(v)
 }
@@ -304,10 +307,10 @@ impl<'a> Registered<'a> {
             }
         }
         if r != cu::CUresult::CUDA_SUCCESS {
-            return Err(Error::cuda(format!(
-                "registering {} bytes of host memory: {r:?}",
-                bytes.len()
-            )));
+            return Err(Error::cuda_code(
+                format!("registering {} bytes of host memory: {r:?}", bytes.len()),
+                r as u32,
+            ));
         }
         let mut device: cu::CUdeviceptr = 0;
         // SAFETY: `ptr` is registered with DEVICEMAP.
@@ -315,9 +318,10 @@ impl<'a> Registered<'a> {
         if r != cu::CUresult::CUDA_SUCCESS {
             // SAFETY: registered above, not used after this.
             unsafe { cu::cuMemHostUnregister(ptr) };
-            return Err(Error::cuda(format!(
-                "mapping registered memory into the device: {r:?}"
-            )));
+            return Err(Error::cuda_code(
+                format!("mapping registered memory into the device: {r:?}"),
+                r as u32,
+            ));
         }
         Ok(Self {
             ptr,
@@ -385,7 +389,10 @@ fn zero_async(buf: &DeviceSlice<u8>, bytes: usize, stream: &Stream) -> Result<()
     let r =
         unsafe { cu::cuMemsetD8Async(buf.as_device_ptr().as_raw(), 0, bytes, stream.as_inner()) };
     if r != cu::CUresult::CUDA_SUCCESS {
-        return Err(Error::cuda(format!("zeroing {bytes} bytes: {r:?}")));
+        return Err(Error::cuda_code(
+            format!("zeroing {bytes} bytes: {r:?}"),
+            r as u32,
+        ));
     }
     Ok(())
 }
@@ -424,9 +431,10 @@ fn copy_elements<T: bytemuck::Pod + cust::memory::DeviceCopy>(
         )
     };
     if r != cu::CUresult::CUDA_SUCCESS {
-        return Err(Error::cuda(format!(
-            "copying {bytes} bytes to the host: {r:?}"
-        )));
+        return Err(Error::cuda_code(
+            format!("copying {bytes} bytes to the host: {r:?}"),
+            r as u32,
+        ));
     }
     Ok(())
 }
@@ -583,7 +591,10 @@ impl HostCompressor {
                 // the set).
                 let r = unsafe { cu::cuMemcpyAsync(stage_addr, src_addr, n * l, h2d.as_inner()) };
                 if r != cu::CUresult::CUDA_SUCCESS {
-                    return Err(Error::cuda(format!("copying a batch to the device: {r:?}")));
+                    return Err(Error::cuda_code(
+                        format!("copying a batch to the device: {r:?}"),
+                        r as u32,
+                    ));
                 }
                 set.copied.record(h2d)?;
                 wait(compute, &set.copied)?;

@@ -626,9 +626,10 @@ impl<'ds> Decoder<'ds> {
                     )
                 };
                 if r != cust::sys::CUresult::CUDA_SUCCESS {
-                    return Err(Error::cuda(format!(
-                        "DMA copy of the compressed range: {r:?}"
-                    )));
+                    return Err(Error::cuda_code(
+                        format!("DMA copy of the compressed range: {r:?}"),
+                        r as u32,
+                    ));
                 }
             }
             scratch.copied[buf].record(&scratch.copy_stream)?;
@@ -713,7 +714,7 @@ fn check(r: cust::sys::CUresult, what: &str) -> Result<()> {
     if r == cust::sys::CUresult::CUDA_SUCCESS {
         Ok(())
     } else {
-        Err(Error::cuda(format!("{what}: {r:?}")))
+        Err(Error::cuda_code(format!("{what}: {r:?}"), r as u32))
     }
 }
 

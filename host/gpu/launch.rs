@@ -54,9 +54,10 @@ impl Gpu {
                 )
             };
             if r != cust::sys::CUresult::CUDA_SUCCESS {
-                return Err(Error::cuda(format!(
-                    "{name}: cannot reserve {shared_bytes} bytes of shared memory: {r:?}"
-                )));
+                return Err(Error::cuda_code(
+                    format!("{name}: cannot reserve {shared_bytes} bytes of shared memory: {r:?}"),
+                    r as u32,
+                ));
             }
         }
         let mut p = params;
@@ -64,7 +65,7 @@ impl Gpu {
         // SAFETY: the caller guarantees the parameter type and its addresses;
         // the driver copies `size_of::<P>()` bytes from `args[0]` at launch.
         unsafe { stream.launch(&f, grid, block, shared_bytes, &args) }
-            .map_err(|e| Error::cuda(format!("launching {name}: {e}")))
+            .map_err(|e| Error::cuda_code(format!("launching {name}: {e}"), e as u32))
     }
 
     /// Blocks of `block` threads that fill the device once (all SMs at full
@@ -197,9 +198,10 @@ impl Gpu {
                 )
             };
             if r != cust::sys::CUresult::CUDA_SUCCESS {
-                return Err(Error::cuda(format!(
-                    "reserving {shared} bytes of shared memory: {r:?}"
-                )));
+                return Err(Error::cuda_code(
+                    format!("reserving {shared} bytes of shared memory: {r:?}"),
+                    r as u32,
+                ));
             }
         }
         let n = f

@@ -76,9 +76,10 @@ impl<T: bytemuck::Pod> PinnedBuffer<T> {
             )
         };
         if r != cu::CUresult::CUDA_SUCCESS || p.is_null() {
-            return Err(Error::cuda(format!(
-                "allocating {bytes} bytes of pinned host memory: {r:?}"
-            )));
+            return Err(Error::cuda_code(
+                format!("allocating {bytes} bytes of pinned host memory: {r:?}"),
+                r as u32,
+            ));
         }
         let mut d: cu::CUdeviceptr = 0;
         // SAFETY: `p` came from cuMemHostAlloc with DEVICEMAP.
@@ -86,9 +87,10 @@ impl<T: bytemuck::Pod> PinnedBuffer<T> {
         if r != cu::CUresult::CUDA_SUCCESS {
             // SAFETY: `p` is ours and not used after this.
             unsafe { cu::cuMemFreeHost(p) };
-            return Err(Error::cuda(format!(
-                "mapping pinned host memory into the device: {r:?}"
-            )));
+            return Err(Error::cuda_code(
+                format!("mapping pinned host memory into the device: {r:?}"),
+                r as u32,
+            ));
         }
         // SAFETY: `alloc` bytes are writable; zero them (Pod: all-zero is valid).
         unsafe { std::ptr::write_bytes(p as *mut u8, 0, alloc) };

@@ -57,9 +57,14 @@ fn jit_max_registers() -> u32 {
 pub const EMBEDDED_PTX: &[(&str, &str)] = &[("sm_80", PTX_SM80)];
 
 /// Convert a cust error into ours, saying what was being done.
+/// The driver's result code is kept ([`Error::cuda_result`]).
 pub(crate) fn cuda_err(what: &str) -> impl FnOnce(cust::error::CudaError) -> Error + '_ {
-    move |e| Error::cuda(format!("{what}: {e}"))
+    move |e| Error::cuda_code(format!("{what}: {e}"), e as u32)
 }
+
+/// The CUDA crate ibp's GPU types come from (device buffers, streams), so a
+/// host app uses the very version ibp was built with.
+pub use cust;
 
 /// Properties of the device that launch configurations are derived from.
 #[derive(Clone, Debug)]
@@ -101,13 +106,17 @@ impl Gpu {
     /// PTX does not load.
     pub fn new(ordinal: u32) -> Result<Self> {
         cust::init(cust::CudaFlags::empty()).map_err(|e| {
-            Error::cuda(format!(
-                "no CUDA-capable device is usable (cuInit failed: {e})"
-            ))
+            Error::cuda_code(
+                format!("no CUDA-capable device is usable (cuInit failed: {e})"),
+                e as u32,
+            )
         })?;
         let count = Device::num_devices().map_err(cuda_err("counting devices"))?;
         if count == 0 {
-            return Err(Error::cuda("no CUDA-capable device is detected"));
+            return Err(Error::cuda_code(
+                "no CUDA-capable device is detected",
+                crate::error::CUDA_ERROR_NO_DEVICE,
+            ));
         }
         if ordinal >= count {
             return Err(Error::invalid(format!(
@@ -169,9 +178,10 @@ fn device_info(device: Device) -> Result<DeviceInfo> {
         // SAFETY: `v` is a valid out-pointer and `device` a valid handle.
         let r = unsafe { cu::cuDeviceGetAttribute(&mut v, a, device.as_raw()) };
         if r != cu::CUresult::CUDA_SUCCESS {
-            return Err(Error::cuda(format!(
-                "reading device attribute {a:?}: {r:?}"
-            )));
+            return Err(Error::cuda_code(
+                format!("reading device attribute {a:?}: {r:?}"),
+                r as u32,
+            ));
         }
         Ok(v)
     };
@@ -198,9 +208,33 @@ fn device_info(device: Device) -> Result<DeviceInfo> {
 
 /// Whether an error means "there is no usable CUDA device here" (as opposed
 /// to a failure on a device that exists). Tests use it to skip visibly.
+///
+/// Q: which driver codes mean that?
+/// A: `CUDA_ERROR_NO_DEVICE` (100), `CUDA_ERROR_INSUFFICIENT_DRIVER` (35: no
+/// kernel driver, or an older one) and `CUDA_ERROR_STUB_LIBRARY` (34: the
+/// build-time stub of libcuda was found at run time).
 pub fn is_no_device(err: &Error) -> bool {
     err.kind() == crate::ErrorKind::Cuda
-        && (err.message().contains("no CUDA-capable device")
-            || err.message().contains("NoDevice")
-            || err.message().contains("cuInit failed"))
+        && matches!(
+            err.cuda_result(),
+            Some(crate::error::CUDA_ERROR_NO_DEVICE | 35 | 34)
+        )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_device_is_told_by_the_driver_code_not_the_message() {
+        assert!(is_no_device(&Error::cuda_code("anything", 100)));
+        assert!(is_no_device(&Error::cuda_code("anything", 35)));
+        assert!(!is_no_device(&Error::cuda_code(
+            "no CUDA-capable device, says the text",
+            2
+        )));
+        assert!(!is_no_device(&Error::cuda("no CUDA-capable device")));
+        assert_eq!(Error::cuda_code("oom", 2).cuda_result(), Some(2));
+        assert_eq!(Error::invalid("x").cuda_result(), None);
+    }
 }
