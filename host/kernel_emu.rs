@@ -775,6 +775,41 @@ fn emu_kernel(
     fetch: u32,
     corrupt: Option<usize>,
 ) -> (Vec<u8>, [u64; 2]) {
+    let wide: Option<Vec<u64>> = index.map(|ix| ix.to_vec());
+    emu_kernel_with(
+        cb,
+        rows,
+        layout,
+        wide.as_deref().map(EmuIndex::U64),
+        count,
+        streaming,
+        fetch,
+        corrupt,
+        rows.row_bytes(),
+    )
+}
+
+/// Row numbers of an emulated gather, in either width.
+#[derive(Clone, Copy)]
+enum EmuIndex<'a> {
+    U32(&'a [u32]),
+    U64(&'a [u64]),
+}
+
+/// [`emu_kernel`] with u32 or u64 indices and output rows `stride` bytes
+/// apart (the bytes between rows must stay poisoned).
+#[allow(clippy::too_many_arguments)]
+fn emu_kernel_with(
+    cb: &Codebook,
+    rows: Rows<'_>,
+    layout: EmuLayout,
+    index: Option<EmuIndex<'_>>,
+    count: u64,
+    streaming: bool,
+    fetch: u32,
+    corrupt: Option<usize>,
+    stride: usize,
+) -> (Vec<u8>, [u64; 2]) {
     use ibp_kernels::decode::{Launch, run};
     use ibp_kernels::params::{DECODE_MODE_DECODE, DecodeParams, workspace_bytes};
 
@@ -822,8 +857,11 @@ fn emu_kernel(
     let flag_buf = Aligned::from(&flags);
     let table = Aligned::from(&decoder_table(cb));
     let book = Aligned::from(&decode_book(cb));
-    let idx = index.map(|ix| Aligned::from(bytemuck::cast_slice(ix)));
-    let out = Aligned::from(&vec![0xa7u8; count as usize * l]);
+    let idx = index.map(|ix| match ix {
+        EmuIndex::U32(v) => Aligned::from(bytemuck::cast_slice(v)),
+        EmuIndex::U64(v) => Aligned::from(bytemuck::cast_slice(v)),
+    });
+    let out = Aligned::from(&vec![0xa7u8; (count as usize - 1) * stride + l]);
     let status = Aligned::from(bytemuck::cast_slice(&[0u64, u64::MAX]));
     // Geometry as the host launcher computes it (host/gpu/decode.rs).
     let span_max = (l as u64 + 127).div_ceil(128);
@@ -851,7 +889,8 @@ fn emu_kernel(
         rows: n as u64,
         row_bytes: l as u64,
         out: out.addr(),
-        out_stride: l as u64,
+        out_stride: stride as u64,
+        index_u32: matches!(index, Some(EmuIndex::U32(_))) as u32,
         status: status.addr(),
         chunk: c,
         ring_lines,
@@ -1035,4 +1074,46 @@ fn emulated_decode_kernel_equals_the_original_rows_in_every_mode() {
         }
     }
     assert!(cases >= 100);
+}
+
+#[test]
+fn emulated_gathers_take_u32_indices_and_strided_output() {
+    use ibp_kernels::params::FETCH_CP_ASYNC;
+    for (l, n, chunk) in [
+        (100usize, 9usize, ChunkSize::Four),
+        (5732, 4, ChunkSize::Eight),
+    ] {
+        let data = float_rows(n, l, 41);
+        let rows = Rows::new(&data, l).unwrap();
+        let opts = FitOptions::default().with_chunk(crate::fit::ChunkChoice::Fixed(chunk));
+        let cb = fit(rows, &opts).unwrap().codebook;
+        let ix: Vec<u32> = (0..2 * n as u32).map(|i| (i * 5 + 1) % n as u32).collect();
+        for streaming in [false, true] {
+            // An odd stride: rows 3 bytes apart from a multiple of L, so
+            // neither the row starts nor the stores are aligned.
+            let stride = l + 3;
+            let (out, st) = emu_kernel_with(
+                &cb,
+                rows,
+                EmuLayout::Packed,
+                Some(EmuIndex::U32(&ix)),
+                ix.len() as u64,
+                streaming,
+                FETCH_CP_ASYNC,
+                None,
+                stride,
+            );
+            let what = format!("L={l} streaming {streaming}");
+            assert_eq!(st, [0, u64::MAX], "{what}");
+            for (i, &t) in ix.iter().enumerate() {
+                let t = t as usize;
+                let got = &out[i * stride..i * stride + l];
+                assert!(got == &data[t * l..(t + 1) * l], "{what}: row {i}");
+                if i + 1 < ix.len() {
+                    let gap = &out[i * stride + l..(i + 1) * stride];
+                    assert!(gap.iter().all(|&b| b == 0xa7), "{what}: gap after row {i}");
+                }
+            }
+        }
+    }
 }

@@ -492,3 +492,59 @@ fn dma_range_path_matches_original_and_checks_its_inputs() {
         .unwrap_err();
     assert_eq!(e.kind(), ibp::ErrorKind::InvalidArgument);
 }
+
+#[test]
+fn gathers_take_u32_indices_and_strided_output() {
+    let Some(gpu) = gpu_or_skip("gathers_take_u32_indices_and_strided_output") else {
+        return;
+    };
+    let mut rng = Rng(0x5711);
+    for (l, chunk) in [(100usize, 4u32), (1531, 2), (5732, 8), (9000, 4)] {
+        let n = 200;
+        let (data, cb) = dataset(
+            &mut rng,
+            l,
+            n,
+            ChunkSize::try_from(chunk).unwrap(),
+            Mix::Mixed,
+        );
+        let packed = compress_packed(&cb, Rows::new(&data, l).unwrap()).unwrap();
+        for residency in [Residency::Pinned, Residency::Device] {
+            let ds = GpuDataset::upload_packed(&gpu, &cb, &packed.view(), residency).unwrap();
+            let dec = Decoder::new(&gpu, &ds, &DecodeOptions::default()).unwrap();
+            let ix: Vec<u32> = (0..300).map(|_| (rng.next() % n as u64) as u32).collect();
+            let stride = l + 13;
+            let len = (ix.len() - 1) * stride + l;
+            let mut out = DeviceBuffer::from_slice(&vec![POISON; len + GUARD]).unwrap();
+            let d_ix = DeviceBuffer::from_slice(&ix).unwrap();
+            let mut status = DecodeStatus::new().unwrap();
+            let s = stream();
+            dec.gather_strided(&gpu, &d_ix, &mut out, stride, &status, &s)
+                .unwrap();
+            s.synchronize().unwrap();
+            status.check().unwrap();
+            let host = copy_to_host(&out).unwrap();
+            for (i, &t) in ix.iter().enumerate() {
+                let t = t as usize;
+                assert!(
+                    host[i * stride..i * stride + l] == data[t * l..(t + 1) * l],
+                    "L={l} {residency:?}: row {i}"
+                );
+                let gap_end = if i + 1 < ix.len() {
+                    (i + 1) * stride
+                } else {
+                    len + GUARD
+                };
+                assert!(
+                    host[i * stride + l..gap_end].iter().all(|&b| b == POISON),
+                    "L={l} {residency:?}: wrote between rows after row {i}"
+                );
+            }
+            // A stride shorter than a row is refused.
+            let e = dec
+                .gather_strided(&gpu, &d_ix, &mut out, l - 1, &status, &s)
+                .unwrap_err();
+            assert_eq!(e.kind(), ibp::ErrorKind::InvalidArgument);
+        }
+    }
+}

@@ -347,6 +347,21 @@ impl<H: Machine, B: Book> Ctx<'_, H, B> {
         (x >> 24) - ((x >> 16) & 0xff)
     }
 
+    /// The tensor that output row `i < count` receives.
+    #[inline(always)]
+    fn tensor(&self, i: u64) -> u64 {
+        let (h, p) = (self.h, &self.p);
+        if p.index == 0 {
+            p.first + i
+        } else if p.index_u32 != 0 {
+            // SAFETY: i < count = index length (u32 entries).
+            unsafe { h.ld_u32(p.index + i * 4) as u64 }
+        } else {
+            // SAFETY: i < count = index length (u64 entries).
+            unsafe { h.ld_u64(p.index + i * 8) }
+        }
+    }
+
     /// Fill output row `out` with zeros.
     #[inline(always)]
     fn zero_row(&self, out: u64) {
@@ -534,12 +549,7 @@ impl<H: Machine, B: Book> Ctx<'_, H, B> {
         let mut i = warp;
         while i < p.count {
             let out = p.out + i * p.out_stride;
-            // SAFETY: i < count = index length.
-            let t = if p.index != 0 {
-                unsafe { h.ld_u64(p.index + i * 8) }
-            } else {
-                p.first + i
-            };
+            let t = self.tensor(i);
             if t >= p.rows {
                 self.fail(i, out, STATUS_BAD_INDEX);
                 i += warps;
@@ -590,12 +600,7 @@ impl<H: Machine, B: Book> Ctx<'_, H, B> {
         if row >= p.count {
             return it;
         }
-        // SAFETY: row < count = index length.
-        let t = if p.index != 0 {
-            unsafe { h.ld_u64(p.index + row * 8) }
-        } else {
-            p.first + row
-        };
+        let t = self.tensor(row);
         if t >= p.rows {
             it.code = ITEM_BAD_INDEX;
             return it;

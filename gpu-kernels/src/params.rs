@@ -50,7 +50,8 @@ pub struct CpAsyncTestParams {
 
 /// `ibp_decode`: decode (or, in [`DECODE_MODE_IDEAL`], only move) `count`
 /// tensors into output rows. Output row `i` (at `out + i * out_stride`) gets
-/// tensor `t = index[i]` (u64 indices) or, when `index` is 0, `t = first + i`.
+/// tensor `t = index[i]` (u64 indices, or u32 with `index_u32`) or, when
+/// `index` is 0, `t = first + i`.
 ///
 /// The source is the dataset's base address `src` (device memory or mapped
 /// pinned host memory). Packed layout: `offsets` holds `rows + 1` u64 and
@@ -108,7 +109,8 @@ pub struct DecodeParams {
     /// workspaces (batch mode; 0 in streaming mode, which reads the book
     /// through L1).
     pub book_smem_bytes: u32,
-    pub _pad2: u32,
+    /// 1: `index` holds u32 row numbers (0: u64).
+    pub index_u32: u32,
 }
 
 /// Bytes of one warp's decode workspace in shared memory: its participation

@@ -467,26 +467,42 @@ impl<'ds> Decoder<'ds> {
     }
 
     /// Enqueue: output row `i` of `out` (`index.len()` rows of `L` bytes)
-    /// receives tensor `index[i]`. Any order, repeats allowed. No host
-    /// synchronisation, no allocation.
-    pub fn gather(
+    /// receives tensor `index[i]`. Any order, repeats allowed; indices are
+    /// `u32` or `u64`. No host synchronisation, no allocation.
+    pub fn gather<I: GatherIndex>(
         &self,
         gpu: &Gpu,
-        index: &DeviceSlice<u64>,
+        index: &DeviceSlice<I>,
         out: &mut DeviceSlice<u8>,
         status: &DecodeStatus,
         stream: &Stream,
     ) -> Result<()> {
-        gpu.launch_decode(
-            self,
-            self.ds,
-            Target::Index(index),
-            out,
-            status,
-            false,
-            LaunchVia::default(),
-            stream,
-        )
+        let row = self.ds.row_bytes as usize;
+        self.gather_strided(gpu, index, out, row, status, stream)
+    }
+
+    /// [`Decoder::gather`] into rows `out_stride` bytes apart (`≥ L`): row
+    /// `i` is `out[i·out_stride ..][..L]`, and the bytes between rows are
+    /// left as they are (a column of a wider table, padded rows).
+    pub fn gather_strided<I: GatherIndex>(
+        &self,
+        gpu: &Gpu,
+        index: &DeviceSlice<I>,
+        out: &mut DeviceSlice<u8>,
+        out_stride: usize,
+        status: &DecodeStatus,
+        stream: &Stream,
+    ) -> Result<()> {
+        let target = Target::Index {
+            addr: index.as_device_ptr().as_raw(),
+            len: index.len() as u64,
+            wide: I::WIDE,
+        };
+        let via = LaunchVia {
+            out_stride: Some(out_stride as u64),
+            ..LaunchVia::default()
+        };
+        gpu.launch_decode(self, self.ds, target, out, status, false, via, stream)
     }
 
     /// Enqueue: output row `i` receives tensor `first + i`, for `count` rows.
@@ -639,6 +655,7 @@ impl<'ds> Decoder<'ds> {
                 offset_base: base,
                 out_skip_rows: a - first,
                 load_store: Some(false),
+                out_stride: None,
             };
             gpu.launch_decode(
                 self,
@@ -810,10 +827,37 @@ pub(crate) struct LaunchVia {
     pub out_skip_rows: u64,
     /// Force the fetch mode.
     pub load_store: Option<bool>,
+    /// Bytes between output rows (default `L`).
+    pub out_stride: Option<u64>,
 }
 
 /// Which tensors a launch decodes.
-pub(crate) enum Target<'a> {
-    Index(&'a DeviceSlice<u64>),
+pub(crate) enum Target {
+    /// `len` indices at device address `addr`, u64 when `wide`, else u32.
+    Index {
+        addr: u64,
+        len: u64,
+        wide: bool,
+    },
     Range(u64, u64),
+}
+
+/// The integer types a gather takes its row numbers in.
+pub trait GatherIndex: cust::memory::DeviceCopy + sealed::Sealed {
+    /// 8 bytes (else 4).
+    const WIDE: bool;
+}
+
+impl GatherIndex for u32 {
+    const WIDE: bool = false;
+}
+
+impl GatherIndex for u64 {
+    const WIDE: bool = true;
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for u32 {}
+    impl Sealed for u64 {}
 }

@@ -221,15 +221,15 @@ impl Gpu {
         &self,
         dec: &Decoder<'_>,
         ds: &GpuDataset,
-        target: Target<'_>,
+        target: Target,
         out: &mut DeviceSlice<u8>,
         status: &DecodeStatus,
         ideal: bool,
         via: LaunchVia,
         stream: &Stream,
     ) -> Result<()> {
-        let (index, first, count) = match target {
-            Target::Index(ix) => (ix.as_device_ptr().as_raw(), 0, ix.len() as u64),
+        let (index, first, count, wide) = match target {
+            Target::Index { addr, len, wide } => (addr, 0, len, wide),
             Target::Range(first, count) => {
                 if first.checked_add(count).is_none_or(|end| end > ds.rows) {
                     return Err(Error::invalid(format!(
@@ -238,18 +238,26 @@ impl Gpu {
                         ds.rows
                     )));
                 }
-                (0, first, count)
+                (0, first, count, true)
             }
         };
         if count == 0 {
             return Ok(());
         }
-        let need = (count + via.out_skip_rows)
-            .checked_mul(ds.row_bytes)
+        let stride = via.out_stride.unwrap_or(ds.row_bytes);
+        if stride < ds.row_bytes {
+            return Err(Error::invalid(format!(
+                "output stride of {stride} bytes is shorter than a row of {} bytes",
+                ds.row_bytes
+            )));
+        }
+        let need = (count + via.out_skip_rows - 1)
+            .checked_mul(stride)
+            .and_then(|b| b.checked_add(ds.row_bytes))
             .ok_or_else(|| Error::invalid("output size overflows u64"))?;
         if (out.len() as u64) < need {
             return Err(Error::invalid(format!(
-                "output holds {} bytes; {count} rows of {} bytes need {need} (allocate count × row_bytes)",
+                "output holds {} bytes; {count} rows of {} bytes, {stride} bytes apart, need {need}",
                 out.len(),
                 ds.row_bytes
             )));
@@ -274,8 +282,8 @@ impl Gpu {
             count,
             rows: ds.rows,
             row_bytes: ds.row_bytes,
-            out: out.as_device_ptr().as_raw() + via.out_skip_rows * ds.row_bytes,
-            out_stride: ds.row_bytes,
+            out: out.as_device_ptr().as_raw() + via.out_skip_rows * stride,
+            out_stride: stride,
             status: status.words.as_device_ptr().as_raw(),
             chunk: ds.chunk,
             ring_lines: dec.ring_lines,
@@ -300,7 +308,7 @@ impl Gpu {
             decode_flags: dec.flags,
             book: ds.book.as_device_ptr().as_raw(),
             book_smem_bytes: dec.book_smem_bytes,
-            _pad2: 0,
+            index_u32: !wide as u32,
         };
         let warps = (dec.block / 32) as u64;
         let grid = (dec.grid as u64).min(count.div_ceil(warps)).max(1) as u32;

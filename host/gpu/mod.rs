@@ -25,7 +25,9 @@ pub use compress::{
     CompressedBatch, DeviceCompressed, GpuCodebook, HostCompressor, HostOptions, HostRead,
     OutputLayout, Registered,
 };
-pub use decode::{DecodeOptions, DecodeStatus, Decoder, DmaScratch, Fetch, GpuDataset, Residency};
+pub use decode::{
+    DecodeOptions, DecodeStatus, Decoder, DmaScratch, Fetch, GatherIndex, GpuDataset, Residency,
+};
 pub use memory::{GpuReadable, PinnedBuffer};
 
 /// PTX for the `sm_80` baseline (A100, H100/H200 and later through the
