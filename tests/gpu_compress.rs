@@ -365,3 +365,32 @@ fn a_sink_error_stops_the_batches_and_the_compressor_still_works() {
     .unwrap();
     assert_eq!(payload, compress_packed(&cb, rows).unwrap().payload);
 }
+
+#[test]
+fn device_compressed_output_decodes_in_place() {
+    let Some(gpu) = gpu_or_skip("device_compressed_output_decodes_in_place") else {
+        return;
+    };
+    let mut rng = Rng(0xd0c5);
+    for (l, n) in [(100usize, 500usize), (1531, 300), (5732, 120)] {
+        let data = dataset(&mut rng, l, n, 9);
+        let rows = Rows::new(&data, l).unwrap();
+        let cb = fit(rows, &FitOptions::default()).unwrap().codebook;
+        let gcb = GpuCodebook::new(&cb).unwrap();
+        let device = DeviceBuffer::from_slice(&data).unwrap();
+        for layout in [OutputLayout::Packed, OutputLayout::FixedStride] {
+            let dc = gpu.compress(&gcb, &device, layout).unwrap();
+            let ds = ibp::gpu::GpuDataset::from_device_compressed(&gpu, &cb, dc).unwrap();
+            let dec = ibp::gpu::Decoder::new(&gpu, &ds, &Default::default()).unwrap();
+            let mut out = DeviceBuffer::from_slice(&vec![0x5au8; n * l]).unwrap();
+            let mut status = ibp::gpu::DecodeStatus::new().unwrap();
+            let s =
+                cust::stream::Stream::new(cust::stream::StreamFlags::NON_BLOCKING, None).unwrap();
+            dec.range(&gpu, 0, n as u64, &mut out, &status, &s).unwrap();
+            s.synchronize().unwrap();
+            status.check().unwrap();
+            let host = ibp::gpu::launch::copy_to_host(&out).unwrap();
+            assert!(host == data, "L={l} {layout:?}: decoded output differs");
+        }
+    }
+}

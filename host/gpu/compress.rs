@@ -138,6 +138,23 @@ impl DeviceCompressed {
         self.work.flags.as_device_ptr().as_raw()
     }
 
+    /// Take the result apart, for a [`super::GpuDataset`] over it, once its
+    /// stream has finished.
+    pub(crate) fn into_parts(self) -> Result<CompressedParts> {
+        self.stream
+            .synchronize()
+            .map_err(cuda_err("waiting for the compression"))?;
+        Ok(CompressedParts {
+            layout: self.layout,
+            rows: self.rows,
+            row_bytes: self.row_bytes,
+            data: self.data,
+            data_len: self.data_len,
+            offsets: self.work.offsets,
+            flags: self.work.flags,
+        })
+    }
+
     /// Copy a packed result to the host.
     pub fn to_packed(&self) -> Result<Packed> {
         if self.layout != OutputLayout::Packed {
@@ -164,6 +181,17 @@ impl DeviceCompressed {
             slots: copy_prefix(&self.data, self.data_len)?,
         })
     }
+}
+
+/// A finished [`DeviceCompressed`], taken apart.
+pub(crate) struct CompressedParts {
+    pub layout: OutputLayout,
+    pub rows: usize,
+    pub row_bytes: usize,
+    pub data: DeviceBuffer<u8>,
+    pub data_len: usize,
+    pub offsets: DeviceBuffer<u64>,
+    pub flags: DeviceBuffer<u8>,
 }
 
 /// The first `len` elements of a device buffer, on the host (synchronous).

@@ -166,6 +166,52 @@ impl GpuDataset {
         Ok(self)
     }
 
+    /// A dataset over the GPU compressor's own output, left where it is in
+    /// device memory: its buffers move into the dataset, with no copy and
+    /// no trip through the host. Waits for the compression to finish (one
+    /// stream synchronisation), which is why it takes `gpu`'s context.
+    ///
+    /// `cb` must be the codebook the data was compressed with: another
+    /// codebook of the same tensor length decodes wrong bytes or reports
+    /// corruption, and never reads or writes out of bounds.
+    pub fn from_device_compressed(
+        _gpu: &Gpu,
+        cb: &Codebook,
+        dc: super::DeviceCompressed,
+    ) -> Result<Self> {
+        let super::compress::CompressedParts {
+            layout,
+            rows,
+            row_bytes,
+            data,
+            data_len,
+            offsets,
+            flags,
+        } = dc.into_parts()?;
+        check_codebook(cb, row_bytes)?;
+        let table = decoder_table(cb);
+        let book = decode_book(cb);
+        let packed = layout == super::OutputLayout::Packed;
+        Ok(GpuDataset {
+            table: DeviceBuffer::from_slice(&table).map_err(cuda_err("uploading the codebook"))?,
+            book_bytes: book.len(),
+            book: DeviceBuffer::from_slice(&book).map_err(cuda_err("uploading the codebook"))?,
+            flags,
+            offsets: packed.then_some(offsets),
+            lengths: None,
+            // Device-resident: the DMA path, which needs host offsets, does
+            // not apply.
+            host_offsets: None,
+            payload: Payload::Device(data),
+            rows: rows as u64,
+            row_bytes: row_bytes as u64,
+            chunk: cb.chunk().bytes(),
+            // Fixed-stride: the slots' size (an upper bound of what a full
+            // decode reads; the stored lengths stay on the device).
+            stored_bytes: data_len as u64,
+        })
+    }
+
     /// Number of tensors.
     pub fn rows(&self) -> u64 {
         self.rows
