@@ -167,6 +167,19 @@ pub struct Fit {
     pub sample_bytes: u64,
 }
 
+impl Fit {
+    /// The chosen candidate's space savings on the sample: `1 − stored /
+    /// raw` (0 for an empty sample). Metadata (flags, offsets, codebook) is
+    /// not counted.
+    pub fn savings(&self) -> f64 {
+        if self.sample_bytes == 0 {
+            0.0
+        } else {
+            1.0 - self.chosen.stored_bytes as f64 / self.sample_bytes as f64
+        }
+    }
+}
+
 /// Count the bits of a sample of `rows` and choose the codebook: the
 /// candidate with the smallest total stored size of the sample, ties to the
 /// larger threshold, then to the larger chunk size.
@@ -793,5 +806,18 @@ mod tests {
         assert!(fit_from_counts(&counts[1..], 5, rows, &opts).is_err());
         assert!(fit_from_counts(&counts, 0, rows, &opts).is_err());
         assert!(fit_from_counts(&vec![9; 80], 5, rows, &opts).is_err());
+    }
+
+    #[test]
+    fn savings_is_one_minus_stored_over_raw_of_the_chosen_candidate() {
+        // 64 rows of 8 bytes, every byte constant but the first: 7 of 8
+        // bytes are invariant.
+        let data: Vec<u8> = (0..64u32)
+            .flat_map(|i| [i as u8, 1, 2, 3, 4, 5, 6, 7])
+            .collect();
+        let f = fit(Rows::new(&data, 8).unwrap(), &FitOptions::default()).unwrap();
+        let want = 1.0 - f.chosen.stored_bytes as f64 / (64.0 * 8.0);
+        assert!((f.savings() - want).abs() < 1e-12);
+        assert!(f.savings() > 0.5, "savings {}", f.savings());
     }
 }
