@@ -10,13 +10,18 @@ use cust::event::{Event, EventFlags};
 use cust::memory::DeviceBuffer;
 use cust::stream::Stream;
 
+use super::compress::{GpuCodebook, WARP_BLOCK, Work, row_count};
 use super::decode::{DecodeOptions, DecodeStatus, Decoder, GpuDataset, Residency};
-use super::launch::copy_to_host;
+use super::driver::copy_to_host;
+use super::driver::{device_buffer, new_stream, sync, zero_async};
+use super::memory::GpuReadable;
 use super::{Gpu, cuda_err};
 use crate::codebook::{ChunkSize, Codebook};
 use crate::dataset::Rows;
 use crate::error::{Error, Result};
+use crate::kernel_tables::eval_book;
 use crate::layout::{compress_fixed, compress_packed};
+use ibp_kernels::params::MeasureParams;
 
 /// A synthetic dataset in the style of the paper's Figure 7: `rows` tensors
 /// of `row_bytes`, 4-byte chunks, and a codebook whose mask has enough bits
@@ -352,4 +357,111 @@ pub fn measure_gather(
         stored_bytes: stored / sets.len() as u64,
         seconds,
     })
+}
+
+impl Gpu {
+    /// Time each stage of fitting and compressing the rows in `src` on its
+    /// own (median of `reps` runs, each launch followed by a synchronisation):
+    /// `(stage, seconds)`. For `ibp bench --stages`; the stages run
+    /// back-to-back in [`Gpu::fit`] and [`Gpu::compress`].
+    #[doc(hidden)]
+    pub fn profile_stages<S: GpuReadable + ?Sized>(
+        &self,
+        gcb: &GpuCodebook,
+        src: &S,
+        reps: usize,
+    ) -> Result<Vec<(&'static str, f64)>> {
+        let l = gcb.cb.row_bytes();
+        let rows = row_count(src, l)?;
+        let stream = new_stream()?;
+        let time = |f: &mut dyn FnMut() -> Result<()>| -> Result<f64> {
+            f()?;
+            sync(&stream, "profiling")?;
+            let mut t = Vec::with_capacity(reps);
+            for _ in 0..reps.max(1) {
+                let s = std::time::Instant::now();
+                f()?;
+                sync(&stream, "profiling")?;
+                t.push(s.elapsed().as_secs_f64());
+            }
+            t.sort_by(f64::total_cmp);
+            Ok(t[t.len() / 2])
+        };
+        let mut out = Vec::new();
+        let mut counts = DeviceBuffer::<u64>::zeroed(8 * l).map_err(cuda_err("allocating"))?;
+        out.push((
+            "count bits",
+            time(&mut || self.count_bits(src, l, &mut counts, &stream))?,
+        ));
+        let cpu_counts = copy_to_host(&counts)?;
+        let books: Vec<(Vec<u8>, Vec<u8>)> = crate::codebook::Threshold::default_sweep()
+            .iter()
+            .map(|&t| crate::codebook::mask_and_bitval(&cpu_counts, rows as u64, t))
+            .collect();
+        let book = DeviceBuffer::from_slice(&eval_book(&books)).map_err(cuda_err("uploading"))?;
+        let totals = DeviceBuffer::<u64>::zeroed(64).map_err(cuda_err("allocating"))?;
+        let p = MeasureParams {
+            src: src.device_addr(),
+            stride: l as u64,
+            rows: rows as u64,
+            sample: rows as u64,
+            row_bytes: l as u64,
+            book: book.as_device_ptr().as_raw(),
+            totals: totals.as_device_ptr().as_raw(),
+            nt: books.len() as u32,
+            ..Default::default()
+        };
+        let grid = self.warp_grid("ibp_fit_eval", rows as u64)?;
+        out.push((
+            "evaluate 6 thresholds",
+            // SAFETY: as in fit_counted.
+            time(&mut || unsafe { self.launch("ibp_fit_eval", grid, WARP_BLOCK, 0, &stream, p) })?,
+        ));
+        let mut work = Work::new(rows)?;
+        work.ensure(rows)?;
+        out.push((
+            "size",
+            time(&mut || {
+                self.enqueue_size(gcb, src.device_addr(), rows, &work.sizes, None, &stream)
+            })?,
+        ));
+        out.push((
+            "scan",
+            time(&mut || self.enqueue_scan(&work, rows, l, true, 0, &stream))?,
+        ));
+        let data = device_buffer::<u8>(rows * l, "allocating")?;
+        out.push((
+            "zero the output (fixed)",
+            time(&mut || zero_async(&data, rows * l, &stream))?,
+        ));
+        out.push((
+            "encode (packed)",
+            time(&mut || {
+                self.enqueue_encode(
+                    gcb,
+                    (src.device_addr(), l as u64),
+                    rows,
+                    &work,
+                    true,
+                    &data,
+                    &stream,
+                )
+            })?,
+        ));
+        out.push((
+            "encode (fixed)",
+            time(&mut || {
+                self.enqueue_encode(
+                    gcb,
+                    (src.device_addr(), l as u64),
+                    rows,
+                    &work,
+                    false,
+                    &data,
+                    &stream,
+                )
+            })?,
+        ));
+        Ok(out)
+    }
 }

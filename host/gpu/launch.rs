@@ -6,7 +6,7 @@
 
 use std::ffi::c_void;
 
-use cust::memory::{DeviceBuffer, DeviceCopy, DeviceSlice};
+use cust::memory::{DeviceBuffer, DeviceSlice};
 use cust::stream::Stream;
 use ibp_kernels::params::{
     CountParams, CpAsyncTestParams, DECODE_MODE_DECODE, DECODE_MODE_IDEAL, DecodeParams,
@@ -16,6 +16,9 @@ use ibp_kernels::params::{
 use super::decode::{DecodeStatus, Decoder, GpuDataset, LaunchVia, Target};
 use super::memory::{GpuReadable, PinnedBuffer, Span};
 use super::{Gpu, cuda_err};
+
+/// Copy a whole device buffer to the host (synchronous; for tests and tools).
+pub use super::driver::copy_to_host;
 use crate::dataset::Rows;
 use crate::error::{Error, Result};
 
@@ -408,12 +411,4 @@ fn decode_kernel(batch: bool) -> &'static str {
     } else {
         "ibp_decode_stream"
     }
-}
-
-/// Copy a whole device buffer to a new host vector (synchronous).
-pub fn copy_to_host<T: DeviceCopy + Default + Clone>(buf: &DeviceSlice<T>) -> Result<Vec<T>> {
-    let mut v = vec![T::default(); buf.len()];
-    cust::memory::CopyDestination::copy_to(buf, &mut v[..])
-        .map_err(cuda_err("copying to the host"))?;
-    Ok(v)
 }

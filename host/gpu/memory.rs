@@ -177,3 +177,80 @@ impl GpuReadable for Span<'_> {
         self.len
     }
 }
+
+/// Host memory registered with the driver and mapped into the device's
+/// address space for as long as this lives: the kernels read the caller's
+/// own bytes zero-copy, with no pinned copy.
+pub struct Registered<'a> {
+    ptr: *mut c_void,
+    device: u64,
+    len: usize,
+    _borrow: PhantomData<&'a [u8]>,
+}
+
+impl<'a> Registered<'a> {
+    /// Page-lock and map `bytes` (read-only for the device). A CUDA context
+    /// must be current. Fails when the range (or part of it) is already
+    /// registered.
+    pub fn new(bytes: &'a [u8]) -> Result<Self> {
+        if bytes.is_empty() {
+            return Err(Error::invalid("cannot register 0 bytes"));
+        }
+        let ptr = bytes.as_ptr() as *mut c_void;
+        // Q: why try read-only first?
+        // A: the bytes may be a read-only mapping (a memory-mapped file);
+        // registering those writable fails. Devices without read-only
+        // registration take the plain flag.
+        let mut r = cu::CUresult::CUDA_ERROR_UNKNOWN;
+        for flags in [
+            cu::CU_MEMHOSTREGISTER_DEVICEMAP | cu::CU_MEMHOSTREGISTER_READ_ONLY,
+            cu::CU_MEMHOSTREGISTER_DEVICEMAP,
+        ] {
+            // SAFETY: `ptr .. ptr + len` is a live borrow for 'a; it is
+            // unregistered in Drop before the borrow ends.
+            r = unsafe { cu::cuMemHostRegister_v2(ptr, bytes.len(), flags) };
+            if r == cu::CUresult::CUDA_SUCCESS {
+                break;
+            }
+        }
+        if r != cu::CUresult::CUDA_SUCCESS {
+            return Err(Error::cuda_code(
+                format!("registering {} bytes of host memory: {r:?}", bytes.len()),
+                r as u32,
+            ));
+        }
+        let mut device: cu::CUdeviceptr = 0;
+        // SAFETY: `ptr` is registered with DEVICEMAP.
+        let r = unsafe { cu::cuMemHostGetDevicePointer_v2(&mut device, ptr, 0) };
+        if r != cu::CUresult::CUDA_SUCCESS {
+            // SAFETY: registered above, not used after this.
+            unsafe { cu::cuMemHostUnregister(ptr) };
+            return Err(Error::cuda_code(
+                format!("mapping registered memory into the device: {r:?}"),
+                r as u32,
+            ));
+        }
+        Ok(Self {
+            ptr,
+            device,
+            len: bytes.len(),
+            _borrow: PhantomData,
+        })
+    }
+}
+
+impl Drop for Registered<'_> {
+    fn drop(&mut self) {
+        // SAFETY: registered in `new`, unregistered once.
+        unsafe { cu::cuMemHostUnregister(self.ptr) };
+    }
+}
+
+impl GpuReadable for Registered<'_> {
+    fn device_addr(&self) -> u64 {
+        self.device
+    }
+    fn byte_len(&self) -> usize {
+        self.len
+    }
+}

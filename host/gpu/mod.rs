@@ -9,6 +9,10 @@
 pub mod bench;
 pub mod compress;
 pub mod decode;
+pub mod dma;
+pub(crate) mod driver;
+mod fit;
+pub mod host_batches;
 pub mod launch;
 pub mod memory;
 
@@ -21,14 +25,11 @@ use cust::sys as cu;
 
 use crate::error::{Error, Result};
 
-pub use compress::{
-    CompressedBatch, DeviceCompressed, GpuCodebook, HostCompressor, HostOptions, HostRead,
-    OutputLayout, Registered,
-};
-pub use decode::{
-    DecodeOptions, DecodeStatus, Decoder, DmaScratch, Fetch, GatherIndex, GpuDataset, Residency,
-};
-pub use memory::{GpuReadable, PinnedBuffer};
+pub use compress::{DeviceCompressed, GpuCodebook, OutputLayout};
+pub use decode::{DecodeOptions, DecodeStatus, Decoder, Fetch, GatherIndex, GpuDataset, Residency};
+pub use dma::DmaScratch;
+pub use host_batches::{CompressedBatch, HostCompressor, HostOptions, HostRead};
+pub use memory::{GpuReadable, PinnedBuffer, Registered};
 
 /// PTX for the `sm_80` baseline (A100, H100/H200 and later through the
 /// driver's JIT), embedded at build time.
