@@ -1,6 +1,8 @@
 //! The only place with `asm!` and device intrinsics: thread and warp ids,
-//! shuffles, ballot, a warp scan, dynamic shared memory, `cp.async` and
-//! global reductions. Everything else calls these thin wrappers.
+//! shuffles, ballot, dynamic shared memory, loads and stores, `cp.async`,
+//! global reductions and one shift. Everything else calls these thin
+//! wrappers (the kernel bodies through the `simt` traits, whose scans are
+//! written once in `simt`).
 //!
 //! All shuffles and votes use the full member mask: ibp's kernels always run
 //! whole warps through these calls (lanes with no work carry a neutral value
@@ -8,8 +10,6 @@
 
 use core::arch::asm;
 use core::arch::nvptx;
-
-use crate::warp::{SCAN_DISTANCES, scan_step, scan_step64};
 
 // Q: why one `.extern .shared` array for every kernel?
 // A: PTX has no other way to ask for shared memory whose size is chosen at
@@ -138,18 +138,6 @@ pub fn shfl_xor(x: u32, m: u32) -> u32 {
     r
 }
 
-/// 64-bit [`shfl_up`] as two 32-bit shuffles.
-#[inline(always)]
-pub fn shfl_up64(x: u64, d: u32) -> u64 {
-    (shfl_up(x as u32, d) as u64) | ((shfl_up((x >> 32) as u32, d) as u64) << 32)
-}
-
-/// 64-bit [`shfl_idx`].
-#[inline(always)]
-pub fn shfl_idx64(x: u64, src: u32) -> u64 {
-    (shfl_idx(x as u32, src) as u64) | ((shfl_idx((x >> 32) as u32, src) as u64) << 32)
-}
-
 /// `vote.sync.ballot.b32`: bit `l` set when lane `l` passes `pred`.
 #[inline(always)]
 pub fn ballot(pred: bool) -> u32 {
@@ -163,44 +151,6 @@ pub fn ballot(pred: bool) -> u32 {
         )
     }
     r
-}
-
-/// Inclusive warp scan (sum) with `shfl.sync.up`.
-#[inline(always)]
-pub fn warp_inclusive_scan(x: u32) -> u32 {
-    let l = lane();
-    let mut x = x;
-    // Q: why not `for d in SCAN_DISTANCES`?
-    // A: an array's by-value iterator lives in local memory on nvptx; a
-    // plain doubling loop unrolls to five shuffles on registers.
-    let mut i = 0;
-    while i < SCAN_DISTANCES.len() {
-        let d = SCAN_DISTANCES[i];
-        x = scan_step(l, d, x, shfl_up(x, d));
-        i += 1;
-    }
-    x
-}
-
-/// Exclusive warp scan (sum); the returned total is the whole warp's sum.
-#[inline(always)]
-pub fn warp_exclusive_scan(x: u32) -> (u32, u32) {
-    let inc = warp_inclusive_scan(x);
-    (inc.wrapping_sub(x), shfl_idx(inc, 31))
-}
-
-/// 64-bit inclusive warp scan.
-#[inline(always)]
-pub fn warp_inclusive_scan64(x: u64) -> u64 {
-    let l = lane();
-    let mut x = x;
-    let mut i = 0;
-    while i < SCAN_DISTANCES.len() {
-        let d = SCAN_DISTANCES[i];
-        x = scan_step64(l, d, x, shfl_up64(x, d));
-        i += 1;
-    }
-    x
 }
 
 /// Shared-space address (32-bit) of the dynamic shared memory array.
@@ -558,5 +508,23 @@ pub unsafe fn ld_shared_u64(addr: u32) -> u64 {
     let r: u64;
     // SAFETY: the caller guarantees the address.
     unsafe { asm!("ld.shared.u64 {r}, [{a}];", r = out(reg64) r, a = in(reg32) addr) }
+    r
+}
+
+/// The low `n ≤ 32` bits set: `shr.b32` of all ones by `32 − n`, which PTX
+/// defines as 0 for a shift of 32 (Rust's `>>` has no such case). The
+/// constant is an immediate, so it costs no register.
+#[inline(always)]
+pub fn low_mask32(n: u32) -> u32 {
+    let r: u32;
+    // SAFETY: a pure register operation.
+    unsafe {
+        asm!(
+            "shr.b32 {r}, 0xffffffff, {s};",
+            r = out(reg32) r,
+            s = in(reg32) 32 - n,
+            options(pure, nomem, nostack)
+        )
+    };
     r
 }

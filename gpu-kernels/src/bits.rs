@@ -49,22 +49,13 @@ pub const fn low_mask(bits: u32) -> u64 {
 /// A: the 64-bit form costs four instructions on the GPU (a shift, a NOT, a
 /// compare and a select for `n = 64`). PTX defines a 32-bit right shift by 32
 /// or more as 0, so `0xffffffff >> (32 - n)` is the whole mask in two; Rust
-/// has no shift with that meaning, hence the one line of PTX.
+/// has no shift with that meaning, hence `arch::low_mask32`, one line of
+/// PTX, on the GPU.
 #[inline(always)]
 pub fn low_mask32(n: u32) -> u32 {
     #[cfg(target_arch = "nvptx64")]
     {
-        let r: u32;
-        // SAFETY: a pure register operation.
-        unsafe {
-            core::arch::asm!(
-                "shr.b32 {r}, 0xffffffff, {s};",
-                r = out(reg32) r,
-                s = in(reg32) 32 - n,
-                options(pure, nomem, nostack)
-            )
-        };
-        r
+        crate::arch::low_mask32(n)
     }
     #[cfg(not(target_arch = "nvptx64"))]
     {

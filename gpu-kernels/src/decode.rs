@@ -240,6 +240,13 @@ struct Ctx<'a, H, B> {
 }
 
 /// One tensor of a batch, held by one lane (lane `b` holds tensor `b`).
+///
+/// Q: why are four fields packed into one word?
+/// A: a batch's descriptor is broadcast lane by lane (one shuffle per 32-bit
+/// word) and three of them are live at once; packed, an item is six words
+/// instead of nine: fewer shuffles per tensor and fewer registers (the
+/// kernel sits at its register cap). Line counts fit a byte: a batch-mode
+/// half holds at most 128 lines (the host caps it).
 #[derive(Clone, Copy, Default)]
 struct Item {
     /// Output row.
@@ -249,14 +256,11 @@ struct Item {
     /// Stored bytes known to be needed (0 while a fixed-stride tensor's
     /// length is still to be derived).
     len: u32,
-    /// First ring line of the tensor's region, within its half.
-    region: u32,
-    /// Lines reserved for the region.
-    span: u32,
-    /// Lines fetched so far.
-    fetched: u32,
-    /// [`ITEM_RAW`], [`ITEM_ENCODED`], or a `STATUS_*` error code + 8.
-    code: u32,
+    /// Byte 0: first ring line of the tensor's region, within its half;
+    /// byte 1: lines reserved for the region; byte 2: lines fetched so far;
+    /// byte 3: [`ITEM_RAW`], [`ITEM_ENCODED`], or a `STATUS_*` error code +
+    /// 8.
+    meta: u32,
 }
 
 const ITEM_RAW: u32 = 0;
@@ -273,10 +277,7 @@ impl Item {
             row: shfl_idx64(h, self.row, src),
             src: shfl_idx64(h, self.src, src),
             len: h.shfl_idx(self.len, src),
-            region: h.shfl_idx(self.region, src),
-            span: h.shfl_idx(self.span, src),
-            fetched: h.shfl_idx(self.fetched, src),
-            code: h.shfl_idx(self.code, src),
+            meta: h.shfl_idx(self.meta, src),
         }
     }
 
@@ -284,9 +285,42 @@ impl Item {
     #[inline(always)]
     fn none() -> Item {
         Item {
-            code: ITEM_NONE,
+            meta: ITEM_NONE << 24,
             ..Item::default()
         }
+    }
+
+    #[inline(always)]
+    fn region(&self) -> u32 {
+        self.meta & 0xff
+    }
+    #[inline(always)]
+    fn span(&self) -> u32 {
+        (self.meta >> 8) & 0xff
+    }
+    #[inline(always)]
+    fn fetched(&self) -> u32 {
+        (self.meta >> 16) & 0xff
+    }
+    #[inline(always)]
+    fn code(&self) -> u32 {
+        self.meta >> 24
+    }
+    #[inline(always)]
+    fn set_region(&mut self, v: u32) {
+        self.meta = (self.meta & !0xff) | (v & 0xff);
+    }
+    #[inline(always)]
+    fn set_span(&mut self, v: u32) {
+        self.meta = (self.meta & !0xff00) | ((v & 0xff) << 8);
+    }
+    #[inline(always)]
+    fn set_fetched(&mut self, v: u32) {
+        self.meta = (self.meta & !0xff_0000) | ((v & 0xff) << 16);
+    }
+    #[inline(always)]
+    fn set_code(&mut self, v: u32) {
+        self.meta = (self.meta & 0xff_ffff) | (v << 24);
     }
 }
 
@@ -352,13 +386,23 @@ impl<H: Machine, B: Book> Ctx<'_, H, B> {
     fn tensor(&self, i: u64) -> u64 {
         let (h, p) = (self.h, &self.p);
         if p.index == 0 {
-            p.first + i
-        } else if p.index_u32 != 0 {
-            // SAFETY: i < count = index length (u32 entries).
-            unsafe { h.ld_u32(p.index + i * 4) as u64 }
-        } else {
-            // SAFETY: i < count = index length (u64 entries).
-            unsafe { h.ld_u64(p.index + i * 8) }
+            return p.first + i;
+        }
+        // Q: why two 4-byte loads for a u64 index?
+        // A: one code path for both widths (the low word, and the high word
+        // only for u64) costs fewer registers than two, and the kernel is at
+        // its register cap; an index is read once per output row.
+        let wide = p.index_u32 == 0;
+        let a = p.index + (i << (2 + wide as u64));
+        // SAFETY: i < count = index length; entries are 4 or 8 bytes, and
+        // the high word is read only for 8-byte ones.
+        unsafe {
+            let lo = h.ld_u32(a) as u64;
+            if wide {
+                lo | (h.ld_u32(a + 4) as u64) << 32
+            } else {
+                lo
+            }
         }
     }
 
@@ -602,7 +646,7 @@ impl<H: Machine, B: Book> Ctx<'_, H, B> {
         }
         let t = self.tensor(row);
         if t >= p.rows {
-            it.code = ITEM_BAD_INDEX;
+            it.set_code(ITEM_BAD_INDEX);
             return it;
         }
         let l = p.row_bytes;
@@ -632,23 +676,23 @@ impl<H: Machine, B: Book> Ctx<'_, H, B> {
                     n == l
                 };
                 if !ok {
-                    it.code = ITEM_CORRUPT;
+                    it.set_code(ITEM_CORRUPT);
                     return it;
                 }
                 it.len = n as u32;
-                it.span = lines(it.src, n);
-                it.code = if encoded && !ideal {
+                it.set_span(lines(it.src, n));
+                it.set_code(if encoded && !ideal {
                     ITEM_ENCODED
                 } else {
                     ITEM_RAW
-                };
+                });
             }
             None => {
                 // Fixed-stride, encoded, length to be derived: reserve the
                 // most an encoded tensor can take (L - 1 bytes).
                 it.len = 0;
-                it.span = lines(it.src, l - 1);
-                it.code = ITEM_ENCODED;
+                it.set_span(lines(it.src, l - 1));
+                it.set_code(ITEM_ENCODED);
             }
         }
         it
@@ -658,17 +702,17 @@ impl<H: Machine, B: Book> Ctx<'_, H, B> {
     /// into its region of the half at shared address `half`.
     #[inline(always)]
     fn fetch_item(&self, half: u32, it: &Item, upto: u32) {
-        if upto <= it.fetched {
+        if upto <= it.fetched() {
             return;
         }
         let h = self.h;
         let first_line = it.src / LINE;
-        let pieces = (upto - it.fetched) * 8;
+        let pieces = (upto - it.fetched()) * 8;
         let mut q = h.lane();
         while q < pieces {
-            let rel = it.fetched + q / 8;
+            let rel = it.fetched() + q / 8;
             let part = (q % 8) * 16;
-            let dst = half + (it.region + rel) * LINE as u32 + part;
+            let dst = half + (it.region() + rel) * LINE as u32 + part;
             let src = (first_line + rel as u64) * LINE + part as u64;
             // SAFETY: the line overlaps the tensor's stored bytes (rel <
             // lines(src, len)); dst is 16-aligned inside the region.
@@ -738,7 +782,7 @@ impl<H: Machine, B: Book> Ctx<'_, H, B> {
         let h = self.h;
         let lane = h.lane();
         loop {
-            let left = h.ballot(lane >= w.s && w.item.code != ITEM_NONE);
+            let left = h.ballot(lane >= w.s && w.item.code() != ITEM_NONE);
             if left == 0 {
                 w.round += 1;
                 if w.row(0) >= self.p.count {
@@ -748,14 +792,14 @@ impl<H: Machine, B: Book> Ctx<'_, H, B> {
                 w.s = 0;
                 continue;
             }
-            let mine = lane >= w.s && w.item.code != ITEM_NONE;
-            let sp = if mine { w.item.span } else { 0 };
+            let mine = lane >= w.s && w.item.code() != ITEM_NONE;
+            let sp = if mine { w.item.span() } else { 0 };
             let incl = inclusive_scan(h, sp);
             let fits = mine && incl <= half_lines;
             let count = h.ballot(fits).count_ones();
             let mut placed = w.item;
-            placed.region = incl - sp;
-            placed.fetched = 0;
+            placed.set_region(incl - sp);
+            placed.set_fetched(0);
             let got = placed.shfl(h, w.s + if lane < count { lane } else { 0 });
             let item = if lane < count { got } else { Item::none() };
             w.s += count;
@@ -772,17 +816,17 @@ impl<H: Machine, B: Book> Ctx<'_, H, B> {
         let lane = h.lane();
         for b in 0..count {
             let it = batch.shfl(h, b);
-            if it.code > ITEM_ENCODED {
+            if it.code() > ITEM_ENCODED {
                 continue;
             }
             let upto = if it.len == 0 {
                 lines(it.src, pbytes)
             } else {
-                it.span
+                it.span()
             };
             self.fetch_item(half, &it, upto);
             if lane == b {
-                batch.fetched = upto;
+                batch.set_fetched(upto);
             }
         }
         h.commit();
@@ -799,10 +843,10 @@ impl<H: Machine, B: Book> Ctx<'_, H, B> {
         let l = self.p.row_bytes;
         for b in 0..count {
             let it = batch.shfl(h, b);
-            if it.code != ITEM_ENCODED || it.len != 0 {
+            if it.code() != ITEM_ENCODED || it.len != 0 {
                 continue;
             }
-            let base = half + it.region * LINE as u32 + (it.src % LINE) as u32;
+            let base = half + it.region() * LINE as u32 + (it.src % LINE) as u32;
             let mut saved = 0u64;
             let mut k = lane;
             while k < k_total {
@@ -815,12 +859,12 @@ impl<H: Machine, B: Book> Ctx<'_, H, B> {
             let e = (k_total as u64 + 8 * l - saved).div_ceil(8);
             let mut it2 = it;
             if e >= l {
-                it2.code = ITEM_CORRUPT;
+                it2.set_code(ITEM_CORRUPT);
             } else {
                 it2.len = e as u32;
                 let upto = lines(it.src, e);
                 self.fetch_item(half, &it2, upto);
-                it2.fetched = upto;
+                it2.set_fetched(upto);
             }
             if lane == b {
                 *batch = it2;
@@ -836,8 +880,8 @@ impl<H: Machine, B: Book> Ctx<'_, H, B> {
         for b in 0..count {
             let it = batch.shfl(self.h, b);
             let out = self.p.out + it.row * self.p.out_stride;
-            let base = half + it.region * LINE as u32 + (it.src % LINE) as u32;
-            match it.code {
+            let base = half + it.region() * LINE as u32 + (it.src % LINE) as u32;
+            match it.code() {
                 ITEM_RAW if ideal => self.write_ideal(base, out),
                 ITEM_RAW => self.copy_contig(base, out),
                 ITEM_ENCODED => {

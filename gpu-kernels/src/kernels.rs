@@ -3,11 +3,13 @@
 
 use crate::arch;
 use crate::count::PosPopcnt32;
+use crate::hw::{GlobalBook, Hw, SharedBook};
 use crate::params::{
     CountParams, CpAsyncTestParams, DecodeParams, EncodeParams, MeasureParams, SCAN_PER_THREAD,
     SCAN_TILE, ScanParams, WarpTestParams, workspace_bytes,
 };
-use crate::simt::{Async, Book, Lanes, Mem, Shared};
+use crate::scan::{block_exclusive_scan, global_scan, thread_sizes};
+use crate::simt;
 
 /// Bit counting (paper §4.1): `counts[8 * row_bytes] += per-bit-position
 /// popcount over all rows`.
@@ -218,14 +220,14 @@ pub unsafe extern "ptx-kernel" fn ibp_test_warp(p: WarpTestParams) {
     let x = unsafe { arch::ld_global_u32(input + g * 4) };
     let l = arch::lane();
     let (warp, _) = arch::global_warp();
-    let (exclusive, _) = arch::warp_exclusive_scan(x);
+    let (exclusive, _) = simt::exclusive_scan(&Hw, x);
     let vals = [
         l,
         warp as u32,
         arch::shfl_up(x, 1),
         arch::shfl_down(x, 2),
         arch::shfl_idx(x, 31 - l),
-        arch::warp_inclusive_scan(x),
+        simt::inclusive_scan(&Hw, x),
         exclusive,
         arch::ballot(x & 1 == 1),
     ];
@@ -342,189 +344,6 @@ fn global_decode(p: DecodeParams) -> DecodeParams {
         lengths: g(p.lengths),
         book: arch::to_global(p.book),
         ..p
-    }
-}
-
-/// The real machine behind [`Lanes`], [`Mem`] and [`Shared`]: each method is
-/// one PTX instruction (global memory for `Mem`, shared memory for
-/// `Shared`).
-pub(crate) struct Hw;
-
-impl Lanes for Hw {
-    #[inline(always)]
-    fn lane(&self) -> u32 {
-        arch::lane()
-    }
-    #[inline(always)]
-    fn shfl_up(&self, x: u32, d: u32) -> u32 {
-        arch::shfl_up(x, d)
-    }
-    #[inline(always)]
-    fn shfl_down(&self, x: u32, d: u32) -> u32 {
-        arch::shfl_down(x, d)
-    }
-    #[inline(always)]
-    fn shfl_idx(&self, x: u32, src: u32) -> u32 {
-        arch::shfl_idx(x, src)
-    }
-    #[inline(always)]
-    fn shfl_xor(&self, x: u32, m: u32) -> u32 {
-        arch::shfl_xor(x, m)
-    }
-    #[inline(always)]
-    fn ballot(&self, pred: bool) -> u32 {
-        arch::ballot(pred)
-    }
-}
-
-// SAFETY (every method): forwarded to the caller, as `Shared` documents.
-impl Shared for Hw {
-    #[inline(always)]
-    unsafe fn lds_u8(&self, a: u32) -> u32 {
-        unsafe { arch::ld_shared_u8(a) }
-    }
-    #[inline(always)]
-    unsafe fn lds_u32(&self, a: u32) -> u32 {
-        unsafe { arch::ld_shared_u32(a) }
-    }
-    #[inline(always)]
-    unsafe fn sts_u32(&self, a: u32, v: u32) {
-        unsafe { arch::st_shared_u32(a, v) }
-    }
-    #[inline(always)]
-    unsafe fn sts_v4(&self, a: u32, v: [u32; 4]) {
-        unsafe { arch::st_shared_v4(a, v) }
-    }
-}
-
-impl Async for Hw {
-    #[inline(always)]
-    unsafe fn cp16(&self, dst: u32, src: u64) {
-        // SAFETY: forwarded to the caller, as `Async` documents.
-        unsafe { arch::cp_async::<16>(dst, src) }
-    }
-    #[inline(always)]
-    fn commit(&self) {
-        arch::cp_async_commit()
-    }
-    #[inline(always)]
-    fn wait_all(&self) {
-        arch::cp_async_wait_all()
-    }
-    #[inline(always)]
-    fn wait_all_but_last(&self) {
-        arch::cp_async_wait_group::<1>()
-    }
-    #[inline(always)]
-    fn sync_warp(&self) {
-        arch::sync_warp()
-    }
-}
-
-/// The decode book copied into shared memory, at this shared address.
-pub(crate) struct SharedBook(pub u32);
-
-// SAFETY (every method): forwarded to the caller, as `Book` documents.
-impl Book for SharedBook {
-    #[inline(always)]
-    unsafe fn ld_u8(&self, off: u32) -> u32 {
-        unsafe { arch::ld_shared_u8(self.0 + off) }
-    }
-    #[inline(always)]
-    unsafe fn ld_u32(&self, off: u32) -> u32 {
-        unsafe { arch::ld_shared_u32(self.0 + off) }
-    }
-    #[inline(always)]
-    unsafe fn ld_v2(&self, off: u32) -> [u32; 2] {
-        unsafe { arch::ld_shared_v2(self.0 + off) }
-    }
-    #[inline(always)]
-    unsafe fn ld_v4(&self, off: u32) -> [u32; 4] {
-        unsafe { arch::ld_shared_v4(self.0 + off) }
-    }
-}
-
-/// The decode book in global memory (read-only path), at this address.
-pub(crate) struct GlobalBook(pub u64);
-
-// SAFETY (every method): forwarded to the caller, as `Book` documents; the
-// book is never written during a launch.
-impl Book for GlobalBook {
-    #[inline(always)]
-    unsafe fn ld_u8(&self, off: u32) -> u32 {
-        unsafe { arch::ld_global_u8(self.0 + off as u64) }
-    }
-    #[inline(always)]
-    unsafe fn ld_u32(&self, off: u32) -> u32 {
-        unsafe { arch::ld_global_u32(self.0 + off as u64) }
-    }
-    #[inline(always)]
-    unsafe fn ld_v2(&self, off: u32) -> [u32; 2] {
-        unsafe { arch::ld_global_nc_v2(self.0 + off as u64) }
-    }
-    #[inline(always)]
-    unsafe fn ld_v4(&self, off: u32) -> [u32; 4] {
-        unsafe { arch::ld_global_nc_v4(self.0 + off as u64) }
-    }
-}
-
-// SAFETY (every method): forwarded to the caller, as `Mem` documents.
-impl Mem for Hw {
-    #[inline(always)]
-    unsafe fn ld_u8(&self, a: u64) -> u32 {
-        unsafe { arch::ld_global_u8(a) }
-    }
-    #[inline(always)]
-    unsafe fn ld_u32(&self, a: u64) -> u32 {
-        unsafe { arch::ld_global_u32(a) }
-    }
-    #[inline(always)]
-    unsafe fn ld_u64(&self, a: u64) -> u64 {
-        unsafe { arch::ld_global_u64(a) }
-    }
-    #[inline(always)]
-    unsafe fn ld_ro_u64(&self, a: u64) -> u64 {
-        unsafe { arch::ld_global_nc_u64(a) }
-    }
-    #[inline(always)]
-    unsafe fn st_u8(&self, a: u64, v: u32) {
-        unsafe { arch::st_global_u8(a, v) }
-    }
-    #[inline(always)]
-    unsafe fn st_u32(&self, a: u64, v: u32) {
-        unsafe { arch::st_global_u32(a, v) }
-    }
-    #[inline(always)]
-    unsafe fn st_u64(&self, a: u64, v: u64) {
-        unsafe { arch::st_global_u64(a, v) }
-    }
-    #[inline(always)]
-    unsafe fn ld_v4(&self, a: u64) -> [u32; 4] {
-        unsafe { arch::ld_global_v4(a) }
-    }
-    #[inline(always)]
-    unsafe fn st_u16(&self, a: u64, v: u32) {
-        unsafe { arch::st_global_u16(a, v) }
-    }
-    #[inline(always)]
-    unsafe fn or_u64(&self, a: u64, v: u64) {
-        unsafe { arch::red_or_u64(a, v) }
-    }
-    #[inline(always)]
-    unsafe fn min_u64(&self, a: u64, v: u64) {
-        unsafe { arch::red_min_u64(a, v) }
-    }
-    #[inline(always)]
-    unsafe fn st_v4(&self, a: u64, v: [u32; 4]) {
-        unsafe { arch::st_global_v4(a, v) }
-    }
-    #[inline(always)]
-    unsafe fn or_u32(&self, a: u64, v: u32) {
-        unsafe { arch::red_or_u32(a, v) }
-    }
-    #[inline(always)]
-    unsafe fn add_u64(&self, a: u64, v: u64) {
-        unsafe { arch::red_add_u64(a, v) }
     }
 }
 
@@ -652,102 +471,6 @@ pub unsafe extern "ptx-kernel" fn ibp_encode_c8(p: EncodeParams) {
     unsafe { encode_entry::<8>(p) }
 }
 
-/// u64 sum over the warp, in every lane.
-#[inline(always)]
-fn warp_sum64(x: u64) -> u64 {
-    let mut s = x;
-    let mut m = 16;
-    while m > 0 {
-        let lo = arch::shfl_xor(s as u32, m) as u64;
-        let hi = arch::shfl_xor((s >> 32) as u32, m) as u64;
-        s += lo | hi << 32;
-        m /= 2;
-    }
-    s
-}
-
-/// Exclusive scan of one u64 per thread over the block (at most 32 warps),
-/// and the block's total. Uses 33 u64 of dynamic shared memory; every
-/// thread of the block must call it.
-#[inline(always)]
-fn block_exclusive_scan(x: u64) -> (u64, u64) {
-    let smem = arch::dyn_smem_base();
-    let lane = arch::lane();
-    let warp = arch::warp_in_block();
-    let warps = arch::block_dim() / 32;
-    let inc = arch::warp_inclusive_scan64(x);
-    // SAFETY (shared accesses): indices below 33, 8-aligned.
-    unsafe {
-        if lane == 31 {
-            arch::st_shared_u64(smem + 8 * warp, inc);
-        }
-        arch::sync_threads();
-        if warp == 0 {
-            let y = if lane < warps {
-                arch::ld_shared_u64(smem + 8 * lane)
-            } else {
-                0
-            };
-            let yi = arch::warp_inclusive_scan64(y);
-            if lane < warps {
-                arch::st_shared_u64(smem + 8 * lane, yi - y);
-            }
-            if lane == 31 {
-                arch::st_shared_u64(smem + 8 * 32, yi);
-            }
-        }
-        arch::sync_threads();
-        let r = (
-            inc - x + arch::ld_shared_u64(smem + 8 * warp),
-            arch::ld_shared_u64(smem + 8 * 32),
-        );
-        arch::sync_threads();
-        r
-    }
-}
-
-/// This thread's stored lengths: (their sum, their flag byte), summing
-/// into `out` (when given) the exclusive prefix of each.
-///
-/// # Safety
-/// `p.sizes` holds `p.rows` u64.
-#[inline(always)]
-unsafe fn thread_sizes(p: &ScanParams, first: u64) -> ([u64; SCAN_PER_THREAD as usize], u64, u32) {
-    let mut pre = [0u64; SCAN_PER_THREAD as usize];
-    let (mut sum, mut flags) = (0u64, 0u32);
-    let mut j = 0;
-    while j < SCAN_PER_THREAD {
-        pre[j as usize] = sum;
-        if first + j < p.rows {
-            // SAFETY: in bounds.
-            let s = unsafe { arch::ld_global_u64(p.sizes + 8 * (first + j)) };
-            sum += s;
-            if s < p.row_bytes {
-                flags |= 1 << j;
-            }
-        }
-        j += 1;
-    }
-    (pre, sum, flags)
-}
-
-/// Global addresses of a [`ScanParams`].
-#[inline(always)]
-fn global_scan(p: ScanParams) -> ScanParams {
-    ScanParams {
-        sizes: arch::to_global(p.sizes),
-        offsets: arch::to_global(p.offsets),
-        flags: arch::to_global(p.flags),
-        partials: arch::to_global(p.partials),
-        total: if p.total == 0 {
-            0
-        } else {
-            arch::to_global(p.total)
-        },
-        ..p
-    }
-}
-
 /// Scan, phase 1: each block sums its tile into `partials[tile]` and writes
 /// the tile's flag bytes.
 ///
@@ -765,7 +488,7 @@ pub unsafe extern "ptx-kernel" fn ibp_scan_tiles(p: ScanParams) {
         unsafe { arch::st_global_u8(p.flags + first / SCAN_PER_THREAD, flags) }
     }
     // Block sum: warp sums, then warp 0 adds them up.
-    let ws = warp_sum64(sum);
+    let ws = simt::warp_sum64(&Hw, sum);
     let smem = arch::dyn_smem_base();
     let warp = arch::warp_in_block();
     // SAFETY (shared): indices below 32.

@@ -45,7 +45,11 @@ pub mod warp;
 #[cfg(target_arch = "nvptx64")]
 pub mod arch;
 #[cfg(target_arch = "nvptx64")]
+mod hw;
+#[cfg(target_arch = "nvptx64")]
 mod kernels;
+#[cfg(target_arch = "nvptx64")]
+mod scan;
 
 /// Q: why a trapping panic handler?
 /// A: the default machinery (formatting, unwinding) would drag thousands of

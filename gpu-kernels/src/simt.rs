@@ -4,7 +4,7 @@
 //!
 //! Q: why traits instead of calling `arch` directly?
 //! A: so that one kernel body runs in two places. On the GPU the traits are
-//! implemented by `kernels::Hw` with single PTX instructions (every call is
+//! implemented by `hw::Hw` with single PTX instructions (every call is
 //! `#[inline(always)]`, so nothing is left of the abstraction in the PTX). On
 //! the host the ibp crate's tests implement them with 32 threads and a barrier
 //! per shuffle, and run the very same compression code against the CPU
@@ -14,7 +14,7 @@
 //! shuffles use the full member mask); the host emulation deadlocks when a
 //! body breaks that rule, which its tests would catch.
 
-use crate::warp::{SCAN_DISTANCES, scan_step};
+use crate::warp::{SCAN_DISTANCES, scan_step, scan_step64};
 
 /// One lane's view of its warp: its id and the `shfl.sync` family, with the
 /// semantics of the PTX instructions under a full member mask (out-of-range
@@ -208,6 +208,21 @@ pub fn inclusive_scan<W: Lanes>(w: &W, x: u32) -> u32 {
     while i < SCAN_DISTANCES.len() {
         let d = SCAN_DISTANCES[i];
         s = scan_step(lane, d, s, w.shfl_up(s, d));
+        i += 1;
+    }
+    s
+}
+
+/// 64-bit inclusive prefix sum over the warp (two shuffles a round).
+#[inline(always)]
+pub fn inclusive_scan64<W: Lanes>(w: &W, x: u64) -> u64 {
+    let lane = w.lane();
+    let mut s = x;
+    let mut i = 0;
+    while i < SCAN_DISTANCES.len() {
+        let d = SCAN_DISTANCES[i];
+        let up = (w.shfl_up(s as u32, d) as u64) | ((w.shfl_up((s >> 32) as u32, d) as u64) << 32);
+        s = scan_step64(lane, d, s, up);
         i += 1;
     }
     s

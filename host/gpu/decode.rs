@@ -433,8 +433,10 @@ impl<'ds> Decoder<'ds> {
                 .is_none_or(|b| b as u64 >= 2 * span_max * 128)
             && book + 2 * span_max.max(16) * 128 + 16 <= budget;
         let (ring_lines, pbuf_words) = if batch {
+            // At most 128 lines a half: the kernel keeps line counts in a
+            // byte of each batch item.
             let half = match opts.ring_bytes {
-                Some(b) => (b as u64 / 256).max(span_max),
+                Some(b) => (b as u64 / 256).max(span_max).min(128),
                 None => span_max.max(16),
             };
             ((2 * half) as u32, 0u32)
