@@ -14,6 +14,7 @@ use super::compress::{GpuCodebook, WARP_BLOCK, Work, row_count};
 use super::decode::{DecodeOptions, DecodeStatus, Decoder, GpuDataset, Residency};
 use super::driver::copy_to_host;
 use super::driver::{device_buffer, new_stream, sync, zero_async};
+use super::launch::kernels;
 use super::memory::GpuReadable;
 use super::{Gpu, cuda_err};
 use crate::codebook::{ChunkSize, Codebook};
@@ -411,11 +412,13 @@ impl Gpu {
             nt: books.len() as u32,
             ..Default::default()
         };
-        let grid = self.warp_grid("ibp_fit_eval", rows as u64)?;
+        let grid = self.warp_grid(kernels::FIT_EVAL, rows as u64)?;
         out.push((
             "evaluate 6 thresholds",
             // SAFETY: as in fit_counted.
-            time(&mut || unsafe { self.launch("ibp_fit_eval", grid, WARP_BLOCK, 0, &stream, p) })?,
+            time(&mut || unsafe {
+                self.launch(kernels::FIT_EVAL, grid, WARP_BLOCK, 0, &stream, p)
+            })?,
         ));
         let mut work = Work::new(rows)?;
         work.ensure(rows)?;

@@ -23,6 +23,7 @@ use super::driver::copy_to_host;
 use super::driver::{
     copy_elements, copy_prefix, device_buffer, ensure, new_stream, sync, zero_async,
 };
+use super::launch::{Kernel, kernels};
 use super::memory::{GpuReadable, PinnedBuffer};
 use super::{Gpu, cuda_err};
 use crate::codebook::Codebook;
@@ -239,7 +240,7 @@ impl Work {
 
 impl Gpu {
     /// Blocks for a warp-per-tensor kernel over `tensors` tensors.
-    pub(crate) fn warp_grid(&self, kernel: &str, tensors: u64) -> Result<u32> {
+    pub(crate) fn warp_grid<P>(&self, kernel: Kernel<P>, tensors: u64) -> Result<u32> {
         let per_block = (WARP_BLOCK / 32) as u64;
         let want = tensors.div_ceil(per_block).max(1);
         let full = self.resident_blocks(kernel, WARP_BLOCK, 0)? as u64;
@@ -274,11 +275,11 @@ impl Gpu {
             chunk: gcb.cb.chunk().bytes(),
             ..Default::default()
         };
-        let grid = self.warp_grid("ibp_size", rows as u64)?;
+        let grid = self.warp_grid(kernels::SIZE, rows as u64)?;
         // SAFETY: `src` covers rows × L bytes, the book is this codebook's,
         // `sizes` holds `rows` u64 and the stage (when given) rows × stride
         // bytes (the callers' buffers); MeasureParams is the kernel's type.
-        unsafe { self.launch("ibp_size", grid, WARP_BLOCK, 0, stream, p) }
+        unsafe { self.launch(kernels::SIZE, grid, WARP_BLOCK, 0, stream, p) }
     }
 
     /// Enqueue the scan of `rows` sizes: flags always, offsets when
@@ -311,10 +312,24 @@ impl Gpu {
         // ScanParams is the kernels' type; 33 u64 of shared memory as the
         // block scan needs.
         unsafe {
-            self.launch("ibp_scan_tiles", tiles as u32, SCAN_BLOCK, smem, stream, p)?;
+            self.launch(
+                kernels::SCAN_TILES,
+                tiles as u32,
+                SCAN_BLOCK,
+                smem,
+                stream,
+                p,
+            )?;
             if offsets {
-                self.launch("ibp_scan_partials", 1, SCAN_BLOCK, smem, stream, p)?;
-                self.launch("ibp_scan_apply", tiles as u32, SCAN_BLOCK, smem, stream, p)?;
+                self.launch(kernels::SCAN_PARTIALS, 1, SCAN_BLOCK, smem, stream, p)?;
+                self.launch(
+                    kernels::SCAN_APPLY,
+                    tiles as u32,
+                    SCAN_BLOCK,
+                    smem,
+                    stream,
+                    p,
+                )?;
             }
         }
         Ok(())
@@ -335,12 +350,7 @@ impl Gpu {
         if rows == 0 {
             return Ok(());
         }
-        let name = match gcb.cb.chunk().bytes() {
-            1 => "ibp_encode_c1",
-            2 => "ibp_encode_c2",
-            4 => "ibp_encode_c4",
-            _ => "ibp_encode_c8",
-        };
+        let kernel = kernels::encode(gcb.cb.chunk().bytes());
         let p = EncodeParams {
             src: src.0,
             stride: src.1,
@@ -356,12 +366,12 @@ impl Gpu {
             offset_base: 0,
             out: out.as_device_ptr().as_raw(),
         };
-        let grid = self.warp_grid(name, rows as u64)?;
+        let grid = self.warp_grid(kernel, rows as u64)?;
         // SAFETY: sizes (and offsets) were computed for these rows by the
         // size and scan kernels earlier on this stream, so every region lies
         // inside `out` (sized by the caller from them); EncodeParams is the
         // kernel's type.
-        unsafe { self.launch(name, grid, WARP_BLOCK, 0, stream, p) }
+        unsafe { self.launch(kernel, grid, WARP_BLOCK, 0, stream, p) }
     }
 
     /// Stored length of every tensor of `src` under `gcb` (blocking).

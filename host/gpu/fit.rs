@@ -7,6 +7,7 @@ use ibp_kernels::params::MeasureParams;
 
 use super::compress::{WARP_BLOCK, row_count};
 use super::driver::{copy_to_host, device_buffer, new_stream, sync};
+use super::launch::kernels;
 use super::memory::{GpuReadable, Span};
 use super::{Gpu, cuda_err};
 use crate::error::{Error, Result};
@@ -53,10 +54,10 @@ impl Gpu {
             stage_stride: l,
             ..Default::default()
         };
-        let grid = self.warp_grid("ibp_gather", plan.len())?;
+        let grid = self.warp_grid(kernels::GATHER, plan.len())?;
         // SAFETY: the source holds n rows, the buffer `sample` rows of L
         // bytes; MeasureParams is the kernel's type.
-        unsafe { self.launch("ibp_gather", grid, WARP_BLOCK, 0, &stream, p)? };
+        unsafe { self.launch(kernels::GATHER, grid, WARP_BLOCK, 0, &stream, p)? };
         let gathered = Span::of(&buf, 0, bytes)
             .ok_or_else(|| Error::invalid("sample larger than its buffer"))?;
         let counts = self.count_sample(&gathered, row_bytes, &stream)?;
@@ -105,11 +106,11 @@ impl Gpu {
                     nt: group.len() as u32,
                     ..Default::default()
                 };
-                let grid = self.warp_grid("ibp_fit_eval", s)?;
+                let grid = self.warp_grid(kernels::FIT_EVAL, s)?;
                 // SAFETY: the sample holds s rows of L bytes, the book 1 + nt
                 // u64 per 8-byte word, totals 64 u64; MeasureParams is the
                 // kernel's type.
-                unsafe { self.launch("ibp_fit_eval", grid, WARP_BLOCK, 0, stream, p)? };
+                unsafe { self.launch(kernels::FIT_EVAL, grid, WARP_BLOCK, 0, stream, p)? };
                 sync(stream, "weighing candidates")?;
                 let t = copy_to_host(&totals)?;
                 out.extend((0..group.len()).map(|i| Totals {

@@ -1,10 +1,13 @@
-//! Every kernel launch of ibp lives here.
+//! Every kernel of ibp, with the one parameter block it takes ([`Kernel`]),
+//! and the one launch function: a kernel cannot be launched with another
+//! kernel's parameters, and no launch names a kernel by string.
 //!
 //! Each launch validates its arguments on the host (so a kernel is never
 //! handed an out-of-range buffer), derives the grid from the device's
 //! properties, and enqueues on the caller's stream without synchronising.
 
 use std::ffi::c_void;
+use std::marker::PhantomData;
 
 use cust::memory::{DeviceBuffer, DeviceSlice};
 use cust::stream::Stream;
@@ -25,22 +28,89 @@ use crate::error::{Error, Result};
 /// Threads per block of the bit-counting kernel.
 const COUNT_BLOCK: u32 = 256;
 
+/// A kernel of the embedded PTX and the parameter block it takes
+/// (`ibp_kernels::params`).
+pub(crate) struct Kernel<P> {
+    name: &'static str,
+    params: PhantomData<fn(P)>,
+}
+
+impl<P> Clone for Kernel<P> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<P> Copy for Kernel<P> {}
+
+impl<P> Kernel<P> {
+    const fn new(name: &'static str) -> Self {
+        Kernel {
+            name,
+            params: PhantomData,
+        }
+    }
+
+    /// The kernel's name in the PTX.
+    pub(crate) fn name(&self) -> &'static str {
+        self.name
+    }
+}
+
+/// Every kernel, by what it does.
+pub(crate) mod kernels {
+    use ibp_kernels::params::{
+        CountParams, CpAsyncTestParams, DecodeParams, EncodeParams, MeasureParams, ScanParams,
+        WarpTestParams,
+    };
+
+    use super::Kernel;
+
+    pub(crate) const COUNT_BITS: Kernel<CountParams> = Kernel::new("ibp_count_bits");
+    pub(crate) const GATHER: Kernel<MeasureParams> = Kernel::new("ibp_gather");
+    pub(crate) const FIT_EVAL: Kernel<MeasureParams> = Kernel::new("ibp_fit_eval");
+    pub(crate) const SIZE: Kernel<MeasureParams> = Kernel::new("ibp_size");
+    pub(crate) const SCAN_TILES: Kernel<ScanParams> = Kernel::new("ibp_scan_tiles");
+    pub(crate) const SCAN_PARTIALS: Kernel<ScanParams> = Kernel::new("ibp_scan_partials");
+    pub(crate) const SCAN_APPLY: Kernel<ScanParams> = Kernel::new("ibp_scan_apply");
+    pub(crate) const DECODE_BATCH: Kernel<DecodeParams> = Kernel::new("ibp_decode");
+    pub(crate) const DECODE_STREAM: Kernel<DecodeParams> = Kernel::new("ibp_decode_stream");
+    pub(crate) const TEST_WARP: Kernel<WarpTestParams> = Kernel::new("ibp_test_warp");
+    pub(crate) const TEST_CP_ASYNC: Kernel<CpAsyncTestParams> = Kernel::new("ibp_test_cp_async");
+
+    /// Compression for chunks of `chunk` bytes.
+    pub(crate) const fn encode(chunk: u32) -> Kernel<EncodeParams> {
+        match chunk {
+            1 => Kernel::new("ibp_encode_c1"),
+            2 => Kernel::new("ibp_encode_c2"),
+            4 => Kernel::new("ibp_encode_c4"),
+            _ => Kernel::new("ibp_encode_c8"),
+        }
+    }
+
+    /// The decode kernel for batch or streaming mode.
+    pub(crate) const fn decode(batch: bool) -> Kernel<DecodeParams> {
+        if batch { DECODE_BATCH } else { DECODE_STREAM }
+    }
+}
+
 impl Gpu {
-    /// Enqueue kernel `name` with one parameter block.
+    /// Enqueue kernel `k` with its parameter block.
     ///
     /// # Safety
-    /// `P` must be the `#[repr(C)]` parameter struct that kernel `name` takes,
-    /// and every address inside it must be valid for the accesses the kernel
-    /// makes (each kernel's doc in `gpu-kernels` states them).
+    /// Every address inside `params` must be valid for the accesses the
+    /// kernel makes (each kernel's doc in `gpu-kernels` states them), and the
+    /// launch must give it the shared memory it expects.
     pub(crate) unsafe fn launch<P: Copy>(
         &self,
-        name: &str,
+        k: Kernel<P>,
         grid: u32,
         block: u32,
         shared_bytes: u32,
         stream: &Stream,
         params: P,
     ) -> Result<()> {
+        let name = k.name();
         let f = self
             .module()
             .get_function(name)
@@ -73,15 +143,15 @@ impl Gpu {
 
     /// Blocks of `block` threads that fill the device once (all SMs at full
     /// occupancy) for kernel `name`.
-    pub(crate) fn resident_blocks(
+    pub(crate) fn resident_blocks<P>(
         &self,
-        name: &str,
+        k: Kernel<P>,
         block: u32,
         shared_bytes: usize,
     ) -> Result<u32> {
         let f = self
             .module()
-            .get_function(name)
+            .get_function(k.name())
             .map_err(cuda_err("finding a kernel"))?;
         let per_sm = f
             .max_active_blocks_per_multiprocessor(block.into(), shared_bytes)
@@ -124,7 +194,7 @@ impl Gpu {
         let cols = row_bytes.div_ceil(4) as u64;
         let wanted = (cols * rows).div_ceil(COUNT_BLOCK as u64);
         let grid =
-            wanted.min(self.resident_blocks("ibp_count_bits", COUNT_BLOCK, 0)? as u64) as u32;
+            wanted.min(self.resident_blocks(kernels::COUNT_BITS, COUNT_BLOCK, 0)? as u64) as u32;
         let p = CountParams {
             data: src.device_addr(),
             rows,
@@ -134,7 +204,7 @@ impl Gpu {
         // SAFETY: `data` covers rows * row_bytes readable bytes and `counts`
         // 8 * row_bytes u64 (both checked above); CountParams is the kernel's
         // parameter type.
-        unsafe { self.launch("ibp_count_bits", grid, COUNT_BLOCK, 0, stream, p) }
+        unsafe { self.launch(kernels::COUNT_BITS, grid, COUNT_BLOCK, 0, stream, p) }
     }
 
     /// Count the bits of host rows on the GPU: the rows are staged through
@@ -188,7 +258,7 @@ impl Gpu {
     ) -> Result<u32> {
         let f = self
             .module()
-            .get_function(decode_kernel(batch))
+            .get_function(kernels::decode(batch).name())
             .map_err(cuda_err("finding a kernel"))?;
         if shared > 48 * 1024 {
             // SAFETY: valid function handle and attribute; the value is
@@ -323,7 +393,7 @@ impl Gpu {
         // kernel's parameter type.
         unsafe {
             self.launch(
-                decode_kernel(dec.batch),
+                kernels::decode(dec.batch),
                 grid,
                 dec.block,
                 dec.shared_bytes,
@@ -354,7 +424,7 @@ impl Gpu {
         let block = 128u32;
         let grid = (lanes as u32).div_ceil(block).max(1);
         // SAFETY: sizes checked above; matching parameter type.
-        unsafe { self.launch("ibp_test_warp", grid, block, 0, stream, p) }
+        unsafe { self.launch(kernels::TEST_WARP, grid, block, 0, stream, p) }
     }
 
     /// Run the shared-memory / `cp.async` test kernel: each of `blocks`
@@ -400,15 +470,6 @@ impl Gpu {
             width,
         };
         // SAFETY: sizes and alignment checked above; matching parameter type.
-        unsafe { self.launch("ibp_test_cp_async", blocks, 128, bytes, stream, p) }
-    }
-}
-
-/// The decode kernel for batch or streaming mode.
-fn decode_kernel(batch: bool) -> &'static str {
-    if batch {
-        "ibp_decode"
-    } else {
-        "ibp_decode_stream"
+        unsafe { self.launch(kernels::TEST_CP_ASYNC, blocks, 128, bytes, stream, p) }
     }
 }
