@@ -205,3 +205,24 @@ fn gpu_bit_counts_equal_cpu_on_one_gigabyte() {
         bytes.len()
     ));
 }
+
+#[test]
+fn a_span_of_pinned_memory_is_a_kernel_source() {
+    let Some(gpu) = gpu_or_skip("a_span_of_pinned_memory_is_a_kernel_source") else {
+        return;
+    };
+    let mut rng = Rng(0x59a7);
+    let l = 100;
+    let bytes: Vec<u8> = (0..300 * l).map(|_| rng.next() as u8).collect();
+    let pinned = PinnedBuffer::from_slice(&bytes).unwrap();
+    let s = Stream::new(StreamFlags::NON_BLOCKING, None).unwrap();
+    let (a, b) = (37 * l, 201 * l);
+    let span = pinned.span(a..b).unwrap();
+    let mut counts = DeviceBuffer::<u64>::zeroed(8 * l).unwrap();
+    gpu.count_bits(&span, l, &mut counts, &s).unwrap();
+    s.synchronize().unwrap();
+    let want = count_bits(Rows::new(&bytes[a..b], l).unwrap());
+    assert_eq!(copy_to_host(&counts).unwrap(), want);
+    assert!(pinned.span(0..bytes.len() + 1).is_none());
+    assert!(pinned.span(5..4).is_none());
+}

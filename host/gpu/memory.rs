@@ -137,6 +137,16 @@ impl<T: bytemuck::Pod> Drop for PinnedBuffer<T> {
     }
 }
 
+impl<T: bytemuck::Pod> PinnedBuffer<T> {
+    /// Elements `range` of the buffer as a kernel source (fit, compress,
+    /// count bits), without a copy; `None` when the range is not inside.
+    pub fn span(&self, range: std::ops::Range<usize>) -> Option<Span<'_>> {
+        let size = size_of::<T>();
+        let len = range.end.checked_sub(range.start)?;
+        Span::of(self, range.start.checked_mul(size)?, len.checked_mul(size)?)
+    }
+}
+
 impl<T: bytemuck::Pod> GpuReadable for PinnedBuffer<T> {
     fn device_addr(&self) -> u64 {
         self.device
@@ -147,8 +157,10 @@ impl<T: bytemuck::Pod> GpuReadable for PinnedBuffer<T> {
 }
 
 /// Bytes `offset .. offset + len` of a readable source, as a kernel source
-/// itself (borrowing the source, so it cannot be freed meanwhile).
-pub(crate) struct Span<'a> {
+/// itself (borrowing the source, so it cannot be freed meanwhile): a slice
+/// of a [`PinnedBuffer`], a [`Registered`] region or device memory to fit,
+/// compress or count without copying it.
+pub struct Span<'a> {
     addr: u64,
     len: usize,
     _src: PhantomData<&'a ()>,
@@ -156,11 +168,7 @@ pub(crate) struct Span<'a> {
 
 impl<'a> Span<'a> {
     /// The sub-range; `None` when it is not inside `src`.
-    pub(crate) fn of<S: GpuReadable + ?Sized>(
-        src: &'a S,
-        offset: usize,
-        len: usize,
-    ) -> Option<Self> {
+    pub fn of<S: GpuReadable + ?Sized>(src: &'a S, offset: usize, len: usize) -> Option<Self> {
         (offset.checked_add(len)? <= src.byte_len()).then(|| Span {
             addr: src.device_addr() + offset as u64,
             len,

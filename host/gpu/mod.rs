@@ -29,7 +29,7 @@ pub use compress::{DeviceCompressed, GpuCodebook, OutputLayout};
 pub use decode::{DecodeOptions, DecodeStatus, Decoder, Fetch, GatherIndex, GpuDataset, Residency};
 pub use dma::DmaScratch;
 pub use host_batches::{CompressedBatch, HostCompressor, HostOptions, HostRead};
-pub use memory::{GpuReadable, PinnedBuffer, Registered};
+pub use memory::{GpuReadable, PinnedBuffer, Registered, Span};
 
 /// PTX for the `sm_80` baseline (A100, H100/H200 and later through the
 /// driver's JIT), embedded at build time.
