@@ -81,51 +81,65 @@ impl Lanes for EmuLane<'_> {
 /// must not be a data race).
 struct EmuMem;
 
-// SAFETY (every method): the caller passes addresses of live, aligned host
+// SAFETY: (every method) the caller passes addresses of live, aligned host
 // memory, as `Mem` requires.
 impl Mem for EmuMem {
     unsafe fn ld_u8(&self, a: u64) -> u32 {
+        // SAFETY: the caller's contract (this method's `# Safety`).
         unsafe { AtomicU8::from_ptr(a as *mut u8) }.load(Relaxed) as u32
     }
     unsafe fn ld_u32(&self, a: u64) -> u32 {
+        // SAFETY: the caller's contract (this method's `# Safety`).
         unsafe { AtomicU32::from_ptr(a as *mut u32) }.load(Relaxed)
     }
     unsafe fn ld_u64(&self, a: u64) -> u64 {
+        // SAFETY: the caller's contract (this method's `# Safety`).
         unsafe { AtomicU64::from_ptr(a as *mut u64) }.load(Relaxed)
     }
     unsafe fn ld_ro_u64(&self, a: u64) -> u64 {
+        // SAFETY: the caller's contract (this method's `# Safety`).
         unsafe { self.ld_u64(a) }
     }
     unsafe fn st_u8(&self, a: u64, v: u32) {
+        // SAFETY: the caller's contract (this method's `# Safety`).
         unsafe { AtomicU8::from_ptr(a as *mut u8) }.store(v as u8, Relaxed)
     }
     unsafe fn st_u32(&self, a: u64, v: u32) {
+        // SAFETY: the caller's contract (this method's `# Safety`).
         unsafe { AtomicU32::from_ptr(a as *mut u32) }.store(v, Relaxed)
     }
     unsafe fn st_u64(&self, a: u64, v: u64) {
+        // SAFETY: the caller's contract (this method's `# Safety`).
         unsafe { AtomicU64::from_ptr(a as *mut u64) }.store(v, Relaxed)
     }
     unsafe fn ld_v4(&self, a: u64) -> [u32; 4] {
+        // SAFETY: the caller's contract (this method's `# Safety`).
         std::array::from_fn(|i| unsafe { self.ld_u32(a + 4 * i as u64) })
     }
     unsafe fn st_u16(&self, a: u64, v: u32) {
+        // SAFETY: the caller's contract (this method's `# Safety`).
         unsafe { AtomicU16::from_ptr(a as *mut u16) }.store(v as u16, Relaxed)
     }
     unsafe fn or_u64(&self, a: u64, v: u64) {
+        // SAFETY: the caller's contract (this method's `# Safety`).
         unsafe { AtomicU64::from_ptr(a as *mut u64) }.fetch_or(v, Relaxed);
     }
     unsafe fn min_u64(&self, a: u64, v: u64) {
+        // SAFETY: the caller's contract (this method's `# Safety`).
         unsafe { AtomicU64::from_ptr(a as *mut u64) }.fetch_min(v, Relaxed);
     }
     unsafe fn st_v4(&self, a: u64, v: [u32; 4]) {
         for (i, x) in v.into_iter().enumerate() {
+            // SAFETY: the caller's contract (this method's `# Safety`).
             unsafe { self.st_u32(a + 4 * i as u64, x) };
         }
     }
     unsafe fn or_u32(&self, a: u64, v: u32) {
+        // SAFETY: the caller's contract (this method's `# Safety`).
         unsafe { AtomicU32::from_ptr(a as *mut u32) }.fetch_or(v, Relaxed);
     }
     unsafe fn add_u64(&self, a: u64, v: u64) {
+        // SAFETY: the caller's contract (this method's `# Safety`).
         unsafe { AtomicU64::from_ptr(a as *mut u64) }.fetch_add(v, Relaxed);
     }
 }
@@ -133,19 +147,23 @@ impl Mem for EmuMem {
 /// Host bytes read as shared memory (by offset) or as a decode book.
 struct HostBytes(u64);
 
-// SAFETY (every method): the caller passes offsets inside the buffer, as
+// SAFETY: (every method) the caller passes offsets inside the buffer, as
 // `Shared` and `Book` require.
 impl Shared for HostBytes {
     unsafe fn lds_u8(&self, a: u32) -> u32 {
+        // SAFETY: the caller's contract (this method's `# Safety`).
         unsafe { EmuMem.ld_u8(self.0 + a as u64) }
     }
     unsafe fn lds_u32(&self, a: u32) -> u32 {
+        // SAFETY: the caller's contract (this method's `# Safety`).
         unsafe { EmuMem.ld_u32(self.0 + a as u64) }
     }
     unsafe fn sts_u32(&self, a: u32, v: u32) {
+        // SAFETY: the caller's contract (this method's `# Safety`).
         unsafe { EmuMem.st_u32(self.0 + a as u64, v) }
     }
     unsafe fn sts_v4(&self, a: u32, v: [u32; 4]) {
+        // SAFETY: the caller's contract (this method's `# Safety`).
         unsafe { EmuMem.st_v4(self.0 + a as u64, v) }
     }
 }
@@ -153,79 +171,101 @@ impl Shared for HostBytes {
 // SAFETY: as above.
 impl Book for HostBytes {
     unsafe fn ld_u8(&self, off: u32) -> u32 {
+        // SAFETY: the caller's contract (this method's `# Safety`).
         unsafe { EmuMem.ld_u8(self.0 + off as u64) }
     }
     unsafe fn ld_u32(&self, off: u32) -> u32 {
+        // SAFETY: the caller's contract (this method's `# Safety`).
         unsafe { EmuMem.ld_u32(self.0 + off as u64) }
     }
     unsafe fn ld_v2(&self, off: u32) -> [u32; 2] {
+        // SAFETY: the caller's contract (this method's `# Safety`).
         std::array::from_fn(|i| unsafe { EmuMem.ld_u32(self.0 + (off + 4 * i as u32) as u64) })
     }
     unsafe fn ld_v4(&self, off: u32) -> [u32; 4] {
+        // SAFETY: the caller's contract (this method's `# Safety`).
         std::array::from_fn(|i| unsafe { EmuMem.ld_u32(self.0 + (off + 4 * i as u32) as u64) })
     }
 }
 
-// SAFETY (every method): forwarded to `EmuMem`, as `Mem` requires.
+// SAFETY: (every method) forwarded to `EmuMem`, as `Mem` requires.
 impl Mem for EmuLane<'_> {
     unsafe fn ld_u8(&self, a: u64) -> u32 {
+        // SAFETY: the caller's contract (this method's `# Safety`).
         unsafe { EmuMem.ld_u8(a) }
     }
     unsafe fn ld_u32(&self, a: u64) -> u32 {
+        // SAFETY: the caller's contract (this method's `# Safety`).
         unsafe { EmuMem.ld_u32(a) }
     }
     unsafe fn ld_u64(&self, a: u64) -> u64 {
+        // SAFETY: the caller's contract (this method's `# Safety`).
         unsafe { EmuMem.ld_u64(a) }
     }
     unsafe fn ld_ro_u64(&self, a: u64) -> u64 {
+        // SAFETY: the caller's contract (this method's `# Safety`).
         unsafe { EmuMem.ld_ro_u64(a) }
     }
     unsafe fn ld_v4(&self, a: u64) -> [u32; 4] {
+        // SAFETY: the caller's contract (this method's `# Safety`).
         unsafe { EmuMem.ld_v4(a) }
     }
     unsafe fn st_u8(&self, a: u64, v: u32) {
+        // SAFETY: the caller's contract (this method's `# Safety`).
         unsafe { EmuMem.st_u8(a, v) }
     }
     unsafe fn st_u16(&self, a: u64, v: u32) {
+        // SAFETY: the caller's contract (this method's `# Safety`).
         unsafe { EmuMem.st_u16(a, v) }
     }
     unsafe fn st_u32(&self, a: u64, v: u32) {
+        // SAFETY: the caller's contract (this method's `# Safety`).
         unsafe { EmuMem.st_u32(a, v) }
     }
     unsafe fn st_u64(&self, a: u64, v: u64) {
+        // SAFETY: the caller's contract (this method's `# Safety`).
         unsafe { EmuMem.st_u64(a, v) }
     }
     unsafe fn st_v4(&self, a: u64, v: [u32; 4]) {
+        // SAFETY: the caller's contract (this method's `# Safety`).
         unsafe { EmuMem.st_v4(a, v) }
     }
     unsafe fn or_u32(&self, a: u64, v: u32) {
+        // SAFETY: the caller's contract (this method's `# Safety`).
         unsafe { EmuMem.or_u32(a, v) }
     }
     unsafe fn or_u64(&self, a: u64, v: u64) {
+        // SAFETY: the caller's contract (this method's `# Safety`).
         unsafe { EmuMem.or_u64(a, v) }
     }
     unsafe fn min_u64(&self, a: u64, v: u64) {
+        // SAFETY: the caller's contract (this method's `# Safety`).
         unsafe { EmuMem.min_u64(a, v) }
     }
     unsafe fn add_u64(&self, a: u64, v: u64) {
+        // SAFETY: the caller's contract (this method's `# Safety`).
         unsafe { EmuMem.add_u64(a, v) }
     }
 }
 
-// SAFETY (every method): the warp's shared memory is a host buffer at
+// SAFETY: (every method) the warp's shared memory is a host buffer at
 // `smem`; offsets are checked against nothing, as on the GPU, so the tests
 // give the kernel exactly the shared memory the host launcher would.
 impl Shared for EmuLane<'_> {
     unsafe fn lds_u8(&self, a: u32) -> u32 {
+        // SAFETY: the caller's contract (this method's `# Safety`).
         unsafe { HostBytes(self.smem).lds_u8(a) }
     }
     unsafe fn lds_u32(&self, a: u32) -> u32 {
+        // SAFETY: the caller's contract (this method's `# Safety`).
         unsafe { HostBytes(self.smem).lds_u32(a) }
     }
     unsafe fn sts_u32(&self, a: u32, v: u32) {
+        // SAFETY: the caller's contract (this method's `# Safety`).
         unsafe { HostBytes(self.smem).sts_u32(a, v) }
     }
     unsafe fn sts_v4(&self, a: u32, v: [u32; 4]) {
+        // SAFETY: the caller's contract (this method's `# Safety`).
         unsafe { HostBytes(self.smem).sts_v4(a, v) }
     }
 }
@@ -588,6 +628,7 @@ fn emu_decode_row(
     // SAFETY: the workspace holds the stored bytes plus 32 bytes, the book
     // and entries are this codebook's, the row is inside `out`.
     run_warp(|w| {
+        // SAFETY: as stated above the call: buffers sized for the kernel.
         let r = unsafe {
             match cb.chunk() {
                 ChunkSize::One => decode_row::<1, _, _, _, _>(

@@ -42,7 +42,7 @@ pub unsafe fn row_word<M: Mem>(m: &M, start: u64, len: u64, q: u64) -> u64 {
         return 0;
     }
     let a = start + off;
-    // SAFETY (all loads): inside the tensor, aligned as each width needs.
+    // SAFETY: (all loads) inside the tensor, aligned as each width needs.
     unsafe {
         if off + 8 <= len {
             if a.is_multiple_of(8) {
@@ -69,7 +69,7 @@ pub unsafe fn row_word<M: Mem>(m: &M, start: u64, len: u64, q: u64) -> u64 {
 /// `a .. a + n` writable.
 #[inline(always)]
 pub unsafe fn store_bytes<M: Mem>(m: &M, a: u64, w: u64, n: u64) {
-    // SAFETY (all stores): inside the destination, aligned as each needs.
+    // SAFETY: (all stores) inside the destination, aligned as each needs.
     unsafe {
         if n == 8 && a.is_multiple_of(8) {
             m.st_u64(a, w);
@@ -239,7 +239,7 @@ pub unsafe fn eval<W: Lanes, M: Mem>(w: &W, m: &M, p: &MeasureParams, wid: u64, 
             // Written out per threshold: a loop of eight with this much in its
             // body is not unrolled, and `acc` indexed by a variable would
             // live in local memory.
-            // SAFETY (each): t < nt is checked inside.
+            // SAFETY: (each) t < nt is checked inside.
             unsafe {
                 add_threshold::<M, 0>(m, &mut acc, b, field, nt, x, v);
                 add_threshold::<M, 1>(m, &mut acc, b, field, nt, x, v);
@@ -515,7 +515,7 @@ impl WarpWriter {
             0
         };
         let is_last = lane == 31;
-        // SAFETY (puts): every word written holds stream bits inside the
+        // SAFETY: (puts) every word written holds stream bits inside the
         // region (the caller's contract).
         unsafe {
             if (is_last || next_rk != rk) && rk < complete {
@@ -589,12 +589,13 @@ unsafe fn lane_payload<M: Mem, const C: u32>(
         // No chunk matches: the payload is the lane's bytes themselves.
         return (x, valid_bits);
     }
-    // SAFETY (loads): q < words, fields inside the book.
+    // SAFETY: (loads) q < words, fields inside the book.
     let mask = unsafe { m.ld_ro_u64(book + 8 * (words + q)) };
     let mut mvw = [0u64; 6];
     let mut i = 0;
     while i < 6 {
         if i < steps(C) {
+            // SAFETY: inside the book's fields, aligned (the caller's contract).
             mvw[i as usize] = unsafe { m.ld_ro_u64(book + 8 * ((2 + i as u64) * words + q)) };
         }
         i += 1;
@@ -743,7 +744,7 @@ unsafe fn encoded_tensor<W: Lanes, M: Mem, const C: u32>(
     let s0 = ((dst % 4) * 8) as u32;
     let end = s0 as u64 + chunks;
     let boundary = end / 32;
-    // SAFETY (this block): the contract of `encode`.
+    // SAFETY: (this block) the contract of `encode`.
     unsafe {
         let pend = if end.is_multiple_of(32) {
             0
@@ -816,7 +817,7 @@ pub unsafe fn encode<W: Lanes, M: Mem, const C: u32>(
     let mut i = wid;
     while i < p.rows {
         let start = p.src + i * p.stride;
-        // SAFETY (this block): sizes holds `rows` u64, offsets `rows + 1`
+        // SAFETY: (this block) sizes holds `rows` u64, offsets `rows + 1`
         // (packed), and the output covers every region (the contract).
         unsafe {
             let stored = m.ld_u64(p.sizes + 8 * i);

@@ -1,7 +1,7 @@
 //! Device side of ibp: the kernels, the few device intrinsics they need, and the
 //! lane/bit arithmetic that the host shares with them.
 //!
-//! Everything outside [`arch`] and `kernels` is plain integer code that
+//! Everything outside `arch`, `hw`, `scan` and `kernels` is plain integer code that
 //! compiles for the host as well as for `nvptx64-nvidia-cuda`, so the CPU codec
 //! and the GPU kernels run literally the same functions and the host can test
 //! them without a GPU.
@@ -23,6 +23,9 @@
 //!   the same traits.
 //! - [`params`]: `#[repr(C)]` kernel parameter blocks, shared with the host.
 //! - `arch` (nvptx only): thread ids, shuffles, ballot, shared memory, cp.async.
+//! - `hw` (nvptx only): the [`simt`] traits on the real machine, one PTX
+//!   instruction a method.
+//! - `scan` (nvptx only): the device-wide scan of stored lengths.
 //! - `kernels` (nvptx only): the thin `extern "ptx-kernel"` entry points.
 #![cfg_attr(not(test), no_std)]
 #![cfg_attr(

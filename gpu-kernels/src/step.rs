@@ -198,7 +198,7 @@ fn width(x: u32, p: u32, j: u32) -> u32 {
 #[inline(always)]
 fn load_params<const C: u32, B: Book>(b: &B, off: u32) -> [u32; 16] {
     let mut p = [0u32; 16];
-    // SAFETY (all loads): inside the book's PARAMS field (whole steps),
+    // SAFETY: (all loads) inside the book's PARAMS field (whole steps),
     // aligned to the load width (`off` is a multiple of 4·16/C bytes).
     unsafe {
         match C {
@@ -248,7 +248,7 @@ fn entry<const C: u32, M: Mem>(m: &M, entries: u64, k: u32) -> Entry {
 /// addresses need ([`store_tail`], kept out of line).
 #[inline(always)]
 fn store16<M: Mem>(m: &M, a: u64, w: [u32; 4], align: u32) {
-    // SAFETY (all stores): the caller owns bytes [a, a + 16) of the output
+    // SAFETY: (all stores) the caller owns bytes [a, a + 16) of the output
     // row; each store is aligned to its width by `align`.
     unsafe {
         if align >= 16 {

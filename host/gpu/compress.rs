@@ -398,7 +398,7 @@ impl Gpu {
     }
 
     /// Compress the rows in `src` (device memory, or host memory the GPU
-    /// can read: a [`PinnedBuffer`] or [`Registered`]) into `layout`, in
+    /// can read: a [`PinnedBuffer`] or [`Registered`](super::Registered)) into `layout`, in
     /// device memory. Blocks until done. See [`Gpu::compress_into`] to reuse
     /// the output's buffers.
     ///

@@ -101,7 +101,7 @@ pub struct HostCompressor {
 }
 
 impl HostCompressor {
-    /// Buffers for tensors of `row_bytes` bytes: [`SETS`] batches of device
+    /// Buffers for tensors of `row_bytes` bytes: three batches of device
     /// buffers (input and output) and one of pinned output. A CUDA context
     /// must be current.
     pub fn new(row_bytes: usize, opts: &HostOptions) -> Result<Self> {
@@ -149,7 +149,7 @@ impl HostCompressor {
     }
 
     /// Compress the rows in `src` (host memory the GPU can read: a
-    /// [`PinnedBuffer`] or [`Registered`]; `row_bytes` as given to
+    /// [`PinnedBuffer`] or [`Registered`](super::Registered); `row_bytes` as given to
     /// [`HostCompressor::new`]) and hand each compressed batch to `sink`, in
     /// order. Returns the total compressed bytes (payload or slots).
     pub fn compress<S: GpuReadable + ?Sized>(
@@ -287,7 +287,7 @@ impl HostCompressor {
 
 impl Gpu {
     /// Compress rows in host memory the GPU can read (a [`PinnedBuffer`] or
-    /// [`Registered`]) without a device copy of the dataset: see
+    /// [`Registered`](super::Registered)) without a device copy of the dataset: see
     /// [`HostCompressor`], which this creates for the call (keep one to
     /// reuse its buffers). Returns the total compressed bytes.
     pub fn compress_host<S: GpuReadable + ?Sized>(

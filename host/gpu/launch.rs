@@ -1,4 +1,4 @@
-//! Every kernel of ibp, with the one parameter block it takes ([`Kernel`]),
+//! Every kernel of ibp, with the one parameter block it takes (`Kernel`),
 //! and the one launch function: a kernel cannot be launched with another
 //! kernel's parameters, and no launch names a kernel by string.
 //!
