@@ -1,0 +1,106 @@
+//! A kernel crate outside the repository, built to PTX with the builder the
+//! way a host crate's `build.rs` would: it depends on ibp's device crate
+//! (`ibp-kernels`) and calls its bit arithmetic from its own kernel.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use ibp_kernel_builder::KernelBuilder;
+
+fn write(path: &Path, text: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+#[test]
+fn a_user_kernel_crate_builds_to_ptx_with_ibp_kernels() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let dir = std::env::temp_dir().join(format!("ibp-user-kernels-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    write(
+        &dir.join("Cargo.toml"),
+        &format!(
+            r#"[package]
+name = "user-kernels"
+version = "0.1.0"
+edition = "2024"
+
+[lib]
+crate-type = ["rlib"]
+
+[dependencies]
+ibp-kernels = {{ path = "{}" }}
+
+[workspace]
+
+[profile.release]
+panic = "abort"
+
+[profile.dev]
+panic = "abort"
+"#,
+            repo.join("gpu-kernels").display()
+        ),
+    );
+    write(
+        &dir.join("src/lib.rs"),
+        r#"#![no_std]
+#![cfg_attr(target_arch = "nvptx64", feature(abi_ptx))]
+
+/// Writes the low-`n`-bits mask through ibp's own bit arithmetic.
+///
+/// # Safety
+/// `out` is a writable u64.
+#[cfg(target_arch = "nvptx64")]
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn user_low_mask(out: *mut u64, n: u32) {
+    // SAFETY: the caller's contract.
+    unsafe { *out = ibp_kernels::bits::low_mask(n) };
+}
+"#,
+    );
+    // The nightly of ibp's rust-toolchain.toml (this test runs inside the
+    // repository, so rustup resolves `rustc` to it).
+    let sysroot = Command::new("rustc")
+        .args(["--print", "sysroot"])
+        .output()
+        .expect("rustc runs");
+    let rustc = PathBuf::from(String::from_utf8_lossy(&sysroot.stdout).trim())
+        .join("bin")
+        .join("rustc");
+    let ptx = KernelBuilder::new(&dir)
+        .arch("sm_80")
+        .rustc(&rustc)
+        .target_dir(dir.join("target"))
+        .copy_to(dir.join("user.ptx"))
+        .build()
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(ptx, dir.join("user.ptx"));
+    let text = std::fs::read_to_string(&ptx).unwrap();
+    assert!(
+        text.contains(".entry user_low_mask"),
+        "no kernel entry in the PTX:\n{}",
+        &text[..text.len().min(2000)]
+    );
+    assert!(text.contains(".target sm_80"), "not built for sm_80");
+    // ptxas (scripts/setup.sh installs it) must accept it for the GPUs ibp
+    // targets.
+    if let Some(ptxas) = std::env::var_os("IBP_PTXAS").filter(|p| Path::new(p).exists()) {
+        for arch in ["sm_80", "sm_90"] {
+            let out = Command::new(&ptxas)
+                .args(["-arch", arch, "-o", "/dev/null"])
+                .arg(&ptx)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "ptxas {arch}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+    // A folder without a kernel crate is a clear error, not a panic.
+    let e = KernelBuilder::new(dir.join("nowhere")).build().unwrap_err();
+    assert!(e.to_string().contains("no kernel crate"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
