@@ -605,7 +605,7 @@ fn emu_decode_row(
     flags: u32,
 ) -> Option<Vec<u8>> {
     use ibp_kernels::book::Layout;
-    use ibp_kernels::step::{Contig, Geometry, RowAt, decode_row};
+    use ibp_kernels::step::{Contig, Geometry, RowStore, decode_row};
 
     let l = cb.row_bytes();
     let mut ws = Aligned::from(&vec![0xa5u8; shift + stored.len() + 32]);
@@ -621,47 +621,53 @@ fn emu_decode_row(
         entries: entries.addr(),
         flags,
     };
-    let r = RowAt::new(e_bytes, out.addr() + out_shift as u64);
+    let dst = out.addr() + out_shift as u64;
     let ok = AtomicU32::new(0);
     let ws_mem = HostBytes(ws.addr());
     let book_mem = HostBytes(book.addr());
     // SAFETY: the workspace holds the stored bytes plus 32 bytes, the book
     // and entries are this codebook's, the row is inside `out`.
     run_warp(|w| {
+        // SAFETY: the row is inside `out`.
+        let mut sink = unsafe { RowStore::new(&EmuMem, dst) };
         // SAFETY: as stated above the call: buffers sized for the kernel.
         let r = unsafe {
             match cb.chunk() {
-                ChunkSize::One => decode_row::<1, _, _, _, _>(
+                ChunkSize::One => decode_row::<1, _, _, _, _, _>(
                     w,
                     &mut Contig::new(&ws_mem, shift as u32),
                     &book_mem,
                     &EmuMem,
                     &g,
-                    r,
+                    e_bytes,
+                    &mut sink,
                 ),
-                ChunkSize::Two => decode_row::<2, _, _, _, _>(
+                ChunkSize::Two => decode_row::<2, _, _, _, _, _>(
                     w,
                     &mut Contig::new(&ws_mem, shift as u32),
                     &book_mem,
                     &EmuMem,
                     &g,
-                    r,
+                    e_bytes,
+                    &mut sink,
                 ),
-                ChunkSize::Four => decode_row::<4, _, _, _, _>(
+                ChunkSize::Four => decode_row::<4, _, _, _, _, _>(
                     w,
                     &mut Contig::new(&ws_mem, shift as u32),
                     &book_mem,
                     &EmuMem,
                     &g,
-                    r,
+                    e_bytes,
+                    &mut sink,
                 ),
-                ChunkSize::Eight => decode_row::<8, _, _, _, _>(
+                ChunkSize::Eight => decode_row::<8, _, _, _, _, _>(
                     w,
                     &mut Contig::new(&ws_mem, shift as u32),
                     &book_mem,
                     &EmuMem,
                     &g,
-                    r,
+                    e_bytes,
+                    &mut sink,
                 ),
             }
         };
@@ -1155,6 +1161,96 @@ fn emulated_gathers_take_u32_indices_and_strided_output() {
                     assert!(gap.iter().all(|&b| b == 0xa7), "{what}: gap after row {i}");
                 }
             }
+        }
+    }
+}
+
+/// A consumer of decoded rows in registers: each lane sums the bytes it is
+/// handed (a stand-in for a fused reduction).
+struct SumSink(u64);
+
+impl ibp_kernels::step::Sink for SumSink {
+    fn put(&mut self, _ob: u32, w: [u32; 4], n: u32) {
+        for i in 0..n {
+            self.0 += ((w[(i / 4) as usize] >> (8 * (i % 4))) & 0xff) as u64;
+        }
+    }
+}
+
+#[test]
+fn a_sink_receives_the_row_in_registers() {
+    use ibp_kernels::book::Layout;
+    use ibp_kernels::step::{Contig, Geometry, decode_row};
+    for (l, chunk) in [
+        (100usize, ChunkSize::Four),
+        (1531, ChunkSize::Two),
+        (5732, ChunkSize::Eight),
+    ] {
+        let data = float_rows(6, l, 77);
+        let rows = Rows::new(&data, l).unwrap();
+        let opts = FitOptions::default().with_chunk(crate::fit::ChunkChoice::Fixed(chunk));
+        let cb = fit(rows, &opts).unwrap().codebook;
+        let packed = compress_packed(&cb, rows).unwrap();
+        let book = Aligned::from(&decode_book(&cb));
+        let entries = Aligned::from(&decoder_table(&cb));
+        let k = cb.chunks() as u32;
+        let g = Geometry {
+            chunks: k,
+            row_bytes: l as u32,
+            layout: Layout::new(k, cb.chunk().bytes()),
+            entries: entries.addr(),
+            flags: 0,
+        };
+        for i in 0..6 {
+            if packed.flags[i / 8] >> (i % 8) & 1 == 0 {
+                continue;
+            }
+            let stored =
+                &packed.payload[packed.offsets[i] as usize..packed.offsets[i + 1] as usize];
+            let ws = Aligned::from(&[stored, &[0u8; 32][..]].concat());
+            let (ws_mem, book_mem) = (HostBytes(ws.addr()), HostBytes(book.addr()));
+            let total = AtomicU64::new(0);
+            run_warp(|w| {
+                let mut sink = SumSink(0);
+                // SAFETY: the workspace holds the stored bytes plus 32, the
+                // book and entries are this codebook's.
+                let ok = unsafe {
+                    let mut src = Contig::new(&ws_mem, 0);
+                    match chunk {
+                        ChunkSize::Two => decode_row::<2, _, _, _, _, _>(
+                            w,
+                            &mut src,
+                            &book_mem,
+                            &EmuMem,
+                            &g,
+                            stored.len() as u32,
+                            &mut sink,
+                        ),
+                        ChunkSize::Four => decode_row::<4, _, _, _, _, _>(
+                            w,
+                            &mut src,
+                            &book_mem,
+                            &EmuMem,
+                            &g,
+                            stored.len() as u32,
+                            &mut sink,
+                        ),
+                        _ => decode_row::<8, _, _, _, _, _>(
+                            w,
+                            &mut src,
+                            &book_mem,
+                            &EmuMem,
+                            &g,
+                            stored.len() as u32,
+                            &mut sink,
+                        ),
+                    }
+                };
+                assert!(ok);
+                total.fetch_add(sink.0, Relaxed);
+            });
+            let want: u64 = data[i * l..(i + 1) * l].iter().map(|&b| b as u64).sum();
+            assert_eq!(total.load(Relaxed), want, "L={l} row {i}");
         }
     }
 }

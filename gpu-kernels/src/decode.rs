@@ -48,7 +48,7 @@ use crate::params::{
     DECODE_MODE_IDEAL, DecodeParams, FETCH_LOAD_STORE, STATUS_BAD_INDEX, STATUS_CORRUPT,
 };
 use crate::simt::{Book, Machine, inclusive_scan, shfl_idx64, warp_sum64};
-use crate::step::{self, Contig, Geometry, RowAt, Source, shared_raw32};
+use crate::step::{self, Contig, Geometry, RowStore, Source, shared_raw32};
 use crate::table::{window32, window64};
 
 const LINE: u64 = 128;
@@ -437,19 +437,21 @@ impl<H: Machine, B: Book> Ctx<'_, H, B> {
         self.zero_row(out);
     }
 
-    /// Decode with the step, reading through `src`.
+    /// Decode with the step, reading through `src`, into row `out`.
     #[inline(always)]
     fn step<S: Source>(&self, src: &mut S, e_bytes: u32, out: u64) -> bool {
-        let (g, r, h) = (&self.geo, RowAt::new(e_bytes, out), self.h);
+        let (g, h) = (&self.geo, self.h);
+        // SAFETY: the row is inside the launch's output (`run`'s contract).
+        let mut sink = unsafe { RowStore::new(h, out) };
+        let k = &mut sink;
         // SAFETY: `src` holds the tensor's stored bytes; the book and entry
-        // table are the dataset's (the host built both from one codebook);
-        // the row is inside `out`.
+        // table are the dataset's (the host built both from one codebook).
         unsafe {
             match self.p.chunk {
-                1 => step::decode_row::<1, _, _, _, _>(h, src, self.book, h, g, r),
-                2 => step::decode_row::<2, _, _, _, _>(h, src, self.book, h, g, r),
-                4 => step::decode_row::<4, _, _, _, _>(h, src, self.book, h, g, r),
-                _ => step::decode_row::<8, _, _, _, _>(h, src, self.book, h, g, r),
+                1 => step::decode_row::<1, _, _, _, _, _>(h, src, self.book, h, g, e_bytes, k),
+                2 => step::decode_row::<2, _, _, _, _, _>(h, src, self.book, h, g, e_bytes, k),
+                4 => step::decode_row::<4, _, _, _, _, _>(h, src, self.book, h, g, e_bytes, k),
+                _ => step::decode_row::<8, _, _, _, _, _>(h, src, self.book, h, g, e_bytes, k),
             }
         }
     }

@@ -583,7 +583,7 @@ mod probe {
     use super::{Hw, SharedBook};
     use crate::book::{CLASS_GENERAL, CLASS_NONE_FREE, CLASS_TWO_RUNS, Layout};
     use crate::params::DecodeParams;
-    use crate::step::{Contig, Geometry, RowAt, decode_row_as};
+    use crate::step::{Contig, Geometry, RowStore, decode_row_as};
 
     macro_rules! probe {
         ($name:ident, $c:literal, $class:expr, $prefix:literal) => {
@@ -603,19 +603,19 @@ mod probe {
                 };
                 // SAFETY: never launched.
                 let mut src = unsafe { Contig::new(&Hw, p.ring_lines) };
+                // SAFETY: never launched (a 16-aligned row: the probes
+                // count the steady state's 16-byte store).
+                let mut sink = unsafe { RowStore::new(&Hw, p.out & !15) };
                 // SAFETY: never launched.
                 let ok = unsafe {
-                    decode_row_as::<$c, { $class }, $prefix, false, _, _, _, _>(
+                    decode_row_as::<$c, { $class }, $prefix, false, _, _, _, _, _>(
                         &Hw,
                         &mut src,
                         &SharedBook(0),
                         &Hw,
                         &g,
-                        RowAt {
-                            e_bytes: p.pbuf_words,
-                            out: p.out,
-                            align: 16,
-                        },
+                        p.pbuf_words,
+                        &mut sink,
                     )
                 };
                 if !ok {

@@ -67,32 +67,53 @@ pub struct Geometry {
     pub flags: u32,
 }
 
-/// Where a tensor's output row goes.
-#[derive(Clone, Copy, Debug)]
-pub struct RowAt {
-    /// Stored bytes (`E`).
-    pub e_bytes: u32,
-    /// Global address of the output row.
-    pub out: u64,
-    /// The largest power of two, at most 16, dividing `out`.
-    pub align: u32,
+/// Where the step puts each lane's decoded bytes.
+///
+/// Q: why a sink rather than a store?
+/// A: a consumer kernel can take the row in registers, 16 bytes a lane a
+/// step (reduce it, convert it, multiply it), without writing it to memory
+/// and reading it back; ibp's own kernels use [`RowStore`]. Every lane calls
+/// [`Sink::put`] once a step, so a sink may use shuffles.
+pub trait Sink {
+    /// Row bytes `[ob, ob + n)` are in `w` (little-endian, byte `i` of the
+    /// lane's 16 in byte `i % 4` of word `i / 4`); `n` is 16 inside the
+    /// row, less in its last step, and 0 for lanes past its end (their
+    /// `w` is meaningless).
+    fn put(&mut self, ob: u32, w: [u32; 4], n: u32);
 }
 
-impl RowAt {
-    /// A row of `e_bytes` stored bytes decoded to `out` (its alignment
-    /// derived).
+/// A sink that stores the row at a global address.
+pub struct RowStore<'a, M> {
+    m: &'a M,
+    out: u64,
+    align: u32,
+}
+
+impl<'a, M: Mem> RowStore<'a, M> {
+    /// The row at global address `out`.
+    ///
+    /// # Safety
+    /// `out .. out + L` is writable global memory for the whole decode.
     #[inline(always)]
-    pub const fn new(e_bytes: u32, out: u64) -> Self {
+    pub unsafe fn new(m: &'a M, out: u64) -> Self {
         let low = (out as u32) & 15;
         let align = if low == 0 {
             16
         } else {
             1 << low.trailing_zeros()
         };
-        RowAt {
-            e_bytes,
-            out,
-            align,
+        RowStore { m, out, align }
+    }
+}
+
+impl<M: Mem> Sink for RowStore<'_, M> {
+    #[inline(always)]
+    fn put(&mut self, ob: u32, w: [u32; 4], n: u32) {
+        if n == 16 {
+            store16(self.m, self.out + ob as u64, w, self.align);
+        } else if n > 0 {
+            // SAFETY: the row's last bytes, [ob, ob + n) (`RowStore::new`).
+            unsafe { store_tail(self.m, self.out + ob as u64, w[0], w[1], w[2], w[3], n) };
         }
     }
 }
@@ -291,28 +312,29 @@ unsafe fn store_tail<M: Mem>(m: &M, a: u64, w0: u32, w1: u32, w2: u32, w3: u32, 
     }
 }
 
-/// Decode the encoded tensor of `r.e_bytes` stored bytes read through `s`
-/// into the output row at global address `r.out`. Returns false when its bits disagree with its
+/// Decode the encoded tensor of `e_bytes` stored bytes read through `s`,
+/// handing its row to `sink` 16 bytes a lane a step. Returns false when its bits disagree with its
 /// length or padding (corrupt); nothing outside the stored bytes (plus the
 /// region's padding) is read either way.
 ///
 /// Every lane calls this with the same arguments (warp-uniform control).
 ///
 /// # Safety
-/// `s` holds the tensor's `r.e_bytes` stored bytes; the book `b`
-/// holds a [`Layout`] of `g.layout`; `g.entries` holds `K` entries; the
-/// output row `[r.out, r.out + L)` is writable; `r.e_bytes ≥ ⌈K/8⌉`.
+/// `s` holds the tensor's `e_bytes` stored bytes; the book `b` holds a
+/// [`Layout`] of `g.layout`; `g.entries` holds `K` entries; `e_bytes ≥
+/// ⌈K/8⌉`.
 #[inline(always)]
-pub unsafe fn decode_row<const C: u32, W: Lanes, S: Source, B: Book, M: Mem>(
+pub unsafe fn decode_row<const C: u32, W: Lanes, S: Source, B: Book, M: Mem, K: Sink>(
     w: &W,
     s: &mut S,
     b: &B,
     m: &M,
     g: &Geometry,
-    r: RowAt,
+    e_bytes: u32,
+    sink: &mut K,
 ) -> bool {
     // SAFETY: forwarded.
-    unsafe { decode_row_as::<C, ANY, ANY, true, W, S, B, M>(w, s, b, m, g, r) }
+    unsafe { decode_row_as::<C, ANY, ANY, true, W, S, B, M, K>(w, s, b, m, g, e_bytes, sink) }
 }
 
 /// `CLASS` / `PREFIX` value of [`decode_row_as`]: decided at run time.
@@ -339,19 +361,16 @@ pub unsafe fn decode_row_as<
     S: Source,
     B: Book,
     M: Mem,
+    K: Sink,
 >(
     w: &W,
     s: &mut S,
     b: &B,
     m: &M,
     g: &Geometry,
-    r: RowAt,
+    e_bytes: u32,
+    sink: &mut K,
 ) -> bool {
-    let RowAt {
-        e_bytes,
-        out,
-        align,
-    } = r;
     let cpl = chunks_per_lane(C);
     let k_total = g.chunks;
     let lay = g.layout;
@@ -535,12 +554,12 @@ pub unsafe fn decode_row_as<
                 }
             });
         }
-        if !TAIL || ob + 16 <= g.row_bytes {
-            store16(m, out + ob as u64, o, align);
-        } else if ob < g.row_bytes {
-            // SAFETY: the row's last bytes, [ob, L).
-            unsafe { store_tail(m, out + ob as u64, o[0], o[1], o[2], o[3], g.row_bytes - ob) };
-        }
+        let n = if !TAIL {
+            16
+        } else {
+            g.row_bytes.saturating_sub(ob).min(16)
+        };
+        sink.put(ob, o, n);
         pos += sum;
         step += 1;
     }
