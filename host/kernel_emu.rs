@@ -29,6 +29,9 @@ struct EmuLane<'a> {
     ex: &'a Exchange,
     /// Host address of the warp's shared memory (0: none).
     smem: u64,
+    /// This lane's asynchronous copies not yet landed: committed groups in
+    /// order, then the open group (destination, the 16 bytes read at issue).
+    pending: std::cell::RefCell<Vec<Vec<(u32, [u32; 4])>>>,
 }
 
 impl EmuLane<'_> {
@@ -270,18 +273,53 @@ impl Shared for EmuLane<'_> {
     }
 }
 
-/// Copies complete at once on the host: an asynchronous copy is a plain
-/// copy, and the waits only keep the lanes together.
+/// Asynchronous copies as the hardware may perform them: a copy lands in
+/// shared memory only when a wait says it must have (`cp.async.wait_all`:
+/// every copy; `wait_group 1`: every committed group but the newest), so a
+/// kernel that reads its workspace before waiting reads stale bytes here,
+/// and the tests catch it.
 impl Async for EmuLane<'_> {
     unsafe fn cp16(&self, dst: u32, src: u64) {
         // SAFETY: as `Async::cp16` requires of its caller.
-        unsafe { HostBytes(self.smem).sts_v4(dst, EmuMem.ld_v4(src)) }
+        let v = unsafe { EmuMem.ld_v4(src) };
+        let mut p = self.pending.borrow_mut();
+        if p.is_empty() {
+            p.push(Vec::new());
+        }
+        p.last_mut().unwrap().push((dst, v));
     }
-    fn commit(&self) {}
-    fn wait_all(&self) {}
-    fn wait_all_but_last(&self) {}
+    fn commit(&self) {
+        // The open group is closed; later copies open a new one.
+        self.pending.borrow_mut().push(Vec::new());
+    }
+    fn wait_all(&self) {
+        let groups = std::mem::take(&mut *self.pending.borrow_mut());
+        self.land(groups.into_iter().flatten());
+    }
+    fn wait_all_but_last(&self) {
+        let mut p = self.pending.borrow_mut();
+        // The open group (after the last commit) is not waited for, nor is
+        // the newest committed group.
+        let open = p.pop().unwrap_or_default();
+        let newest = p.pop().unwrap_or_default();
+        let done: Vec<_> = std::mem::take(&mut *p).into_iter().flatten().collect();
+        p.push(newest);
+        p.push(open);
+        drop(p);
+        self.land(done.into_iter());
+    }
     fn sync_warp(&self) {
         self.ex.barrier.wait();
+    }
+}
+
+impl EmuLane<'_> {
+    /// Write landed copies into shared memory.
+    fn land(&self, copies: impl Iterator<Item = (u32, [u32; 4])>) {
+        for (dst, v) in copies {
+            // SAFETY: `dst` was a valid destination when the copy was issued.
+            unsafe { HostBytes(self.smem).sts_v4(dst, v) };
+        }
     }
 }
 
@@ -299,7 +337,14 @@ fn run_warp_with(smem: u64, body: impl Fn(&EmuLane<'_>) + Sync) {
     std::thread::scope(|s| {
         for lane in 0..32 {
             let (ex, body) = (&ex, &body);
-            s.spawn(move || body(&EmuLane { lane, ex, smem }));
+            s.spawn(move || {
+                body(&EmuLane {
+                    lane,
+                    ex,
+                    smem,
+                    pending: Default::default(),
+                })
+            });
         }
     });
 }
