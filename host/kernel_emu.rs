@@ -24,6 +24,9 @@ struct Exchange {
 }
 
 /// One lane of the emulated warp.
+/// A group of asynchronous copies: (shared destination, 16 bytes).
+type CopyGroup = Vec<(u32, [u32; 4])>;
+
 struct EmuLane<'a> {
     lane: u32,
     ex: &'a Exchange,
@@ -31,7 +34,7 @@ struct EmuLane<'a> {
     smem: u64,
     /// This lane's asynchronous copies not yet landed: committed groups in
     /// order, then the open group (destination, the 16 bytes read at issue).
-    pending: std::cell::RefCell<Vec<Vec<(u32, [u32; 4])>>>,
+    pending: std::cell::RefCell<Vec<CopyGroup>>,
 }
 
 impl EmuLane<'_> {
@@ -1296,6 +1299,116 @@ fn a_sink_receives_the_row_in_registers() {
             });
             let want: u64 = data[i * l..(i + 1) * l].iter().map(|&b| b as u64).sum();
             assert_eq!(total.load(Relaxed), want, "L={l} row {i}");
+        }
+    }
+}
+
+#[test]
+fn the_device_api_decodes_rows_into_a_user_sink() {
+    use ibp_kernels::device::{DatasetView, RowError, decode_row};
+    use ibp_kernels::step::RowStore;
+    for (l, chunk) in [
+        (100usize, ChunkSize::Four),
+        (1531, ChunkSize::Two),
+        (5732, ChunkSize::Eight),
+        (9000, ChunkSize::One),
+    ] {
+        let n = 5;
+        let data = float_rows(n, l, 5 + l as u64);
+        let rows = Rows::new(&data, l).unwrap();
+        let opts = FitOptions::default().with_chunk(crate::fit::ChunkChoice::Fixed(chunk));
+        let cb = fit(rows, &opts).unwrap().codebook;
+        let packed = compress_packed(&cb, rows).unwrap();
+        let fixed = compress_fixed(&cb, rows).unwrap();
+        let lens: Vec<u32> = (0..n)
+            .map(|i| {
+                let s = &fixed.slots[i * l..(i + 1) * l];
+                if fixed.flags[i / 8] >> (i % 8) & 1 == 1 {
+                    crate::encode::stream_len(&cb, s).unwrap() as u32
+                } else {
+                    l as u32
+                }
+            })
+            .collect();
+        let book = Aligned::from(&decode_book(&cb));
+        let entries = Aligned::from(&decoder_table(&cb));
+        let payload = Lined::from(&packed.payload);
+        let slots = Lined::from(&fixed.slots);
+        let offsets = Aligned::from(bytemuck::cast_slice(&packed.offsets));
+        let lengths = Aligned::from(bytemuck::cast_slice(&lens));
+        let pflags = Aligned::from(&packed.flags);
+        let fflags = Aligned::from(&fixed.flags);
+        let base = DatasetView {
+            rows: n as u64,
+            row_bytes: l as u64,
+            book: book.addr(),
+            entries: entries.addr(),
+            book_bytes: book.1 as u32,
+            chunk: cb.chunk().bytes(),
+            ..Default::default()
+        };
+        let views = [
+            (
+                "packed",
+                DatasetView {
+                    src: payload.addr(),
+                    offsets: offsets.addr(),
+                    flags: pflags.addr(),
+                    ..base
+                },
+            ),
+            (
+                "fixed",
+                DatasetView {
+                    src: slots.addr(),
+                    flags: fflags.addr(),
+                    ..base
+                },
+            ),
+            (
+                "fixed+lengths",
+                DatasetView {
+                    src: slots.addr(),
+                    lengths: lengths.addr(),
+                    flags: fflags.addr(),
+                    ..base
+                },
+            ),
+        ];
+        for (what, view) in views {
+            let smem = Aligned::from(&vec![0x3cu8; view.workspace_bytes() as usize]);
+            let smem_addr = smem.addr();
+            for t in 0..n as u64 + 1 {
+                // The row lands 3 bytes into a poisoned buffer (unaligned).
+                let out = Aligned::from(&vec![0xeeu8; l + 8]);
+                let dst = out.addr() + 3;
+                let verdict = std::sync::Mutex::new(None);
+                run_warp_with(smem_addr, |w| {
+                    // SAFETY: the row fits in `out` after 3 bytes.
+                    let mut sink = unsafe { RowStore::new(&EmuMem, dst) };
+                    // SAFETY: every buffer is the dataset's, the workspace
+                    // holds `workspace_bytes`.
+                    let r =
+                        unsafe { decode_row(w, &view, &HostBytes(book.addr()), 0, t, &mut sink) };
+                    *verdict.lock().unwrap() = Some(r);
+                });
+                let r = verdict.into_inner().unwrap().unwrap();
+                if t == n as u64 {
+                    assert_eq!(r, Err(RowError::BadIndex), "L={l} {what}");
+                    continue;
+                }
+                assert_eq!(r, Ok(()), "L={l} {what} row {t}");
+                let t = t as usize;
+                let got = out.bytes();
+                assert!(
+                    got[3..3 + l] == data[t * l..(t + 1) * l],
+                    "L={l} {what} row {t}"
+                );
+                assert!(
+                    got[..3].iter().chain(&got[3 + l..]).all(|&b| b == 0xee),
+                    "L={l} {what} row {t}: stray write"
+                );
+            }
         }
     }
 }

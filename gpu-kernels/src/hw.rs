@@ -9,7 +9,7 @@ use crate::simt::{Async, Book, Lanes, Mem, Shared};
 /// The real machine behind [`Lanes`], [`Mem`] and [`Shared`]: each method is
 /// one PTX instruction (global memory for `Mem`, shared memory for
 /// `Shared`).
-pub(crate) struct Hw;
+pub struct Hw;
 
 impl Lanes for Hw {
     #[inline(always)]
@@ -83,7 +83,7 @@ impl Async for Hw {
 }
 
 /// The decode book copied into shared memory, at this shared address.
-pub(crate) struct SharedBook(pub u32);
+pub struct SharedBook(pub u32);
 
 // SAFETY (every method): forwarded to the caller, as `Book` documents.
 impl Book for SharedBook {
@@ -106,7 +106,7 @@ impl Book for SharedBook {
 }
 
 /// The decode book in global memory (read-only path), at this address.
-pub(crate) struct GlobalBook(pub u64);
+pub struct GlobalBook(pub u64);
 
 // SAFETY (every method): forwarded to the caller, as `Book` documents; the
 // book is never written during a launch.

@@ -21,6 +21,8 @@
 //!   [`simt`] traits.
 //! - [`decode`]: the decode kernel's body (batch and streaming modes), over
 //!   the same traits.
+//! - [`device`]: decode inside your own kernel (a row at a time, into a
+//!   [`step::Sink`]).
 //! - [`params`]: `#[repr(C)]` kernel parameter blocks, shared with the host.
 //! - `arch` (nvptx only): thread ids, shuffles, ballot, shared memory, cp.async.
 //! - `hw` (nvptx only): the [`simt`] traits on the real machine, one PTX
@@ -38,6 +40,7 @@ pub mod bits;
 pub mod book;
 pub mod count;
 pub mod decode;
+pub mod device;
 pub mod encode;
 pub mod params;
 pub mod simt;
@@ -48,7 +51,7 @@ pub mod warp;
 #[cfg(target_arch = "nvptx64")]
 pub mod arch;
 #[cfg(target_arch = "nvptx64")]
-mod hw;
+pub mod hw;
 #[cfg(target_arch = "nvptx64")]
 mod kernels;
 #[cfg(target_arch = "nvptx64")]

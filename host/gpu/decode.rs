@@ -212,6 +212,30 @@ impl GpuDataset {
         })
     }
 
+    /// The dataset as a user kernel reads it, for
+    /// `ibp_kernels::device::decode_row` (decode inside your own kernel).
+    /// The addresses stay valid while the dataset lives.
+    pub fn device_view(&self) -> ibp_kernels::device::DatasetView {
+        ibp_kernels::device::DatasetView {
+            src: self.payload.device_addr(),
+            offsets: self
+                .offsets
+                .as_ref()
+                .map_or(0, |o| o.as_device_ptr().as_raw()),
+            lengths: self
+                .lengths
+                .as_ref()
+                .map_or(0, |b| b.as_device_ptr().as_raw()),
+            flags: self.flags.as_device_ptr().as_raw(),
+            book: self.book.as_device_ptr().as_raw(),
+            entries: self.table.as_device_ptr().as_raw(),
+            rows: self.rows,
+            row_bytes: self.row_bytes,
+            book_bytes: self.book_bytes as u32,
+            chunk: self.chunk,
+        }
+    }
+
     /// Number of tensors.
     pub fn rows(&self) -> u64 {
         self.rows

@@ -1,0 +1,213 @@
+//! Decode inside your own kernel: the public device API.
+//!
+//! A user kernel (built with `ibp-kernel-builder`, depending on this crate)
+//! decodes rows of a compressed dataset one warp per row, and takes each
+//! row 16 bytes a lane a step through a [`Sink`] — in registers, so a
+//! reduction, a conversion or a product never writes the row to memory.
+//!
+//! ```ignore
+//! // in a user kernel, one warp per output (all 32 lanes call):
+//! let view: DatasetView = params.view;             // from GpuDataset::device_view
+//! let ws = warp_workspace;                         // view.workspace_bytes() of shared memory
+//! let book = GlobalBook(view.book);                // or the book copied to shared memory
+//! let mut sum = MySumSink::default();
+//! let r = unsafe { ibp_kernels::device::decode_row(&Hw, &view, &book, ws, row, &mut sum) };
+//! ```
+//!
+//! The fetch is bounded exactly as the built-in kernels' (whole 128-byte
+//! lines that hold bytes of the row's slot, never past it), a corrupt row
+//! is reported ([`RowError::Corrupt`]) and nothing outside its slot is read;
+//! the decode itself is the built-in kernels' step ([`crate::step`]).
+
+use crate::bits::WARP;
+use crate::book::Layout;
+use crate::simt::{Book, Machine, warp_sum64};
+use crate::step::{self, Contig, Geometry, Sink, shared_raw32};
+
+const LINE: u64 = 128;
+
+/// A compressed dataset as a kernel reads it; the host fills it
+/// (`ibp::gpu::GpuDataset::device_view`). Addresses are global ones (device
+/// memory, or mapped pinned host memory).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DatasetView {
+    /// The stored bytes (payload or slots).
+    pub src: u64,
+    /// Packed layout: `rows + 1` u64 offsets; 0 for fixed-stride.
+    pub offsets: u64,
+    /// Fixed-stride, optional: one u32 stored length per row; 0 to derive
+    /// each length from its participation bits.
+    pub lengths: u64,
+    /// The flag bitmap (bit `t`: row `t` is stored encoded).
+    pub flags: u64,
+    /// The decode book (`crate::book`).
+    pub book: u64,
+    /// The per-chunk entry table (`crate::table`).
+    pub entries: u64,
+    /// Rows.
+    pub rows: u64,
+    /// Bytes per row (`L`).
+    pub row_bytes: u64,
+    /// Bytes of the decode book.
+    pub book_bytes: u32,
+    /// Chunk size in bytes.
+    pub chunk: u32,
+}
+
+impl DatasetView {
+    /// Chunks per row.
+    #[inline(always)]
+    pub const fn chunks(&self) -> u32 {
+        let shift = self.chunk.trailing_zeros() & 3;
+        ((self.row_bytes + (1 << shift) - 1) >> shift) as u32
+    }
+
+    /// Shared memory one warp needs for [`decode_row`]: the lines a row's
+    /// slot can touch at the worst alignment, and 16 bytes of padding.
+    #[inline(always)]
+    pub const fn workspace_bytes(&self) -> u32 {
+        (((self.row_bytes + 2 * LINE - 2) / LINE) * LINE + 16) as u32
+    }
+}
+
+/// Why a row was not decoded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RowError {
+    /// The row number is not below `rows`.
+    BadIndex,
+    /// The stored row disagrees with its length or padding.
+    Corrupt,
+}
+
+/// Decode row `t` of `view` into `sink`, the calling warp's 32 lanes
+/// together (warp-uniform control: every lane passes the same arguments).
+///
+/// The row's stored bytes are read with 16-byte loads into the warp's
+/// workspace at shared address `ws` (16-aligned), then decoded by the step
+/// of the built-in kernels; a raw row is handed over as it is. On `Err` the
+/// sink may have received part of the row.
+///
+/// # Safety
+/// `view` describes a dataset the host validated (`GpuDataset`): its
+/// buffers hold what its fields say; `book` reads that dataset's decode
+/// book; `ws .. ws + view.workspace_bytes()` is this warp's shared memory.
+#[inline(always)]
+pub unsafe fn decode_row<H: Machine, B: Book, K: Sink>(
+    h: &H,
+    view: &DatasetView,
+    book: &B,
+    ws: u32,
+    t: u64,
+    sink: &mut K,
+) -> Result<(), RowError> {
+    if t >= view.rows {
+        return Err(RowError::BadIndex);
+    }
+    let l = view.row_bytes;
+    let k = view.chunks();
+    // SAFETY: t < rows: flag byte t / 8, offsets t and t + 1, length t.
+    let encoded = unsafe { h.ld_u8(view.flags + t / 8) } >> (t % 8) & 1 == 1;
+    let (start, known) = if view.offsets != 0 {
+        // SAFETY: as above.
+        let (a, b) = unsafe {
+            (
+                h.ld_u64(view.offsets + 8 * t),
+                h.ld_u64(view.offsets + 8 * t + 8),
+            )
+        };
+        (a, Some(b.wrapping_sub(a)))
+    } else if view.lengths != 0 {
+        // SAFETY: as above.
+        (
+            t * l,
+            Some(unsafe { h.ld_u32(view.lengths + 4 * t) } as u64),
+        )
+    } else {
+        (t * l, None)
+    };
+    let pbytes = (k as u64).div_ceil(8);
+    let slot = match known {
+        Some(n) if encoded && (n < pbytes || n >= l) => return Err(RowError::Corrupt),
+        Some(n) if !encoded && n != l => return Err(RowError::Corrupt),
+        Some(n) => n,
+        // Fixed-stride, length to derive: the whole slot may be read.
+        None => l,
+    };
+    // Fetch the lines that hold the slot's bytes, 16 bytes a lane.
+    let src = view.src + start;
+    let first = src / LINE;
+    let pieces = ((src + slot).div_ceil(LINE) - first) * 8;
+    let mut q = h.lane() as u64;
+    while q < pieces {
+        let a = (first + q / 8) * LINE + (q % 8) * 16;
+        // SAFETY: whole lines overlapping the slot (inside its allocation's
+        // pages); the destination is inside the workspace.
+        unsafe { h.sts_v4(ws + ((q / 8) * LINE + (q % 8) * 16) as u32, h.ld_v4(a)) };
+        q += WARP as u64;
+    }
+    h.sync_warp();
+    let base = ws + (src % LINE) as u32;
+    if !encoded {
+        // A raw row: 16 bytes a lane a step, as the decode would hand them.
+        let mut ob = 16 * h.lane();
+        while ob < (l as u32).next_multiple_of(16 * WARP) {
+            // Lanes past the row read nothing (the workspace ends there).
+            let w = if (ob as u64) < l {
+                [0, 4, 8, 12].map(|i| shared_raw32(h, base, 8 * (ob + i)))
+            } else {
+                [0; 4]
+            };
+            let n = (l as u32).saturating_sub(ob).min(16);
+            sink.put(ob, w, n);
+            ob += 16 * WARP;
+        }
+        return Ok(());
+    }
+    let layout = Layout::new(k, view.chunk);
+    let e_bytes = match known {
+        Some(n) => n as u32,
+        None => {
+            // E from the participation bits: the bits every matching chunk
+            // saves, summed over the warp.
+            let mut saved = 0u64;
+            let mut c = h.lane();
+            while c < k {
+                if shared_raw32(h, base, c) & 1 == 1 {
+                    // SAFETY: c < K, inside the book's PARAMS field.
+                    let x = unsafe { book.ld_u32(layout.params + 4 * c) };
+                    saved += ((x >> 24) - ((x >> 16) & 0xff)) as u64;
+                }
+                c += WARP;
+            }
+            let e = (k as u64 + 8 * l - warp_sum64(h, saved)).div_ceil(8);
+            if e >= l {
+                return Err(RowError::Corrupt);
+            }
+            e as u32
+        }
+    };
+    let g = Geometry {
+        chunks: k,
+        row_bytes: l as u32,
+        layout,
+        entries: view.entries,
+        flags: 0,
+    };
+    // SAFETY: the stored bytes are resident at `base`, followed by the rest
+    // of the workspace's lines and its 16 bytes of padding.
+    let mut s = unsafe { Contig::new(h, base) };
+    // SAFETY: the book and entries are the dataset's (`view`).
+    let ok = unsafe {
+        match view.chunk {
+            1 => step::decode_row::<1, _, _, _, _, _>(h, &mut s, book, h, &g, e_bytes, sink),
+            2 => step::decode_row::<2, _, _, _, _, _>(h, &mut s, book, h, &g, e_bytes, sink),
+            4 => step::decode_row::<4, _, _, _, _, _>(h, &mut s, book, h, &g, e_bytes, sink),
+            _ => step::decode_row::<8, _, _, _, _, _>(h, &mut s, book, h, &g, e_bytes, sink),
+        }
+    };
+    // The workspace is reused by the warp's next row: every lane must be
+    // done reading it.
+    h.sync_warp();
+    if ok { Ok(()) } else { Err(RowError::Corrupt) }
+}
