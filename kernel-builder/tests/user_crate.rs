@@ -57,6 +57,49 @@ pub unsafe extern "ptx-kernel" fn user_low_mask(out: *mut u64, n: u32) {
     // SAFETY: the caller's contract.
     unsafe { *out = ibp_kernels::bits::low_mask(n) };
 }
+
+/// A consumer in registers: sums a row's bytes, each lane its own share.
+#[cfg(target_arch = "nvptx64")]
+struct ByteSum(u32);
+
+#[cfg(target_arch = "nvptx64")]
+impl ibp_kernels::step::Sink for ByteSum {
+    fn put(&mut self, _ob: u32, w: [u32; 4], n: u32) {
+        let mut i = 0;
+        while i < n {
+            self.0 += (w[(i / 4) as usize] >> (8 * (i % 4))) & 0xff;
+            i += 1;
+        }
+    }
+}
+
+/// One warp per row: decode row `warp` of the dataset and write the sum of
+/// its bytes (a stand-in for an embedding bag) — the row never reaches
+/// memory.
+///
+/// # Safety
+/// `view` is a dataset's device view; `out` holds one u32 per row; the
+/// launch gives each warp `view.workspace_bytes()` of dynamic shared memory.
+#[cfg(target_arch = "nvptx64")]
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn user_row_sums(
+    view: ibp_kernels::device::DatasetView,
+    out: *mut u32,
+) {
+    use ibp_kernels::{arch, hw};
+    let (warp, _) = arch::global_warp();
+    let ws = arch::dyn_smem_base() + arch::warp_in_block() * view.workspace_bytes();
+    let mut sum = ByteSum(0);
+    // SAFETY: the caller's contract.
+    let r = unsafe {
+        ibp_kernels::device::decode_row(&hw::Hw, &view, &hw::GlobalBook(view.book), ws, warp, &mut sum)
+    };
+    let total = ibp_kernels::simt::warp_sum64(&hw::Hw, sum.0 as u64) as u32;
+    if arch::lane() == 0 && r.is_ok() {
+        // SAFETY: warp < rows, inside `out`.
+        unsafe { *out.add(warp as usize) = total };
+    }
+}
 "#,
     );
     // The nightly of ibp's rust-toolchain.toml (this test runs inside the
@@ -83,6 +126,10 @@ pub unsafe extern "ptx-kernel" fn user_low_mask(out: *mut u64, n: u32) {
         &text[..text.len().min(2000)]
     );
     assert!(text.contains(".target sm_80"), "not built for sm_80");
+    assert!(
+        text.contains(".entry user_row_sums"),
+        "the device-API kernel is missing from the PTX"
+    );
     // ptxas (scripts/setup.sh installs it) must accept it for the GPUs ibp
     // targets.
     if let Some(ptxas) = std::env::var_os("IBP_PTXAS").filter(|p| Path::new(p).exists()) {
