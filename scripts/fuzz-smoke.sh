@@ -8,6 +8,11 @@
 # land in fuzz/artifacts/<target>/; reproduce one with
 #   cargo fuzz run <target> fuzz/artifacts/<target>/<file>
 # and keep it as a regression test.
+#
+# Quiet when it passes: libFuzzer prints a line per new input (thousands),
+# so each step's output goes to a log under target/fuzz-smoke/, and only a
+# summary line per target is printed. A failing step prints the end of its
+# log (IBP_FUZZ_TAIL lines, default 80) and the log's path.
 set -euo pipefail
 
 seconds="${1:-20}"
@@ -25,14 +30,36 @@ fi
 
 targets=(container_reader tensor_decoder input_readers)
 
-echo "fuzz-smoke: building ${targets[*]}"
-cargo fuzz build
+logs=target/fuzz-smoke
+mkdir -p "$logs"
+tail_lines=${IBP_FUZZ_TAIL:-80}
+
+# run LOG CMD...: run CMD with its output in LOG; on failure show the end of
+# LOG and stop with CMD's exit status.
+run() {
+    local log=$1 rc=0
+    shift
+    "$@" >"$log" 2>&1 || rc=$?
+    if [ "$rc" -ne 0 ]; then
+        echo "fuzz-smoke: FAILED (exit $rc): $*"
+        echo "---- last $tail_lines lines of $log"
+        tail -n "$tail_lines" "$log"
+        echo "----"
+        exit "$rc"
+    fi
+}
+
+echo "fuzz-smoke: building ${targets[*]} (log: $logs/build.log)"
+run "$logs/build.log" cargo fuzz build
 
 for t in "${targets[@]}"; do
     mkdir -p "fuzz/corpus/$t"
-    echo "fuzz-smoke: $t for ${seconds}s"
     # The first corpus directory collects new inputs; the seeds are read only.
-    cargo fuzz run "$t" "fuzz/corpus/$t" "fuzz/seeds/$t" -- \
+    run "$logs/$t.log" cargo fuzz run "$t" "fuzz/corpus/$t" "fuzz/seeds/$t" -- \
         -max_total_time="$seconds" -rss_limit_mb=2048 -max_len=8192 -timeout=10 -print_final_stats=1
+    # -print_final_stats=1 ends the log with "stat::name: value" lines.
+    runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$logs/$t.log" | tail -n 1)
+    peak=$(sed -n 's/^stat::peak_rss_mb: *//p' "$logs/$t.log" | tail -n 1)
+    echo "fuzz-smoke: $t: ${runs:-?} runs in ${seconds}s, peak RSS ${peak:-?} MB, no crash (log: $logs/$t.log)"
 done
 echo "fuzz-smoke: ok (${#targets[@]} targets, ${seconds}s each)"
