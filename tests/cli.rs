@@ -622,6 +622,40 @@ fn analyze_cora_chunk_4_saves_95_percent() {
     // Its round trip through a .ibp file is cora_round_trips_in_both_layouts.
 }
 
+#[test]
+fn analyze_candidates_mark_the_chosen_one() {
+    let a = ok_json(&args!["analyze", cora(), "--json", "--device", "cpu"]);
+    let t = &a["tensors"][0];
+    let cands = t["candidates"].as_array().unwrap();
+    let chosen: Vec<&Value> = cands
+        .iter()
+        .filter(|c| c["chosen"] == json!(true))
+        .collect();
+    assert_eq!(chosen.len(), 1, "exactly one chosen candidate: {cands:?}");
+    assert_eq!(chosen[0]["threshold"], t["threshold"]);
+    assert_eq!(chosen[0]["chunk_bytes"], t["chunk_bytes"]);
+    // The chosen one is the smallest (ties go to a larger threshold or chunk).
+    let least = cands
+        .iter()
+        .map(|c| c["stored_bytes"].as_u64().unwrap())
+        .min()
+        .unwrap();
+    assert_eq!(chosen[0]["stored_bytes"].as_u64(), Some(least));
+
+    let table = ok(&args!["analyze", cora(), "--candidates", "--device", "cpu"]);
+    let marked: Vec<&str> = table.lines().filter(|l| l.starts_with('*')).collect();
+    let want = format!(
+        "* t={:.2}  chunk={} B",
+        t["threshold"].as_f64().unwrap(),
+        t["chunk_bytes"]
+    );
+    assert_eq!(marked.len(), 1, "{table}");
+    assert!(marked[0].starts_with(&want), "{:?} vs {want:?}", marked[0]);
+    assert!(marked[0].ends_with("<- chosen"), "{}", marked[0]);
+    let unmarked = table.lines().filter(|l| l.starts_with("  t=")).count();
+    assert_eq!(unmarked + 1, cands.len(), "{table}");
+}
+
 fn minilm(test: &str) -> Option<PathBuf> {
     let p = common::data_file("model.safetensors");
     if p.is_none() {

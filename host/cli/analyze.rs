@@ -27,7 +27,8 @@ pub struct Args {
     /// lower-precision copy would save.
     #[arg(long)]
     cast: Option<String>,
-    /// Also list every (threshold, chunk size) candidate.
+    /// Also list every (threshold, chunk size) candidate, the chosen one
+    /// marked.
     #[arg(long)]
     candidates: bool,
     /// Print JSON instead of a table.
@@ -69,6 +70,8 @@ struct CandidateReport {
     chunk_bytes: u32,
     stored_bytes: u64,
     savings: f64,
+    /// The candidate the fit chose (the codebook's threshold and chunk).
+    chosen: bool,
 }
 
 /// Where bits get counted.
@@ -292,6 +295,7 @@ fn analyze_group(
             chunk_bytes: c.chunk.bytes(),
             stored_bytes: c.stored_bytes,
             savings: 1.0 - c.stored_bytes as f64 / f.sample_bytes as f64,
+            chosen: *c == f.chosen,
         })
         .collect();
     Ok(r)
@@ -376,14 +380,16 @@ fn table_text(input: &str, counted_on: &str, reports: &[Report], candidates: boo
     if candidates {
         for r in reports.iter().filter(|r| !r.candidates.is_empty()) {
             s.push('\n');
-            let _ = writeln!(s, "{}: savings per (threshold, chunk)", r.name);
+            let _ = writeln!(s, "{}: savings per (threshold, chunk), * = chosen", r.name);
             for c in &r.candidates {
                 let _ = writeln!(
                     s,
-                    "  t={:.2}  chunk={} B  {:>6.2}%",
+                    "{} t={:.2}  chunk={} B  {:>6.2}%{}",
+                    if c.chosen { "*" } else { " " },
                     c.threshold,
                     c.chunk_bytes,
-                    100.0 * c.savings
+                    100.0 * c.savings,
+                    if c.chosen { "  <- chosen" } else { "" }
                 );
             }
         }
