@@ -7,6 +7,7 @@ mod bench;
 mod bench_compress;
 mod compress;
 mod decompress;
+mod eta;
 mod input;
 mod inspect;
 mod interrupt;

@@ -649,9 +649,14 @@ impl ByteProgress {
         }
         let bar = indicatif::ProgressBar::new(total);
         let template =
-            format!("{{spinner}} {verb} [{{wide_bar}}] {{bytes}}/{{total_bytes}} {{eta}}");
+            format!("{{spinner}} {verb} [{{wide_bar}}] {{bytes}}/{{total_bytes}} {{ibp_eta}}");
         if let Ok(style) = indicatif::ProgressStyle::with_template(&template) {
-            bar.set_style(style.progress_chars("=> "));
+            // The run's average rate, not indicatif's recent one (see eta.rs).
+            bar.set_style(
+                style
+                    .progress_chars("=> ")
+                    .with_key("ibp_eta", super::eta::key),
+            );
         }
         // Fitting a large tensor's codebook reports no bytes for a while;
         // the spinner shows that ibp is still at work.
