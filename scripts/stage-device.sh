@@ -26,9 +26,11 @@ if [ -n "${IBP_STAGE_WORKTREE:-}" ]; then
   export CARGO_TARGET_DIR="$src-target"
   cp -r .tools "$src/" 2>/dev/null || true
 fi
-{ cd "$src"; cargo test --release --features cuda --no-run --message-format=json
-  cargo bench --features cuda --no-run --message-format=json
-  cargo build --release --features cuda --bin ibp --message-format=json; cd "$root"; } 2>/dev/null | python3 -c '
+# The binary needs `cli`; the same features for all three keep one build of the
+# library per profile.
+{ cd "$src"; cargo test --release --features cli,cuda --no-run --message-format=json
+  cargo bench --features cli,cuda --no-run --message-format=json
+  cargo build --release --features cli,cuda --bin ibp --message-format=json; cd "$root"; } 2>/dev/null | python3 -c '
 import json, os, sys
 for line in sys.stdin:
     try: m = json.loads(line)
@@ -47,7 +49,10 @@ if [ -n "${IBP_BASELINE:-}" ]; then
   [ -d "$base" ] || git worktree add --detach "$base" "$IBP_BASELINE" >/dev/null
   git -C "$base" checkout -q --detach "$IBP_BASELINE"
   cp -r .tools "$base/" 2>/dev/null || true
-  (cd "$base" && CARGO_TARGET_DIR="$root/target/baseline" cargo build --release --features cuda --bin ibp >&2)
+  # Commits since the `cli` feature need it for the binary; older ones lack it.
+  feats=cuda
+  if grep -q '^cli = ' "$base/Cargo.toml"; then feats=cli,cuda; fi
+  (cd "$base" && CARGO_TARGET_DIR="$root/target/baseline" cargo build --release --features "$feats" --bin ibp >&2)
   cp "$root/target/baseline/release/ibp" .device/bin/ibp-baseline.bin
   echo "$IBP_BASELINE" >.device/baseline-commit
 fi

@@ -3,44 +3,96 @@
 # CPU tests, the GPU tests (they print "skipped: no CUDA device" without a
 # GPU; IBP_REQUIRE_GPU=1 makes that a failure), ptxas on every embedded PTX,
 # and a short fuzz run. CI runs exactly this (.ci/run).
+#
+# The steps of the `cuda` feature need a libcuda.so to link (scripts/setup.sh
+# provides one where it can); without one they are skipped with a note, and
+# IBP_REQUIRE_CUDA_BUILD=1 (CI) makes that a failure. The CPU path needs no
+# CUDA at all.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 source scripts/env.sh
 step() { printf '\n=== %s\n' "$*"; }
+cuda=0
+case ",$IBP_FEATURES," in *,cuda,*) cuda=1 ;; esac
+if [ "$cuda" = 0 ]; then
+  why="no libcuda.so to link (IBP_CPU_ONLY=1, or see the set-up's warning): the cuda-feature steps are skipped"
+  if [ "${IBP_REQUIRE_CUDA_BUILD:-0}" = 1 ]; then echo "$why, and IBP_REQUIRE_CUDA_BUILD=1"; exit 1; fi
+  echo "NOTE: $why"
+fi
+
+step "set-up: the libcuda step and the feature choice (scripts/test-setup.sh)"
+bash scripts/test-setup.sh
 
 step "format"
 cargo fmt --all --check
 cargo fmt --manifest-path gpu-kernels/Cargo.toml --all --check
 
-step "clippy (CPU build, cuda feature, kernel crate on the host)"
-cargo clippy --all-targets -- -D warnings
-cargo clippy --all-targets --features cuda -- -D warnings
+step "clippy (the library alone, the command line, the cuda feature, the kernel crate on the host)"
+cargo clippy --lib -- -D warnings
+cargo clippy --all-targets --features cli -- -D warnings
+if [ "$cuda" = 1 ]; then cargo clippy --all-targets --features cli,cuda -- -D warnings; fi
 cargo clippy --manifest-path gpu-kernels/Cargo.toml --all-targets -- -D warnings
 
 step "kernel crate: lane and bit arithmetic on the CPU"
 cargo test --manifest-path gpu-kernels/Cargo.toml
 
-step "tests without the cuda feature"
-cargo test
-
-step "tests with the cuda feature (GPU tests run, or say skipped: no CUDA device)"
-cargo test --features cuda
-
-step "ptxas on every embedded PTX (sm_80 and sm_90, spills are errors)"
-ptx_dir=$(mktemp -d)
-cargo run --quiet --features cuda -- ptx --out "$ptx_dir" >/dev/null
-for ptx in "$ptx_dir"/*.ptx; do
-  for arch in sm_80 sm_90; do
-    # --maxrregcount matches the cap the driver's JIT gets (JIT_MAX_REGISTERS).
-    "$IBP_PTXAS" -arch="$arch" -v --maxrregcount=128 --warn-on-spills --warning-as-error "$ptx" -o /dev/null 2>"$ptx_dir/report.txt" \
-      || { cat "$ptx_dir/report.txt"; echo "ptxas rejected $(basename "$ptx") for $arch"; exit 1; }
-    printf '%s %s: ' "$(basename "$ptx")" "$arch"
-    grep -E "Used [0-9]+ registers" "$ptx_dir/report.txt" | sed 's/.*Used/used/' | sort | uniq -c | tr '\n' ';'
-    echo
-  done
+step "a lean library: no command-line crate in its dependencies; the README's quick start, pasted into a new crate"
+for f in "" cuda; do
+  deps=$(cargo tree -e normal --prefix none --format '{p}' ${f:+--features "$f"})
+  if grep -E '^(clap|indicatif) ' <<<"$deps"; then
+    echo "the library${f:+ with feature $f} depends on the command line's crates (above)"; exit 1
+  fi
 done
-rm -rf "$ptx_dir"
+echo "the library (default features, and with cuda) depends on neither clap nor indicatif"
+bash scripts/host-app.sh
+
+step "tests without the cuda feature (the command line included)"
+cargo test --features cli
+
+if [ "$cuda" = 1 ]; then
+  step "tests with the cuda feature (GPU tests run, or say skipped: no CUDA device)"
+  cargo test --features cli,cuda
+fi
+
+step "cargo install of the ibp command: CPU only on stable; with the GPU path on the pinned nightly"
+inst=$(mktemp -d)
+# Q: why --debug and these target folders? A: they hold this run's builds
+# with the same toolchain and profile, so the installs reuse them.
+stable=()
+if rustup run stable cargo --version >/dev/null 2>&1; then stable=(+stable); fi
+cargo "${stable[@]}" install --quiet --locked --debug --path . --features cli --root "$inst/cpu" --target-dir target/host-app
+"$inst/cpu/bin/ibp" analyze --device cpu --json | python3 -c '
+import json, sys
+t = json.load(sys.stdin)["tensors"][0]
+assert t["name"] == "features" and t["savings"] > 0.95, t
+print("installed ibp (CPU, %s): Cora %.1f%% saved" % (sys.argv[1], 100 * t["savings"]))' "${stable[*]:-pinned toolchain}"
+if [ "$cuda" = 1 ]; then
+  cargo install --quiet --locked --debug --path . --features cli,cuda --root "$inst/gpu" --target-dir target
+  "$inst/gpu/bin/ibp" analyze --json | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+assert d["tensors"][0]["savings"] > 0.95, d
+print("installed ibp (cuda feature): Cora fitted on", d["counted_on"])'
+fi
+rm -rf "$inst"
+
+if [ "$cuda" = 1 ]; then
+  step "ptxas on every embedded PTX (sm_80 and sm_90, spills are errors)"
+  ptx_dir=$(mktemp -d)
+  cargo run --quiet --features cli,cuda -- ptx --out "$ptx_dir" >/dev/null
+  for ptx in "$ptx_dir"/*.ptx; do
+    for arch in sm_80 sm_90; do
+      # --maxrregcount matches the cap the driver's JIT gets (JIT_MAX_REGISTERS).
+      "$IBP_PTXAS" -arch="$arch" -v --maxrregcount=128 --warn-on-spills --warning-as-error "$ptx" -o /dev/null 2>"$ptx_dir/report.txt" \
+        || { cat "$ptx_dir/report.txt"; echo "ptxas rejected $(basename "$ptx") for $arch"; exit 1; }
+      printf '%s %s: ' "$(basename "$ptx")" "$arch"
+      grep -E "Used [0-9]+ registers" "$ptx_dir/report.txt" | sed 's/.*Used/used/' | sort | uniq -c | tr '\n' ';'
+      echo
+    done
+  done
+  rm -rf "$ptx_dir"
+fi
 
 step "decode step instructions per path (SASS of the probe kernels; budget 100 per 256 output bytes)"
 IBP_STEP_BUDGET=100 bash scripts/sass.sh --steps
