@@ -50,7 +50,7 @@ step "4. decode it"
 gpu_line=""
 if [[ ",$IBP_FEATURES," == *,cuda,* ]] && command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
   echo "a GPU is present: decoding from pinned host memory (examples/gpu_decode.rs)"
-  cargo build --release --quiet --features cuda --example gpu_decode
+  cargo build --release --quiet --features "$IBP_FEATURES" --example gpu_decode
   rc=0
   target/release/examples/gpu_decode "$work/cora.ibp" | tee "$work/gpu.txt" || rc=$?
   if [ "$rc" = 0 ]; then
