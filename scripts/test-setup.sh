@@ -71,11 +71,13 @@ ok "corrupt cache: refused (exit 3, SHA-256 mismatch)"
 # 5. env.sh: the cuda feature only where there is a libcuda.so to link.
 mkdir -p "$t/repo/scripts" "$t/repo/.tools/cuda/lib64"
 cp scripts/env.sh "$t/repo/scripts/"
-features() { (unset IBP_FEATURES; source "$t/repo/scripts/env.sh"; echo "$IBP_FEATURES"); }
+# features [CPU_ONLY]: IBP_FEATURES as env.sh sets it (whatever this shell's
+# own IBP_CPU_ONLY is).
+features() { (unset IBP_FEATURES; export IBP_CPU_ONLY="${1:-0}"; source "$t/repo/scripts/env.sh"; echo "$IBP_FEATURES"); }
 [ "$(features)" = cli ] || fail "no libcuda: IBP_FEATURES=$(features)"
 ln -s "$t/drv/libcuda.so.1" "$t/repo/.tools/cuda/lib64/libcuda.so"
 [ "$(features)" = cli,cuda ] || fail "libcuda present: IBP_FEATURES=$(features)"
-[ "$(IBP_CPU_ONLY=1 features)" = cli ] || fail "IBP_CPU_ONLY=1: IBP_FEATURES=$(IBP_CPU_ONLY=1 features)"
+[ "$(features 1)" = cli ] || fail "IBP_CPU_ONLY=1: IBP_FEATURES=$(features 1)"
 ok "env.sh: cli without libcuda or with IBP_CPU_ONLY=1, cli,cuda with it"
 
 # 6. Nothing reads the OS codename (the old apt source broke on Ubuntu).
