@@ -7,7 +7,7 @@
 //! build's `RUSTC`, `RUSTFLAGS` and friends are for the host target).
 
 use std::env;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, exit};
 
 use ibp_kernel_builder::KernelBuilder;
