@@ -157,7 +157,10 @@ impl std::error::Error for Error {
 /// (SIGABRT, under a memory limit for example); allocations sized by the
 /// data go through here so that running out of memory is an error that
 /// says what needed it.
-pub(crate) fn try_vec<T: Clone>(len: usize, value: T, what: &str) -> Result<Vec<T>> {
+pub(crate) fn try_vec<T: bytemuck::Pod>(len: usize, value: T, what: &str) -> Result<Vec<T>> {
+    if len > 0 && size_of::<T>() > 0 && bytemuck::bytes_of(&value).iter().all(|&b| b == 0) {
+        return try_zeroed_vec(len, what);
+    }
     let mut v = Vec::new();
     v.try_reserve_exact(len).map_err(|_| {
         Error::unsupported(format!(
@@ -167,6 +170,33 @@ pub(crate) fn try_vec<T: Clone>(len: usize, value: T, what: &str) -> Result<Vec<
     })?;
     v.resize(len, value);
     Ok(v)
+}
+
+/// `len` zero values, allocated zeroed.
+///
+/// Q: why not reserve and fill?
+/// A: the allocator hands large zeroed blocks out as fresh pages that the
+/// kernel zeroes on first touch; filling them writes every byte once more
+/// (a packed payload is tens of MB, written again by the encoder), which is
+/// what `vec![0; n]` avoids and a fallible allocation should too.
+fn try_zeroed_vec<T: bytemuck::Zeroable>(len: usize, what: &str) -> Result<Vec<T>> {
+    let fail = || {
+        Error::unsupported(format!(
+            "cannot allocate {} bytes for {what}; free some memory or raise the process's memory limit",
+            len.saturating_mul(size_of::<T>())
+        ))
+    };
+    let layout = std::alloc::Layout::array::<T>(len).map_err(|_| fail())?;
+    // SAFETY: `layout` has a non-zero size (len > 0 and T is not zero-sized,
+    // checked by the caller).
+    let p = unsafe { std::alloc::alloc_zeroed(layout) } as *mut T;
+    if p.is_null() {
+        return Err(fail());
+    }
+    // SAFETY: `p` was allocated by the global allocator with `T`'s layout for
+    // `len` elements, all zero bytes, a valid `T` each (`Zeroable`); length
+    // and capacity are `len`.
+    Ok(unsafe { Vec::from_raw_parts(p, len, len) })
 }
 
 #[cfg(test)]

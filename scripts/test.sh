@@ -37,6 +37,14 @@ cargo clippy --manifest-path gpu-kernels/Cargo.toml --all-targets -- -D warnings
 step "kernel crate: lane and bit arithmetic on the CPU"
 cargo test --manifest-path gpu-kernels/Cargo.toml
 
+step "kernel builder: a user kernel crate outside the repository, on ibp's device API, built to PTX (ptxas checks it)"
+cargo clippy --manifest-path kernel-builder/Cargo.toml --all-targets -- -D warnings
+cargo test --manifest-path kernel-builder/Cargo.toml
+
+step "docs build without warnings"
+RUSTDOCFLAGS="-D warnings" cargo doc --quiet --no-deps --features "$IBP_FEATURES"
+RUSTDOCFLAGS="-D warnings" cargo doc --quiet --no-deps --manifest-path gpu-kernels/Cargo.toml
+
 step "a lean library: no command-line crate in its dependencies; the README's quick start, pasted into a new crate"
 for f in "" cuda; do
   deps=$(cargo tree -e normal --prefix none --format '{p}' ${f:+--features "$f"})
