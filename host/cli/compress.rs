@@ -164,7 +164,9 @@ pub fn run(args: Args) -> Result<()> {
     // container holds and comparing with the hash taken when the input was
     // first read shows whether the container gives back that file.
     let check = ByteProgress::new(doc.original.len, "verifying");
-    file.restore_with_progress(&mut std::io::sink(), &|done, _| check.update(done))
+    file.restore_in_blocks(&mut std::io::sink(), args.batch_bytes, &|done, _| {
+        check.update(done)
+    })
         .map_err(|e| {
             changed(Error::new(
                 e.kind(),
