@@ -185,11 +185,15 @@ pub fn compress_document<W: Write>(
 /// processed to `progress`.
 ///
 /// Each group is cut into rows ([`crate::io::row_shape`], with
-/// `opts.row_len` overrides), fitted, compressed, optionally verified,
-/// written, and dropped before the next; groups that are empty, 0-D or 1-D
-/// (without an override), shorter than `opts.min_rows`, or whose compressed
-/// form would not be smaller are stored raw. Raw envelope bytes become
-/// pieces.
+/// `opts.row_len` overrides) and fitted; then it is compressed, optionally
+/// verified and written one batch of rows at a time
+/// ([`CompressOptions::batch_bytes`]), so that memory does not grow with
+/// the input: the flag bitmap, the offsets table and the payload (or the
+/// slots) each come from their own pass over the batches, sizing each
+/// batch again instead of holding a stored size per row. Groups that are
+/// empty, 0-D or 1-D (without an override), shorter than `opts.min_rows`,
+/// or whose compressed form would not be smaller are stored raw. Raw
+/// envelope bytes become pieces.
 pub fn compress_document_with_progress<W: Write>(
     doc: &Document<'_>,
     opts: &CompressOptions,

@@ -4,7 +4,9 @@
 //! their directory entries and the groups' descriptions, and writes the
 //! manifest, the directory and the trailer in [`ContainerWriter::finish`].
 //! A multi-gigabyte input therefore never has to be held twice: compress a
-//! group, hand it over, drop it.
+//! group, hand it over, drop it; or, inside the crate, hand a group over in
+//! pieces ([`ContainerWriter::add_group_in_pieces`]), so that not even one
+//! group's compressed form is held at once.
 
 use std::io::Write;
 
