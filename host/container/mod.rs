@@ -351,7 +351,8 @@ impl<W: Write> State<'_, W> {
                     GroupLayout::Fixed,
                     |s| {
                         s.start(SectionKind::Flags)?;
-                        write_flags(s, cb, &batches)?;
+                        let flags = write_flags(s, cb, &batches)?;
+                        let mut check = FlagCheck::default();
                         s.start(SectionKind::Slots)?;
                         for (first, part) in batches.iter() {
                             let fixed = compress_fixed_with_progress(cb, part, &|r| {
@@ -364,7 +365,11 @@ impl<W: Write> State<'_, W> {
                                 })?;
                             }
                             encoded += popcount(&fixed.flags);
+                            check.add(&fixed.flags);
                             s.write(&fixed.slots)?;
+                        }
+                        if check.0.digest() != flags {
+                            return Err(changed_under_us(None));
                         }
                         Ok(())
                     },
@@ -410,7 +415,8 @@ impl<W: Write> State<'_, W> {
                         GroupLayout::Packed,
                         |s| {
                             s.start(SectionKind::Flags)?;
-                            write_flags(s, cb, &batches)?;
+                            let flags = write_flags(s, cb, &batches)?;
+                            let mut check = FlagCheck::default();
                             s.start(SectionKind::Offsets)?;
                             write_offsets(s, cb, &batches, &totals)?;
                             s.start(SectionKind::Payload)?;
@@ -419,7 +425,7 @@ impl<W: Write> State<'_, W> {
                                     row_progress(first as u64 + r)
                                 })?;
                                 if packed.payload.len() as u64 != total {
-                                    return Err(changed_under_us(first));
+                                    return Err(changed_under_us(Some(first)));
                                 }
                                 if opts.verify {
                                     let view = packed.view();
@@ -428,7 +434,11 @@ impl<W: Write> State<'_, W> {
                                     })?;
                                 }
                                 encoded += popcount(&packed.flags);
+                                check.add(&packed.flags);
                                 s.write(&packed.payload)?;
+                            }
+                            if check.0.digest() != flags {
+                                return Err(changed_under_us(None));
                             }
                             Ok(())
                         },
@@ -529,33 +539,56 @@ impl<'a> Batches<'a> {
 
 /// The flag bitmap of a group (a tensor is flagged when its encoding is
 /// shorter than it), written batch by batch from the match test alone.
+/// Returns a [`FlagCheck`] of what it wrote.
 fn write_flags<W: Write>(
     s: &mut GroupSections<'_, W>,
     cb: &Codebook,
     batches: &Batches<'_>,
-) -> Result<()> {
+) -> Result<u64> {
     let l = batches.rows.row_bytes() as u64;
     // Q: why carry bits between batches? A: a batch need not be a multiple
     // of 8 rows (one batch may be a single row of a gigabyte), so the
     // bitmap's bytes are assembled across batch boundaries.
     let (mut byte, mut bits) = (0u8, 0u32);
     let mut out = Vec::new();
+    let mut check = FlagCheck::default();
     for (_, part) in batches.iter() {
         out.clear();
-        for &stored in &size_query(cb, part)?.stored {
-            byte |= u8::from(stored < l) << bits;
+        let stored = size_query(cb, part)?.stored;
+        let mut local = vec![0u8; stored.len().div_ceil(8)];
+        for (k, &stored) in stored.iter().enumerate() {
+            let flag = u8::from(stored < l);
+            local[k / 8] |= flag << (k % 8);
+            byte |= flag << bits;
             bits += 1;
             if bits == 8 {
                 out.push(byte);
                 (byte, bits) = (0, 0);
             }
         }
+        check.add(&local);
         s.write(&out)?;
     }
     if bits > 0 {
         s.write(&[byte])?;
     }
-    Ok(())
+    Ok(check.0.digest())
+}
+
+/// A hash of a group's flags, batch by batch, each batch's bitmap on its
+/// own (as the codec returns it for the batch).
+///
+/// Q: why? A: the flags are written in a pass before the one that encodes;
+/// comparing the two passes' hashes shows that the flags written are those
+/// of the payload or slots written, even if the input changed in between.
+#[derive(Default)]
+struct FlagCheck(xxhash_rust::xxh3::Xxh3);
+
+impl FlagCheck {
+    fn add(&mut self, batch_flags: &[u8]) {
+        self.0.update(&(batch_flags.len() as u64).to_le_bytes());
+        self.0.update(batch_flags);
+    }
 }
 
 /// The offsets table of a packed group, batch by batch: stored sizes
@@ -578,7 +611,7 @@ fn write_offsets<W: Write>(
             out.extend_from_slice(&end.to_le_bytes());
         }
         if end - start != total {
-            return Err(changed_under_us(first));
+            return Err(changed_under_us(Some(first)));
         }
         s.write(&out)?;
     }
@@ -587,11 +620,14 @@ fn write_offsets<W: Write>(
 
 /// The error when a batch sizes differently from one pass to the next:
 /// only a change of the input between the passes does that.
-fn changed_under_us(first: usize) -> Error {
+/// `first` is the first row of the batch that showed it, when known.
+fn changed_under_us(first: Option<usize>) -> Error {
+    let rows = match first {
+        Some(first) => format!("the rows from {first} on"),
+        None => "some rows".to_string(),
+    };
     Error::new(
         crate::ErrorKind::Io,
-        format!(
-            "the rows from {first} on changed while they were compressed; is the input still being written?"
-        ),
+        format!("{rows} changed while they were compressed; is the input still being written?"),
     )
 }
