@@ -1057,3 +1057,31 @@ fn deferred_npz_members_give_the_same_container() {
     assert!(compress(&lazy, &opts).0 == compress(&eager, &opts).0);
     assert!(lazy.group_data(lazy.groups.len()).is_err());
 }
+
+/// Compression runs one batch of rows at a time (bounded memory); the
+/// batch size must not change a byte of the container or of the report,
+/// in either layout, with batches of one row (the flag bitmap's bytes
+/// then span batches), of a number of rows that is not a multiple of 8,
+/// and of a whole group.
+#[test]
+fn batch_size_does_not_change_the_container() {
+    let original = mixed_file();
+    let doc = io::parse(
+        &original,
+        SourceFormat::Safetensors,
+        &ParseOptions::default(),
+    )
+    .unwrap();
+    for layout in [GroupLayout::Packed, GroupLayout::Fixed] {
+        let opts = CompressOptions::default().with_layout(layout);
+        let (whole, report) = compress(&doc, &opts);
+        assert!(report.groups.iter().any(|g| g.layout == layout));
+        // "emb" has rows of 96 bytes: 120 bytes of batch each.
+        for batch in [1, 360, 960, 1560, 100_000] {
+            let (bytes, r) = compress(&doc, &opts.clone().with_batch_bytes(batch));
+            assert!(bytes == whole, "{layout:?}, batches of {batch} bytes");
+            assert_eq!(r, report, "{layout:?}, batches of {batch} bytes");
+        }
+        check_restores(&IbpFile::from_bytes(&whole).unwrap(), &original);
+    }
+}

@@ -5,7 +5,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-use ibp::container::{CompressOptions, GroupLayout, IbpFile, compress_document_with_progress};
+use ibp::container::{
+    CompressOptions, DEFAULT_BATCH_BYTES, GroupLayout, IbpFile, compress_document_with_progress,
+};
 use ibp::io::{Fingerprint, SourceFormat};
 use ibp::{Error, ErrorKind, Result};
 use serde::Serialize;
@@ -41,6 +43,12 @@ pub struct Args {
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
+    /// Memory for one batch of rows, in bytes: tensors are compressed,
+    /// checked and written one batch at a time. Hidden: the default suits
+    /// every input, and the output is the same whatever the batch; tests
+    /// use small batches to check the memory bound on small inputs.
+    #[arg(long, hide = true, default_value_t = DEFAULT_BATCH_BYTES as u64, value_parser = clap::value_parser!(u64).range(1..))]
+    batch_bytes: u64,
 }
 
 /// The layouts a user can ask for (raw storage is chosen per tensor).
@@ -94,7 +102,8 @@ pub fn run(args: Args) -> Result<()> {
     let doc = source.parse(&args.input)?;
     let mut opts = CompressOptions::default()
         .with_fit(fit)
-        .with_layout(args.layout.group_layout());
+        .with_layout(args.layout.group_layout())
+        .with_batch_bytes(usize::try_from(args.batch_bytes).unwrap_or(usize::MAX));
     if let Some(n) = args.fit.row_len {
         for g in &doc.groups {
             g.row_shape(Some(n)).map_err(|e| {
@@ -155,7 +164,9 @@ pub fn run(args: Args) -> Result<()> {
     // container holds and comparing with the hash taken when the input was
     // first read shows whether the container gives back that file.
     let check = ByteProgress::new(doc.original.len, "verifying");
-    file.restore_with_progress(&mut std::io::sink(), &|done, _| check.update(done))
+    file.restore_in_blocks(&mut std::io::sink(), args.batch_bytes, &|done, _| {
+        check.update(done)
+    })
         .map_err(|e| {
             changed(Error::new(
                 e.kind(),

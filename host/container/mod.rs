@@ -39,15 +39,17 @@ pub use manifest::{GroupInfo, GroupLayout, SourceInfo};
 pub use reader::{GroupStats, GroupView, IbpFile};
 pub use writer::{ContainerWriter, GroupData, GroupMeta};
 
+use crate::codebook::Codebook;
 use crate::codebook::{ChunkSize, Threshold};
 use crate::dataset::Rows;
 use crate::error::{Error, Result};
 use crate::fit::{FitOptions, fit};
 use crate::io::{Document, Segment, TensorGroup};
 use crate::layout::{
-    PackedRef, compress_fixed_with_progress, compress_packed_with_progress, decompress_fixed_row,
-    decompress_packed_row,
+    compress_fixed_with_progress, compress_packed_with_progress, decompress_fixed_row,
+    decompress_packed_row, size_query,
 };
+use writer::GroupSections;
 
 /// A progress hook: `(done, total)` in bytes, called from any thread,
 /// possibly out of order (take the maximum when drawing a bar).
@@ -72,7 +74,20 @@ pub struct CompressOptions {
     /// Decompress every compressed group again and compare with the input
     /// before writing it (default on: the original may be deleted next).
     pub verify: bool,
+    /// Memory for one batch of rows: a group is compressed, verified and
+    /// written one batch at a time, so compression holds about this much
+    /// whatever the input's size (default [`DEFAULT_BATCH_BYTES`]). A
+    /// batch holds at least one row. The output does not depend on it.
+    pub batch_bytes: usize,
 }
+
+/// The default [`CompressOptions::batch_bytes`]: 64 MiB.
+///
+/// Q: why 64 MiB? A: large enough that each batch keeps every core busy
+/// (the codec splits a batch into 64 KiB blocks) and the per-batch costs
+/// (three short passes, a write) vanish; small enough that a batch, its
+/// stored sizes and offsets stay far below the 512 MiB the README promises.
+pub const DEFAULT_BATCH_BYTES: usize = 64 << 20;
 
 impl Default for CompressOptions {
     fn default() -> Self {
@@ -82,6 +97,7 @@ impl Default for CompressOptions {
             min_rows: 2,
             row_len: BTreeMap::new(),
             verify: true,
+            batch_bytes: DEFAULT_BATCH_BYTES,
         }
     }
 }
@@ -114,6 +130,13 @@ impl CompressOptions {
     /// Check each compressed group by decompressing it (default on).
     pub fn with_verify(mut self, verify: bool) -> Self {
         self.verify = verify;
+        self
+    }
+
+    /// Compress in batches of about `bytes` of memory (see
+    /// [`CompressOptions::batch_bytes`]).
+    pub fn with_batch_bytes(mut self, bytes: usize) -> Self {
+        self.batch_bytes = bytes;
         self
     }
 }
@@ -162,11 +185,15 @@ pub fn compress_document<W: Write>(
 /// processed to `progress`.
 ///
 /// Each group is cut into rows ([`crate::io::row_shape`], with
-/// `opts.row_len` overrides), fitted, compressed, optionally verified,
-/// written, and dropped before the next; groups that are empty, 0-D or 1-D
-/// (without an override), shorter than `opts.min_rows`, or whose compressed
-/// form would not be smaller are stored raw. Raw envelope bytes become
-/// pieces.
+/// `opts.row_len` overrides) and fitted; then it is compressed, optionally
+/// verified and written one batch of rows at a time
+/// ([`CompressOptions::batch_bytes`]), so that memory does not grow with
+/// the input: the flag bitmap, the offsets table and the payload (or the
+/// slots) each come from their own pass over the batches, sizing each
+/// batch again instead of holding a stored size per row. Groups that are
+/// empty, 0-D or 1-D (without an override), shorter than `opts.min_rows`,
+/// or whose compressed form would not be smaller are stored raw. Raw
+/// envelope bytes become pieces.
 pub fn compress_document_with_progress<W: Write>(
     doc: &Document<'_>,
     opts: &CompressOptions,
@@ -313,25 +340,45 @@ impl<W: Write> State<'_, W> {
             report.threshold = Some(fitted.threshold);
             report.chunk = Some(cb.chunk());
             let cb_bytes = 2 * shape.row_bytes;
+            let batches = Batches::new(rows, opts.batch_bytes);
+            let flag_len = rows.rows().div_ceil(8) as u64;
             if opts.layout == GroupLayout::Fixed {
-                let fixed = compress_fixed_with_progress(cb, rows, &row_progress)?;
-                let view = fixed.view();
-                if opts.verify {
-                    verify_rows(rows, |i, buf| decompress_fixed_row(cb, &view, i, buf))
-                        .map_err(|e| in_group(e, &g.name))?;
-                }
-                report.layout = GroupLayout::Fixed;
-                report.stats.encoded_rows = popcount(&fixed.flags);
-                report.stats.stored_bytes =
-                    cb_bytes + fixed.flags.len() as u64 + fixed.slots.len() as u64;
-                self.w.add_group(
+                let mut encoded = 0;
+                let id = self.w.add_group_in_pieces(
                     meta,
-                    GroupData::Fixed {
-                        codebook: cb,
-                        threshold: Some(fitted.threshold),
-                        fixed: view,
+                    cb,
+                    Some(fitted.threshold),
+                    GroupLayout::Fixed,
+                    |s| {
+                        s.start(SectionKind::Flags)?;
+                        let flags = write_flags(s, cb, &batches)?;
+                        let mut check = FlagCheck::default();
+                        s.start(SectionKind::Slots)?;
+                        for (first, part) in batches.iter() {
+                            let fixed = compress_fixed_with_progress(cb, part, &|r| {
+                                row_progress(first as u64 + r)
+                            })?;
+                            if opts.verify {
+                                let view = fixed.view();
+                                verify_rows(part, first, |i, buf| {
+                                    decompress_fixed_row(cb, &view, i, buf)
+                                })?;
+                            }
+                            encoded += popcount(&fixed.flags);
+                            check.add(&fixed.flags);
+                            s.write(&fixed.slots)?;
+                        }
+                        if check.0.digest() != flags {
+                            return Err(changed_under_us(None));
+                        }
+                        Ok(())
                     },
-                )?
+                );
+                let id = id.map_err(|e| in_group(e, &g.name))?;
+                report.layout = GroupLayout::Fixed;
+                report.stats.encoded_rows = encoded;
+                report.stats.stored_bytes = cb_bytes + flag_len + shape.total_bytes();
+                id
             } else if let Some(floor) = packed_floor(shape.rows, shape.row_bytes, cb.chunk())
                 .filter(|&f| f >= shape.total_bytes())
             {
@@ -344,32 +391,63 @@ impl<W: Write> State<'_, W> {
                 ));
                 self.w.add_group(meta, GroupData::Raw(&g.data))?
             } else {
-                let packed = compress_packed_with_progress(cb, rows, &row_progress)?;
-                let stored = cb_bytes
-                    + packed.flags.len() as u64
-                    + 8 * packed.offsets.len() as u64
-                    + packed.payload.len() as u64;
+                // Q: why size every row before writing anything? A: the
+                // group is stored raw when its packed form is not smaller,
+                // and that must be known before its first section is
+                // written. The per-batch totals also let the later passes
+                // check that the input did not change under them.
+                let mut totals = Vec::with_capacity(batches.count());
+                for (_, part) in batches.iter() {
+                    totals.push(size_query(cb, part)?.total_stored);
+                }
+                let payload: u64 = totals.iter().sum();
+                let stored = cb_bytes + flag_len + 8 * (shape.rows + 1) + payload;
                 if stored >= shape.total_bytes() {
                     report.raw_reason =
                         Some(format!("compressed form ({stored} bytes) is not smaller"));
                     self.w.add_group(meta, GroupData::Raw(&g.data))?
                 } else {
-                    let view: PackedRef<'_> = packed.view();
-                    if opts.verify {
-                        verify_rows(rows, |i, buf| decompress_packed_row(cb, &view, i, buf))
-                            .map_err(|e| in_group(e, &g.name))?;
-                    }
-                    report.layout = GroupLayout::Packed;
-                    report.stats.encoded_rows = popcount(&packed.flags);
-                    report.stats.stored_bytes = stored;
-                    self.w.add_group(
+                    let mut encoded = 0;
+                    let id = self.w.add_group_in_pieces(
                         meta,
-                        GroupData::Packed {
-                            codebook: cb,
-                            threshold: Some(fitted.threshold),
-                            packed: view,
+                        cb,
+                        Some(fitted.threshold),
+                        GroupLayout::Packed,
+                        |s| {
+                            s.start(SectionKind::Flags)?;
+                            let flags = write_flags(s, cb, &batches)?;
+                            let mut check = FlagCheck::default();
+                            s.start(SectionKind::Offsets)?;
+                            write_offsets(s, cb, &batches, &totals)?;
+                            s.start(SectionKind::Payload)?;
+                            for ((first, part), &total) in batches.iter().zip(&totals) {
+                                let packed = compress_packed_with_progress(cb, part, &|r| {
+                                    row_progress(first as u64 + r)
+                                })?;
+                                if packed.payload.len() as u64 != total {
+                                    return Err(changed_under_us(Some(first)));
+                                }
+                                if opts.verify {
+                                    let view = packed.view();
+                                    verify_rows(part, first, |i, buf| {
+                                        decompress_packed_row(cb, &view, i, buf)
+                                    })?;
+                                }
+                                encoded += popcount(&packed.flags);
+                                check.add(&packed.flags);
+                                s.write(&packed.payload)?;
+                            }
+                            if check.0.digest() != flags {
+                                return Err(changed_under_us(None));
+                            }
+                            Ok(())
                         },
-                    )?
+                    );
+                    let id = id.map_err(|e| in_group(e, &g.name))?;
+                    report.layout = GroupLayout::Packed;
+                    report.stats.encoded_rows = encoded;
+                    report.stats.stored_bytes = stored;
+                    id
                 }
             }
         };
@@ -404,9 +482,11 @@ fn in_group(e: Error, name: &str) -> Error {
     Error::new(e.kind(), format!("group {name:?}: {}", e.message()))
 }
 
-/// Decode every row with `decode` and compare it with the input.
+/// Decode every row of a batch (the group's rows from `first` on) with
+/// `decode` and compare it with the input.
 fn verify_rows(
     rows: Rows<'_>,
+    first: usize,
     decode: impl Fn(usize, &mut [u8]) -> Result<()> + Sync,
 ) -> Result<()> {
     (0..rows.rows()).into_par_iter().try_for_each_init(
@@ -415,10 +495,139 @@ fn verify_rows(
             decode(i, buf)?;
             if buf[..] != *rows.row(i) {
                 return Err(Error::corrupt(format!(
-                    "verification failed: row {i} does not decompress to its input; this is an ibp bug, please report it"
+                    "verification failed: row {} does not decompress to its input; this is an ibp bug, please report it",
+                    first + i
                 )));
             }
             Ok(())
         },
+    )
+}
+
+/// A group's rows cut into batches of about `batch_bytes` of compression
+/// memory each (at least one row).
+struct Batches<'a> {
+    rows: Rows<'a>,
+    per_batch: usize,
+}
+
+impl<'a> Batches<'a> {
+    fn new(rows: Rows<'a>, batch_bytes: usize) -> Self {
+        // Q: why `L + 24` bytes a row? A: compressing a batch holds, per
+        // row, at most `L` bytes of stored form plus its stored size and
+        // offset (8 bytes each), and a bit of flags; 24 rounds that up.
+        let per_row = rows.row_bytes().saturating_add(24);
+        Batches {
+            rows,
+            per_batch: (batch_bytes / per_row).max(1),
+        }
+    }
+
+    fn count(&self) -> usize {
+        self.rows.rows().div_ceil(self.per_batch)
+    }
+
+    /// `(first row, rows)` of each batch, in order.
+    fn iter(&self) -> impl Iterator<Item = (usize, Rows<'a>)> + '_ {
+        (0..self.count()).map(|b| {
+            let first = b * self.per_batch;
+            let last = (first + self.per_batch).min(self.rows.rows());
+            (first, self.rows.slice(first, last))
+        })
+    }
+}
+
+/// The flag bitmap of a group (a tensor is flagged when its encoding is
+/// shorter than it), written batch by batch from the match test alone.
+/// Returns a [`FlagCheck`] of what it wrote.
+fn write_flags<W: Write>(
+    s: &mut GroupSections<'_, W>,
+    cb: &Codebook,
+    batches: &Batches<'_>,
+) -> Result<u64> {
+    let l = batches.rows.row_bytes() as u64;
+    // Q: why carry bits between batches? A: a batch need not be a multiple
+    // of 8 rows (one batch may be a single row of a gigabyte), so the
+    // bitmap's bytes are assembled across batch boundaries.
+    let (mut byte, mut bits) = (0u8, 0u32);
+    let mut out = Vec::new();
+    let mut check = FlagCheck::default();
+    for (_, part) in batches.iter() {
+        out.clear();
+        let stored = size_query(cb, part)?.stored;
+        let mut local = vec![0u8; stored.len().div_ceil(8)];
+        for (k, &stored) in stored.iter().enumerate() {
+            let flag = u8::from(stored < l);
+            local[k / 8] |= flag << (k % 8);
+            byte |= flag << bits;
+            bits += 1;
+            if bits == 8 {
+                out.push(byte);
+                (byte, bits) = (0, 0);
+            }
+        }
+        check.add(&local);
+        s.write(&out)?;
+    }
+    if bits > 0 {
+        s.write(&[byte])?;
+    }
+    Ok(check.0.digest())
+}
+
+/// A hash of a group's flags, batch by batch, each batch's bitmap on its
+/// own (as the codec returns it for the batch).
+///
+/// Q: why? A: the flags are written in a pass before the one that encodes;
+/// comparing the two passes' hashes shows that the flags written are those
+/// of the payload or slots written, even if the input changed in between.
+#[derive(Default)]
+struct FlagCheck(xxhash_rust::xxh3::Xxh3);
+
+impl FlagCheck {
+    fn add(&mut self, batch_flags: &[u8]) {
+        self.0.update(&(batch_flags.len() as u64).to_le_bytes());
+        self.0.update(batch_flags);
+    }
+}
+
+/// The offsets table of a packed group, batch by batch: stored sizes
+/// summed from 0. `totals` holds each batch's payload bytes from the first
+/// pass.
+fn write_offsets<W: Write>(
+    s: &mut GroupSections<'_, W>,
+    cb: &Codebook,
+    batches: &Batches<'_>,
+    totals: &[u64],
+) -> Result<()> {
+    let mut end = 0u64;
+    s.write(&end.to_le_bytes())?;
+    let mut out = Vec::new();
+    for ((first, part), &total) in batches.iter().zip(totals) {
+        let start = end;
+        out.clear();
+        for &stored in &size_query(cb, part)?.stored {
+            end += stored;
+            out.extend_from_slice(&end.to_le_bytes());
+        }
+        if end - start != total {
+            return Err(changed_under_us(Some(first)));
+        }
+        s.write(&out)?;
+    }
+    Ok(())
+}
+
+/// The error when a batch sizes differently from one pass to the next:
+/// only a change of the input between the passes does that.
+/// `first` is the first row of the batch that showed it, when known.
+fn changed_under_us(first: Option<usize>) -> Error {
+    let rows = match first {
+        Some(first) => format!("the rows from {first} on"),
+        None => "some rows".to_string(),
+    };
+    Error::new(
+        crate::ErrorKind::Io,
+        format!("{rows} changed while they were compressed; is the input still being written?"),
     )
 }

@@ -243,6 +243,19 @@ impl<'a> IbpFile<'a> {
     /// [`IbpFile::restore`], reporting bytes written out of the original's
     /// length to `progress`.
     pub fn restore_with_progress(&self, out: &mut dyn Write, progress: Progress<'_>) -> Result<()> {
+        self.restore_in_blocks(out, RESTORE_BLOCK_BYTES, progress)
+    }
+
+    /// [`IbpFile::restore_with_progress`], decompressing large groups in
+    /// blocks of about `block_bytes` (at least one row) instead of 64 MiB:
+    /// the most decompressed data a restore holds at once. The restored
+    /// bytes do not depend on it.
+    pub fn restore_in_blocks(
+        &self,
+        out: &mut dyn Write,
+        block_bytes: u64,
+        progress: Progress<'_>,
+    ) -> Result<()> {
         // Q: why refuse a container without the original's fingerprint?
         // A: each group's hash checks the group, but the envelope (the
         // order of pieces and groups, deflate levels) shapes the restored
@@ -265,7 +278,7 @@ impl<'a> IbpFile<'a> {
             &self.envelope,
             &mut FilePieces {
                 file: self,
-                block_bytes: RESTORE_BLOCK_BYTES,
+                block_bytes,
             },
             &mut sink,
         )?;

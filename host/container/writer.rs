@@ -4,7 +4,9 @@
 //! their directory entries and the groups' descriptions, and writes the
 //! manifest, the directory and the trailer in [`ContainerWriter::finish`].
 //! A multi-gigabyte input therefore never has to be held twice: compress a
-//! group, hand it over, drop it.
+//! group, hand it over, drop it; or, inside the crate, hand a group over in
+//! pieces ([`ContainerWriter::add_group_in_pieces`]), so that not even one
+//! group's compressed form is held at once.
 
 use std::io::Write;
 
@@ -137,6 +139,14 @@ impl<W: Write> ContainerWriter<W> {
         Ok(id)
     }
 
+    /// The number the next group added will get.
+    pub(crate) fn next_group_id(&self) -> Result<u32> {
+        u32::try_from(self.groups.len())
+            .ok()
+            .filter(|&i| i != NO_OWNER)
+            .ok_or_else(|| Error::invalid("too many groups for one container"))
+    }
+
     /// Store a group; returns its number for [`Segment::Group`].
     ///
     /// Errors with [`crate::ErrorKind::InvalidArgument`] when the metadata
@@ -144,10 +154,7 @@ impl<W: Write> ContainerWriter<W> {
     /// when a reader would refuse the group (a dtype whose name is a known
     /// type's with another size, a stored form that does not validate).
     pub fn add_group(&mut self, meta: GroupMeta, data: GroupData<'_>) -> Result<u32> {
-        let id = u32::try_from(self.groups.len())
-            .ok()
-            .filter(|&i| i != NO_OWNER)
-            .ok_or_else(|| Error::invalid("too many groups for one container"))?;
+        let id = self.next_group_id()?;
         let (layout, chunk, threshold) = check_group(&meta, &data)?;
         match &data {
             GroupData::Raw(bytes) => {
@@ -181,6 +188,106 @@ impl<W: Write> ContainerWriter<W> {
                 self.section(SectionKind::Slots, id, &[fixed.slots()])?;
             }
         }
+        self.push_group(meta, layout, chunk, threshold);
+        Ok(id)
+    }
+
+    /// Store a compressed group whose sections the caller writes one at a
+    /// time, in `layout`'s order (codebook, flags, then offsets and payload
+    /// or slots), each from any number of pieces: see [`GroupSections`].
+    /// Returns the group's number once every section has its announced
+    /// length.
+    ///
+    /// Q: why pieces? A: a tensor of many gigabytes is compressed one batch
+    /// of rows at a time, and each batch is written and dropped before the
+    /// next, so memory does not grow with the tensor; see
+    /// `compress_document`.
+    ///
+    /// Errors with [`crate::ErrorKind::InvalidArgument`] as
+    /// [`ContainerWriter::add_group`] does, when a section's pieces do not
+    /// add up to its length, or when `write` skips a section.
+    pub(crate) fn add_group_in_pieces(
+        &mut self,
+        meta: GroupMeta,
+        codebook: &Codebook,
+        threshold: Option<Threshold>,
+        layout: GroupLayout,
+        write: impl FnOnce(&mut GroupSections<'_, W>) -> Result<()>,
+    ) -> Result<u32> {
+        let id = self.next_group_id()?;
+        let bad = |m: &str| Error::invalid(format!("group {:?}: {m}", meta.name));
+        check_meta(&meta)?;
+        if codebook.row_bytes() as u64 != meta.row_bytes {
+            return Err(bad(&format!(
+                "the codebook is for {}-byte rows, the metadata says {}",
+                codebook.row_bytes(),
+                meta.row_bytes
+            )));
+        }
+        let rows_plus_one = meta
+            .rows
+            .checked_add(1)
+            .ok_or_else(|| bad("too many rows"))?;
+        let min_row = meta
+            .row_bytes
+            .div_ceil(u64::from(codebook.chunk().bytes()))
+            .div_ceil(8);
+        // The length each section must have, or for the payload, the least
+        // it may have (every stored tensor has its participation bits).
+        let flags = SectionLen::Exactly(meta.rows.div_ceil(8));
+        let expected = match layout {
+            GroupLayout::Packed => vec![
+                (SectionKind::Flags, flags),
+                (
+                    SectionKind::Offsets,
+                    SectionLen::Exactly(
+                        rows_plus_one
+                            .checked_mul(8)
+                            .ok_or_else(|| bad("too many rows"))?,
+                    ),
+                ),
+                (
+                    SectionKind::Payload,
+                    SectionLen::AtLeast(meta.rows.saturating_mul(min_row)),
+                ),
+            ],
+            GroupLayout::Fixed => vec![
+                (SectionKind::Flags, flags),
+                (
+                    SectionKind::Slots,
+                    SectionLen::Exactly(meta.rows * meta.row_bytes),
+                ),
+            ],
+            GroupLayout::Raw => return Err(bad("a raw group is stored with add_group")),
+        };
+        self.section(
+            SectionKind::Codebook,
+            id,
+            &[codebook.mask(), codebook.bitval()],
+        )?;
+        let mut sections = GroupSections {
+            w: self,
+            id,
+            expected,
+            done: 0,
+            open: None,
+        };
+        write(&mut sections)?;
+        sections.close()?;
+        if let Some((kind, _)) = sections.expected.get(sections.done) {
+            return Err(bad(&format!("its {kind:?} section was not written")));
+        }
+        self.push_group(meta, layout, Some(codebook.chunk()), threshold);
+        Ok(id)
+    }
+
+    fn push_group(
+        &mut self,
+        meta: GroupMeta,
+        layout: GroupLayout,
+        chunk: Option<crate::codebook::ChunkSize>,
+        threshold: Option<Threshold>,
+    ) {
         self.groups.push(GroupInfo {
             name: meta.name,
             dtype: meta.dtype,
@@ -192,7 +299,6 @@ impl<W: Write> ContainerWriter<W> {
             threshold,
             xxh3: meta.xxh3,
         });
-        Ok(id)
     }
 
     /// Write the manifest, directory and trailer; returns the writer and the
@@ -293,6 +399,87 @@ impl<W: Write> ContainerWriter<W> {
     }
 }
 
+/// The length a section written in pieces must have.
+#[derive(Clone, Copy, Debug)]
+enum SectionLen {
+    Exactly(u64),
+    AtLeast(u64),
+}
+
+/// The sections of a group being written in pieces
+/// ([`ContainerWriter::add_group_in_pieces`]): [`GroupSections::start`] a
+/// section, [`GroupSections::write`] its bytes in any number of pieces,
+/// then start the next.
+pub(crate) struct GroupSections<'w, W: Write> {
+    w: &'w mut ContainerWriter<W>,
+    id: u32,
+    /// The sections still to come after the codebook, in file order.
+    expected: Vec<(SectionKind, SectionLen)>,
+    /// How many of `expected` were started.
+    done: usize,
+    /// The section being written: where it starts, and its running hash.
+    open: Option<(u64, Xxh3)>,
+}
+
+impl<W: Write> GroupSections<'_, W> {
+    /// Close the current section and start `kind`, which must be the next
+    /// one of the layout.
+    pub(crate) fn start(&mut self, kind: SectionKind) -> Result<()> {
+        self.close()?;
+        match self.expected.get(self.done) {
+            Some((k, _)) if *k == kind => {}
+            other => {
+                return Err(Error::invalid(format!(
+                    "section {kind:?} of group {} out of order (expected {:?})",
+                    self.id,
+                    other.map(|o| o.0)
+                )));
+            }
+        }
+        self.done += 1;
+        self.open = Some((self.w.pos, Xxh3::new()));
+        Ok(())
+    }
+
+    /// Append `bytes` to the current section.
+    pub(crate) fn write(&mut self, bytes: &[u8]) -> Result<()> {
+        let Some((_, hash)) = &mut self.open else {
+            return Err(Error::invalid("no section started"));
+        };
+        hash.update(bytes);
+        self.w.write(bytes)
+    }
+
+    /// Pad and record the current section after checking its length.
+    fn close(&mut self) -> Result<()> {
+        let Some((offset, hash)) = self.open.take() else {
+            return Ok(());
+        };
+        let (kind, want) = self.expected[self.done - 1];
+        let length = self.w.pos - offset;
+        let ok = match want {
+            SectionLen::Exactly(n) => length == n,
+            SectionLen::AtLeast(n) => length >= n,
+        };
+        if !ok {
+            return Err(Error::invalid(format!(
+                "section {kind:?} of group {} has {length} bytes, {want:?} expected",
+                self.id
+            )));
+        }
+        self.w.pad()?;
+        self.w.entries.push(DirEntry {
+            kind: kind as u32,
+            flags: FLAG_REQUIRED,
+            owner: self.id,
+            offset,
+            length,
+            xxh3: hash.digest(),
+        });
+        Ok(())
+    }
+}
+
 fn write_err(e: std::io::Error) -> Error {
     Error::io("writing the container", e)
 }
@@ -308,21 +495,34 @@ type Described = (
     Option<Threshold>,
 );
 
-fn check_group(meta: &GroupMeta, data: &GroupData<'_>) -> Result<Described> {
+/// The checks the reader makes of a group's description; returns its
+/// bytes (`N · L`).
+fn check_meta(meta: &GroupMeta) -> Result<u64> {
     let bad = |m: String| Error::invalid(format!("group {:?}: {m}", meta.name));
-    // The checks the reader makes of the manifest and the sections, made
-    // here so that every group the writer takes is one the reader opens.
     DType::from_stored(meta.dtype.name(), meta.dtype.size())
         .map_err(|e| bad(e.message().to_string()))?;
     let bytes = element_count(&meta.shape)
         .map_err(|e| bad(e.message().to_string()))?
         .checked_mul(meta.dtype.size());
-    if meta.rows.checked_mul(meta.row_bytes) != bytes || (meta.row_bytes == 0 && meta.rows != 0) {
-        return Err(bad(format!(
+    match bytes {
+        Some(b)
+            if meta.rows.checked_mul(meta.row_bytes) == Some(b)
+                && (meta.row_bytes != 0 || meta.rows == 0) =>
+        {
+            Ok(b)
+        }
+        _ => Err(bad(format!(
             "{} rows of {} bytes do not hold shape {:?} of {}",
             meta.rows, meta.row_bytes, meta.shape, meta.dtype
-        )));
+        ))),
     }
+}
+
+fn check_group(meta: &GroupMeta, data: &GroupData<'_>) -> Result<Described> {
+    let bad = |m: String| Error::invalid(format!("group {:?}: {m}", meta.name));
+    // The checks the reader makes of the manifest and the sections, made
+    // here so that every group the writer takes is one the reader opens.
+    let bytes = Some(check_meta(meta)?);
     let check_cb = |cb: &Codebook, rows: usize, flags: &[u8]| {
         if cb.row_bytes() as u64 != meta.row_bytes || rows as u64 != meta.rows {
             return Err(bad(format!(
@@ -429,4 +629,101 @@ pub(crate) fn check_envelope(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codebook::ChunkSize;
+    use crate::dataset::Rows;
+    use crate::layout::compress_packed;
+
+    /// Ten rows of 4 bytes, their packed form, and their description.
+    fn group() -> (Codebook, crate::layout::Packed, GroupMeta, Vec<u8>) {
+        let cb = Codebook::new(ChunkSize::Two, vec![0xff, 0, 0xff, 0], vec![0; 4]).unwrap();
+        let data: Vec<u8> = (0..40u8).map(|i| if i % 2 == 1 { i } else { 0 }).collect();
+        let packed = compress_packed(&cb, Rows::new(&data, 4).unwrap()).unwrap();
+        let meta = GroupMeta::new("g", DType::U8, vec![10, 4], 10, 4, &data);
+        (cb, packed, meta, data)
+    }
+
+    #[test]
+    fn a_group_in_pieces_is_the_group_at_once() {
+        let (cb, packed, meta, _) = group();
+        let mut whole = ContainerWriter::new(Vec::new()).unwrap();
+        let data = GroupData::Packed {
+            codebook: &cb,
+            threshold: None,
+            packed: packed.view(),
+        };
+        whole.add_group(meta.clone(), data).unwrap();
+        let (whole, _) = whole.finish(&[Segment::Group(0)]).unwrap();
+
+        let mut w = ContainerWriter::new(Vec::new()).unwrap();
+        let offsets: Vec<u8> = packed
+            .offsets
+            .iter()
+            .flat_map(|o| o.to_le_bytes())
+            .collect();
+        w.add_group_in_pieces(meta, &cb, None, GroupLayout::Packed, |s| {
+            s.start(SectionKind::Flags)?;
+            s.write(&packed.flags[..1])?;
+            s.write(&packed.flags[1..])?;
+            s.start(SectionKind::Offsets)?;
+            for o in offsets.chunks(24) {
+                s.write(o)?;
+            }
+            s.start(SectionKind::Payload)?;
+            s.write(&packed.payload[..3])?;
+            s.write(&packed.payload[3..])
+        })
+        .unwrap();
+        let (pieces, _) = w.finish(&[Segment::Group(0)]).unwrap();
+        assert!(pieces == whole);
+    }
+
+    #[test]
+    fn pieces_of_the_wrong_length_or_order_are_refused() {
+        let (cb, packed, meta, _) = group();
+        let offsets: Vec<u8> = packed
+            .offsets
+            .iter()
+            .flat_map(|o| o.to_le_bytes())
+            .collect();
+        type Write<'a> = &'a dyn Fn(&mut GroupSections<'_, Vec<u8>>) -> Result<()>;
+        let short_flags: Write = &|s| {
+            s.start(SectionKind::Flags)?;
+            s.write(&packed.flags[..1])?;
+            s.start(SectionKind::Offsets)
+        };
+        let out_of_order: Write = &|s| {
+            s.start(SectionKind::Flags)?;
+            s.write(&packed.flags)?;
+            s.start(SectionKind::Payload)
+        };
+        let missing_payload: Write = &|s| {
+            s.start(SectionKind::Flags)?;
+            s.write(&packed.flags)?;
+            s.start(SectionKind::Offsets)?;
+            s.write(&offsets)
+        };
+        let write_before_start: Write = &|s| s.write(&packed.flags);
+        for (what, write) in [
+            ("short flags", short_flags),
+            ("out of order", out_of_order),
+            ("missing payload", missing_payload),
+            ("write before start", write_before_start),
+        ] {
+            let mut w = ContainerWriter::new(Vec::new()).unwrap();
+            let e = w
+                .add_group_in_pieces(meta.clone(), &cb, None, GroupLayout::Packed, write)
+                .unwrap_err();
+            assert_eq!(e.kind(), crate::ErrorKind::InvalidArgument, "{what}");
+        }
+        let mut w = ContainerWriter::new(Vec::new()).unwrap();
+        let e = w
+            .add_group_in_pieces(meta, &cb, None, GroupLayout::Raw, |_| Ok(()))
+            .unwrap_err();
+        assert_eq!(e.kind(), crate::ErrorKind::InvalidArgument);
+    }
 }
