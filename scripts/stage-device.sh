@@ -41,6 +41,7 @@ for line in sys.stdin:
     kind = "bench" if "bench" in kinds else ("test" if test else "bin")
     name = m["target"]["name"]
     if kind == "bench" and os.environ.get("IBP_STAGE_BENCHES") != "1": continue
+    if "example" in kinds: continue
     if kind == "bin" or name.startswith("gpu_"):
         print(name + "." + kind, exe)
 ' | sort -u | while read -r name exe; do cp "$exe" "$root/.device/bin/$name"; done
