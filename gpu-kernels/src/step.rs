@@ -4,7 +4,7 @@
 //! per chunk cut).
 //!
 //! Written over the [`crate::simt`] traits, so the kernels and the host
-//! emulation (`host/kernel_emu.rs`) run this very body; the tests compare it
+//! emulation (`host/kernel_emu/`) run this very body; the tests compare it
 //! with the CPU decoder with every fast path forced on and forced off.
 //!
 //! A step, per lane:

@@ -25,7 +25,7 @@
 //!    refilled ahead with `cp.async` as the steps advance.
 //!
 //! The body is written over the [`crate::simt`] traits: on the GPU every
-//! trait call is one PTX instruction, and `host/kernel_emu.rs` runs the
+//! trait call is one PTX instruction, and `host/kernel_emu/` runs the
 //! whole kernel, batch and streaming, on the CPU.
 //!
 //! Q: why a ring of whole 128-byte lines?

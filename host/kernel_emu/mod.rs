@@ -1,0 +1,643 @@
+//! The GPU fit and compression kernel bodies (`ibp_kernels::encode`), run on
+//! the CPU by an emulated warp: 32 threads, one per lane, that meet at a
+//! barrier for every shuffle. Slow, but it runs the very code the GPU runs,
+//! on machines without one (CI), and compares it with the CPU encoder byte
+//! for byte. The same comparisons run on the GPU in `tests/gpu_compress.rs`.
+
+use std::sync::Barrier;
+use std::sync::atomic::{AtomicU8, AtomicU16, AtomicU32, AtomicU64, Ordering::Relaxed};
+
+use ibp_kernels::encode::{self, WarpWriter};
+use ibp_kernels::params::{EncodeParams, MeasureParams};
+use ibp_kernels::simt::{Async, Book, Lanes, Mem, Shared};
+
+use crate::codebook::{ChunkSize, Codebook, Threshold};
+use crate::dataset::Rows;
+use crate::fit::{FitOptions, count_bits, fit};
+use crate::kernel_tables::{decode_book, decoder_table, encoder_book, eval_book};
+use crate::layout::{compress_fixed, compress_packed, size_query};
+
+/// The shuffle exchange shared by the 32 lane threads.
+struct Exchange {
+    barrier: Barrier,
+    slots: [AtomicU32; 32],
+}
+
+/// One lane of the emulated warp.
+/// A group of asynchronous copies: (shared destination, 16 bytes).
+type CopyGroup = Vec<(u32, [u32; 4])>;
+
+struct EmuLane<'a> {
+    lane: u32,
+    ex: &'a Exchange,
+    /// Host address of the warp's shared memory (0: none).
+    smem: u64,
+    /// This lane's asynchronous copies not yet landed: committed groups in
+    /// order, then the open group (destination, the 16 bytes read at issue).
+    pending: std::cell::RefCell<Vec<CopyGroup>>,
+}
+
+impl EmuLane<'_> {
+    fn exchange(&self, x: u32, src: u32) -> u32 {
+        self.ex.slots[self.lane as usize].store(x, Relaxed);
+        self.ex.barrier.wait();
+        let r = self.ex.slots[src as usize].load(Relaxed);
+        self.ex.barrier.wait();
+        r
+    }
+}
+
+impl Lanes for EmuLane<'_> {
+    fn lane(&self) -> u32 {
+        self.lane
+    }
+    fn shfl_up(&self, x: u32, d: u32) -> u32 {
+        let src = if self.lane >= d {
+            self.lane - d
+        } else {
+            self.lane
+        };
+        self.exchange(x, src)
+    }
+    fn shfl_down(&self, x: u32, d: u32) -> u32 {
+        let src = if self.lane + d < 32 {
+            self.lane + d
+        } else {
+            self.lane
+        };
+        self.exchange(x, src)
+    }
+    fn shfl_idx(&self, x: u32, src: u32) -> u32 {
+        self.exchange(x, src & 31)
+    }
+    fn shfl_xor(&self, x: u32, m: u32) -> u32 {
+        self.exchange(x, (self.lane ^ m) & 31)
+    }
+    fn ballot(&self, pred: bool) -> u32 {
+        // Five exchanges OR the 32 predicate bits together (butterfly).
+        let mut v = (pred as u32) << self.lane;
+        for m in [1, 2, 4, 8, 16] {
+            v |= self.exchange(v, (self.lane ^ m) & 31);
+        }
+        v
+    }
+}
+
+/// Host memory through atomics (lanes are threads; a word two lanes OR into
+/// must not be a data race).
+struct EmuMem;
+
+// SAFETY: (every method) the caller passes addresses of live, aligned host
+// memory, as `Mem` requires.
+impl Mem for EmuMem {
+    unsafe fn ld_u8(&self, a: u64) -> u32 {
+        // SAFETY: the caller's contract (this method's `# Safety`).
+        unsafe { AtomicU8::from_ptr(a as *mut u8) }.load(Relaxed) as u32
+    }
+    unsafe fn ld_u32(&self, a: u64) -> u32 {
+        // SAFETY: the caller's contract (this method's `# Safety`).
+        unsafe { AtomicU32::from_ptr(a as *mut u32) }.load(Relaxed)
+    }
+    unsafe fn ld_u64(&self, a: u64) -> u64 {
+        // SAFETY: the caller's contract (this method's `# Safety`).
+        unsafe { AtomicU64::from_ptr(a as *mut u64) }.load(Relaxed)
+    }
+    unsafe fn ld_ro_u64(&self, a: u64) -> u64 {
+        // SAFETY: the caller's contract (this method's `# Safety`).
+        unsafe { self.ld_u64(a) }
+    }
+    unsafe fn st_u8(&self, a: u64, v: u32) {
+        // SAFETY: the caller's contract (this method's `# Safety`).
+        unsafe { AtomicU8::from_ptr(a as *mut u8) }.store(v as u8, Relaxed)
+    }
+    unsafe fn st_u32(&self, a: u64, v: u32) {
+        // SAFETY: the caller's contract (this method's `# Safety`).
+        unsafe { AtomicU32::from_ptr(a as *mut u32) }.store(v, Relaxed)
+    }
+    unsafe fn st_u64(&self, a: u64, v: u64) {
+        // SAFETY: the caller's contract (this method's `# Safety`).
+        unsafe { AtomicU64::from_ptr(a as *mut u64) }.store(v, Relaxed)
+    }
+    unsafe fn ld_v4(&self, a: u64) -> [u32; 4] {
+        // SAFETY: the caller's contract (this method's `# Safety`).
+        std::array::from_fn(|i| unsafe { self.ld_u32(a + 4 * i as u64) })
+    }
+    unsafe fn st_u16(&self, a: u64, v: u32) {
+        // SAFETY: the caller's contract (this method's `# Safety`).
+        unsafe { AtomicU16::from_ptr(a as *mut u16) }.store(v as u16, Relaxed)
+    }
+    unsafe fn or_u64(&self, a: u64, v: u64) {
+        // SAFETY: the caller's contract (this method's `# Safety`).
+        unsafe { AtomicU64::from_ptr(a as *mut u64) }.fetch_or(v, Relaxed);
+    }
+    unsafe fn min_u64(&self, a: u64, v: u64) {
+        // SAFETY: the caller's contract (this method's `# Safety`).
+        unsafe { AtomicU64::from_ptr(a as *mut u64) }.fetch_min(v, Relaxed);
+    }
+    unsafe fn st_v4(&self, a: u64, v: [u32; 4]) {
+        for (i, x) in v.into_iter().enumerate() {
+            // SAFETY: the caller's contract (this method's `# Safety`).
+            unsafe { self.st_u32(a + 4 * i as u64, x) };
+        }
+    }
+    unsafe fn or_u32(&self, a: u64, v: u32) {
+        // SAFETY: the caller's contract (this method's `# Safety`).
+        unsafe { AtomicU32::from_ptr(a as *mut u32) }.fetch_or(v, Relaxed);
+    }
+    unsafe fn add_u64(&self, a: u64, v: u64) {
+        // SAFETY: the caller's contract (this method's `# Safety`).
+        unsafe { AtomicU64::from_ptr(a as *mut u64) }.fetch_add(v, Relaxed);
+    }
+}
+
+/// Host bytes read as shared memory (by offset) or as a decode book.
+struct HostBytes(u64);
+
+// SAFETY: (every method) the caller passes offsets inside the buffer, as
+// `Shared` and `Book` require.
+impl Shared for HostBytes {
+    unsafe fn lds_u8(&self, a: u32) -> u32 {
+        // SAFETY: the caller's contract (this method's `# Safety`).
+        unsafe { EmuMem.ld_u8(self.0 + a as u64) }
+    }
+    unsafe fn lds_u32(&self, a: u32) -> u32 {
+        // SAFETY: the caller's contract (this method's `# Safety`).
+        unsafe { EmuMem.ld_u32(self.0 + a as u64) }
+    }
+    unsafe fn sts_u32(&self, a: u32, v: u32) {
+        // SAFETY: the caller's contract (this method's `# Safety`).
+        unsafe { EmuMem.st_u32(self.0 + a as u64, v) }
+    }
+    unsafe fn sts_v4(&self, a: u32, v: [u32; 4]) {
+        // SAFETY: the caller's contract (this method's `# Safety`).
+        unsafe { EmuMem.st_v4(self.0 + a as u64, v) }
+    }
+}
+
+// SAFETY: as above.
+impl Book for HostBytes {
+    unsafe fn ld_u8(&self, off: u32) -> u32 {
+        // SAFETY: the caller's contract (this method's `# Safety`).
+        unsafe { EmuMem.ld_u8(self.0 + off as u64) }
+    }
+    unsafe fn ld_u32(&self, off: u32) -> u32 {
+        // SAFETY: the caller's contract (this method's `# Safety`).
+        unsafe { EmuMem.ld_u32(self.0 + off as u64) }
+    }
+    unsafe fn ld_v2(&self, off: u32) -> [u32; 2] {
+        // SAFETY: the caller's contract (this method's `# Safety`).
+        std::array::from_fn(|i| unsafe { EmuMem.ld_u32(self.0 + (off + 4 * i as u32) as u64) })
+    }
+    unsafe fn ld_v4(&self, off: u32) -> [u32; 4] {
+        // SAFETY: the caller's contract (this method's `# Safety`).
+        std::array::from_fn(|i| unsafe { EmuMem.ld_u32(self.0 + (off + 4 * i as u32) as u64) })
+    }
+}
+
+// SAFETY: (every method) forwarded to `EmuMem`, as `Mem` requires.
+impl Mem for EmuLane<'_> {
+    unsafe fn ld_u8(&self, a: u64) -> u32 {
+        // SAFETY: the caller's contract (this method's `# Safety`).
+        unsafe { EmuMem.ld_u8(a) }
+    }
+    unsafe fn ld_u32(&self, a: u64) -> u32 {
+        // SAFETY: the caller's contract (this method's `# Safety`).
+        unsafe { EmuMem.ld_u32(a) }
+    }
+    unsafe fn ld_u64(&self, a: u64) -> u64 {
+        // SAFETY: the caller's contract (this method's `# Safety`).
+        unsafe { EmuMem.ld_u64(a) }
+    }
+    unsafe fn ld_ro_u64(&self, a: u64) -> u64 {
+        // SAFETY: the caller's contract (this method's `# Safety`).
+        unsafe { EmuMem.ld_ro_u64(a) }
+    }
+    unsafe fn ld_v4(&self, a: u64) -> [u32; 4] {
+        // SAFETY: the caller's contract (this method's `# Safety`).
+        unsafe { EmuMem.ld_v4(a) }
+    }
+    unsafe fn st_u8(&self, a: u64, v: u32) {
+        // SAFETY: the caller's contract (this method's `# Safety`).
+        unsafe { EmuMem.st_u8(a, v) }
+    }
+    unsafe fn st_u16(&self, a: u64, v: u32) {
+        // SAFETY: the caller's contract (this method's `# Safety`).
+        unsafe { EmuMem.st_u16(a, v) }
+    }
+    unsafe fn st_u32(&self, a: u64, v: u32) {
+        // SAFETY: the caller's contract (this method's `# Safety`).
+        unsafe { EmuMem.st_u32(a, v) }
+    }
+    unsafe fn st_u64(&self, a: u64, v: u64) {
+        // SAFETY: the caller's contract (this method's `# Safety`).
+        unsafe { EmuMem.st_u64(a, v) }
+    }
+    unsafe fn st_v4(&self, a: u64, v: [u32; 4]) {
+        // SAFETY: the caller's contract (this method's `# Safety`).
+        unsafe { EmuMem.st_v4(a, v) }
+    }
+    unsafe fn or_u32(&self, a: u64, v: u32) {
+        // SAFETY: the caller's contract (this method's `# Safety`).
+        unsafe { EmuMem.or_u32(a, v) }
+    }
+    unsafe fn or_u64(&self, a: u64, v: u64) {
+        // SAFETY: the caller's contract (this method's `# Safety`).
+        unsafe { EmuMem.or_u64(a, v) }
+    }
+    unsafe fn min_u64(&self, a: u64, v: u64) {
+        // SAFETY: the caller's contract (this method's `# Safety`).
+        unsafe { EmuMem.min_u64(a, v) }
+    }
+    unsafe fn add_u64(&self, a: u64, v: u64) {
+        // SAFETY: the caller's contract (this method's `# Safety`).
+        unsafe { EmuMem.add_u64(a, v) }
+    }
+}
+
+// SAFETY: (every method) the warp's shared memory is a host buffer at
+// `smem`; offsets are checked against nothing, as on the GPU, so the tests
+// give the kernel exactly the shared memory the host launcher would.
+impl Shared for EmuLane<'_> {
+    unsafe fn lds_u8(&self, a: u32) -> u32 {
+        // SAFETY: the caller's contract (this method's `# Safety`).
+        unsafe { HostBytes(self.smem).lds_u8(a) }
+    }
+    unsafe fn lds_u32(&self, a: u32) -> u32 {
+        // SAFETY: the caller's contract (this method's `# Safety`).
+        unsafe { HostBytes(self.smem).lds_u32(a) }
+    }
+    unsafe fn sts_u32(&self, a: u32, v: u32) {
+        // SAFETY: the caller's contract (this method's `# Safety`).
+        unsafe { HostBytes(self.smem).sts_u32(a, v) }
+    }
+    unsafe fn sts_v4(&self, a: u32, v: [u32; 4]) {
+        // SAFETY: the caller's contract (this method's `# Safety`).
+        unsafe { HostBytes(self.smem).sts_v4(a, v) }
+    }
+}
+
+/// Asynchronous copies as the hardware may perform them: a copy lands in
+/// shared memory only when a wait says it must have (`cp.async.wait_all`:
+/// every copy; `wait_group 1`: every committed group but the newest), so a
+/// kernel that reads its workspace before waiting reads stale bytes here,
+/// and the tests catch it.
+impl Async for EmuLane<'_> {
+    unsafe fn cp16(&self, dst: u32, src: u64) {
+        // SAFETY: as `Async::cp16` requires of its caller.
+        let v = unsafe { EmuMem.ld_v4(src) };
+        let mut p = self.pending.borrow_mut();
+        if p.is_empty() {
+            p.push(Vec::new());
+        }
+        p.last_mut().unwrap().push((dst, v));
+    }
+    fn commit(&self) {
+        // The open group is closed; later copies open a new one.
+        self.pending.borrow_mut().push(Vec::new());
+    }
+    fn wait_all(&self) {
+        let groups = std::mem::take(&mut *self.pending.borrow_mut());
+        self.land(groups.into_iter().flatten());
+    }
+    fn wait_all_but_last(&self) {
+        let mut p = self.pending.borrow_mut();
+        // The open group (after the last commit) is not waited for, nor is
+        // the newest committed group.
+        let open = p.pop().unwrap_or_default();
+        let newest = p.pop().unwrap_or_default();
+        let done: Vec<_> = std::mem::take(&mut *p).into_iter().flatten().collect();
+        p.push(newest);
+        p.push(open);
+        drop(p);
+        self.land(done.into_iter());
+    }
+    fn sync_warp(&self) {
+        self.ex.barrier.wait();
+    }
+}
+
+impl EmuLane<'_> {
+    /// Write landed copies into shared memory.
+    fn land(&self, copies: impl Iterator<Item = (u32, [u32; 4])>) {
+        for (dst, v) in copies {
+            // SAFETY: `dst` was a valid destination when the copy was issued.
+            unsafe { HostBytes(self.smem).sts_v4(dst, v) };
+        }
+    }
+}
+
+/// Run `body` as one warp (32 lane threads).
+fn run_warp(body: impl Fn(&EmuLane<'_>) + Sync) {
+    run_warp_with(0, body)
+}
+
+/// Run `body` as one warp whose shared memory is the host buffer at `smem`.
+fn run_warp_with(smem: u64, body: impl Fn(&EmuLane<'_>) + Sync) {
+    let ex = Exchange {
+        barrier: Barrier::new(32),
+        slots: std::array::from_fn(|_| AtomicU32::new(0)),
+    };
+    std::thread::scope(|s| {
+        for lane in 0..32 {
+            let (ex, body) = (&ex, &body);
+            s.spawn(move || {
+                body(&EmuLane {
+                    lane,
+                    ex,
+                    smem,
+                    pending: Default::default(),
+                })
+            });
+        }
+    });
+}
+
+/// u64 words aligned for the emulated kernels (a `Vec<u8>` is only
+/// byte-aligned), viewed as bytes.
+struct Aligned(Vec<u64>, usize);
+
+impl Aligned {
+    fn zeroed(len: usize) -> Self {
+        Aligned(vec![0; len.div_ceil(8) + 1], len)
+    }
+    fn from(bytes: &[u8]) -> Self {
+        let mut a = Self::zeroed(bytes.len());
+        a.bytes_mut().copy_from_slice(bytes);
+        a
+    }
+    fn addr(&self) -> u64 {
+        self.0.as_ptr() as u64
+    }
+    fn bytes(&self) -> &[u8] {
+        &bytemuck::cast_slice(&self.0)[..self.1]
+    }
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        let n = self.1;
+        &mut bytemuck::cast_slice_mut(&mut self.0)[..n]
+    }
+}
+
+fn xorshift(s: &mut u64) -> u64 {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    *s
+}
+
+/// Rows that mostly repeat a base pattern (so codebooks have invariant
+/// bits), with noise, and a few rows of pure noise (stored raw).
+fn dataset(rows: usize, l: usize, seed: u64) -> Vec<u8> {
+    let mut s = seed | 1;
+    let base: Vec<u8> = (0..l).map(|_| xorshift(&mut s) as u8).collect();
+    let mut out = Vec::with_capacity(rows * l);
+    for r in 0..rows {
+        let noisy = r % 7 == 3;
+        for &b in &base {
+            let x = xorshift(&mut s);
+            out.push(match (noisy, x % 10) {
+                (true, _) | (false, 0) => (x >> 8) as u8,
+                (false, 1) => b ^ (1 << ((x >> 16) % 8)),
+                _ => b,
+            });
+        }
+    }
+    out
+}
+
+/// Stored lengths from the emulated `size` body.
+fn emu_sizes(cb: &Codebook, rows: Rows<'_>, stage: Option<&mut Aligned>) -> Vec<u64> {
+    let src = Aligned::from(rows.bytes());
+    let book = encoder_book(cb);
+    let sizes = Aligned::zeroed(8 * rows.rows());
+    let l = rows.row_bytes() as u64;
+    let stage_stride = l.next_multiple_of(8);
+    let p = MeasureParams {
+        src: src.addr(),
+        stride: l,
+        rows: rows.rows() as u64,
+        sample: rows.rows() as u64,
+        row_bytes: l,
+        book: book.as_ptr() as u64,
+        sizes: sizes.addr(),
+        stage: stage.as_ref().map_or(0, |s| s.addr()),
+        stage_stride,
+        chunk: cb.chunk().bytes(),
+        ..Default::default()
+    };
+    // SAFETY: every buffer is sized as MeasureParams requires and outlives
+    // the warp.
+    run_warp(|w| unsafe {
+        match cb.chunk() {
+            ChunkSize::One => encode::size::<_, _, 1>(w, &EmuMem, &p, 0, 1),
+            ChunkSize::Two => encode::size::<_, _, 2>(w, &EmuMem, &p, 0, 1),
+            ChunkSize::Four => encode::size::<_, _, 4>(w, &EmuMem, &p, 0, 1),
+            ChunkSize::Eight => encode::size::<_, _, 8>(w, &EmuMem, &p, 0, 1),
+        }
+    });
+    bytemuck::cast_slice::<u8, u64>(sizes.bytes()).to_vec()
+}
+
+/// Output bytes of the emulated `encode` body: packed when `offsets` is
+/// given (with `base` subtracted from each), fixed-stride otherwise.
+fn emu_encode(
+    cb: &Codebook,
+    rows: Rows<'_>,
+    sizes: &[u64],
+    offsets: Option<(&[u64], u64)>,
+    out_len: usize,
+) -> Vec<u8> {
+    let src = Aligned::from(rows.bytes());
+    let book = encoder_book(cb);
+    let out = Aligned::zeroed(out_len);
+    let p = EncodeParams {
+        src: src.addr(),
+        stride: rows.row_bytes() as u64,
+        rows: rows.rows() as u64,
+        row_bytes: rows.row_bytes() as u64,
+        book: book.as_ptr() as u64,
+        sizes: sizes.as_ptr() as u64,
+        offsets: offsets.map_or(0, |(o, _)| o.as_ptr() as u64),
+        offset_base: offsets.map_or(0, |(_, b)| b),
+        out: out.addr(),
+    };
+    // SAFETY: as in emu_sizes; the output covers every region.
+    run_warp(|w| unsafe {
+        match cb.chunk() {
+            ChunkSize::One => encode::encode::<_, _, 1>(w, &EmuMem, &p, 0, 1),
+            ChunkSize::Two => encode::encode::<_, _, 2>(w, &EmuMem, &p, 0, 1),
+            ChunkSize::Four => encode::encode::<_, _, 4>(w, &EmuMem, &p, 0, 1),
+            ChunkSize::Eight => encode::encode::<_, _, 8>(w, &EmuMem, &p, 0, 1),
+        }
+    });
+    out.bytes().to_vec()
+}
+
+#[test]
+fn emulated_size_and_encode_equal_the_cpu_encoder() {
+    for (seed, (l, n)) in [
+        (1usize, 9usize),
+        (3, 12),
+        (8, 10),
+        (13, 9),
+        (64, 8),
+        (301, 6),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let data = dataset(n, l, 7 + seed as u64);
+        let rows = Rows::new(&data, l).unwrap();
+        let counts = count_bits(rows);
+        for chunk in ChunkSize::ALL {
+            let t = Threshold::from_basis_points(8000).unwrap();
+            let cb = Codebook::from_counts(&counts, n as u64, t, chunk).unwrap();
+            let what = format!("L={l} C={chunk}");
+
+            let mut stage = Aligned::zeroed(n * l.next_multiple_of(8));
+            let sizes = emu_sizes(&cb, rows, Some(&mut stage));
+            let want = size_query(&cb, rows).unwrap();
+            assert_eq!(sizes, want.stored, "sizes {what}");
+            for (i, row) in rows.iter().enumerate() {
+                let s = l.next_multiple_of(8) * i;
+                assert_eq!(&stage.bytes()[s..s + l], row, "staged row {i} {what}");
+            }
+
+            let packed = compress_packed(&cb, rows).unwrap();
+            let got = emu_encode(
+                &cb,
+                rows,
+                &sizes,
+                Some((&packed.offsets, 0)),
+                packed.payload.len(),
+            );
+            assert_eq!(got, packed.payload, "packed {what}");
+
+            // A batch of the packed layout: offsets that start at `base`.
+            let base = 1000;
+            let shifted: Vec<u64> = packed.offsets.iter().map(|o| o + base).collect();
+            let got = emu_encode(
+                &cb,
+                rows,
+                &sizes,
+                Some((&shifted, base)),
+                packed.payload.len(),
+            );
+            assert_eq!(got, packed.payload, "packed with a base {what}");
+
+            let fixed = compress_fixed(&cb, rows).unwrap();
+            let got = emu_encode(&cb, rows, &sizes, None, fixed.slots.len());
+            assert_eq!(got, fixed.slots, "fixed {what}");
+        }
+    }
+}
+
+#[test]
+fn emulated_evaluation_equals_the_cpu_fit() {
+    for (l, n, sample) in [(5usize, 40usize, 40u64), (24, 33, 11), (70, 20, 20)] {
+        let data = dataset(n, l, l as u64);
+        let rows = Rows::new(&data, l).unwrap();
+        let opts = FitOptions::default().with_sample(crate::fit::Sample::Count(sample));
+        let cpu = fit(rows, &opts).unwrap();
+        // Counts of the sample, books of the six default thresholds.
+        let plan = crate::fit::SamplePlan::new(n as u64, opts.sample).unwrap();
+        let sample_rows: Vec<u8> = (0..plan.len())
+            .flat_map(|i| rows.row(plan.index(i) as usize).to_vec())
+            .collect();
+        let counts = count_bits(Rows::new(&sample_rows, l).unwrap());
+        let books: Vec<(Vec<u8>, Vec<u8>)> = opts
+            .thresholds
+            .iter()
+            .map(|&t| crate::codebook::mask_and_bitval(&counts, plan.len(), t))
+            .collect();
+        let book = eval_book(&books);
+        let src = Aligned::from(&data);
+        let totals = vec![0u64; 64];
+        let p = MeasureParams {
+            src: src.addr(),
+            stride: l as u64,
+            rows: n as u64,
+            sample: plan.len(),
+            row_bytes: l as u64,
+            book: book.as_ptr() as u64,
+            totals: totals.as_ptr() as u64,
+            nt: books.len() as u32,
+            ..Default::default()
+        };
+        // SAFETY: buffers sized as MeasureParams requires.
+        run_warp(|w| unsafe { encode::eval(w, &EmuMem, &p, 0, 1) });
+        for cand in &cpu.candidates {
+            let t = opts
+                .thresholds
+                .iter()
+                .position(|&x| x == cand.threshold)
+                .unwrap();
+            let lane = 4 * t + cand.chunk.bytes().trailing_zeros() as usize;
+            assert_eq!(
+                (totals[2 * lane], totals[2 * lane + 1]),
+                (cand.stored_bytes, cand.encoded_rows),
+                "L={l} {cand:?}"
+            );
+        }
+    }
+}
+
+/// Reference: the bit stream of segments, laid end to end from bit `s0`.
+fn reference_stream(segs: &[(u64, u32)], s0: u64, bytes: usize) -> Vec<u8> {
+    let mut out = vec![0u8; bytes];
+    let mut pos = s0;
+    for &(v, n) in segs {
+        for b in 0..n as u64 {
+            if v >> b & 1 == 1 {
+                out[((pos + b) / 8) as usize] |= 1 << ((pos + b) % 8);
+            }
+        }
+        pos += n as u64;
+    }
+    out
+}
+
+#[test]
+fn warp_writer_lays_random_segments_end_to_end() {
+    let mut s = 99u64;
+    for case in 0..24 {
+        // Steps of 32 segments, often empty or tiny (high compression),
+        // sometimes 64 bits (raw), at every byte alignment.
+        let steps = 1 + case % 3;
+        let segs: Vec<(u64, u32)> = (0..32 * steps)
+            .map(|_| {
+                let r = xorshift(&mut s);
+                let n = match (case / 3) % 4 {
+                    0 => (r % 4) as u32,
+                    1 => (r % 65) as u32,
+                    2 => 64,
+                    _ => [0, 1, 31, 32, 33, 63][(r % 6) as usize],
+                };
+                (xorshift(&mut s) & crate_low_mask(n), n)
+            })
+            .collect();
+        let bits: u64 = segs.iter().map(|&(_, n)| n as u64).sum();
+        let shift = case as u64 % 4;
+        let len = bits.div_ceil(8) as usize;
+        let out = Aligned::zeroed(len + 8);
+        let dst = out.addr() + shift;
+        run_warp(|w| {
+            let mut wr = WarpWriter::new(dst, len as u64);
+            for k in 0..steps as usize {
+                let (v, n) = segs[32 * k + w.lane() as usize];
+                // SAFETY: the region is inside `out`, which is zeroed.
+                unsafe { wr.step(w, &EmuMem, v, n) };
+            }
+            // SAFETY: as above.
+            unsafe { wr.flush(w, &EmuMem) };
+            assert_eq!(wr.written(), bits);
+        });
+        let want = reference_stream(&segs, 8 * shift, len + 8);
+        assert_eq!(out.bytes(), &want[..], "case {case}");
+    }
+}
+
+fn crate_low_mask(n: u32) -> u64 {
+    ibp_kernels::bits::low_mask(n)
+}
+
+mod decode;
