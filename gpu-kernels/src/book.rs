@@ -142,6 +142,13 @@ pub const fn params_general(free: u64, width: u32) -> u32 {
     free.count_ones() << 16 | width << 24
 }
 
+/// Bits a matching chunk saves (its width minus its payload width), from
+/// its `PARAMS` word: what a stored length is derived from.
+#[inline(always)]
+pub const fn saved_bits(params: u32) -> u32 {
+    (params >> 24) - ((params >> 16) & 0xff)
+}
+
 /// The lowest run of the set bits of `free`.
 pub const fn lowest_run(free: u64) -> u64 {
     if free == 0 {

@@ -176,7 +176,7 @@ pub unsafe fn decode_row<H: Machine, B: Book, K: Sink>(
                 if shared_raw32(h, base, c) & 1 == 1 {
                     // SAFETY: c < K, inside the book's PARAMS field.
                     let x = unsafe { book.ld_u32(layout.params + 4 * c) };
-                    saved += ((x >> 24) - ((x >> 16) & 0xff)) as u64;
+                    saved += crate::book::saved_bits(x) as u64;
                 }
                 c += WARP;
             }

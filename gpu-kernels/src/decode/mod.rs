@@ -104,7 +104,7 @@ impl<H: Machine, B: Book> Ctx<'_, H, B> {
     fn saved(&self, k: u32) -> u32 {
         // SAFETY: k < K, inside the book's PARAMS field.
         let x = unsafe { self.book.ld_u32(self.geo.layout.params + 4 * k) };
-        (x >> 24) - ((x >> 16) & 0xff)
+        crate::book::saved_bits(x)
     }
 
     /// The tensor that output row `i < count` receives.
