@@ -131,3 +131,18 @@ pub fn eval_book(books: &[(Vec<u8>, Vec<u8>)]) -> Vec<u64> {
     fields.extend(books.iter().map(|(m, _)| m.clone()));
     field_major(&fields)
 }
+
+/// Lines per half ring in the decoder's batch mode, for a largest stored
+/// tensor of `span_max` lines and at most `cap` lines a half (what shared
+/// memory allows).
+///
+/// Q: why room for four tensors?
+/// A: a batch pays its scan, its shuffles of the items and its wait once,
+/// whatever it holds; with room for one tensor a half, MiniLM's f32 rows
+/// (12 lines stored) went one per batch and the batch work was a quarter
+/// of the kernel's instructions (profiled on the H200). At least 32 lines
+/// (small tensors: many per batch), at most 128 (the kernel's item keeps
+/// line counts in a byte), never less than one tensor.
+pub(crate) fn batch_half_lines(span_max: u64, cap: u64) -> u64 {
+    (4 * span_max).clamp(32, 128).min(cap).max(span_max)
+}

@@ -58,7 +58,7 @@ if [ -n "${IBP_BASELINE:-}" ]; then
   echo "$IBP_BASELINE" >.device/baseline-commit
 fi
 strip .device/bin/* 2>/dev/null || true
-cp scripts/device-run.sh .device/
+cp scripts/device-run.sh scripts/device-profile.sh .device/
 python3 - "$IBP_DATA_DIR/model.safetensors" .device/data/model.safetensors <<'PY'
 import json, os, struct, sys
 src, dst = sys.argv[1], sys.argv[2]

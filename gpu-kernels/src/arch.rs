@@ -105,6 +105,22 @@ pub fn shfl_up(x: u32, d: u32) -> u32 {
     r
 }
 
+/// `x` plus lane `lane - d`'s `x` (just `x` when `lane < d`): a
+/// `shfl.sync.up` whose predicate output guards the add.
+#[inline(always)]
+pub fn shfl_up_add(x: u32, d: u32) -> u32 {
+    let mut s = x;
+    // SAFETY: full-mask shuffle; all 32 lanes execute it.
+    unsafe {
+        asm!(
+            "{{ .reg .pred p; .reg .b32 t; shfl.sync.up.b32 t|p, {s}, {d}, 0, -1; @p add.u32 {s}, {s}, t; }}",
+            s = inout(reg32) s,
+            d = in(reg32) d,
+        )
+    }
+    s
+}
+
 /// `shfl.sync.down.b32` (full warp).
 #[inline(always)]
 pub fn shfl_down(x: u32, d: u32) -> u32 {

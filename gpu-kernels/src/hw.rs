@@ -36,6 +36,10 @@ impl Lanes for Hw {
     fn ballot(&self, pred: bool) -> u32 {
         arch::ballot(pred)
     }
+    #[inline(always)]
+    fn shfl_up_add(&self, x: u32, d: u32) -> u32 {
+        arch::shfl_up_add(x, d)
+    }
 }
 
 // SAFETY (every method): forwarded to the caller, as `Shared` documents.

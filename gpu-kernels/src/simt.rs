@@ -32,6 +32,19 @@ pub trait Lanes {
     fn shfl_xor(&self, x: u32, m: u32) -> u32;
     /// `vote.sync.ballot`: bit `l` set when lane `l` passes `pred`.
     fn ballot(&self, pred: bool) -> u32;
+    /// One round of a warp prefix sum: `x` plus lane `lane - d`'s `x`, or
+    /// `x` alone when `lane < d`.
+    ///
+    /// Q: why a method of its own?
+    /// A: the GPU does it in two instructions, a shuffle that also yields
+    /// "the source lane exists" and an add under that predicate; written
+    /// as a shuffle, a lane compare and a select it was four, and the
+    /// compare and select sat on the scan's dependent chain (the decode
+    /// loop's five rounds are its longest chain).
+    #[inline(always)]
+    fn shfl_up_add(&self, x: u32, d: u32) -> u32 {
+        scan_step(self.lane(), d, x, self.shfl_up(x, d))
+    }
 }
 
 /// Memory as the kernels use it. Addresses are plain `u64`.
@@ -202,12 +215,11 @@ pub fn exclusive_scan<W: Lanes>(w: &W, x: u32) -> (u32, u32) {
 /// Inclusive prefix sum over the warp.
 #[inline(always)]
 pub fn inclusive_scan<W: Lanes>(w: &W, x: u32) -> u32 {
-    let lane = w.lane();
     let mut s = x;
     let mut i = 0;
     while i < SCAN_DISTANCES.len() {
         let d = SCAN_DISTANCES[i];
-        s = scan_step(lane, d, s, w.shfl_up(s, d));
+        s = w.shfl_up_add(s, d);
         i += 1;
     }
     s

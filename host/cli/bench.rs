@@ -41,10 +41,16 @@ pub struct Args {
     /// worth; output is identical).
     #[arg(long, hide = true)]
     no_fast_paths: bool,
+    /// With `--section device`, only the tables whose name contains this
+    /// (for profilers).
+    #[arg(long, hide = true)]
+    only: Option<String>,
     /// With the compression benchmarks, also time each kernel stage alone.
     #[arg(long)]
     stages: bool,
-    /// Which benchmarks: `all`, `decode` or `compress` (fit and compression).
+    /// Which benchmarks: `all`, `decode` or `compress` (fit and compression);
+    /// `device` runs only the device-resident decodes and gathers (a quick
+    /// look at the decode kernel alone).
     #[arg(long, default_value = "all")]
     section: String,
 }
@@ -134,11 +140,11 @@ pub fn run(args: Args) -> Result<()> {
     }
     let (decode, compress) = match args.section.as_str() {
         "all" => (true, true),
-        "decode" => (true, false),
+        "decode" | "device" => (true, false),
         "compress" => (false, true),
         other => {
             return Err(ibp::Error::invalid(format!(
-                "--section {other}: use all, decode or compress"
+                "--section {other}: use all, decode, device or compress"
             )));
         }
     };
@@ -171,7 +177,9 @@ pub fn run(args: Args) -> Result<()> {
     if compress {
         super::bench_compress::section(&gpu, args.real_bytes, h2d, zc, args.stages, &mut md)?;
     }
-    if decode {
+    if args.section == "device" {
+        device_section(&gpu, &stream, &args, &opts, &mut md)?;
+    } else if decode {
         decode_sections(&gpu, &stream, &args, &opts, zc, &mut md)?;
     }
     println!("{md}");
@@ -470,6 +478,88 @@ fn decode_sections(
         }
     }
 
+    Ok(())
+}
+
+/// `--section device`: device-resident decodes (synthetic and real) and
+/// device gathers, each with the decoder's geometry.
+#[cfg(feature = "cuda")]
+fn device_section(
+    gpu: &ibp::gpu::Gpu,
+    stream: &cust::stream::Stream,
+    args: &Args,
+    opts: &ibp::gpu::DecodeOptions,
+    md: &mut String,
+) -> Result<()> {
+    use std::fmt::Write as _;
+
+    use ibp::gpu::bench::{
+        BenchLayout, figure7_dataset, measure_decode, measure_device_copy, measure_gather,
+    };
+    use ibp::gpu::{Decoder, GpuDataset, Residency};
+    let copy_bytes = 1usize << 30;
+    let copy_rate = 2.0 * copy_bytes as f64 / measure_device_copy(stream, copy_bytes)?;
+    let _ = writeln!(
+        md,
+        "## Device-resident decode and gathers\n\nDevice-to-device copy of 1 GiB: {:.0} GB/s counting bytes read plus written. *geometry*: threads per block, blocks, shared bytes per block, batch mode.\n\n| data | savings | range GB/s | moved / copy | gather 4096 GB/s | gather 65536 GB/s | geometry |\n| --- | --- | --- | --- | --- | --- | --- |",
+        copy_rate / 1e9
+    );
+    let mut tables: Vec<(String, Vec<u8>, usize, ibp::codebook::Codebook)> = Vec::new();
+    for &(size, s) in &[(1024usize, 0.5), (4096, 0.5), (4096, 0.9)] {
+        let (data, cb) = figure7_dataset(args.rows * 4, size, s, 5)?;
+        tables.push((
+            format!("synthetic {size} B, {}%", s * 100.0),
+            data,
+            size,
+            cb,
+        ));
+    }
+    if !args.no_real {
+        for (name, data, row) in real_tables()? {
+            let fit = ibp::fit::fit(ibp::Rows::new(&data, row)?, &Default::default())?;
+            let reps = args.real_bytes.div_ceil(data.len()).max(1);
+            tables.push((name, data.repeat(reps), row, fit.codebook));
+        }
+    }
+    for (name, data, row, cb) in &tables {
+        if args
+            .only
+            .as_ref()
+            .is_some_and(|o| !name.contains(o.as_str()))
+        {
+            continue;
+        }
+        let d = measure_decode(
+            gpu,
+            stream,
+            data,
+            *row,
+            cb,
+            BenchLayout::Packed,
+            Residency::Device,
+            false,
+            opts,
+        )?;
+        let g4 = measure_gather(gpu, stream, data, *row, cb, Residency::Device, 4096, opts)?;
+        let g64 = measure_gather(gpu, stream, data, *row, cb, Residency::Device, 65536, opts)?;
+        let sample = &data[..data.len().min(row * 4096)];
+        let packed = ibp::layout::compress_packed(cb, ibp::Rows::new(sample, *row)?)?;
+        let ds = GpuDataset::upload_packed(gpu, cb, &packed.view(), Residency::Device)?;
+        let dec = Decoder::new(gpu, &ds, opts)?;
+        let (block, grid, shared) = dec.geometry();
+        let savings = 1.0 - d.stored_bytes as f64 / d.decoded_bytes as f64;
+        let _ = writeln!(
+            md,
+            "| {name} | {:.1}% | {:.0} | {:.2} | {:.0} | {:.0} | {block}×{grid}, {shared} B{} |",
+            100.0 * savings,
+            d.decoded_rate() / 1e9,
+            d.moved_rate() / copy_rate,
+            g4.decoded_rate() / 1e9,
+            g64.decoded_rate() / 1e9,
+            if dec.is_batch_mode() { ", batch" } else { "" }
+        );
+        eprintln!("  {name}: device {:.0} GB/s", d.decoded_rate() / 1e9);
+    }
     Ok(())
 }
 

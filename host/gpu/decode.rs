@@ -83,6 +83,12 @@ pub struct GpuDataset {
     pub(crate) row_bytes: u64,
     pub(crate) chunk: u32,
     pub(crate) stored_bytes: u64,
+    /// The largest stored tensor whose length the kernel reads from a table
+    /// (packed offsets, fixed-stride lengths); `row_bytes` where lengths come
+    /// from participation bits or are not known on the host. Batch mode sizes
+    /// its half rings by it: Cora's 5.7 KB rows store at most a few hundred
+    /// bytes, and halves sized for 5.7 KB left one block per SM.
+    pub(crate) max_stored: u64,
     /// Packed layout: the offsets, also on the host (the DMA path plans its
     /// copies from them).
     pub(crate) host_offsets: Option<Vec<u64>>,
@@ -117,6 +123,12 @@ impl GpuDataset {
             row_bytes: packed.row_bytes() as u64,
             chunk: cb.chunk().bytes(),
             stored_bytes: packed.payload().len() as u64,
+            max_stored: packed
+                .offsets()
+                .windows(2)
+                .map(|w| w[1] - w[0])
+                .max()
+                .unwrap_or(0),
         })
     }
 
@@ -146,6 +158,8 @@ impl GpuDataset {
             row_bytes: fixed.row_bytes() as u64,
             chunk: cb.chunk().bytes(),
             stored_bytes: stored,
+            // Lengths derived from participation bits: up to L - 1 bytes.
+            max_stored: fixed.row_bytes() as u64,
         })
     }
 
@@ -161,6 +175,7 @@ impl GpuDataset {
             ));
         }
         let lengths = fixed_lengths(cb, fixed);
+        self.max_stored = lengths.iter().map(|&n| n as u64).max().unwrap_or(0);
         self.lengths =
             Some(DeviceBuffer::from_slice(&lengths).map_err(cuda_err("uploading lengths"))?);
         Ok(self)
@@ -209,6 +224,8 @@ impl GpuDataset {
             // Fixed-stride: the slots' size (an upper bound of what a full
             // decode reads; the stored lengths stay on the device).
             stored_bytes: data_len as u64,
+            // The offsets stay on the device: the bound.
+            max_stored: row_bytes as u64,
         })
     }
 
@@ -440,8 +457,10 @@ impl<'ds> Decoder<'ds> {
         let l = ds.row_bytes;
         let k = l.div_ceil(ds.chunk as u64);
         let pbytes = k.div_ceil(8);
-        // Lines a tensor of L bytes can touch at the worst alignment.
-        let span_max = (l + 127).div_ceil(128);
+        // Lines a tensor of L bytes, and the largest stored tensor, can
+        // touch at the worst alignment.
+        let span_l = (l + 127).div_ceil(128);
+        let span_max = (ds.max_stored.min(l).max(1) + 127).div_ceil(128);
         // Q: batch or streaming mode?
         // A: batch mode keeps whole tensors in half a ring, so it pays while
         // a tensor is a few KB; beyond that one tensor is enough work to
@@ -451,7 +470,7 @@ impl<'ds> Decoder<'ds> {
         // least one warp's workspace (always so for tensors of a few KB).
         let budget = info.max_shared_per_block as u64;
         let book = ds.book_bytes as u64;
-        let batch = span_max <= BATCH_MAX_LINES
+        let batch = span_l <= BATCH_MAX_LINES
             && opts
                 .ring_bytes
                 .is_none_or(|b| b as u64 >= 2 * span_max * 128)
@@ -461,7 +480,18 @@ impl<'ds> Decoder<'ds> {
             // byte of each batch item.
             let half = match opts.ring_bytes {
                 Some(b) => (b as u64 / 256).max(span_max).min(128),
-                None => span_max.max(16),
+                None => {
+                    // Two blocks per SM (what the kernel's registers allow
+                    // at 8 warps a block): each gets half the SM's shared
+                    // memory, less the 1 KB the driver reserves per block.
+                    let warps = opts.warps_per_block.unwrap_or(8).clamp(1, 32) as u64;
+                    let per_warp =
+                        (info.shared_per_sm as u64 / 2).saturating_sub(1024 + book) / warps;
+                    crate::kernel_tables::batch_half_lines(
+                        span_max,
+                        per_warp.saturating_sub(16) / 256,
+                    )
+                }
             };
             ((2 * half) as u32, 0u32)
         } else {

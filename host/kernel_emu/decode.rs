@@ -246,6 +246,7 @@ fn emu_kernel(
         fetch,
         corrupt,
         rows.row_bytes(),
+        None,
     )
 }
 
@@ -269,6 +270,7 @@ fn emu_kernel_with(
     fetch: u32,
     corrupt: Option<usize>,
     stride: usize,
+    half_lines: Option<u32>,
 ) -> (Vec<u8>, [u64; 2]) {
     use ibp_kernels::decode::{Launch, run};
     use ibp_kernels::params::{DECODE_MODE_DECODE, DecodeParams, workspace_bytes};
@@ -323,11 +325,22 @@ fn emu_kernel_with(
     });
     let out = Aligned::from(&vec![0xa7u8; (count as usize - 1) * stride + l]);
     let status = Aligned::from(bytemuck::cast_slice(&[0u64, u64::MAX]));
-    // Geometry as the host launcher computes it (host/gpu/decode.rs).
-    let span_max = (l as u64 + 127).div_ceil(128);
-    let batch = !streaming && span_max <= 48;
+    // Geometry as the host launcher computes it (host/gpu/decode.rs):
+    // halves sized by the largest stored tensor whose length a table gives,
+    // or `half_lines` (a test's smaller half).
+    let max_stored = match (&offsets, &lengths) {
+        (Some(o), _) => o.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0),
+        (None, Some(x)) => x.iter().map(|&v| v as u64).max().unwrap_or(0),
+        _ => l as u64,
+    };
+    let span_max = (max_stored.min(l as u64).max(1) + 127).div_ceil(128);
+    let batch = !streaming && (l as u64 + 127).div_ceil(128) <= 48;
     let (ring_lines, pbuf_words) = if batch {
-        (2 * span_max.max(16) as u32, 0)
+        let half = half_lines.map_or(
+            crate::kernel_tables::batch_half_lines(span_max, u64::MAX),
+            u64::from,
+        );
+        (2 * half as u32, 0)
     } else {
         let pbytes = k.div_ceil(8) as u64;
         let min_lines = (pbytes.div_ceil(128) + 2).next_power_of_two();
@@ -562,6 +575,7 @@ fn emulated_gathers_take_u32_indices_and_strided_output() {
                 FETCH_CP_ASYNC,
                 None,
                 stride,
+                None,
             );
             let what = format!("L={l} streaming {streaming}");
             assert_eq!(st, [0, u64::MAX], "{what}");
@@ -573,6 +587,51 @@ fn emulated_gathers_take_u32_indices_and_strided_output() {
                     let gap = &out[i * stride + l..(i + 1) * stride];
                     assert!(gap.iter().all(|&b| b == 0xa7), "{what}: gap after row {i}");
                 }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_tensor_larger_than_the_half_is_reported_and_the_rest_decode() {
+    use ibp_kernels::params::{FETCH_CP_ASYNC, STATUS_CORRUPT};
+    // Batch mode sizes its halves by the largest stored tensor; one larger
+    // than the half (a table changed under the launch) must be reported,
+    // not fetched past the half, and must not stall the batch loop.
+    let (l, n, big) = (5732usize, 6usize, 3usize);
+    let mut data = sparse_rows(n, l, 77);
+    data[big * l..(big + 1) * l].copy_from_slice(&float_rows(1, l, 78));
+    let rows = Rows::new(&data, l).unwrap();
+    let opts = FitOptions::default().with_chunk(crate::fit::ChunkChoice::Fixed(ChunkSize::Eight));
+    let cb = fit(rows, &opts).unwrap().codebook;
+    let packed = compress_packed(&cb, rows).unwrap();
+    let span = |i: usize| {
+        let (a, b) = (packed.offsets[i], packed.offsets[i + 1]);
+        (b.div_ceil(128) - a / 128) as u32
+    };
+    // One line of slack: the fixed-stride slots sit at other alignments.
+    let half = (0..n).filter(|&i| i != big).map(span).max().unwrap() + 1;
+    assert!(span(big) > half + 1, "the dense row must be the largest");
+    for layout in [EmuLayout::Packed, EmuLayout::FixedLengths] {
+        let (out, st) = emu_kernel_with(
+            &cb,
+            rows,
+            layout,
+            None,
+            n as u64,
+            false,
+            FETCH_CP_ASYNC,
+            None,
+            l,
+            Some(half),
+        );
+        assert_eq!(st, [STATUS_CORRUPT, big as u64], "{layout:?}");
+        for i in 0..n {
+            let got = &out[i * l..(i + 1) * l];
+            if i == big {
+                assert!(got.iter().all(|&b| b == 0), "{layout:?}: not zeroed");
+            } else {
+                assert!(got == &data[i * l..(i + 1) * l], "{layout:?}: row {i}");
             }
         }
     }

@@ -175,8 +175,18 @@ impl<H: Machine, B: Book> Ctx<'_, H, B> {
                     it.set_code(ITEM_CORRUPT);
                     return it;
                 }
+                // Q: can a tensor be larger than the half?
+                // A: the host sizes the half by the largest stored tensor
+                // it knows of; one larger (offsets or lengths that changed
+                // after that) is reported, never fetched: it would overrun
+                // the half, and it could never join a batch.
+                let span = lines(it.src, n);
+                if span > p.ring_lines / 2 {
+                    it.set_code(ITEM_CORRUPT);
+                    return it;
+                }
                 it.len = n as u32;
-                it.set_span(lines(it.src, n));
+                it.set_span(span);
                 it.set_code(if encoded && !ideal {
                     ITEM_ENCODED
                 } else {
