@@ -132,7 +132,9 @@ pub fn eval_book(books: &[(Vec<u8>, Vec<u8>)]) -> Vec<u64> {
     field_major(&fields)
 }
 
-/// Lines per half ring in the decoder's batch mode, for a largest stored
+/// Lines per half ring in the decoder's batch mode for device-resident
+/// tensors (pinned ones keep one tensor's span, at least 16 lines: see
+/// `Decoder::new`), for a largest stored
 /// tensor of `span_max` lines and at most `cap` lines a half (what shared
 /// memory allows).
 ///

@@ -134,17 +134,20 @@ impl<'ds> Decoder<'ds> {
     /// Whether [`Decoder::range_auto`] takes the DMA path for `ds`.
     ///
     /// Q: where does the rule come from?
-    /// A: from `ibp bench` on the H200 (docs/results/nvidia-h200.md): the
-    /// DMA path won for 4 KB tensors at every savings (up to 416 against
-    /// 339 GB/s at 90%) and for tensors storing 768 bytes or more on average
-    /// (MiniLM f32: 60.6 against 54.9), and lost for small stored tensors
-    /// (256 B at 90% savings: 113 against 219), where per-piece staging
-    /// costs more than zero-copy reads.
+    /// A: from `ibp bench` on the H200 (docs/results/nvidia-h200.md). With
+    /// the decoder of 2026-11-23 the DMA path won for tensors of 2 KB and
+    /// more (Cora: 932 against 875 GB/s; 4 KB at 12.5–75% savings by 2–5%)
+    /// and for tensors storing about 560 bytes or more on average (MiniLM
+    /// bf16, 572 B stored: 66.5 against 61.9; f32: 59.4 against 55.6),
+    /// and lost for smaller stored tensors (1 KB at 50% savings, 512 B
+    /// stored: 96.9 against 100.2; 256 B at 90%: 96 against 220), where
+    /// per-piece staging costs more than zero-copy reads. One measured
+    /// point goes the other way: 4 KB at 90.6% savings, 473 against 497.
     pub fn prefers_dma(&self) -> bool {
         let ds = self.ds;
         let pinned_packed = ds.host_offsets.is_some() && matches!(ds.payload, Payload::Pinned(_));
         let mean_stored = ds.stored_bytes / ds.rows.max(1);
-        pinned_packed && (ds.row_bytes >= 2048 || mean_stored >= 768)
+        pinned_packed && (ds.row_bytes >= 2048 || mean_stored >= 560)
     }
 
     /// Enqueue a range decode by whichever path [`Decoder::prefers_dma`]
