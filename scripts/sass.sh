@@ -10,8 +10,7 @@
 #                              probe kernels (gpu-kernels feature `probe`)
 #                              fix one path at compile time, and the body of
 #                              their step loop is that path's instructions
-#                              per pass (two warp steps, 1024 output bytes;
-#                              one step for 1-byte chunks). With
+#                              per warp step (512 output bytes). With
 #                              IBP_STEP_BUDGET=N it fails when a 4- or
 #                              8-byte-chunk path other than the general one
 #                              (the paths f32 and sparse tables take)
@@ -68,14 +67,11 @@ for o in ops:
 print(len(ops), " ".join(f"{k}:{v}" for k, v in sorted(top.items(), key=lambda kv: -kv[1])[:6]))
 '
 }
-# A pass of the loop decodes two steps (1024 output bytes), one for 1-byte
-# chunks (step::decode_row_as says why).
-printf '%-22s %8s %9s  %s\n' path "per pass" "per 256 B" "top opcodes in the loop"
+printf '%-22s %8s %9s  %s\n' path "per step" "per 256 B" "top opcodes in the loop"
 fail=0
 for k in $(grep -oE '^\.text\.ibp_probe_[a-z0-9_]+' "$out/all.sass" | sed 's/^\.text\.//' | sort -V); do
   read -r n top < <(section "$k" | loop_body)
-  case $k in *_c1_*) quarters=2 ;; *) quarters=4 ;; esac
-  half=$(( (n + quarters - 1) / quarters ))
+  half=$(( (n + 1) / 2 ))
   printf '%-22s %8d %9d  %s\n' "${k#ibp_probe_}" "$n" "$half" "$top"
   case $k in
     *_c4_gen|*_c8_gen) ;;

@@ -378,244 +378,190 @@ pub unsafe fn decode_row_as<
     let limit = e_bytes * 8;
     let classes = g.flags & DECODE_FLAG_NO_CLASSES == 0;
     let prefix = g.flags & DECODE_FLAG_NO_PREFIX == 0;
-    // Step `$st`'s participation bits, `PARAMS` words (4- and 8-byte
-    // chunks), payload bits and whether every chunk of it matches.
-    macro_rules! head {
-        ($st:expr) => {{
-            let k0 = ($st * 32 + lane) * cpl;
-            let nvalid = if k0 >= k_total {
-                0
-            } else if k_total - k0 < cpl {
-                k_total - k0
+    let mut pos = k_total;
+    let mut step = 0;
+    while step < lay.steps {
+        let k0 = (step * 32 + lane) * cpl;
+        let nvalid = if k0 >= k_total {
+            0
+        } else if k_total - k0 < cpl {
+            k_total - k0
+        } else {
+            cpl
+        };
+        let vmask = if nvalid == cpl {
+            low_mask(cpl) as u32
+        } else {
+            low_mask32(nvalid)
+        };
+        // Bits past K are payload, not participation: masked off.
+        let p = if nvalid > 0 { s.pbits(k0) & vmask } else { 0 };
+        // Q: why are 1- and 2-byte chunks' PARAMS loaded twice, four at a
+        // time?
+        // A: sixteen (or eight) words held from the widths to the expansion
+        // push the kernel past its register cap (it spilled); two 16-byte
+        // shared loads per group cost less than the spill.
+        let prm = if C >= 4 {
+            load_params::<C, B>(b, lay.params + 4 * k0)
+        } else {
+            [0; 16]
+        };
+        let mut grp = [0u32; 4];
+        let mut tot = 0;
+        each_chunk!(j => {
+            if j < cpl {
+                if C <= 2 && j.is_multiple_of(4) {
+                    grp = param4(b, lay.params + 4 * (k0 + j));
+                }
+                let x = if C <= 2 { grp[(j % 4) as usize] } else { prm[j as usize] };
+                tot += width(x, p, j);
+            }
+        });
+        let vote = w.ballot(p == vmask);
+        let all_match = match PREFIX {
+            ANY => vote == u32::MAX,
+            x => x == 1,
+        };
+        let (excl, sum) = if all_match && prefix {
+            let row = lay.prefix + 128 * step;
+            // SAFETY: inside the book's PREFIX field (step < steps).
+            let (incl, sum) = unsafe { (b.ld_u32(row + 4 * lane), b.ld_u32(row + 124)) };
+            (incl.wrapping_sub(tot), sum)
+        } else {
+            exclusive_scan(w, tot)
+        };
+        if sum > limit || pos > limit - sum {
+            return false;
+        }
+        s.ready(pos, pos + sum);
+        let class = if CLASS != ANY {
+            CLASS
+        } else if classes {
+            // SAFETY: inside the CLASS field.
+            unsafe { b.ld_u8(lay.class + step) as u8 }
+        } else {
+            CLASS_GENERAL
+        };
+        let ob = k0 * C;
+        // SAFETY: inside the BITVAL field, 16-aligned.
+        let bv = unsafe { b.ld_v4(lay.bitval + ob) };
+        let mut bit = pos + excl;
+        let mut o = [0u32; 4];
+        if class == CLASS_NONE_FREE && all_match {
+            o = bv;
+        } else if C == 8 {
+            let (r1, fr) = if class == CLASS_TWO_RUNS {
+                // SAFETY: inside the RUN1 and FREE fields, 16-aligned.
+                unsafe { (b.ld_v4(lay.run1 + ob), b.ld_v4(lay.free + ob)) }
             } else {
-                cpl
+                ([0; 4], [0; 4])
             };
-            let vmask = if nvalid == cpl {
-                low_mask(cpl) as u32
+            each_chunk!(j => {
+              if j < 2 {
+                let wj = width(prm[j as usize], p, j);
+                let v = s.raw64(bit);
+                bit += wj;
+                let x = if (p >> j) & 1 == 0 {
+                    v
+                } else if class == CLASS_NONE_FREE {
+                    field64(&bv, j)
+                } else if class == CLASS_TWO_RUNS {
+                    let q = prm[j as usize];
+                    expand2_64(
+                        v,
+                        q & 0xff,
+                        (q >> 8) & 0xff,
+                        field64(&r1, j),
+                        field64(&fr, j),
+                        field64(&bv, j),
+                    )
+                } else {
+                    let e = entry::<8, M>(m, g.entries, k0 + j);
+                    table::decode_entry::<8>(&e, true, v)
+                };
+                o[2 * j as usize] = x as u32;
+                o[2 * j as usize + 1] = (x >> 32) as u32;
+              }
+            });
+        } else {
+            let (r1, fr) = if class == CLASS_TWO_RUNS {
+                // SAFETY: as above.
+                unsafe { (b.ld_v4(lay.run1 + ob), b.ld_v4(lay.free + ob)) }
             } else {
-                low_mask32(nvalid)
+                ([0; 4], [0; 4])
             };
-            // Bits past K are payload, not participation: masked off.
-            let p = if nvalid > 0 { s.pbits(k0) & vmask } else { 0 };
-            // Q: why are 1- and 2-byte chunks' PARAMS loaded twice, four
-            // at a time?
-            // A: sixteen (or eight) words held from the widths to the
-            // expansion push the kernel past its register cap (it
-            // spilled); two 16-byte shared loads per group cost less than
-            // the spill.
-            let prm = if C >= 4 {
-                load_params::<C, B>(b, lay.params + 4 * k0)
-            } else {
-                [0; 16]
-            };
-            let mut grp = [0u32; 4];
-            let mut tot = 0;
+            let mut win = 0u32;
             each_chunk!(j => {
                 if j < cpl {
                     if C <= 2 && j.is_multiple_of(4) {
                         grp = param4(b, lay.params + 4 * (k0 + j));
                     }
-                    let x = if C <= 2 { grp[(j % 4) as usize] } else { prm[j as usize] };
-                    tot += width(x, p, j);
+                    let q = if C <= 2 { grp[(j % 4) as usize] } else { prm[j as usize] };
+                    let wj = width(q, p, j);
+                    // Q: why one read per 4 bytes of chunks?
+                    // A: chunks of 1 or 2 bytes have payloads of at most
+                    // 8 or 16 bits, so the 4/C chunks of one output word
+                    // fit one 32-bit read; each then shifts its bits out
+                    // (two instructions instead of a read's eight).
+                    let v = if C == 4 {
+                        let v = s.raw32(bit);
+                        bit += wj;
+                        v
+                    } else {
+                        let per_word = 4 / C;
+                        if j.is_multiple_of(per_word) {
+                            let mut gw = 0;
+                            each_chunk!(i => {
+                                if i < per_word {
+                                    gw += width(grp[((j + i) % 4) as usize], p, (j + i) % 16);
+                                }
+                            });
+                            win = s.raw32(bit);
+                            bit += gw;
+                        }
+                        let v = win & low_mask32(wj);
+                        win >>= wj & 31;
+                        v
+                    };
+                    // Q: why expand in place in the output word?
+                    // A: the book's `s1` and `d2` of a 1- or 2-byte chunk
+                    // already include the chunk's offset in its output
+                    // word, and a chunk's shifted payload never leaves its
+                    // own bytes, so the word's whole RUN1 and FREE words
+                    // serve every chunk in it: no per-chunk field
+                    // extraction, no repacking.
+                    let byte = j * C;
+                    let wi = (byte / 4) as usize;
+                    let sh = (byte % 4) * 8;
+                    let own = if C == 4 {
+                        u32::MAX
+                    } else {
+                        (low_mask(C * 8) as u32) << sh
+                    };
+                    let x = if (p >> j) & 1 == 0 {
+                        v << sh
+                    } else if class == CLASS_NONE_FREE {
+                        bv[wi] & own
+                    } else if class == CLASS_TWO_RUNS {
+                        expand2_32(v, q & 0xff, (q >> 8) & 0xff, r1[wi], fr[wi], bv[wi] & own)
+                    } else if k0 + j < k_total {
+                        let e = entry::<C, M>(m, g.entries, k0 + j);
+                        (table::decode_entry::<C>(&e, true, v as u64) as u32) << sh
+                    } else {
+                        0
+                    };
+                    o[wi] |= x;
                 }
             });
-            let vote = w.ballot(p == vmask);
-            let all = match PREFIX {
-                ANY => vote == u32::MAX,
-                x => x == 1,
-            };
-            (p, prm, tot, all)
-        }};
-    }
-    // Step `$st` of the row, its participation bits `$p`, its `PARAMS`
-    // words `$prm` (4- and 8-byte chunks) and its first payload bit.
-    macro_rules! body {
-        ($st:expr, $p:expr, $prm:expr, $all:expr, $bit:expr) => {{
-            let k0 = ($st * 32 + lane) * cpl;
-            let p = $p;
-            let prm = $prm;
-            let mut grp = [0u32; 4];
-            let class = if CLASS != ANY {
-                CLASS
-            } else if classes {
-                // SAFETY: inside the CLASS field.
-                unsafe { b.ld_u8(lay.class + $st) as u8 }
-            } else {
-                CLASS_GENERAL
-            };
-            let ob = k0 * C;
-            // SAFETY: inside the BITVAL field, 16-aligned.
-            let bv = unsafe { b.ld_v4(lay.bitval + ob) };
-            let mut bit = $bit;
-            let mut o = [0u32; 4];
-            if class == CLASS_NONE_FREE && $all {
-                o = bv;
-            } else if C == 8 {
-                let (r1, fr) = if class == CLASS_TWO_RUNS {
-                    // SAFETY: inside the RUN1 and FREE fields, 16-aligned.
-                    unsafe { (b.ld_v4(lay.run1 + ob), b.ld_v4(lay.free + ob)) }
-                } else {
-                    ([0; 4], [0; 4])
-                };
-                each_chunk!(j => {
-                  if j < 2 {
-                    let wj = width(prm[j as usize], p, j);
-                    let v = s.raw64(bit);
-                    bit += wj;
-                    let x = if (p >> j) & 1 == 0 {
-                        v
-                    } else if class == CLASS_NONE_FREE {
-                        field64(&bv, j)
-                    } else if class == CLASS_TWO_RUNS {
-                        let q = prm[j as usize];
-                        expand2_64(
-                            v,
-                            q & 0xff,
-                            (q >> 8) & 0xff,
-                            field64(&r1, j),
-                            field64(&fr, j),
-                            field64(&bv, j),
-                        )
-                    } else {
-                        let e = entry::<8, M>(m, g.entries, k0 + j);
-                        table::decode_entry::<8>(&e, true, v)
-                    };
-                    o[2 * j as usize] = x as u32;
-                    o[2 * j as usize + 1] = (x >> 32) as u32;
-                  }
-                });
-            } else {
-                let (r1, fr) = if class == CLASS_TWO_RUNS {
-                    // SAFETY: as above.
-                    unsafe { (b.ld_v4(lay.run1 + ob), b.ld_v4(lay.free + ob)) }
-                } else {
-                    ([0; 4], [0; 4])
-                };
-                let mut win = 0u32;
-                each_chunk!(j => {
-                    if j < cpl {
-                        if C <= 2 && j.is_multiple_of(4) {
-                            grp = param4(b, lay.params + 4 * (k0 + j));
-                        }
-                        let q = if C <= 2 { grp[(j % 4) as usize] } else { prm[j as usize] };
-                        let wj = width(q, p, j);
-                        // Q: why one read per 4 bytes of chunks?
-                        // A: chunks of 1 or 2 bytes have payloads of at most
-                        // 8 or 16 bits, so the 4/C chunks of one output word
-                        // fit one 32-bit read; each then shifts its bits out
-                        // (two instructions instead of a read's eight).
-                        let v = if C == 4 {
-                            let v = s.raw32(bit);
-                            bit += wj;
-                            v
-                        } else {
-                            let per_word = 4 / C;
-                            if j.is_multiple_of(per_word) {
-                                let mut gw = 0;
-                                each_chunk!(i => {
-                                    if i < per_word {
-                                        gw += width(grp[((j + i) % 4) as usize], p, (j + i) % 16);
-                                    }
-                                });
-                                win = s.raw32(bit);
-                                bit += gw;
-                            }
-                            let v = win & low_mask32(wj);
-                            win >>= wj & 31;
-                            v
-                        };
-                        // Q: why expand in place in the output word?
-                        // A: the book's `s1` and `d2` of a 1- or 2-byte chunk
-                        // already include the chunk's offset in its output
-                        // word, and a chunk's shifted payload never leaves its
-                        // own bytes, so the word's whole RUN1 and FREE words
-                        // serve every chunk in it: no per-chunk field
-                        // extraction, no repacking.
-                        let byte = j * C;
-                        let wi = (byte / 4) as usize;
-                        let sh = (byte % 4) * 8;
-                        let own = if C == 4 {
-                            u32::MAX
-                        } else {
-                            (low_mask(C * 8) as u32) << sh
-                        };
-                        let x = if (p >> j) & 1 == 0 {
-                            v << sh
-                        } else if class == CLASS_NONE_FREE {
-                            bv[wi] & own
-                        } else if class == CLASS_TWO_RUNS {
-                            expand2_32(v, q & 0xff, (q >> 8) & 0xff, r1[wi], fr[wi], bv[wi] & own)
-                        } else if k0 + j < k_total {
-                            let e = entry::<C, M>(m, g.entries, k0 + j);
-                            (table::decode_entry::<C>(&e, true, v as u64) as u32) << sh
-                        } else {
-                            0
-                        };
-                        o[wi] |= x;
-                    }
-                });
-            }
-            let n = if !TAIL {
-                16
-            } else {
-                g.row_bytes.saturating_sub(ob).min(16)
-            };
-            sink.put(ob, o, n);
-        }};
-    }
-    let mut pos = k_total;
-    let mut step = 0;
-    // Q: why two steps per pass?
-    // A: the scan is the step's longest dependent chain (five shuffles and
-    // adds), and the loop is latency-bound (ncu on the H200: four warps a
-    // scheduler, "wait" and shuffle stalls most of the samples). A warp
-    // step holds at most 32 · 128 payload bits, so each step's sums fit 16
-    // bits and one scan of both packed in a word serves two steps: half the
-    // chains, and the two steps' expansions are independent work.
-    while step < lay.steps {
-        // Warp-uniform: every lane has the same `step`.
-        let two = C >= 2 && step + 1 < lay.steps;
-        let (pa, prma, tota, alla) = head!(step);
-        // Step b's PARAMS are loaded again for its expansion rather than
-        // held across step a's (four more live registers put the kernel
-        // past its cap).
-        let (pb, _, totb, allb) = if two {
-            head!(step + 1)
-        } else {
-            (0, [0; 16], 0, true)
-        };
-        let (ea, sa, eb, sb) = if alla && allb && prefix {
-            let row = lay.prefix + 128 * step;
-            // SAFETY: inside the book's PREFIX field (step < steps, and
-            // step + 1 < steps for the second).
-            let (ia, sa) = unsafe { (b.ld_u32(row + 4 * lane), b.ld_u32(row + 124)) };
-            let (ib, sb) = if two {
-                // SAFETY: as above.
-                unsafe { (b.ld_u32(row + 128 + 4 * lane), b.ld_u32(row + 252)) }
-            } else {
-                (0, 0)
-            };
-            (ia.wrapping_sub(tota), sa, ib.wrapping_sub(totb), sb)
-        } else {
-            let (e, t) = exclusive_scan(w, tota | totb << 16);
-            (e & 0xffff, t & 0xffff, e >> 16, t >> 16)
-        };
-        let sum = sa + sb;
-        if sum > limit || pos > limit - sum {
-            return false;
         }
-        s.ready(pos, pos + sum);
-        body!(step, pa, prma, alla, pos + ea);
-        if two {
-            let prmb = if C >= 4 {
-                load_params::<C, B>(b, lay.params + 4 * ((step + 1) * 32 + lane) * cpl)
-            } else {
-                [0; 16]
-            };
-            body!(step + 1, pb, prmb, allb, pos + sa + eb);
-        }
+        let n = if !TAIL {
+            16
+        } else {
+            g.row_bytes.saturating_sub(ob).min(16)
+        };
+        sink.put(ob, o, n);
         pos += sum;
-        step += 1 + two as u32;
+        step += 1;
     }
     // The stream must end exactly at E, with zero padding.
     let pad = (8 - pos % 8) % 8;

@@ -513,10 +513,10 @@ impl<'ds> Decoder<'ds> {
                 Some(b) => (b as u64).div_ceil(128).next_power_of_two(),
                 None => 32,
             };
-            // At least 16 lines: one pass of the decoder (two steps) spans
-            // up to 1024 payload bytes (nine lines at the worst alignment),
-            // all resident at once.
-            (want.max(min_lines).max(16) as u32, pbuf_words)
+            // At least 8 lines: one step of the decoder spans up to 512
+            // payload bytes (five lines at the worst alignment), all
+            // resident at once.
+            (want.max(min_lines).max(8) as u32, pbuf_words)
         };
         let warp_bytes = workspace_bytes(pbuf_words, ring_lines) as u64;
         let mut warps = opts.warps_per_block.unwrap_or(8).clamp(1, 32) as u64;

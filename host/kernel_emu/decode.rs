@@ -345,7 +345,7 @@ fn emu_kernel_with(
         let pbytes = k.div_ceil(8) as u64;
         let min_lines = (pbytes.div_ceil(128) + 2).next_power_of_two();
         (
-            min_lines.max(16) as u32,
+            min_lines.max(8) as u32,
             (k.div_ceil(32)).next_multiple_of(4) as u32,
         )
     };

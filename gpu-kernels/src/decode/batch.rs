@@ -103,11 +103,8 @@ impl Item {
 /// consecutive rows per warp scatter the warps over hundreds of MB and cap
 /// zero-copy reads near 30 GB/s (measured on the H200).
 struct Window {
-    // Q: why 32-bit warp numbers?
-    // A: registers (the kernel is at its cap); a grid has far fewer than
-    // 2^32 warps.
-    warp: u32,
-    warps: u32,
+    warp: u64,
+    warps: u64,
     round: u64,
     s: u32,
     item: Item,
@@ -117,7 +114,7 @@ impl Window {
     /// Output row of `lane` in the current round.
     #[inline(always)]
     fn row(&self, lane: u32) -> u64 {
-        self.warp as u64 + self.warps as u64 * (self.round * 32 + lane as u64)
+        self.warp + self.warps * (self.round * 32 + lane as u64)
     }
 }
 
@@ -434,8 +431,8 @@ impl<H: Machine, B: Book> Ctx<'_, H, B> {
         let half = |k: u32| self.ring + k * half_lines * LINE as u32;
         let derive = self.p.offsets == 0 && self.p.lengths == 0 && self.p.mode != DECODE_MODE_IDEAL;
         let mut w = Window {
-            warp: warp as u32,
-            warps: warps as u32,
+            warp,
+            warps,
             round: 0,
             s: 0,
             item: Item::default(),
