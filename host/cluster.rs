@@ -99,7 +99,7 @@ impl ClusterIds {
                 total.div_ceil(8)
             )));
         }
-        if total % 8 != 0 && bytes.last().is_some_and(|&b| b >> (total % 8) != 0) {
+        if !total.is_multiple_of(8) && bytes.last().is_some_and(|&b| b >> (total % 8) != 0) {
             return Err(Error::corrupt(
                 "padding bits after the last cluster id are set",
             ));

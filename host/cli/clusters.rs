@@ -337,7 +337,7 @@ fn svg(curves: &[Curve]) -> String {
             s,
             r#"<text x="{:.1}" y="{:.1}" fill="{color}">{}</text>"#,
             left + 10.0,
-            top + 16.0 + 16.0 * i as f64,
+            h - bottom - 10.0 - 16.0 * (curves.len() - 1 - i) as f64,
             xml_escape(&c.name)
         );
     }
@@ -359,4 +359,66 @@ fn xml_escape(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn curve(name: &str, nets: &[f64]) -> Curve {
+        Curve {
+            name: name.into(),
+            rows: 100,
+            row_bytes: 10,
+            fit_rows: 100,
+            eval_rows: 100,
+            chosen_k: 2,
+            points: nets
+                .iter()
+                .enumerate()
+                .map(|(i, &n)| PointReport {
+                    requested_k: 1 << i,
+                    k: 1 << i,
+                    chunk_bytes: 1,
+                    payload_bytes: 500,
+                    codebook_bytes: 20 << i,
+                    id_bytes: (100 * i as u64).div_ceil(8),
+                    raw_bytes: 1000,
+                    savings: 0.5,
+                    net_savings: n,
+                    seconds: 0.0,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn svg_has_a_line_per_curve_and_marks_the_chosen_point() {
+        let s = svg(&[curve("a<b", &[0.1, 0.2, -0.3]), curve("c", &[0.5, 0.4])]);
+        assert!(s.starts_with("<svg") && s.trim_end().ends_with("</svg>"));
+        assert_eq!(s.matches("<polyline").count(), 2);
+        assert_eq!(s.matches("<circle").count(), 5);
+        assert_eq!(s.matches(r#"r="5""#).count(), 2);
+        assert!(s.contains("a&lt;b"));
+        assert!(!s.contains("NaN") && !s.contains("inf"));
+        // One curve of one point (k = 1 only) still draws.
+        let one = svg(&[curve("x", &[0.0])]);
+        assert!(!one.contains("NaN") && !one.contains("inf"));
+    }
+
+    #[test]
+    fn table_marks_the_chosen_k_and_compares_with_one_codebook() {
+        let t = curve_text(&curve("m", &[0.10, 0.125, 0.05]));
+        let star: Vec<&str> = t.lines().filter(|l| l.starts_with('*')).collect();
+        assert_eq!(star.len(), 1);
+        assert!(star[0].contains("12.5%"), "{t}");
+        assert!(t.contains("chosen: k = 2, 12.5% net (+2.50 points)"), "{t}");
+    }
+
+    #[test]
+    fn nice_steps() {
+        assert_eq!(nice_step(0.7), 1.0);
+        assert_eq!(nice_step(13.0), 20.0);
+        assert_eq!(nice_step(30.0), 50.0);
+    }
 }

@@ -117,7 +117,7 @@ impl Default for KMeansOptions {
     fn default() -> Self {
         Self {
             max_iterations: 10,
-            seed: 0x1b9_c1u64,
+            seed: 0x0001_b9c1,
         }
     }
 }
