@@ -4,7 +4,9 @@
 
 // The modules follow the pipeline: fit (count, choose a threshold) ->
 // codebook -> encode (one tensor) -> layout (a dataset) -> container (a file);
+// cluster holds one codebook per cluster of tensors;
 // io reads and restores the user's formats; gpu launches the kernels.
+pub mod cluster;
 pub mod codebook;
 pub mod container;
 pub mod dataset;

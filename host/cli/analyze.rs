@@ -10,6 +10,7 @@ use ibp::io::{DType, TensorGroup};
 use ibp::{Result, Rows};
 use serde::Serialize;
 
+use super::clusters::ClusterArgs;
 use super::input::{FitArgs, InputArgs, Source};
 use super::table::{emit, human, json, pad};
 
@@ -34,6 +35,8 @@ pub struct Args {
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    clusters: ClusterArgs,
 }
 
 /// One tensor's analysis.
@@ -150,6 +153,16 @@ pub fn run(args: Args) -> Result<()> {
     let source = Source::open(&args.input)?;
     let doc = source.parse(&args.input)?;
     let opts = args.fit.options()?;
+    if args.clusters.clusters {
+        return super::clusters::run(
+            &source.display(),
+            &doc,
+            &args.fit,
+            opts,
+            &args.clusters,
+            args.json,
+        );
+    }
     let counter = Counter::pick(&args.device)?;
     let cast = args.cast.as_deref().map(DType::parse).transpose()?;
     if let Some(c) = &cast

@@ -5,6 +5,7 @@
 mod analyze;
 mod bench;
 mod bench_compress;
+mod clusters;
 mod compress;
 mod decompress;
 mod eta;
