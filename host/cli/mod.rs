@@ -12,6 +12,7 @@ mod eta;
 mod input;
 mod inspect;
 mod interrupt;
+mod kv_data;
 mod output;
 mod table;
 
@@ -44,6 +45,10 @@ enum Command {
     /// GPU decompression benchmarks (the paper's Figure 7 grid, gathers,
     /// device-resident decode, real tables); writes docs/results/<gpu>.md.
     Bench(bench::Args),
+    /// Make real KV-cache tables to compress: all-MiniLM-L6-v2 run over a
+    /// text (default: its model card) by ibp's own forward pass, each
+    /// layer's keys and values one row per token, as .safetensors.
+    KvData(kv_data::Args),
     /// Write every embedded PTX image into a folder (used by CI's ptxas check).
     #[command(hide = true)]
     Ptx {
@@ -64,6 +69,7 @@ pub fn run() -> i32 {
         Command::Decompress(a) => decompress::run(a),
         Command::Inspect(a) => inspect::run(a),
         Command::Bench(a) => bench::run(a),
+        Command::KvData(a) => kv_data::run(a),
         Command::Ptx { out } => write_ptx(&out),
     };
     match result {

@@ -137,3 +137,98 @@ pub fn parse<'a>(bytes: &'a [u8], opts: &ParseOptions) -> Result<Document<'a>> {
     }
     Ok(doc)
 }
+
+/// A `.safetensors` file holding `tensors` in the order given, with
+/// `metadata` as the header's `__metadata__` map (left out when empty).
+///
+/// The header is padded with spaces to a multiple of 8 bytes, as the
+/// safetensors library writes it, so that every tensor starts aligned.
+/// Errors with [`crate::ErrorKind::InvalidArgument`] for a dtype safetensors
+/// cannot name, data that does not match its shape, or a repeated name.
+pub fn write(
+    tensors: &[TensorGroup<'_>],
+    metadata: &std::collections::BTreeMap<String, String>,
+) -> Result<Vec<u8>> {
+    let mut header = serde_json::Map::new();
+    if !metadata.is_empty() {
+        header.insert("__metadata__".into(), serde_json::json!(metadata));
+    }
+    let mut offset = 0u64;
+    for t in tensors {
+        let dtype = t.dtype.safetensors_name().ok_or_else(|| {
+            Error::invalid(format!(
+                "tensor {:?}: safetensors has no name for dtype {}",
+                t.name, t.dtype
+            ))
+        })?;
+        let want = element_count(&t.shape)?.checked_mul(t.dtype.size());
+        if want != Some(t.data.len() as u64) {
+            return Err(Error::invalid(format!(
+                "tensor {:?}: shape {:?} of {} needs {want:?} bytes, not {}",
+                t.name,
+                t.shape,
+                t.dtype,
+                t.data.len()
+            )));
+        }
+        let end = offset + t.data.len() as u64;
+        let info =
+            serde_json::json!({"dtype": dtype, "shape": t.shape, "data_offsets": [offset, end]});
+        if t.name == "__metadata__" || header.insert(t.name.clone(), info).is_some() {
+            return Err(Error::invalid(format!(
+                "tensor name {:?} is used twice or reserved",
+                t.name
+            )));
+        }
+        offset = end;
+    }
+    let mut json = serde_json::to_vec(&header)
+        .map_err(|e| Error::invalid(format!("safetensors header: {e}")))?;
+    json.resize(json.len().next_multiple_of(8), b' ');
+    let mut out = Vec::with_capacity(8 + json.len() + offset as usize);
+    out.extend_from_slice(&(json.len() as u64).to_le_bytes());
+    out.extend_from_slice(&json);
+    for t in tensors {
+        out.extend_from_slice(&t.data);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn written_files_parse_back() {
+        let a: Vec<u8> = (0..24).collect();
+        let b = vec![7u8; 6];
+        let tensors = [
+            TensorGroup {
+                name: "layer.0.key".into(),
+                dtype: DType::BF16,
+                shape: vec![3, 4],
+                data: Cow::Borrowed(&a),
+            },
+            TensorGroup {
+                name: "ids".into(),
+                dtype: DType::U16,
+                shape: vec![3],
+                data: Cow::Borrowed(&b),
+            },
+        ];
+        let meta = [("source".to_string(), "test".to_string())].into();
+        let bytes = write(&tensors, &meta).unwrap();
+        assert_eq!(le_u64(&bytes, 0) % 8, 0);
+        assert!(looks_like(&bytes));
+        let doc = parse(&bytes, &ParseOptions::default()).unwrap();
+        assert_eq!(doc.groups, tensors);
+        assert_eq!(doc.restore_to_vec().unwrap(), bytes);
+
+        let mut bad = tensors.clone();
+        bad[1].shape = vec![4];
+        assert!(write(&bad, &meta).is_err());
+        bad[1].shape = vec![3];
+        bad[1].name = "layer.0.key".into();
+        assert!(write(&bad, &meta).is_err());
+    }
+}
