@@ -170,11 +170,20 @@ fn kv_cache_rows_are_per_token_and_per_layer() {
 fn kv_cache_of_the_model_card_compresses_losslessly() {
     let Some(m) = model() else { return };
     let files = files().unwrap();
-    let text = files.card_text().unwrap();
+    let mut text = files.card_text().unwrap();
+    // Q: why only the card's start in debug builds?
+    // A: `cargo test` without `--release` (scripts/test.sh, CI) runs the
+    // forward pass unoptimised, some fifty times slower: the whole card
+    // took minutes there. 1.5 KB of it is still hundreds of real tokens.
+    if cfg!(debug_assertions) {
+        let cut = text.char_indices().nth(1500).map_or(text.len(), |(i, _)| i);
+        text.truncate(cut);
+    }
     let t0 = std::time::Instant::now();
     let cache = m.kv_cache(&text, &KvOptions::default()).unwrap();
     let secs = t0.elapsed().as_secs_f64();
-    assert!(cache.tokens > 2000, "{} tokens", cache.tokens);
+    let want = if cfg!(debug_assertions) { 200 } else { 2000 };
+    assert!(cache.tokens > want, "{} tokens", cache.tokens);
     println!(
         "{} tokens in {} windows, forward pass {secs:.1} s",
         cache.tokens, cache.windows
