@@ -6,8 +6,8 @@
 //! This module is the in-memory codec: [`Clusters`] (codebooks plus the
 //! centroids that assign tensors to them), [`ClusterIds`],
 //! [`compress_clustered`] and [`decompress_clustered`]. Fitting clusters is
-//! [`crate::fit::cluster`]. There is no container format for clustered
-//! datasets yet.
+//! [`crate::fit::cluster`]. The container stores clustered groups as
+//! `docs/FORMAT.md` §6.8 describes ([`crate::container::Clustering`]).
 #![forbid(unsafe_code)]
 
 use crate::codebook::Codebook;

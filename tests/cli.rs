@@ -734,3 +734,88 @@ fn minilm_embeddings_bf16() {
     assert_eq!(g["row_bytes"], json!(384 * 2));
     assert_eq!(g["layout"], json!("packed"));
 }
+
+/// f32 rows from two populations (sign and exponent of their own), which
+/// two codebooks compress far better than one.
+fn two_populations(rows: usize, cols: usize) -> Vec<f32> {
+    let mut s = 0x9e37_79b9_7f4a_7c15u64;
+    (0..rows * cols)
+        .map(|i| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            let p = ((i / cols) % 2) as u32;
+            f32::from_bits((p << 31) | ((100 + 9 * p) << 23) | (s as u32 & 0x007f_f000))
+        })
+        .collect()
+}
+
+#[test]
+fn clusters_flag_writes_inspects_and_restores_clustered_groups() {
+    let dir = Scratch::new("clusters");
+    let input = dir.write("x.npy", &npy_f32(&[240, 64], &two_populations(240, 64)));
+    let size = |p: &Path| std::fs::metadata(p).unwrap().len();
+    let (off, auto, two) = (
+        dir.path("off.ibp"),
+        dir.path("auto.ibp"),
+        dir.path("two.ibp"),
+    );
+    ok(&args!["compress", &input, "-o", &off]);
+    ok(&args![
+        "compress",
+        &input,
+        "-o",
+        &auto,
+        "--clusters",
+        "auto"
+    ]);
+    let text = ok(&args!["compress", &input, "-o", &two, "--clusters", "2"]);
+    assert!(text.contains("clustered: array k = 2"), "{text}");
+    assert!(
+        size(&auto) < size(&off),
+        "{} vs {}",
+        size(&auto),
+        size(&off)
+    );
+    let i = ok_json(&args!["inspect", &two, "--json"]);
+    let g = group(&i, "array");
+    assert_eq!(
+        (&g["layout"], &g["clusters"], &g["cluster_id_bits"]),
+        (&json!("clustered"), &json!(2), &json!(1))
+    );
+    let text = ok(&args!["inspect", &two]);
+    assert!(text.contains("clustered (k = 2, 1-bit ids)"), "{text}");
+    assert!(text.contains("cluster ids"), "{text}");
+    let back = dir.path("back.npy");
+    ok(&args!["decompress", &two, "-o", &back]);
+    same_bytes(&input, &back);
+
+    for bad in ["0", "lots", "2x", "4097"] {
+        let err = fails(
+            &args![
+                "compress",
+                &input,
+                "-o",
+                dir.path("bad.ibp"),
+                "--clusters",
+                bad
+            ],
+            EXIT_INVALID,
+        );
+        assert!(err.contains("--clusters"), "{err}");
+    }
+    let err = fails(
+        &args![
+            "compress",
+            &input,
+            "-o",
+            dir.path("bad.ibp"),
+            "--clusters",
+            "2",
+            "--layout",
+            "fixed"
+        ],
+        EXIT_INVALID,
+    );
+    assert!(err.contains("packed layout"), "{err}");
+}

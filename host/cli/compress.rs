@@ -6,7 +6,8 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use ibp::container::{
-    CompressOptions, DEFAULT_BATCH_BYTES, GroupLayout, IbpFile, compress_document_with_progress,
+    Clustering, CompressOptions, DEFAULT_BATCH_BYTES, GroupLayout, IbpFile,
+    compress_document_with_progress,
 };
 use ibp::io::{Fingerprint, SourceFormat};
 use ibp::{Error, ErrorKind, Result};
@@ -37,6 +38,18 @@ pub struct Args {
     /// smaller than the input).
     #[arg(long, value_enum, default_value_t = Layout::Packed)]
     layout: Layout,
+    /// Clustered codebooks (packed layout): `off` (one codebook per
+    /// tensor, readable by every ibp), `auto` (sweep k per tensor and keep
+    /// clusters only when the file gets smaller; slower), or a number of
+    /// clusters K (at most K; 1 is off).
+    ///
+    /// Q: why `off` by default and not `auto`? A: `auto` never makes a file
+    /// larger, but its sweep costs up to seconds per tensor, and on the
+    /// data we measured it gains at most about one point of savings
+    /// (docs/results/clusters-cpu.md); clustered files also need an ibp
+    /// that reads them (FORMAT.md §6.8).
+    #[arg(long, value_name = "auto|off|K", default_value = "off")]
+    clusters: String,
     /// Overwrite OUT if it exists.
     #[arg(long)]
     force: bool,
@@ -79,6 +92,8 @@ struct Report {
     /// larger (an npz whose tensors were already deflated).
     file_savings: f64,
     layout: &'static str,
+    /// `--clusters` as given.
+    clusters: String,
     groups: Vec<GroupSummary>,
     totals: Totals,
     notes: Vec<String>,
@@ -88,6 +103,14 @@ pub fn run(args: Args) -> Result<()> {
     // Everything that can be refused cheaply is refused before the input is
     // read.
     let fit = args.fit.options()?;
+    let clusters = Clustering::parse(&args.clusters)?;
+    if clusters != Clustering::Off && args.layout != Layout::Packed {
+        return Err(Error::invalid(format!(
+            "--clusters {} needs the packed layout; drop --layout {} or use --clusters off",
+            args.clusters,
+            args.layout.group_layout().name()
+        )));
+    }
     let input =
         args.input.file.clone().ok_or_else(|| {
             Error::invalid("give the file to compress: ibp compress FILE -o OUT.ibp")
@@ -103,6 +126,7 @@ pub fn run(args: Args) -> Result<()> {
     let mut opts = CompressOptions::default()
         .with_fit(fit)
         .with_layout(args.layout.group_layout())
+        .with_clusters(clusters)
         .with_batch_bytes(usize::try_from(args.batch_bytes).unwrap_or(usize::MAX));
     if let Some(n) = args.fit.row_len {
         for g in &doc.groups {
@@ -199,6 +223,7 @@ pub fn run(args: Args) -> Result<()> {
         output_bytes,
         file_savings: savings(report.input_bytes, output_bytes),
         layout: args.layout.group_layout().name(),
+        clusters: args.clusters.clone(),
         totals: Totals::of(&groups),
         groups,
         notes: report.notes,
@@ -227,7 +252,17 @@ fn text(r: &Report, format: SourceFormat) -> String {
         r.input_format,
         human(r.input_bytes)
     );
-    let _ = writeln!(s, "output: {} ({} layout)", r.output, r.layout);
+    let clustered: Vec<String> = r
+        .groups
+        .iter()
+        .filter_map(|g| Some(format!("{} k = {}", g.name, g.clusters?)))
+        .collect();
+    let clusters = if clustered.is_empty() {
+        String::new()
+    } else {
+        format!("; clustered: {}", clustered.join(", "))
+    };
+    let _ = writeln!(s, "output: {} ({} layout{clusters})", r.output, r.layout);
     s.push('\n');
     s.push_str(&group_table(&r.groups).render());
     s.push('\n');

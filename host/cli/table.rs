@@ -157,8 +157,14 @@ pub struct GroupSummary {
     pub rows: u64,
     /// Bytes per row (`L`).
     pub row_bytes: u64,
-    /// "packed", "fixed" or "raw".
+    /// "packed", "fixed", "clustered" or "raw".
     pub layout: &'static str,
+    /// Number of clusters `k` (clustered groups).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub clusters: Option<u32>,
+    /// Bits per cluster id, `⌈log2 k⌉` (clustered groups).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster_id_bits: Option<u32>,
     /// Chunk size of the codebook (compressed groups).
     pub chunk_bytes: Option<u32>,
     /// The threshold the codebook was fitted at (compressed groups).
@@ -199,6 +205,8 @@ impl GroupSummary {
             rows: info.rows,
             row_bytes: info.row_bytes,
             layout: info.layout.name(),
+            clusters: info.clusters,
+            cluster_id_bits: g.clusters().map(|(_, ids)| ids.bits()),
             chunk_bytes: info.chunk.map(|c| c.bytes()),
             threshold: info.threshold.map(|t| t.fraction()),
             invariant_bits,
@@ -249,7 +257,10 @@ pub fn group_table(groups: &[GroupSummary]) -> Table {
             g.dtype.clone(),
             format!("[{}]", shape.join(", ")),
             format!("{} × {} B", g.rows, g.row_bytes),
-            g.layout.to_string(),
+            match (g.clusters, g.cluster_id_bits) {
+                (Some(k), Some(b)) => format!("{} (k = {k}, {b}-bit ids)", g.layout),
+                _ => g.layout.to_string(),
+            },
             g.threshold.map_or_else(dash, |t| format!("{t:.2}")),
             g.chunk_bytes.map_or_else(dash, |c| format!("{c} B")),
             match (g.invariant_bits, g.invariant_fraction) {

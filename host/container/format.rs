@@ -40,7 +40,7 @@ pub const NO_OWNER: u32 = u32::MAX;
 /// must refuse the file.
 pub const FLAG_REQUIRED: u16 = 1;
 
-/// The kinds of section format version 1 defines.
+/// The kinds of section this ibp knows (§6.3; kind 9 is §6.8's).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[repr(u32)]
 pub enum SectionKind {
@@ -60,11 +60,14 @@ pub enum SectionKind {
     Slots = 7,
     /// An uncompressed group's bytes.
     Raw = 8,
+    /// A clustered group's cluster ids, `⌈log2 k⌉` bits per tensor
+    /// (`docs/FORMAT.md` §6.8).
+    ClusterIds = 9,
 }
 
 impl SectionKind {
     /// Every kind, for lookups.
-    pub const ALL: [SectionKind; 8] = [
+    pub const ALL: [SectionKind; 9] = [
         SectionKind::Manifest,
         SectionKind::Piece,
         SectionKind::Codebook,
@@ -73,9 +76,10 @@ impl SectionKind {
         SectionKind::Payload,
         SectionKind::Slots,
         SectionKind::Raw,
+        SectionKind::ClusterIds,
     ];
 
-    /// The kind with number `n`, if version 1 defines it.
+    /// The kind with number `n`, if this ibp knows it.
     pub fn from_u32(n: u32) -> Option<Self> {
         Self::ALL.into_iter().find(|k| *k as u32 == n)
     }
@@ -91,6 +95,7 @@ impl SectionKind {
             SectionKind::Payload => "payload",
             SectionKind::Slots => "slots",
             SectionKind::Raw => "raw",
+            SectionKind::ClusterIds => "cluster ids",
         }
     }
 }

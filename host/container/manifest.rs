@@ -47,6 +47,8 @@ pub(crate) struct GroupJson {
     pub chunk_bytes: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub threshold_bp: Option<u16>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clusters: Option<u64>,
     pub xxh3: String,
 }
 
@@ -73,6 +75,9 @@ pub enum GroupLayout {
     Packed,
     /// Fixed-stride layout (§3.1): codebook, flags, slots.
     Fixed,
+    /// Packed layout with one codebook per cluster and a cluster id per
+    /// tensor (§6.8): codebooks, cluster ids, flags, offsets, payload.
+    Clustered,
 }
 
 impl GroupLayout {
@@ -82,13 +87,19 @@ impl GroupLayout {
             GroupLayout::Raw => "raw",
             GroupLayout::Packed => "packed",
             GroupLayout::Fixed => "fixed",
+            GroupLayout::Clustered => "clustered",
         }
     }
 
     fn from_name(name: &str) -> Option<Self> {
-        [GroupLayout::Raw, GroupLayout::Packed, GroupLayout::Fixed]
-            .into_iter()
-            .find(|l| l.name() == name)
+        [
+            GroupLayout::Raw,
+            GroupLayout::Packed,
+            GroupLayout::Fixed,
+            GroupLayout::Clustered,
+        ]
+        .into_iter()
+        .find(|l| l.name() == name)
     }
 }
 
@@ -111,6 +122,8 @@ pub struct GroupInfo {
     pub chunk: Option<ChunkSize>,
     /// The threshold the codebook was fitted with, when known.
     pub threshold: Option<Threshold>,
+    /// Number of clusters `k ≥ 2` (clustered groups only).
+    pub clusters: Option<u32>,
     /// xxh3-64 of the group's uncompressed bytes.
     pub xxh3: u64,
 }
@@ -192,6 +205,7 @@ impl Manifest {
                     layout: g.layout.name().to_string(),
                     chunk_bytes: g.chunk.map(ChunkSize::bytes),
                     threshold_bp: g.threshold.map(Threshold::basis_points),
+                    clusters: g.clusters.map(u64::from),
                     xxh3: hex(g.xxh3),
                 })
                 .collect(),
@@ -253,6 +267,18 @@ fn group_from_json(i: usize, g: GroupJson) -> Result<GroupInfo> {
         (_, None) => return Err(ctx("no chunk size".into())),
         (_, Some(c)) => Some(ChunkSize::try_from(c).map_err(|e| ctx(e.message().to_string()))?),
     };
+    // The codebook section (2 L k bytes) bounds k; u32 keeps ids in 32 bits.
+    let clusters = match (layout, g.clusters) {
+        (GroupLayout::Clustered, Some(k)) => Some(
+            u32::try_from(k)
+                .ok()
+                .filter(|&k| k >= 2)
+                .ok_or_else(|| ctx(format!("{k} clusters; a clustered group has 2 to 2^32 - 1")))?,
+        ),
+        (GroupLayout::Clustered, None) => return Err(ctx("no number of clusters".into())),
+        (_, Some(_)) => return Err(ctx("only a clustered group has clusters".into())),
+        (_, None) => None,
+    };
     let threshold = g
         .threshold_bp
         .map(|t| Threshold::from_basis_points(t).map_err(|e| ctx(e.message().to_string())))
@@ -278,6 +304,7 @@ fn group_from_json(i: usize, g: GroupJson) -> Result<GroupInfo> {
         layout,
         chunk,
         threshold,
+        clusters,
         xxh3,
     })
 }

@@ -21,6 +21,7 @@
 // `io::InputFile`, and in-place views are bytemuck casts.
 #![forbid(unsafe_code)]
 
+mod clustered;
 mod format;
 mod manifest;
 mod reader;
@@ -31,6 +32,7 @@ use std::io::Write;
 
 use rayon::prelude::*;
 
+pub use clustered::{Clustering, MAX_CLUSTERED_GROUP_BYTES, MAX_CLUSTERS};
 pub use format::{
     ALIGN, DirEntry, ENTRY_LEN, FLAG_REQUIRED, HEADER_LEN, MAGIC, NO_OWNER, SectionKind,
     TRAILER_LEN, TRAILER_MAGIC, VERSION,
@@ -43,7 +45,7 @@ use crate::codebook::Codebook;
 use crate::codebook::{ChunkSize, Threshold};
 use crate::dataset::Rows;
 use crate::error::{Error, Result};
-use crate::fit::{FitOptions, fit};
+use crate::fit::{ClusterOptions, FitOptions, fit};
 use crate::io::{Document, Segment, TensorGroup};
 use crate::layout::{
     compress_fixed_with_progress, compress_packed_with_progress, decompress_fixed_row,
@@ -79,6 +81,11 @@ pub struct CompressOptions {
     /// whatever the input's size (default [`DEFAULT_BATCH_BYTES`]). A
     /// batch holds at least one row. The output does not depend on it.
     pub batch_bytes: usize,
+    /// Clustered codebooks for packed groups (default [`Clustering::Off`]).
+    pub clusters: Clustering,
+    /// How clusters are fitted and swept (its `fit` is replaced by
+    /// [`CompressOptions::fit`]).
+    pub cluster_options: ClusterOptions,
 }
 
 /// The default [`CompressOptions::batch_bytes`]: 64 MiB.
@@ -98,6 +105,8 @@ impl Default for CompressOptions {
             row_len: BTreeMap::new(),
             verify: true,
             batch_bytes: DEFAULT_BATCH_BYTES,
+            clusters: Clustering::Off,
+            cluster_options: ClusterOptions::default(),
         }
     }
 }
@@ -133,6 +142,18 @@ impl CompressOptions {
         self
     }
 
+    /// Use clustered codebooks for packed groups ([`Clustering`]).
+    pub fn with_clusters(mut self, clusters: Clustering) -> Self {
+        self.clusters = clusters;
+        self
+    }
+
+    /// Fit and sweep clusters with these options.
+    pub fn with_cluster_options(mut self, opts: ClusterOptions) -> Self {
+        self.cluster_options = opts;
+        self
+    }
+
     /// Compress in batches of about `bytes` of memory (see
     /// [`CompressOptions::batch_bytes`]).
     pub fn with_batch_bytes(mut self, bytes: usize) -> Self {
@@ -154,6 +175,8 @@ pub struct GroupReport {
     pub threshold: Option<Threshold>,
     /// Chunk size of the codebook (compressed groups).
     pub chunk: Option<ChunkSize>,
+    /// Number of clusters (clustered groups).
+    pub clusters: Option<usize>,
     /// Why it is stored raw, when it is.
     pub raw_reason: Option<String>,
 }
@@ -329,6 +352,7 @@ impl<W: Write> State<'_, W> {
             },
             threshold: None,
             chunk: None,
+            clusters: None,
             raw_reason,
         };
         let id = if report.raw_reason.is_some() {
@@ -402,7 +426,58 @@ impl<W: Write> State<'_, W> {
                 }
                 let payload: u64 = totals.iter().sum();
                 let stored = cb_bytes + flag_len + 8 * (shape.rows + 1) + payload;
-                if stored >= shape.total_bytes() {
+                let clustered = if opts.clusters == Clustering::Off {
+                    None
+                } else {
+                    let copts = opts.cluster_options.clone().with_fit(opts.fit.clone());
+                    clustered::choose(rows, opts.clusters, &copts)
+                        .map_err(|e| in_group(e, &g.name))?
+                };
+                // Q: why compare padded section sizes plus an overhead?
+                // A: `auto` promises a file no larger than `off`; the
+                // sections' padding, the ids' directory entry and the
+                // manifest's extra keys are all part of the file.
+                let packed_file =
+                    clustered::packed_file_bytes(shape.rows, shape.row_bytes, payload);
+                let clustered = clustered.filter(|c| match opts.clusters {
+                    Clustering::Auto => c.file_bytes() < packed_file,
+                    _ => c.packed.total_bytes(c.clusters.k()) < shape.total_bytes(),
+                });
+                if let Some(c) = clustered {
+                    let p = &c.packed.packed;
+                    if opts.verify {
+                        let view = p.view();
+                        verify_rows(rows, 0, |i, buf| {
+                            decompress_packed_row(
+                                &c.clusters.codebooks()[c.packed.ids.get(i).unwrap_or(0) as usize],
+                                &view,
+                                i,
+                                buf,
+                            )
+                        })?;
+                    }
+                    let k = c.clusters.k();
+                    let id = self
+                        .w
+                        .add_group(
+                            meta,
+                            GroupData::Clustered {
+                                codebooks: c.clusters.codebooks(),
+                                ids: &c.packed.ids,
+                                threshold: None,
+                                packed: p.view(),
+                            },
+                        )
+                        .map_err(|e| in_group(e, &g.name))?;
+                    row_progress(shape.rows);
+                    report.layout = GroupLayout::Clustered;
+                    report.chunk = Some(c.clusters.codebooks()[0].chunk());
+                    report.threshold = None;
+                    report.clusters = Some(k);
+                    report.stats.encoded_rows = popcount(&p.flags);
+                    report.stats.stored_bytes = c.packed.total_bytes(k);
+                    id
+                } else if stored >= shape.total_bytes() {
                     report.raw_reason =
                         Some(format!("compressed form ({stored} bytes) is not smaller"));
                     self.w.add_group(meta, GroupData::Raw(&g.data))?
@@ -454,6 +529,7 @@ impl<W: Write> State<'_, W> {
         if report.raw_reason.is_some() {
             report.threshold = None;
             report.chunk = None;
+            report.clusters = None;
         }
         self.done = base + shape.total_bytes();
         (self.progress)(self.done, self.total);

@@ -24,12 +24,14 @@ use rayon::prelude::*;
 use xxhash_rust::xxh3::{Xxh3, xxh3_64};
 
 use super::Progress;
+use super::clustered::{self, ClusterTable};
 use super::format::{
     self, DirEntry, ENTRY_LEN, FLAG_REQUIRED, HEADER_LEN, MAGIC, NO_OWNER, SectionKind,
     TRAILER_LEN, Trailer,
 };
 use super::manifest::{GroupInfo, GroupLayout, Manifest, SourceInfo};
 use super::writer::check_envelope;
+use crate::cluster::ClusterIds;
 use crate::codebook::{Codebook, Threshold};
 use crate::error::{Error, ErrorKind, Result};
 use crate::io::{DType, Document, PieceSource, Segment, TensorGroup, restore_segments};
@@ -92,6 +94,7 @@ struct GroupSections {
     payload: Option<Range<usize>>,
     slots: Option<Range<usize>>,
     raw: Option<Range<usize>>,
+    ids: Option<Range<usize>>,
 }
 
 impl GroupSections {
@@ -103,6 +106,7 @@ impl GroupSections {
             SectionKind::Payload => &mut self.payload,
             SectionKind::Slots => &mut self.slots,
             SectionKind::Raw => &mut self.raw,
+            SectionKind::ClusterIds => &mut self.ids,
             SectionKind::Manifest | SectionKind::Piece => return None,
         })
     }
@@ -112,6 +116,8 @@ struct GroupEntry {
     info: GroupInfo,
     sections: GroupSections,
     codebook: Option<Codebook>,
+    /// The codebooks and ids of a clustered group.
+    clusters: Option<ClusterTable>,
     /// The offsets table, decoded, when it cannot be used in place
     /// (unaligned buffer or big-endian machine).
     offsets_copy: Option<Vec<u64>>,
@@ -410,9 +416,25 @@ impl<'f> GroupView<'f> {
         self.info().layout
     }
 
-    /// Its codebook (packed and fixed-stride groups).
+    /// Its codebook (packed and fixed-stride groups; `None` for a
+    /// clustered group, whose tensors need [`GroupView::clusters`]).
+    ///
+    /// Q: why `None` for a clustered group rather than its first codebook?
+    /// A: so that no decoder that knows one codebook per group (the GPU's
+    /// dataset constructors take a codebook and a [`PackedRef`]) can be
+    /// handed a clustered group and decode it with the wrong codebook; it
+    /// gets nothing to decode with instead.
     pub fn codebook(&self) -> Option<&'f Codebook> {
         self.entry().codebook.as_ref()
+    }
+
+    /// The codebooks, by cluster id, and the cluster id of each tensor
+    /// (clustered groups only; all ids were checked at open to be `< k`).
+    pub fn clusters(&self) -> Option<(&'f [Codebook], &'f ClusterIds)> {
+        self.entry()
+            .clusters
+            .as_ref()
+            .map(|c| (c.codebooks.as_slice(), &c.ids))
     }
 
     /// The threshold its codebook was fitted at, when recorded.
@@ -425,11 +447,12 @@ impl<'f> GroupView<'f> {
         self.entry().stats
     }
 
-    /// The packed layout, in place (packed groups only). Checked at open
-    /// with [`PackedRef::validate`]; decoding checks each tensor's encoding.
+    /// The packed layout, in place (packed and clustered groups). Checked
+    /// at open with [`PackedRef::validate`]; decoding checks each tensor's
+    /// encoding.
     pub fn packed(&self) -> Option<PackedRef<'f>> {
         let e = self.entry();
-        if e.info.layout != GroupLayout::Packed {
+        if !matches!(e.info.layout, GroupLayout::Packed | GroupLayout::Clustered) {
             return None;
         }
         let (flags, offsets, payload) = (
@@ -496,6 +519,12 @@ impl<'f> GroupView<'f> {
                     .ok_or_else(|| missing(info))?;
                 decompress_fixed(cb, &f, out).map_err(|e| in_group(e, info))?;
             }
+            GroupLayout::Clustered => {
+                let (c, p) = (self.entry().clusters.as_ref())
+                    .zip(self.packed())
+                    .ok_or_else(|| missing(info))?;
+                c.decode(&p, out).map_err(|e| in_group(e, info))?;
+            }
         }
         check_hash(info, xxh3_64(out))
     }
@@ -551,6 +580,15 @@ impl<'f> GroupView<'f> {
                 out.par_chunks_mut(l)
                     .enumerate()
                     .try_for_each(|(k, dst)| decompress_fixed_row(cb, &f, start + k, dst))
+                    .map_err(|e| in_group(e, info))?;
+            }
+            GroupLayout::Clustered => {
+                let (c, p) = (self.entry().clusters.as_ref())
+                    .zip(self.packed())
+                    .ok_or_else(|| missing(info))?;
+                out.par_chunks_mut(l)
+                    .enumerate()
+                    .try_for_each(|(k, dst)| c.decode_row(&p, start + k, dst))
                     .map_err(|e| in_group(e, info))?;
             }
         }
@@ -919,19 +957,21 @@ fn group_entry(bytes: &[u8], i: usize, info: GroupInfo, s: GroupSections) -> Res
         .rows
         .checked_mul(info.row_bytes)
         .ok_or_else(|| bad("size overflows"))?;
-    let present = [
+    let all = [
         &s.codebook,
         &s.flags,
         &s.offsets,
         &s.payload,
         &s.slots,
         &s.raw,
-    ]
-    .map(Option::is_some);
+        &s.ids,
+    ];
+    let present = all.map(Option::is_some);
     let wanted = match info.layout {
-        GroupLayout::Raw => [false, false, false, false, false, true],
-        GroupLayout::Packed => [true, true, true, true, false, false],
-        GroupLayout::Fixed => [true, true, false, false, true, false],
+        GroupLayout::Raw => [false, false, false, false, false, true, false],
+        GroupLayout::Packed => [true, true, true, true, false, false, false],
+        GroupLayout::Fixed => [true, true, false, false, true, false, false],
+        GroupLayout::Clustered => [true, true, true, true, false, false, true],
     };
     if present != wanted {
         return Err(bad(&format!(
@@ -943,20 +983,11 @@ fn group_entry(bytes: &[u8], i: usize, info: GroupInfo, s: GroupSections) -> Res
         rows: info.rows,
         encoded_rows: 0,
         original_bytes: data_len,
-        stored_bytes: [
-            &s.codebook,
-            &s.flags,
-            &s.offsets,
-            &s.payload,
-            &s.slots,
-            &s.raw,
-        ]
-        .iter()
-        .filter_map(|r| len(r))
-        .sum(),
+        stored_bytes: all.iter().filter_map(|r| len(r)).sum(),
     };
     let slice = |r: &Option<Range<usize>>| r.clone().map(|r| &bytes[r]).unwrap_or_default();
     let mut codebook = None;
+    let mut clusters = None;
     let mut offsets_copy = None;
     if info.layout == GroupLayout::Raw {
         if len(&s.raw) != Some(data_len) {
@@ -967,18 +998,27 @@ fn group_entry(bytes: &[u8], i: usize, info: GroupInfo, s: GroupSections) -> Res
         }
     } else {
         let cb_bytes = slice(&s.codebook);
-        if cb_bytes.len() as u64 != 2 * info.row_bytes {
-            return Err(bad("the codebook is not twice the row length"));
+        let k = info.clusters.unwrap_or(1);
+        if Some(cb_bytes.len() as u64) != (2 * info.row_bytes).checked_mul(u64::from(k)) {
+            return Err(bad(&format!(
+                "the codebook section is not {k} codebook(s) of twice the row length"
+            )));
         }
         let chunk = info.chunk.ok_or_else(|| bad("no chunk size"))?;
-        let (mask, bitval) = cb_bytes.split_at(l);
-        let cb =
-            Codebook::new(chunk, mask.to_vec(), bitval.to_vec()).map_err(|e| bad(e.message()))?;
+        let mut cbs = clustered::codebooks(cb_bytes, l, chunk).map_err(|e| bad(e.message()))?;
+        if info.layout == GroupLayout::Clustered {
+            let ids = clustered::cluster_ids(slice(&s.ids), k, rows)
+                .map_err(|e| bad(&format!("cluster ids: {}", e.message())))?;
+            clusters = Some(ClusterTable {
+                codebooks: std::mem::take(&mut cbs),
+                ids,
+            });
+        }
         let flags = slice(&s.flags);
         if flags.len() != flag_bytes(rows) {
             return Err(bad("the flag bitmap has the wrong length"));
         }
-        if info.layout == GroupLayout::Packed {
+        if info.layout != GroupLayout::Fixed {
             let offsets = slice(&s.offsets);
             if Some(offsets.len() as u64) != info.rows.checked_add(1).and_then(|n| n.checked_mul(8))
             {
@@ -1010,6 +1050,7 @@ fn group_entry(bytes: &[u8], i: usize, info: GroupInfo, s: GroupSections) -> Res
                 offsets_copy = Some(p.offsets().to_vec());
             }
         } else {
+            let cb = cbs.first().ok_or_else(|| bad("no codebook"))?;
             if Some(len(&s.slots).unwrap_or(0)) != Some(data_len) {
                 return Err(Error::truncated(format!(
                     "group {i} ({:?}): slots are not {data_len} bytes",
@@ -1018,15 +1059,16 @@ fn group_entry(bytes: &[u8], i: usize, info: GroupInfo, s: GroupSections) -> Res
             }
             let f = FixedStrideRef::new(l, rows, flags, slice(&s.slots))
                 .map_err(|e| corrupt_in(e, i, &info))?;
-            f.validate(&cb).map_err(|e| corrupt_in(e, i, &info))?;
+            f.validate(cb).map_err(|e| corrupt_in(e, i, &info))?;
         }
         stats.encoded_rows = flags.iter().map(|b| u64::from(b.count_ones())).sum();
-        codebook = Some(cb);
+        codebook = cbs.pop();
     }
     Ok(GroupEntry {
         info,
         sections: s,
         codebook,
+        clusters,
         offsets_copy,
         stats,
     })

@@ -17,6 +17,7 @@ use super::format::{
     VERSION,
 };
 use super::manifest::{GroupInfo, GroupLayout, Manifest, SourceInfo};
+use crate::cluster::{ClusterIds, id_bits};
 use crate::codebook::{Codebook, Threshold};
 use crate::error::{Error, Result};
 use crate::io::{DType, Segment, element_count};
@@ -44,6 +45,18 @@ pub enum GroupData<'a> {
         threshold: Option<Threshold>,
         /// Flags and slots.
         fixed: FixedStrideRef<'a>,
+    },
+    /// Packed layout with one codebook per cluster (`docs/FORMAT.md` §6.8).
+    Clustered {
+        /// The `k ≥ 2` codebooks, by cluster id; one chunk size.
+        codebooks: &'a [Codebook],
+        /// The cluster id of each tensor.
+        ids: &'a ClusterIds,
+        /// The threshold they were fitted at, recorded for `ibp inspect`.
+        threshold: Option<Threshold>,
+        /// Flags, offsets and payload, tensor `i` encoded with
+        /// `codebooks[ids[i]]`.
+        packed: PackedRef<'a>,
     },
 }
 
@@ -155,7 +168,7 @@ impl<W: Write> ContainerWriter<W> {
     /// type's with another size, a stored form that does not validate).
     pub fn add_group(&mut self, meta: GroupMeta, data: GroupData<'_>) -> Result<u32> {
         let id = self.next_group_id()?;
-        let (layout, chunk, threshold) = check_group(&meta, &data)?;
+        let (layout, chunk, threshold, clusters) = check_group(&meta, &data)?;
         match &data {
             GroupData::Raw(bytes) => {
                 self.section(SectionKind::Raw, id, &[bytes])?;
@@ -187,8 +200,31 @@ impl<W: Write> ContainerWriter<W> {
                 self.section(SectionKind::Flags, id, &[fixed.flags()])?;
                 self.section(SectionKind::Slots, id, &[fixed.slots()])?;
             }
+            GroupData::Clustered {
+                codebooks,
+                ids,
+                packed,
+                ..
+            } => {
+                let parts: Vec<&[u8]> = codebooks
+                    .iter()
+                    .flat_map(|cb| [cb.mask(), cb.bitval()])
+                    .collect();
+                self.section(SectionKind::Codebook, id, &parts)?;
+                self.section(SectionKind::ClusterIds, id, &[ids.as_bytes()])?;
+                self.section(SectionKind::Flags, id, &[packed.flags()])?;
+                self.section(
+                    SectionKind::Offsets,
+                    id,
+                    &[bytemuck::cast_slice(&le_offsets(packed.offsets()))],
+                )?;
+                self.section(SectionKind::Payload, id, &[packed.payload()])?;
+            }
         }
         self.push_group(meta, layout, chunk, threshold);
+        if let Some(g) = self.groups.last_mut() {
+            g.clusters = clusters;
+        }
         Ok(id)
     }
 
@@ -258,7 +294,12 @@ impl<W: Write> ContainerWriter<W> {
                     SectionLen::Exactly(meta.rows * meta.row_bytes),
                 ),
             ],
-            GroupLayout::Raw => return Err(bad("a raw group is stored with add_group")),
+            GroupLayout::Raw | GroupLayout::Clustered => {
+                return Err(bad(&format!(
+                    "a {} group is stored with add_group",
+                    layout.name()
+                )));
+            }
         };
         self.section(
             SectionKind::Codebook,
@@ -297,6 +338,7 @@ impl<W: Write> ContainerWriter<W> {
             layout,
             chunk,
             threshold,
+            clusters: None,
             xxh3: meta.xxh3,
         });
     }
@@ -493,6 +535,7 @@ type Described = (
     GroupLayout,
     Option<crate::codebook::ChunkSize>,
     Option<Threshold>,
+    Option<u32>,
 );
 
 /// The checks the reader makes of a group's description; returns its
@@ -546,7 +589,7 @@ fn check_group(meta: &GroupMeta, data: &GroupData<'_>) -> Result<Described> {
                     meta.rows * meta.row_bytes
                 )));
             }
-            (GroupLayout::Raw, None, None)
+            (GroupLayout::Raw, None, None, None)
         }
         GroupData::Packed {
             codebook,
@@ -571,7 +614,12 @@ fn check_group(meta: &GroupMeta, data: &GroupData<'_>) -> Result<Described> {
             {
                 return Err(bad("the payload is too short for its tensors".into()));
             }
-            (GroupLayout::Packed, Some(codebook.chunk()), *threshold)
+            (
+                GroupLayout::Packed,
+                Some(codebook.chunk()),
+                *threshold,
+                None,
+            )
         }
         GroupData::Fixed {
             codebook,
@@ -585,7 +633,67 @@ fn check_group(meta: &GroupMeta, data: &GroupData<'_>) -> Result<Described> {
             fixed
                 .validate(codebook)
                 .map_err(|e| bad(e.message().to_string()))?;
-            (GroupLayout::Fixed, Some(codebook.chunk()), *threshold)
+            (GroupLayout::Fixed, Some(codebook.chunk()), *threshold, None)
+        }
+        GroupData::Clustered {
+            codebooks,
+            ids,
+            threshold,
+            packed,
+        } => {
+            let k = codebooks.len();
+            let first = codebooks
+                .first()
+                .ok_or_else(|| bad("a clustered group without codebooks".into()))?;
+            let k32 = u32::try_from(k)
+                .ok()
+                .filter(|&k| k >= 2)
+                .ok_or_else(|| {
+                    bad(format!(
+                        "{k} codebooks; a clustered group has 2 to 2^32 - 1 (store one codebook as packed)"
+                    ))
+                })?;
+            check_cb(first, packed.rows(), packed.flags())?;
+            if let Some(i) = codebooks
+                .iter()
+                .position(|c| c.row_bytes() != first.row_bytes() || c.chunk() != first.chunk())
+            {
+                return Err(bad(format!(
+                    "codebook {i} differs from codebook 0 in row length or chunk size"
+                )));
+            }
+            if packed.row_bytes() != first.row_bytes() {
+                return Err(bad("packed rows and codebooks differ in length".into()));
+            }
+            if ids.len() != packed.rows() || ids.bits() != id_bits(k) {
+                return Err(bad(format!(
+                    "{} cluster ids of {} bits for {} tensors in {k} clusters",
+                    ids.len(),
+                    ids.bits(),
+                    packed.rows()
+                )));
+            }
+            if let Some(i) = (0..ids.len()).find(|&i| ids.get(i).is_none_or(|c| c >= k32)) {
+                return Err(bad(format!("tensor {i} has a cluster id ≥ {k}")));
+            }
+            packed
+                .validate()
+                .map_err(|e| bad(e.message().to_string()))?;
+            let min_row =
+                (packed.row_bytes().div_ceil(first.chunk().bytes() as usize)).div_ceil(8) as u64;
+            if meta
+                .rows
+                .checked_mul(min_row)
+                .is_none_or(|m| m > packed.payload().len() as u64)
+            {
+                return Err(bad("the payload is too short for its tensors".into()));
+            }
+            (
+                GroupLayout::Clustered,
+                Some(first.chunk()),
+                *threshold,
+                Some(k32),
+            )
         }
     })
 }
