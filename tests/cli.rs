@@ -818,4 +818,109 @@ fn clusters_flag_writes_inspects_and_restores_clustered_groups() {
         EXIT_INVALID,
     );
     assert!(err.contains("packed layout"), "{err}");
+
+// ---- plots ---------------------------------------------------------------
+
+/// The real results file of the H200 run.
+fn h200_results() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/results/nvidia-h200.md")
+}
+
+fn svg(p: &Path) -> String {
+    let s = std::fs::read_to_string(p).unwrap();
+    assert!(s.starts_with("<svg") && s.trim_end().ends_with("</svg>"));
+    s
+}
+
+#[test]
+fn plot_draws_a_results_file_beside_it_or_where_asked() {
+    let dir = Scratch::new("plot");
+    let out = dir.path("h200.svg");
+    assert_eq!(
+        ok(&args!["plot", h200_results(), "-o", &out]).trim(),
+        out.to_str().unwrap()
+    );
+    let s = svg(&out);
+    for t in [
+        "4 KB tensors, packed",
+        "256 B ideal",
+        "pinned DMA copy 55.4 GB/s",
+        "Cora features f32 874",
+    ] {
+        assert!(s.contains(t), "{t}");
+    }
+    // Without -o: beside the results file.
+    let md = dir.write("gpu.md", &std::fs::read(h200_results()).unwrap());
+    ok(&args!["plot", &md]);
+    assert_eq!(dir.listing(), ["gpu.md", "gpu.svg", "h200.svg"]);
+}
+
+#[test]
+fn plot_errors_are_typed() {
+    let dir = Scratch::new("plot-errors");
+    let err = fails(&args!["plot", dir.path("missing.md")], EXIT_IO);
+    assert!(err.contains("missing.md"), "{err}");
+    let md = dir.write(
+        "other.md",
+        b"# ibp GPU benchmarks: X\n\n## Device-resident decode\n",
+    );
+    let err = fails(&args!["plot", &md], EXIT_INVALID);
+    assert!(err.contains("Figure 7 grid"), "{err}");
+    let bad = std::fs::read_to_string(h200_results())
+        .unwrap()
+        .replace("| 54.5 |", "| n/a |");
+    let md = dir.write("bad.md", bad.as_bytes());
+    let err = fails(&args!["plot", &md], EXIT_CORRUPT);
+    assert!(err.contains("\"n/a\""), "{err}");
+    assert_eq!(dir.listing(), ["bad.md", "other.md"]);
+}
+
+#[test]
+fn analyze_plot_draws_the_candidates() {
+    let dir = Scratch::new("analyze-plot");
+    let out = dir.path("cands.svg");
+    let a = ok_json(&args![
+        "analyze",
+        cora(),
+        "--json",
+        "--device",
+        "cpu",
+        "--plot",
+        &out
+    ]);
+    let t = &a["tensors"][0];
+    let s = svg(&out);
+    assert!(s.contains("features: savings per (threshold, chunk)"));
+    for chunk in [1, 2, 4, 8] {
+        assert!(s.contains(&format!("chunk {chunk} B")), "{chunk}");
+    }
+    let want = format!(
+        "chosen: t = {:.2}, chunk {} B",
+        t["threshold"].as_f64().unwrap(),
+        t["chunk_bytes"]
+    );
+    assert!(s.contains(&want), "{want}");
+}
+
+#[test]
+fn analyze_clusters_plot_draws_the_sweep() {
+    let dir = Scratch::new("clusters-plot");
+    let out = dir.path("k.svg");
+    let text = ok(&args![
+        "analyze",
+        cora(),
+        "--clusters",
+        "--max-clusters",
+        "4",
+        "--cluster-fit-rows",
+        "256",
+        "--cluster-eval-rows",
+        "512",
+        "--plot",
+        &out
+    ]);
+    assert!(text.contains(&format!("plot: {}", out.display())), "{text}");
+    let s = svg(&out);
+    assert!(s.contains("Net space savings against number of clusters"));
+    assert!(s.contains("clusters k (log scale)"));
 }

@@ -3,6 +3,7 @@
 
 use std::borrow::Cow;
 use std::fmt::Write as _;
+use std::path::PathBuf;
 use std::time::Instant;
 
 use ibp::fit::{self, Fit, FitOptions, Sample};
@@ -12,6 +13,7 @@ use serde::Serialize;
 
 use super::clusters::ClusterArgs;
 use super::input::{FitArgs, InputArgs, Source};
+use super::plot::{self, Chart, Series};
 use super::table::{emit, human, json, pad};
 
 /// Arguments of `ibp analyze`.
@@ -35,6 +37,12 @@ pub struct Args {
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
+    /// Also draw an SVG here: savings per (threshold, chunk) candidate, one
+    /// line per chunk size and the chosen candidate marked, a panel per
+    /// fitted tensor (the first 16); with --clusters, net savings against
+    /// the number of clusters.
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<PathBuf>,
     #[command(flatten)]
     clusters: ClusterArgs,
 }
@@ -160,6 +168,7 @@ pub fn run(args: Args) -> Result<()> {
             &args.fit,
             opts,
             &args.clusters,
+            args.plot.as_deref(),
             args.json,
         );
     }
@@ -186,6 +195,9 @@ pub fn run(args: Args) -> Result<()> {
         bar.inc(1);
     }
     bar.finish_and_clear();
+    if let Some(path) = &args.plot {
+        plot::write(path, &candidate_charts(&reports))?;
+    }
     if args.json {
         let out = serde_json::json!({
             "input": source.display(),
@@ -314,6 +326,84 @@ fn analyze_group(
     Ok(r)
 }
 
+/// Most panels `--plot` draws (one per fitted tensor).
+const MAX_PANELS: usize = 16;
+
+/// Savings (%) against threshold, one line per chunk size, the chosen
+/// candidate marked; a chart per fitted tensor (the first [`MAX_PANELS`]).
+fn candidate_charts(reports: &[Report]) -> Vec<Chart> {
+    let fitted: Vec<&Report> = reports
+        .iter()
+        .filter(|r| !r.candidates.is_empty())
+        .collect();
+    let mut charts = Vec::new();
+    for r in fitted.iter().take(MAX_PANELS) {
+        let mut c = Chart::new(
+            format!("{}: savings per (threshold, chunk)", r.name),
+            "threshold",
+            "savings",
+        );
+        c.y_format = plot::percent;
+        c.legend_lower_right = true;
+        // Q: why not from 0? A: the candidates usually lie within a few
+        // points of each other; from 0 they would be one flat line. The
+        // headroom above is for the chosen candidate's label, the room below
+        // for the legend.
+        let ys = r.candidates.iter().map(|c| 100.0 * c.savings);
+        let lo = ys.clone().fold(f64::INFINITY, f64::min);
+        let hi = ys.fold(f64::NEG_INFINITY, f64::max);
+        let pad = (hi - lo).max(1.0);
+        c.y_range = Some((lo - 0.4 * pad, hi + 0.3 * pad));
+        let mut chunks: Vec<u32> = r.candidates.iter().map(|c| c.chunk_bytes).collect();
+        chunks.sort_unstable();
+        chunks.dedup();
+        for (i, &chunk) in chunks.iter().enumerate() {
+            let mut pts: Vec<&CandidateReport> = r
+                .candidates
+                .iter()
+                .filter(|c| c.chunk_bytes == chunk)
+                .collect();
+            pts.sort_by(|a, b| a.threshold.total_cmp(&b.threshold));
+            let xy = |c: &&CandidateReport| (c.threshold, 100.0 * c.savings);
+            c.series.push(Series {
+                name: format!("chunk {chunk} B"),
+                points: pts.iter().map(xy).collect(),
+                color: i,
+                dots: true,
+                marked: pts.iter().filter(|c| c.chosen).map(xy).collect(),
+                ..Default::default()
+            });
+        }
+        if let Some(best) = r.candidates.iter().find(|c| c.chosen) {
+            c.labelled.push(plot::Labelled {
+                label: format!(
+                    "chosen: t = {:.2}, chunk {} B, {:.1}%",
+                    best.threshold,
+                    best.chunk_bytes,
+                    100.0 * best.savings
+                ),
+                x: best.threshold,
+                y: 100.0 * best.savings,
+            });
+        }
+        charts.push(c);
+    }
+    if charts.is_empty() {
+        charts.push(Chart::new(
+            "no tensor was fitted (each has fewer than 2 rows)",
+            "threshold",
+            "savings",
+        ));
+    }
+    if fitted.len() > MAX_PANELS {
+        eprintln!(
+            "ibp: --plot draws the first {MAX_PANELS} of {} fitted tensors",
+            fitted.len()
+        );
+    }
+    charts
+}
+
 fn table_text(input: &str, counted_on: &str, reports: &[Report], candidates: bool) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "input: {input}");
@@ -419,4 +509,76 @@ fn table_text(input: &str, counted_on: &str, reports: &[Report], candidates: boo
         );
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(name: &str, chosen: (f64, u32)) -> Report {
+        let mut candidates = Vec::new();
+        for chunk in [1, 2, 4] {
+            for t in [0.9, 0.95, 1.0] {
+                candidates.push(CandidateReport {
+                    threshold: t,
+                    chunk_bytes: chunk,
+                    stored_bytes: 0,
+                    savings: t / f64::from(chunk),
+                    chosen: (t, chunk) == chosen,
+                });
+            }
+        }
+        Report {
+            name: name.into(),
+            dtype: "f32".into(),
+            shape: vec![2, 2],
+            rows: 2,
+            row_bytes: 8,
+            status: "fitted".into(),
+            counted_on: "CPU".into(),
+            count_seconds: 0.0,
+            invariant_bits: 0,
+            invariant_fraction: 0.0,
+            threshold: Some(chosen.0),
+            chunk_bytes: Some(chosen.1),
+            raw_bytes: 16,
+            stored_bytes: 8,
+            savings: 0.5,
+            stored_with_metadata: 8,
+            savings_with_metadata: 0.5,
+            encoded_rows: 2,
+            candidates,
+        }
+    }
+
+    #[test]
+    fn candidate_plot_has_a_line_per_chunk_and_marks_the_chosen_one() {
+        let charts = candidate_charts(&[report("w", (0.95, 2)), report("v", (1.0, 1))]);
+        assert_eq!(charts.len(), 2);
+        let c = &charts[0];
+        let names: Vec<&str> = c.series.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["chunk 1 B", "chunk 2 B", "chunk 4 B"]);
+        assert_eq!(c.series[1].marked, [(0.95, 47.5)]);
+        assert!(c.series[0].marked.is_empty() && c.series[2].marked.is_empty());
+        let s = plot::svg(&charts).unwrap();
+        let t = plot::texts(&s);
+        for want in [
+            "w: savings per (threshold, chunk)",
+            "chosen: t = 0.95, chunk 2 B, 47.5%",
+            "chosen: t = 1.00, chunk 1 B, 100.0%",
+            "chunk 4 B",
+        ] {
+            assert!(t.contains(&want), "{want}: {t:?}");
+        }
+        assert_eq!(s.matches(r#"r="6""#).count(), 2);
+    }
+
+    #[test]
+    fn candidate_plot_without_fitted_tensors_says_so() {
+        let mut r = report("b", (1.0, 1));
+        r.candidates.clear();
+        let charts = candidate_charts(&[r]);
+        assert_eq!(charts.len(), 1);
+        assert!(charts[0].title.starts_with("no tensor was fitted"));
+    }
 }

@@ -149,6 +149,12 @@ pub fn run(args: Args) -> Result<()> {
         }
     };
     let mut md = String::new();
+    let mut picture = super::bench_plot::BenchPlot {
+        gpu: info.name.clone(),
+        dma_copy: Some(h2d / 1e9),
+        zero_copy: Some(zc / 1e9),
+        ..Default::default()
+    };
     let commit = option_env!("IBP_GIT_COMMIT").unwrap_or("unknown");
     let date = utc_now();
     let _ = writeln!(md, "# ibp GPU benchmarks: {}\n", info.name);
@@ -180,7 +186,7 @@ pub fn run(args: Args) -> Result<()> {
     if args.section == "device" {
         device_section(&gpu, &stream, &args, &opts, &mut md)?;
     } else if decode {
-        decode_sections(&gpu, &stream, &args, &opts, zc, &mut md)?;
+        decode_sections(&gpu, &stream, &args, &opts, zc, &mut md, &mut picture)?;
     }
     println!("{md}");
     let path = args
@@ -193,6 +199,11 @@ pub fn run(args: Args) -> Result<()> {
     std::fs::write(&path, &md)
         .map_err(|e| ibp::Error::io(format!("writing {}", path.display()), e))?;
     eprintln!("results written to {}", path.display());
+    if !picture.grid.is_empty() || !picture.real.is_empty() {
+        let svg = super::bench_plot::svg_path(&path);
+        super::plot::write(&svg, &[picture.chart()])?;
+        eprintln!("plot written to {}", svg.display());
+    }
     Ok(())
 }
 
@@ -205,9 +216,11 @@ fn decode_sections(
     opts: &ibp::gpu::DecodeOptions,
     zero_copy_rate: f64,
     md: &mut String,
+    picture: &mut super::bench_plot::BenchPlot,
 ) -> Result<()> {
     use std::fmt::Write as _;
 
+    use super::bench_plot::{GridPoint, RealPoint};
     use ibp::gpu::Residency;
     use ibp::gpu::bench::{
         BenchLayout, figure7_dataset, measure_decode, measure_decode_dma, measure_device_copy,
@@ -277,6 +290,12 @@ fn decode_sections(
                 packed.stored_bytes as f64 / packed.seconds / 1e9,
                 dma.decoded_rate() / 1e9,
             );
+            picture.grid.push(GridPoint {
+                row_bytes: size as u64,
+                savings: real_savings,
+                packed: packed.decoded_rate() / 1e9,
+                ideal: ideal.decoded_rate() / 1e9,
+            });
             eprintln!(
                 "  {size} B at {:.1}%: packed {:.1} GB/s, ideal {:.1} GB/s",
                 100.0 * real_savings,
@@ -418,6 +437,11 @@ fn decode_sections(
                 d.decoded_rate() / 1e9,
                 d.moved_rate() / copy_rate
             );
+            picture.real.push(RealPoint {
+                name: name.clone(),
+                savings,
+                pinned: p.decoded_rate() / 1e9,
+            });
             eprintln!(
                 "  {name}: pinned {:.1} GB/s, device {:.0} GB/s",
                 p.decoded_rate() / 1e9,

@@ -1,8 +1,9 @@
 //! `ibp analyze --clusters`: net savings against the number of clusters
-//! (the IBP paper's Figure 15), as a table and optionally an SVG line chart.
+//! (the IBP paper's Figure 15), as a table and optionally (`--plot`) an SVG
+//! line chart.
 
 use std::fmt::Write as _;
-use std::path::PathBuf;
+use std::path::Path;
 
 use ibp::fit::{ClusterOptions, ClusterPoint, FitOptions, sweep_clusters_with};
 use ibp::io::Document;
@@ -10,6 +11,7 @@ use ibp::{Result, Rows};
 use serde::Serialize;
 
 use super::input::FitArgs;
+use super::plot::{self, Chart, Series};
 use super::table::{Table, emit, human, json, percent};
 
 /// Options of the cluster sweep (with `--clusters`).
@@ -33,9 +35,6 @@ pub struct ClusterArgs {
     /// --row-len 384).
     #[arg(long)]
     pub stack: bool,
-    /// With --clusters: also write the curve as an SVG line chart here.
-    #[arg(long, value_name = "FILE.svg")]
-    pub plot: Option<PathBuf>,
 }
 
 #[derive(Serialize, Debug)]
@@ -87,6 +86,7 @@ pub fn run(
     fit_args: &FitArgs,
     fit: FitOptions,
     args: &ClusterArgs,
+    plot_to: Option<&Path>,
     as_json: bool,
 ) -> Result<()> {
     let opts = ClusterOptions::default()
@@ -125,9 +125,8 @@ pub fn run(
         let rows = Rows::new(bytes, *l as usize)?;
         curves.push(sweep(&format!("{n} tensors stacked"), rows, &opts)?);
     }
-    if let Some(path) = &args.plot {
-        std::fs::write(path, svg(&curves))
-            .map_err(|e| ibp::Error::io(format!("writing {}", path.display()), e))?;
+    if let Some(path) = plot_to {
+        plot::write(path, &[chart(&curves)])?;
     }
     if as_json {
         return emit(&json(&serde_json::json!({
@@ -154,7 +153,7 @@ pub fn run(
             }
         );
     }
-    if let Some(p) = &args.plot {
+    if let Some(p) = plot_to {
         let _ = writeln!(s, "plot: {}", p.display());
     }
     emit(&s)
@@ -238,127 +237,41 @@ fn curve_text(c: &Curve) -> String {
     s
 }
 
-/// A line chart of net savings (%) against k (log scale), one line per
-/// curve.
-fn svg(curves: &[Curve]) -> String {
-    let (w, h, left, right, top, bottom) = (720.0, 420.0, 70.0, 20.0, 40.0, 60.0);
-    let pts = curves.iter().flat_map(|c| &c.points);
-    let kmax = pts.clone().map(|p| p.requested_k).max().unwrap_or(2).max(2) as f64;
-    let ys: Vec<f64> = pts.map(|p| 100.0 * p.net_savings).collect();
-    let mut ylo = ys.iter().copied().fold(f64::INFINITY, f64::min).min(0.0);
-    let mut yhi = ys
+/// Net savings (%) against k (log scale: x is log2 k), one line per curve,
+/// the chosen k marked.
+fn chart(curves: &[Curve]) -> Chart {
+    let mut c = Chart::new(
+        "Net space savings against number of clusters",
+        "clusters k (log scale)",
+        "net savings",
+    );
+    c.x_format = |v| format!("{}", 2f64.powf(v).round());
+    c.y_format = plot::percent;
+    let kmax = curves
         .iter()
-        .copied()
-        .fold(f64::NEG_INFINITY, f64::max)
-        .max(0.0);
-    if !(ylo.is_finite() && yhi.is_finite()) || yhi - ylo < 1.0 {
-        (ylo, yhi) = (ylo.min(0.0).min(yhi - 1.0), yhi.max(ylo + 1.0));
+        .flat_map(|c| &c.points)
+        .map(|p| p.requested_k)
+        .max()
+        .unwrap_or(2)
+        .max(2);
+    c.x_range = Some((0.0, (kmax as f64).log2()));
+    let xy = |p: &PointReport| ((p.requested_k as f64).log2(), 100.0 * p.net_savings);
+    for (i, curve) in curves.iter().enumerate() {
+        c.series.push(Series {
+            name: curve.name.clone(),
+            points: curve.points.iter().map(xy).collect(),
+            color: i,
+            dots: true,
+            marked: curve
+                .points
+                .iter()
+                .filter(|p| p.k == curve.chosen_k)
+                .map(xy)
+                .collect(),
+            ..Default::default()
+        });
     }
-    let step = nice_step((yhi - ylo) / 6.0);
-    let (ylo, yhi) = ((ylo / step).floor() * step, (yhi / step).ceil() * step);
-    let x = |k: f64| left + (w - left - right) * k.log2() / kmax.log2();
-    let y = |v: f64| top + (h - top - bottom) * (yhi - v) / (yhi - ylo);
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="sans-serif" font-size="12">"#
-    );
-    let _ = writeln!(s, r#"<rect width="{w}" height="{h}" fill="white"/>"#);
-    let _ = writeln!(
-        s,
-        r#"<text x="{}" y="22" text-anchor="middle" font-size="14">Net space savings against number of clusters</text>"#,
-        w / 2.0
-    );
-    let mut v = ylo;
-    while v <= yhi + step / 2.0 {
-        let yy = y(v);
-        let _ = writeln!(
-            s,
-            r##"<line x1="{left}" y1="{yy:.1}" x2="{:.1}" y2="{yy:.1}" stroke="#ddd"/><text x="{:.1}" y="{:.1}" text-anchor="end">{v:.0}%</text>"##,
-            w - right,
-            left - 6.0,
-            yy + 4.0
-        );
-        v += step;
-    }
-    let mut k = 1.0;
-    while k <= kmax {
-        let xx = x(k);
-        let _ = writeln!(
-            s,
-            r##"<line x1="{xx:.1}" y1="{top}" x2="{xx:.1}" y2="{:.1}" stroke="#eee"/><text x="{xx:.1}" y="{:.1}" text-anchor="middle">{k}</text>"##,
-            h - bottom,
-            h - bottom + 16.0
-        );
-        k *= if kmax > 64.0 { 4.0 } else { 2.0 };
-    }
-    let _ = writeln!(
-        s,
-        r#"<text x="{}" y="{}" text-anchor="middle">clusters k (log scale)</text>"#,
-        (left + w - right) / 2.0,
-        h - 18.0
-    );
-    let _ = writeln!(
-        s,
-        r#"<text transform="translate(16 {}) rotate(-90)" text-anchor="middle">net savings</text>"#,
-        (top + h - bottom) / 2.0
-    );
-    const COLORS: [&str; 6] = [
-        "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf",
-    ];
-    for (i, c) in curves.iter().enumerate() {
-        let color = COLORS[i % COLORS.len()];
-        let line: Vec<String> = c
-            .points
-            .iter()
-            .map(|p| {
-                format!(
-                    "{:.1},{:.1}",
-                    x(p.requested_k as f64),
-                    y(100.0 * p.net_savings)
-                )
-            })
-            .collect();
-        let _ = writeln!(
-            s,
-            r#"<polyline fill="none" stroke="{color}" stroke-width="2" points="{}"/>"#,
-            line.join(" ")
-        );
-        for p in &c.points {
-            let r = if p.k == c.chosen_k { 5.0 } else { 2.5 };
-            let _ = writeln!(
-                s,
-                r#"<circle cx="{:.1}" cy="{:.1}" r="{r}" fill="{color}"/>"#,
-                x(p.requested_k as f64),
-                y(100.0 * p.net_savings)
-            );
-        }
-        let _ = writeln!(
-            s,
-            r#"<text x="{:.1}" y="{:.1}" fill="{color}">{}</text>"#,
-            left + 10.0,
-            h - bottom - 10.0 - 16.0 * (curves.len() - 1 - i) as f64,
-            xml_escape(&c.name)
-        );
-    }
-    s.push_str("</svg>\n");
-    s
-}
-
-/// 1, 2 or 5 times a power of ten, at least `raw`.
-fn nice_step(raw: f64) -> f64 {
-    let p = 10f64.powf(raw.max(1e-9).log10().floor());
-    [1.0, 2.0, 5.0, 10.0]
-        .into_iter()
-        .map(|m| m * p)
-        .find(|&s| s >= raw)
-        .unwrap_or(10.0 * p)
-}
-
-fn xml_escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
+    c
 }
 
 #[cfg(test)]
@@ -394,15 +307,23 @@ mod tests {
 
     #[test]
     fn svg_has_a_line_per_curve_and_marks_the_chosen_point() {
-        let s = svg(&[curve("a<b", &[0.1, 0.2, -0.3]), curve("c", &[0.5, 0.4])]);
+        let s = plot::svg(&[chart(&[
+            curve("a<b", &[0.1, 0.2, -0.3]),
+            curve("c", &[0.5, 0.4]),
+        ])])
+        .unwrap();
         assert!(s.starts_with("<svg") && s.trim_end().ends_with("</svg>"));
-        assert_eq!(s.matches("<polyline").count(), 2);
-        assert_eq!(s.matches("<circle").count(), 5);
-        assert_eq!(s.matches(r#"r="5""#).count(), 2);
-        assert!(s.contains("a&lt;b"));
+        // A line per curve and its legend entry, with its name.
+        assert_eq!(plot::lines_of(&s, "#1F77B4"), 2);
+        assert_eq!(plot::lines_of(&s, "#D62728"), 2);
+        let t = plot::texts(&s);
+        assert!(t.contains(&"a&lt;b") && t.contains(&"c"), "{t:?}");
+        // A dot per point (3 + 2) and a large one per chosen k.
+        assert_eq!(s.matches(r#"r="3""#).count(), 5);
+        assert_eq!(s.matches(r#"r="6""#).count(), 2);
         assert!(!s.contains("NaN") && !s.contains("inf"));
         // One curve of one point (k = 1 only) still draws.
-        let one = svg(&[curve("x", &[0.0])]);
+        let one = plot::svg(&[chart(&[curve("x", &[0.0])])]).unwrap();
         assert!(!one.contains("NaN") && !one.contains("inf"));
     }
 
@@ -413,12 +334,5 @@ mod tests {
         assert_eq!(star.len(), 1);
         assert!(star[0].contains("12.5%"), "{t}");
         assert!(t.contains("chosen: k = 2, 12.5% net (+2.50 points)"), "{t}");
-    }
-
-    #[test]
-    fn nice_steps() {
-        assert_eq!(nice_step(0.7), 1.0);
-        assert_eq!(nice_step(13.0), 20.0);
-        assert_eq!(nice_step(30.0), 50.0);
     }
 }

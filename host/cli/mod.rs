@@ -5,6 +5,7 @@
 mod analyze;
 mod bench;
 mod bench_compress;
+mod bench_plot;
 mod clusters;
 mod compress;
 mod decompress;
@@ -14,6 +15,7 @@ mod inspect;
 mod interrupt;
 mod kv_data;
 mod output;
+mod plot;
 mod table;
 
 use clap::{Parser, Subcommand};
@@ -45,6 +47,10 @@ enum Command {
     /// GPU decompression benchmarks (the paper's Figure 7 grid, gathers,
     /// device-resident decode, real tables); writes docs/results/<gpu>.md.
     Bench(bench::Args),
+    /// Draw a results file of `ibp bench` as SVG: decoded GB/s against
+    /// savings per tensor size, the ideal, the link ceilings and the real
+    /// tables (what `ibp bench` writes beside its results itself).
+    Plot(bench_plot::Args),
     /// Make real KV-cache tables to compress: all-MiniLM-L6-v2 run over a
     /// text (default: its model card) by ibp's own forward pass, each
     /// layer's keys and values one row per token, as .safetensors.
@@ -69,6 +75,7 @@ pub fn run() -> i32 {
         Command::Decompress(a) => decompress::run(a),
         Command::Inspect(a) => inspect::run(a),
         Command::Bench(a) => bench::run(a),
+        Command::Plot(a) => bench_plot::run(a),
         Command::KvData(a) => kv_data::run(a),
         Command::Ptx { out } => write_ptx(&out),
     };
