@@ -818,6 +818,7 @@ fn clusters_flag_writes_inspects_and_restores_clustered_groups() {
         EXIT_INVALID,
     );
     assert!(err.contains("packed layout"), "{err}");
+}
 
 // ---- plots ---------------------------------------------------------------
 
