@@ -19,7 +19,7 @@ fn bench(c: &mut Criterion) {
     use cust::stream::{Stream, StreamFlags};
     use ibp::Rows;
     use ibp::gpu::bench::figure7_dataset;
-    use ibp::gpu::launch::copy_to_host;
+    use ibp::gpu::copy_to_host;
     use ibp::gpu::{DecodeOptions, DecodeStatus, Decoder, Gpu, GpuDataset, Residency};
     use ibp::layout::compress_packed;
 

@@ -6,8 +6,8 @@
 //! This module is the in-memory codec: [`Clusters`] (codebooks plus the
 //! centroids that assign tensors to them), [`ClusterIds`],
 //! [`compress_clustered`] and [`decompress_clustered`]. Fitting clusters is
-//! [`crate::fit::cluster`]. The container stores clustered groups as
-//! `docs/FORMAT.md` §6.8 describes ([`crate::container::Clustering`]).
+//! [`crate::fit::fit_clusters`] and [`crate::fit::sweep_clusters`]. The
+//! container stores clustered groups as `docs/FORMAT.md` §6.8 describes ([`crate::container::Clustering`]).
 #![forbid(unsafe_code)]
 
 use crate::codebook::Codebook;
@@ -18,7 +18,7 @@ use crate::fit::kmeans::{BitRows, nearest};
 use crate::layout::{Packed, PackedRef, Stored, flag_bytes, set_flag};
 
 /// Bits per cluster id for `k` clusters: `⌈log2 k⌉` (0 for one cluster).
-pub fn id_bits(k: usize) -> u32 {
+pub(crate) fn id_bits(k: usize) -> u32 {
     if k <= 1 {
         0
     } else {
@@ -27,13 +27,13 @@ pub fn id_bits(k: usize) -> u32 {
 }
 
 /// Bytes of `n` bit-packed ids for `k` clusters, `⌈n · ⌈log2 k⌉ / 8⌉`.
-pub fn id_bytes(k: usize, n: u64) -> u64 {
+pub(crate) fn id_bytes(k: usize, n: u64) -> u64 {
     (n * u64::from(id_bits(k))).div_ceil(8)
 }
 
 /// Bytes of the codebooks of `k` clusters of `row_bytes`-byte tensors as a
 /// container stores them (`Mask` then `Bitval`, `docs/FORMAT.md` §6.3).
-pub fn codebook_bytes(k: usize, row_bytes: usize) -> u64 {
+pub(crate) fn codebook_bytes(k: usize, row_bytes: usize) -> u64 {
     2 * k as u64 * row_bytes as u64
 }
 

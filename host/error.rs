@@ -51,7 +51,8 @@ pub struct Error {
 
 /// The CUDA driver's `CUresult` code of "no CUDA-capable device is
 /// detected" (`CUDA_ERROR_NO_DEVICE`).
-pub const CUDA_ERROR_NO_DEVICE: u32 = 100;
+#[cfg(feature = "cuda")]
+pub(crate) const CUDA_ERROR_NO_DEVICE: u32 = 100;
 
 /// `Result` with [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -75,7 +76,7 @@ impl Error {
     }
 
     /// The CUDA driver's result code (`CUresult`, e.g. 2 for out of memory,
-    /// [`CUDA_ERROR_NO_DEVICE`]), when the error came from the driver.
+    /// 100 for `CUDA_ERROR_NO_DEVICE`), when the error came from the driver.
     pub fn cuda_result(&self) -> Option<u32> {
         self.cuda
     }

@@ -45,7 +45,7 @@ fn block_rows(row_bytes: usize) -> usize {
 // Flag bitmap
 
 /// Bytes of the flag bitmap of `rows` tensors: `⌈rows / 8⌉`.
-pub fn flag_bytes(rows: usize) -> usize {
+pub(crate) fn flag_bytes(rows: usize) -> usize {
     rows.div_ceil(8)
 }
 
@@ -54,7 +54,7 @@ pub fn flag_bytes(rows: usize) -> usize {
 /// # Panics
 ///
 /// If `flags` does not hold bit `i` (`i / 8 >= flags.len()`).
-pub fn flag(flags: &[u8], i: usize) -> bool {
+pub(crate) fn flag(flags: &[u8], i: usize) -> bool {
     flags[i / 8] >> (i % 8) & 1 == 1
 }
 
@@ -63,7 +63,7 @@ pub fn flag(flags: &[u8], i: usize) -> bool {
 /// # Panics
 ///
 /// If `flags` does not hold bit `i` (`i / 8 >= flags.len()`).
-pub fn set_flag(flags: &mut [u8], i: usize, encoded: bool) {
+pub(crate) fn set_flag(flags: &mut [u8], i: usize, encoded: bool) {
     let bit = 1u8 << (i % 8);
     if encoded {
         flags[i / 8] |= bit;
@@ -74,7 +74,7 @@ pub fn set_flag(flags: &mut [u8], i: usize, encoded: bool) {
 
 /// Check a flag bitmap of `rows` tensors: its length is `⌈rows / 8⌉` and the
 /// bits past `rows` are zero.
-pub fn check_flags(flags: &[u8], rows: usize) -> Result<()> {
+pub(crate) fn check_flags(flags: &[u8], rows: usize) -> Result<()> {
     if flags.len() != flag_bytes(rows) {
         return Err(Error::corrupt(format!(
             "flag bitmap has {} bytes; {rows} tensors need {}",

@@ -10,9 +10,9 @@
 pub mod cluster;
 pub mod codebook;
 pub mod container;
-pub mod dataset;
+mod dataset;
 pub mod encode;
-pub mod error;
+mod error;
 pub mod fit;
 #[cfg(feature = "cuda")]
 pub mod gpu;

@@ -389,7 +389,7 @@ fn device_compressed_output_decodes_in_place() {
             dec.range(&gpu, 0, n as u64, &mut out, &status, &s).unwrap();
             s.synchronize().unwrap();
             status.check().unwrap();
-            let host = ibp::gpu::launch::copy_to_host(&out).unwrap();
+            let host = ibp::gpu::copy_to_host(&out).unwrap();
             assert!(host == data, "L={l} {layout:?}: decoded output differs");
         }
     }

@@ -14,7 +14,7 @@ use cust::memory::DeviceBuffer;
 use cust::stream::{Stream, StreamFlags};
 use ibp::Rows;
 use ibp::codebook::{ChunkSize, Codebook};
-use ibp::gpu::launch::copy_to_host;
+use ibp::gpu::copy_to_host;
 use ibp::gpu::{DecodeOptions, DecodeStatus, Decoder, Gpu, GpuDataset, Residency};
 use ibp::layout::{compress_fixed, compress_packed};
 

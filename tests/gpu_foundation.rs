@@ -12,7 +12,7 @@ use cust::stream::{Stream, StreamFlags};
 use ibp::Rows;
 use ibp::fit::count_bits;
 use ibp::gpu::PinnedBuffer;
-use ibp::gpu::launch::copy_to_host;
+use ibp::gpu::copy_to_host;
 use ibp_kernels::warp::EmulatedWarp;
 
 fn stream() -> Stream {

@@ -14,7 +14,7 @@ use ibp::codebook::{ChunkSize, Codebook};
 use ibp::encode::{decode_row, encode_row, stream_len};
 use ibp::layout::{
     FixedStrideRef, PackedRef, decompress_fixed, decompress_fixed_row, decompress_packed,
-    decompress_packed_row, flag_bytes,
+    decompress_packed_row,
 };
 use libfuzzer_sys::fuzz_target;
 
@@ -58,7 +58,7 @@ fuzz_target!(|data: &[u8]| {
                 return;
             };
             let n = usize::from(n % 32);
-            let (fl, ol) = (flag_bytes(n), 8 * (n + 1));
+            let (fl, ol) = (n.div_ceil(8), 8 * (n + 1));
             if tail.len() < fl + ol {
                 return;
             }
@@ -83,7 +83,7 @@ fuzz_target!(|data: &[u8]| {
                 return;
             };
             let n = usize::from(n % 32);
-            let fl = flag_bytes(n);
+            let fl = n.div_ceil(8);
             if tail.len() < fl + n * l {
                 return;
             }

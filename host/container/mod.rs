@@ -33,10 +33,7 @@ use std::io::Write;
 use rayon::prelude::*;
 
 pub use clustered::{Clustering, MAX_CLUSTERED_GROUP_BYTES, MAX_CLUSTERS};
-pub use format::{
-    ALIGN, DirEntry, ENTRY_LEN, FLAG_REQUIRED, HEADER_LEN, MAGIC, NO_OWNER, SectionKind,
-    TRAILER_LEN, TRAILER_MAGIC, VERSION,
-};
+pub use format::{DirEntry, FLAG_REQUIRED, NO_OWNER, SectionKind};
 pub use manifest::{GroupInfo, GroupLayout, SourceInfo};
 pub use reader::{GroupStats, GroupView, IbpFile};
 pub use writer::{ContainerWriter, GroupData, GroupMeta};

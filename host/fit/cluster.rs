@@ -159,7 +159,7 @@ impl ClusterSweep {
 }
 
 /// The `k` of the sweep: 1, 2, 4, … up to `min(max_clusters, rows)`.
-pub fn sweep_ks(max_clusters: usize, rows: u64) -> Vec<usize> {
+pub(crate) fn sweep_ks(max_clusters: usize, rows: u64) -> Vec<usize> {
     let top = (max_clusters as u64).min(rows).max(1);
     std::iter::successors(Some(1u64), |&k| k.checked_mul(2))
         .take_while(|&k| k <= top)
@@ -255,7 +255,7 @@ fn fit_on_sample(
     Ok(Clusters::from_words(codebooks, c.centroids, w))
 }
 
-/// Sweep `k` over [`sweep_ks`]: for each, cluster and fit on the fit
+/// Sweep `k` over 1, 2, 4, … up to `min(max_clusters, rows)`: for each, cluster and fit on the fit
 /// sample, measure the payload of the evaluation sample with the real
 /// encoder (each tensor with its nearest cluster's codebook), charge the
 /// metadata, and keep the clustering with the smallest total, one codebook

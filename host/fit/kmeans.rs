@@ -103,7 +103,8 @@ pub(crate) fn nearest(row: &[u64], centroids: &[u64], words: usize, first: usize
     best
 }
 
-/// Options of the k-means that [`crate::fit::cluster`] runs over bit patterns.
+/// Options of the k-means that [`crate::fit::fit_clusters`] runs over bit
+/// patterns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KMeansOptions {
     /// Assignment/update rounds at most (the loop stops early when no

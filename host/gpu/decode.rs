@@ -65,7 +65,7 @@ impl Payload {
 }
 
 use crate::kernel_tables::decode_book;
-pub use crate::kernel_tables::decoder_table;
+use crate::kernel_tables::decoder_table;
 
 /// A compressed dataset on the GPU side: codebook table, flag bitmap and
 /// (packed layout) offsets in device memory; the compressed bytes pinned on

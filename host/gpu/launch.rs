@@ -20,8 +20,7 @@ use super::decode::{DecodeStatus, Decoder, GpuDataset, LaunchVia, Target};
 use super::memory::{GpuReadable, PinnedBuffer, Span};
 use super::{Gpu, cuda_err};
 
-/// Copy a whole device buffer to the host (synchronous; for tests and tools).
-pub use super::driver::copy_to_host;
+use super::driver::copy_to_host;
 use crate::dataset::Rows;
 use crate::error::{Error, Result};
 
@@ -404,6 +403,10 @@ impl Gpu {
     }
 
     /// Run the warp-helper test kernel: see `ibp_kernels::params::WarpTestParams`.
+    ///
+    /// Hidden from the docs: a test kernel, public only because
+    /// `tests/gpu_foundation.rs` is a separate crate.
+    #[doc(hidden)]
     pub fn test_warp(
         &self,
         input: &DeviceBuffer<u32>,
@@ -430,6 +433,9 @@ impl Gpu {
     /// Run the shared-memory / `cp.async` test kernel: each of `blocks`
     /// blocks copies `bytes` from `src` to `dst` through dynamic shared
     /// memory with copies of `width` bytes.
+    ///
+    /// Hidden from the docs, like [`Gpu::test_warp`].
+    #[doc(hidden)]
     pub fn test_cp_async<S: GpuReadable + ?Sized>(
         &self,
         src: &S,

@@ -1,20 +1,26 @@
 //! The GPU path (feature `cuda`): device discovery, the embedded PTX module,
-//! memory the kernels can read, and (in [`launch`]) every kernel launch.
+//! memory the kernels can read, and (in the private `launch` module) every
+//! kernel launch.
 //!
 //! The kernels are Rust (`gpu-kernels/`), compiled to PTX by `build.rs` with
 //! rustc's NVPTX backend and loaded once per [`Gpu`]. Calls take caller-owned
 //! buffers and a stream: nothing here allocates or synchronises behind the
 //! caller's back, unless its name says so (`*_blocking`).
 
+// Q: why is `bench` public but hidden from the docs?
+// A: it is the measurement harness of `ibp bench`, the criterion benches and
+// `examples/gpu_decode.rs`; each of those is a separate crate target, so it
+// must be `pub`, but it is no part of the library's API.
+#[doc(hidden)]
 pub mod bench;
-pub mod compress;
-pub mod decode;
-pub mod dma;
+mod compress;
+mod decode;
+mod dma;
 pub(crate) mod driver;
 mod fit;
-pub mod host_batches;
-pub mod launch;
-pub mod memory;
+mod host_batches;
+mod launch;
+mod memory;
 
 use std::ffi::c_int;
 
@@ -25,15 +31,18 @@ use cust::sys as cu;
 
 use crate::error::{Error, Result};
 
-pub use compress::{DeviceCompressed, GpuCodebook, OutputLayout};
-pub use decode::{DecodeOptions, DecodeStatus, Decoder, Fetch, GatherIndex, GpuDataset, Residency};
+pub use compress::{DeviceCompressed, GpuCodebook, MAX_ROW_BYTES, OutputLayout};
+pub use decode::{
+    DecodeOptions, DecodeStatus, Decoder, Fetch, GatherIndex, GpuDataset, Payload, Residency,
+};
+pub use driver::copy_to_host;
 pub use dma::DmaScratch;
 pub use host_batches::{CompressedBatch, HostCompressor, HostOptions, HostRead};
 pub use memory::{GpuReadable, PinnedBuffer, Registered, Span};
 
 /// PTX for the `sm_80` baseline (A100, H100/H200 and later through the
 /// driver's JIT), embedded at build time.
-pub const PTX_SM80: &str = include_str!(concat!(env!("OUT_DIR"), "/ibp_kernels_sm_80.ptx"));
+pub(crate) const PTX_SM80: &str = include_str!(concat!(env!("OUT_DIR"), "/ibp_kernels_sm_80.ptx"));
 
 /// Register cap given to the driver's JIT for every kernel.
 ///

@@ -20,7 +20,7 @@ use crate::error::{Error, Result};
 
 /// The compressor every [`Segment::Deflate`] means: zlib's deflate with
 /// window bits 15, memLevel 8 and the default strategy.
-pub const DEFLATE_ENGINE: &str = "zlib";
+pub(crate) const DEFLATE_ENGINE: &str = "zlib";
 
 /// Deflate cannot expand data more than about 1032 times; a claimed
 /// uncompressed size beyond this is a lie, and we refuse to allocate it.

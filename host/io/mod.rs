@@ -17,10 +17,10 @@
 //! [`crate::ErrorKind::Unsupported`]), never panics.
 
 mod deflate;
-pub mod npy;
-pub mod npz;
-pub mod raw;
-pub mod safetensors;
+mod npy;
+mod npz;
+mod raw;
+pub(crate) mod safetensors;
 
 use std::borrow::Cow;
 use std::collections::BTreeSet;
@@ -30,7 +30,7 @@ use std::path::Path;
 
 use crate::error::{Error, Result};
 
-pub use deflate::DEFLATE_ENGINE;
+pub(crate) use deflate::DEFLATE_ENGINE;
 
 /// The element type of a tensor.
 ///
@@ -374,7 +374,7 @@ pub enum Segment<R> {
     /// The data bytes of group `i`.
     Group(usize),
     /// The bytes of `inner`, raw-deflated (RFC 1951, no zlib header) by the
-    /// [`DEFLATE_ENGINE`] at `level` (1–9). Only used when the parser checked
+    /// zlib's deflate (`docs/FORMAT.md`) at `level` (1–9). Only used when the parser checked
     /// that this reproduces the original compressed bytes exactly.
     Deflate {
         /// zlib compression level, 1–9 (level 0 output depends on how the
@@ -628,7 +628,7 @@ impl Document<'_> {
 }
 
 /// Where the pieces of an envelope come from during a restore.
-pub trait PieceSource<R> {
+pub(crate) trait PieceSource<R> {
     /// Write the raw piece `raw` to `out`, in one `write_all`.
     fn write_raw(&mut self, raw: &R, out: &mut dyn Write) -> Result<()>;
     /// Write the data of group `group` to `out`, in one `write_all`.
@@ -664,7 +664,7 @@ pub(crate) fn write_error(e: std::io::Error) -> Error {
 }
 
 /// Walk an envelope, writing the file it describes to `out`.
-pub fn restore_segments<R>(
+pub(crate) fn restore_segments<R>(
     segments: &[Segment<R>],
     src: &mut dyn PieceSource<R>,
     out: &mut dyn Write,
@@ -750,7 +750,7 @@ pub const MAX_DIMS: usize = 64;
 
 /// `product(shape)`, or an error when it overflows u64 or the shape has more
 /// than [`MAX_DIMS`] dimensions ([`crate::ErrorKind::Unsupported`]).
-pub fn element_count(shape: &[u64]) -> Result<u64> {
+pub(crate) fn element_count(shape: &[u64]) -> Result<u64> {
     if shape.len() > MAX_DIMS {
         return Err(Error::unsupported(format!(
             "a shape of {} dimensions; ibp supports at most {MAX_DIMS}, as numpy does",

@@ -23,8 +23,8 @@
 //! # Ok::<(), ibp::Error>(())
 //! ```
 
-pub mod bert;
-pub mod tokenizer;
+mod bert;
+mod tokenizer;
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -33,7 +33,7 @@ use std::path::{Path, PathBuf};
 use half::{bf16, f16};
 use rayon::prelude::*;
 
-pub use bert::{Bert, BertConfig};
+pub use bert::{Bert, BertConfig, Forward};
 pub use tokenizer::Tokenizer;
 
 use crate::error::{Error, Result};

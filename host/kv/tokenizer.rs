@@ -149,7 +149,7 @@ impl Tokenizer {
 
 /// BERT's basic tokenization: words and single punctuation characters,
 /// lower-cased and without accents.
-pub fn basic_tokens(text: &str) -> Vec<String> {
+pub(crate) fn basic_tokens(text: &str) -> Vec<String> {
     let mut words = Vec::new();
     let mut cur = String::new();
     let flush = |cur: &mut String, words: &mut Vec<String>| {
