@@ -35,8 +35,8 @@ pub use compress::{DeviceCompressed, GpuCodebook, MAX_ROW_BYTES, OutputLayout};
 pub use decode::{
     DecodeOptions, DecodeStatus, Decoder, Fetch, GatherIndex, GpuDataset, Payload, Residency,
 };
-pub use driver::copy_to_host;
 pub use dma::DmaScratch;
+pub use driver::copy_to_host;
 pub use host_batches::{CompressedBatch, HostCompressor, HostOptions, HostRead};
 pub use memory::{GpuReadable, PinnedBuffer, Registered, Span};
 
