@@ -580,6 +580,27 @@ fn check_group(meta: &GroupMeta, data: &GroupData<'_>) -> Result<Described> {
         }
         Ok(())
     };
+    // The packed payload of a packed or clustered group: rows as long as the
+    // codebook's, valid offsets, and at least the participation bytes of
+    // every tensor.
+    let check_packed = |cb: &Codebook, packed: &crate::layout::PackedRef<'_>| {
+        check_cb(cb, packed.rows(), packed.flags())?;
+        if packed.row_bytes() != cb.row_bytes() {
+            return Err(bad("packed rows and codebook differ in length".into()));
+        }
+        packed
+            .validate()
+            .map_err(|e| bad(e.message().to_string()))?;
+        let min_row = (packed.row_bytes().div_ceil(cb.chunk().bytes() as usize)).div_ceil(8) as u64;
+        if meta
+            .rows
+            .checked_mul(min_row)
+            .is_none_or(|m| m > packed.payload().len() as u64)
+        {
+            return Err(bad("the payload is too short for its tensors".into()));
+        }
+        Ok(())
+    };
     Ok(match data {
         GroupData::Raw(b) => {
             if Some(b.len() as u64) != bytes {
@@ -596,24 +617,7 @@ fn check_group(meta: &GroupMeta, data: &GroupData<'_>) -> Result<Described> {
             threshold,
             packed,
         } => {
-            check_cb(codebook, packed.rows(), packed.flags())?;
-            if packed.row_bytes() != codebook.row_bytes() {
-                return Err(bad("packed rows and codebook differ in length".into()));
-            }
-            packed
-                .validate()
-                .map_err(|e| bad(e.message().to_string()))?;
-            let min_row = (packed
-                .row_bytes()
-                .div_ceil(codebook.chunk().bytes() as usize))
-            .div_ceil(8) as u64;
-            if meta
-                .rows
-                .checked_mul(min_row)
-                .is_none_or(|m| m > packed.payload().len() as u64)
-            {
-                return Err(bad("the payload is too short for its tensors".into()));
-            }
+            check_packed(codebook, packed)?;
             (
                 GroupLayout::Packed,
                 Some(codebook.chunk()),
@@ -653,7 +657,6 @@ fn check_group(meta: &GroupMeta, data: &GroupData<'_>) -> Result<Described> {
                         "{k} codebooks; a clustered group has 2 to 2^32 - 1 (store one codebook as packed)"
                     ))
                 })?;
-            check_cb(first, packed.rows(), packed.flags())?;
             if let Some(i) = codebooks
                 .iter()
                 .position(|c| c.row_bytes() != first.row_bytes() || c.chunk() != first.chunk())
@@ -662,9 +665,7 @@ fn check_group(meta: &GroupMeta, data: &GroupData<'_>) -> Result<Described> {
                     "codebook {i} differs from codebook 0 in row length or chunk size"
                 )));
             }
-            if packed.row_bytes() != first.row_bytes() {
-                return Err(bad("packed rows and codebooks differ in length".into()));
-            }
+            check_packed(first, packed)?;
             if ids.len() != packed.rows() || ids.bits() != id_bits(k) {
                 return Err(bad(format!(
                     "{} cluster ids of {} bits for {} tensors in {k} clusters",
@@ -675,18 +676,6 @@ fn check_group(meta: &GroupMeta, data: &GroupData<'_>) -> Result<Described> {
             }
             if let Some(i) = (0..ids.len()).find(|&i| ids.get(i).is_none_or(|c| c >= k32)) {
                 return Err(bad(format!("tensor {i} has a cluster id ≥ {k}")));
-            }
-            packed
-                .validate()
-                .map_err(|e| bad(e.message().to_string()))?;
-            let min_row =
-                (packed.row_bytes().div_ceil(first.chunk().bytes() as usize)).div_ceil(8) as u64;
-            if meta
-                .rows
-                .checked_mul(min_row)
-                .is_none_or(|m| m > packed.payload().len() as u64)
-            {
-                return Err(bad("the payload is too short for its tensors".into()));
             }
             (
                 GroupLayout::Clustered,
