@@ -13,6 +13,7 @@ use ibp::io::{Fingerprint, SourceFormat};
 use ibp::{Error, ErrorKind, Result};
 use serde::Serialize;
 
+use super::device::{Device, DeviceArg};
 use super::input::{FitArgs, InputArgs, Source, is_stdin};
 use super::output::{ByteProgress, Contents, OutputFile, Unreadable, check_output};
 use super::table::{GroupSummary, Totals, emit, group_table, human, json, percent, savings};
@@ -50,6 +51,12 @@ pub struct Args {
     /// that reads them (FORMAT.md §6.8).
     #[arg(long, value_name = "auto|off|K", default_value = "off")]
     clusters: String,
+    /// Where to fit and compress: `auto` (the GPU when this ibp was built
+    /// with `cuda` and one is usable, else the CPU), `cpu` or `gpu` (an
+    /// error without a usable GPU). The container is byte for byte the same
+    /// on either; the report says which was used and how fast it went.
+    #[arg(long, value_enum, default_value_t = DeviceArg::Auto)]
+    device: DeviceArg,
     /// Overwrite OUT if it exists.
     #[arg(long)]
     force: bool,
@@ -97,6 +104,30 @@ struct Report {
     groups: Vec<GroupSummary>,
     totals: Totals,
     notes: Vec<String>,
+    device: DeviceReport,
+}
+
+/// Where the work was done, and how fast (`--json`'s `device`).
+#[derive(Serialize, Debug)]
+struct DeviceReport {
+    /// `--device` as given: `auto`, `cpu` or `gpu`.
+    requested: &'static str,
+    /// What was used: `gpu` or `cpu`.
+    used: &'static str,
+    /// The GPU's name, or the CPU's thread count.
+    name: String,
+    /// Why `auto` used the CPU (no usable GPU, a build without `cuda`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fallback_reason: Option<String>,
+    /// Tensor groups fitted and compressed on the GPU (the others were
+    /// stored raw, or were too large for its free memory, or clustered:
+    /// those the CPU does).
+    groups_on_gpu: usize,
+    /// Seconds spent fitting, compressing and writing (not the final
+    /// read-back check).
+    compress_seconds: f64,
+    /// Input bytes per second over `compress_seconds`, in GB/s (10^9).
+    compress_gb_per_s: f64,
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -111,6 +142,8 @@ pub fn run(args: Args) -> Result<()> {
             args.layout.group_layout().name()
         )));
     }
+    // Refused before the input is read too: `--device gpu` without a GPU.
+    let device = Device::pick(args.device)?;
     let input =
         args.input.file.clone().ok_or_else(|| {
             Error::invalid("give the file to compress: ibp compress FILE -o OUT.ibp")
@@ -160,11 +193,27 @@ pub fn run(args: Args) -> Result<()> {
         )
     };
     let mut out = OutputFile::create(&target, args.force, Unreadable::Buffer)?;
-    let (_, report) =
-        compress_document_with_progress(&doc, &opts, out.writer(), &|done, _| bar.update(done))
-            .map_err(changed)?;
+    let started = std::time::Instant::now();
+    let progress = |done, _| bar.update(done);
+    let (_, report) = match &device {
+        Device::Cpu { .. } => compress_document_with_progress(&doc, &opts, out.writer(), &progress),
+        #[cfg(feature = "cuda")]
+        Device::Gpu(gpu) => {
+            let mut groups = ibp::gpu::GpuGroups::new(gpu)?;
+            ibp::container::compress_document_on(
+                &doc,
+                &opts,
+                out.writer(),
+                &progress,
+                &mut groups,
+            )
+        }
+    }
+    .map_err(changed)?;
     let written = out.finish()?;
+    let compress_seconds = started.elapsed().as_secs_f64();
     bar.clear();
+    let groups_on_gpu = report.groups.iter().filter(|g| g.on_device).count();
 
     // Read the container back before it takes OUT's name: open checks every
     // checksum and structure, and the table then shows what the file holds.
@@ -227,6 +276,15 @@ pub fn run(args: Args) -> Result<()> {
         totals: Totals::of(&groups),
         groups,
         notes: report.notes,
+        device: DeviceReport {
+            requested: args.device.name(),
+            used: device.kind(),
+            name: device.name(),
+            fallback_reason: device.why().map(str::to_string),
+            groups_on_gpu,
+            compress_seconds,
+            compress_gb_per_s: total as f64 / compress_seconds.max(1e-9) / 1e9,
+        },
     };
     let report = if args.json {
         json(&r)?
@@ -306,5 +364,28 @@ fn text(r: &Report, format: SourceFormat) -> String {
     for n in &r.notes {
         let _ = writeln!(s, "note: {n}");
     }
+    let _ = writeln!(s, "{}", device_line(&r.device, r.input_bytes));
     s
+}
+
+/// `device: GPU (NVIDIA H200, 3 groups): compressed 1.1 GB in 0.21 s (5.2 GB/s)`.
+fn device_line(d: &DeviceReport, input_bytes: u64) -> String {
+    let used = if d.used == "gpu" {
+        format!(
+            "GPU ({}, {} group{})",
+            d.name,
+            d.groups_on_gpu,
+            if d.groups_on_gpu == 1 { "" } else { "s" }
+        )
+    } else {
+        match &d.fallback_reason {
+            Some(why) => format!("{} (--device {}: {why})", d.name, d.requested),
+            None => d.name.clone(),
+        }
+    };
+    format!(
+        "device: {used}: compressed {} in {:.2} s ({:.2} GB/s)",
+        human(input_bytes),
+        d.compress_seconds, d.compress_gb_per_s
+    )
 }

@@ -9,6 +9,7 @@ mod bench_plot;
 mod clusters;
 mod compress;
 mod decompress;
+mod device;
 mod eta;
 mod input;
 mod inspect;

@@ -22,6 +22,7 @@
 #![forbid(unsafe_code)]
 
 mod clustered;
+mod device;
 mod format;
 mod manifest;
 mod reader;
@@ -33,6 +34,7 @@ use std::io::Write;
 use rayon::prelude::*;
 
 pub use clustered::{Clustering, MAX_CLUSTERED_GROUP_BYTES, MAX_CLUSTERS};
+pub use device::{GroupDevice, compress_document_on};
 pub use format::{DirEntry, FLAG_REQUIRED, NO_OWNER, SectionKind};
 pub use manifest::{GroupInfo, GroupLayout, SourceInfo};
 pub use reader::{GroupStats, GroupView, IbpFile};
@@ -176,6 +178,9 @@ pub struct GroupReport {
     pub clusters: Option<usize>,
     /// Why it is stored raw, when it is.
     pub raw_reason: Option<String>,
+    /// Whether a [`GroupDevice`] fitted and compressed it
+    /// ([`compress_document_on`]); the bytes are the same either way.
+    pub on_device: bool,
 }
 
 /// What [`compress_document`] did.
@@ -220,6 +225,18 @@ pub fn compress_document_with_progress<W: Write>(
     out: W,
     progress: Progress<'_>,
 ) -> Result<(W, CompressReport)> {
+    compress_document_inner(doc, opts, out, progress, None)
+}
+
+/// [`compress_document_with_progress`], with an optional device for the
+/// groups it can hold ([`compress_document_on`]).
+fn compress_document_inner<W: Write>(
+    doc: &Document<'_>,
+    opts: &CompressOptions,
+    out: W,
+    progress: Progress<'_>,
+    device: Option<&mut dyn GroupDevice>,
+) -> Result<(W, CompressReport)> {
     let total = doc.group_bytes() + doc.raw_bytes();
     let mut w = ContainerWriter::new(out)?;
     w.set_source(Some(SourceInfo::new(doc.format, doc.original)));
@@ -233,6 +250,7 @@ pub fn compress_document_with_progress<W: Write>(
         progress,
         reports: vec![None; doc.groups.len()],
         ids: vec![None; doc.groups.len()],
+        device,
     };
     let envelope = state.segments(doc, &doc.envelope, opts)?;
     if let Some(g) = state.ids.iter().position(Option::is_none) {
@@ -250,16 +268,17 @@ pub fn compress_document_with_progress<W: Write>(
     Ok((out, report))
 }
 
-struct State<'p, W: Write> {
+struct State<'p, 'd, W: Write> {
     w: ContainerWriter<W>,
     done: u64,
     total: u64,
     progress: Progress<'p>,
     reports: Vec<Option<GroupReport>>,
     ids: Vec<Option<u32>>,
+    device: Option<&'d mut dyn GroupDevice>,
 }
 
-impl<W: Write> State<'_, W> {
+impl<W: Write> State<'_, '_, W> {
     fn segments(
         &mut self,
         doc: &Document<'_>,
@@ -351,8 +370,27 @@ impl<W: Write> State<'_, W> {
             chunk: None,
             clusters: None,
             raw_reason,
+            on_device: false,
         };
-        let id = if report.raw_reason.is_some() {
+        let on_device = match self.device.as_deref_mut() {
+            Some(dev) if report.raw_reason.is_none() && device::applies(opts) => {
+                let rows = Rows::new(&g.data, shape.row_bytes as usize)?;
+                device::group(
+                    &mut self.w,
+                    dev,
+                    meta.clone(),
+                    rows,
+                    opts,
+                    &mut report,
+                    &|b| progress(base + b, total),
+                )
+                .map_err(|e| in_group(e, &g.name))?
+            }
+            _ => None,
+        };
+        let id = if let Some(id) = on_device {
+            id
+        } else if report.raw_reason.is_some() {
             self.w.add_group(meta, GroupData::Raw(&g.data))?
         } else {
             let rows = Rows::new(&g.data, shape.row_bytes as usize)?;

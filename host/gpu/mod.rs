@@ -18,6 +18,7 @@ mod decode;
 mod dma;
 pub(crate) mod driver;
 mod fit;
+mod groups;
 mod host_batches;
 mod launch;
 mod memory;
@@ -37,6 +38,7 @@ pub use decode::{
 };
 pub use dma::DmaScratch;
 pub use driver::copy_to_host;
+pub use groups::GpuGroups;
 pub use host_batches::{CompressedBatch, HostCompressor, HostOptions, HostRead};
 pub use memory::{GpuReadable, PinnedBuffer, Registered, Span};
 

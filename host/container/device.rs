@@ -1,0 +1,202 @@
+//! Compressing whole groups on a device with its own memory (the GPU),
+//! writing the same container bytes as the CPU path.
+//!
+//! [`compress_document_on`] hands each group that the CPU path would
+//! compress (packed without clusters, or fixed-stride) to a
+//! [`GroupDevice`]: the device takes a copy of the rows, fits them (the
+//! same [`Fit`] as [`crate::fit::fit`]: both choose by `docs/FORMAT.md` §4
+//! through one chooser), compresses them, and the sections are then copied
+//! back and written a piece at a time. Every decision between raw and
+//! compressed storage is the CPU path's, on the same sizes, so the file is
+//! byte for byte the one [`super::compress_document`] writes.
+//!
+//! Q: why a whole group on the device, and not the CPU path's batches?
+//! A: the CPU path reads each batch three or four times (sizes, flags,
+//! offsets, payload) to keep host memory bounded; on the device the group
+//! is read from the host once, and what the host holds is one piece in
+//! flight. A group the device cannot hold is compressed on the CPU.
+
+use std::io::Write;
+
+use super::writer::GroupSections;
+use super::{
+    CompressOptions, CompressReport, GroupData, GroupLayout, GroupMeta, GroupReport, Progress,
+    SectionKind, packed_floor, popcount,
+};
+use crate::codebook::Codebook;
+use crate::dataset::Rows;
+use crate::error::{Error, Result};
+use crate::fit::{Fit, FitOptions};
+use crate::io::Document;
+
+/// A device that fits and compresses a whole group of rows in its own
+/// memory: the GPU's [`crate::gpu::GpuGroups`] (feature `cuda`). The
+/// container calls, per group: [`GroupDevice::load`], [`GroupDevice::fit`],
+/// [`GroupDevice::compress`], [`GroupDevice::read`] per section piece,
+/// [`GroupDevice::verify`] when asked to, and always [`GroupDevice::unload`].
+pub trait GroupDevice {
+    /// A name for reports (the GPU's, e.g. "NVIDIA H200").
+    fn name(&self) -> String;
+
+    /// Copy `rows` into device memory, calling `progress` with the bytes
+    /// copied so far. `Ok(false)` when the device cannot hold them (too
+    /// large, or rows too long for its kernels): the CPU compresses that
+    /// group instead.
+    fn load(&mut self, rows: Rows<'_>, progress: &dyn Fn(u64)) -> Result<bool>;
+
+    /// Fit the loaded rows: the [`Fit`] [`crate::fit::fit`] chooses for them.
+    fn fit(&mut self, opts: &FitOptions) -> Result<Fit>;
+
+    /// Compress the loaded rows with `cb` into `layout` ([`GroupLayout::Packed`]
+    /// or [`GroupLayout::Fixed`]); returns the bytes of the payload (packed)
+    /// or of the slots (fixed).
+    fn compress(&mut self, cb: &Codebook, layout: GroupLayout) -> Result<u64>;
+
+    /// Copy bytes `at .. at + buf.len()` of a section of the compressed
+    /// rows ([`SectionKind::Flags`], [`SectionKind::Offsets`] as
+    /// little-endian u64, [`SectionKind::Payload`] or [`SectionKind::Slots`])
+    /// into `buf`.
+    fn read(&mut self, kind: SectionKind, at: u64, buf: &mut [u8]) -> Result<()>;
+
+    /// Decode the compressed rows on the device and compare them with
+    /// `rows` (the rows loaded), about `piece_bytes` at a time. Called after
+    /// the sections were read; an error fails the whole compression.
+    fn verify(&mut self, rows: Rows<'_>, piece_bytes: usize) -> Result<()>;
+
+    /// Free the group's device memory.
+    fn unload(&mut self);
+}
+
+/// [`super::compress_document_with_progress`] with `device` compressing
+/// every group it can hold ([`GroupDevice`]); the container is byte for
+/// byte the one the CPU writes. The report marks the groups the device
+/// compressed ([`GroupReport::on_device`]).
+pub fn compress_document_on<W: Write>(
+    doc: &Document<'_>,
+    opts: &CompressOptions,
+    out: W,
+    progress: Progress<'_>,
+    device: &mut dyn GroupDevice,
+) -> Result<(W, CompressReport)> {
+    super::compress_document_inner(doc, opts, out, progress, Some(device))
+}
+
+/// Whether the device path applies to groups compressed with `opts`:
+/// clustered codebooks are fitted by the CPU.
+pub(super) fn applies(opts: &CompressOptions) -> bool {
+    opts.clusters == super::Clustering::Off
+        && matches!(opts.layout, GroupLayout::Packed | GroupLayout::Fixed)
+}
+
+/// Compress one group on `dev`, as the CPU path would store it, and write
+/// it; `report` arrives as the CPU path fills it before fitting. `None`
+/// when the device does not take the group.
+pub(super) fn group<W: Write>(
+    w: &mut super::ContainerWriter<W>,
+    dev: &mut dyn GroupDevice,
+    meta: GroupMeta,
+    rows: Rows<'_>,
+    opts: &CompressOptions,
+    report: &mut GroupReport,
+    progress: &dyn Fn(u64),
+) -> Result<Option<u32>> {
+    if !dev.load(rows, progress)? {
+        return Ok(None);
+    }
+    let r = stored(w, dev, meta, rows, opts, report);
+    dev.unload();
+    r.map(Some)
+}
+
+fn stored<W: Write>(
+    w: &mut super::ContainerWriter<W>,
+    dev: &mut dyn GroupDevice,
+    meta: GroupMeta,
+    rows: Rows<'_>,
+    opts: &CompressOptions,
+    report: &mut GroupReport,
+) -> Result<u32> {
+    let n = rows.rows() as u64;
+    let l = rows.row_bytes() as u64;
+    let total_bytes = n * l;
+    let fitted = dev.fit(&opts.fit)?;
+    let cb = &fitted.codebook;
+    report.threshold = Some(fitted.threshold);
+    report.chunk = Some(cb.chunk());
+    report.on_device = true;
+    let cb_bytes = 2 * l;
+    let flag_len = n.div_ceil(8);
+    let piece = opts.batch_bytes.max(1 << 16);
+    let verify = opts.verify;
+    let mut encoded = 0;
+    // The same decisions, in the same order, as the CPU path in
+    // `State::group`.
+    if opts.layout == GroupLayout::Fixed {
+        dev.compress(cb, GroupLayout::Fixed)?;
+        let id = w.add_group_in_pieces(meta, cb, Some(fitted.threshold), GroupLayout::Fixed, |s| {
+            s.start(SectionKind::Flags)?;
+            encoded = copy(dev, s, SectionKind::Flags, flag_len, piece)?;
+            s.start(SectionKind::Slots)?;
+            copy(dev, s, SectionKind::Slots, total_bytes, piece)?;
+            if verify {
+                dev.verify(rows, piece)?;
+            }
+            Ok(())
+        })?;
+        report.layout = GroupLayout::Fixed;
+        report.stats.encoded_rows = encoded;
+        report.stats.stored_bytes = cb_bytes + flag_len + total_bytes;
+        return Ok(id);
+    }
+    if let Some(floor) = packed_floor(n, l, cb.chunk()).filter(|&f| f >= total_bytes) {
+        report.raw_reason = Some(format!(
+            "compressed form (at least {floor} bytes) is not smaller"
+        ));
+        return w.add_group(meta, GroupData::Raw(rows.bytes()));
+    }
+    let payload = dev.compress(cb, GroupLayout::Packed)?;
+    let stored = cb_bytes + flag_len + 8 * (n + 1) + payload;
+    if stored >= total_bytes {
+        report.raw_reason = Some(format!("compressed form ({stored} bytes) is not smaller"));
+        return w.add_group(meta, GroupData::Raw(rows.bytes()));
+    }
+    let id = w.add_group_in_pieces(meta, cb, Some(fitted.threshold), GroupLayout::Packed, |s| {
+        s.start(SectionKind::Flags)?;
+        encoded = copy(dev, s, SectionKind::Flags, flag_len, piece)?;
+        s.start(SectionKind::Offsets)?;
+        copy(dev, s, SectionKind::Offsets, 8 * (n + 1), piece)?;
+        s.start(SectionKind::Payload)?;
+        copy(dev, s, SectionKind::Payload, payload, piece)?;
+        if verify {
+            dev.verify(rows, piece)?;
+        }
+        Ok(())
+    })?;
+    report.layout = GroupLayout::Packed;
+    report.stats.encoded_rows = encoded;
+    report.stats.stored_bytes = stored;
+    Ok(id)
+}
+
+/// Copy `len` bytes of section `kind` from the device into the open
+/// section, `piece` bytes at a time; returns the bits set (the encoded
+/// rows, for the flags).
+fn copy<W: Write>(
+    dev: &mut dyn GroupDevice,
+    s: &mut GroupSections<'_, W>,
+    kind: SectionKind,
+    len: u64,
+    piece: usize,
+) -> Result<u64> {
+    let piece = u64::try_from(piece).unwrap_or(u64::MAX).min(len.max(1));
+    let mut buf = vec![0u8; usize::try_from(piece).map_err(|_| Error::invalid("piece too large"))?];
+    let (mut at, mut ones) = (0u64, 0u64);
+    while at < len {
+        let k = (len - at).min(piece) as usize;
+        dev.read(kind, at, &mut buf[..k])?;
+        ones += popcount(&buf[..k]);
+        s.write(&buf[..k])?;
+        at += k as u64;
+    }
+    Ok(ones)
+}
