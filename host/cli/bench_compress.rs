@@ -51,7 +51,6 @@ pub fn section(
     let mut stage_md = String::from(
         "\n### Stages on device-resident data\n\nEach kernel launched alone and synchronised (median of 5).\n\n| data | stage | ms | input GB/s |\n| --- | --- | --- | --- |\n",
     );
-    let sample = Sample::Fraction(1.0 / 16.0);
     let _ = writeln!(
         md,
         "## Fit and compression\n\nEach table is replicated to at least {} bytes. Wall-clock time of the public calls, median of 5 after a warm-up, with output buffers allocated once and reused (`Gpu::compress_into`, `HostCompressor`; *one-shot* is `Gpu::compress_host`, which allocates its buffers, 3 × 128 MiB of device memory and 64 MiB pinned, on every call); every configuration was first compared byte for byte with the CPU encoder (`compress_packed`, `compress_fixed`) and the GPU fit with the CPU fit. Rates are input bytes per second.\n\n- *fit all*: `Gpu::fit` counting and weighing every tensor; *fit 1/16*: on the sample of every 16th tensor (`Sample::Fraction(1/16)`), which the CPU fit accepts too and which chooses the same codebook here.\n- *device*: the rows in device memory; `Gpu::compress` to the packed layout, output in device memory.\n- *host*: the rows in pinned host memory; `Gpu::compress_host` (64 MiB batches, each read once, by DMA into a device batch buffer (`HostRead::Dma`, the default) or zero-copy by the size kernel (`HostRead::ZeroCopy`); three batches in flight; compressed batches copied back to pinned memory and handed to a callback that does nothing else). *registered*: the same from ordinary (pageable) memory registered for the call with `Registered`, registration included.\n- *CPU*: `ibp::fit::fit` plus `compress_packed` on this machine's CPU ({} threads), one run.\n- PCIe on this machine: pinned host-to-device copy {:.1} GB/s, zero-copy kernel read {:.1} GB/s.\n",
@@ -78,8 +77,106 @@ pub fn section(
         let reps = real_bytes.div_ceil(data.len()).max(1);
         let big = if reps > 1 { data.repeat(reps) } else { data };
         let n = big.len() as f64;
-        let rows = Rows::new(&big, l)?;
         eprintln!("compression: {name} ({} MB)...", big.len() >> 20);
+        let m = measure(gpu, &big, l)?;
+        let Times {
+            chunk_bytes,
+            savings,
+            cpu_rate,
+            d_fit_all,
+            d_fit_part,
+            d_packed,
+            d_fixed,
+            d_total,
+            d_total_all,
+            h_fit,
+            h_comp,
+            h_comp_zc,
+            h_once,
+            h_total,
+            h_total_all,
+            reg,
+        } = m;
+        let gbs = |t: f64| format!("{:.1}", n / t / 1e9);
+        if stages {
+            let device = DeviceBuffer::from_slice(&big).map_err(|e| Error::cuda(e.to_string()))?;
+            let cb = ibp::fit::fit(Rows::new(&big, l)?, &FitOptions::default())?.codebook;
+            let gcb = GpuCodebook::new(&cb)?;
+            for (stage, t) in gpu.profile_stages(&gcb, &device, 5)? {
+                let _ = writeln!(
+                    stage_md,
+                    "| {name} | {stage} | {:.3} | {} |",
+                    t * 1e3,
+                    gbs(t)
+                );
+            }
+        }
+        let _ = writeln!(
+            md,
+            "| {name} (×{reps}) | {} MB | {} B | {:.1}% | {} | {} | {} | {} | **{}** | {} | {} | {} | {} | {} | **{}** | {} | {} | {:.2} |",
+            big.len() >> 20,
+            chunk_bytes,
+            100.0 * savings,
+            gbs(d_fit_all),
+            gbs(d_fit_part),
+            gbs(d_packed),
+            gbs(d_fixed),
+            gbs(d_total),
+            gbs(d_total_all),
+            gbs(h_fit),
+            gbs(h_comp),
+            gbs(h_comp_zc),
+            gbs(h_once),
+            gbs(h_total),
+            gbs(h_total_all),
+            gbs(reg),
+            cpu_rate / 1e9,
+        );
+        eprintln!(
+            "  device fit 1/16 + compress {} GB/s, host {} GB/s, CPU {:.2} GB/s",
+            gbs(d_total),
+            gbs(h_total),
+            cpu_rate / 1e9
+        );
+    }
+    let _ = writeln!(
+        md,
+        "\nAll rates in GB/s (10^9 bytes per second) of input.\n"
+    );
+    if stages {
+        md.push_str(&stage_md);
+    }
+    Ok(())
+}
+
+/// What [`measure`] times, in seconds per call (median of 5), with the
+/// CPU's rate in bytes per second; see the section's notes for each.
+pub struct Times {
+    pub chunk_bytes: u32,
+    pub savings: f64,
+    pub cpu_rate: f64,
+    pub d_fit_all: f64,
+    pub d_fit_part: f64,
+    pub d_packed: f64,
+    pub d_fixed: f64,
+    pub d_total: f64,
+    pub d_total_all: f64,
+    pub h_fit: f64,
+    pub h_comp: f64,
+    pub h_comp_zc: f64,
+    pub h_once: f64,
+    pub h_total: f64,
+    pub h_total_all: f64,
+    pub reg: f64,
+}
+
+/// Fit and compress `big` (rows of `l` bytes) every way the section
+/// measures, each checked byte for byte against the CPU first (an error of
+/// kind `Corrupt` when one differs).
+pub fn measure(gpu: &Gpu, big: &[u8], l: usize) -> Result<Times> {
+    let sample = Sample::Fraction(1.0 / 16.0);
+    let n = big.len() as f64;
+    let rows = Rows::new(big, l)?;
 
         // CPU reference (also what the GPU must reproduce).
         let t = Instant::now();
@@ -89,8 +186,8 @@ pub fn section(
         let cb = &cpu_fit.codebook;
         let cpu_sample_fit = ibp::fit::fit(rows, &FitOptions::default().with_sample(sample))?;
 
-        let device = DeviceBuffer::from_slice(&big).map_err(|e| Error::cuda(e.to_string()))?;
-        let pinned = PinnedBuffer::from_slice(&big)?;
+        let device = DeviceBuffer::from_slice(big).map_err(|e| Error::cuda(e.to_string()))?;
+        let pinned = PinnedBuffer::from_slice(big)?;
         let all = FitOptions::default();
         let part = FitOptions::default().with_sample(sample);
 
@@ -169,54 +266,25 @@ pub fn section(
             hc.compress(gpu, &gcb, &pinned, |_| Ok(())).map(drop)
         })?;
         let reg = median(5, || {
-            let r = Registered::new(&big)?;
+            let r = Registered::new(big)?;
             hc.compress(gpu, &gcb, &r, |_| Ok(())).map(drop)
         })?;
-        let gbs = |t: f64| format!("{:.1}", n / t / 1e9);
-        if stages {
-            for (stage, t) in gpu.profile_stages(&gcb, &device, 5)? {
-                let _ = writeln!(
-                    stage_md,
-                    "| {name} | {stage} | {:.3} | {} |",
-                    t * 1e3,
-                    gbs(t)
-                );
-            }
-        }
-        let _ = writeln!(
-            md,
-            "| {name} (×{reps}) | {} MB | {} B | {:.1}% | {} | {} | {} | {} | **{}** | {} | {} | {} | {} | {} | **{}** | {} | {} | {:.2} |",
-            big.len() >> 20,
-            cb.chunk().bytes(),
-            100.0 * savings,
-            gbs(d_fit_all),
-            gbs(d_fit_part),
-            gbs(d_packed),
-            gbs(d_fixed),
-            gbs(d_total),
-            gbs(d_total_all),
-            gbs(h_fit),
-            gbs(h_comp),
-            gbs(h_comp_zc),
-            gbs(h_once),
-            gbs(h_total),
-            gbs(h_total_all),
-            gbs(reg),
-            cpu_rate / 1e9,
-        );
-        eprintln!(
-            "  device fit 1/16 + compress {} GB/s, host {} GB/s, CPU {:.2} GB/s",
-            gbs(d_total),
-            gbs(h_total),
-            cpu_rate / 1e9
-        );
-    }
-    let _ = writeln!(
-        md,
-        "\nAll rates in GB/s (10^9 bytes per second) of input.\n"
-    );
-    if stages {
-        md.push_str(&stage_md);
-    }
-    Ok(())
+    Ok(Times {
+        chunk_bytes: cb.chunk().bytes(),
+        savings,
+        cpu_rate,
+        d_fit_all,
+        d_fit_part,
+        d_packed,
+        d_fixed,
+        d_total,
+        d_total_all,
+        h_fit,
+        h_comp,
+        h_comp_zc,
+        h_once,
+        h_total,
+        h_total_all,
+        reg,
+    })
 }

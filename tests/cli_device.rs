@@ -1,0 +1,170 @@
+//! `--device` of `ibp compress` and the errors of `ibp bench FILE`, on a
+//! machine without a usable GPU (CI's): the CPU path works and says so,
+//! `auto` falls back to it and names the reason, `--device gpu` is a typed
+//! error; `ibp bench FILE` refuses a missing file, an unknown tensor (listing
+//! the names) and, with a readable file, the missing GPU. The GPU side is
+//! `tests/gpu_cli.rs`.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+/// Exit codes of `ibp::ErrorKind::exit_code`.
+const EXIT_INVALID: i32 = 2;
+const EXIT_IO: i32 = 3;
+/// `--device gpu` without a GPU: the driver's error (`Cuda`) in a build
+/// with `cuda`; `Unsupported` in one without.
+const EXIT_NO_GPU: i32 = if cfg!(feature = "cuda") { 6 } else { 5 };
+
+macro_rules! args {
+    ($($a:expr),* $(,)?) => {
+        [$(OsString::from($a)),*]
+    };
+}
+
+fn cora() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("data/cora-features.npz")
+}
+
+fn scratch(test: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("cli-device-{test}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn ibp(args: &[OsString]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ibp"))
+        .args(args)
+        .output()
+        .expect("running the ibp binary")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn ok(args: &[OsString]) -> String {
+    let o = ibp(args);
+    assert!(
+        o.status.success(),
+        "ibp {args:?} failed ({}):\n{}",
+        o.status,
+        text(&o.stderr)
+    );
+    assert_eq!(text(&o.stderr), "", "ibp {args:?} wrote to stderr");
+    text(&o.stdout)
+}
+
+/// Insist on exit `code`, an `ibp: ` message, no panic, nothing on stdout.
+fn fails(args: &[OsString], code: i32) -> String {
+    let o = ibp(args);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(code), "ibp {args:?}:\n{err}");
+    assert!(err.starts_with("ibp: "), "ibp {args:?}: {err}");
+    assert!(!err.contains("panicked"), "ibp {args:?} panicked:\n{err}");
+    assert!(o.stdout.is_empty(), "ibp {args:?} printed to stdout");
+    err
+}
+
+/// Whether this machine has a usable GPU (then the no-GPU tests do not
+/// apply; `tests/gpu_cli.rs` covers it).
+fn has_gpu() -> bool {
+    #[cfg(feature = "cuda")]
+    {
+        ibp::gpu::Gpu::first().is_ok()
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        false
+    }
+}
+
+#[test]
+fn device_cpu_and_auto_write_the_same_container_and_say_where() {
+    let dir = scratch("cpu");
+    let (cpu, auto) = (dir.join("cpu.ibp"), dir.join("auto.ibp"));
+    for layout in ["packed", "fixed"] {
+        let j: Value = serde_json::from_str(&ok(&args![
+            "compress", cora(), "-o", &cpu, "--force", "--layout", layout, "--device", "cpu",
+            "--json"
+        ]))
+        .unwrap();
+        let d = &j["device"];
+        assert_eq!(d["requested"], "cpu");
+        assert_eq!(d["used"], "cpu");
+        assert_eq!(d["groups_on_gpu"], 0);
+        assert!(d.get("fallback_reason").is_none(), "{d}");
+        assert!(d["compress_gb_per_s"].as_f64().unwrap() > 0.0, "{d}");
+        assert!(d["compress_seconds"].as_f64().unwrap() > 0.0, "{d}");
+
+        let report = ok(&args![
+            "compress", cora(), "-o", &auto, "--force", "--layout", layout
+        ]);
+        let line = report
+            .lines()
+            .find(|l| l.starts_with("device: "))
+            .unwrap_or_else(|| panic!("no device line:\n{report}"));
+        assert!(line.contains("GB/s"), "{line}");
+        if !has_gpu() {
+            assert!(line.starts_with("device: CPU"), "{line}");
+            assert!(line.contains("--device auto: "), "{line}");
+            assert!(
+                std::fs::read(&cpu).unwrap() == std::fs::read(&auto).unwrap(),
+                "--device auto ({layout}) wrote other bytes than --device cpu"
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn device_gpu_without_a_gpu_is_a_clear_error_and_writes_nothing() {
+    if has_gpu() {
+        eprintln!("skipped: this machine has a GPU (tests/gpu_cli.rs covers --device gpu)");
+        return;
+    }
+    let dir = scratch("gpu");
+    let out = dir.join("out.ibp");
+    let err = fails(
+        &args!["compress", cora(), "-o", &out, "--device", "gpu"],
+        EXIT_NO_GPU,
+    );
+    assert!(err.contains("--device gpu"), "{err}");
+    assert!(err.contains("--device cpu"), "{err}");
+    assert!(!out.exists());
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "left files");
+    let err = fails(
+        &args!["compress", cora(), "-o", &out, "--device", "tpu"],
+        EXIT_INVALID,
+    );
+    assert!(err.contains("auto") && err.contains("gpu"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bench_file_errors_are_typed() {
+    let dir = scratch("bench");
+    // The file is read before the GPU is looked for: these hold anywhere.
+    let missing = dir.join("missing.safetensors");
+    let err = fails(&args!["bench", &missing], EXIT_IO);
+    assert!(err.contains("missing.safetensors"), "{err}");
+    let err = fails(
+        &args!["bench", cora(), "--tensor", "no_such_tensor"],
+        EXIT_INVALID,
+    );
+    assert!(err.contains("no_such_tensor"), "{err}");
+    // The names there are, so the user can pick one.
+    assert!(err.contains("features"), "{err}");
+    let junk = dir.join("junk.bin");
+    std::fs::write(&junk, b"not a tensor file").unwrap();
+    let err = fails(&args!["bench", &junk], 5);
+    assert!(err.contains("--dtype"), "{err}");
+    if !has_gpu() {
+        let err = fails(&args!["bench", cora()], EXIT_NO_GPU);
+        assert!(err.contains("GPU"), "{err}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
