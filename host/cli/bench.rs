@@ -1,13 +1,28 @@
 //! `ibp bench`: GPU decompression benchmarks. Prints a table and writes a
-//! results file naming the GPU, driver, commit and date.
+//! results file naming the GPU, driver, commit and date. With a FILE, the
+//! same measurements on the user's tensors instead ([`super::bench_file`]).
 
 use std::path::PathBuf;
 
 use ibp::Result;
 
+use super::input::InputArgs;
+
 /// Arguments of `ibp bench`.
 #[derive(clap::Args, Debug)]
+#[command(mut_arg("file", |a| a.help(
+    "Benchmark this file's tensors (.safetensors, .npy, .npz, or raw bytes with --dtype and --shape) instead of the built-in suite; see --tensor and --json"
+)))]
+#[command(mut_arg("tensors", |a| a.help(
+    "With FILE: measure these tensors (repeatable; rows of one length). Default: every tensor of the row length that holds the most bytes"
+)))]
 pub struct Args {
+    #[command(flatten)]
+    pub(super) input: InputArgs,
+    /// With FILE: print JSON (schema `ibp-bench-file/1`, see the README)
+    /// instead of a table.
+    #[arg(long)]
+    pub(super) json: bool,
     /// Results file (Markdown). Default: docs/results/<gpu>.md.
     #[arg(long)]
     out: Option<PathBuf>,
@@ -17,9 +32,11 @@ pub struct Args {
     /// Skip the real-data rows (Cora, MiniLM).
     #[arg(long)]
     no_real: bool,
-    /// Bytes to replicate real tables to (at least).
+    /// Bytes to replicate real tables to (at least); with FILE, the bytes
+    /// measured (a smaller selection is replicated to this, a larger one
+    /// cut to its first rows).
     #[arg(long, default_value_t = 1 << 30)]
-    real_bytes: usize,
+    pub(super) real_bytes: usize,
     /// Use at most this many SMs.
     #[arg(long)]
     max_sms: Option<u32>,
@@ -55,26 +72,36 @@ pub struct Args {
     section: String,
 }
 
+pub fn run(args: Args) -> Result<()> {
+    if args.input.file.is_some() {
+        return super::bench_file::run(&args);
+    }
+    for (given, flag) in [
+        (args.json, "--json"),
+        (!args.input.tensors.is_empty(), "--tensor"),
+        (args.input.dtype.is_some(), "--dtype"),
+        (args.input.shape.is_some(), "--shape"),
+    ] {
+        if given {
+            return Err(ibp::Error::invalid(format!(
+                "{flag} applies to `ibp bench FILE`; give the file to benchmark"
+            )));
+        }
+    }
+    suite(args)
+}
+
 #[cfg(not(feature = "cuda"))]
-pub fn run(_: Args) -> Result<()> {
+fn suite(_: Args) -> Result<()> {
     Err(ibp::Error::unsupported(
         "ibp bench needs the `cuda` feature: build with --features cuda",
     ))
 }
 
+/// The decoder options the hidden experiment flags ask for.
 #[cfg(feature = "cuda")]
-pub fn run(args: Args) -> Result<()> {
-    use std::fmt::Write as _;
-
-    use cust::stream::{Stream, StreamFlags};
-    use ibp::gpu::bench::{BenchLayout, figure7_dataset, measure_decode};
-    use ibp::gpu::{DecodeOptions, Gpu, Residency};
-
-    let gpu = Gpu::first()?;
-    let stream = Stream::new(StreamFlags::NON_BLOCKING, None)
-        .map_err(|e| ibp::Error::cuda(e.to_string()))?;
-    let info = gpu.info().clone();
-    let mut opts = DecodeOptions::default().with_fast_paths(!args.no_fast_paths);
+pub(super) fn decode_options(args: &Args) -> Result<ibp::gpu::DecodeOptions> {
+    let mut opts = ibp::gpu::DecodeOptions::default().with_fast_paths(!args.no_fast_paths);
     if let Some(s) = args.max_sms {
         opts = opts.with_max_sms(s);
     }
@@ -94,6 +121,22 @@ pub fn run(args: Args) -> Result<()> {
             )));
         }
     }
+    Ok(opts)
+}
+
+#[cfg(feature = "cuda")]
+fn suite(args: Args) -> Result<()> {
+    use std::fmt::Write as _;
+
+    use cust::stream::{Stream, StreamFlags};
+    use ibp::gpu::bench::{BenchLayout, figure7_dataset, measure_decode};
+    use ibp::gpu::{Gpu, Residency};
+
+    let gpu = Gpu::first()?;
+    let stream = Stream::new(StreamFlags::NON_BLOCKING, None)
+        .map_err(|e| ibp::Error::cuda(e.to_string()))?;
+    let info = gpu.info().clone();
+    let opts = decode_options(&args)?;
     use ibp::gpu::bench::{measure_h2d_copy, measure_zero_copy_read};
     let link_bytes = 1usize << 30;
     let h2d = link_bytes as f64 / measure_h2d_copy(&stream, link_bytes)?;

@@ -5,6 +5,7 @@
 mod analyze;
 mod bench;
 mod bench_compress;
+mod bench_file;
 mod bench_plot;
 mod clusters;
 mod compress;
@@ -47,6 +48,7 @@ enum Command {
     Inspect(inspect::Args),
     /// GPU decompression benchmarks (the paper's Figure 7 grid, gathers,
     /// device-resident decode, real tables); writes docs/results/<gpu>.md.
+    /// With FILE: the same measurements on that file's tensors.
     Bench(bench::Args),
     /// Draw a results file of `ibp bench` as SVG: decoded GB/s against
     /// savings per tensor size, the ideal, the link ceilings and the real

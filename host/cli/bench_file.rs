@@ -1,0 +1,544 @@
+//! `ibp bench FILE`: the README's GPU measurements on the user's own
+//! tensors. The tensors are chosen and read (any format `ibp compress`
+//! takes), fitted and compressed, then decoded on the GPU every way the
+//! README measures the built-in tables, each output checked bit for bit
+//! first, beside the ceilings of this machine measured in the same run.
+//!
+//! `--json` prints the schema documented in the README ("`ibp bench FILE
+//! --json`"), `ibp-bench-file/1`; new fields may be added, none renamed or
+//! removed without a new version.
+
+use std::fmt::Write as _;
+
+use ibp::io::Document;
+use ibp::{Error, Result};
+use serde::Serialize;
+
+use super::bench::Args;
+use super::input::Source;
+use super::table::human;
+
+/// The `schema` value of `--json`.
+const SCHEMA: &str = "ibp-bench-file/1";
+
+/// The tensors measured: rows of one length, concatenated.
+struct Selection {
+    names: Vec<String>,
+    skipped: Vec<Skipped>,
+    row_bytes: usize,
+    /// The selection's bytes (all of it, or its first rows up to the size
+    /// measured).
+    data: Vec<u8>,
+    /// Bytes of the whole selection.
+    selected_bytes: u64,
+}
+
+/// A tensor left out, and why.
+#[derive(Serialize, Debug)]
+struct Skipped {
+    name: String,
+    reason: String,
+}
+
+/// Choose the tensors: those named by `--tensor` (all of one row length),
+/// or else every tensor of the row length holding the most bytes; read at
+/// most `cap` bytes of them.
+fn select(doc: &Document<'_>, named: bool, cap: usize) -> Result<Selection> {
+    // (group, row length, bytes): a deferred npz member's data is not read
+    // yet, so its size comes from its shape.
+    let mut usable: Vec<(usize, u64, u64)> = Vec::new();
+    let mut skipped = Vec::new();
+    for (i, g) in doc.groups.iter().enumerate() {
+        let shape = g.row_shape(None)?;
+        let reason = if shape.rows == 0 || shape.row_bytes == 0 {
+            Some("empty".to_string())
+        } else if g.shape.len() < 2 {
+            Some(format!("{}-D (one row)", g.shape.len()))
+        } else if shape.rows < 2 {
+            Some("one row".to_string())
+        } else {
+            None
+        };
+        match reason {
+            Some(reason) if named => {
+                return Err(Error::invalid(format!(
+                    "tensor {:?} cannot be benchmarked: {reason}; ibp measures tables of rows",
+                    g.name
+                )));
+            }
+            Some(reason) => skipped.push(Skipped {
+                name: g.name.clone(),
+                reason,
+            }),
+            None => usable.push((i, shape.row_bytes, shape.rows * shape.row_bytes)),
+        }
+    }
+    // The row length with the most bytes (the first such on a tie).
+    let mut by_len: Vec<(u64, u64)> = Vec::new();
+    for &(_, l, bytes) in &usable {
+        match by_len.iter_mut().find(|(len, _)| *len == l) {
+            Some((_, b)) => *b += bytes,
+            None => by_len.push((l, bytes)),
+        }
+    }
+    let Some(&(row_bytes, _)) = by_len
+        .iter()
+        .rev()
+        .max_by_key(|(_, b)| *b)
+    else {
+        return Err(Error::invalid(
+            "no tensor with rows to measure (all are empty or 1-D); name a 2-D one with --tensor",
+        ));
+    };
+    if named && by_len.len() > 1 {
+        let lens: Vec<String> = usable
+            .iter()
+            .map(|&(i, l, _)| format!("{} ({l} B)", doc.groups[i].name))
+            .collect();
+        return Err(Error::invalid(format!(
+            "the tensors named have rows of different lengths: {}; name tensors of one row length",
+            lens.join(", ")
+        )));
+    }
+    let mut names = Vec::new();
+    let mut data = Vec::new();
+    let mut selected_bytes = 0;
+    let l = row_bytes as usize;
+    let cap = cap.max(l) / l * l;
+    for &(i, len, _) in &usable {
+        let name = doc.groups[i].name.clone();
+        if len != row_bytes {
+            skipped.push(Skipped {
+                name,
+                reason: format!("rows of {len} B, not {row_bytes} B"),
+            });
+            continue;
+        }
+        let g = doc.group_with_data(i)?;
+        selected_bytes += g.data.len() as u64;
+        let take = g.data.len().min(cap - data.len());
+        data.extend_from_slice(&g.data[..take]);
+        names.push(name);
+    }
+    Ok(Selection {
+        names,
+        skipped,
+        row_bytes: l,
+        data,
+        selected_bytes,
+    })
+}
+
+/// Everything `--json` prints.
+#[derive(Serialize, Debug)]
+struct Report {
+    schema: &'static str,
+    file: String,
+    format: &'static str,
+    tensors: Vec<String>,
+    skipped: Vec<Skipped>,
+    row_bytes: usize,
+    /// Rows measured (after replication or truncation).
+    rows: u64,
+    /// Bytes measured.
+    bytes: u64,
+    /// Bytes of the chosen tensors in the file.
+    selected_bytes: u64,
+    /// How the measured bytes relate to the selection: `whole`,
+    /// `replicated ×K` or `first N rows`.
+    sample: String,
+    codebook: CodebookReport,
+    gpu: GpuReport,
+    ceilings: Ceilings,
+    /// The path `Decoder::range_auto` takes for this table: `dma` or
+    /// `zero_copy`.
+    range_auto: &'static str,
+    measurements: Vec<Measurement>,
+}
+
+#[derive(Serialize, Debug)]
+struct CodebookReport {
+    chunk_bytes: u32,
+    threshold: f64,
+    /// `1 - packed payload / input` of the measured bytes.
+    savings: f64,
+    /// Input bytes per stored byte.
+    ratio: f64,
+}
+
+#[derive(Serialize, Debug)]
+struct GpuReport {
+    name: String,
+    sm_count: u32,
+    compute_capability: String,
+    driver_cuda: String,
+}
+
+/// This machine's ceilings, measured in the same run (GB/s, 10^9 B/s).
+#[derive(Serialize, Debug, Clone, Copy)]
+struct Ceilings {
+    /// Pinned host-to-device DMA copy, 1 GiB.
+    h2d_dma_copy_gb_per_s: f64,
+    /// Zero-copy read of pinned host memory by a kernel, 1 GiB.
+    zero_copy_read_gb_per_s: f64,
+    /// Device-to-device copy of 1 GiB, bytes read plus written.
+    device_copy_gb_per_s: f64,
+}
+
+/// One measurement. Rates in GB/s (10^9 B/s).
+#[derive(Serialize, Debug)]
+struct Measurement {
+    /// Stable identifier (`range_pinned_zero_copy`, ...).
+    id: &'static str,
+    what: String,
+    /// Decoded bytes per second (decode), input bytes per second
+    /// (compression); `null` when the check failed.
+    gb_per_s: Option<f64>,
+    /// Bytes per second through the path the ceiling bounds: stored bytes
+    /// read from the host (host decode), input bytes read from the host
+    /// (host compression), bytes read plus written (device).
+    through_gb_per_s: Option<f64>,
+    /// Which of `ceilings` bounds it.
+    ceiling: &'static str,
+    ceiling_gb_per_s: f64,
+    /// `through_gb_per_s / ceiling_gb_per_s`.
+    of_ceiling: Option<f64>,
+    /// Every output was compared bit for bit (decodes with the original
+    /// bytes, compression with the CPU encoder and fit) and matched.
+    bit_exact: bool,
+    /// The mismatch, when there was one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+}
+
+pub fn run(args: &Args) -> Result<()> {
+    // The file first: an unreadable file or an unknown tensor is said
+    // before the GPU is looked for.
+    let source = Source::open(&args.input)?;
+    let doc = source.parse(&args.input)?;
+    let sel = select(&doc, !args.input.tensors.is_empty(), args.real_bytes)?;
+    measure(args, &source.display(), doc.format.name(), sel)
+}
+
+#[cfg(not(feature = "cuda"))]
+fn measure(_: &Args, _: &str, _: &'static str, _: Selection) -> Result<()> {
+    Err(Error::unsupported(
+        "ibp bench measures on a GPU: this ibp was built without the `cuda` feature; rebuild with --features cli,cuda",
+    ))
+}
+
+#[cfg(feature = "cuda")]
+fn measure(args: &Args, file: &str, format: &'static str, sel: Selection) -> Result<()> {
+    use ibp::gpu::bench::{
+        BenchLayout, DecodeMeasurement, measure_decode, measure_decode_dma, measure_device_copy,
+        measure_gather, measure_h2d_copy, measure_zero_copy_read,
+    };
+    use ibp::gpu::{Decoder, Gpu, GpuDataset, Residency};
+
+    let gpu = Gpu::first().map_err(|e| {
+        Error::new(
+            e.kind(),
+            format!(
+                "ibp bench measures on a GPU, and none is usable ({}); `ibp compress --device cpu` and `cargo bench --bench codec` measure the CPU",
+                e.message()
+            ),
+        )
+    })?;
+    let stream = ibp::gpu::cust::stream::Stream::new(
+        ibp::gpu::cust::stream::StreamFlags::NON_BLOCKING,
+        None,
+    )
+    .map_err(|e| Error::cuda(e.to_string()))?;
+    let opts = super::bench::decode_options(args)?;
+    let l = sel.row_bytes;
+    let (data, sample) = if sel.data.len() < args.real_bytes {
+        let k = args.real_bytes.div_ceil(sel.data.len());
+        (sel.data.repeat(k), format!("replicated ×{k}"))
+    } else if (sel.data.len() as u64) < sel.selected_bytes {
+        let n = sel.data.len() / l;
+        (sel.data, format!("first {n} rows"))
+    } else {
+        (sel.data, "whole".to_string())
+    };
+    let rows = (data.len() / l) as u64;
+    eprintln!(
+        "bench: {} ({} rows of {l} B, {})...",
+        sel.names.join(", "),
+        rows,
+        human(data.len() as u64)
+    );
+
+    let link = 1usize << 30;
+    let h2d = link as f64 / measure_h2d_copy(&stream, link)?;
+    let zc = (link / 1536 * 1536) as f64 / measure_zero_copy_read(&gpu, &stream, link)?;
+    let copy = 2.0 * link as f64 / measure_device_copy(&stream, link)?;
+    let ceilings = Ceilings {
+        h2d_dma_copy_gb_per_s: h2d / 1e9,
+        zero_copy_read_gb_per_s: zc / 1e9,
+        device_copy_gb_per_s: copy / 1e9,
+    };
+
+    let fit = ibp::fit::fit(ibp::Rows::new(&data, l)?, &Default::default())?;
+    let cb = &fit.codebook;
+    let packed = ibp::layout::compress_packed(cb, ibp::Rows::new(&data, l)?)?;
+    let ratio = data.len() as f64 / packed.payload.len().max(1) as f64;
+    let range_auto = {
+        let ds = GpuDataset::upload_packed(&gpu, cb, &packed.view(), Residency::Pinned)?;
+        if Decoder::new(&gpu, &ds, &opts)?.prefers_dma() {
+            "dma"
+        } else {
+            "zero_copy"
+        }
+    };
+    drop(packed);
+
+    // Decode rows: (id, what, ceiling, the measurement, device-resident).
+    let mut out = Vec::new();
+    let mut decode = |id: &'static str,
+                      what: String,
+                      ceiling: &'static str,
+                      device: bool,
+                      m: Result<DecodeMeasurement>|
+     -> Result<()> {
+        let (ceiling_gbs, through) = match &m {
+            Ok(m) if device => (ceilings.device_copy_gb_per_s, Some(m.moved_rate() / 1e9)),
+            Ok(m) => (
+                if ceiling == "h2d_dma_copy" {
+                    ceilings.h2d_dma_copy_gb_per_s
+                } else {
+                    ceilings.zero_copy_read_gb_per_s
+                },
+                Some(m.stored_bytes as f64 / m.seconds / 1e9),
+            ),
+            Err(_) => (0.0, None),
+        };
+        out.push(row(id, what, ceiling, ceiling_gbs, m.map(|m| (m.decoded_rate() / 1e9, through)))?);
+        Ok(())
+    };
+    let m = |res| measure_decode(&gpu, &stream, &data, l, cb, BenchLayout::Packed, res, false, &opts);
+    decode(
+        "range_pinned_zero_copy",
+        "range decode of every row from pinned host memory, read zero-copy (Decoder::range)".into(),
+        "zero_copy_read",
+        false,
+        m(Residency::Pinned),
+    )?;
+    decode(
+        "range_pinned_dma",
+        "range decode from pinned host memory, copied by DMA in 8 MB pieces overlapped with decoding (Decoder::range_dma)".into(),
+        "h2d_dma_copy",
+        false,
+        measure_decode_dma(&gpu, &stream, &data, l, cb, 8 << 20),
+    )?;
+    for batch in [4096usize, 65536] {
+        let batch = batch.min(rows as usize);
+        let (id, dev_id) = if batch <= 4096 {
+            ("gather_pinned_4096", "gather_device_4096")
+        } else {
+            ("gather_pinned_65536", "gather_device_65536")
+        };
+        decode(
+            id,
+            format!("{batch} random rows gathered from pinned host memory, zero-copy (Decoder::gather)"),
+            "zero_copy_read",
+            false,
+            measure_gather(&gpu, &stream, &data, l, cb, Residency::Pinned, batch, &opts),
+        )?;
+        decode(
+            dev_id,
+            format!("{batch} random rows gathered from device memory"),
+            "device_copy",
+            true,
+            measure_gather(&gpu, &stream, &data, l, cb, Residency::Device, batch, &opts),
+        )?;
+        if batch == rows as usize {
+            break;
+        }
+    }
+    decode(
+        "range_device",
+        "range decode of every row from device memory".into(),
+        "device_copy",
+        true,
+        m(Residency::Device),
+    )?;
+    // Compression: the GPU fit of every row plus compression, from pinned
+    // host memory and from device memory, checked against the CPU.
+    let n = data.len() as f64;
+    let savings = 1.0 - 1.0 / ratio;
+    match super::bench_compress::measure(&gpu, &data, l) {
+        Ok(t) => {
+            let host = n / t.h_total_all / 1e9;
+            let dev = n / t.d_total_all / 1e9;
+            out.push(row(
+                "compress_host",
+                "GPU fit of every row plus packed compression, rows in pinned host memory (Gpu::fit, HostCompressor)".into(),
+                "h2d_dma_copy",
+                ceilings.h2d_dma_copy_gb_per_s,
+                Ok((host, Some(host))),
+            )?);
+            out.push(row(
+                "compress_device",
+                "GPU fit of every row plus packed compression, rows in device memory (Gpu::fit, Gpu::compress_into)".into(),
+                "device_copy",
+                ceilings.device_copy_gb_per_s,
+                Ok((dev, Some(dev * (2.0 - savings)))),
+            )?);
+        }
+        Err(e) if e.kind() == ibp::ErrorKind::Corrupt => {
+            for id in ["compress_host", "compress_device"] {
+                out.push(row(id, "GPU fit plus compression".into(), "", 0.0, Err(Error::corrupt(e.message())))?);
+            }
+        }
+        Err(e) => return Err(e),
+    }
+    // Peers (nvCOMP, issue 13 item 4) add their rows here, on `data`.
+
+    let info = gpu.info();
+    let report = Report {
+        schema: SCHEMA,
+        file: file.to_string(),
+        format,
+        tensors: sel.names,
+        skipped: sel.skipped,
+        row_bytes: l,
+        rows,
+        bytes: data.len() as u64,
+        selected_bytes: sel.selected_bytes,
+        sample,
+        codebook: CodebookReport {
+            chunk_bytes: cb.chunk().bytes(),
+            threshold: fit.threshold.fraction(),
+            savings,
+            ratio,
+        },
+        gpu: GpuReport {
+            name: info.name.clone(),
+            sm_count: info.sm_count,
+            compute_capability: format!(
+                "{}.{}",
+                info.compute_capability.0, info.compute_capability.1
+            ),
+            driver_cuda: format!(
+                "{}.{}",
+                info.driver_version / 1000,
+                (info.driver_version % 1000) / 10
+            ),
+        },
+        ceilings,
+        range_auto,
+        measurements: out,
+    };
+    let text = if args.json {
+        super::table::json(&report)?
+    } else {
+        text(&report)
+    };
+    super::table::emit(&text)?;
+    let bad = report.measurements.iter().filter(|m| !m.bit_exact).count();
+    if bad > 0 {
+        return Err(Error::corrupt(format!(
+            "{bad} measurement{} did not give back the data bit for bit (see the table); this is an ibp bug, please report it",
+            if bad == 1 { "" } else { "s" }
+        )));
+    }
+    Ok(())
+}
+
+/// A measurement row from a rate and the rate through its ceiling's path,
+/// or from a failed bit-exact check (kept, to be reported); other errors
+/// stop the run.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+fn row(
+    id: &'static str,
+    what: String,
+    ceiling: &'static str,
+    ceiling_gb_per_s: f64,
+    m: Result<(f64, Option<f64>)>,
+) -> Result<Measurement> {
+    Ok(match m {
+        Ok((rate, through)) => Measurement {
+            id,
+            what,
+            gb_per_s: Some(rate),
+            through_gb_per_s: through,
+            ceiling,
+            ceiling_gb_per_s,
+            of_ceiling: through.map(|t| t / ceiling_gb_per_s),
+            bit_exact: true,
+            error: None,
+        },
+        Err(e) if e.kind() == ibp::ErrorKind::Corrupt => Measurement {
+            id,
+            what,
+            gb_per_s: None,
+            through_gb_per_s: None,
+            ceiling,
+            ceiling_gb_per_s,
+            of_ceiling: None,
+            bit_exact: false,
+            error: Some(e.message().to_string()),
+        },
+        Err(e) => return Err(e),
+    })
+}
+
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+fn text(r: &Report) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "file:     {} ({})", r.file, r.format);
+    let _ = writeln!(s, "tensors:  {}", r.tensors.join(", "));
+    for k in &r.skipped {
+        let _ = writeln!(s, "skipped:  {} ({})", k.name, k.reason);
+    }
+    let _ = writeln!(
+        s,
+        "measured: {} rows of {} B, {} ({} of {})",
+        r.rows,
+        r.row_bytes,
+        human(r.bytes),
+        r.sample,
+        human(r.selected_bytes)
+    );
+    let _ = writeln!(
+        s,
+        "codebook: {} B chunks, threshold {:.2}, {:.1}% saved ({:.2}:1)",
+        r.codebook.chunk_bytes,
+        r.codebook.threshold,
+        100.0 * r.codebook.savings,
+        r.codebook.ratio
+    );
+    let _ = writeln!(
+        s,
+        "GPU:      {} ({} SMs, compute {}, CUDA {})",
+        r.gpu.name, r.gpu.sm_count, r.gpu.compute_capability, r.gpu.driver_cuda
+    );
+    let c = &r.ceilings;
+    let _ = writeln!(
+        s,
+        "ceilings: pinned DMA copy {:.1} GB/s, zero-copy read {:.1} GB/s, device copy {:.0} GB/s (read + written); range_auto takes {}\n",
+        c.h2d_dma_copy_gb_per_s, c.zero_copy_read_gb_per_s, c.device_copy_gb_per_s, r.range_auto
+    );
+    let mut t = super::table::Table::new([
+        "measurement",
+        "GB/s",
+        "through GB/s",
+        "ceiling",
+        "of ceiling",
+        "bit-exact",
+    ]);
+    let f = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
+    for m in &r.measurements {
+        t.push(vec![
+            m.id.to_string(),
+            f(m.gb_per_s),
+            f(m.through_gb_per_s),
+            format!("{} {:.1}", m.ceiling, m.ceiling_gb_per_s),
+            m.of_ceiling.map_or("-".into(), |v| format!("{v:.2}")),
+            if m.bit_exact { "yes".into() } else { "NO".into() },
+        ]);
+    }
+    s.push_str(&t.render());
+    s.push_str("\nGB/s: decoded bytes (decode) or input bytes (compression) per second. through: the bytes on the ceiling's path per second (stored bytes read from the host; on the device, bytes read plus written).\n");
+    s
+}
