@@ -88,7 +88,15 @@ fn device_cpu_and_auto_write_the_same_container_and_say_where() {
     let (cpu, auto) = (dir.join("cpu.ibp"), dir.join("auto.ibp"));
     for layout in ["packed", "fixed"] {
         let j: Value = serde_json::from_str(&ok(&args![
-            "compress", cora(), "-o", &cpu, "--force", "--layout", layout, "--device", "cpu",
+            "compress",
+            cora(),
+            "-o",
+            &cpu,
+            "--force",
+            "--layout",
+            layout,
+            "--device",
+            "cpu",
             "--json"
         ]))
         .unwrap();
@@ -101,7 +109,13 @@ fn device_cpu_and_auto_write_the_same_container_and_say_where() {
         assert!(d["compress_seconds"].as_f64().unwrap() > 0.0, "{d}");
 
         let report = ok(&args![
-            "compress", cora(), "-o", &auto, "--force", "--layout", layout
+            "compress",
+            cora(),
+            "-o",
+            &auto,
+            "--force",
+            "--layout",
+            layout
         ]);
         let line = report
             .lines()

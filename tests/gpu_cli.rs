@@ -46,7 +46,10 @@ fn scratch(test: &str) -> PathBuf {
 }
 
 fn ok(args: &[OsString]) -> Output {
-    let o = Command::new(bin()).args(args).output().expect("running ibp");
+    let o = Command::new(bin())
+        .args(args)
+        .output()
+        .expect("running ibp");
     assert!(
         o.status.success(),
         "ibp {args:?} failed ({}):\n{}",
@@ -149,8 +152,16 @@ fn ctrl_c_during_a_gpu_run_leaves_no_partial_file() {
     };
     let mut child = Command::new(bin())
         .args(args![
-            "compress", &input, "--dtype", "f32", "--shape", format!("{rows},1024"), "-o", &out,
-            "--device", "gpu"
+            "compress",
+            &input,
+            "--dtype",
+            "f32",
+            "--shape",
+            format!("{rows},1024"),
+            "-o",
+            &out,
+            "--device",
+            "gpu"
         ])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -162,7 +173,10 @@ fn ctrl_c_during_a_gpu_run_leaves_no_partial_file() {
     }
     assert!(partials() > 0, "no temporary output appeared");
     // SAFETY: kill with a valid pid and signal.
-    assert_eq!(unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) }, 0);
+    assert_eq!(
+        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) },
+        0
+    );
     let status = child.wait().unwrap();
     assert_eq!(status.signal(), Some(libc::SIGINT), "{status}");
     assert_eq!(partials(), 0, "a .partial file was left");
@@ -182,8 +196,19 @@ fn a_gpu_run_stays_under_the_memory_bound() {
     for layout in ["packed", "fixed"] {
         let mut child = Command::new(bin())
             .args(args![
-                "compress", &input, "--dtype", "f32", "--shape", format!("{rows},1024"), "-o",
-                &out, "--force", "--device", "gpu", "--layout", layout
+                "compress",
+                &input,
+                "--dtype",
+                "f32",
+                "--shape",
+                format!("{rows},1024"),
+                "-o",
+                &out,
+                "--force",
+                "--device",
+                "gpu",
+                "--layout",
+                layout
             ])
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -209,7 +234,10 @@ fn a_gpu_run_stays_under_the_memory_bound() {
             "--device gpu, {layout}, 1 GiB: peak RssAnon {:.1} MiB",
             peak_kib as f64 / 1024.0
         );
-        assert!(peak_kib < 512 << 10, "peak RssAnon {peak_kib} KiB over 512 MiB");
+        assert!(
+            peak_kib < 512 << 10,
+            "peak RssAnon {peak_kib} KiB over 512 MiB"
+        );
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -231,7 +259,11 @@ fn bench_file_json_reports_bit_exact_measurements() {
     assert_eq!(j["tensors"], serde_json::json!(["features"]));
     assert_eq!(j["row_bytes"], 5732);
     assert!(j["codebook"]["savings"].as_f64().unwrap() > 0.9, "{j}");
-    for c in ["h2d_dma_copy_gb_per_s", "zero_copy_read_gb_per_s", "device_copy_gb_per_s"] {
+    for c in [
+        "h2d_dma_copy_gb_per_s",
+        "zero_copy_read_gb_per_s",
+        "device_copy_gb_per_s",
+    ] {
         assert!(j["ceilings"][c].as_f64().unwrap() > 0.0, "{c}: {j}");
     }
     let m = j["measurements"].as_array().unwrap();

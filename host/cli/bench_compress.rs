@@ -178,97 +178,97 @@ pub fn measure(gpu: &Gpu, big: &[u8], l: usize) -> Result<Times> {
     let n = big.len() as f64;
     let rows = Rows::new(big, l)?;
 
-        // CPU reference (also what the GPU must reproduce).
-        let t = Instant::now();
-        let cpu_fit = ibp::fit::fit(rows, &FitOptions::default())?;
-        let cpu_packed = ibp::layout::compress_packed(&cpu_fit.codebook, rows)?;
-        let cpu_rate = n / t.elapsed().as_secs_f64();
-        let cb = &cpu_fit.codebook;
-        let cpu_sample_fit = ibp::fit::fit(rows, &FitOptions::default().with_sample(sample))?;
+    // CPU reference (also what the GPU must reproduce).
+    let t = Instant::now();
+    let cpu_fit = ibp::fit::fit(rows, &FitOptions::default())?;
+    let cpu_packed = ibp::layout::compress_packed(&cpu_fit.codebook, rows)?;
+    let cpu_rate = n / t.elapsed().as_secs_f64();
+    let cb = &cpu_fit.codebook;
+    let cpu_sample_fit = ibp::fit::fit(rows, &FitOptions::default().with_sample(sample))?;
 
-        let device = DeviceBuffer::from_slice(big).map_err(|e| Error::cuda(e.to_string()))?;
-        let pinned = PinnedBuffer::from_slice(big)?;
-        let all = FitOptions::default();
-        let part = FitOptions::default().with_sample(sample);
+    let device = DeviceBuffer::from_slice(big).map_err(|e| Error::cuda(e.to_string()))?;
+    let pinned = PinnedBuffer::from_slice(big)?;
+    let all = FitOptions::default();
+    let part = FitOptions::default().with_sample(sample);
 
-        // Self-checks.
-        let g = gpu.fit(&device, l, &all)?;
-        check(
-            g.codebook == cpu_fit.codebook && g.candidates == cpu_fit.candidates,
-            "fit (device)",
-        )?;
-        let g = gpu.fit(&pinned, l, &part)?;
-        check(
-            g.codebook == cpu_sample_fit.codebook,
-            "sampled fit (pinned)",
-        )?;
-        let gcb = GpuCodebook::new(cb)?;
-        let p = gpu
-            .compress(&gcb, &device, OutputLayout::Packed)?
-            .to_packed()?;
-        check(p == cpu_packed, "device compression (packed)")?;
-        let f = gpu
-            .compress(&gcb, &device, OutputLayout::FixedStride)?
-            .to_fixed()?;
-        check(
-            f == ibp::layout::compress_fixed(cb, rows)?,
-            "device compression (fixed)",
-        )?;
-        let h = gpu.compress_host_packed(&gcb, &pinned, 64 << 20)?;
-        check(h == cpu_packed, "host compression")?;
-        let savings = 1.0 - cpu_packed.payload.len() as f64 / n;
+    // Self-checks.
+    let g = gpu.fit(&device, l, &all)?;
+    check(
+        g.codebook == cpu_fit.codebook && g.candidates == cpu_fit.candidates,
+        "fit (device)",
+    )?;
+    let g = gpu.fit(&pinned, l, &part)?;
+    check(
+        g.codebook == cpu_sample_fit.codebook,
+        "sampled fit (pinned)",
+    )?;
+    let gcb = GpuCodebook::new(cb)?;
+    let p = gpu
+        .compress(&gcb, &device, OutputLayout::Packed)?
+        .to_packed()?;
+    check(p == cpu_packed, "device compression (packed)")?;
+    let f = gpu
+        .compress(&gcb, &device, OutputLayout::FixedStride)?
+        .to_fixed()?;
+    check(
+        f == ibp::layout::compress_fixed(cb, rows)?,
+        "device compression (fixed)",
+    )?;
+    let h = gpu.compress_host_packed(&gcb, &pinned, 64 << 20)?;
+    check(h == cpu_packed, "host compression")?;
+    let savings = 1.0 - cpu_packed.payload.len() as f64 / n;
 
-        // Buffers are allocated once per configuration and reused, as a
-        // service compressing tensor after tensor would.
-        let mut dev_out = DeviceCompressed::empty()?;
-        let host_opts = HostOptions::default();
-        let zc_opts = HostOptions {
-            read: HostRead::ZeroCopy,
-            ..HostOptions::default()
-        };
-        let mut hc = HostCompressor::new(l, &host_opts)?;
-        let mut hc_zc = HostCompressor::new(l, &zc_opts)?;
-        let d_fit_all = median(5, || gpu.fit(&device, l, &all).map(drop))?;
-        let d_fit_part = median(5, || gpu.fit(&device, l, &part).map(drop))?;
-        let d_packed = median(5, || {
-            gpu.compress_into(&gcb, &device, OutputLayout::Packed, &mut dev_out)
-        })?;
-        let d_fixed = median(5, || {
-            gpu.compress_into(&gcb, &device, OutputLayout::FixedStride, &mut dev_out)
-        })?;
-        let d_total = median(5, || {
-            let fit = gpu.fit(&device, l, &part)?;
-            let gcb = GpuCodebook::new(&fit.codebook)?;
-            gpu.compress_into(&gcb, &device, OutputLayout::Packed, &mut dev_out)
-        })?;
-        let d_total_all = median(5, || {
-            let fit = gpu.fit(&device, l, &all)?;
-            let gcb = GpuCodebook::new(&fit.codebook)?;
-            gpu.compress_into(&gcb, &device, OutputLayout::Packed, &mut dev_out)
-        })?;
-        let h_fit = median(5, || gpu.fit(&pinned, l, &part).map(drop))?;
-        let h_comp = median(5, || hc.compress(gpu, &gcb, &pinned, |_| Ok(())).map(drop))?;
-        let h_comp_zc = median(5, || {
-            hc_zc.compress(gpu, &gcb, &pinned, |_| Ok(())).map(drop)
-        })?;
-        let h_once = median(5, || {
-            gpu.compress_host(&gcb, &pinned, &host_opts, |_| Ok(()))
-                .map(drop)
-        })?;
-        let h_total = median(5, || {
-            let fit = gpu.fit(&pinned, l, &part)?;
-            let gcb = GpuCodebook::new(&fit.codebook)?;
-            hc.compress(gpu, &gcb, &pinned, |_| Ok(())).map(drop)
-        })?;
-        let h_total_all = median(5, || {
-            let fit = gpu.fit(&pinned, l, &all)?;
-            let gcb = GpuCodebook::new(&fit.codebook)?;
-            hc.compress(gpu, &gcb, &pinned, |_| Ok(())).map(drop)
-        })?;
-        let reg = median(5, || {
-            let r = Registered::new(big)?;
-            hc.compress(gpu, &gcb, &r, |_| Ok(())).map(drop)
-        })?;
+    // Buffers are allocated once per configuration and reused, as a
+    // service compressing tensor after tensor would.
+    let mut dev_out = DeviceCompressed::empty()?;
+    let host_opts = HostOptions::default();
+    let zc_opts = HostOptions {
+        read: HostRead::ZeroCopy,
+        ..HostOptions::default()
+    };
+    let mut hc = HostCompressor::new(l, &host_opts)?;
+    let mut hc_zc = HostCompressor::new(l, &zc_opts)?;
+    let d_fit_all = median(5, || gpu.fit(&device, l, &all).map(drop))?;
+    let d_fit_part = median(5, || gpu.fit(&device, l, &part).map(drop))?;
+    let d_packed = median(5, || {
+        gpu.compress_into(&gcb, &device, OutputLayout::Packed, &mut dev_out)
+    })?;
+    let d_fixed = median(5, || {
+        gpu.compress_into(&gcb, &device, OutputLayout::FixedStride, &mut dev_out)
+    })?;
+    let d_total = median(5, || {
+        let fit = gpu.fit(&device, l, &part)?;
+        let gcb = GpuCodebook::new(&fit.codebook)?;
+        gpu.compress_into(&gcb, &device, OutputLayout::Packed, &mut dev_out)
+    })?;
+    let d_total_all = median(5, || {
+        let fit = gpu.fit(&device, l, &all)?;
+        let gcb = GpuCodebook::new(&fit.codebook)?;
+        gpu.compress_into(&gcb, &device, OutputLayout::Packed, &mut dev_out)
+    })?;
+    let h_fit = median(5, || gpu.fit(&pinned, l, &part).map(drop))?;
+    let h_comp = median(5, || hc.compress(gpu, &gcb, &pinned, |_| Ok(())).map(drop))?;
+    let h_comp_zc = median(5, || {
+        hc_zc.compress(gpu, &gcb, &pinned, |_| Ok(())).map(drop)
+    })?;
+    let h_once = median(5, || {
+        gpu.compress_host(&gcb, &pinned, &host_opts, |_| Ok(()))
+            .map(drop)
+    })?;
+    let h_total = median(5, || {
+        let fit = gpu.fit(&pinned, l, &part)?;
+        let gcb = GpuCodebook::new(&fit.codebook)?;
+        hc.compress(gpu, &gcb, &pinned, |_| Ok(())).map(drop)
+    })?;
+    let h_total_all = median(5, || {
+        let fit = gpu.fit(&pinned, l, &all)?;
+        let gcb = GpuCodebook::new(&fit.codebook)?;
+        hc.compress(gpu, &gcb, &pinned, |_| Ok(())).map(drop)
+    })?;
+    let reg = median(5, || {
+        let r = Registered::new(big)?;
+        hc.compress(gpu, &gcb, &r, |_| Ok(())).map(drop)
+    })?;
     Ok(Times {
         chunk_bytes: cb.chunk().bytes(),
         savings,

@@ -81,11 +81,7 @@ fn select(doc: &Document<'_>, named: bool, cap: usize) -> Result<Selection> {
             None => by_len.push((l, bytes)),
         }
     }
-    let Some(&(row_bytes, _)) = by_len
-        .iter()
-        .rev()
-        .max_by_key(|(_, b)| *b)
-    else {
+    let Some(&(row_bytes, _)) = by_len.iter().rev().max_by_key(|(_, b)| *b) else {
         return Err(Error::invalid(
             "no tensor with rows to measure (all are empty or 1-D); name a 2-D one with --tensor",
         ));
@@ -312,10 +308,28 @@ fn measure(args: &Args, file: &str, format: &'static str, sel: Selection) -> Res
             ),
             Err(_) => (0.0, None),
         };
-        out.push(row(id, what, ceiling, ceiling_gbs, m.map(|m| (m.decoded_rate() / 1e9, through)))?);
+        out.push(row(
+            id,
+            what,
+            ceiling,
+            ceiling_gbs,
+            m.map(|m| (m.decoded_rate() / 1e9, through)),
+        )?);
         Ok(())
     };
-    let m = |res| measure_decode(&gpu, &stream, &data, l, cb, BenchLayout::Packed, res, false, &opts);
+    let m = |res| {
+        measure_decode(
+            &gpu,
+            &stream,
+            &data,
+            l,
+            cb,
+            BenchLayout::Packed,
+            res,
+            false,
+            &opts,
+        )
+    };
     decode(
         "range_pinned_zero_copy",
         "range decode of every row from pinned host memory, read zero-copy (Decoder::range)".into(),
@@ -339,7 +353,9 @@ fn measure(args: &Args, file: &str, format: &'static str, sel: Selection) -> Res
         };
         decode(
             id,
-            format!("{batch} random rows gathered from pinned host memory, zero-copy (Decoder::gather)"),
+            format!(
+                "{batch} random rows gathered from pinned host memory, zero-copy (Decoder::gather)"
+            ),
             "zero_copy_read",
             false,
             measure_gather(&gpu, &stream, &data, l, cb, Residency::Pinned, batch, &opts),
@@ -387,7 +403,13 @@ fn measure(args: &Args, file: &str, format: &'static str, sel: Selection) -> Res
         }
         Err(e) if e.kind() == ibp::ErrorKind::Corrupt => {
             for id in ["compress_host", "compress_device"] {
-                out.push(row(id, "GPU fit plus compression".into(), "", 0.0, Err(Error::corrupt(e.message())))?);
+                out.push(row(
+                    id,
+                    "GPU fit plus compression".into(),
+                    "",
+                    0.0,
+                    Err(Error::corrupt(e.message())),
+                )?);
             }
         }
         Err(e) => return Err(e),
@@ -535,7 +557,11 @@ fn text(r: &Report) -> String {
             f(m.through_gb_per_s),
             format!("{} {:.1}", m.ceiling, m.ceiling_gb_per_s),
             m.of_ceiling.map_or("-".into(), |v| format!("{v:.2}")),
-            if m.bit_exact { "yes".into() } else { "NO".into() },
+            if m.bit_exact {
+                "yes".into()
+            } else {
+                "NO".into()
+            },
         ]);
     }
     s.push_str(&t.render());

@@ -200,13 +200,7 @@ pub fn run(args: Args) -> Result<()> {
         #[cfg(feature = "cuda")]
         Device::Gpu(gpu) => {
             let mut groups = ibp::gpu::GpuGroups::new(gpu)?;
-            ibp::container::compress_document_on(
-                &doc,
-                &opts,
-                out.writer(),
-                &progress,
-                &mut groups,
-            )
+            ibp::container::compress_document_on(&doc, &opts, out.writer(), &progress, &mut groups)
         }
     }
     .map_err(changed)?;
@@ -386,6 +380,7 @@ fn device_line(d: &DeviceReport, input_bytes: u64) -> String {
     format!(
         "device: {used}: compressed {} in {:.2} s ({:.2} GB/s)",
         human(input_bytes),
-        d.compress_seconds, d.compress_gb_per_s
+        d.compress_seconds,
+        d.compress_gb_per_s
     )
 }

@@ -133,16 +133,17 @@ fn stored<W: Write>(
     // `State::group`.
     if opts.layout == GroupLayout::Fixed {
         dev.compress(cb, GroupLayout::Fixed)?;
-        let id = w.add_group_in_pieces(meta, cb, Some(fitted.threshold), GroupLayout::Fixed, |s| {
-            s.start(SectionKind::Flags)?;
-            encoded = copy(dev, s, SectionKind::Flags, flag_len, piece)?;
-            s.start(SectionKind::Slots)?;
-            copy(dev, s, SectionKind::Slots, total_bytes, piece)?;
-            if verify {
-                dev.verify(rows, piece)?;
-            }
-            Ok(())
-        })?;
+        let id =
+            w.add_group_in_pieces(meta, cb, Some(fitted.threshold), GroupLayout::Fixed, |s| {
+                s.start(SectionKind::Flags)?;
+                encoded = copy(dev, s, SectionKind::Flags, flag_len, piece)?;
+                s.start(SectionKind::Slots)?;
+                copy(dev, s, SectionKind::Slots, total_bytes, piece)?;
+                if verify {
+                    dev.verify(rows, piece)?;
+                }
+                Ok(())
+            })?;
         report.layout = GroupLayout::Fixed;
         report.stats.encoded_rows = encoded;
         report.stats.stored_bytes = cb_bytes + flag_len + total_bytes;

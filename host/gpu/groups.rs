@@ -124,7 +124,8 @@ impl GroupDevice for GpuGroups<'_> {
 
     fn fit(&mut self, opts: &FitOptions) -> Result<Fit> {
         let (buf, n, l) = self.loaded()?;
-        let rows = Span::of(buf, 0, n * l).ok_or_else(|| Error::invalid("group outside its buffer"))?;
+        let rows =
+            Span::of(buf, 0, n * l).ok_or_else(|| Error::invalid("group outside its buffer"))?;
         self.gpu.fit(&rows, l, opts)
     }
 
@@ -144,7 +145,8 @@ impl GroupDevice for GpuGroups<'_> {
             None => DeviceCompressed::empty()?,
         };
         let (buf, n, l) = self.loaded()?;
-        let rows = Span::of(buf, 0, n * l).ok_or_else(|| Error::invalid("group outside its buffer"))?;
+        let rows =
+            Span::of(buf, 0, n * l).ok_or_else(|| Error::invalid("group outside its buffer"))?;
         let gcb = GpuCodebook::new(cb)?;
         self.gpu.compress_into(&gcb, &rows, layout, &mut out)?;
         let len = out.data_len() as u64;
@@ -188,7 +190,8 @@ impl GroupDevice for GpuGroups<'_> {
         // SAFETY: the range was checked to lie inside the section's buffer,
         // `buf` is writable host memory of its length, and the copy is
         // synchronous (the compression finished in `compress_into`).
-        let r = unsafe { cu::cuMemcpyDtoH_v2(buf.as_mut_ptr() as *mut c_void, addr + at, buf.len()) };
+        let r =
+            unsafe { cu::cuMemcpyDtoH_v2(buf.as_mut_ptr() as *mut c_void, addr + at, buf.len()) };
         if r != cu::CUresult::CUDA_SUCCESS {
             return Err(Error::cuda_code(
                 format!("copying a compressed section from the GPU: {r:?}"),
