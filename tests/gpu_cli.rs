@@ -35,7 +35,7 @@ fn bin() -> PathBuf {
     if staged.is_file() {
         return staged;
     }
-    PathBuf::from(option_env!("CARGO_BIN_EXE_ibp").expect("no ibp binary: set IBP_BIN"))
+    PathBuf::from(env!("CARGO_BIN_EXE_ibp"))
 }
 
 fn scratch(test: &str) -> PathBuf {
@@ -173,10 +173,8 @@ fn ctrl_c_during_a_gpu_run_leaves_no_partial_file() {
     }
     assert!(partials() > 0, "no temporary output appeared");
     // SAFETY: kill with a valid pid and signal.
-    assert_eq!(
-        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) },
-        0
-    );
+    let sent = unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
+    assert_eq!(sent, 0);
     let status = child.wait().unwrap();
     assert_eq!(status.signal(), Some(libc::SIGINT), "{status}");
     assert_eq!(partials(), 0, "a .partial file was left");

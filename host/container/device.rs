@@ -30,7 +30,7 @@ use crate::fit::{Fit, FitOptions};
 use crate::io::Document;
 
 /// A device that fits and compresses a whole group of rows in its own
-/// memory: the GPU's [`crate::gpu::GpuGroups`] (feature `cuda`). The
+/// memory: the GPU's `ibp::gpu::GpuGroups` (feature `cuda`). The
 /// container calls, per group: [`GroupDevice::load`], [`GroupDevice::fit`],
 /// [`GroupDevice::compress`], [`GroupDevice::read`] per section piece,
 /// [`GroupDevice::verify`] when asked to, and always [`GroupDevice::unload`].
