@@ -19,9 +19,11 @@ use super::input::Source;
 use super::table::human;
 
 /// The `schema` value of `--json`.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 const SCHEMA: &str = "ibp-bench-file/1";
 
 /// The tensors measured: rows of one length, concatenated.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 struct Selection {
     names: Vec<String>,
     skipped: Vec<Skipped>,
