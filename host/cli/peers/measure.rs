@@ -74,6 +74,8 @@ pub struct Row {
     pub device: Option<f64>,
     /// Random gathers.
     pub gathers: Vec<GatherRates>,
+    /// Paths that failed (their cells are empty), with nvCOMP's error.
+    pub failures: Vec<String>,
 }
 
 /// A CUDA event for stream-to-stream ordering (cust's `Stream::wait_event`
@@ -159,19 +161,33 @@ pub fn measure_codec(
     row_bytes: usize,
 ) -> Result<Row> {
     gpu.make_current()?;
-    let bulk = nv.compress(codec, data, BULK_CHUNK, stream)?;
     let mut row = Row {
         codec: codec.name(),
-        ratio: bulk.raw_bytes() as f64 / bulk.stored_bytes() as f64,
         ..Default::default()
     };
-    bulk_paths(nv, stream, &bulk, data, &mut row)?;
-    drop(bulk);
-    let rows = nv.compress(codec, data, row_bytes, stream)?;
-    row.row_ratio = rows.raw_bytes() as f64 / rows.stored_bytes() as f64;
-    for batch in GATHER_BATCHES {
-        row.gathers
-            .push(gather_paths(nv, stream, &rows, data, row_bytes, batch)?);
+    // Q: why are failures noted rather than returned?
+    // A: one configuration nvCOMP refuses (or decodes wrongly) should not
+    // cost the rest of the comparison; the table says which and why.
+    match nv.compress(codec, data, BULK_CHUNK, stream) {
+        Ok(bulk) => {
+            row.ratio = bulk.raw_bytes() as f64 / bulk.stored_bytes() as f64;
+            bulk_paths(nv, stream, &bulk, data, &mut row)?;
+        }
+        Err(e) => row
+            .failures
+            .push(format!("compression, 64 KiB chunks: {e}")),
+    }
+    match nv.compress(codec, data, row_bytes, stream) {
+        Ok(rows) => {
+            row.row_ratio = rows.raw_bytes() as f64 / rows.stored_bytes() as f64;
+            for batch in GATHER_BATCHES {
+                let g = gather_paths(nv, stream, &rows, data, row_bytes, batch, &mut row.failures)?;
+                row.gathers.push(g);
+            }
+        }
+        Err(e) => row
+            .failures
+            .push(format!("compression, one chunk per row: {e}")),
     }
     Ok(row)
 }
@@ -256,26 +272,33 @@ fn bulk_paths(nv: &Nvcomp, stream: &Stream, c: &Chunks, data: &[u8], row: &mut R
     let mut rates = Vec::new();
     for (name, f, job, wipe) in paths {
         // The check: poisoned output (and landing buffer, for the copying
-        // paths, then restored by the path itself).
-        poison(&mut out)?;
-        if wipe {
-            poison(&mut dev_in)?;
-        }
-        f()?;
-        sync(stream)?;
-        nv.check_job(job)?;
-        if to_host(&out)? != data {
-            return Err(mismatch(codec, name));
-        }
-        let s = time_median(stream, 2, 9, f)?;
-        sync(&copy_stream)?;
-        nv.check_job(job)?;
-        rates.push(decoded / s / 1e9);
+        // paths, then restored by the path itself); then the timing.
+        let mut one = || -> Result<f64> {
+            poison(&mut out)?;
+            if wipe {
+                poison(&mut dev_in)?;
+            }
+            f()?;
+            sync(stream)?;
+            nv.check_job(job)?;
+            if to_host(&out)? != data {
+                return Err(mismatch(codec, name));
+            }
+            let s = time_median(stream, 2, 9, f)?;
+            sync(&copy_stream)?;
+            nv.check_job(job)?;
+            Ok(decoded / s / 1e9)
+        };
+        rates.push(
+            one()
+                .map_err(|e| row.failures.push(format!("{name}: {e}")))
+                .ok(),
+        );
     }
-    row.copy_decode = Some(rates[0]);
-    row.overlapped = Some(rates[1]);
-    row.zero_copy = Some(rates[2]);
-    row.device = Some(rates[3]);
+    row.copy_decode = rates[0];
+    row.overlapped = rates[1];
+    row.zero_copy = rates[2];
+    row.device = rates[3];
     Ok(())
 }
 
@@ -305,6 +328,7 @@ fn gather_paths(
     data: &[u8],
     row_bytes: usize,
     batch: usize,
+    failures: &mut Vec<String>,
 ) -> Result<GatherRates> {
     let codec = c.codec;
     let sets = index_sets(c.count(), batch);
@@ -366,7 +390,7 @@ fn gather_paths(
         let copy = nv.decode_job(codec, &staged, &sizes, &outs, &raw, row_bytes, stream)?;
         jobs.push([zc, copy, dev]);
     }
-    let mut rates = [0.0f64; 3];
+    let mut rates = [None; 3];
     for (p, name) in ["gather zero-copy", "gather copy", "gather device"]
         .iter()
         .enumerate()
@@ -385,31 +409,36 @@ fn gather_paths(
             }
             nv.decode(&jobs[k][p], 0..batch, stream)
         };
-        for k in 0..sets.len() {
-            poison(&mut out)?;
-            run(k)?;
-            sync(stream)?;
-            nv.check_job(&jobs[k][p])?;
-            let got = to_host(&out)?;
-            for (i, &t) in sets[k].iter().enumerate() {
-                if got[i * stride..i * stride + row_bytes]
-                    != data[t * row_bytes..(t + 1) * row_bytes]
-                {
-                    return Err(mismatch(codec, name));
+        let mut one = || -> Result<f64> {
+            for k in 0..sets.len() {
+                poison(&mut out)?;
+                run(k)?;
+                sync(stream)?;
+                nv.check_job(&jobs[k][p])?;
+                let got = to_host(&out)?;
+                for (i, &t) in sets[k].iter().enumerate() {
+                    if got[i * stride..i * stride + row_bytes]
+                        != data[t * row_bytes..(t + 1) * row_bytes]
+                    {
+                        return Err(mismatch(codec, name));
+                    }
                 }
             }
-        }
-        let mut k = 0;
-        let s = time_median(stream, 8, 24, || {
-            k = (k + 1) % sets.len();
-            run(k)
-        })?;
-        rates[p] = (batch * row_bytes) as f64 / s / 1e9;
+            let mut k = 0;
+            let s = time_median(stream, 8, 24, || {
+                k = (k + 1) % sets.len();
+                run(k)
+            })?;
+            Ok((batch * row_bytes) as f64 / s / 1e9)
+        };
+        rates[p] = one()
+            .map_err(|e| failures.push(format!("{name} {batch}: {e}")))
+            .ok();
     }
     Ok(GatherRates {
         batch,
-        zero_copy: Some(rates[0]),
-        copy: Some(rates[1]),
-        device: Some(rates[2]),
+        zero_copy: rates[0],
+        copy: rates[1],
+        device: rates[2],
     })
 }

@@ -125,6 +125,7 @@ pub fn compare(
         zero_copy: gb(&pinned),
         device: gb(&device),
         gathers: Vec::new(),
+        failures: Vec::new(),
     };
     for batch in GATHER_BATCHES {
         let g = |r| measure_gather(gpu, stream, data, row, cb, r, batch, opts);
@@ -156,6 +157,9 @@ pub fn compare(
             r.ratio,
             r.device.unwrap_or(0.0)
         );
+        for f in &r.failures {
+            eprintln!("  {}: {} failed: {f}", t.name, r.codec);
+        }
         rows.push(r);
     }
     Ok(rows)
@@ -264,6 +268,13 @@ fn markdown(peer: &str, results: &[(String, Vec<RowView>)]) -> String {
                 );
             }
             md.push('\n');
+        }
+    }
+    for (table, rows) in results {
+        for r in rows {
+            for f in &r.failures {
+                let _ = writeln!(md, "\n- failed: {table}, {}: {f}", r.codec);
+            }
         }
     }
     let _ = writeln!(
