@@ -328,3 +328,77 @@ fn best_of(v: &[Option<f64>]) -> Option<f64> {
 
 #[cfg(feature = "cuda")]
 type RowView = measure::Row;
+
+#[cfg(all(test, feature = "cuda"))]
+mod tests {
+    use super::measure::{GatherRates, Row};
+    use super::*;
+
+    fn row(codec: &str, ratio: f64, zc: f64, dev: f64, g: (f64, Option<f64>)) -> Row {
+        Row {
+            codec: codec.into(),
+            ratio,
+            row_ratio: ratio,
+            zero_copy: Some(zc),
+            device: Some(dev),
+            gathers: vec![GatherRates {
+                batch: 4096,
+                zero_copy: Some(g.0),
+                copy: g.1,
+                device: Some(dev / 2.0),
+            }],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn ibp_over_best_peer_takes_the_best_path_of_each_column() {
+        let ibp = row("ibp", 25.0, 800.0, 1600.0, (600.0, None));
+        let mut lz4 = row("LZ4", 5.0, 20.0, 400.0, (10.0, Some(40.0)));
+        lz4.overlapped = Some(50.0); // its best pinned path
+        let mut ans = row("ANS float32", 10.0, 30.0, 800.0, (15.0, Some(20.0)));
+        ans.failures.push("zero-copy: status 12".into());
+        let md = markdown("nvCOMP 6.0.0", &[("Cora".into(), vec![ibp, lz4, ans])]);
+        let line = md
+            .lines()
+            .rev()
+            .find(|l| l.starts_with("| Cora |"))
+            .expect("the summary row");
+        assert_eq!(
+            line,
+            "| Cora | 2.50 (ANS float32) | 16.00 (LZ4) | 2.00 (ANS float32) | 15.00 (LZ4) | 2.00 (ANS float32) |"
+        );
+        // Paths a codec does not have are "-", failures are listed.
+        assert!(
+            md.contains(
+                "| Cora | ibp | 25.000 | 25.000 | - | - | 800.0 | 1600.0 | 600.0 | - | 800.0 |"
+            ),
+            "{md}"
+        );
+        assert!(
+            md.contains("- failed: Cora, ANS float32: zero-copy: status 12"),
+            "{md}"
+        );
+    }
+
+    #[test]
+    fn codecs_follow_the_element_type() {
+        let names = |e, f| {
+            nvcomp::Codec::for_elements(e, f)
+                .iter()
+                .map(|c| c.name())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            names(4, true),
+            ["ANS", "ANS float32", "Bitcomp u32", "Cascaded u32", "LZ4"]
+        );
+        assert_eq!(
+            names(2, true),
+            ["ANS", "ANS float16", "Bitcomp u16", "Cascaded u16", "LZ4"]
+        );
+        assert_eq!(names(1, false), ["ANS", "Bitcomp", "Cascaded", "LZ4"]);
+        assert_eq!(element_of("MiniLM word embeddings bf16"), (2, true));
+        assert_eq!(element_of("Cora features f32"), (4, true));
+    }
+}
