@@ -173,6 +173,15 @@ pub fn run(args: Args) -> Result<()> {
     let commit = option_env!("IBP_GIT_COMMIT").unwrap_or("unknown");
     let date = utc_now();
     let _ = writeln!(md, "# ibp GPU benchmarks: {}\n", info.name);
+    let flags = format!(
+        "{}{}",
+        if args.stages { " --stages" } else { "" },
+        if peers.is_some() {
+            " --peers nvcomp"
+        } else {
+            ""
+        }
+    );
     let _ = writeln!(
         md,
         "- GPU: {} ({} SMs, compute capability {}.{})\n- driver: {} (CUDA {}.{})\n- ibp commit: {commit}\n- date: {date}\n- command: `ibp bench --rows {} --section {}{}`\n{}- this machine's PCIe, measured in the same run: pinned host-to-device copy {:.1} GB/s (1 GiB, DMA); zero-copy kernel read {:.1} GB/s (1 GiB, ibp's bit-counting kernel)\n",
@@ -185,15 +194,7 @@ pub fn run(args: Args) -> Result<()> {
         (info.driver_version % 1000) / 10,
         args.rows,
         args.section,
-        format!(
-            "{}{}",
-            if args.stages { " --stages" } else { "" },
-            if peers.is_some() {
-                " --peers nvcomp"
-            } else {
-                ""
-            }
-        ),
+        flags,
         if decode {
             "- decode timing: CUDA events, median of 9 calls after 2 warm-ups; every configuration is decoded and compared with the original bytes first.\n"
         } else {

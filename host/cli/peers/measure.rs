@@ -192,6 +192,10 @@ pub fn measure_codec(
     Ok(row)
 }
 
+/// A bulk path: its name, its enqueue function, the batch it decodes, and
+/// whether it copies into the device buffer first.
+type BulkPath<'a> = (&'a str, &'a dyn Fn() -> Result<()>, &'a DecodeJob, bool);
+
 /// The four bulk paths of `c` (64 KiB chunks of `data`).
 fn bulk_paths(nv: &Nvcomp, stream: &Stream, c: &Chunks, data: &[u8], row: &mut Row) -> Result<()> {
     let codec = c.codec;
@@ -262,7 +266,7 @@ fn bulk_paths(nv: &Nvcomp, stream: &Stream, c: &Chunks, data: &[u8], row: &mut R
     };
     let zero_copy = || nv.decode(&zc_job, 0..n, stream);
     let device = || nv.decode(&dev_job, 0..n, stream);
-    let paths: [(&str, &dyn Fn() -> Result<()>, &DecodeJob, bool); 4] = [
+    let paths: [BulkPath; 4] = [
         ("copy then decode", &copy_decode, &dev_job, true),
         ("overlapped", &overlapped, &dev_job, true),
         ("zero-copy", &zero_copy, &zc_job, false),

@@ -459,8 +459,7 @@ impl Nvcomp {
                 dl_error()
             )));
         }
-        // SAFETY (every `symbol` call below): `handle` is live, and each type
-        // is the one the headers declare for that name.
+        // SAFETY: `handle` is live, and the type is the header's.
         let get_properties: GetProperties = unsafe { symbol(handle, path, "nvcompGetProperties")? };
         // SAFETY: as above.
         let status_string: StatusString = unsafe { symbol(handle, path, "nvcompGetStatusString")? };
@@ -477,8 +476,8 @@ impl Nvcomp {
         let version = (v / 1000, (v % 1000) / 100, v % 100);
         if version.0 != SUPPORTED_MAJOR {
             return Err(Error::unsupported(format!(
-                "nvCOMP at {} is version {}.{}.{}; ibp's declarations are for nvCOMP {SUPPORTED_MAJOR}.x \
-                 (nvidia-libnvcomp-cu13 6.*)",
+                "nvCOMP at {} is version {}.{}.{}; ibp's declarations are for \
+                 nvCOMP {SUPPORTED_MAJOR}.x (nvidia-libnvcomp-cu13 6.*)",
                 path.display(),
                 version.0,
                 version.1,
@@ -488,9 +487,9 @@ impl Nvcomp {
         let mut families = Vec::new();
         for f in Family::ALL {
             let n = family_symbols(f);
-            // SAFETY (each call): `handle` is live; the types follow the
-            // family's header, where all seven have the same shape.
-            families.push(unsafe {
+            // SAFETY: `handle` is live; the types follow the family's
+            // header, where all seven have the same shape.
+            let api = unsafe {
                 FamilyApi {
                     compress_alignments: symbol(handle, path, &n[0])?,
                     compress_temp: symbol(handle, path, &n[1])?,
@@ -500,7 +499,8 @@ impl Nvcomp {
                     decompress_temp: symbol(handle, path, &n[5])?,
                     decompress: symbol(handle, path, &n[6])?,
                 }
-            });
+            };
+            families.push(api);
         }
         Ok(Self {
             path: path.to_path_buf(),
@@ -693,6 +693,7 @@ impl Nvcomp {
     /// `inputs[i]` (`in_sizes[i]` bytes) and written to `outputs[i]`
     /// (`raw[i]` bytes). The addresses may be device memory or mapped
     /// pinned host memory.
+    #[allow(clippy::too_many_arguments)]
     pub fn decode_job(
         &self,
         codec: Codec,
