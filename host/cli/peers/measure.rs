@@ -22,7 +22,7 @@ use ibp::gpu::cust;
 use ibp::gpu::{Gpu, PinnedBuffer};
 use ibp::{Error, Result};
 
-use cust::memory::DeviceBuffer;
+use cust::memory::{CopyDestination, DeviceBuffer};
 use cust::stream::{Stream, StreamFlags};
 use cust::sys as cu;
 
@@ -281,6 +281,12 @@ fn bulk_paths(nv: &Nvcomp, stream: &Stream, c: &Chunks, data: &[u8], row: &mut R
             poison(&mut out)?;
             if wipe {
                 poison(&mut dev_in)?;
+            } else {
+                // The device path reads what the copying paths left there;
+                // after a failure of theirs that may be poison.
+                dev_in
+                    .copy_from(&c.data[..])
+                    .map_err(|e| Error::cuda(format!("uploading chunks: {e}")))?;
             }
             f()?;
             sync(stream)?;
@@ -347,7 +353,7 @@ fn gather_paths(
     let out_addr = out.as_device_ptr().as_raw();
     let outs: Vec<u64> = (0..batch).map(|i| out_addr + (i * stride) as u64).collect();
     let raw = vec![row_bytes as u64; batch];
-    let align = 16u64;
+    let align = c.input_alignment as u64;
     // The staging layout of each set for the copy path.
     let layouts: Vec<(Vec<u64>, u64)> = sets
         .iter()

@@ -261,7 +261,9 @@ impl Codec {
         let t = self.data_type.code();
         match self.family {
             // {backend = DEFAULT, data_type, max_sub_chunk_count = 0,
-            //  states_per_lane = 0, skip_validate = 0}
+            //  states_per_lane = 0, skip_validate = 0}; bytes as in the
+            // header's default (BITS: from the stream), a float type named.
+            Family::Ans if self.data_type == DataType::Char => Opts::zeroed().u32_at(4, TYPE_BITS),
             Family::Ans => Opts::zeroed().u32_at(4, t),
             // {backend = DEFAULT}
             Family::Bitcomp => Opts::zeroed(),
@@ -685,6 +687,7 @@ impl Nvcomp {
             sizes,
             raw,
             max_raw: chunk,
+            input_alignment: align as usize,
             output_alignment: dalign.output.max(1),
         })
     }
@@ -807,6 +810,9 @@ pub struct Chunks {
     pub raw: Vec<u64>,
     /// The largest decoded size.
     pub max_raw: usize,
+    /// The alignment each chunk's offset keeps (what the decoder needs of
+    /// its inputs, at least 8).
+    pub input_alignment: usize,
     /// The alignment each decoded chunk's destination needs.
     pub output_alignment: usize,
 }
