@@ -191,33 +191,37 @@ pub fn section(
     md: &mut String,
 ) -> ibp::Result<()> {
     eprintln!("peers on the real tables...");
+    let (a, b, c) = peers.nvcomp.version();
+    let rt = peers.nvcomp.cudart_version();
+    let label = format!(
+        "nvCOMP {a}.{b}.{c} (CUDA runtime {}.{})",
+        rt / 1000,
+        (rt % 1000) / 10
+    );
     let mut results = Vec::new();
     for (name, data, row) in super::bench::real_tables()? {
         let fit = ibp::fit::fit(ibp::Rows::new(&data, row)?, &Default::default())?;
         let reps = real_bytes.div_ceil(data.len()).max(1);
         let big = data.repeat(reps);
         let (elem_bytes, float) = element_of(&name);
-        let label = format!("{name} (×{reps})");
+        let table = format!("{name} (×{reps})");
         let t = Table {
-            name: &label,
+            name: &table,
             data: &big,
             row_bytes: row,
             elem_bytes,
             float,
             codebook: &fit.codebook,
         };
-        results.push((label.clone(), compare(gpu, stream, peers, &t, opts)?));
+        let rows = compare(gpu, stream, peers, &t, opts)?;
+        // Each table's rows in the log as soon as they are measured (a run
+        // cut short still leaves them).
+        let done = [(table.clone(), rows)];
+        eprint!("{}", markdown(&label, &done));
+        let [entry] = done;
+        results.push(entry);
     }
-    let (a, b, c) = peers.nvcomp.version();
-    let rt = peers.nvcomp.cudart_version();
-    md.push_str(&markdown(
-        &format!(
-            "nvCOMP {a}.{b}.{c} (CUDA runtime {}.{})",
-            rt / 1000,
-            (rt % 1000) / 10
-        ),
-        &results,
-    ));
+    md.push_str(&markdown(&label, &results));
     Ok(())
 }
 
