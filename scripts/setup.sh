@@ -17,6 +17,10 @@
 #   .tools/nvd/.../nvdisasm        NVIDIA's disassembler from PyPI (scripts/sass.sh)
 #   .tools/data/                   test data: MiniLM's model.safetensors,
 #                                  minilm-vocab.txt and minilm-card.md
+#   .tools/nvcomp/libnvcomp.so.6   only with IBP_FETCH_NVCOMP=1: NVIDIA's
+#                                  nvCOMP 6 from PyPI (nvidia-libnvcomp-cu13),
+#                                  the peer of `ibp bench --peers nvcomp`.
+#                                  Nothing else needs it
 #
 # Source scripts/env.sh afterwards (the other scripts do) for the variables.
 #
@@ -116,6 +120,28 @@ with zipfile.ZipFile(whl) as z:
                 if not b:
                     break
                 dst.write(b)
+        os.replace(path + ".part", path)
+EOF
+  rm -rf "$tools/dl"
+fi
+
+# 5. Optional: nvCOMP for `ibp bench --peers nvcomp`, which loads it at run
+#    time (ibp never links it). Only when asked: it is 30 MB, and NVIDIA's
+#    licence, not ours, covers it.
+if [ "${IBP_FETCH_NVCOMP:-0}" = 1 ] && [ ! -s "$tools/nvcomp/libnvcomp.so.6" ]; then
+  say "fetching nvCOMP 6 (PyPI nvidia-libnvcomp-cu13) into .tools/nvcomp"
+  need_pip "nvCOMP"
+  mkdir -p "$tools/nvcomp" "$tools/dl"
+  python3 -m pip download -q --disable-pip-version-check --no-deps 'nvidia-libnvcomp-cu13>=6,<7' -d "$tools/dl"
+  python3 - "$tools/dl" "$tools/nvcomp" <<'EOF'
+import glob, os, shutil, sys, zipfile
+whl = sorted(glob.glob(sys.argv[1] + "/nvidia_libnvcomp_cu13-*.whl"))[-1]
+with zipfile.ZipFile(whl) as z:
+    for member in ("lib64/libnvcomp.so.6", "LICENSE"):
+        name = next(n for n in z.namelist() if n.endswith("/libnvcomp/" + member))
+        path = os.path.join(sys.argv[2], os.path.basename(member))
+        with z.open(name) as src, open(path + ".part", "wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
         os.replace(path + ".part", path)
 EOF
   rm -rf "$tools/dl"

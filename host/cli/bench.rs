@@ -67,9 +67,12 @@ pub struct Args {
     stages: bool,
     /// Which benchmarks: `all`, `decode` or `compress` (fit and compression);
     /// `device` runs only the device-resident decodes and gathers (a quick
-    /// look at the decode kernel alone).
+    /// look at the decode kernel alone); `peers` only the comparison with
+    /// `--peers`.
     #[arg(long, default_value = "all")]
-    section: String,
+    pub(super) section: String,
+    #[command(flatten)]
+    pub(super) peers: super::peers::PeerArgs,
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -132,6 +135,18 @@ fn suite(args: Args) -> Result<()> {
     use ibp::gpu::bench::{BenchLayout, figure7_dataset, measure_decode};
     use ibp::gpu::{Gpu, Residency};
 
+    if !args.peers.peers.is_empty() && (args.no_real || args.section == "compress") {
+        return Err(ibp::Error::invalid(
+            "--peers compares decoders on the real tables: drop --no-real, and use --section all, decode or peers",
+        ));
+    }
+    if args.section == "peers" && args.peers.peers.is_empty() {
+        return Err(ibp::Error::invalid(
+            "--section peers needs a peer: add --peers nvcomp",
+        ));
+    }
+    // Before the GPU: a missing library is the first thing to report.
+    let peers = super::peers::Peers::load(&args.peers)?;
     let gpu = Gpu::first()?;
     let stream = Stream::new(StreamFlags::NON_BLOCKING, None)
         .map_err(|e| ibp::Error::cuda(e.to_string()))?;
@@ -184,10 +199,10 @@ fn suite(args: Args) -> Result<()> {
     let (decode, compress) = match args.section.as_str() {
         "all" => (true, true),
         "decode" | "device" => (true, false),
-        "compress" => (false, true),
+        "compress" | "peers" => (false, args.section == "compress"),
         other => {
             return Err(ibp::Error::invalid(format!(
-                "--section {other}: use all, decode, device or compress"
+                "--section {other}: use all, decode, device, compress or peers"
             )));
         }
     };
@@ -201,6 +216,15 @@ fn suite(args: Args) -> Result<()> {
     let commit = option_env!("IBP_GIT_COMMIT").unwrap_or("unknown");
     let date = utc_now();
     let _ = writeln!(md, "# ibp GPU benchmarks: {}\n", info.name);
+    let flags = format!(
+        "{}{}",
+        if args.stages { " --stages" } else { "" },
+        if peers.is_some() {
+            " --peers nvcomp"
+        } else {
+            ""
+        }
+    );
     let _ = writeln!(
         md,
         "- GPU: {} ({} SMs, compute capability {}.{})\n- driver: {} (CUDA {}.{})\n- ibp commit: {commit}\n- date: {date}\n- command: `ibp bench --rows {} --section {}{}`\n{}- this machine's PCIe, measured in the same run: pinned host-to-device copy {:.1} GB/s (1 GiB, DMA); zero-copy kernel read {:.1} GB/s (1 GiB, ibp's bit-counting kernel)\n",
@@ -213,7 +237,7 @@ fn suite(args: Args) -> Result<()> {
         (info.driver_version % 1000) / 10,
         args.rows,
         args.section,
-        if args.stages { " --stages" } else { "" },
+        flags,
         if decode {
             "- decode timing: CUDA events, median of 9 calls after 2 warm-ups; every configuration is decoded and compared with the original bytes first.\n"
         } else {
@@ -230,6 +254,9 @@ fn suite(args: Args) -> Result<()> {
         device_section(&gpu, &stream, &args, &opts, &mut md)?;
     } else if decode {
         decode_sections(&gpu, &stream, &args, &opts, zc, &mut md, &mut picture)?;
+    }
+    if let Some(p) = &peers {
+        super::peers::section(&gpu, &stream, p, args.real_bytes, &opts, &mut md)?;
     }
     println!("{md}");
     let path = args

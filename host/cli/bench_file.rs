@@ -33,6 +33,10 @@ struct Selection {
     data: Vec<u8>,
     /// Bytes of the whole selection.
     selected_bytes: u64,
+    /// Bytes per element and whether the elements are floats (of the first
+    /// tensor chosen), for the peers' typed codecs.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    elem: (usize, bool),
 }
 
 /// A tensor left out, and why.
@@ -101,6 +105,7 @@ fn select(doc: &Document<'_>, named: bool, cap: usize) -> Result<Selection> {
     let mut names = Vec::new();
     let mut data = Vec::new();
     let mut selected_bytes = 0;
+    let mut elem = None;
     let l = row_bytes as usize;
     let cap = cap.max(l) / l * l;
     for &(i, len, _) in &usable {
@@ -113,6 +118,11 @@ fn select(doc: &Document<'_>, named: bool, cap: usize) -> Result<Selection> {
             continue;
         }
         let g = doc.group_with_data(i)?;
+        elem.get_or_insert_with(|| {
+            use ibp::io::DType;
+            let float = matches!(g.dtype, DType::F64 | DType::F32 | DType::F16 | DType::BF16);
+            (g.dtype.size() as usize, float)
+        });
         selected_bytes += g.data.len() as u64;
         let take = g.data.len().min(cap - data.len());
         data.extend_from_slice(&g.data[..take]);
@@ -124,6 +134,7 @@ fn select(doc: &Document<'_>, named: bool, cap: usize) -> Result<Selection> {
         row_bytes: l,
         data,
         selected_bytes,
+        elem: elem.unwrap_or((1, false)),
     })
 }
 
@@ -152,6 +163,10 @@ struct Report {
     /// `zero_copy`.
     range_auto: &'static str,
     measurements: Vec<Measurement>,
+    /// With `--peers`: the comparison table (Markdown, as `ibp bench
+    /// --peers` prints it) of the peers and ibp on the same bytes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    peers_markdown: Option<String>,
 }
 
 #[derive(Serialize, Debug)]
@@ -218,6 +233,18 @@ pub fn run(args: &Args) -> Result<()> {
     measure(args, &source.display(), doc.format.name(), sel)
 }
 
+/// `--peers` for `bench FILE`: loaded before the GPU is looked for, so a
+/// missing library is the first error.
+#[cfg(feature = "cuda")]
+fn load_peers(args: &Args) -> Result<Option<super::peers::Peers>> {
+    if args.section != "all" {
+        return Err(Error::invalid(
+            "--section selects the built-in benchmarks; `ibp bench FILE` measures everything on the file",
+        ));
+    }
+    super::peers::Peers::load(&args.peers)
+}
+
 #[cfg(not(feature = "cuda"))]
 fn measure(_: &Args, _: &str, _: &'static str, _: Selection) -> Result<()> {
     Err(Error::unsupported(
@@ -247,6 +274,7 @@ fn measure(args: &Args, file: &str, format: &'static str, sel: Selection) -> Res
         None,
     )
     .map_err(|e| Error::cuda(e.to_string()))?;
+    let peers = load_peers(args)?;
     let opts = super::bench::decode_options(args)?;
     let l = sel.row_bytes;
     let (data, sample) = if sel.data.len() < args.real_bytes {
@@ -416,7 +444,23 @@ fn measure(args: &Args, file: &str, format: &'static str, sel: Selection) -> Res
         }
         Err(e) => return Err(e),
     }
-    // Peers (nvCOMP, issue 13 item 4) add their rows here, on `data`.
+    // Peers (nvCOMP) on the same bytes, beside ibp: a Markdown table after
+    // ibp's (text), or `peers_markdown` (JSON).
+    let peers_markdown = match &peers {
+        Some(p) => {
+            let name = sel.names.join(", ");
+            let t = super::peers::Table {
+                name: &name,
+                data: &data,
+                row_bytes: l,
+                elem_bytes: sel.elem.0,
+                float: sel.elem.1,
+                codebook: cb,
+            };
+            Some(super::peers::table_markdown(&gpu, &stream, p, &t, &opts)?)
+        }
+        None => None,
+    };
 
     let info = gpu.info();
     let report = Report {
@@ -452,6 +496,7 @@ fn measure(args: &Args, file: &str, format: &'static str, sel: Selection) -> Res
         ceilings,
         range_auto,
         measurements: out,
+        peers_markdown,
     };
     let text = if args.json {
         super::table::json(&report)?
@@ -568,5 +613,8 @@ fn text(r: &Report) -> String {
     }
     s.push_str(&t.render());
     s.push_str("\nGB/s: decoded bytes (decode) or input bytes (compression) per second. through: the bytes on the ceiling's path per second (stored bytes read from the host; on the device, bytes read plus written).\n");
+    if let Some(p) = &r.peers_markdown {
+        s.push_str(p);
+    }
     s
 }

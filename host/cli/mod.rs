@@ -17,6 +17,7 @@ mod inspect;
 mod interrupt;
 mod kv_data;
 mod output;
+mod peers;
 mod plot;
 mod table;
 
