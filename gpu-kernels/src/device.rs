@@ -105,7 +105,6 @@ pub unsafe fn decode_row<H: Machine, B: Book, K: Sink>(
         return Err(RowError::BadIndex);
     }
     let l = view.row_bytes;
-    let k = view.chunks();
     // SAFETY: t < rows: flag byte t / 8, offsets t and t + 1, length t.
     let encoded = unsafe { h.ld_u8(view.flags + t / 8) } >> (t % 8) & 1 == 1;
     let (start, known) = if view.offsets != 0 {
@@ -126,8 +125,54 @@ pub unsafe fn decode_row<H: Machine, B: Book, K: Sink>(
     } else {
         (t * l, None)
     };
+    let slot = Slot {
+        addr: view.src + start,
+        len: known,
+        encoded,
+    };
+    // SAFETY: the slot is row t's, inside the dataset's payload (`view`).
+    unsafe { decode_slot(h, view, book, ws, slot, sink) }
+}
+
+/// Where one stored row is: its address, its stored length when known and
+/// whether it is stored encoded. A row of a dataset ([`decode_row`] finds
+/// it), or a copy of one elsewhere, e.g. in a GPU feature cache's slab
+/// (`crate::cache`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Slot {
+    /// Global address of the row's first stored byte.
+    pub addr: u64,
+    /// Stored bytes, or `None` for a fixed-stride slot whose length the
+    /// participation bits give (the whole `L`-byte slot may then be read).
+    pub len: Option<u64>,
+    /// Stored encoded (else raw: `L` bytes as they are).
+    pub encoded: bool,
+}
+
+/// Decode one stored row at `slot` into `sink`: the body of [`decode_row`]
+/// once the row is found, for callers that keep rows elsewhere (a cache).
+/// Warp-uniform, like [`decode_row`]; the stored length is checked against
+/// the row's form ([`RowError::Corrupt`]) before anything is read.
+///
+/// # Safety
+/// `view` describes the dataset the row belongs to (its geometry, book and
+/// entry table are used; its payload is not read); the whole 128-byte lines
+/// that hold `slot.addr .. slot.addr + len` (or `+ L` when the length is
+/// not known) are readable; `book` and `ws` as for [`decode_row`].
+#[inline(always)]
+pub unsafe fn decode_slot<H: Machine, B: Book, K: Sink>(
+    h: &H,
+    view: &DatasetView,
+    book: &B,
+    ws: u32,
+    slot: Slot,
+    sink: &mut K,
+) -> Result<(), RowError> {
+    let l = view.row_bytes;
+    let k = view.chunks();
+    let (encoded, known) = (slot.encoded, slot.len);
     let pbytes = (k as u64).div_ceil(8);
-    let slot = match known {
+    let slot_len = match known {
         Some(n) if encoded && (n < pbytes || n >= l) => return Err(RowError::Corrupt),
         Some(n) if !encoded && n != l => return Err(RowError::Corrupt),
         Some(n) => n,
@@ -135,9 +180,9 @@ pub unsafe fn decode_row<H: Machine, B: Book, K: Sink>(
         None => l,
     };
     // Fetch the lines that hold the slot's bytes, 16 bytes a lane.
-    let src = view.src + start;
+    let src = slot.addr;
     let first = src / LINE;
-    let pieces = ((src + slot).div_ceil(LINE) - first) * 8;
+    let pieces = ((src + slot_len).div_ceil(LINE) - first) * 8;
     let mut q = h.lane() as u64;
     while q < pieces {
         let a = (first + q / 8) * LINE + (q % 8) * 16;
