@@ -207,6 +207,8 @@ pub unsafe fn decode_slot<H: Machine, B: Book, K: Sink>(
             sink.put(ob, w, n);
             ob += 16 * WARP;
         }
+        // As below: the warp's next row may overwrite the workspace.
+        h.sync_warp();
         return Ok(());
     }
     let layout = Layout::new(k, view.chunk);
