@@ -201,8 +201,12 @@ impl FeatureCache {
                 )));
             }
         }
+        gpus[0].make_current()?;
+        check_device(host[0], gpus[0])?;
         let host_fp = fingerprint(host[0])?;
         for (i, ds) in host.iter().enumerate() {
+            gpus[i].make_current()?;
+            check_device(ds, gpus[i])?;
             if fingerprint(ds)? != host_fp {
                 return Err(Error::invalid(format!(
                     "the dataset given for GPU {} differs from the one for GPU {}",
@@ -210,10 +214,9 @@ impl FeatureCache {
                     gpus[0].ordinal()
                 )));
             }
-            gpus[i].make_current()?;
-            check_device(ds, gpus[i])?;
         }
         let src = slab_rows;
+        owner(gpus, src)?.make_current()?;
         let same_shape = src.rows == host[0].rows
             && src.row_bytes == host[0].row_bytes
             && src.chunk == host[0].chunk;
@@ -304,6 +307,7 @@ impl FeatureCache {
                 self.parts.len()
             )));
         }
+        owner(gpus, slab_rows)?.make_current()?;
         if fingerprint(slab_rows)? != self.source {
             return Err(Error::invalid(
                 "refill from another dataset than the cache was filled from",
@@ -377,12 +381,12 @@ impl FeatureCache {
         stream: &Stream,
     ) -> Result<()> {
         let part = self.part(gpu)?;
+        check_device(ds, gpu)?;
         if fingerprint(ds)? != self.host {
             return Err(Error::invalid(
                 "this dataset is not the one the cache was built for: its ids name other rows",
             ));
         }
-        check_device(ds, gpu)?;
         let count = ids.len() as u64;
         if count == 0 {
             return Ok(());
@@ -511,9 +515,18 @@ fn fingerprint(ds: &GpuDataset) -> Result<u64> {
     Ok(*ds.fingerprint.get_or_init(|| f))
 }
 
-/// Refuse a dataset whose device memory is not on `gpu` (its reads would
-/// fault, or cross the link on every row).
-fn check_device(ds: &GpuDataset, gpu: &Gpu) -> Result<()> {
+/// The GPU of `gpus` that holds `ds`'s device memory.
+fn owner<'g>(gpus: &[&'g Gpu], ds: &GpuDataset) -> Result<&'g Gpu> {
+    let o = device_of(ds)?;
+    gpus.iter().copied().find(|g| g.ordinal() as i32 == o).ok_or_else(|| {
+        Error::invalid(format!(
+            "the slab rows were uploaded on GPU {o}, which the cache does not span"
+        ))
+    })
+}
+
+/// The ordinal of the device that holds `ds`'s device memory.
+fn device_of(ds: &GpuDataset) -> Result<i32> {
     let mut ordinal: i32 = -1;
     // SAFETY: valid out-pointer of the attribute's type (int); the pointer
     // is a live device allocation of the dataset.
@@ -527,6 +540,13 @@ fn check_device(ds: &GpuDataset, gpu: &Gpu) -> Result<()> {
         },
         "asking where a dataset lives",
     )?;
+    Ok(ordinal)
+}
+
+/// Refuse a dataset whose device memory is not on `gpu` (its reads would
+/// fault, or cross the link on every row).
+fn check_device(ds: &GpuDataset, gpu: &Gpu) -> Result<()> {
+    let ordinal = device_of(ds)?;
     if ordinal != gpu.ordinal() as i32 {
         return Err(Error::invalid(format!(
             "the dataset was uploaded on GPU {ordinal}, not GPU {}: upload it on each GPU the cache spans",
