@@ -41,7 +41,7 @@ pub struct Args {
     /// worth; output is identical).
     #[arg(long, hide = true)]
     no_fast_paths: bool,
-    /// With `--section device`, only the tables whose name contains this
+    /// With `--section device` or `cache`, only the tables whose name contains this
     /// (for profilers).
     #[arg(long, hide = true)]
     only: Option<String>,
@@ -50,9 +50,24 @@ pub struct Args {
     stages: bool,
     /// Which benchmarks: `all`, `decode` or `compress` (fit and compression);
     /// `device` runs only the device-resident decodes and gathers (a quick
-    /// look at the decode kernel alone).
+    /// look at the decode kernel alone); `cache` the GPU feature cache
+    /// (IBP(C/M): graph and Zipf workloads, its own results file).
     #[arg(long, default_value = "all")]
     section: String,
+    /// `--section cache`: vertices of the R-MAT graph (ogbn-products'
+    /// scale by default).
+    #[arg(long, default_value_t = 2_400_000)]
+    vertices: usize,
+    /// `--section cache`: undirected edges of the R-MAT graph.
+    #[arg(long, default_value_t = 62_000_000)]
+    edges: usize,
+    /// `--section cache`: GraphSAGE mini-batches to time.
+    #[arg(long, default_value_t = 4)]
+    batches: usize,
+    /// `--section cache`: use at most this many GPUs (all by default; the
+    /// table has rows for one GPU and for all of them).
+    #[arg(long, default_value_t = 8)]
+    gpus: usize,
 }
 
 #[cfg(not(feature = "cuda"))]
@@ -141,10 +156,10 @@ pub fn run(args: Args) -> Result<()> {
     let (decode, compress) = match args.section.as_str() {
         "all" => (true, true),
         "decode" | "device" => (true, false),
-        "compress" => (false, true),
+        "compress" | "cache" => (false, args.section == "compress"),
         other => {
             return Err(ibp::Error::invalid(format!(
-                "--section {other}: use all, decode, device or compress"
+                "--section {other}: use all, decode, device, compress or cache"
             )));
         }
     };
@@ -170,7 +185,16 @@ pub fn run(args: Args) -> Result<()> {
         (info.driver_version % 1000) / 10,
         args.rows,
         args.section,
-        if args.stages { " --stages" } else { "" },
+        if args.section == "cache" {
+            format!(
+                " --vertices {} --edges {} --batches {} --gpus {}",
+                args.vertices, args.edges, args.batches, args.gpus
+            )
+        } else if args.stages {
+            " --stages".into()
+        } else {
+            String::new()
+        },
         if decode {
             "- decode timing: CUDA events, median of 9 calls after 2 warm-ups; every configuration is decoded and compared with the original bytes first.\n"
         } else {
@@ -183,15 +207,34 @@ pub fn run(args: Args) -> Result<()> {
     if compress {
         super::bench_compress::section(&gpu, args.real_bytes, h2d, zc, args.stages, &mut md)?;
     }
-    if args.section == "device" {
+    if args.section == "cache" {
+        let mut more = Vec::new();
+        for o in 1..ibp::gpu::Gpu::count().min(args.gpus as u32) {
+            more.push(ibp::gpu::Gpu::new(o)?);
+        }
+        gpu.make_current()?;
+        let all: Vec<&ibp::gpu::Gpu> = std::iter::once(&gpu).chain(&more).collect();
+        let a = super::bench_cache::CacheArgs {
+            vertices: args.vertices,
+            edges: args.edges,
+            batches: args.batches,
+            max_gpus: args.gpus,
+            only: args.only.clone(),
+        };
+        super::bench_cache::section(&all, &a, &mut md)?;
+        if let Some(g) = more.first() {
+            let _ = writeln!(md, "- second GPU: {} ({} SMs)\n", g.info().name, g.info().sm_count);
+        }
+    } else if args.section == "device" {
         device_section(&gpu, &stream, &args, &opts, &mut md)?;
     } else if decode {
         decode_sections(&gpu, &stream, &args, &opts, zc, &mut md, &mut picture)?;
     }
     println!("{md}");
-    let path = args
-        .out
-        .unwrap_or_else(|| PathBuf::from(format!("docs/results/{}.md", slug(&info.name))));
+    let path = args.out.unwrap_or_else(|| {
+        let suffix = if args.section == "cache" { "-cache" } else { "" };
+        PathBuf::from(format!("docs/results/{}{suffix}.md", slug(&info.name)))
+    });
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)
             .map_err(|e| ibp::Error::io(format!("creating {}", dir.display()), e))?;

@@ -4,7 +4,11 @@
 
 mod analyze;
 mod bench;
+#[cfg(feature = "cuda")]
+mod bench_cache;
 mod bench_compress;
+#[cfg(feature = "cuda")]
+mod bench_graph;
 mod bench_plot;
 mod clusters;
 mod compress;
