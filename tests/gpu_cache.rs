@@ -76,7 +76,11 @@ fn tables(rng: &mut Rng) -> Vec<Table> {
     for i in 0..500 {
         for j in 0..l {
             let r = rng.next() as u8;
-            data.push(if i % 7 == 3 { r } else { (r & 0x0f) | 0x40 ^ (j as u8 & 0x30) });
+            data.push(if i % 7 == 3 {
+                r
+            } else {
+                (r & 0x0f) | 0x40 ^ (j as u8 & 0x30)
+            });
         }
     }
     out.push(Table::new("synthetic 1002 B", data, l));
@@ -128,7 +132,9 @@ fn access(rng: &mut Rng, n: usize, count: usize) -> (Vec<u64>, Vec<u64>) {
             if rng.next() % 2 == 0 { a / 4 } else { a }
         })
         .collect();
-    let scores: Vec<u64> = (0..n as u64).map(|i| (n as u64 - i) * (1 + i % 3)).collect();
+    let scores: Vec<u64> = (0..n as u64)
+        .map(|i| (n as u64 - i) * (1 + i % 3))
+        .collect();
     (ids, top_k_by_score(&scores, n))
 }
 
@@ -260,9 +266,14 @@ fn a_cache_refuses_another_datasets_ids_and_a_budget_below_one_row() {
         .expect("a budget below every row is an error");
     assert_eq!(e.kind(), ibp::ErrorKind::InvalidArgument, "{e}");
     // Hot ids out of range.
-    let e = FeatureCache::new(&[&gpu], &[&ds], &[t.rows() as u64], &CacheOptions::new(1 << 20))
-        .err()
-        .expect("a hot id out of range is an error");
+    let e = FeatureCache::new(
+        &[&gpu],
+        &[&ds],
+        &[t.rows() as u64],
+        &CacheOptions::new(1 << 20),
+    )
+    .err()
+    .expect("a hot id out of range is an error");
     assert_eq!(e.kind(), ibp::ErrorKind::InvalidArgument, "{e}");
     s.synchronize().unwrap();
 }
@@ -284,7 +295,10 @@ fn bad_ids_are_reported_and_their_rows_zeroed() {
             ids.to_vec()
         } else {
             // u32 ids: u64::MAX would wrap; keep the others.
-            ids.iter().copied().filter(|&t| t < u32::MAX as u64).collect()
+            ids.iter()
+                .copied()
+                .filter(|&t| t < u32::MAX as u64)
+                .collect()
         };
         let (got, st) = gather(&cache, &gpu, &ds, &ids, t.l, wide);
         let e = st.unwrap_err();
@@ -341,7 +355,12 @@ fn two_gpus_read_each_others_slabs_and_gather_the_original_rows() {
                     g.make_current().unwrap();
                     let (got, st) = gather(&cache, g, ds, &ids, t.l, true);
                     st.unwrap();
-                    assert!(got == want, "{} {name} {placement:?} on GPU {}", t.name, g.ordinal());
+                    assert!(
+                        got == want,
+                        "{} {name} {placement:?} on GPU {}",
+                        t.name,
+                        g.ordinal()
+                    );
                     let s = cache.stats(g, ds, &ids).unwrap();
                     hits += s.local_hits + s.peer_hits;
                     if placement == Placement::Replicate {

@@ -5,8 +5,8 @@ use crate::arch;
 use crate::count::PosPopcnt32;
 use crate::hw::{GlobalBook, Hw, SharedBook};
 use crate::params::{
-    CacheParams, CountParams, CpAsyncTestParams, DecodeParams, EncodeParams, MeasureParams, SCAN_PER_THREAD,
-    SCAN_TILE, ScanParams, WarpTestParams, workspace_bytes,
+    CacheParams, CountParams, CpAsyncTestParams, DecodeParams, EncodeParams, MeasureParams,
+    SCAN_PER_THREAD, SCAN_TILE, ScanParams, WarpTestParams, workspace_bytes,
 };
 use crate::scan::{block_exclusive_scan, global_scan, thread_sizes};
 use crate::simt;
@@ -352,7 +352,10 @@ pub unsafe extern "ptx-kernel" fn ibp_cache_gather(p: CacheParams) {
         while i < words {
             // SAFETY: i·4 < book_smem_bytes <= the book's length.
             unsafe {
-                arch::st_shared_u32(base + i * 4, arch::ld_global_u32(p.view.book + i as u64 * 4))
+                arch::st_shared_u32(
+                    base + i * 4,
+                    arch::ld_global_u32(p.view.book + i as u64 * 4),
+                )
             };
             i += arch::block_dim();
         }

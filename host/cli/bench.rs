@@ -223,7 +223,12 @@ pub fn run(args: Args) -> Result<()> {
         };
         super::bench_cache::section(&all, &a, &mut md)?;
         if let Some(g) = more.first() {
-            let _ = writeln!(md, "- second GPU: {} ({} SMs)\n", g.info().name, g.info().sm_count);
+            let _ = writeln!(
+                md,
+                "- second GPU: {} ({} SMs)\n",
+                g.info().name,
+                g.info().sm_count
+            );
         }
     } else if args.section == "device" {
         device_section(&gpu, &stream, &args, &opts, &mut md)?;
@@ -232,7 +237,11 @@ pub fn run(args: Args) -> Result<()> {
     }
     println!("{md}");
     let path = args.out.unwrap_or_else(|| {
-        let suffix = if args.section == "cache" { "-cache" } else { "" };
+        let suffix = if args.section == "cache" {
+            "-cache"
+        } else {
+            ""
+        };
         PathBuf::from(format!("docs/results/{}{suffix}.md", slug(&info.name)))
     });
     if let Some(dir) = path.parent() {

@@ -95,10 +95,7 @@ struct Point {
 pub(super) fn section(gpus: &[&Gpu], a: &CacheArgs, md: &mut String) -> Result<()> {
     let gpus: Vec<&Gpu> = gpus.iter().copied().take(a.max_gpus.max(1)).collect();
     let t0 = std::time::Instant::now();
-    eprintln!(
-        "R-MAT graph: {} vertices, {} edges...",
-        a.vertices, a.edges
-    );
+    eprintln!("R-MAT graph: {} vertices, {} edges...", a.vertices, a.edges);
     let g = rmat(a.vertices, a.edges, SEED);
     let v = g.vertices();
     eprintln!("  built in {:.1} s", t0.elapsed().as_secs_f64());
@@ -125,7 +122,9 @@ pub(super) fn section(gpus: &[&Gpu], a: &CacheArgs, md: &mut String) -> Result<(
     let draw = |r: &mut SplitMix, n: usize| -> Vec<u32> {
         (0..n).map(|_| rank_row[zipf.sample(r)]).collect()
     };
-    let dlrm: Vec<Vec<u32>> = (0..DLRM_BATCHES).map(|_| draw(&mut r, DLRM_BATCH)).collect();
+    let dlrm: Vec<Vec<u32>> = (0..DLRM_BATCHES)
+        .map(|_| draw(&mut r, DLRM_BATCH))
+        .collect();
     let mut tr = SplitMix(SEED ^ 2);
     let trace: Vec<u64> = draw(&mut tr, 16 * v.min(1 << 20))
         .into_iter()
@@ -198,7 +197,9 @@ fn scaled_up(data: &[u8], l: usize, v: usize) -> Result<(ibp::codebook::Codebook
     let cb = ibp::fit::fit(rows, &Default::default())?.codebook;
     let small = compress_packed(&cb, rows)?;
     let mut r = SplitMix(SEED ^ 3);
-    let pick: Vec<usize> = (0..v).map(|_| r.below(rows.rows() as u64) as usize).collect();
+    let pick: Vec<usize> = (0..v)
+        .map(|_| r.below(rows.rows() as u64) as usize)
+        .collect();
     let mut comp = Packed {
         row_bytes: l,
         rows: v,
@@ -289,8 +290,8 @@ fn table(
                     let hot = if on { &w.hot[..] } else { &[][..] };
                     let p = measure(ls, &sets, host_c, slab_c, hot, budget, w, &ids, &check_rows)
                         .map_err(|e| {
-                            Error::invalid(format!("{name} {} {pct}% {vname}: {e}", w.name))
-                        })?;
+                        Error::invalid(format!("{name} {} {pct}% {vname}: {e}", w.name))
+                    })?;
                     let base = points.get(BASELINE).map(|b| b.rate);
                     let ratio = match (vi, base) {
                         (BASELINE, _) => "1.00".to_string(),
@@ -357,7 +358,14 @@ fn measure(
     for (i, lane) in lanes.iter_mut().enumerate() {
         lane.gpu.make_current()?;
         let ds = hosts[i];
-        cache.gather(lane.gpu, ds, &ids[i][0], &mut lane.out, &lane.status, &lane.stream)?;
+        cache.gather(
+            lane.gpu,
+            ds,
+            &ids[i][0],
+            &mut lane.out,
+            &lane.status,
+            &lane.stream,
+        )?;
         lane.stream.synchronize().map_err(cuda("warm-up"))?;
         lane.status.check()?;
         let got = ibp::gpu::copy_to_host(&lane.out)?;

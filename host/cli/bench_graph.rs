@@ -77,24 +77,26 @@ pub(super) fn rmat(vertices: usize, edges: usize, seed: u64) -> Graph {
             let mut r = SplitMix(seed ^ (c as u64 + 1).wrapping_mul(0xd1b5_4a32_d192_ed03));
             let n = CHUNK.min(edges - c * CHUNK);
             let perm = &perm;
-            (0..n).map(move |_| loop {
-                let (mut s, mut d) = (0usize, 0usize);
-                for _ in 0..scale {
-                    let x = r.unit();
-                    let (bs, bd) = if x < RMAT[0] {
-                        (0, 0)
-                    } else if x < RMAT[0] + RMAT[1] {
-                        (0, 1)
-                    } else if x < RMAT[0] + RMAT[1] + RMAT[2] {
-                        (1, 0)
-                    } else {
-                        (1, 1)
-                    };
-                    s = 2 * s + bs;
-                    d = 2 * d + bd;
-                }
-                if s < vertices && d < vertices && s != d {
-                    break (perm[s], perm[d]);
+            (0..n).map(move |_| {
+                loop {
+                    let (mut s, mut d) = (0usize, 0usize);
+                    for _ in 0..scale {
+                        let x = r.unit();
+                        let (bs, bd) = if x < RMAT[0] {
+                            (0, 0)
+                        } else if x < RMAT[0] + RMAT[1] {
+                            (0, 1)
+                        } else if x < RMAT[0] + RMAT[1] + RMAT[2] {
+                            (1, 0)
+                        } else {
+                            (1, 1)
+                        };
+                        s = 2 * s + bs;
+                        d = 2 * d + bd;
+                    }
+                    if s < vertices && d < vertices && s != d {
+                        break (perm[s], perm[d]);
+                    }
                 }
             })
         })
@@ -221,7 +223,10 @@ mod tests {
         for v in (0..5000).step_by(97) {
             for &u in g.neighbours(v) {
                 assert_ne!(u as usize, v);
-                let back = g.neighbours(u as usize).iter().filter(|&&x| x as usize == v);
+                let back = g
+                    .neighbours(u as usize)
+                    .iter()
+                    .filter(|&&x| x as usize == v);
                 let fwd = g.neighbours(v).iter().filter(|&&x| x == u);
                 assert_eq!(back.count(), fwd.count());
             }

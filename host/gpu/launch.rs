@@ -12,8 +12,8 @@ use std::marker::PhantomData;
 use cust::memory::{DeviceBuffer, DeviceSlice};
 use cust::stream::Stream;
 use ibp_kernels::params::{
-    CacheParams, CountParams, CpAsyncTestParams, DECODE_MODE_DECODE, DECODE_MODE_IDEAL, DecodeParams,
-    WarpTestParams,
+    CacheParams, CountParams, CpAsyncTestParams, DECODE_MODE_DECODE, DECODE_MODE_IDEAL,
+    DecodeParams, WarpTestParams,
 };
 
 use super::decode::{DecodeStatus, Decoder, GpuDataset, LaunchVia, Target};
@@ -59,8 +59,8 @@ impl<P> Kernel<P> {
 /// Every kernel, by what it does.
 pub(crate) mod kernels {
     use ibp_kernels::params::{
-        CacheParams, CountParams, CpAsyncTestParams, DecodeParams, EncodeParams, MeasureParams, ScanParams,
-        WarpTestParams,
+        CacheParams, CountParams, CpAsyncTestParams, DecodeParams, EncodeParams, MeasureParams,
+        ScanParams, WarpTestParams,
     };
 
     use super::Kernel;

@@ -32,9 +32,7 @@ use cust::sys as cu;
 
 use crate::error::{Error, Result};
 
-pub use cache::{
-    CacheOptions, CacheStats, FeatureCache, Placement, access_counts, top_k_by_score,
-};
+pub use cache::{CacheOptions, CacheStats, FeatureCache, Placement, access_counts, top_k_by_score};
 pub use compress::{DeviceCompressed, GpuCodebook, MAX_ROW_BYTES, OutputLayout};
 pub use decode::{
     DecodeOptions, DecodeStatus, Decoder, Fetch, GatherIndex, GpuDataset, Payload, Residency,

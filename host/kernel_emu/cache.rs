@@ -55,7 +55,10 @@ fn emulated_cache_gather_returns_every_row_from_slab_or_host() {
         let cb = fit(rows, &opts).unwrap().codebook;
         let packed = compress_packed(&cb, rows).unwrap();
         let enc = |t: usize| packed.flags[t / 8] >> (t % 8) & 1 == 1;
-        assert!((0..n).any(enc) && !(0..n).all(enc), "L={l}: want both forms");
+        assert!(
+            (0..n).any(enc) && !(0..n).all(enc),
+            "L={l}: want both forms"
+        );
         // The raw "dataset": every row stored as it is.
         let raw_offsets: Vec<u64> = (0..=n as u64).map(|i| i * l as u64).collect();
         let raw_flags = vec![0u8; n.div_ceil(8)];

@@ -49,10 +49,10 @@ use ibp_kernels::params::CacheParams;
 
 pub use plan::{Placement, access_counts, top_k_by_score};
 
+use super::Gpu;
 use super::decode::{DecodeStatus, GatherIndex, GpuDataset, Payload};
 use super::driver::{self, Event, check};
 use super::memory::PinnedBuffer;
-use super::Gpu;
 use crate::error::{Error, Result};
 
 /// Bytes of a 128-byte line: the unit in which the kernel fetches a slot.
@@ -231,11 +231,13 @@ impl FeatureCache {
         } else {
             vec![vec![true]]
         };
-        let placement = opts.placement.unwrap_or(if reach.iter().flatten().all(|&r| r) {
-            Placement::Partition
-        } else {
-            Placement::Replicate
-        });
+        let placement = opts
+            .placement
+            .unwrap_or(if reach.iter().flatten().all(|&r| r) {
+                Placement::Partition
+            } else {
+                Placement::Replicate
+            });
         let slab_bytes = opts.budget_bytes.next_multiple_of(LINE).max(LINE);
         let mut parts = Vec::with_capacity(n);
         for (i, gpu) in gpus.iter().enumerate() {
@@ -258,7 +260,10 @@ impl FeatureCache {
                 staged: None,
             });
         }
-        let addrs: Vec<u64> = parts.iter().map(|p| p.slab.as_device_ptr().as_raw()).collect();
+        let addrs: Vec<u64> = parts
+            .iter()
+            .map(|p| p.slab.as_device_ptr().as_raw())
+            .collect();
         for (i, p) in parts.iter_mut().enumerate() {
             for (j, &a) in addrs.iter().enumerate() {
                 p.slabs[j] = if reach[i][j] { a } else { 0 };
@@ -274,17 +279,7 @@ impl FeatureCache {
             host: host_fp,
             source,
         };
-        let mut streams = Vec::with_capacity(n);
-        for gpu in gpus {
-            gpu.make_current()?;
-            streams.push(driver::new_stream()?);
-        }
-        let refs: Vec<&Stream> = streams.iter().collect();
-        cache.refill(gpus, src, hot, &refs)?;
-        for (gpu, s) in gpus.iter().zip(&streams) {
-            gpu.make_current()?;
-            driver::sync(s, "filling a cache")?;
-        }
+        cache.write(gpus, src, hot, None)?;
         gpus[0].make_current()?;
         Ok(cache)
     }
@@ -301,7 +296,27 @@ impl FeatureCache {
         hot: &[u64],
         streams: &[&Stream],
     ) -> Result<()> {
-        if gpus.len() != self.parts.len() || streams.len() != gpus.len() {
+        if streams.len() != gpus.len() {
+            return Err(Error::invalid("give each GPU of the cache its stream"));
+        }
+        self.write(gpus, slab_rows, hot, Some(streams))
+    }
+
+    /// Fill the slabs and indexes with `hot`: enqueued on `streams` through
+    /// pinned staging (a refill), or copied synchronously from pageable
+    /// memory when there are none (the first fill).
+    ///
+    /// Q: why not pinned staging for the first fill too?
+    /// A: pinning gigabytes (a 25% budget of a large table) costs more than
+    /// the copy itself, and the constructor synchronises anyway.
+    fn write(
+        &mut self,
+        gpus: &[&Gpu],
+        slab_rows: &GpuDataset,
+        hot: &[u64],
+        streams: Option<&[&Stream]>,
+    ) -> Result<()> {
+        if gpus.len() != self.parts.len() {
             return Err(Error::invalid(format!(
                 "this cache spans {} GPUs: give each its GPU and stream",
                 self.parts.len()
@@ -345,20 +360,46 @@ impl FeatureCache {
             let used = slabs[i]
                 .last()
                 .map_or(0, |&(r, o)| o + stored(r).unwrap_or(0));
-            let mut image = PinnedBuffer::<u8>::zeroed(used as usize)?;
-            for &(r, o) in &slabs[i] {
-                let (a, b) = (offsets[r as usize] as usize, offsets[r as usize + 1] as usize);
-                image[o as usize..o as usize + (b - a)].copy_from_slice(&payload[a..b]);
-            }
-            let index = PinnedBuffer::<u64>::from_slice(&words)?;
-            let s = streams[i];
+            let fill = |image: &mut [u8]| {
+                for &(r, o) in &slabs[i] {
+                    let (a, b) = (
+                        offsets[r as usize] as usize,
+                        offsets[r as usize + 1] as usize,
+                    );
+                    image[o as usize..o as usize + (b - a)].copy_from_slice(&payload[a..b]);
+                }
+            };
+            let (slab, index) = (
+                part.slab.as_device_ptr().as_raw(),
+                part.index.as_device_ptr().as_raw(),
+            );
             // Slab first, then the index that points into it: a gather later
-            // on this stream sees both.
-            copy_async(part.slab.as_device_ptr().as_raw(), &image, used as usize, s)?;
-            copy_async(part.index.as_device_ptr().as_raw(), &index, 8 * words.len(), s)?;
-            let done = Event::new()?;
-            done.record(s)?;
-            part.staged = Some((image, index, done));
+            // on the same stream sees both.
+            match streams {
+                Some(streams) => {
+                    let mut image = PinnedBuffer::<u8>::zeroed(used as usize)?;
+                    fill(&mut image);
+                    let pinned = PinnedBuffer::<u64>::from_slice(&words)?;
+                    let s = streams[i];
+                    copy_async(slab, &image, used as usize, s)?;
+                    copy_async(index, &pinned, 8 * words.len(), s)?;
+                    let done = Event::new()?;
+                    done.record(s)?;
+                    part.staged = Some((image, pinned, done));
+                }
+                None => {
+                    let mut image = vec![0u8; used as usize];
+                    fill(&mut image);
+                    copy_sync(slab, &image)?;
+                    copy_sync(index, bytemuck::cast_slice(&words))?;
+                    // Q: why synchronise the context?
+                    // A: a copy from pageable memory may return before its
+                    // DMA lands, and the caller's non-blocking streams are
+                    // not ordered after the legacy stream it runs on.
+                    // SAFETY: no arguments; this GPU's context is current.
+                    check(unsafe { cust::sys::cuCtxSynchronize() }, "filling a cache")?;
+                }
+            }
             part.host_index = words;
             part.used = used;
         }
@@ -518,11 +559,14 @@ fn fingerprint(ds: &GpuDataset) -> Result<u64> {
 /// The GPU of `gpus` that holds `ds`'s device memory.
 fn owner<'g>(gpus: &[&'g Gpu], ds: &GpuDataset) -> Result<&'g Gpu> {
     let o = device_of(ds)?;
-    gpus.iter().copied().find(|g| g.ordinal() as i32 == o).ok_or_else(|| {
-        Error::invalid(format!(
-            "the slab rows were uploaded on GPU {o}, which the cache does not span"
-        ))
-    })
+    gpus.iter()
+        .copied()
+        .find(|g| g.ordinal() as i32 == o)
+        .ok_or_else(|| {
+            Error::invalid(format!(
+                "the slab rows were uploaded on GPU {o}, which the cache does not span"
+            ))
+        })
 }
 
 /// The ordinal of the device that holds `ds`'s device memory.
@@ -554,6 +598,21 @@ fn check_device(ds: &GpuDataset, gpu: &Gpu) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// Copy `src` to device address `dst` (synchronous).
+fn copy_sync(dst: u64, src: &[u8]) -> Result<()> {
+    if src.is_empty() {
+        return Ok(());
+    }
+    // SAFETY: `dst` is a device allocation at least `src.len()` long (the
+    // slab or the index); the copy completes before the call returns.
+    check(
+        unsafe {
+            cust::sys::cuMemcpyHtoD_v2(dst, src.as_ptr() as *const std::ffi::c_void, src.len())
+        },
+        "filling a cache",
+    )
 }
 
 /// Enqueue a copy of the first `bytes` bytes of pinned `src` to `dst`.

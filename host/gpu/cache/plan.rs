@@ -195,7 +195,14 @@ mod tests {
         assert!(p.iter().all(|s| *s == p[0]));
         assert_eq!(p[0], vec![(5, 0), (0, 15), (2, 25)]);
         // Rows that cannot be cached are skipped.
-        let p = place(&hot, |r| (r != 5).then_some(10), 1, 25, Placement::Partition).unwrap();
+        let p = place(
+            &hot,
+            |r| (r != 5).then_some(10),
+            1,
+            25,
+            Placement::Partition,
+        )
+        .unwrap();
         assert_eq!(p, vec![vec![(0, 0), (7, 10)]]);
     }
 
