@@ -129,7 +129,11 @@ fn access(rng: &mut Rng, n: usize, count: usize) -> (Vec<u64>, Vec<u64>) {
     let ids: Vec<u64> = (0..count)
         .map(|_| {
             let a = rng.next() % n as u64;
-            if rng.next() % 2 == 0 { a / 4 } else { a }
+            if rng.next().is_multiple_of(2) {
+                a / 4
+            } else {
+                a
+            }
         })
         .collect();
     let scores: Vec<u64> = (0..n as u64)

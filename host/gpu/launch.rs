@@ -320,7 +320,13 @@ impl Gpu {
             )));
         }
         let mut warps = warps.clamp(1, 32) as u64;
-        let book_smem = if book + ws <= budget { book } else { 0 };
+        // The workspaces follow the book: it must end 16-aligned (decode
+        // books do; the check keeps a future layout from breaking it).
+        let book_smem = if book + ws <= budget && book.is_multiple_of(16) {
+            book
+        } else {
+            0
+        };
         while warps > 1 && book_smem + warps * ws > budget {
             warps /= 2;
         }

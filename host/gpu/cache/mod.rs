@@ -572,18 +572,13 @@ fn owner<'g>(gpus: &[&'g Gpu], ds: &GpuDataset) -> Result<&'g Gpu> {
 /// The ordinal of the device that holds `ds`'s device memory.
 fn device_of(ds: &GpuDataset) -> Result<i32> {
     let mut ordinal: i32 = -1;
+    let out = &mut ordinal as *mut i32 as *mut std::ffi::c_void;
+    let attr = cust::sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL;
     // SAFETY: valid out-pointer of the attribute's type (int); the pointer
     // is a live device allocation of the dataset.
-    check(
-        unsafe {
-            cust::sys::cuPointerGetAttribute(
-                &mut ordinal as *mut i32 as *mut std::ffi::c_void,
-                cust::sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-                ds.flags.as_device_ptr().as_raw(),
-            )
-        },
-        "asking where a dataset lives",
-    )?;
+    let r =
+        unsafe { cust::sys::cuPointerGetAttribute(out, attr, ds.flags.as_device_ptr().as_raw()) };
+    check(r, "asking where a dataset lives")?;
     Ok(ordinal)
 }
 

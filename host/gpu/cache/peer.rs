@@ -29,13 +29,10 @@ pub(crate) fn enable_all(gpus: &[&Gpu]) -> Result<Vec<Vec<bool>>> {
                 continue;
             }
             let mut can = 0;
+            let (a, b) = (gpus[i].device_raw(), gpus[j].device_raw());
             // SAFETY: valid out-pointer and device handles.
-            check(
-                unsafe {
-                    cu::cuDeviceCanAccessPeer(&mut can, gpus[i].device_raw(), gpus[j].device_raw())
-                },
-                "asking whether two GPUs can reach each other",
-            )?;
+            let r = unsafe { cu::cuDeviceCanAccessPeer(&mut can, a, b) };
+            check(r, "asking whether two GPUs can reach each other")?;
             if can == 0 {
                 continue;
             }

@@ -222,7 +222,7 @@ mod tests {
     #[test]
     fn each_gpu_indexes_its_own_copy_first_then_the_peers_it_reaches() {
         let len = |r: u64| Some(10 + r);
-        let enc = |r: u64| r % 2 == 0;
+        let enc = |r: u64| r.is_multiple_of(2);
         let slabs = vec![vec![(0u64, 0u64), (3, 10)], vec![(3, 0), (4, 13)]];
         let w = index_words(6, &slabs, &[1, 0], enc, len).unwrap();
         let e = |r: usize| unpack(w[r]);
