@@ -288,7 +288,9 @@ impl FeatureCache {
     /// `slab_rows` (the dataset the cache was filled from). The slabs and
     /// indexes are written on `streams[i]` for GPU `gpus[i]` (see the module
     /// docs for readers on other streams). Waits for the previous refill's
-    /// copies (host staging is reused), then enqueues without waiting.
+    /// copies (host staging is kept until then), builds the new contents on
+    /// the host, then enqueues without waiting; the first GPU's context is
+    /// left current.
     pub fn refill(
         &mut self,
         gpus: &[&Gpu],
@@ -403,7 +405,7 @@ impl FeatureCache {
             part.host_index = words;
             part.used = used;
         }
-        Ok(())
+        gpus[0].make_current()
     }
 
     /// Enqueue: output row `i` of `out` (`ids.len()` rows of `L` bytes)
