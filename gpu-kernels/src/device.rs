@@ -14,9 +14,8 @@
 //! let r = unsafe { ibp_kernels::device::decode_row(&Hw, &view, &book, ws, row, &mut sum) };
 //! ```
 //!
-//! The fetch is bounded exactly as the built-in kernels' (whole 128-byte
-//! lines that hold bytes of the row's slot, never past it), a corrupt row
-//! is reported ([`RowError::Corrupt`]) and nothing outside its slot is read;
+//! The fetch is bounded by the row's slot (the 16-byte pieces that hold its
+//! bytes, never past them), a corrupt row is reported ([`RowError::Corrupt`]) and nothing outside its slot is read;
 //! the decode itself is the built-in kernels' step ([`crate::step`]).
 
 use crate::bits::WARP;
@@ -156,7 +155,7 @@ pub struct Slot {
 ///
 /// # Safety
 /// `view` describes the dataset the row belongs to (its geometry, book and
-/// entry table are used; its payload is not read); the whole 128-byte lines
+/// entry table are used; its payload is not read); the 16-byte pieces
 /// that hold `slot.addr .. slot.addr + len` (or `+ L` when the length is
 /// not known) are readable; `book` and `ws` as for [`decode_row`].
 #[inline(always)]
@@ -179,16 +178,26 @@ pub unsafe fn decode_slot<H: Machine, B: Book, K: Sink>(
         // Fixed-stride, length to derive: the whole slot may be read.
         None => l,
     };
-    // Fetch the lines that hold the slot's bytes, 16 bytes a lane.
+    // Fetch the 16-byte pieces that hold the slot's bytes, one a lane, each
+    // at its place in the slot's lines (the workspace mirrors them from the
+    // first line's start).
+    //
+    // Q: why pieces rather than the whole lines?
+    // A: rows of the packed layout (and of a cache slab) share their first
+    // and last lines with their neighbours; over PCIe every byte of those
+    // lines counts. For MiniLM's 1536-byte f32 rows stored in ~1340 bytes,
+    // whole lines cost up to a line (~9%) more per row, most of what the
+    // compression saves. The step may read up to 16 bytes past the slot's
+    // end and 3 before its start: workspace bytes whose values it ignores.
     let src = slot.addr;
     let first = src / LINE;
-    let pieces = ((src + slot_len).div_ceil(LINE) - first) * 8;
-    let mut q = h.lane() as u64;
-    while q < pieces {
-        let a = (first + q / 8) * LINE + (q % 8) * 16;
-        // SAFETY: whole lines overlapping the slot (inside its allocation's
-        // pages); the destination is inside the workspace.
-        unsafe { h.sts_v4(ws + ((q / 8) * LINE + (q % 8) * 16) as u32, h.ld_v4(a)) };
+    let end = (src + slot_len).div_ceil(16);
+    let mut q = src / 16 + h.lane() as u64;
+    while q < end {
+        // SAFETY: a 16-aligned piece overlapping the slot (inside its
+        // allocation); the destination is inside the workspace (the slot's
+        // lines from the first one's start).
+        unsafe { h.sts_v4(ws + (16 * q - first * LINE) as u32, h.ld_v4(16 * q)) };
         q += WARP as u64;
     }
     h.sync_warp();
