@@ -466,3 +466,38 @@ fn judge(
         if cm >= want { "met" } else { "missed" }
     ));
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_scaled_up_table_decodes_to_its_raw_twin() {
+        let l = 64;
+        let mut r = SplitMix(4);
+        let data: Vec<u8> = (0..50 * l)
+            .map(|i| {
+                let x = r.next() as u8;
+                if i / l % 5 == 0 { x } else { x & 0x0f }
+            })
+            .collect();
+        let (cb, comp, raw) = scaled_up(&data, l, 333).unwrap();
+        assert_eq!(
+            (comp.rows, raw.rows, raw.payload.len()),
+            (333, 333, 333 * l)
+        );
+        let mut back = vec![0u8; 333 * l];
+        ibp::layout::decompress_packed(&cb, &comp.view(), &mut back).unwrap();
+        assert!(back == raw.payload);
+        assert!(comp.payload.len() < raw.payload.len());
+        // Every vertex holds one of the table's rows.
+        for row in raw.payload.chunks(l) {
+            assert!(data.chunks(l).any(|t| t == row));
+        }
+        // The raw twin is all raw: its flags are clear.
+        assert!(raw.flags.iter().all(|&f| f == 0));
+        let mut back = vec![0u8; 333 * l];
+        ibp::layout::decompress_packed(&cb, &raw.view(), &mut back).unwrap();
+        assert!(back == raw.payload);
+    }
+}
