@@ -340,7 +340,14 @@ impl FeatureCache {
         let flags = driver::copy_to_host(&slab_rows.flags)?;
         let stored = |r: u64| Some(offsets[r as usize + 1] - offsets[r as usize]);
         let encoded = |r: u64| flags[r as usize / 8] >> (r % 8) & 1 == 1;
-        let slabs = plan::place(hot, stored, gpus.len(), self.budget, self.placement)?;
+        let slabs = plan::place(
+            hot,
+            self.rows,
+            stored,
+            gpus.len(),
+            self.budget,
+            self.placement,
+        )?;
         for (i, gpu) in gpus.iter().enumerate() {
             if gpu.ordinal() != self.parts[i].ordinal {
                 return Err(Error::invalid(format!(

@@ -65,15 +65,17 @@ pub enum Placement {
 /// One slab's rows, in slab order: `(row, offset)`.
 pub(crate) type SlabRows = Vec<(u64, u64)>;
 
-/// Lay out `hot` (hottest first) in `slabs` slabs of `budget` bytes each.
-/// `stored(row)` is the row's stored length (`None`: the row cannot be
-/// cached). A row that does not fit where its turn puts it goes to the
-/// next slab with room, or is left out; later, shorter rows may still fit.
+/// Lay out `hot` (hottest first; rows below `rows`) in `slabs` slabs of
+/// `budget` bytes each. `stored(row)` is the row's stored length (`None`:
+/// the row cannot be cached). A row that does not fit where its turn puts
+/// it goes to the next slab with room, or is left out; later, shorter rows
+/// may still fit. A row named twice is placed once.
 ///
 /// Errors when the hot set is not empty and not even one of its rows fits
 /// (a budget smaller than any row), or on more than [`MAX_SLABS`] slabs.
 pub(crate) fn place(
     hot: &[u64],
+    rows: u64,
     stored: impl Fn(u64) -> Option<u64>,
     slabs: usize,
     budget: u64,
@@ -88,7 +90,12 @@ pub(crate) fn place(
     let mut used = vec![0u64; slabs];
     let mut smallest = u64::MAX;
     let mut turn = 0usize;
+    let mut placed = vec![false; rows as usize];
     for &row in hot {
+        match placed.get_mut(row as usize) {
+            Some(p) if !*p => *p = true,
+            _ => continue,
+        }
         let Some(n) = stored(row).filter(|&n| n <= MAX_SLOT_BYTES) else {
             continue;
         };
@@ -180,10 +187,10 @@ mod tests {
         let hot = [5u64, 0, 7, 2, 30, 1];
         // One slab of 40 bytes: 15 + 10 fit, 17 does not, 12 does, then
         // 40 cannot and 11 does not fit the 3 left.
-        let p = place(&hot, len, 1, 40, Placement::Partition).unwrap();
+        let p = place(&hot, 40, len, 1, 40, Placement::Partition).unwrap();
         assert_eq!(p, vec![vec![(5, 0), (0, 15), (2, 25)]]);
         // Two slabs take turns.
-        let p = place(&hot, len, 2, 40, Placement::Partition).unwrap();
+        let p = place(&hot, 40, len, 2, 40, Placement::Partition).unwrap();
         assert_eq!(p[0], vec![(5, 0), (7, 15)]);
         assert_eq!(p[1], vec![(0, 0), (2, 10), (1, 22)]);
         for s in &p {
@@ -191,12 +198,13 @@ mod tests {
             assert!(end <= 40);
         }
         // Replicated: the same rows everywhere.
-        let p = place(&hot, len, 3, 40, Placement::Replicate).unwrap();
+        let p = place(&hot, 40, len, 3, 40, Placement::Replicate).unwrap();
         assert!(p.iter().all(|s| *s == p[0]));
         assert_eq!(p[0], vec![(5, 0), (0, 15), (2, 25)]);
         // Rows that cannot be cached are skipped.
         let p = place(
             &hot,
+            40,
             |r| (r != 5).then_some(10),
             1,
             25,
@@ -204,19 +212,22 @@ mod tests {
         )
         .unwrap();
         assert_eq!(p, vec![vec![(0, 0), (7, 10)]]);
+        // A row named twice is placed once.
+        let p = place(&[3, 3, 4], 5, |_| Some(10), 1, 100, Placement::Partition).unwrap();
+        assert_eq!(p, vec![vec![(3, 0), (4, 10)]]);
     }
 
     #[test]
     fn a_budget_below_every_hot_row_is_an_error_and_no_hot_set_is_not() {
-        let e = place(&[1, 2], |_| Some(100), 1, 99, Placement::Partition).unwrap_err();
+        let e = place(&[1, 2], 3, |_| Some(100), 1, 99, Placement::Partition).unwrap_err();
         assert_eq!(e.kind(), crate::ErrorKind::InvalidArgument);
         assert!(e.message().contains("100 bytes"), "{}", e.message());
         assert_eq!(
-            place(&[], |_| Some(100), 2, 0, Placement::Partition).unwrap(),
+            place(&[], 3, |_| Some(100), 2, 0, Placement::Partition).unwrap(),
             vec![vec![], vec![]]
         );
-        assert!(place(&[1], |_| Some(1), 9, 10, Placement::Partition).is_err());
-        assert!(place(&[1], |_| Some(1), 0, 10, Placement::Partition).is_err());
+        assert!(place(&[1], 3, |_| Some(1), 9, 10, Placement::Partition).is_err());
+        assert!(place(&[1], 3, |_| Some(1), 0, 10, Placement::Partition).is_err());
     }
 
     #[test]
