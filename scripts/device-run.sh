@@ -3,7 +3,7 @@
 # scripts/stage-device.sh. Builds nothing. Every test runs with
 # IBP_REQUIRE_GPU=1 (a missing GPU fails). Logs and results go to $OUT; a
 # short table is printed last.
-# Usage: bash .device/device-run.sh [tests|benches|all]
+# Usage: bash .device/device-run.sh [tests|benches|all|cache]
 set -uo pipefail
 what=${1:-all}
 out=${OUT:-/tmp/ibp-out}
@@ -32,6 +32,15 @@ if [ "$what" = benches ] || [ "$what" = all ]; then
     timeout 300 .device/bin/ibp-baseline.bin bench --section decode --rows 100000 --out "$out/baseline.md" >"$out/baseline-bench.log" 2>&1
     summary+=("baseline ($(cat .device/baseline-commit)) ibp bench: rc=$?")
   fi
+fi
+# `cache`: only the feature-cache benchmark (IBP(C/M)); IBP_CACHE_ARGS adds
+# flags, e.g. "--vertices 200000 --edges 5000000" for a quick run.
+if [ "$what" = cache ]; then
+  # shellcheck disable=SC2086
+  timeout 590 .device/bin/ibp.bin bench --section cache ${IBP_CACHE_ARGS:-} --out "$out/cache.md" >"$out/ibp-bench-cache.log" 2>&1
+  summary+=("ibp bench --section cache: rc=$?")
+  tail -5 "$out/ibp-bench-cache.log"
+  [ -s "$out/cache.md" ] && grep -E '^(#|\||- )' "$out/cache.md" | grep -vE '^\| ---' | head -250
 fi
 cat "$out"/bench-*.txt 2>/dev/null
 # The decode tables of this build (and of the baseline, if staged).

@@ -14,9 +14,8 @@
 //! let r = unsafe { ibp_kernels::device::decode_row(&Hw, &view, &book, ws, row, &mut sum) };
 //! ```
 //!
-//! The fetch is bounded exactly as the built-in kernels' (whole 128-byte
-//! lines that hold bytes of the row's slot, never past it), a corrupt row
-//! is reported ([`RowError::Corrupt`]) and nothing outside its slot is read;
+//! The fetch is bounded by the row's slot (the 16-byte pieces that hold its
+//! bytes, never past them), a corrupt row is reported ([`RowError::Corrupt`]) and nothing outside its slot is read;
 //! the decode itself is the built-in kernels' step ([`crate::step`]).
 
 use crate::bits::WARP;
@@ -105,7 +104,6 @@ pub unsafe fn decode_row<H: Machine, B: Book, K: Sink>(
         return Err(RowError::BadIndex);
     }
     let l = view.row_bytes;
-    let k = view.chunks();
     // SAFETY: t < rows: flag byte t / 8, offsets t and t + 1, length t.
     let encoded = unsafe { h.ld_u8(view.flags + t / 8) } >> (t % 8) & 1 == 1;
     let (start, known) = if view.offsets != 0 {
@@ -126,24 +124,80 @@ pub unsafe fn decode_row<H: Machine, B: Book, K: Sink>(
     } else {
         (t * l, None)
     };
+    let slot = Slot {
+        addr: view.src + start,
+        len: known,
+        encoded,
+    };
+    // SAFETY: the slot is row t's, inside the dataset's payload (`view`).
+    unsafe { decode_slot(h, view, book, ws, slot, sink) }
+}
+
+/// Where one stored row is: its address, its stored length when known and
+/// whether it is stored encoded. A row of a dataset ([`decode_row`] finds
+/// it), or a copy of one elsewhere, e.g. in a GPU feature cache's slab
+/// (`crate::cache`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Slot {
+    /// Global address of the row's first stored byte.
+    pub addr: u64,
+    /// Stored bytes, or `None` for a fixed-stride slot whose length the
+    /// participation bits give (the whole `L`-byte slot may then be read).
+    pub len: Option<u64>,
+    /// Stored encoded (else raw: `L` bytes as they are).
+    pub encoded: bool,
+}
+
+/// Decode one stored row at `slot` into `sink`: the body of [`decode_row`]
+/// once the row is found, for callers that keep rows elsewhere (a cache).
+/// Warp-uniform, like [`decode_row`]; the stored length is checked against
+/// the row's form ([`RowError::Corrupt`]) before anything is read.
+///
+/// # Safety
+/// `view` describes the dataset the row belongs to (its geometry, book and
+/// entry table are used; its payload is not read); the 16-byte pieces
+/// that hold `slot.addr .. slot.addr + len` (or `+ L` when the length is
+/// not known) are readable; `book` and `ws` as for [`decode_row`].
+#[inline(always)]
+pub unsafe fn decode_slot<H: Machine, B: Book, K: Sink>(
+    h: &H,
+    view: &DatasetView,
+    book: &B,
+    ws: u32,
+    slot: Slot,
+    sink: &mut K,
+) -> Result<(), RowError> {
+    let l = view.row_bytes;
+    let k = view.chunks();
+    let (encoded, known) = (slot.encoded, slot.len);
     let pbytes = (k as u64).div_ceil(8);
-    let slot = match known {
+    let slot_len = match known {
         Some(n) if encoded && (n < pbytes || n >= l) => return Err(RowError::Corrupt),
         Some(n) if !encoded && n != l => return Err(RowError::Corrupt),
         Some(n) => n,
         // Fixed-stride, length to derive: the whole slot may be read.
         None => l,
     };
-    // Fetch the lines that hold the slot's bytes, 16 bytes a lane.
-    let src = view.src + start;
+    // Fetch the 16-byte pieces that hold the slot's bytes, one a lane, each
+    // at its place in the slot's lines (the workspace mirrors them from the
+    // first line's start).
+    //
+    // Q: why pieces rather than the whole lines?
+    // A: rows of the packed layout (and of a cache slab) share their first
+    // and last lines with their neighbours; over PCIe every byte of those
+    // lines counts. For MiniLM's 1536-byte f32 rows stored in ~1340 bytes,
+    // whole lines cost up to a line (~9%) more per row, most of what the
+    // compression saves. The step may read up to 16 bytes past the slot's
+    // end and 3 before its start: workspace bytes whose values it ignores.
+    let src = slot.addr;
     let first = src / LINE;
-    let pieces = ((src + slot).div_ceil(LINE) - first) * 8;
-    let mut q = h.lane() as u64;
-    while q < pieces {
-        let a = (first + q / 8) * LINE + (q % 8) * 16;
-        // SAFETY: whole lines overlapping the slot (inside its allocation's
-        // pages); the destination is inside the workspace.
-        unsafe { h.sts_v4(ws + ((q / 8) * LINE + (q % 8) * 16) as u32, h.ld_v4(a)) };
+    let end = (src + slot_len).div_ceil(16);
+    let mut q = src / 16 + h.lane() as u64;
+    while q < end {
+        // SAFETY: a 16-aligned piece overlapping the slot (inside its
+        // allocation); the destination is inside the workspace (the slot's
+        // lines from the first one's start).
+        unsafe { h.sts_v4(ws + (16 * q - first * LINE) as u32, h.ld_v4(16 * q)) };
         q += WARP as u64;
     }
     h.sync_warp();
@@ -162,6 +216,8 @@ pub unsafe fn decode_row<H: Machine, B: Book, K: Sink>(
             sink.put(ob, w, n);
             ob += 16 * WARP;
         }
+        // As below: the warp's next row may overwrite the workspace.
+        h.sync_warp();
         return Ok(());
     }
     let layout = Layout::new(k, view.chunk);

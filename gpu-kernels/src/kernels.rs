@@ -5,8 +5,8 @@ use crate::arch;
 use crate::count::PosPopcnt32;
 use crate::hw::{GlobalBook, Hw, SharedBook};
 use crate::params::{
-    CountParams, CpAsyncTestParams, DecodeParams, EncodeParams, MeasureParams, SCAN_PER_THREAD,
-    SCAN_TILE, ScanParams, WarpTestParams, workspace_bytes,
+    CacheParams, CountParams, CpAsyncTestParams, DecodeParams, EncodeParams, MeasureParams,
+    SCAN_PER_THREAD, SCAN_TILE, ScanParams, WarpTestParams, workspace_bytes,
 };
 use crate::scan::{block_exclusive_scan, global_scan, thread_sizes};
 use crate::simt;
@@ -314,6 +314,58 @@ pub unsafe extern "ptx-kernel" fn ibp_decode_stream(p: DecodeParams) {
     let at = launch(&p, arch::dyn_smem_base());
     // SAFETY: forwarded contract; the book is read from global memory.
     unsafe { crate::decode::run(&Hw, &GlobalBook(p.book), p, false, at) }
+}
+
+/// The GPU feature cache's gather (`crate::cache::gather`): one warp per
+/// requested row, the decode book in shared memory once per block when the
+/// host gave it room (`book_smem_bytes`), read from global memory
+/// otherwise.
+///
+/// # Safety
+/// As `crate::cache::gather`; the launch provides `book_smem_bytes` plus
+/// `ws_bytes` per warp of dynamic shared memory.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn ibp_cache_gather(p: CacheParams) {
+    let g = |a: u64| if a == 0 { 0 } else { arch::to_global(a) };
+    let mut p = p;
+    p.view.src = arch::to_global(p.view.src);
+    p.view.offsets = g(p.view.offsets);
+    p.view.lengths = g(p.view.lengths);
+    p.view.flags = arch::to_global(p.view.flags);
+    p.view.book = arch::to_global(p.view.book);
+    p.view.entries = arch::to_global(p.view.entries);
+    p.index = arch::to_global(p.index);
+    p.ids = arch::to_global(p.ids);
+    p.out = arch::to_global(p.out);
+    p.status = arch::to_global(p.status);
+    let mut s = 0;
+    while s < p.slabs.len() {
+        p.slabs[s] = g(p.slabs[s]);
+        s += 1;
+    }
+    let base = arch::dyn_smem_base();
+    let (warp, warps) = arch::global_warp();
+    let ws = base + p.book_smem_bytes + arch::warp_in_block() * p.ws_bytes;
+    if p.book_smem_bytes != 0 {
+        let words = p.book_smem_bytes / 4;
+        let mut i = arch::thread_idx();
+        while i < words {
+            // SAFETY: i·4 < book_smem_bytes <= the book's length.
+            unsafe {
+                arch::st_shared_u32(
+                    base + i * 4,
+                    arch::ld_global_u32(p.view.book + i as u64 * 4),
+                )
+            };
+            i += arch::block_dim();
+        }
+        arch::sync_threads();
+        // SAFETY: forwarded contract; the book is in shared memory at `base`.
+        unsafe { crate::cache::gather(&Hw, &SharedBook(base), &p, ws, warp, warps) }
+    } else {
+        // SAFETY: forwarded contract; the book is read from global memory.
+        unsafe { crate::cache::gather(&Hw, &GlobalBook(p.view.book), &p, ws, warp, warps) }
+    }
 }
 
 /// This warp's place in the grid and its workspace after `first` (the

@@ -23,6 +23,8 @@
 //!   the same traits.
 //! - [`device`]: decode inside your own kernel (a row at a time, into a
 //!   [`step::Sink`]).
+//! - [`cache`]: the GPU feature cache's index word and gather body (rows
+//!   from a cache slab or, on a miss, from the dataset in host memory).
 //! - [`params`]: `#[repr(C)]` kernel parameter blocks, shared with the host.
 //! - `arch` (nvptx only): thread ids, shuffles, ballot, shared memory, cp.async.
 //! - `hw` (nvptx only): the [`simt`] traits on the real machine, one PTX
@@ -38,6 +40,7 @@
 
 pub mod bits;
 pub mod book;
+pub mod cache;
 pub mod count;
 pub mod decode;
 pub mod device;

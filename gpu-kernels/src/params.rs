@@ -238,3 +238,43 @@ pub const SCAN_BLOCK: u32 = 256;
 pub const SCAN_PER_THREAD: u64 = 8;
 /// Tensors per scan tile (one block).
 pub const SCAN_TILE: u64 = SCAN_BLOCK as u64 * SCAN_PER_THREAD;
+
+/// `ibp_cache_gather`: the GPU feature cache's gather (`crate::cache`).
+/// Output row `i` (at `out + i · out_stride`) receives row `ids[i]` (u32
+/// ids with `ids_u32`, else u64): decoded from the slab its `index` word
+/// names when `slabs` gives that slab an address, else from the dataset
+/// `view` (pinned host memory, zero-copy). Errors are reported in `status`
+/// as for [`DecodeParams`], and a failed row is zeroed.
+///
+/// One warp per row; each warp has `ws_bytes` (the view's
+/// `workspace_bytes`) of dynamic shared memory after `book_smem_bytes` of
+/// decode book (0: the book is read from global memory).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CacheParams {
+    /// The dataset the cache was built from.
+    pub view: crate::device::DatasetView,
+    /// `view.rows` index words (`crate::cache`), in this GPU's memory.
+    pub index: u64,
+    /// Base address of each slab as this GPU reaches it (its own, or a
+    /// peer's through peer access); 0 for a slab it cannot reach.
+    pub slabs: [u64; crate::cache::MAX_SLABS],
+    /// The requested row ids.
+    pub ids: u64,
+    /// Number of ids (output rows).
+    pub count: u64,
+    /// Output row 0.
+    pub out: u64,
+    /// Bytes between output rows (`≥ L`).
+    pub out_stride: u64,
+    /// Two u64: error bits and the smallest failed output row.
+    pub status: u64,
+    /// 1: `ids` holds u32 (0: u64).
+    pub ids_u32: u32,
+    /// Bytes of the decode book copied into shared memory (0: none).
+    pub book_smem_bytes: u32,
+    /// Bytes of one warp's workspace.
+    pub ws_bytes: u32,
+    /// Unused (keeps the block a multiple of 8 bytes).
+    pub _pad0: u32,
+}

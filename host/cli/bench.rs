@@ -58,7 +58,7 @@ pub struct Args {
     /// worth; output is identical).
     #[arg(long, hide = true)]
     no_fast_paths: bool,
-    /// With `--section device`, only the tables whose name contains this
+    /// With `--section device` or `cache`, only the tables whose name contains this
     /// (for profilers).
     #[arg(long, hide = true)]
     only: Option<String>,
@@ -68,11 +68,26 @@ pub struct Args {
     /// Which benchmarks: `all`, `decode` or `compress` (fit and compression);
     /// `device` runs only the device-resident decodes and gathers (a quick
     /// look at the decode kernel alone); `peers` only the comparison with
-    /// `--peers`.
+    /// `--peers`; `cache` the GPU feature cache (IBP(C/M): graph and Zipf
+    /// workloads, its own results file).
     #[arg(long, default_value = "all")]
     pub(super) section: String,
     #[command(flatten)]
     pub(super) peers: super::peers::PeerArgs,
+    /// `--section cache`: vertices of the R-MAT graph (ogbn-products'
+    /// scale by default).
+    #[arg(long, default_value_t = 2_400_000)]
+    vertices: usize,
+    /// `--section cache`: undirected edges of the R-MAT graph.
+    #[arg(long, default_value_t = 62_000_000)]
+    edges: usize,
+    /// `--section cache`: GraphSAGE mini-batches to time.
+    #[arg(long, default_value_t = 4)]
+    batches: usize,
+    /// `--section cache`: use at most this many GPUs (all by default; the
+    /// table has rows for one GPU and for all of them).
+    #[arg(long, default_value_t = 8)]
+    gpus: usize,
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -199,10 +214,10 @@ fn suite(args: Args) -> Result<()> {
     let (decode, compress) = match args.section.as_str() {
         "all" => (true, true),
         "decode" | "device" => (true, false),
-        "compress" | "peers" => (false, args.section == "compress"),
+        "compress" | "peers" | "cache" => (false, args.section == "compress"),
         other => {
             return Err(ibp::Error::invalid(format!(
-                "--section {other}: use all, decode, device, compress or peers"
+                "--section {other}: use all, decode, device, compress, peers or cache"
             )));
         }
     };
@@ -217,7 +232,15 @@ fn suite(args: Args) -> Result<()> {
     let date = utc_now();
     let _ = writeln!(md, "# ibp GPU benchmarks: {}\n", info.name);
     let flags = format!(
-        "{}{}",
+        "{}{}{}",
+        if args.section == "cache" {
+            format!(
+                " --vertices {} --edges {} --batches {} --gpus {}",
+                args.vertices, args.edges, args.batches, args.gpus
+            )
+        } else {
+            String::new()
+        },
         if args.stages { " --stages" } else { "" },
         if peers.is_some() {
             " --peers nvcomp"
@@ -250,7 +273,30 @@ fn suite(args: Args) -> Result<()> {
     if compress {
         super::bench_compress::section(&gpu, args.real_bytes, h2d, zc, args.stages, &mut md)?;
     }
-    if args.section == "device" {
+    if args.section == "cache" {
+        let mut more = Vec::new();
+        for o in 1..ibp::gpu::Gpu::count().min(args.gpus as u32) {
+            more.push(ibp::gpu::Gpu::new(o)?);
+        }
+        gpu.make_current()?;
+        let all: Vec<&ibp::gpu::Gpu> = std::iter::once(&gpu).chain(&more).collect();
+        let a = super::bench_cache::CacheArgs {
+            vertices: args.vertices,
+            edges: args.edges,
+            batches: args.batches,
+            max_gpus: args.gpus,
+            only: args.only.clone(),
+        };
+        super::bench_cache::section(&all, &a, &mut md)?;
+        if let Some(g) = more.first() {
+            let _ = writeln!(
+                md,
+                "- second GPU: {} ({} SMs)\n",
+                g.info().name,
+                g.info().sm_count
+            );
+        }
+    } else if args.section == "device" {
         device_section(&gpu, &stream, &args, &opts, &mut md)?;
     } else if decode {
         decode_sections(&gpu, &stream, &args, &opts, zc, &mut md, &mut picture)?;
@@ -259,9 +305,14 @@ fn suite(args: Args) -> Result<()> {
         super::peers::section(&gpu, &stream, p, args.real_bytes, &opts, &mut md)?;
     }
     println!("{md}");
-    let path = args
-        .out
-        .unwrap_or_else(|| PathBuf::from(format!("docs/results/{}.md", slug(&info.name))));
+    let path = args.out.unwrap_or_else(|| {
+        let suffix = if args.section == "cache" {
+            "-cache"
+        } else {
+            ""
+        };
+        PathBuf::from(format!("docs/results/{}{suffix}.md", slug(&info.name)))
+    });
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)
             .map_err(|e| ibp::Error::io(format!("creating {}", dir.display()), e))?;

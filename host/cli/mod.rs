@@ -4,8 +4,12 @@
 
 mod analyze;
 mod bench;
+#[cfg(feature = "cuda")]
+mod bench_cache;
 mod bench_compress;
 mod bench_file;
+#[cfg(feature = "cuda")]
+mod bench_graph;
 mod bench_plot;
 mod clusters;
 mod compress;

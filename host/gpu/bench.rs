@@ -468,3 +468,17 @@ impl Gpu {
         Ok(out)
     }
 }
+
+/// Every row of `data` stored raw, in the packed layout: the uncompressed
+/// baseline of the feature cache benchmarks, decoded by the same kernels
+/// (its flag bitmap says "raw" for every row). Takes the bytes (no copy).
+pub fn raw_packed(data: Vec<u8>, row_bytes: usize) -> Result<crate::layout::Packed> {
+    let rows = Rows::new(&data, row_bytes)?.rows();
+    Ok(crate::layout::Packed {
+        row_bytes,
+        rows,
+        flags: vec![0; rows.div_ceil(8)],
+        offsets: (0..=rows as u64).map(|i| i * row_bytes as u64).collect(),
+        payload: data,
+    })
+}

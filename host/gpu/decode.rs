@@ -92,6 +92,9 @@ pub struct GpuDataset {
     /// Packed layout: the offsets, also on the host (the DMA path plans its
     /// copies from them).
     pub(crate) host_offsets: Option<Vec<u64>>,
+    /// What the dataset holds, hashed when a feature cache first asks
+    /// (`super::cache`).
+    pub(crate) fingerprint: std::sync::OnceLock<u64>,
 }
 
 impl GpuDataset {
@@ -123,6 +126,7 @@ impl GpuDataset {
             row_bytes: packed.row_bytes() as u64,
             chunk: cb.chunk().bytes(),
             stored_bytes: packed.payload().len() as u64,
+            fingerprint: Default::default(),
             max_stored: packed
                 .offsets()
                 .windows(2)
@@ -160,6 +164,7 @@ impl GpuDataset {
             stored_bytes: stored,
             // Lengths derived from participation bits: up to L - 1 bytes.
             max_stored: fixed.row_bytes() as u64,
+            fingerprint: Default::default(),
         })
     }
 
@@ -226,6 +231,7 @@ impl GpuDataset {
             stored_bytes: data_len as u64,
             // The offsets stay on the device: the bound.
             max_stored: row_bytes as u64,
+            fingerprint: Default::default(),
         })
     }
 

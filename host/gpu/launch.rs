@@ -12,8 +12,8 @@ use std::marker::PhantomData;
 use cust::memory::{DeviceBuffer, DeviceSlice};
 use cust::stream::Stream;
 use ibp_kernels::params::{
-    CountParams, CpAsyncTestParams, DECODE_MODE_DECODE, DECODE_MODE_IDEAL, DecodeParams,
-    WarpTestParams,
+    CacheParams, CountParams, CpAsyncTestParams, DECODE_MODE_DECODE, DECODE_MODE_IDEAL,
+    DecodeParams, WarpTestParams,
 };
 
 use super::decode::{DecodeStatus, Decoder, GpuDataset, LaunchVia, Target};
@@ -59,8 +59,8 @@ impl<P> Kernel<P> {
 /// Every kernel, by what it does.
 pub(crate) mod kernels {
     use ibp_kernels::params::{
-        CountParams, CpAsyncTestParams, DecodeParams, EncodeParams, MeasureParams, ScanParams,
-        WarpTestParams,
+        CacheParams, CountParams, CpAsyncTestParams, DecodeParams, EncodeParams, MeasureParams,
+        ScanParams, WarpTestParams,
     };
 
     use super::Kernel;
@@ -74,6 +74,7 @@ pub(crate) mod kernels {
     pub(crate) const SCAN_APPLY: Kernel<ScanParams> = Kernel::new("ibp_scan_apply");
     pub(crate) const DECODE_BATCH: Kernel<DecodeParams> = Kernel::new("ibp_decode");
     pub(crate) const DECODE_STREAM: Kernel<DecodeParams> = Kernel::new("ibp_decode_stream");
+    pub(crate) const CACHE_GATHER: Kernel<CacheParams> = Kernel::new("ibp_cache_gather");
     pub(crate) const TEST_WARP: Kernel<WarpTestParams> = Kernel::new("ibp_test_warp");
     pub(crate) const TEST_CP_ASYNC: Kernel<CpAsyncTestParams> = Kernel::new("ibp_test_cp_async");
 
@@ -255,9 +256,16 @@ impl Gpu {
         block: u32,
         shared: usize,
     ) -> Result<u32> {
+        self.blocks_per_sm(kernels::decode(batch), block, shared)
+    }
+
+    /// Blocks of `block` threads with `shared` bytes of dynamic shared
+    /// memory that one SM holds at once for kernel `k` (opting in to more
+    /// than 48 KiB first).
+    fn blocks_per_sm<P>(&self, k: Kernel<P>, block: u32, shared: usize) -> Result<u32> {
         let f = self
             .module()
-            .get_function(kernels::decode(batch).name())
+            .get_function(k.name())
             .map_err(cuda_err("finding a kernel"))?;
         if shared > 48 * 1024 {
             // SAFETY: valid function handle and attribute; the value is
@@ -281,10 +289,74 @@ impl Gpu {
             .map_err(cuda_err("querying occupancy"))?;
         if n == 0 {
             return Err(Error::unsupported(format!(
-                "the decode kernel cannot run with {block} threads and {shared} bytes of shared memory per block"
+                "{} cannot run with {block} threads and {shared} bytes of shared memory per block",
+                k.name()
             )));
         }
         Ok(n)
+    }
+
+    /// The feature cache's gather geometry for rows of `view`: threads per
+    /// block, the grid that fills the device, dynamic shared memory per
+    /// block and the part of it that holds the decode book (0: the book is
+    /// read from global memory).
+    ///
+    /// Q: when does the book leave shared memory?
+    /// A: when it and one warp's workspace do not fit a block together
+    /// (rows of many KB with 1-byte chunks); the warps then read it through
+    /// L1, as the streaming decoder does.
+    pub(crate) fn cache_geometry(
+        &self,
+        view: &ibp_kernels::device::DatasetView,
+        warps: u32,
+    ) -> Result<(u32, u32, u32, u32)> {
+        let budget = self.info().max_shared_per_block as u64;
+        let ws = view.workspace_bytes() as u64;
+        let book = view.book_bytes as u64;
+        if ws > budget {
+            return Err(Error::unsupported(format!(
+                "rows of {} bytes need {ws} bytes of shared memory per warp; this GPU allows {budget}",
+                view.row_bytes
+            )));
+        }
+        let mut warps = warps.clamp(1, 32) as u64;
+        // The workspaces follow the book: it must end 16-aligned (decode
+        // books do; the check keeps a future layout from breaking it).
+        let book_smem = if book + ws <= budget && book.is_multiple_of(16) {
+            book
+        } else {
+            0
+        };
+        while warps > 1 && book_smem + warps * ws > budget {
+            warps /= 2;
+        }
+        let shared = book_smem + warps * ws;
+        let block = (warps * 32) as u32;
+        let per_sm = self.blocks_per_sm(kernels::CACHE_GATHER, block, shared as usize)?;
+        Ok((
+            block,
+            per_sm * self.info().sm_count,
+            shared as u32,
+            book_smem as u32,
+        ))
+    }
+
+    /// Enqueue the feature cache's gather.
+    ///
+    /// The caller (`super::cache`) checked `p`: the view is a validated
+    /// dataset on this GPU, the index and slabs are the cache's, the output
+    /// holds `count` rows, the geometry comes from [`Gpu::cache_geometry`].
+    pub(crate) fn launch_cache_gather(
+        &self,
+        p: CacheParams,
+        grid: u32,
+        block: u32,
+        shared: u32,
+        stream: &Stream,
+    ) -> Result<()> {
+        // SAFETY: as the caller checked (above); CacheParams is the
+        // kernel's parameter type and the shared memory its carving.
+        unsafe { self.launch(kernels::CACHE_GATHER, grid, block, shared, stream, p) }
     }
 
     /// Enqueue the decode kernel (all checks on the host first).

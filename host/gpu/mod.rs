@@ -13,6 +13,7 @@
 // must be `pub`, but it is no part of the library's API.
 #[doc(hidden)]
 pub mod bench;
+mod cache;
 mod compress;
 mod decode;
 mod dma;
@@ -32,6 +33,7 @@ use cust::sys as cu;
 
 use crate::error::{Error, Result};
 
+pub use cache::{CacheOptions, CacheStats, FeatureCache, Placement, access_counts, top_k_by_score};
 pub use compress::{DeviceCompressed, GpuCodebook, MAX_ROW_BYTES, OutputLayout};
 pub use decode::{
     DecodeOptions, DecodeStatus, Decoder, Fetch, GatherIndex, GpuDataset, Payload, Residency,
@@ -108,6 +110,8 @@ pub struct Gpu {
     // Field order matters for drop order: the module before the context.
     module: Module,
     info: DeviceInfo,
+    ordinal: u32,
+    device: Device,
     context: Context,
 }
 
@@ -156,6 +160,8 @@ impl Gpu {
         Ok(Self {
             module,
             info,
+            ordinal,
+            device,
             context,
         })
     }
@@ -169,6 +175,27 @@ impl Gpu {
     pub fn make_current(&self) -> Result<()> {
         cust::context::CurrentContext::set_current(&self.context)
             .map_err(cuda_err("setting the current context"))
+    }
+
+    /// The device's ordinal (what [`Gpu::new`] was given).
+    pub fn ordinal(&self) -> u32 {
+        self.ordinal
+    }
+
+    /// Number of CUDA devices (0 when there is no driver).
+    pub fn count() -> u32 {
+        if cust::init(cust::CudaFlags::empty()).is_err() {
+            return 0;
+        }
+        Device::num_devices().unwrap_or(0)
+    }
+
+    pub(crate) fn device_raw(&self) -> cu::CUdevice {
+        self.device.as_raw()
+    }
+
+    pub(crate) fn context_raw(&self) -> cu::CUcontext {
+        self.context.as_raw()
     }
 
     /// The device's properties.

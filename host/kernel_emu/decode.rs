@@ -102,7 +102,7 @@ fn emu_decode_row(
 
 /// f32 rows whose exponents vary little (free bits in two runs: the low
 /// mantissa and the sign), with some outliers that do not match.
-fn float_rows(rows: usize, l: usize, seed: u64) -> Vec<u8> {
+pub(super) fn float_rows(rows: usize, l: usize, seed: u64) -> Vec<u8> {
     let mut s = seed | 1;
     (0..rows * l.div_ceil(4))
         .flat_map(|_| {
@@ -197,17 +197,17 @@ fn emulated_decode_step_equals_the_cpu_decoder_with_fast_paths_on_and_off() {
 /// A buffer whose first byte is 128-aligned, with a line of slack after its
 /// end: the decoder fetches whole 128-byte lines around a tensor's bytes,
 /// as a GPU allocation (256-byte aligned, whole pages) allows.
-struct Lined(Vec<u64>, usize);
+pub(super) struct Lined(Vec<u64>, usize);
 
 impl Lined {
-    fn from(bytes: &[u8]) -> Self {
+    pub(super) fn from(bytes: &[u8]) -> Self {
         let mut v = vec![0u64; bytes.len().div_ceil(8) + 48];
         let skip = (128 - (v.as_ptr() as usize % 128)) % 128;
         bytemuck::cast_slice_mut::<u64, u8>(&mut v)[skip..skip + bytes.len()]
             .copy_from_slice(bytes);
         Lined(v, skip)
     }
-    fn addr(&self) -> u64 {
+    pub(super) fn addr(&self) -> u64 {
         self.0.as_ptr() as u64 + self.1 as u64
     }
 }

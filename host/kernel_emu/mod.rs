@@ -640,4 +640,5 @@ fn crate_low_mask(n: u32) -> u64 {
     ibp_kernels::bits::low_mask(n)
 }
 
+mod cache;
 mod decode;

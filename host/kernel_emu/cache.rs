@@ -1,0 +1,171 @@
+//! The feature cache's gather body (`ibp_kernels::cache::gather`) on the
+//! emulated warp: rows from a slab (compressed or raw), from the dataset on
+//! a miss, from raw host rows behind compressed slab rows, bad ids and a
+//! corrupt index entry, against the original bytes.
+
+use ibp_kernels::cache::{Entry, NOT_CACHED, gather, pack};
+use ibp_kernels::device::DatasetView;
+use ibp_kernels::params::{CacheParams, STATUS_BAD_INDEX, STATUS_CORRUPT};
+
+use super::decode::{Lined, float_rows};
+use super::*;
+
+/// Run the gather as one warp (warp 0 of 1) and return the output rows
+/// (poisoned first) and the status words.
+fn emu_gather(p: CacheParams, book: u64, ids: &[u64], l: usize) -> (Vec<u8>, [u64; 2]) {
+    let ids = Aligned::from(bytemuck::cast_slice(ids));
+    let out = Aligned::from(&vec![0xA5u8; ids.1 / 8 * l]);
+    let status = Aligned::from(bytemuck::cast_slice(&[0u64, u64::MAX]));
+    let smem = Aligned::from(&vec![0x3cu8; p.view.workspace_bytes() as usize]);
+    let p = CacheParams {
+        ids: ids.addr(),
+        count: (ids.1 / 8) as u64,
+        out: out.addr(),
+        out_stride: l as u64,
+        status: status.addr(),
+        ..p
+    };
+    run_warp_with(smem.addr(), |w| {
+        // SAFETY: every buffer above is sized as `CacheParams` states; the
+        // workspace holds `workspace_bytes`.
+        unsafe { gather(w, &HostBytes(book), &p, 0, 0, 1) }
+    });
+    let s: &[u64] = bytemuck::cast_slice(status.bytes());
+    (out.bytes().to_vec(), [s[0], s[1]])
+}
+
+#[test]
+fn emulated_cache_gather_returns_every_row_from_slab_or_host() {
+    for (l, chunk) in [
+        (100usize, ChunkSize::Four),
+        (1531, ChunkSize::Two),
+        (5732, ChunkSize::Eight),
+    ] {
+        let n = 24;
+        let mut data = float_rows(n, l, 40 + l as u64);
+        // Two rows of noise, stored raw.
+        let mut x = 99u64;
+        for t in [7, 16] {
+            for b in &mut data[t * l..(t + 1) * l] {
+                *b = xorshift(&mut x) as u8;
+            }
+        }
+        let rows = Rows::new(&data, l).unwrap();
+        let opts = FitOptions::default().with_chunk(crate::fit::ChunkChoice::Fixed(chunk));
+        let cb = fit(rows, &opts).unwrap().codebook;
+        let packed = compress_packed(&cb, rows).unwrap();
+        let enc = |t: usize| packed.flags[t / 8] >> (t % 8) & 1 == 1;
+        assert!(
+            (0..n).any(enc) && !(0..n).all(enc),
+            "L={l}: want both forms"
+        );
+        // The raw "dataset": every row stored as it is.
+        let raw_offsets: Vec<u64> = (0..=n as u64).map(|i| i * l as u64).collect();
+        let raw_flags = vec![0u8; n.div_ceil(8)];
+        let book = Aligned::from(&decode_book(&cb));
+        let entries = Aligned::from(&decoder_table(&cb));
+        let (payload, raw_payload) = (Lined::from(&packed.payload), Lined::from(&data));
+        let (offsets, raw_off) = (
+            Aligned::from(bytemuck::cast_slice(&packed.offsets)),
+            Aligned::from(bytemuck::cast_slice(&raw_offsets)),
+        );
+        let (flags, rflags) = (Aligned::from(&packed.flags), Aligned::from(&raw_flags));
+        let base = DatasetView {
+            rows: n as u64,
+            row_bytes: l as u64,
+            book: book.addr(),
+            entries: entries.addr(),
+            book_bytes: book.1 as u32,
+            chunk: cb.chunk().bytes(),
+            ..Default::default()
+        };
+        let compressed = DatasetView {
+            src: payload.addr(),
+            offsets: offsets.addr(),
+            flags: flags.addr(),
+            ..base
+        };
+        let raw = DatasetView {
+            src: raw_payload.addr(),
+            offsets: raw_off.addr(),
+            flags: rflags.addr(),
+            ..base
+        };
+        // The hot rows (every third, from the end) back to back in a slab,
+        // in their compressed form.
+        let hot: Vec<usize> = (0..n).rev().step_by(3).collect();
+        let mut image = Vec::new();
+        let mut index = vec![NOT_CACHED; n];
+        for &t in &hot {
+            let (a, b) = (packed.offsets[t] as usize, packed.offsets[t + 1] as usize);
+            let e = Entry {
+                slab: 1,
+                offset: image.len() as u64,
+                len: (b - a) as u32,
+                encoded: enc(t),
+            };
+            index[t] = pack(e).unwrap();
+            image.extend_from_slice(&packed.payload[a..b]);
+        }
+        let slab = Lined::from(&image);
+        let index_mem = Aligned::from(bytemuck::cast_slice(&index));
+        let mut ids: Vec<u64> = (0..n as u64).chain([3, n as u64, 5, 3]).collect();
+        ids.swap(1, 20);
+        let want = |k: usize| -> Option<&[u8]> {
+            let t = ids[k] as usize;
+            (t < n).then(|| &data[t * l..(t + 1) * l])
+        };
+        let bad = ids.iter().position(|&t| t == n as u64).unwrap() as u64;
+        // IBP(C/M); IBP(C) (raw host rows); the slab out of reach (every
+        // row a miss, IBP(M)).
+        for (what, view, reach) in [
+            ("C/M", compressed, true),
+            ("C", raw, true),
+            ("M", compressed, false),
+        ] {
+            let mut slabs = [0u64; 8];
+            if reach {
+                slabs[1] = slab.addr();
+            }
+            let p = CacheParams {
+                view,
+                index: index_mem.addr(),
+                slabs,
+                ..Default::default()
+            };
+            let (out, st) = emu_gather(p, book.addr(), &ids, l);
+            assert_eq!(st, [STATUS_BAD_INDEX, bad], "L={l} {what}");
+            for (k, got) in out.chunks(l).enumerate() {
+                match want(k) {
+                    Some(w) => assert!(got == w, "L={l} {what} output row {k}"),
+                    None => assert!(got.iter().all(|&b| b == 0), "L={l} {what}: bad id's row"),
+                }
+            }
+        }
+        // A corrupt entry (an encoded row claiming L stored bytes) is
+        // reported and its row zeroed; the rest still decode.
+        let t = hot[0];
+        let mut broken = index.clone();
+        broken[t] = pack(Entry {
+            slab: 1,
+            offset: 0,
+            len: l as u32,
+            encoded: true,
+        })
+        .unwrap();
+        let broken_mem = Aligned::from(bytemuck::cast_slice(&broken));
+        let mut slabs = [0u64; 8];
+        slabs[1] = slab.addr();
+        let p = CacheParams {
+            view: compressed,
+            index: broken_mem.addr(),
+            slabs,
+            ..Default::default()
+        };
+        let ids: Vec<u64> = vec![0, t as u64, 1];
+        let (out, st) = emu_gather(p, book.addr(), &ids, l);
+        assert_eq!(st, [STATUS_CORRUPT, 1], "L={l}");
+        assert!(out[l..2 * l].iter().all(|&b| b == 0));
+        assert!(out[..l] == data[..l] && out[2 * l..] == data[l..2 * l]);
+    }
+}

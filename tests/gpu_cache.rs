@@ -1,0 +1,387 @@
+//! The GPU feature cache (IBP(C/M)), against the original rows: every
+//! variant (no cache, uncompressed cache and host rows, IBP(M), IBP(C),
+//! IBP(C/M)) at several budgets, gathered into poisoned output with guard
+//! bytes, on one GPU and on two (skipped visibly with one); refills; a
+//! dataset the cache was not built for; a budget below one row; bad ids.
+//! Prints `skipped: no CUDA device` without a GPU (a failure with
+//! `IBP_REQUIRE_GPU=1`).
+#![cfg(feature = "cuda")]
+
+mod common;
+
+use common::{Rng, gpu_or_skip, notice};
+use cust::memory::DeviceBuffer;
+use cust::stream::{Stream, StreamFlags};
+use ibp::Rows;
+use ibp::codebook::Codebook;
+use ibp::gpu::bench::raw_packed;
+use ibp::gpu::{
+    CacheOptions, DecodeStatus, FeatureCache, Gpu, GpuDataset, Placement, Residency, copy_to_host,
+    top_k_by_score,
+};
+use ibp::layout::{Packed, compress_packed};
+
+const POISON: u8 = 0xA5;
+const GUARD: usize = 256;
+
+fn stream() -> Stream {
+    Stream::new(StreamFlags::NON_BLOCKING, None).expect("stream")
+}
+
+/// A table: the rows, their codebook, the compressed and the raw uploads'
+/// host forms.
+struct Table {
+    name: String,
+    data: Vec<u8>,
+    l: usize,
+    cb: Codebook,
+    packed: Packed,
+    raw: Packed,
+}
+
+impl Table {
+    fn new(name: &str, data: Vec<u8>, l: usize) -> Self {
+        let rows = Rows::new(&data, l).unwrap();
+        let cb = ibp::fit::fit(rows, &Default::default()).unwrap().codebook;
+        let packed = compress_packed(&cb, rows).unwrap();
+        let raw = raw_packed(data.clone(), l).unwrap();
+        Table {
+            name: name.into(),
+            data,
+            l,
+            cb,
+            packed,
+            raw,
+        }
+    }
+
+    fn rows(&self) -> usize {
+        self.data.len() / self.l
+    }
+
+    fn upload(&self, gpu: &Gpu, compressed: bool) -> GpuDataset {
+        let p = if compressed { &self.packed } else { &self.raw };
+        GpuDataset::upload_packed(gpu, &self.cb, &p.view(), Residency::Pinned).unwrap()
+    }
+}
+
+/// Small tables: Cora's real rows (a few hundred), and synthetic f32 rows
+/// of a ragged length, some of which do not compress.
+fn tables(rng: &mut Rng) -> Vec<Table> {
+    let mut out = Vec::new();
+    let (name, data, l) = common::real_tables("gpu_cache").swap_remove(0);
+    out.push(Table::new(&name, data[..600 * l].to_vec(), l));
+    let l = 1002;
+    let mut data = Vec::with_capacity(500 * l);
+    for i in 0..500 {
+        for j in 0..l {
+            let r = rng.next() as u8;
+            data.push(if i % 7 == 3 {
+                r
+            } else {
+                (r & 0x0f) | 0x40 ^ (j as u8 & 0x30)
+            });
+        }
+    }
+    out.push(Table::new("synthetic 1002 B", data, l));
+    out
+}
+
+/// Gather `ids` through `cache` on `gpu` into a poisoned buffer with guard
+/// bytes; check the guard; return the rows and the status verdict.
+fn gather(
+    cache: &FeatureCache,
+    gpu: &Gpu,
+    ds: &GpuDataset,
+    ids: &[u64],
+    l: usize,
+    wide: bool,
+) -> (Vec<u8>, ibp::Result<()>) {
+    let s = stream();
+    let mut status = DecodeStatus::new().unwrap();
+    let mut out = DeviceBuffer::from_slice(&vec![POISON; ids.len() * l + GUARD]).unwrap();
+    if wide {
+        let d = DeviceBuffer::from_slice(ids).unwrap();
+        cache.gather(gpu, ds, &d, &mut out, &status, &s).unwrap();
+    } else {
+        let narrow: Vec<u32> = ids.iter().map(|&t| t as u32).collect();
+        let d = DeviceBuffer::from_slice(&narrow).unwrap();
+        cache.gather(gpu, ds, &d, &mut out, &status, &s).unwrap();
+    }
+    s.synchronize().unwrap();
+    let host = copy_to_host(&out).unwrap();
+    assert!(
+        host[ids.len() * l..].iter().all(|&b| b == POISON),
+        "the gather wrote past its output rows"
+    );
+    (host[..ids.len() * l].to_vec(), status.check())
+}
+
+fn expected(data: &[u8], l: usize, ids: &[u64]) -> Vec<u8> {
+    ids.iter()
+        .flat_map(|&t| data[t as usize * l..(t as usize + 1) * l].iter().copied())
+        .collect()
+}
+
+/// Random ids with repeats, and a hot set that prefers low ids (as a
+/// power-law degree would).
+fn access(rng: &mut Rng, n: usize, count: usize) -> (Vec<u64>, Vec<u64>) {
+    let ids: Vec<u64> = (0..count)
+        .map(|_| {
+            let a = rng.next() % n as u64;
+            if rng.next().is_multiple_of(2) {
+                a / 4
+            } else {
+                a
+            }
+        })
+        .collect();
+    let scores: Vec<u64> = (0..n as u64)
+        .map(|i| (n as u64 - i) * (1 + i % 3))
+        .collect();
+    (ids, top_k_by_score(&scores, n))
+}
+
+/// The five variants as (name, host rows compressed, slab rows compressed,
+/// cache on).
+const VARIANTS: [(&str, bool, bool, bool); 5] = [
+    ("no cache", false, false, false),
+    ("uncompressed cache + host", false, false, true),
+    ("IBP(M)", true, true, false),
+    ("IBP(C)", false, true, true),
+    ("IBP(C/M)", true, true, true),
+];
+
+#[test]
+fn every_variant_and_budget_gathers_the_original_rows() {
+    let Some(gpu) = gpu_or_skip("every_variant_and_budget_gathers_the_original_rows") else {
+        return;
+    };
+    let mut rng = Rng(0x5eed_cac4e);
+    for t in tables(&mut rng) {
+        let n = t.rows();
+        let (ids, hot) = access(&mut rng, n, 3000);
+        let (comp, raw) = (t.upload(&gpu, true), t.upload(&gpu, false));
+        let want = expected(&t.data, t.l, &ids);
+        for (name, host_c, slab_c, on) in VARIANTS {
+            let host = if host_c { &comp } else { &raw };
+            let slab = if slab_c { &comp } else { &raw };
+            for pct in [1u64, 5, 25, 100] {
+                let budget = (n * t.l) as u64 * pct / 100;
+                let hot = if on { &hot[..] } else { &[][..] };
+                let opts = CacheOptions::new(budget);
+                let cache = FeatureCache::with_slab_rows(&[&gpu], &[host], slab, hot, &opts)
+                    .unwrap_or_else(|e| panic!("{} {name} {pct}%: {e}", t.name));
+                for wide in [true, false] {
+                    let (got, st) = gather(&cache, &gpu, host, &ids, t.l, wide);
+                    st.unwrap();
+                    assert!(got == want, "{} {name} {pct}% wide={wide}", t.name);
+                }
+                let s = cache.stats(&gpu, host, &ids).unwrap();
+                assert_eq!(s.rows, ids.len() as u64);
+                assert_eq!(s.peer_hits, 0);
+                if on && pct == 100 {
+                    // Everything fits: no row is read from the host.
+                    assert_eq!((s.local_hits, s.host_bytes), (s.rows, 0), "{name}");
+                }
+                if !on {
+                    assert_eq!(s.local_hits, 0);
+                    assert_eq!(cache.cached_rows(&gpu).unwrap(), 0);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_refill_replaces_the_rows_and_the_gathers_stay_exact() {
+    let Some(gpu) = gpu_or_skip("a_refill_replaces_the_rows_and_the_gathers_stay_exact") else {
+        return;
+    };
+    let mut rng = Rng(77);
+    let t = tables(&mut rng).swap_remove(0);
+    let n = t.rows();
+    let ds = t.upload(&gpu, true);
+    let (ids, hot) = access(&mut rng, n, 2000);
+    let budget = t.packed.payload.len() as u64 / 3;
+    let mut cache = FeatureCache::new(&[&gpu], &[&ds], &hot, &CacheOptions::new(budget)).unwrap();
+    let before = cache.stats(&gpu, &ds, &ids).unwrap();
+    // The coldest rows instead.
+    let cold: Vec<u64> = hot.iter().rev().copied().collect();
+    let s = stream();
+    cache.refill(&[&gpu], &ds, &cold, &[&s]).unwrap();
+    let after = cache.stats(&gpu, &ds, &ids).unwrap();
+    assert!(after.local_hits < before.local_hits, "{before:?} {after:?}");
+    // The refill is ordered on `s`; the gather below runs on its own
+    // stream, so wait for it (the documented rule).
+    s.synchronize().unwrap();
+    let (got, st) = gather(&cache, &gpu, &ds, &ids, t.l, true);
+    st.unwrap();
+    assert!(got == expected(&t.data, t.l, &ids));
+    // Refilling from another dataset is refused.
+    let other = t.upload(&gpu, false);
+    let e = cache.refill(&[&gpu], &other, &cold, &[&s]).unwrap_err();
+    assert_eq!(e.kind(), ibp::ErrorKind::InvalidArgument);
+}
+
+#[test]
+fn a_cache_refuses_another_datasets_ids_and_a_budget_below_one_row() {
+    let Some(gpu) = gpu_or_skip("a_cache_refuses_another_datasets_ids_and_a_budget_below_one_row")
+    else {
+        return;
+    };
+    let mut rng = Rng(99);
+    let ts = tables(&mut rng);
+    let t = &ts[0];
+    let ds = t.upload(&gpu, true);
+    let hot: Vec<u64> = (0..10).collect();
+    let cache = FeatureCache::new(&[&gpu], &[&ds], &hot, &CacheOptions::new(1 << 20)).unwrap();
+    // Same shape, other rows: the first rows of the table again, reversed.
+    let mut data = t.data.clone();
+    data.reverse();
+    let other = Table::new("reversed", data, t.l);
+    let ods = other.upload(&gpu, true);
+    let s = stream();
+    let status = DecodeStatus::new().unwrap();
+    let ids = DeviceBuffer::from_slice(&[0u64, 1]).unwrap();
+    let mut out = DeviceBuffer::from_slice(&vec![0u8; 2 * t.l]).unwrap();
+    let e = cache
+        .gather(&gpu, &ods, &ids, &mut out, &status, &s)
+        .unwrap_err();
+    assert_eq!(e.kind(), ibp::ErrorKind::InvalidArgument, "{e}");
+    // Another upload of the same rows is accepted.
+    let again = t.upload(&gpu, true);
+    cache
+        .gather(&gpu, &again, &ids, &mut out, &status, &s)
+        .unwrap();
+    // Too small an output is refused before any launch.
+    let mut small = DeviceBuffer::from_slice(&vec![0u8; t.l]).unwrap();
+    let e = cache
+        .gather(&gpu, &ds, &ids, &mut small, &status, &s)
+        .unwrap_err();
+    assert_eq!(e.kind(), ibp::ErrorKind::InvalidArgument);
+    // A budget below the smallest stored row of the hot set.
+    let smallest = (0..t.rows())
+        .map(|i| t.packed.offsets[i + 1] - t.packed.offsets[i])
+        .min()
+        .unwrap();
+    let e = FeatureCache::new(&[&gpu], &[&ds], &hot, &CacheOptions::new(smallest - 1))
+        .err()
+        .expect("a budget below every row is an error");
+    assert_eq!(e.kind(), ibp::ErrorKind::InvalidArgument, "{e}");
+    // Hot ids out of range.
+    let e = FeatureCache::new(
+        &[&gpu],
+        &[&ds],
+        &[t.rows() as u64],
+        &CacheOptions::new(1 << 20),
+    )
+    .err()
+    .expect("a hot id out of range is an error");
+    assert_eq!(e.kind(), ibp::ErrorKind::InvalidArgument, "{e}");
+    s.synchronize().unwrap();
+}
+
+#[test]
+fn bad_ids_are_reported_and_their_rows_zeroed() {
+    let Some(gpu) = gpu_or_skip("bad_ids_are_reported_and_their_rows_zeroed") else {
+        return;
+    };
+    let mut rng = Rng(5);
+    let t = tables(&mut rng).swap_remove(0);
+    let n = t.rows() as u64;
+    let ds = t.upload(&gpu, true);
+    let hot: Vec<u64> = (0..n / 2).collect();
+    let cache = FeatureCache::new(&[&gpu], &[&ds], &hot, &CacheOptions::new(1 << 20)).unwrap();
+    let ids = [1, n, 2, n + 5, u64::MAX, n - 1];
+    for wide in [true, false] {
+        let ids: Vec<u64> = if wide {
+            ids.to_vec()
+        } else {
+            // u32 ids: u64::MAX would wrap; keep the others.
+            ids.iter()
+                .copied()
+                .filter(|&t| t < u32::MAX as u64)
+                .collect()
+        };
+        let (got, st) = gather(&cache, &gpu, &ds, &ids, t.l, wide);
+        let e = st.unwrap_err();
+        assert_eq!(e.kind(), ibp::ErrorKind::InvalidArgument);
+        assert!(e.message().contains("output row 1"), "{e}");
+        for (k, (row, &id)) in got.chunks(t.l).zip(&ids).enumerate() {
+            if id < n {
+                assert!(row == &t.data[id as usize * t.l..][..t.l], "row {k}");
+            } else {
+                assert!(row.iter().all(|&b| b == 0), "row {k} of bad id {id}");
+            }
+        }
+    }
+}
+
+/// Both GPUs' contexts, or `None` (visibly) with fewer than two.
+fn two_gpus(test: &str) -> Option<(Gpu, Gpu)> {
+    let first = gpu_or_skip(test)?;
+    if Gpu::count() < 2 {
+        notice(&format!("{test}: skipped: needs two GPUs, found one"));
+        return None;
+    }
+    let second = Gpu::new(1).expect("GPU 1");
+    first.make_current().unwrap();
+    Some((first, second))
+}
+
+#[test]
+fn two_gpus_read_each_others_slabs_and_gather_the_original_rows() {
+    let test = "two_gpus_read_each_others_slabs_and_gather_the_original_rows";
+    let Some((g0, g1)) = two_gpus(test) else {
+        return;
+    };
+    let mut rng = Rng(2);
+    for t in tables(&mut rng) {
+        let n = t.rows();
+        let (ids, hot) = access(&mut rng, n, 3000);
+        let want = expected(&t.data, t.l, &ids);
+        g0.make_current().unwrap();
+        let (c0, r0) = (t.upload(&g0, true), t.upload(&g0, false));
+        g1.make_current().unwrap();
+        let (c1, r1) = (t.upload(&g1, true), t.upload(&g1, false));
+        for (name, host_c, slab_c, on) in VARIANTS {
+            let hosts = if host_c { [&c0, &c1] } else { [&r0, &r1] };
+            let slab = if slab_c { &c0 } else { &r0 };
+            for placement in [Placement::Partition, Placement::Replicate] {
+                let budget = (n * t.l) as u64 / 20;
+                let hot = if on { &hot[..] } else { &[][..] };
+                let opts = CacheOptions::new(budget).with_placement(placement);
+                let cache = FeatureCache::with_slab_rows(&[&g0, &g1], &hosts, slab, hot, &opts)
+                    .unwrap_or_else(|e| panic!("{} {name}: {e}", t.name));
+                let mut hits = 0;
+                for (g, ds) in [(&g0, hosts[0]), (&g1, hosts[1])] {
+                    g.make_current().unwrap();
+                    let (got, st) = gather(&cache, g, ds, &ids, t.l, true);
+                    st.unwrap();
+                    assert!(
+                        got == want,
+                        "{} {name} {placement:?} on GPU {}",
+                        t.name,
+                        g.ordinal()
+                    );
+                    let s = cache.stats(g, ds, &ids).unwrap();
+                    hits += s.local_hits + s.peer_hits;
+                    if placement == Placement::Replicate {
+                        assert_eq!(s.peer_hits, 0);
+                    }
+                }
+                assert_eq!(hits > 0, on, "{} {name} {placement:?}", t.name);
+                // A dataset on the other GPU is refused.
+                g0.make_current().unwrap();
+                let status = DecodeStatus::new().unwrap();
+                let d = DeviceBuffer::from_slice(&[0u64]).unwrap();
+                let mut out = DeviceBuffer::from_slice(&vec![0u8; t.l]).unwrap();
+                let e = cache
+                    .gather(&g0, hosts[1], &d, &mut out, &status, &stream())
+                    .unwrap_err();
+                assert_eq!(e.kind(), ibp::ErrorKind::InvalidArgument);
+            }
+        }
+    }
+}
