@@ -6,6 +6,7 @@
 # (executed counts and stall samples per SASS line) go to $OUT in one tar.
 # Usage: bash .device/device-profile.sh "Cora" "MiniLM word embeddings f32"
 set -uo pipefail
+source .device/device-unpack.sh
 export IBP_DATA_DIR="$PWD/.device/data"
 out=${OUT:-/tmp/ibp-out}
 work=$(mktemp -d)

@@ -5,6 +5,7 @@
 # short table is printed last.
 # Usage: bash .device/device-run.sh [tests|benches|all|cache]
 set -uo pipefail
+source .device/device-unpack.sh
 what=${1:-all}
 out=${OUT:-/tmp/ibp-out}
 mkdir -p "$out"

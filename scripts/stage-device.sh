@@ -60,6 +60,16 @@ if [ -n "${IBP_BASELINE:-}" ]; then
   echo "$IBP_BASELINE" >.device/baseline-commit
 fi
 strip .device/bin/* 2>/dev/null || true
-cp scripts/device-run.sh scripts/device-profile.sh .device/
+cp scripts/device-run.sh scripts/device-profile.sh scripts/device-unpack.sh .device/
+# What travels is limited to 64 MiB: MiniLM's table goes compressed by ibp
+# itself, the binaries as one xz archive; .device/device-unpack.sh restores
+# both on the GPU machine (and checks the table's hash).
 python3 scripts/minilm-cut.py "$IBP_DATA_DIR/model.safetensors" .device/data/model.safetensors
-du -sh .device; ls -la .device/bin
+if [ -f .device/data/model.safetensors ]; then
+  sha256sum .device/data/model.safetensors | cut -d' ' -f1 >.device/data/model.sha256
+  .device/bin/ibp.bin compress --device cpu .device/data/model.safetensors -o .device/data/model.ibp --force >/dev/null
+  rm .device/data/model.safetensors
+fi
+ls -la .device/bin
+tar cJf .device/bin.tar.xz -C .device bin && rm -rf .device/bin
+du -sh .device
