@@ -67,7 +67,7 @@ pub fn run(args: Args) -> Result<()> {
     use std::fmt::Write as _;
 
     use cust::stream::{Stream, StreamFlags};
-    use ibp::gpu::bench::{BenchLayout, figure7_dataset, measure_decode};
+    use ibp::gpu::bench::{BenchStorage, figure7_dataset, measure_decode};
     use ibp::gpu::{DecodeOptions, Gpu, Residency};
 
     let gpu = Gpu::first()?;
@@ -126,7 +126,7 @@ pub fn run(args: Args) -> Result<()> {
             &data,
             size,
             &cb,
-            BenchLayout::Packed,
+            BenchStorage::PACKED,
             residency,
             false,
             &opts,
@@ -223,7 +223,7 @@ fn decode_sections(
     use super::bench_plot::{GridPoint, RealPoint};
     use ibp::gpu::Residency;
     use ibp::gpu::bench::{
-        BenchLayout, figure7_dataset, measure_decode, measure_decode_dma, measure_device_copy,
+        BenchStorage, figure7_dataset, measure_decode, measure_decode_dma, measure_device_copy,
         measure_gather,
     };
     let (gpu, stream, opts) = (gpu, stream, opts);
@@ -246,7 +246,7 @@ fn decode_sections(
             &raw,
             size,
             &raw_cb,
-            BenchLayout::Packed,
+            BenchStorage::PACKED,
             Residency::Pinned,
             false,
             opts,
@@ -266,12 +266,12 @@ fn decode_sections(
                     opts,
                 )
             };
-            let packed = m(BenchLayout::Packed, false)?;
-            let ideal = m(BenchLayout::Packed, true)?;
-            let fixed = m(BenchLayout::Fixed, false)?;
-            let fixed_l = m(BenchLayout::FixedLengths, false)?;
+            let packed = m(BenchStorage::PACKED, false)?;
+            let ideal = m(BenchStorage::PACKED, true)?;
+            let fixed = m(BenchStorage::FIXED, false)?;
+            let fixed_l = m(BenchStorage::FIXED_LENGTHS, false)?;
             let dma = measure_decode_dma(gpu, stream, &data, size, &cb, 8 << 20)?;
-            let ideal_f = m(BenchLayout::FixedLengths, true)?;
+            let ideal_f = m(BenchStorage::FIXED_LENGTHS, true)?;
             let real_savings = 1.0 - packed.stored_bytes as f64 / packed.decoded_bytes as f64;
             let _ = writeln!(
                 md,
@@ -319,7 +319,7 @@ fn decode_sections(
             &raw,
             size,
             &raw_cb,
-            BenchLayout::Packed,
+            BenchStorage::PACKED,
             Residency::Pinned,
             false,
             opts,
@@ -351,7 +351,7 @@ fn decode_sections(
             &data,
             size,
             &cb,
-            BenchLayout::Packed,
+            BenchStorage::PACKED,
             Residency::Device,
             false,
             opts,
@@ -387,7 +387,7 @@ fn decode_sections(
                 &big,
                 row,
                 cb,
-                BenchLayout::Packed,
+                BenchStorage::PACKED,
                 Residency::Pinned,
                 false,
                 opts,
@@ -399,7 +399,7 @@ fn decode_sections(
                     &big,
                     row,
                     cb,
-                    BenchLayout::Packed,
+                    BenchStorage::PACKED,
                     Residency::Pinned,
                     true,
                     opts,
@@ -413,7 +413,7 @@ fn decode_sections(
                 &big,
                 row,
                 cb,
-                BenchLayout::Packed,
+                BenchStorage::PACKED,
                 Residency::Device,
                 false,
                 opts,
@@ -518,7 +518,7 @@ fn device_section(
     use std::fmt::Write as _;
 
     use ibp::gpu::bench::{
-        BenchLayout, figure7_dataset, measure_decode, measure_device_copy, measure_gather,
+        BenchStorage, figure7_dataset, measure_decode, measure_device_copy, measure_gather,
     };
     use ibp::gpu::{Decoder, GpuDataset, Residency};
     let copy_bytes = 1usize << 30;
@@ -559,7 +559,7 @@ fn device_section(
             data,
             *row,
             cb,
-            BenchLayout::Packed,
+            BenchStorage::PACKED,
             Residency::Device,
             false,
             opts,

@@ -36,7 +36,7 @@ use crate::codebook::{Codebook, Threshold};
 use crate::error::{Error, ErrorKind, Result};
 use crate::io::{DType, Document, PieceSource, Segment, TensorGroup, restore_segments};
 use crate::layout::{
-    FixedStrideRef, PackedRef, decompress_fixed, decompress_fixed_row, decompress_packed,
+    FixedStrideRef, Layout, PackedRef, decompress_fixed, decompress_fixed_row, decompress_packed,
     decompress_packed_row, flag_bytes,
 };
 
@@ -452,7 +452,10 @@ impl<'f> GroupView<'f> {
     /// encoding.
     pub fn packed(&self) -> Option<PackedRef<'f>> {
         let e = self.entry();
-        if !matches!(e.info.layout, GroupLayout::Packed | GroupLayout::Clustered) {
+        if !matches!(
+            e.info.layout,
+            GroupLayout::Coded(Layout::Packed) | GroupLayout::Clustered
+        ) {
             return None;
         }
         let (flags, offsets, payload) = (
@@ -470,7 +473,7 @@ impl<'f> GroupView<'f> {
     /// The fixed-stride layout, in place (fixed-stride groups only).
     pub fn fixed(&self) -> Option<FixedStrideRef<'f>> {
         let e = self.entry();
-        if e.info.layout != GroupLayout::Fixed {
+        if e.info.layout != GroupLayout::Coded(Layout::FixedStride) {
             return None;
         }
         let (flags, slots) = (
@@ -505,14 +508,14 @@ impl<'f> GroupView<'f> {
         }
         match info.layout {
             GroupLayout::Raw => out.copy_from_slice(self.raw().unwrap_or_default()),
-            GroupLayout::Packed => {
+            GroupLayout::Coded(Layout::Packed) => {
                 let (cb, p) = self
                     .codebook()
                     .zip(self.packed())
                     .ok_or_else(|| missing(info))?;
                 decompress_packed(cb, &p, out).map_err(|e| in_group(e, info))?;
             }
-            GroupLayout::Fixed => {
+            GroupLayout::Coded(Layout::FixedStride) => {
                 let (cb, f) = self
                     .codebook()
                     .zip(self.fixed())
@@ -562,7 +565,7 @@ impl<'f> GroupView<'f> {
                 let raw = self.raw().unwrap_or_default();
                 out.copy_from_slice(&raw[start * l..start * l + out.len()]);
             }
-            GroupLayout::Packed => {
+            GroupLayout::Coded(Layout::Packed) => {
                 let (cb, p) = self
                     .codebook()
                     .zip(self.packed())
@@ -572,7 +575,7 @@ impl<'f> GroupView<'f> {
                     .try_for_each(|(k, dst)| decompress_packed_row(cb, &p, start + k, dst))
                     .map_err(|e| in_group(e, info))?;
             }
-            GroupLayout::Fixed => {
+            GroupLayout::Coded(Layout::FixedStride) => {
                 let (cb, f) = self
                     .codebook()
                     .zip(self.fixed())
@@ -969,8 +972,8 @@ fn group_entry(bytes: &[u8], i: usize, info: GroupInfo, s: GroupSections) -> Res
     let present = all.map(Option::is_some);
     let wanted = match info.layout {
         GroupLayout::Raw => [false, false, false, false, false, true, false],
-        GroupLayout::Packed => [true, true, true, true, false, false, false],
-        GroupLayout::Fixed => [true, true, false, false, true, false, false],
+        GroupLayout::Coded(Layout::Packed) => [true, true, true, true, false, false, false],
+        GroupLayout::Coded(Layout::FixedStride) => [true, true, false, false, true, false, false],
         GroupLayout::Clustered => [true, true, true, true, false, false, true],
     };
     if present != wanted {
@@ -1018,7 +1021,7 @@ fn group_entry(bytes: &[u8], i: usize, info: GroupInfo, s: GroupSections) -> Res
         if flags.len() != flag_bytes(rows) {
             return Err(bad("the flag bitmap has the wrong length"));
         }
-        if info.layout != GroupLayout::Fixed {
+        if info.layout != GroupLayout::Coded(Layout::FixedStride) {
             let offsets = slice(&s.offsets);
             if Some(offsets.len() as u64) != info.rows.checked_add(1).and_then(|n| n.checked_mul(8))
             {
@@ -1133,7 +1136,10 @@ mod tests {
             let (bytes, _) =
                 compress_document(&doc, &CompressOptions::default(), Vec::new()).unwrap();
             let file = IbpFile::from_bytes(&bytes).unwrap();
-            assert_eq!(file.group(0).unwrap().layout(), GroupLayout::Packed);
+            assert_eq!(
+                file.group(0).unwrap().layout(),
+                GroupLayout::Coded(Layout::Packed)
+            );
             for block_bytes in [1, 160, 1000, 1 << 20] {
                 let mut out = Vec::new();
                 restore_segments(

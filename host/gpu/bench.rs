@@ -21,7 +21,7 @@ use crate::codebook::{ChunkSize, Codebook};
 use crate::dataset::Rows;
 use crate::error::{Error, Result};
 use crate::kernel_tables::eval_book;
-use crate::layout::{compress_fixed, compress_packed};
+use crate::layout::{Layout, compress_fixed, compress_packed};
 use ibp_kernels::params::MeasureParams;
 
 /// A synthetic dataset in the style of the paper's Figure 7: `rows` tensors
@@ -95,15 +95,34 @@ pub fn time_median(
     Ok(times[times.len() / 2])
 }
 
-/// Layout of a measured dataset.
+/// How a measured dataset is stored: its layout and, for the fixed-stride
+/// layout, whether the device also keeps a table of stored lengths
+/// ([`GpuDataset::with_length_table`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BenchLayout {
+pub struct BenchStorage {
+    /// Packed or fixed-stride.
+    pub layout: Layout,
+    /// Fixed-stride only: a device length table (packed offsets give the
+    /// lengths already).
+    pub length_table: bool,
+}
+
+impl BenchStorage {
     /// Packed, offsets on the GPU.
-    Packed,
+    pub const PACKED: Self = BenchStorage {
+        layout: Layout::Packed,
+        length_table: false,
+    };
     /// Fixed-stride, lengths from the participation bits.
-    Fixed,
+    pub const FIXED: Self = BenchStorage {
+        layout: Layout::FixedStride,
+        length_table: false,
+    };
     /// Fixed-stride with a device length table.
-    FixedLengths,
+    pub const FIXED_LENGTHS: Self = BenchStorage {
+        layout: Layout::FixedStride,
+        length_table: true,
+    };
 }
 
 /// One measured configuration.
@@ -129,7 +148,7 @@ impl DecodeMeasurement {
     }
 }
 
-/// Decode all rows of `data` (compressed with `cb` into `layout`, placed per
+/// Decode all rows of `data` (compressed with `cb` as `storage` says, placed per
 /// `residency`) repeatedly; `ideal` times the copy-only baseline instead.
 /// Checks the decoded bytes against `data` first.
 #[allow(clippy::too_many_arguments)]
@@ -139,20 +158,20 @@ pub fn measure_decode(
     data: &[u8],
     row_bytes: usize,
     cb: &Codebook,
-    layout: BenchLayout,
+    storage: BenchStorage,
     residency: Residency,
     ideal: bool,
     opts: &DecodeOptions,
 ) -> Result<DecodeMeasurement> {
     let rows = Rows::new(data, row_bytes)?;
-    let ds = match layout {
-        BenchLayout::Packed => {
+    let ds = match (storage.layout, storage.length_table) {
+        (Layout::Packed, _) => {
             GpuDataset::upload_packed(gpu, cb, &compress_packed(cb, rows)?.view(), residency)?
         }
-        BenchLayout::Fixed => {
+        (Layout::FixedStride, false) => {
             GpuDataset::upload_fixed(gpu, cb, &compress_fixed(cb, rows)?.view(), residency)?
         }
-        BenchLayout::FixedLengths => {
+        (Layout::FixedStride, true) => {
             let f = compress_fixed(cb, rows)?;
             GpuDataset::upload_fixed(gpu, cb, &f.view(), residency)?
                 .with_length_table(cb, &f.view())?

@@ -17,7 +17,7 @@ use super::memory::{GpuReadable, PinnedBuffer};
 use super::{Gpu, cuda_err};
 use crate::codebook::Codebook;
 use crate::error::{Error, Result};
-use crate::layout::{FixedStrideRef, PackedRef};
+use crate::layout::{FixedStrideRef, Layout, PackedRef};
 
 /// Where the compressed bytes live.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -206,7 +206,7 @@ impl GpuDataset {
         check_codebook(cb, row_bytes)?;
         let table = decoder_table(cb);
         let book = decode_book(cb);
-        let packed = layout == super::OutputLayout::Packed;
+        let packed = layout == Layout::Packed;
         Ok(GpuDataset {
             table: DeviceBuffer::from_slice(&table).map_err(cuda_err("uploading the codebook"))?,
             book_bytes: book.len(),

@@ -7,10 +7,11 @@ use cust::stream::Stream;
 use cust::sys as cu;
 
 use super::Gpu;
-use super::compress::{GpuCodebook, MAX_ROW_BYTES, OutputLayout, Work, row_count};
+use super::compress::{GpuCodebook, MAX_ROW_BYTES, Work, row_count};
 use super::driver::{Event, copy_to_pinned, device_buffer, new_stream, sync, wait, zero_async};
 use super::memory::{GpuReadable, PinnedBuffer};
 use crate::error::{Error, Result};
+use crate::layout::Layout;
 use crate::layout::{FixedStride, Packed, flag_bytes};
 
 /// Batch buffers in flight in [`Gpu::compress_host`].
@@ -42,7 +43,7 @@ pub enum HostRead {
 #[derive(Clone, Debug)]
 pub struct HostOptions {
     /// Layout of the batches.
-    pub layout: OutputLayout,
+    pub layout: Layout,
     /// How batches are read.
     pub read: HostRead,
     /// Input bytes per batch (rounded to a multiple of 8 tensors, at least
@@ -53,7 +54,7 @@ pub struct HostOptions {
 impl Default for HostOptions {
     fn default() -> Self {
         Self {
-            layout: OutputLayout::Packed,
+            layout: Layout::Packed,
             read: HostRead::Dma,
             batch_bytes: 64 << 20,
         }
@@ -171,7 +172,7 @@ impl HostCompressor {
             return Ok(0);
         }
         let batch = self.batch;
-        let packed = self.opts.layout == OutputLayout::Packed;
+        let packed = self.opts.layout == Layout::Packed;
         let dma = self.opts.read == HostRead::Dma;
         let stride = self.stride;
         let Self {
@@ -323,7 +324,7 @@ impl Gpu {
             payload: Vec::new(),
         };
         let opts = HostOptions {
-            layout: OutputLayout::Packed,
+            layout: Layout::Packed,
             batch_bytes,
             ..Default::default()
         };
@@ -355,7 +356,7 @@ impl Gpu {
             slots: Vec::with_capacity(rows * l),
         };
         let opts = HostOptions {
-            layout: OutputLayout::FixedStride,
+            layout: Layout::FixedStride,
             batch_bytes,
             ..Default::default()
         };

@@ -31,7 +31,7 @@ use cust::sys as cu;
 
 use crate::error::{Error, Result};
 
-pub use compress::{DeviceCompressed, GpuCodebook, MAX_ROW_BYTES, OutputLayout};
+pub use compress::{DeviceCompressed, GpuCodebook, MAX_ROW_BYTES};
 pub use decode::{
     DecodeOptions, DecodeStatus, Decoder, Fetch, GatherIndex, GpuDataset, Payload, Residency,
 };

@@ -4,6 +4,7 @@
 //! and the device API.
 
 use super::*;
+use crate::layout::Layout;
 
 /// Decode one stored (encoded) tensor with the emulated batch-decoder step
 /// (`ibp_kernels::step::decode_row`): the tensor sits at byte `shift` of a
@@ -212,12 +213,28 @@ impl Lined {
     }
 }
 
-/// Which tensors an emulated launch decodes and how it is laid out.
+/// How an emulated launch's dataset is stored: its layout and, for the
+/// fixed-stride layout, whether a length table comes with it (as
+/// `ibp::gpu::bench::BenchStorage`, which the CPU-only tests cannot use).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum EmuLayout {
-    Packed,
-    Fixed,
-    FixedLengths,
+struct EmuStorage {
+    layout: Layout,
+    lengths: bool,
+}
+
+impl EmuStorage {
+    const PACKED: Self = EmuStorage {
+        layout: Layout::Packed,
+        lengths: false,
+    };
+    const FIXED: Self = EmuStorage {
+        layout: Layout::FixedStride,
+        lengths: false,
+    };
+    const FIXED_LENGTHS: Self = EmuStorage {
+        layout: Layout::FixedStride,
+        lengths: true,
+    };
 }
 
 /// Run the whole decode kernel (`ibp_kernels::decode::run`) on the CPU, one
@@ -228,7 +245,7 @@ enum EmuLayout {
 fn emu_kernel(
     cb: &Codebook,
     rows: Rows<'_>,
-    layout: EmuLayout,
+    layout: EmuStorage,
     index: Option<&[u64]>,
     count: u64,
     streaming: bool,
@@ -263,7 +280,7 @@ enum EmuIndex<'a> {
 fn emu_kernel_with(
     cb: &Codebook,
     rows: Rows<'_>,
-    layout: EmuLayout,
+    layout: EmuStorage,
     index: Option<EmuIndex<'_>>,
     count: u64,
     streaming: bool,
@@ -280,7 +297,10 @@ fn emu_kernel_with(
     let c = cb.chunk().bytes();
     let k = cb.chunks();
     let (flags, offsets, mut payload, lengths) = match layout {
-        EmuLayout::Packed => {
+        EmuStorage {
+            layout: Layout::Packed,
+            ..
+        } => {
             let p = compress_packed(cb, rows).unwrap();
             (p.flags, Some(p.offsets), p.payload, None)
         }
@@ -296,7 +316,7 @@ fn emu_kernel_with(
                     }
                 })
                 .collect();
-            let lengths = (layout == EmuLayout::FixedLengths).then_some(lens);
+            let lengths = (layout == EmuStorage::FIXED_LENGTHS).then_some(lens);
             (f.flags, None, f.slots, lengths)
         }
     };
@@ -438,11 +458,11 @@ fn emulated_decode_kernel_equals_the_original_rows_in_every_mode() {
             // Streaming mode reads no length table: its fixed-stride case is
             // `Fixed` alone.
             for (layout, streaming) in [
-                (EmuLayout::Packed, false),
-                (EmuLayout::Fixed, false),
-                (EmuLayout::FixedLengths, false),
-                (EmuLayout::Packed, true),
-                (EmuLayout::Fixed, true),
+                (EmuStorage::PACKED, false),
+                (EmuStorage::FIXED, false),
+                (EmuStorage::FIXED_LENGTHS, false),
+                (EmuStorage::PACKED, true),
+                (EmuStorage::FIXED, true),
             ] {
                 {
                     let fetch = if cases % 2 == 0 {
@@ -458,7 +478,7 @@ fn emulated_decode_kernel_equals_the_original_rows_in_every_mode() {
                         emu_kernel(&cb, rows, layout, None, n as u64, streaming, fetch, None);
                     assert_eq!(st, [0, u64::MAX], "status: {what}");
                     assert!(out == data, "range differs: {what}");
-                    if layout == EmuLayout::FixedLengths {
+                    if layout == EmuStorage::FIXED_LENGTHS {
                         continue;
                     }
                     // A gather with repeats and one bad index.
@@ -523,7 +543,7 @@ fn emulated_decode_kernel_equals_the_original_rows_in_every_mode() {
                     let (out, st) = emu_kernel(
                         &cb,
                         rows,
-                        EmuLayout::Packed,
+                        EmuStorage::PACKED,
                         None,
                         n as u64,
                         streaming,
@@ -568,7 +588,7 @@ fn emulated_gathers_take_u32_indices_and_strided_output() {
             let (out, st) = emu_kernel_with(
                 &cb,
                 rows,
-                EmuLayout::Packed,
+                EmuStorage::PACKED,
                 Some(EmuIndex::U32(&ix)),
                 ix.len() as u64,
                 streaming,
@@ -612,7 +632,7 @@ fn a_tensor_larger_than_the_half_is_reported_and_the_rest_decode() {
     // One line of slack: the fixed-stride slots sit at other alignments.
     let half = (0..n).filter(|&i| i != big).map(span).max().unwrap() + 1;
     assert!(span(big) > half + 1, "the dense row must be the largest");
-    for layout in [EmuLayout::Packed, EmuLayout::FixedLengths] {
+    for layout in [EmuStorage::PACKED, EmuStorage::FIXED_LENGTHS] {
         let (out, st) = emu_kernel_with(
             &cb,
             rows,
