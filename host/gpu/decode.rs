@@ -89,9 +89,12 @@ pub struct GpuDataset {
     /// its half rings by it: Cora's 5.7 KB rows store at most a few hundred
     /// bytes, and halves sized for 5.7 KB left one block per SM.
     pub(crate) max_stored: u64,
-    /// Packed layout: the offsets, also on the host (the DMA path plans its
-    /// copies from them).
+    /// Packed layout: the offsets, also on the host (the DMA paths plan
+    /// their copies from them).
     pub(crate) host_offsets: Option<Vec<u64>>,
+    /// Packed layout: the flag bitmap, also on the host (the DMA gather
+    /// copies each requested tensor's bit into its piece).
+    pub(crate) host_flags: Option<Vec<u8>>,
 }
 
 impl GpuDataset {
@@ -117,6 +120,7 @@ impl GpuDataset {
                     .map_err(cuda_err("uploading offsets"))?,
             ),
             host_offsets: Some(packed.offsets().to_vec()),
+            host_flags: Some(packed.flags().to_vec()),
             lengths: None,
             payload: Payload::new(packed.payload(), residency)?,
             rows: packed.rows() as u64,
@@ -153,6 +157,7 @@ impl GpuDataset {
             offsets: None,
             lengths: None,
             host_offsets: None,
+            host_flags: None,
             payload: Payload::new(fixed.slots(), residency)?,
             rows: fixed.rows() as u64,
             row_bytes: fixed.row_bytes() as u64,
@@ -217,6 +222,7 @@ impl GpuDataset {
             // Device-resident: the DMA path, which needs host offsets, does
             // not apply.
             host_offsets: None,
+            host_flags: None,
             payload: Payload::Device(data),
             rows: rows as u64,
             row_bytes: row_bytes as u64,
@@ -666,14 +672,22 @@ impl<'ds> Decoder<'ds> {
     }
 }
 
-/// Per-launch overrides used by the DMA path.
+/// Per-launch overrides used by the DMA paths.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct LaunchVia {
     /// Read stored bytes from here instead of the dataset's payload.
     pub src: Option<u64>,
+    /// Device address of the offsets table to use instead of the dataset's
+    /// (a DMA gather piece's own, rebased).
+    pub offsets: Option<u64>,
+    /// Device address of the flag bitmap to use instead of the dataset's.
+    pub flags: Option<u64>,
+    /// Tensors behind `offsets` and `flags` (instead of the dataset's).
+    pub rows: Option<u64>,
     /// Subtracted from every packed offset (`src` holds the payload from it).
     pub offset_base: u64,
-    /// Output rows to skip (the piece's first row within the call).
+    /// Output rows to skip (the piece's first row within the call); failures
+    /// are reported as rows of the call (`DecodeParams::row_base`).
     pub out_skip_rows: u64,
     /// Force the fetch mode.
     pub load_store: Option<bool>,

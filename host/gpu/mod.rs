@@ -35,7 +35,7 @@ pub use compress::{DeviceCompressed, GpuCodebook, MAX_ROW_BYTES};
 pub use decode::{
     DecodeOptions, DecodeStatus, Decoder, Fetch, GatherIndex, GpuDataset, Payload, Residency,
 };
-pub use dma::DmaScratch;
+pub use dma::{DEFAULT_DMA_PIECE_BYTES, DmaScratch};
 pub use driver::copy_to_host;
 pub use host_batches::{CompressedBatch, HostCompressor, HostOptions, HostRead};
 pub use memory::{GpuReadable, PinnedBuffer, Registered, Span};

@@ -289,13 +289,11 @@ fn emu_kernel_with(
     stride: usize,
     half_lines: Option<u32>,
 ) -> (Vec<u8>, [u64; 2]) {
-    use ibp_kernels::decode::{Launch, run};
-    use ibp_kernels::params::{DECODE_MODE_DECODE, DecodeParams, workspace_bytes};
+    use ibp_kernels::params::{DECODE_MODE_DECODE, DecodeParams};
 
     let l = rows.row_bytes();
     let n = rows.rows();
     let c = cb.chunk().bytes();
-    let k = cb.chunks();
     let (flags, offsets, mut payload, lengths) = match layout {
         EmuStorage {
             layout: Layout::Packed,
@@ -353,6 +351,50 @@ fn emu_kernel_with(
         (None, Some(x)) => x.iter().map(|&v| v as u64).max().unwrap_or(0),
         _ => l as u64,
     };
+    let p = DecodeParams {
+        src: src.addr(),
+        offsets: offs.as_ref().map_or(0, |o| o.addr()),
+        flags: flag_buf.addr(),
+        table: table.addr(),
+        index: idx.as_ref().map_or(0, |i| i.addr()),
+        first: 0,
+        count,
+        rows: n as u64,
+        row_bytes: l as u64,
+        out: out.addr(),
+        out_stride: stride as u64,
+        index_u32: matches!(index, Some(EmuIndex::U32(_))) as u32,
+        status: status.addr(),
+        chunk: c,
+        mode: DECODE_MODE_DECODE,
+        lengths: lens.as_ref().map_or(0, |x| x.addr()),
+        fetch,
+        offset_base: 0,
+        ..Default::default()
+    };
+    emu_launch(cb, &book, p, max_stored, streaming, half_lines);
+    let st = bytemuck::cast_slice::<u8, u64>(status.bytes());
+    (out.bytes().to_vec(), [st[0], st[1]])
+}
+
+/// Launch the emulated kernel on parameters whose buffers are in place:
+/// the geometry (ring, batch or streaming mode, the book in shared memory)
+/// as the host launcher computes it (host/gpu/decode.rs), halves sized by
+/// `max_stored` (the largest stored tensor whose length a table gives) or
+/// `half_lines` (a test's smaller half). Two warps.
+fn emu_launch(
+    cb: &Codebook,
+    book: &Aligned,
+    mut p: ibp_kernels::params::DecodeParams,
+    max_stored: u64,
+    streaming: bool,
+    half_lines: Option<u32>,
+) {
+    use ibp_kernels::decode::{Launch, run};
+    use ibp_kernels::params::workspace_bytes;
+
+    let l = cb.row_bytes();
+    let k = cb.chunks();
     let span_max = (max_stored.min(l as u64).max(1) + 127).div_ceil(128);
     let batch = !streaming && (l as u64 + 127).div_ceil(128) <= 48;
     let (ring_lines, pbuf_words) = if batch {
@@ -371,32 +413,11 @@ fn emu_kernel_with(
     };
     let book_smem = if batch { book.1 as u32 } else { 0 };
     let ws = workspace_bytes(pbuf_words, ring_lines);
-    let p = DecodeParams {
-        src: src.addr(),
-        offsets: offs.as_ref().map_or(0, |o| o.addr()),
-        flags: flag_buf.addr(),
-        table: table.addr(),
-        index: idx.as_ref().map_or(0, |i| i.addr()),
-        first: 0,
-        count,
-        rows: n as u64,
-        row_bytes: l as u64,
-        out: out.addr(),
-        out_stride: stride as u64,
-        index_u32: matches!(index, Some(EmuIndex::U32(_))) as u32,
-        status: status.addr(),
-        chunk: c,
-        ring_lines,
-        pbuf_words,
-        mode: DECODE_MODE_DECODE,
-        batch: batch as u32,
-        lengths: lens.as_ref().map_or(0, |x| x.addr()),
-        fetch,
-        offset_base: 0,
-        book: book.addr(),
-        book_smem_bytes: book_smem,
-        ..Default::default()
-    };
+    p.ring_lines = ring_lines;
+    p.pbuf_words = pbuf_words;
+    p.batch = batch as u32;
+    p.book = book.addr();
+    p.book_smem_bytes = book_smem;
     let warps = 2u64;
     for warp in 0..warps {
         // The block's shared memory: the book (batch mode), then this
@@ -429,8 +450,83 @@ fn emu_kernel_with(
             }
         });
     }
-    let st = bytemuck::cast_slice::<u8, u64>(status.bytes());
-    (out.bytes().to_vec(), [st[0], st[1]])
+}
+
+/// The DMA gather's pieces (`crate::layout::gather`), each launched as the
+/// host launcher does (its own offsets, flags, u32 index and row count,
+/// output rows from the piece's first, failures reported as rows of the
+/// whole call), decode to the requested rows and report the first bad index.
+#[test]
+fn emulated_dma_gather_pieces_decode_the_requested_rows() {
+    use crate::layout::gather::{plan_piece, stage_piece};
+    use ibp_kernels::params::{DECODE_MODE_DECODE, DecodeParams, FETCH_CP_ASYNC, STATUS_BAD_INDEX};
+    for (l, n, chunk, capacity) in [
+        (100usize, 60usize, ChunkSize::Four, 900usize),
+        (1024, 20, ChunkSize::Two, 3000),
+        (5732, 6, ChunkSize::Eight, 16 << 10),
+    ] {
+        let data = dataset(n, l, 11 + l as u64);
+        let rows = Rows::new(&data, l).unwrap();
+        let opts = FitOptions::default().with_chunk(crate::fit::ChunkChoice::Fixed(chunk));
+        let cb = fit(rows, &opts).unwrap().codebook;
+        let packed = compress_packed(&cb, rows).unwrap();
+        let view = packed.view();
+        let max_stored = packed
+            .offsets
+            .windows(2)
+            .map(|w| w[1] - w[0])
+            .max()
+            .unwrap();
+        let mut index: Vec<u64> = (0..3 * n as u64).map(|i| i * 7 % n as u64).collect();
+        let first_bad = index.len() - 5;
+        index[first_bad] = n as u64;
+        index[first_bad + 2] = u64::MAX;
+        let table = Aligned::from(&decoder_table(&cb));
+        let book = Aligned::from(&decode_book(&cb));
+        let out = Aligned::from(&vec![0xa7u8; index.len() * l]);
+        let status = Aligned::from(bytemuck::cast_slice(&[0u64, u64::MAX]));
+        let (mut start, mut pieces) = (0, 0);
+        while start < index.len() {
+            let (count, payload) = plan_piece(view.offsets(), &index, start, capacity).unwrap();
+            let mut buf = vec![0u8; capacity];
+            let piece = stage_piece(&view, &index, start, count, payload, &mut buf).unwrap();
+            let staged = Lined::from(&buf);
+            let base = staged.addr();
+            let p = DecodeParams {
+                src: base + piece.payload_at as u64,
+                offsets: base,
+                flags: base + piece.flags_at as u64,
+                index: base + piece.index_at as u64,
+                index_u32: 1,
+                table: table.addr(),
+                count: count as u64,
+                rows: count as u64,
+                row_bytes: l as u64,
+                out: out.addr() + (start * l) as u64,
+                out_stride: l as u64,
+                row_base: start as u64,
+                status: status.addr(),
+                chunk: cb.chunk().bytes(),
+                mode: DECODE_MODE_DECODE,
+                fetch: FETCH_CP_ASYNC,
+                ..Default::default()
+            };
+            emu_launch(&cb, &book, p, max_stored, false, None);
+            start += count;
+            pieces += 1;
+        }
+        let what = format!("L={l} {chunk:?} capacity {capacity}");
+        assert!(pieces > 1, "{what}: one piece");
+        let st = bytemuck::cast_slice::<u8, u64>(status.bytes());
+        assert_eq!(st, [STATUS_BAD_INDEX, first_bad as u64], "{what}");
+        for (i, (&t, row)) in index.iter().zip(out.bytes().chunks(l)).enumerate() {
+            if t < n as u64 {
+                assert_eq!(row, &data[t as usize * l..][..l], "{what}: row {i}");
+            } else {
+                assert!(row.iter().all(|&b| b == 0), "{what}: bad row {i}");
+            }
+        }
+    }
 }
 
 #[test]
