@@ -59,10 +59,10 @@ pub type Progress<'a> = &'a (dyn Fn(u64, u64) + Sync);
 pub struct CompressOptions {
     /// How codebooks are fitted.
     pub fit: FitOptions,
-    /// Layout of compressed groups: [`GroupLayout::Coded(Layout::Packed)`] (default, the
-    /// small one), [`GroupLayout::Coded(Layout::FixedStride)`] (random access by index, never
-    /// smaller than the input) or [`GroupLayout::Raw`] (store everything
-    /// as is).
+    /// Layout of compressed groups: [`GroupLayout::Coded`] with
+    /// [`Layout::Packed`] (default, the small one) or
+    /// [`Layout::FixedStride`] (random access by index, never smaller than
+    /// the input), or [`GroupLayout::Raw`] (store everything as is).
     pub layout: GroupLayout,
     /// Groups with fewer rows are stored raw: a codebook costs `2 L` bytes
     /// and cannot pay for itself over a handful of rows.

@@ -365,7 +365,8 @@ impl Gpu {
         unsafe { self.launch(kernel, grid, WARP_BLOCK, 0, stream, p) }
     }
 
-    /// Stored length of every tensor of `src` under `gcb` (blocking).
+    /// Stored length of every tensor of `src` under `gcb`. Allocates the
+    /// sizes and blocks until they are on the host.
     pub fn size_query<S: GpuReadable + ?Sized>(
         &self,
         gcb: &GpuCodebook,
@@ -407,7 +408,9 @@ impl Gpu {
     }
 
     /// [`Gpu::compress`] into `out`, whose device buffers are reused when
-    /// they are large enough (and grown otherwise).
+    /// they are large enough (and grown otherwise), on `out`'s own stream.
+    /// Blocks until done (the sizes come back to the host to size the
+    /// output).
     pub fn compress_into<S: GpuReadable + ?Sized>(
         &self,
         gcb: &GpuCodebook,

@@ -153,6 +153,10 @@ impl HostCompressor {
     /// [`PinnedBuffer`] or [`Registered`](super::Registered); `row_bytes` as given to
     /// [`HostCompressor::new`]) and hand each compressed batch to `sink`, in
     /// order. Returns the total compressed bytes (payload or slots).
+    ///
+    /// Runs on the compressor's own streams and allocates nothing past its
+    /// buffers; blocks while batches are in flight and returns when the last
+    /// one has been handed over.
     pub fn compress<S: GpuReadable + ?Sized>(
         &mut self,
         gpu: &Gpu,
@@ -290,7 +294,8 @@ impl Gpu {
     /// Compress rows in host memory the GPU can read (a [`PinnedBuffer`] or
     /// [`Registered`](super::Registered)) without a device copy of the dataset: see
     /// [`HostCompressor`], which this creates for the call (keep one to
-    /// reuse its buffers). Returns the total compressed bytes.
+    /// reuse its buffers). Returns the total compressed bytes. Allocates the
+    /// compressor's buffers and blocks until done.
     pub fn compress_host<S: GpuReadable + ?Sized>(
         &self,
         gcb: &GpuCodebook,
