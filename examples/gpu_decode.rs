@@ -16,7 +16,7 @@ use std::process::ExitCode;
 
 use cust::stream::{Stream, StreamFlags};
 use ibp::container::IbpFile;
-use ibp::gpu::bench::{BenchLayout, measure_decode, measure_h2d_copy};
+use ibp::gpu::bench::{BenchStorage, measure_decode, measure_h2d_copy};
 use ibp::gpu::{DecodeOptions, Gpu, Residency, is_no_device};
 use ibp::{Error, Result};
 
@@ -63,7 +63,7 @@ fn run(path: &std::path::Path) -> Result<()> {
             &data,
             g.row_bytes() as usize,
             cb,
-            BenchLayout::Packed,
+            BenchStorage::PACKED,
             Residency::Pinned,
             false,
             &DecodeOptions::default(),

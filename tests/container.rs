@@ -18,7 +18,7 @@ use ibp::fit::{FitOptions, fit};
 use ibp::io::{
     self, DType, Document, Fingerprint, ParseOptions, Segment, SourceFormat, TensorGroup,
 };
-use ibp::layout::compress_packed;
+use ibp::layout::{Layout, compress_packed};
 
 /// Rows of f32 features with invariant high bits (compressible), seeded.
 fn features(rows: usize, cols: usize, seed: u64) -> Vec<u8> {
@@ -122,12 +122,12 @@ fn packed_roundtrip_with_mixed_groups() {
     assert_eq!(
         layouts,
         [
-            ("emb", GroupLayout::Packed),
+            ("emb", GroupLayout::Coded(Layout::Packed)),
             ("bias", GroupLayout::Raw),
             ("tiny", GroupLayout::Raw),
             ("noise", GroupLayout::Raw),
             ("empty", GroupLayout::Raw),
-            ("ids", GroupLayout::Packed)
+            ("ids", GroupLayout::Coded(Layout::Packed))
         ]
     );
     assert!(
@@ -170,7 +170,7 @@ fn packed_roundtrip_with_mixed_groups() {
     }
     let emb = file.find_group("emb").unwrap();
     assert_eq!((emb.rows(), emb.row_bytes()), (300, 96));
-    assert_eq!(emb.layout(), GroupLayout::Packed);
+    assert_eq!(emb.layout(), GroupLayout::Coded(Layout::Packed));
     assert!(emb.packed().is_some() && emb.fixed().is_none() && emb.raw().is_none());
     let st = emb.stats();
     assert_eq!(st.original_bytes, 300 * 96);
@@ -201,21 +201,21 @@ fn fixed_stride_and_raw_layouts() {
         &ParseOptions::default(),
     )
     .unwrap();
-    for layout in [GroupLayout::Fixed, GroupLayout::Raw] {
+    for layout in [GroupLayout::Coded(Layout::FixedStride), GroupLayout::Raw] {
         let (bytes, report) = compress(&doc, &CompressOptions::default().with_layout(layout));
         let file = IbpFile::from_bytes(&bytes).unwrap();
         check_restores(&file, &original);
         let emb = file.find_group("emb").unwrap();
         assert_eq!(emb.layout(), layout);
         assert_eq!(report.groups[0].layout, layout);
-        if layout == GroupLayout::Fixed {
+        if layout == GroupLayout::Coded(Layout::FixedStride) {
             let f = emb.fixed().unwrap();
             assert_eq!(f.slots().len(), 300 * 96);
             assert!(emb.packed().is_none());
             // Fixed stride keeps "noise" too: it never claims to be smaller.
             assert_eq!(
                 file.find_group("noise").unwrap().layout(),
-                GroupLayout::Fixed
+                GroupLayout::Coded(Layout::FixedStride)
             );
         } else {
             assert!(file.groups().all(|g| g.codebook().is_none()));
@@ -247,7 +247,7 @@ fn row_length_override_and_verify_off() {
         .with_row_len("array", 16)
         .with_verify(false);
     let (bytes, report) = compress(&doc, &opts);
-    assert_eq!(report.groups[0].layout, GroupLayout::Packed);
+    assert_eq!(report.groups[0].layout, GroupLayout::Coded(Layout::Packed));
     let file = IbpFile::from_bytes(&bytes).unwrap();
     assert_eq!(
         (
@@ -861,7 +861,7 @@ fn cora_features_through_the_container() {
     let input = io::InputFile::open(&path).unwrap();
     let doc = io::parse(input.bytes(), SourceFormat::Npz, &ParseOptions::default()).unwrap();
     let (bytes, report) = compress(&doc, &CompressOptions::default());
-    assert_eq!(report.groups[0].layout, GroupLayout::Packed);
+    assert_eq!(report.groups[0].layout, GroupLayout::Coded(Layout::Packed));
     let file = IbpFile::from_bytes(&bytes).unwrap();
     check_restores(&file, input.bytes());
     let st = file.find_group("features").unwrap().stats();
@@ -1072,7 +1072,10 @@ fn batch_size_does_not_change_the_container() {
         &ParseOptions::default(),
     )
     .unwrap();
-    for layout in [GroupLayout::Packed, GroupLayout::Fixed] {
+    for layout in [
+        GroupLayout::Coded(Layout::Packed),
+        GroupLayout::Coded(Layout::FixedStride),
+    ] {
         let opts = CompressOptions::default().with_layout(layout);
         let (whole, report) = compress(&doc, &opts);
         assert!(report.groups.iter().any(|g| g.layout == layout));

@@ -15,8 +15,8 @@ use cust::memory::DeviceBuffer;
 use ibp::Rows;
 use ibp::codebook::{ChunkSize, Codebook, Threshold};
 use ibp::fit::{ChunkChoice, Fit, FitOptions, Sample, fit};
-use ibp::gpu::{Gpu, GpuCodebook, HostOptions, HostRead, OutputLayout, PinnedBuffer, Registered};
-use ibp::layout::{compress_fixed, compress_packed, size_query};
+use ibp::gpu::{Gpu, GpuCodebook, HostOptions, HostRead, PinnedBuffer, Registered};
+use ibp::layout::{Layout, compress_fixed, compress_packed, size_query};
 
 /// `n` rows of `l` bytes: a noisy base pattern (most rows compress), every
 /// `raw_every`-th row random (stored raw).
@@ -49,13 +49,11 @@ fn check_compress(gpu: &Gpu, data: &[u8], l: usize, cb: &Codebook, what: &str) {
     let sizes = gpu.size_query(&gcb, &device).unwrap();
     assert_eq!(sizes, size_query(cb, rows).unwrap(), "{what}: size query");
 
-    let p = gpu.compress(&gcb, &device, OutputLayout::Packed).unwrap();
+    let p = gpu.compress(&gcb, &device, Layout::Packed).unwrap();
     assert_eq!(p.to_packed().unwrap(), cpu_packed, "{what}: device, packed");
-    let f = gpu
-        .compress(&gcb, &device, OutputLayout::FixedStride)
-        .unwrap();
+    let f = gpu.compress(&gcb, &device, Layout::FixedStride).unwrap();
     assert_eq!(f.to_fixed().unwrap(), cpu_fixed, "{what}: device, fixed");
-    let p = gpu.compress(&gcb, &pinned, OutputLayout::Packed).unwrap();
+    let p = gpu.compress(&gcb, &pinned, Layout::Packed).unwrap();
     assert_eq!(p.to_packed().unwrap(), cpu_packed, "{what}: pinned, packed");
 
     // The batched host path, with batches small enough that there are
@@ -69,7 +67,7 @@ fn check_compress(gpu: &Gpu, data: &[u8], l: usize, cb: &Codebook, what: &str) {
     let hr = gpu.compress_host_packed(&gcb, &reg, batch).unwrap();
     assert_eq!(hr, cpu_packed, "{what}: registered pageable memory");
     // Zero-copy reads instead of DMA, batch by batch.
-    for layout in [OutputLayout::Packed, OutputLayout::FixedStride] {
+    for layout in [Layout::Packed, Layout::FixedStride] {
         let opts = HostOptions {
             layout,
             read: HostRead::ZeroCopy,
@@ -89,13 +87,13 @@ fn check_compress(gpu: &Gpu, data: &[u8], l: usize, cb: &Codebook, what: &str) {
             .unwrap();
         assert_eq!(total as usize, out.len());
         match layout {
-            OutputLayout::Packed => {
+            Layout::Packed => {
                 assert_eq!(out, cpu_packed.payload, "{what}: zero-copy, packed");
                 assert_eq!(flags, cpu_packed.flags, "{what}: zero-copy flags");
                 let want: Vec<u64> = cpu_packed.offsets.windows(2).map(|w| w[1] - w[0]).collect();
                 assert_eq!(sizes, want, "{what}: zero-copy offsets");
             }
-            OutputLayout::FixedStride => {
+            Layout::FixedStride => {
                 assert_eq!(out, cpu_fixed.slots, "{what}: zero-copy, fixed");
                 assert_eq!(flags, cpu_fixed.flags, "{what}: zero-copy flags");
             }
@@ -231,10 +229,7 @@ fn bad_arguments_are_typed_errors() {
     );
     let cb = Codebook::new(ChunkSize::One, vec![0xff; 4], vec![1; 4]).unwrap();
     let gcb = GpuCodebook::new(&cb).unwrap();
-    let err = gpu
-        .compress(&gcb, &device, OutputLayout::Packed)
-        .err()
-        .unwrap();
+    let err = gpu.compress(&gcb, &device, Layout::Packed).err().unwrap();
     assert_eq!(err.kind(), ibp::ErrorKind::InvalidArgument);
     assert!(Registered::new(&[]).is_err());
 }
@@ -286,17 +281,17 @@ fn reused_buffers_give_the_same_bytes() {
         let cb = fit(rows, &FitOptions::default()).unwrap().codebook;
         let gcb = GpuCodebook::new(&cb).unwrap();
         let device = DeviceBuffer::from_slice(&data).unwrap();
-        for layout in [OutputLayout::Packed, OutputLayout::FixedStride] {
+        for layout in [Layout::Packed, Layout::FixedStride] {
             gpu.compress_into(&gcb, &device, layout, &mut dev_out)
                 .unwrap();
             match layout {
-                OutputLayout::Packed => {
+                Layout::Packed => {
                     assert_eq!(
                         dev_out.to_packed().unwrap(),
                         compress_packed(&cb, rows).unwrap()
                     )
                 }
-                OutputLayout::FixedStride => {
+                Layout::FixedStride => {
                     assert_eq!(
                         dev_out.to_fixed().unwrap(),
                         compress_fixed(&cb, rows).unwrap()
@@ -378,7 +373,7 @@ fn device_compressed_output_decodes_in_place() {
         let cb = fit(rows, &FitOptions::default()).unwrap().codebook;
         let gcb = GpuCodebook::new(&cb).unwrap();
         let device = DeviceBuffer::from_slice(&data).unwrap();
-        for layout in [OutputLayout::Packed, OutputLayout::FixedStride] {
+        for layout in [Layout::Packed, Layout::FixedStride] {
             let dc = gpu.compress(&gcb, &device, layout).unwrap();
             let ds = ibp::gpu::GpuDataset::from_device_compressed(&gpu, &cb, dc).unwrap();
             let dec = ibp::gpu::Decoder::new(&gpu, &ds, &Default::default()).unwrap();

@@ -111,6 +111,10 @@ pub struct DecodeParams {
     pub book_smem_bytes: u32,
     /// 1: `index` holds u32 row numbers (0: u64).
     pub index_u32: u32,
+    /// Added to the output row a failure is reported for: the launch's
+    /// first row within the caller's call (the DMA paths decode a call in
+    /// pieces, one launch per piece, and report rows of the whole call).
+    pub row_base: u64,
 }
 
 /// Bytes of one warp's decode workspace in shared memory: its participation

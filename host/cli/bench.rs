@@ -147,7 +147,7 @@ fn suite(args: Args) -> Result<()> {
     use std::fmt::Write as _;
 
     use cust::stream::{Stream, StreamFlags};
-    use ibp::gpu::bench::{BenchLayout, figure7_dataset, measure_decode};
+    use ibp::gpu::bench::{BenchStorage, figure7_dataset, measure_decode};
     use ibp::gpu::{Gpu, Residency};
 
     if !args.peers.peers.is_empty() && (args.no_real || args.section == "compress") {
@@ -199,7 +199,7 @@ fn suite(args: Args) -> Result<()> {
             &data,
             size,
             &cb,
-            BenchLayout::Packed,
+            BenchStorage::PACKED,
             residency,
             false,
             &opts,
@@ -344,8 +344,8 @@ fn decode_sections(
     use super::bench_plot::{GridPoint, RealPoint};
     use ibp::gpu::Residency;
     use ibp::gpu::bench::{
-        BenchLayout, figure7_dataset, measure_decode, measure_decode_dma, measure_device_copy,
-        measure_gather,
+        BenchStorage, figure7_dataset, measure_decode, measure_decode_dma, measure_device_copy,
+        measure_gather, measure_gather_dma,
     };
     let (gpu, stream, opts) = (gpu, stream, opts);
     // 1. Figure 7: decode from pinned host memory, vs the ideal and a plain gather.
@@ -367,7 +367,7 @@ fn decode_sections(
             &raw,
             size,
             &raw_cb,
-            BenchLayout::Packed,
+            BenchStorage::PACKED,
             Residency::Pinned,
             false,
             opts,
@@ -387,12 +387,19 @@ fn decode_sections(
                     opts,
                 )
             };
-            let packed = m(BenchLayout::Packed, false)?;
-            let ideal = m(BenchLayout::Packed, true)?;
-            let fixed = m(BenchLayout::Fixed, false)?;
-            let fixed_l = m(BenchLayout::FixedLengths, false)?;
-            let dma = measure_decode_dma(gpu, stream, &data, size, &cb, 8 << 20)?;
-            let ideal_f = m(BenchLayout::FixedLengths, true)?;
+            let packed = m(BenchStorage::PACKED, false)?;
+            let ideal = m(BenchStorage::PACKED, true)?;
+            let fixed = m(BenchStorage::FIXED, false)?;
+            let fixed_l = m(BenchStorage::FIXED_LENGTHS, false)?;
+            let dma = measure_decode_dma(
+                gpu,
+                stream,
+                &data,
+                size,
+                &cb,
+                ibp::gpu::DEFAULT_DMA_PIECE_BYTES,
+            )?;
+            let ideal_f = m(BenchStorage::FIXED_LENGTHS, true)?;
             let real_savings = 1.0 - packed.stored_bytes as f64 / packed.decoded_bytes as f64;
             let _ = writeln!(
                 md,
@@ -440,7 +447,7 @@ fn decode_sections(
             &raw,
             size,
             &raw_cb,
-            BenchLayout::Packed,
+            BenchStorage::PACKED,
             Residency::Pinned,
             false,
             opts,
@@ -472,7 +479,7 @@ fn decode_sections(
             &data,
             size,
             &cb,
-            BenchLayout::Packed,
+            BenchStorage::PACKED,
             Residency::Device,
             false,
             opts,
@@ -508,7 +515,7 @@ fn decode_sections(
                 &big,
                 row,
                 cb,
-                BenchLayout::Packed,
+                BenchStorage::PACKED,
                 Residency::Pinned,
                 false,
                 opts,
@@ -520,7 +527,7 @@ fn decode_sections(
                     &big,
                     row,
                     cb,
-                    BenchLayout::Packed,
+                    BenchStorage::PACKED,
                     Residency::Pinned,
                     true,
                     opts,
@@ -534,12 +541,19 @@ fn decode_sections(
                 &big,
                 row,
                 cb,
-                BenchLayout::Packed,
+                BenchStorage::PACKED,
                 Residency::Device,
                 false,
                 opts,
             )?;
-            let dma = measure_decode_dma(gpu, stream, &big, row, cb, 8 << 20)?;
+            let dma = measure_decode_dma(
+                gpu,
+                stream,
+                &big,
+                row,
+                cb,
+                ibp::gpu::DEFAULT_DMA_PIECE_BYTES,
+            )?;
             let savings = 1.0 - p.stored_bytes as f64 / p.decoded_bytes as f64;
             let _ = writeln!(
                 md,
@@ -598,26 +612,30 @@ fn decode_sections(
         // 5. Random gathers of compressed rows.
         let _ = writeln!(
             md,
-            "\n## Random gathers of compressed rows\n\nUniform random row ids (8 index sets in rotation), decoded into device memory, checked first. *pinned ideal*: the zero-copy read rate of this run × the table's ratio (what a gather reading exactly the compressed bytes at link speed would deliver).\n\n| data | batch | pinned GB/s | pinned ideal GB/s | pinned / ideal | device GB/s |\n| --- | --- | --- | --- | --- | --- |"
+            "\n## Random gathers of compressed rows\n\nUniform random row ids (8 index sets in rotation), decoded into device memory, checked first. *pinned ideal*: the zero-copy read rate of this run × the table's ratio (what a gather reading exactly the compressed bytes at link speed would deliver). *pinned DMA*: the DMA gather on the same index sets (ids in host memory; the requested tensors restaged on the host into pinned 8 MB pieces, each copied by DMA and decoded from device memory while the next is staged).\n\n| data | batch | pinned GB/s | pinned ideal GB/s | pinned / ideal | device GB/s | pinned DMA GB/s |\n| --- | --- | --- | --- | --- | --- | --- |"
         );
         for (name, big, row, cb) in &gathers {
             for batch in [4096usize, 65536] {
                 let p = measure_gather(gpu, stream, big, *row, cb, Residency::Pinned, batch, opts)?;
                 let d = measure_gather(gpu, stream, big, *row, cb, Residency::Device, batch, opts)?;
+                let piece = ibp::gpu::DEFAULT_DMA_PIECE_BYTES;
+                let m = measure_gather_dma(gpu, stream, big, *row, cb, batch, piece, opts)?;
                 let ratio = p.decoded_bytes as f64 / p.stored_bytes as f64;
                 let ideal = zero_copy_rate * ratio;
                 let _ = writeln!(
                     md,
-                    "| {name} | {batch} | {:.1} | {:.1} | {:.2} | {:.0} |",
+                    "| {name} | {batch} | {:.1} | {:.1} | {:.2} | {:.0} | {:.1} |",
                     p.decoded_rate() / 1e9,
                     ideal / 1e9,
                     p.decoded_rate() / ideal,
-                    d.decoded_rate() / 1e9
+                    d.decoded_rate() / 1e9,
+                    m.decoded_rate() / 1e9
                 );
                 eprintln!(
-                    "  gather {name} ×{batch}: pinned {:.1} GB/s, device {:.0} GB/s",
+                    "  gather {name} ×{batch}: pinned {:.1} GB/s, device {:.0} GB/s, pinned DMA {:.1} GB/s",
                     p.decoded_rate() / 1e9,
-                    d.decoded_rate() / 1e9
+                    d.decoded_rate() / 1e9,
+                    m.decoded_rate() / 1e9
                 );
             }
         }
@@ -639,7 +657,7 @@ fn device_section(
     use std::fmt::Write as _;
 
     use ibp::gpu::bench::{
-        BenchLayout, figure7_dataset, measure_decode, measure_device_copy, measure_gather,
+        BenchStorage, figure7_dataset, measure_decode, measure_device_copy, measure_gather,
     };
     use ibp::gpu::{Decoder, GpuDataset, Residency};
     let copy_bytes = 1usize << 30;
@@ -680,7 +698,7 @@ fn device_section(
             data,
             *row,
             cb,
-            BenchLayout::Packed,
+            BenchStorage::PACKED,
             Residency::Device,
             false,
             opts,

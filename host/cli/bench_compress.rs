@@ -11,9 +11,10 @@ use std::time::Instant;
 use cust::memory::DeviceBuffer;
 use ibp::fit::{FitOptions, Sample};
 use ibp::gpu::{
-    DeviceCompressed, Gpu, GpuCodebook, HostCompressor, HostOptions, HostRead, OutputLayout,
-    PinnedBuffer, Registered,
+    DeviceCompressed, Gpu, GpuCodebook, HostCompressor, HostOptions, HostRead, PinnedBuffer,
+    Registered,
 };
+use ibp::layout::Layout;
 use ibp::{Error, Result, Rows};
 
 /// Median wall time of `reps` calls after one warm-up.
@@ -203,12 +204,10 @@ pub fn measure(gpu: &Gpu, big: &[u8], l: usize) -> Result<Times> {
         "sampled fit (pinned)",
     )?;
     let gcb = GpuCodebook::new(cb)?;
-    let p = gpu
-        .compress(&gcb, &device, OutputLayout::Packed)?
-        .to_packed()?;
+    let p = gpu.compress(&gcb, &device, Layout::Packed)?.to_packed()?;
     check(p == cpu_packed, "device compression (packed)")?;
     let f = gpu
-        .compress(&gcb, &device, OutputLayout::FixedStride)?
+        .compress(&gcb, &device, Layout::FixedStride)?
         .to_fixed()?;
     check(
         f == ibp::layout::compress_fixed(cb, rows)?,
@@ -231,20 +230,20 @@ pub fn measure(gpu: &Gpu, big: &[u8], l: usize) -> Result<Times> {
     let d_fit_all = median(5, || gpu.fit(&device, l, &all).map(drop))?;
     let d_fit_part = median(5, || gpu.fit(&device, l, &part).map(drop))?;
     let d_packed = median(5, || {
-        gpu.compress_into(&gcb, &device, OutputLayout::Packed, &mut dev_out)
+        gpu.compress_into(&gcb, &device, Layout::Packed, &mut dev_out)
     })?;
     let d_fixed = median(5, || {
-        gpu.compress_into(&gcb, &device, OutputLayout::FixedStride, &mut dev_out)
+        gpu.compress_into(&gcb, &device, Layout::FixedStride, &mut dev_out)
     })?;
     let d_total = median(5, || {
         let fit = gpu.fit(&device, l, &part)?;
         let gcb = GpuCodebook::new(&fit.codebook)?;
-        gpu.compress_into(&gcb, &device, OutputLayout::Packed, &mut dev_out)
+        gpu.compress_into(&gcb, &device, Layout::Packed, &mut dev_out)
     })?;
     let d_total_all = median(5, || {
         let fit = gpu.fit(&device, l, &all)?;
         let gcb = GpuCodebook::new(&fit.codebook)?;
-        gpu.compress_into(&gcb, &device, OutputLayout::Packed, &mut dev_out)
+        gpu.compress_into(&gcb, &device, Layout::Packed, &mut dev_out)
     })?;
     let h_fit = median(5, || gpu.fit(&pinned, l, &part).map(drop))?;
     let h_comp = median(5, || hc.compress(gpu, &gcb, &pinned, |_| Ok(())).map(drop))?;

@@ -255,7 +255,7 @@ fn measure(_: &Args, _: &str, _: &'static str, _: Selection) -> Result<()> {
 #[cfg(feature = "cuda")]
 fn measure(args: &Args, file: &str, format: &'static str, sel: Selection) -> Result<()> {
     use ibp::gpu::bench::{
-        BenchLayout, DecodeMeasurement, measure_decode, measure_decode_dma, measure_device_copy,
+        BenchStorage, DecodeMeasurement, measure_decode, measure_decode_dma, measure_device_copy,
         measure_gather, measure_h2d_copy, measure_zero_copy_read,
     };
     use ibp::gpu::{Decoder, Gpu, GpuDataset, Residency};
@@ -354,7 +354,7 @@ fn measure(args: &Args, file: &str, format: &'static str, sel: Selection) -> Res
             &data,
             l,
             cb,
-            BenchLayout::Packed,
+            BenchStorage::PACKED,
             res,
             false,
             &opts,

@@ -6,10 +6,10 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use ibp::container::{
-    Clustering, CompressOptions, DEFAULT_BATCH_BYTES, GroupLayout, IbpFile,
-    compress_document_with_progress,
+    Clustering, CompressOptions, DEFAULT_BATCH_BYTES, IbpFile, compress_document_with_progress,
 };
 use ibp::io::{Fingerprint, SourceFormat};
+use ibp::layout::Layout;
 use ibp::{Error, ErrorKind, Result};
 use serde::Serialize;
 
@@ -71,22 +71,6 @@ pub struct Args {
     batch_bytes: u64,
 }
 
-/// The layouts a user can ask for (raw storage is chosen per tensor).
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-enum Layout {
-    Packed,
-    Fixed,
-}
-
-impl Layout {
-    fn group_layout(self) -> GroupLayout {
-        match self {
-            Layout::Packed => GroupLayout::Packed,
-            Layout::Fixed => GroupLayout::Fixed,
-        }
-    }
-}
-
 /// What `--json` prints.
 #[derive(Serialize, Debug)]
 struct Report {
@@ -139,7 +123,7 @@ pub fn run(args: Args) -> Result<()> {
         return Err(Error::invalid(format!(
             "--clusters {} needs the packed layout; drop --layout {} or use --clusters off",
             args.clusters,
-            args.layout.group_layout().name()
+            args.layout.name()
         )));
     }
     // Refused before the input is read too: `--device gpu` without a GPU.
@@ -158,7 +142,7 @@ pub fn run(args: Args) -> Result<()> {
     let doc = source.parse(&args.input)?;
     let mut opts = CompressOptions::default()
         .with_fit(fit)
-        .with_layout(args.layout.group_layout())
+        .with_layout(args.layout.into())
         .with_clusters(clusters)
         .with_batch_bytes(usize::try_from(args.batch_bytes).unwrap_or(usize::MAX));
     if let Some(n) = args.fit.row_len {
@@ -265,7 +249,7 @@ pub fn run(args: Args) -> Result<()> {
         output: args.output.display().to_string(),
         output_bytes,
         file_savings: savings(report.input_bytes, output_bytes),
-        layout: args.layout.group_layout().name(),
+        layout: args.layout.name(),
         clusters: args.clusters.clone(),
         totals: Totals::of(&groups),
         groups,

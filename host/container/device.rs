@@ -28,6 +28,7 @@ use crate::dataset::Rows;
 use crate::error::{Error, Result};
 use crate::fit::{Fit, FitOptions};
 use crate::io::Document;
+use crate::layout::Layout;
 
 /// A device that fits and compresses a whole group of rows in its own
 /// memory: the GPU's `ibp::gpu::GpuGroups` (feature `cuda`). The
@@ -47,8 +48,8 @@ pub trait GroupDevice {
     /// Fit the loaded rows: the [`Fit`] [`crate::fit::fit`] chooses for them.
     fn fit(&mut self, opts: &FitOptions) -> Result<Fit>;
 
-    /// Compress the loaded rows with `cb` into `layout` ([`GroupLayout::Packed`]
-    /// or [`GroupLayout::Fixed`]); returns the bytes of the payload (packed)
+    /// Compress the loaded rows with `cb` into `layout` ([`GroupLayout::Coded(Layout::Packed)`]
+    /// or [`GroupLayout::Coded(Layout::FixedStride)`]); returns the bytes of the payload (packed)
     /// or of the slots (fixed).
     fn compress(&mut self, cb: &Codebook, layout: GroupLayout) -> Result<u64>;
 
@@ -85,7 +86,10 @@ pub fn compress_document_on<W: Write>(
 /// clustered codebooks are fitted by the CPU.
 pub(super) fn applies(opts: &CompressOptions) -> bool {
     opts.clusters == super::Clustering::Off
-        && matches!(opts.layout, GroupLayout::Packed | GroupLayout::Fixed)
+        && matches!(
+            opts.layout,
+            GroupLayout::Coded(Layout::Packed) | GroupLayout::Coded(Layout::FixedStride)
+        )
 }
 
 /// Compress one group on `dev`, as the CPU path would store it, and write
@@ -131,10 +135,14 @@ fn stored<W: Write>(
     let mut encoded = 0;
     // The same decisions, in the same order, as the CPU path in
     // `State::group`.
-    if opts.layout == GroupLayout::Fixed {
-        dev.compress(cb, GroupLayout::Fixed)?;
-        let id =
-            w.add_group_in_pieces(meta, cb, Some(fitted.threshold), GroupLayout::Fixed, |s| {
+    if opts.layout == GroupLayout::Coded(Layout::FixedStride) {
+        dev.compress(cb, GroupLayout::Coded(Layout::FixedStride))?;
+        let id = w.add_group_in_pieces(
+            meta,
+            cb,
+            Some(fitted.threshold),
+            GroupLayout::Coded(Layout::FixedStride),
+            |s| {
                 s.start(SectionKind::Flags)?;
                 encoded = copy(dev, s, SectionKind::Flags, flag_len, piece)?;
                 s.start(SectionKind::Slots)?;
@@ -143,8 +151,9 @@ fn stored<W: Write>(
                     dev.verify(rows, piece)?;
                 }
                 Ok(())
-            })?;
-        report.layout = GroupLayout::Fixed;
+            },
+        )?;
+        report.layout = GroupLayout::Coded(Layout::FixedStride);
         report.stats.encoded_rows = encoded;
         report.stats.stored_bytes = cb_bytes + flag_len + total_bytes;
         return Ok(id);
@@ -155,25 +164,31 @@ fn stored<W: Write>(
         ));
         return w.add_group(meta, GroupData::Raw(rows.bytes()));
     }
-    let payload = dev.compress(cb, GroupLayout::Packed)?;
+    let payload = dev.compress(cb, GroupLayout::Coded(Layout::Packed))?;
     let stored = cb_bytes + flag_len + 8 * (n + 1) + payload;
     if stored >= total_bytes {
         report.raw_reason = Some(format!("compressed form ({stored} bytes) is not smaller"));
         return w.add_group(meta, GroupData::Raw(rows.bytes()));
     }
-    let id = w.add_group_in_pieces(meta, cb, Some(fitted.threshold), GroupLayout::Packed, |s| {
-        s.start(SectionKind::Flags)?;
-        encoded = copy(dev, s, SectionKind::Flags, flag_len, piece)?;
-        s.start(SectionKind::Offsets)?;
-        copy(dev, s, SectionKind::Offsets, 8 * (n + 1), piece)?;
-        s.start(SectionKind::Payload)?;
-        copy(dev, s, SectionKind::Payload, payload, piece)?;
-        if verify {
-            dev.verify(rows, piece)?;
-        }
-        Ok(())
-    })?;
-    report.layout = GroupLayout::Packed;
+    let id = w.add_group_in_pieces(
+        meta,
+        cb,
+        Some(fitted.threshold),
+        GroupLayout::Coded(Layout::Packed),
+        |s| {
+            s.start(SectionKind::Flags)?;
+            encoded = copy(dev, s, SectionKind::Flags, flag_len, piece)?;
+            s.start(SectionKind::Offsets)?;
+            copy(dev, s, SectionKind::Offsets, 8 * (n + 1), piece)?;
+            s.start(SectionKind::Payload)?;
+            copy(dev, s, SectionKind::Payload, payload, piece)?;
+            if verify {
+                dev.verify(rows, piece)?;
+            }
+            Ok(())
+        },
+    )?;
+    report.layout = GroupLayout::Coded(Layout::Packed);
     report.stats.encoded_rows = encoded;
     report.stats.stored_bytes = stored;
     Ok(id)

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use crate::codebook::{ChunkSize, Threshold};
 use crate::error::{Error, Result};
 use crate::io::{DEFLATE_ENGINE, DType, Fingerprint, Segment, SourceFormat};
+use crate::layout::Layout;
 
 /// Deflate segments nest at most this deep (a zip inside a zip inside ...).
 pub const MAX_ENVELOPE_DEPTH: u32 = 8;
@@ -70,23 +71,22 @@ pub enum GroupLayout {
     /// Uncompressed: the group's bytes as they were (small, 1-D or
     /// incompressible tensors).
     Raw,
-    /// Packed layout (`docs/FORMAT.md` §3.2): codebook, flags, offsets,
-    /// payload.
-    Packed,
-    /// Fixed-stride layout (§3.1): codebook, flags, slots.
-    Fixed,
+    /// Coded with one codebook, in the packed layout (`docs/FORMAT.md`
+    /// §3.2: codebook, flags, offsets, payload) or the fixed-stride layout
+    /// (§3.1: codebook, flags, slots).
+    Coded(Layout),
     /// Packed layout with one codebook per cluster and a cluster id per
     /// tensor (§6.8): codebooks, cluster ids, flags, offsets, payload.
     Clustered,
 }
 
 impl GroupLayout {
-    /// The manifest's name for the layout.
+    /// The manifest's name for the layout: `raw`, `packed`, `fixed` or
+    /// `clustered`.
     pub fn name(self) -> &'static str {
         match self {
             GroupLayout::Raw => "raw",
-            GroupLayout::Packed => "packed",
-            GroupLayout::Fixed => "fixed",
+            GroupLayout::Coded(l) => l.name(),
             GroupLayout::Clustered => "clustered",
         }
     }
@@ -94,12 +94,18 @@ impl GroupLayout {
     fn from_name(name: &str) -> Option<Self> {
         [
             GroupLayout::Raw,
-            GroupLayout::Packed,
-            GroupLayout::Fixed,
+            GroupLayout::Coded(Layout::Packed),
+            GroupLayout::Coded(Layout::FixedStride),
             GroupLayout::Clustered,
         ]
         .into_iter()
         .find(|l| l.name() == name)
+    }
+}
+
+impl From<Layout> for GroupLayout {
+    fn from(layout: Layout) -> Self {
+        GroupLayout::Coded(layout)
     }
 }
 

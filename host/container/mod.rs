@@ -47,7 +47,7 @@ use crate::error::{Error, Result};
 use crate::fit::{ClusterOptions, FitOptions, fit};
 use crate::io::{Document, Segment, TensorGroup};
 use crate::layout::{
-    compress_fixed_with_progress, compress_packed_with_progress, decompress_fixed_row,
+    Layout, compress_fixed_with_progress, compress_packed_with_progress, decompress_fixed_row,
     decompress_packed_row, size_query,
 };
 use writer::GroupSections;
@@ -61,10 +61,10 @@ pub type Progress<'a> = &'a (dyn Fn(u64, u64) + Sync);
 pub struct CompressOptions {
     /// How codebooks are fitted.
     pub fit: FitOptions,
-    /// Layout of compressed groups: [`GroupLayout::Packed`] (default, the
-    /// small one), [`GroupLayout::Fixed`] (random access by index, never
-    /// smaller than the input) or [`GroupLayout::Raw`] (store everything
-    /// as is).
+    /// Layout of compressed groups: [`GroupLayout::Coded`] with
+    /// [`Layout::Packed`] (default, the small one) or
+    /// [`Layout::FixedStride`] (random access by index, never smaller than
+    /// the input), or [`GroupLayout::Raw`] (store everything as is).
     pub layout: GroupLayout,
     /// Groups with fewer rows are stored raw: a codebook costs `2 L` bytes
     /// and cannot pay for itself over a handful of rows.
@@ -99,7 +99,7 @@ impl Default for CompressOptions {
     fn default() -> Self {
         CompressOptions {
             fit: FitOptions::default(),
-            layout: GroupLayout::Packed,
+            layout: GroupLayout::Coded(Layout::Packed),
             min_rows: 2,
             row_len: BTreeMap::new(),
             verify: true,
@@ -401,13 +401,13 @@ impl<W: Write> State<'_, '_, W> {
             let cb_bytes = 2 * shape.row_bytes;
             let batches = Batches::new(rows, opts.batch_bytes);
             let flag_len = rows.rows().div_ceil(8) as u64;
-            if opts.layout == GroupLayout::Fixed {
+            if opts.layout == GroupLayout::Coded(Layout::FixedStride) {
                 let mut encoded = 0;
                 let id = self.w.add_group_in_pieces(
                     meta,
                     cb,
                     Some(fitted.threshold),
-                    GroupLayout::Fixed,
+                    GroupLayout::Coded(Layout::FixedStride),
                     |s| {
                         s.start(SectionKind::Flags)?;
                         let flags = write_flags(s, cb, &batches)?;
@@ -434,7 +434,7 @@ impl<W: Write> State<'_, '_, W> {
                     },
                 );
                 let id = id.map_err(|e| in_group(e, &g.name))?;
-                report.layout = GroupLayout::Fixed;
+                report.layout = GroupLayout::Coded(Layout::FixedStride);
                 report.stats.encoded_rows = encoded;
                 report.stats.stored_bytes = cb_bytes + flag_len + shape.total_bytes();
                 id
@@ -522,7 +522,7 @@ impl<W: Write> State<'_, '_, W> {
                         meta,
                         cb,
                         Some(fitted.threshold),
-                        GroupLayout::Packed,
+                        GroupLayout::Coded(Layout::Packed),
                         |s| {
                             s.start(SectionKind::Flags)?;
                             let flags = write_flags(s, cb, &batches)?;
@@ -554,7 +554,7 @@ impl<W: Write> State<'_, '_, W> {
                         },
                     );
                     let id = id.map_err(|e| in_group(e, &g.name))?;
-                    report.layout = GroupLayout::Packed;
+                    report.layout = GroupLayout::Coded(Layout::Packed);
                     report.stats.encoded_rows = encoded;
                     report.stats.stored_bytes = stored;
                     id

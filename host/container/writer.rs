@@ -21,7 +21,7 @@ use crate::cluster::{ClusterIds, id_bits};
 use crate::codebook::{Codebook, Threshold};
 use crate::error::{Error, Result};
 use crate::io::{DType, Segment, element_count};
-use crate::layout::{FixedStrideRef, PackedRef, flag_bytes};
+use crate::layout::{FixedStrideRef, Layout, PackedRef, flag_bytes};
 
 /// How one group is to be stored.
 #[derive(Clone, Debug)]
@@ -272,7 +272,7 @@ impl<W: Write> ContainerWriter<W> {
         // it may have (every stored tensor has its participation bits).
         let flags = SectionLen::Exactly(meta.rows.div_ceil(8));
         let expected = match layout {
-            GroupLayout::Packed => vec![
+            GroupLayout::Coded(Layout::Packed) => vec![
                 (SectionKind::Flags, flags),
                 (
                     SectionKind::Offsets,
@@ -287,7 +287,7 @@ impl<W: Write> ContainerWriter<W> {
                     SectionLen::AtLeast(meta.rows.saturating_mul(min_row)),
                 ),
             ],
-            GroupLayout::Fixed => vec![
+            GroupLayout::Coded(Layout::FixedStride) => vec![
                 (SectionKind::Flags, flags),
                 (
                     SectionKind::Slots,
@@ -619,7 +619,7 @@ fn check_group(meta: &GroupMeta, data: &GroupData<'_>) -> Result<Described> {
         } => {
             check_packed(codebook, packed)?;
             (
-                GroupLayout::Packed,
+                GroupLayout::Coded(Layout::Packed),
                 Some(codebook.chunk()),
                 *threshold,
                 None,
@@ -637,7 +637,12 @@ fn check_group(meta: &GroupMeta, data: &GroupData<'_>) -> Result<Described> {
             fixed
                 .validate(codebook)
                 .map_err(|e| bad(e.message().to_string()))?;
-            (GroupLayout::Fixed, Some(codebook.chunk()), *threshold, None)
+            (
+                GroupLayout::Coded(Layout::FixedStride),
+                Some(codebook.chunk()),
+                *threshold,
+                None,
+            )
         }
         GroupData::Clustered {
             codebooks,
@@ -762,7 +767,7 @@ mod tests {
             .iter()
             .flat_map(|o| o.to_le_bytes())
             .collect();
-        w.add_group_in_pieces(meta, &cb, None, GroupLayout::Packed, |s| {
+        w.add_group_in_pieces(meta, &cb, None, GroupLayout::Coded(Layout::Packed), |s| {
             s.start(SectionKind::Flags)?;
             s.write(&packed.flags[..1])?;
             s.write(&packed.flags[1..])?;
@@ -813,7 +818,13 @@ mod tests {
         ] {
             let mut w = ContainerWriter::new(Vec::new()).unwrap();
             let e = w
-                .add_group_in_pieces(meta.clone(), &cb, None, GroupLayout::Packed, write)
+                .add_group_in_pieces(
+                    meta.clone(),
+                    &cb,
+                    None,
+                    GroupLayout::Coded(Layout::Packed),
+                    write,
+                )
                 .unwrap_err();
             assert_eq!(e.kind(), crate::ErrorKind::InvalidArgument, "{what}");
         }

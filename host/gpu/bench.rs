@@ -21,7 +21,7 @@ use crate::codebook::{ChunkSize, Codebook};
 use crate::dataset::Rows;
 use crate::error::{Error, Result};
 use crate::kernel_tables::eval_book;
-use crate::layout::{compress_fixed, compress_packed};
+use crate::layout::{Layout, compress_fixed, compress_packed};
 use ibp_kernels::params::MeasureParams;
 
 /// A synthetic dataset in the style of the paper's Figure 7: `rows` tensors
@@ -95,15 +95,34 @@ pub fn time_median(
     Ok(times[times.len() / 2])
 }
 
-/// Layout of a measured dataset.
+/// How a measured dataset is stored: its layout and, for the fixed-stride
+/// layout, whether the device also keeps a table of stored lengths
+/// ([`GpuDataset::with_length_table`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BenchLayout {
+pub struct BenchStorage {
+    /// Packed or fixed-stride.
+    pub layout: Layout,
+    /// Fixed-stride only: a device length table (packed offsets give the
+    /// lengths already).
+    pub length_table: bool,
+}
+
+impl BenchStorage {
     /// Packed, offsets on the GPU.
-    Packed,
+    pub const PACKED: Self = BenchStorage {
+        layout: Layout::Packed,
+        length_table: false,
+    };
     /// Fixed-stride, lengths from the participation bits.
-    Fixed,
+    pub const FIXED: Self = BenchStorage {
+        layout: Layout::FixedStride,
+        length_table: false,
+    };
     /// Fixed-stride with a device length table.
-    FixedLengths,
+    pub const FIXED_LENGTHS: Self = BenchStorage {
+        layout: Layout::FixedStride,
+        length_table: true,
+    };
 }
 
 /// One measured configuration.
@@ -129,7 +148,7 @@ impl DecodeMeasurement {
     }
 }
 
-/// Decode all rows of `data` (compressed with `cb` into `layout`, placed per
+/// Decode all rows of `data` (compressed with `cb` as `storage` says, placed per
 /// `residency`) repeatedly; `ideal` times the copy-only baseline instead.
 /// Checks the decoded bytes against `data` first.
 #[allow(clippy::too_many_arguments)]
@@ -139,20 +158,20 @@ pub fn measure_decode(
     data: &[u8],
     row_bytes: usize,
     cb: &Codebook,
-    layout: BenchLayout,
+    storage: BenchStorage,
     residency: Residency,
     ideal: bool,
     opts: &DecodeOptions,
 ) -> Result<DecodeMeasurement> {
     let rows = Rows::new(data, row_bytes)?;
-    let ds = match layout {
-        BenchLayout::Packed => {
+    let ds = match (storage.layout, storage.length_table) {
+        (Layout::Packed, _) => {
             GpuDataset::upload_packed(gpu, cb, &compress_packed(cb, rows)?.view(), residency)?
         }
-        BenchLayout::Fixed => {
+        (Layout::FixedStride, false) => {
             GpuDataset::upload_fixed(gpu, cb, &compress_fixed(cb, rows)?.view(), residency)?
         }
-        BenchLayout::FixedLengths => {
+        (Layout::FixedStride, true) => {
             let f = compress_fixed(cb, rows)?;
             GpuDataset::upload_fixed(gpu, cb, &f.view(), residency)?
                 .with_length_table(cb, &f.view())?
@@ -308,14 +327,66 @@ pub fn measure_gather(
     batch: usize,
     opts: &DecodeOptions,
 ) -> Result<DecodeMeasurement> {
+    measure_gather_by(
+        gpu, stream, data, row_bytes, cb, residency, batch, opts, None,
+    )
+}
+
+/// [`measure_gather`] through the DMA gather
+/// ([`Decoder::gather_dma_blocking`], pinned dataset, pieces of `piece`
+/// bytes, the row ids in host memory), on the same index sets.
+#[allow(clippy::too_many_arguments)]
+pub fn measure_gather_dma(
+    gpu: &Gpu,
+    stream: &Stream,
+    data: &[u8],
+    row_bytes: usize,
+    cb: &Codebook,
+    batch: usize,
+    piece: usize,
+    opts: &DecodeOptions,
+) -> Result<DecodeMeasurement> {
+    let pinned = Residency::Pinned;
+    measure_gather_by(
+        gpu,
+        stream,
+        data,
+        row_bytes,
+        cb,
+        pinned,
+        batch,
+        opts,
+        Some(piece),
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+fn measure_gather_by(
+    gpu: &Gpu,
+    stream: &Stream,
+    data: &[u8],
+    row_bytes: usize,
+    cb: &Codebook,
+    residency: Residency,
+    batch: usize,
+    opts: &DecodeOptions,
+    dma_piece: Option<usize>,
+) -> Result<DecodeMeasurement> {
     let rows = Rows::new(data, row_bytes)?;
     let packed = compress_packed(cb, rows)?;
     let ds = GpuDataset::upload_packed(gpu, cb, &packed.view(), residency)?;
     let n = rows.rows() as u64;
     let dec = Decoder::new(gpu, &ds, opts)?;
     let mut status = DecodeStatus::new()?;
+    let mut scratch = dma_piece.map(super::DmaScratch::new).transpose()?;
     let mut out =
         DeviceBuffer::<u8>::zeroed(batch * row_bytes).map_err(cuda_err("allocating the output"))?;
+    let mut gather = |ids: &(Vec<u64>, DeviceBuffer<u64>),
+                      out: &mut DeviceBuffer<u8>,
+                      status: &DecodeStatus| match &mut scratch {
+        Some(scratch) => dec.gather_dma_blocking(gpu, &ids.0, out, status, scratch, stream),
+        None => dec.gather(gpu, &ids.1, out, status, stream),
+    };
     let mut s = 0x9e37_79b9_7f4a_7c15u64 ^ batch as u64;
     let mut sets = Vec::new();
     let mut stored = 0u64;
@@ -333,11 +404,12 @@ pub fn measure_gather(
             .map(|&t| packed.offsets[t as usize + 1] - packed.offsets[t as usize])
             .sum::<u64>();
         let dev = DeviceBuffer::from_slice(&ids).map_err(cuda_err("uploading ids"))?;
-        dec.gather(gpu, &dev, &mut out, &status, stream)?;
+        let set = (ids, dev);
+        gather(&set, &mut out, &status)?;
         stream.synchronize().map_err(cuda_err("gathering"))?;
         status.check()?;
         let got = copy_to_host(&out)?;
-        for (i, &t) in ids.iter().enumerate() {
+        for (i, &t) in set.0.iter().enumerate() {
             let t = t as usize;
             if got[i * row_bytes..(i + 1) * row_bytes] != data[t * row_bytes..(t + 1) * row_bytes] {
                 return Err(Error::corrupt(
@@ -345,12 +417,12 @@ pub fn measure_gather(
                 ));
             }
         }
-        sets.push(dev);
+        sets.push(set);
     }
     let mut k = 0;
     let seconds = time_median(stream, 8, 24, || {
         k = (k + 1) % sets.len();
-        dec.gather(gpu, &sets[k], &mut out, &status, stream)
+        gather(&sets[k], &mut out, &status)
     })?;
     status.check()?;
     Ok(DecodeMeasurement {

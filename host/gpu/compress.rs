@@ -3,7 +3,7 @@
 //! ```text
 //! let fit = gpu.fit(&rows_on_gpu, row_bytes, &FitOptions::default())?;     // same codebook as ibp::fit::fit
 //! let gcb = GpuCodebook::new(&fit.codebook)?;
-//! let packed = gpu.compress(&gcb, &rows_on_gpu, OutputLayout::Packed)?;   // stays on the device
+//! let packed = gpu.compress(&gcb, &rows_on_gpu, Layout::Packed)?;   // stays on the device
 //! let host: Packed = packed.to_packed()?;                                   // byte-identical to the CPU's
 //! // Host data: read zero-copy in batches, compressed batches handed back as they land.
 //! gpu.compress_host(&gcb, &pinned_rows, &HostOptions::default(), |batch| { ...; Ok(()) })?;
@@ -29,7 +29,7 @@ use super::{Gpu, cuda_err};
 use crate::codebook::Codebook;
 use crate::error::{Error, Result};
 use crate::kernel_tables::encoder_book;
-use crate::layout::{FixedStride, Packed, SizeReport, flag_bytes};
+use crate::layout::{FixedStride, Layout, Packed, SizeReport, flag_bytes};
 
 /// Threads per block of the warp-per-tensor kernels.
 ///
@@ -43,15 +43,6 @@ pub(crate) const WARP_BLOCK: u32 = 64;
 /// Longest tensor the GPU fit and compression take: a lane's count of saved
 /// bits is a u32 (`8 L < 2^32`).
 pub const MAX_ROW_BYTES: usize = 1 << 28;
-
-/// Which layout of `docs/FORMAT.md` §3 to produce.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum OutputLayout {
-    /// Stored forms back to back, with an offsets table.
-    Packed,
-    /// Each stored form at the start of its tensor's slot, zeros after it.
-    FixedStride,
-}
 
 /// A codebook in device memory, as the size query and the encoder read it.
 pub struct GpuCodebook {
@@ -78,7 +69,7 @@ impl GpuCodebook {
 /// A dataset compressed on the device (by [`Gpu::compress`] or
 /// [`Gpu::compress_into`], which reuses its buffers).
 pub struct DeviceCompressed {
-    pub(crate) layout: OutputLayout,
+    pub(crate) layout: Layout,
     pub(crate) rows: usize,
     pub(crate) row_bytes: usize,
     pub(crate) work: Work,
@@ -92,7 +83,7 @@ impl DeviceCompressed {
     /// An empty result, to compress into. A CUDA context must be current.
     pub fn empty() -> Result<Self> {
         Ok(Self {
-            layout: OutputLayout::Packed,
+            layout: Layout::Packed,
             rows: 0,
             row_bytes: 0,
             work: Work::new(0)?,
@@ -104,7 +95,7 @@ impl DeviceCompressed {
     }
 
     /// The layout.
-    pub fn layout(&self) -> OutputLayout {
+    pub fn layout(&self) -> Layout {
         self.layout
     }
 
@@ -152,7 +143,7 @@ impl DeviceCompressed {
 
     /// Copy a packed result to the host.
     pub fn to_packed(&self) -> Result<Packed> {
-        if self.layout != OutputLayout::Packed {
+        if self.layout != Layout::Packed {
             return Err(Error::invalid("this result is in the fixed-stride layout"));
         }
         Ok(Packed {
@@ -166,7 +157,7 @@ impl DeviceCompressed {
 
     /// Copy a fixed-stride result to the host.
     pub fn to_fixed(&self) -> Result<FixedStride> {
-        if self.layout != OutputLayout::FixedStride {
+        if self.layout != Layout::FixedStride {
             return Err(Error::invalid("this result is in the packed layout"));
         }
         Ok(FixedStride {
@@ -180,7 +171,7 @@ impl DeviceCompressed {
 
 /// A finished [`DeviceCompressed`], taken apart.
 pub(crate) struct CompressedParts {
-    pub layout: OutputLayout,
+    pub layout: Layout,
     pub rows: usize,
     pub row_bytes: usize,
     pub data: DeviceBuffer<u8>,
@@ -374,7 +365,8 @@ impl Gpu {
         unsafe { self.launch(kernel, grid, WARP_BLOCK, 0, stream, p) }
     }
 
-    /// Stored length of every tensor of `src` under `gcb` (blocking).
+    /// Stored length of every tensor of `src` under `gcb`. Allocates the
+    /// sizes and blocks until they are on the host.
     pub fn size_query<S: GpuReadable + ?Sized>(
         &self,
         gcb: &GpuCodebook,
@@ -408,7 +400,7 @@ impl Gpu {
         &self,
         gcb: &GpuCodebook,
         src: &S,
-        layout: OutputLayout,
+        layout: Layout,
     ) -> Result<DeviceCompressed> {
         let mut out = DeviceCompressed::empty()?;
         self.compress_into(gcb, src, layout, &mut out)?;
@@ -416,18 +408,20 @@ impl Gpu {
     }
 
     /// [`Gpu::compress`] into `out`, whose device buffers are reused when
-    /// they are large enough (and grown otherwise).
+    /// they are large enough (and grown otherwise), on `out`'s own stream.
+    /// Blocks until done (the sizes come back to the host to size the
+    /// output).
     pub fn compress_into<S: GpuReadable + ?Sized>(
         &self,
         gcb: &GpuCodebook,
         src: &S,
-        layout: OutputLayout,
+        layout: Layout,
         out: &mut DeviceCompressed,
     ) -> Result<()> {
         let l = gcb.cb.row_bytes();
         let rows = row_count(src, l)?;
         let stream = &out.stream;
-        let packed = layout == OutputLayout::Packed;
+        let packed = layout == Layout::Packed;
         out.work.ensure(rows)?;
         let work = &out.work;
         self.enqueue_size(gcb, src.device_addr(), rows, &work.sizes, None, stream)?;

@@ -17,7 +17,7 @@ use super::memory::{GpuReadable, PinnedBuffer};
 use super::{Gpu, cuda_err};
 use crate::codebook::Codebook;
 use crate::error::{Error, Result};
-use crate::layout::{FixedStrideRef, PackedRef};
+use crate::layout::{FixedStrideRef, Layout, PackedRef};
 
 /// Where the compressed bytes live.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -89,12 +89,15 @@ pub struct GpuDataset {
     /// its half rings by it: Cora's 5.7 KB rows store at most a few hundred
     /// bytes, and halves sized for 5.7 KB left one block per SM.
     pub(crate) max_stored: u64,
-    /// Packed layout: the offsets, also on the host (the DMA path plans its
-    /// copies from them).
+    /// Packed layout: the offsets, also on the host (the DMA paths plan
+    /// their copies from them).
     pub(crate) host_offsets: Option<Vec<u64>>,
     /// What the dataset holds, hashed when a feature cache first asks
     /// (`super::cache`).
     pub(crate) fingerprint: std::sync::OnceLock<u64>,
+    /// Packed layout: the flag bitmap, also on the host (the DMA gather
+    /// copies each requested tensor's bit into its piece).
+    pub(crate) host_flags: Option<Vec<u8>>,
 }
 
 impl GpuDataset {
@@ -120,6 +123,7 @@ impl GpuDataset {
                     .map_err(cuda_err("uploading offsets"))?,
             ),
             host_offsets: Some(packed.offsets().to_vec()),
+            host_flags: Some(packed.flags().to_vec()),
             lengths: None,
             payload: Payload::new(packed.payload(), residency)?,
             rows: packed.rows() as u64,
@@ -157,6 +161,7 @@ impl GpuDataset {
             offsets: None,
             lengths: None,
             host_offsets: None,
+            host_flags: None,
             payload: Payload::new(fixed.slots(), residency)?,
             rows: fixed.rows() as u64,
             row_bytes: fixed.row_bytes() as u64,
@@ -211,7 +216,7 @@ impl GpuDataset {
         check_codebook(cb, row_bytes)?;
         let table = decoder_table(cb);
         let book = decode_book(cb);
-        let packed = layout == super::OutputLayout::Packed;
+        let packed = layout == Layout::Packed;
         Ok(GpuDataset {
             table: DeviceBuffer::from_slice(&table).map_err(cuda_err("uploading the codebook"))?,
             book_bytes: book.len(),
@@ -222,6 +227,7 @@ impl GpuDataset {
             // Device-resident: the DMA path, which needs host offsets, does
             // not apply.
             host_offsets: None,
+            host_flags: None,
             payload: Payload::Device(data),
             rows: rows as u64,
             row_bytes: row_bytes as u64,
@@ -672,14 +678,22 @@ impl<'ds> Decoder<'ds> {
     }
 }
 
-/// Per-launch overrides used by the DMA path.
+/// Per-launch overrides used by the DMA paths.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct LaunchVia {
     /// Read stored bytes from here instead of the dataset's payload.
     pub src: Option<u64>,
+    /// Device address of the offsets table to use instead of the dataset's
+    /// (a DMA gather piece's own, rebased).
+    pub offsets: Option<u64>,
+    /// Device address of the flag bitmap to use instead of the dataset's.
+    pub flags: Option<u64>,
+    /// Tensors behind `offsets` and `flags` (instead of the dataset's).
+    pub rows: Option<u64>,
     /// Subtracted from every packed offset (`src` holds the payload from it).
     pub offset_base: u64,
-    /// Output rows to skip (the piece's first row within the call).
+    /// Output rows to skip (the piece's first row within the call); failures
+    /// are reported as rows of the call (`DecodeParams::row_base`).
     pub out_skip_rows: u64,
     /// Force the fetch mode.
     pub load_store: Option<bool>,

@@ -1,14 +1,29 @@
-//! The DMA range path: a packed range's compressed bytes copied by the copy
-//! engine into device scratch, piece by piece, each piece decoded from
-//! device memory while the next one is copied.
+//! The DMA paths: compressed bytes copied by the copy engine into device
+//! scratch, piece by piece, each piece decoded from device memory while the
+//! next one is copied. [`Decoder::range_dma`] copies a range's bytes as
+//! they lie; [`Decoder::gather_dma_blocking`] first restages the requested
+//! tensors on the host as small packed datasets (`crate::layout::gather`).
+//! Both launch the one decode kernel, through the one launch function.
 
 use cust::memory::{DeviceBuffer, DeviceSlice};
 use cust::stream::{Stream, StreamFlags};
 
-use super::decode::{DecodeStatus, Decoder, LaunchVia, Payload, Target};
+use super::decode::{DecodeStatus, Decoder, GatherIndex, LaunchVia, Payload, Target};
 use super::driver::{Event, wait};
+use super::memory::PinnedBuffer;
 use super::{Gpu, cuda_err};
 use crate::error::{Error, Result};
+use crate::layout::PackedRef;
+use crate::layout::gather::{plan_piece, stage_piece};
+
+/// Bytes of each of a [`DmaScratch`]'s two pieces when you have no reason to
+/// pick another size: the size `ibp bench` measures the DMA paths with.
+///
+/// Q: why 8 MB?
+/// A: large enough that a copy's start-up (microseconds) is small against
+/// its transfer (about 150 µs at 55 GB/s), small enough that the first
+/// decode starts early and two pieces stay a small part of device memory.
+pub const DEFAULT_DMA_PIECE_BYTES: usize = 8 << 20;
 
 impl<'ds> Decoder<'ds> {
     /// Enqueue the pipelined range path: output row `i` receives tensor
@@ -22,8 +37,8 @@ impl<'ds> Decoder<'ds> {
     /// Q: why offer this beside zero-copy?
     /// A: a DMA engine moves a contiguous range at 55 GB/s on the H200
     /// against 51 GB/s for kernel reads, and the decode then reads device
-    /// memory. For gathers of scattered tensors zero-copy wins (no staging,
-    /// no per-piece latency); `ibp bench` measures both.
+    /// memory. Scattered tensors have [`Decoder::gather_dma_blocking`],
+    /// which restages them first; `ibp bench` measures every path.
     #[allow(clippy::too_many_arguments)]
     pub fn range_dma(
         &self,
@@ -79,9 +94,10 @@ impl<'ds> Decoder<'ds> {
             }
             let len = (offsets[b as usize] - base) as usize;
             let buf = k % 2;
-            if k >= 2 {
-                wait(&scratch.copy_stream, &scratch.decoded[buf])?;
-            }
+            // The piece's device buffer may still be read by the decode of
+            // piece k - 2, or of an earlier call (an event never recorded
+            // is no wait).
+            wait(&scratch.copy_stream, &scratch.decoded[buf])?;
             if len > 0 {
                 // SAFETY: the source lies inside the pinned payload (offsets
                 // were validated at upload) and the destination holds
@@ -110,7 +126,7 @@ impl<'ds> Decoder<'ds> {
                 offset_base: base,
                 out_skip_rows: a - first,
                 load_store: Some(false),
-                out_stride: None,
+                ..LaunchVia::default()
             };
             gpu.launch_decode(
                 self,
@@ -151,8 +167,15 @@ impl<'ds> Decoder<'ds> {
     }
 
     /// Enqueue a range decode by whichever path [`Decoder::prefers_dma`]
-    /// picks: [`Decoder::range_dma`] with `scratch`, or zero-copy
-    /// [`Decoder::range`].
+    /// picks: [`Decoder::range_dma`] when it prefers DMA and `scratch` is
+    /// given, else zero-copy [`Decoder::range`]. Allocates nothing: create
+    /// a scratch only where it will be used, e.g.
+    ///
+    /// ```text
+    /// let mut scratch = dec.prefers_dma()
+    ///     .then(|| DmaScratch::new(DEFAULT_DMA_PIECE_BYTES)).transpose()?;
+    /// dec.range_auto(&gpu, first, count, &mut out, &status, scratch.as_mut(), &stream)?;
+    /// ```
     #[allow(clippy::too_many_arguments)]
     pub fn range_auto(
         &self,
@@ -161,21 +184,156 @@ impl<'ds> Decoder<'ds> {
         count: u64,
         out: &mut DeviceSlice<u8>,
         status: &DecodeStatus,
-        scratch: &mut DmaScratch,
+        scratch: Option<&mut DmaScratch>,
         stream: &Stream,
     ) -> Result<()> {
-        if self.prefers_dma() {
-            self.range_dma(gpu, first, count, out, status, scratch, stream)
-        } else {
-            self.range(gpu, first, count, out, status, stream)
+        match scratch {
+            Some(scratch) if self.prefers_dma() => {
+                self.range_dma(gpu, first, count, out, status, scratch, stream)
+            }
+            _ => self.range(gpu, first, count, out, status, stream),
         }
     }
 }
 
-/// Device buffers, a copy stream and events for [`Decoder::range_dma`],
-/// allocated once and reused by every call on one stream.
+impl<'ds> Decoder<'ds> {
+    /// [`Decoder::gather`] over DMA: output row `i` of `out` (`index.len()`
+    /// rows of `L` bytes) receives tensor `index[i]`, any order, repeats
+    /// allowed, with the same reporting as the zero-copy gather through
+    /// `status` (an index out of range zero-fills its row and is reported
+    /// with its output row; so is a corrupt tensor).
+    ///
+    /// The indices are read from host memory: the host copies each
+    /// requested tensor's stored bytes from the pinned payload (at the
+    /// offsets validated at upload) into one of the scratch's two pinned
+    /// staging pieces, as a small packed dataset with rebased offsets, and
+    /// the copy engine moves the piece to the device, where the decode
+    /// kernel reads it while the next piece is staged and copied. Needs a
+    /// packed dataset in pinned host memory ([`Residency::Pinned`]).
+    ///
+    /// Allocates nothing. Blocks the calling thread while it stages: before
+    /// refilling a staging piece it waits for that piece's previous copy
+    /// (the one two pieces back, or an earlier call's), so it returns once
+    /// every piece is staged, with the last copies and decodes enqueued on
+    /// `stream` (synchronise it before reading `out` or `status`).
+    ///
+    /// Q: why offer this beside zero-copy?
+    /// A: zero-copy reads cross PCIe in 128-byte lines, shared with the
+    /// neighbouring tensors and translated by the IOMMU; the DMA path moves
+    /// only the requested bytes, in large copies, at the cost of one host
+    /// copy. `ibp bench` measures both on random gathers.
+    ///
+    /// [`Residency::Pinned`]: super::Residency::Pinned
+    #[allow(clippy::too_many_arguments)]
+    pub fn gather_dma_blocking<I: GatherIndex + Into<u64>>(
+        &self,
+        gpu: &Gpu,
+        index: &[I],
+        out: &mut DeviceSlice<u8>,
+        status: &DecodeStatus,
+        scratch: &mut DmaScratch,
+        stream: &Stream,
+    ) -> Result<()> {
+        let ds = self.ds;
+        let (Some(offsets), Some(flags), Payload::Pinned(payload)) =
+            (&ds.host_offsets, &ds.host_flags, &ds.payload)
+        else {
+            return Err(Error::invalid(
+                "the DMA gather needs a packed dataset in pinned host memory (Residency::Pinned)",
+            ));
+        };
+        let count = index.len() as u64;
+        if count
+            .checked_mul(ds.row_bytes)
+            .is_none_or(|need| need > out.len() as u64)
+        {
+            return Err(Error::invalid(format!(
+                "output holds {} bytes; {count} rows of {} bytes need more",
+                out.len(),
+                ds.row_bytes
+            )));
+        }
+        let packed = PackedRef::new(
+            ds.row_bytes as usize,
+            ds.rows as usize,
+            flags,
+            std::borrow::Cow::Borrowed(offsets),
+            &payload[..ds.stored_bytes as usize],
+        )?;
+        let cap = scratch.piece_bytes;
+        // Every piece is planned before the first is enqueued: a tensor too
+        // large for a piece is refused before anything runs.
+        let mut pieces = Vec::new();
+        let mut start = 0usize;
+        while start < index.len() {
+            let (rows, bytes) = plan_piece(offsets, index, start, cap)?;
+            pieces.push((start, rows, bytes));
+            start += rows;
+        }
+        for (k, &(start, rows, bytes)) in pieces.iter().enumerate() {
+            let buf = k % 2;
+            // The staging piece may still be read by its previous copy.
+            scratch.copied[buf].synchronize()?;
+            let piece = stage_piece(
+                &packed,
+                index,
+                start,
+                rows,
+                bytes,
+                &mut scratch.staging[buf],
+            )?;
+            // The device piece may still be read by its previous decode.
+            wait(&scratch.copy_stream, &scratch.decoded[buf])?;
+            // SAFETY: the source is the first `piece.len <= piece_bytes`
+            // bytes of a pinned staging buffer and the destination a device
+            // buffer of at least piece_bytes bytes; both live in the
+            // scratch, borrowed for the call, and later calls wait on its
+            // events before touching either.
+            let r = unsafe {
+                cust::sys::cuMemcpyHtoDAsync_v2(
+                    scratch.bufs[buf].as_device_ptr().as_raw(),
+                    scratch.staging[buf].as_ptr() as *const std::ffi::c_void,
+                    piece.len,
+                    scratch.copy_stream.as_inner(),
+                )
+            };
+            if r != cust::sys::CUresult::CUDA_SUCCESS {
+                return Err(Error::cuda_code(
+                    format!("DMA copy of a gather piece: {r:?}"),
+                    r as u32,
+                ));
+            }
+            scratch.copied[buf].record(&scratch.copy_stream)?;
+            wait(stream, &scratch.copied[buf])?;
+            let base = scratch.bufs[buf].as_device_ptr().as_raw();
+            let via = LaunchVia {
+                src: Some(base + piece.payload_at as u64),
+                offsets: Some(base),
+                flags: Some(base + piece.flags_at as u64),
+                rows: Some(rows as u64),
+                out_skip_rows: start as u64,
+                load_store: Some(false),
+                ..LaunchVia::default()
+            };
+            let target = Target::Index {
+                addr: base + piece.index_at as u64,
+                len: rows as u64,
+                wide: false,
+            };
+            gpu.launch_decode(self, self.ds, target, out, status, false, via, stream)?;
+            scratch.decoded[buf].record(stream)?;
+        }
+        Ok(())
+    }
+}
+
+/// Buffers, a copy stream and events for the DMA paths
+/// ([`Decoder::range_dma`], [`Decoder::gather_dma_blocking`]), allocated
+/// once and reused by every call: two device pieces, two pinned staging
+/// pieces (the gather's), of `piece_bytes` each.
 pub struct DmaScratch {
     bufs: [DeviceBuffer<u8>; 2],
+    staging: [PinnedBuffer<u8>; 2],
     piece_bytes: usize,
     copy_stream: Stream,
     start: Event,
@@ -184,16 +342,26 @@ pub struct DmaScratch {
 }
 
 impl DmaScratch {
-    /// Two pieces of `piece_bytes` each (a few MB: large enough to
-    /// amortise a DMA's start-up, small enough that the first decode starts
-    /// early).
+    /// Two device and two pinned pieces of `piece_bytes` each
+    /// ([`DEFAULT_DMA_PIECE_BYTES`] unless measured otherwise: large enough
+    /// to amortise a DMA's start-up, small enough that the first decode
+    /// starts early). Allocates, as its name says nothing else does.
     pub fn new(piece_bytes: usize) -> Result<Self> {
         let piece_bytes = piece_bytes.max(1);
-        let alloc =
-            || DeviceBuffer::<u8>::zeroed(piece_bytes).map_err(cuda_err("allocating DMA scratch"));
+        // Q: why round the device pieces up to whole 128-byte lines?
+        // A: the decoder fetches aligned lines; the one holding a piece's
+        // last byte must lie inside the buffer.
+        let alloc = || {
+            DeviceBuffer::<u8>::zeroed(piece_bytes.next_multiple_of(128))
+                .map_err(cuda_err("allocating DMA scratch"))
+        };
         let event = Event::new;
         Ok(Self {
             bufs: [alloc()?, alloc()?],
+            staging: [
+                PinnedBuffer::zeroed(piece_bytes)?,
+                PinnedBuffer::zeroed(piece_bytes)?,
+            ],
             piece_bytes,
             copy_stream: Stream::new(StreamFlags::NON_BLOCKING, None)
                 .map_err(cuda_err("creating a copy stream"))?,
@@ -201,5 +369,10 @@ impl DmaScratch {
             copied: [event()?, event()?],
             decoded: [event()?, event()?],
         })
+    }
+
+    /// Bytes of each piece.
+    pub fn piece_bytes(&self) -> usize {
+        self.piece_bytes
     }
 }

@@ -23,6 +23,9 @@ impl Gpu {
     /// the sample's bits, then weighs every candidate threshold and chunk
     /// size in one pass over the sample per eight thresholds. A sample
     /// smaller than the dataset is first gathered into device memory.
+    ///
+    /// Allocates its counters and scratch and runs on a stream of its own;
+    /// returns when done.
     pub fn fit<S: GpuReadable + ?Sized>(
         &self,
         src: &S,

@@ -15,7 +15,7 @@ use cust::memory::DeviceBuffer;
 use cust::stream::Stream;
 use cust::sys as cu;
 
-use super::compress::{DeviceCompressed, GpuCodebook, MAX_ROW_BYTES, OutputLayout};
+use super::compress::{DeviceCompressed, GpuCodebook, MAX_ROW_BYTES};
 use super::decode::{DecodeOptions, DecodeStatus, Decoder, GpuDataset};
 use super::driver::{copy_prefix, device_buffer, new_stream, sync};
 use super::memory::Span;
@@ -25,7 +25,7 @@ use crate::container::{GroupDevice, GroupLayout, SectionKind};
 use crate::dataset::Rows;
 use crate::error::{Error, Result};
 use crate::fit::{Fit, FitOptions};
-use crate::layout::flag_bytes;
+use crate::layout::{Layout, flag_bytes};
 
 /// Bytes copied to or from the device per call while loading and reading.
 ///
@@ -131,8 +131,7 @@ impl GroupDevice for GpuGroups<'_> {
 
     fn compress(&mut self, cb: &Codebook, layout: GroupLayout) -> Result<u64> {
         let layout = match layout {
-            GroupLayout::Packed => OutputLayout::Packed,
-            GroupLayout::Fixed => OutputLayout::FixedStride,
+            GroupLayout::Coded(l) => l,
             other => {
                 return Err(Error::invalid(format!(
                     "the GPU compresses packed and fixed groups, not {}",
@@ -161,13 +160,13 @@ impl GroupDevice for GpuGroups<'_> {
             .ok_or_else(|| Error::invalid("no group compressed on the GPU"))?;
         let (addr, len) = match kind {
             SectionKind::Flags => (out.flags_addr(), flag_bytes(out.rows()) as u64),
-            SectionKind::Offsets if out.layout() == OutputLayout::Packed => {
+            SectionKind::Offsets if out.layout() == Layout::Packed => {
                 (out.offsets_addr(), 8 * (out.rows() as u64 + 1))
             }
-            SectionKind::Payload if out.layout() == OutputLayout::Packed => {
+            SectionKind::Payload if out.layout() == Layout::Packed => {
                 (out.data_addr(), out.data_len() as u64)
             }
-            SectionKind::Slots if out.layout() == OutputLayout::FixedStride => {
+            SectionKind::Slots if out.layout() == Layout::FixedStride => {
                 (out.data_addr(), out.data_len() as u64)
             }
             other => {

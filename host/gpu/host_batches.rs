@@ -7,10 +7,11 @@ use cust::stream::Stream;
 use cust::sys as cu;
 
 use super::Gpu;
-use super::compress::{GpuCodebook, MAX_ROW_BYTES, OutputLayout, Work, row_count};
+use super::compress::{GpuCodebook, MAX_ROW_BYTES, Work, row_count};
 use super::driver::{Event, copy_to_pinned, device_buffer, new_stream, sync, wait, zero_async};
 use super::memory::{GpuReadable, PinnedBuffer};
 use crate::error::{Error, Result};
+use crate::layout::Layout;
 use crate::layout::{FixedStride, Packed, flag_bytes};
 
 /// Batch buffers in flight in [`Gpu::compress_host`].
@@ -42,7 +43,7 @@ pub enum HostRead {
 #[derive(Clone, Debug)]
 pub struct HostOptions {
     /// Layout of the batches.
-    pub layout: OutputLayout,
+    pub layout: Layout,
     /// How batches are read.
     pub read: HostRead,
     /// Input bytes per batch (rounded to a multiple of 8 tensors, at least
@@ -53,7 +54,7 @@ pub struct HostOptions {
 impl Default for HostOptions {
     fn default() -> Self {
         Self {
-            layout: OutputLayout::Packed,
+            layout: Layout::Packed,
             read: HostRead::Dma,
             batch_bytes: 64 << 20,
         }
@@ -152,6 +153,10 @@ impl HostCompressor {
     /// [`PinnedBuffer`] or [`Registered`](super::Registered); `row_bytes` as given to
     /// [`HostCompressor::new`]) and hand each compressed batch to `sink`, in
     /// order. Returns the total compressed bytes (payload or slots).
+    ///
+    /// Runs on the compressor's own streams and allocates nothing past its
+    /// buffers; blocks while batches are in flight and returns when the last
+    /// one has been handed over.
     pub fn compress<S: GpuReadable + ?Sized>(
         &mut self,
         gpu: &Gpu,
@@ -171,7 +176,7 @@ impl HostCompressor {
             return Ok(0);
         }
         let batch = self.batch;
-        let packed = self.opts.layout == OutputLayout::Packed;
+        let packed = self.opts.layout == Layout::Packed;
         let dma = self.opts.read == HostRead::Dma;
         let stride = self.stride;
         let Self {
@@ -289,7 +294,8 @@ impl Gpu {
     /// Compress rows in host memory the GPU can read (a [`PinnedBuffer`] or
     /// [`Registered`](super::Registered)) without a device copy of the dataset: see
     /// [`HostCompressor`], which this creates for the call (keep one to
-    /// reuse its buffers). Returns the total compressed bytes.
+    /// reuse its buffers). Returns the total compressed bytes. Allocates the
+    /// compressor's buffers and blocks until done.
     pub fn compress_host<S: GpuReadable + ?Sized>(
         &self,
         gcb: &GpuCodebook,
@@ -323,7 +329,7 @@ impl Gpu {
             payload: Vec::new(),
         };
         let opts = HostOptions {
-            layout: OutputLayout::Packed,
+            layout: Layout::Packed,
             batch_bytes,
             ..Default::default()
         };
@@ -355,7 +361,7 @@ impl Gpu {
             slots: Vec::with_capacity(rows * l),
         };
         let opts = HostOptions {
-            layout: OutputLayout::FixedStride,
+            layout: Layout::FixedStride,
             batch_bytes,
             ..Default::default()
         };

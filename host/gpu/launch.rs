@@ -372,14 +372,14 @@ impl Gpu {
         via: LaunchVia,
         stream: &Stream,
     ) -> Result<()> {
+        let rows = via.rows.unwrap_or(ds.rows);
         let (index, first, count, wide) = match target {
             Target::Index { addr, len, wide } => (addr, 0, len, wide),
             Target::Range(first, count) => {
-                if first.checked_add(count).is_none_or(|end| end > ds.rows) {
+                if first.checked_add(count).is_none_or(|end| end > rows) {
                     return Err(Error::invalid(format!(
-                        "rows {first}..{} requested from a dataset of {} tensors",
+                        "rows {first}..{} requested from a dataset of {rows} tensors",
                         first.saturating_add(count),
-                        ds.rows
                     )));
                 }
                 (0, first, count, true)
@@ -415,16 +415,19 @@ impl Gpu {
         }
         let p = DecodeParams {
             src: via.src.unwrap_or_else(|| ds.payload.device_addr()),
-            offsets: ds
-                .offsets
-                .as_ref()
-                .map_or(0, |o| o.as_device_ptr().as_raw()),
-            flags: ds.flags.as_device_ptr().as_raw(),
+            offsets: via.offsets.unwrap_or_else(|| {
+                ds.offsets
+                    .as_ref()
+                    .map_or(0, |o| o.as_device_ptr().as_raw())
+            }),
+            flags: via
+                .flags
+                .unwrap_or_else(|| ds.flags.as_device_ptr().as_raw()),
             table: ds.table.as_device_ptr().as_raw(),
             index,
             first,
             count,
-            rows: ds.rows,
+            rows,
             row_bytes: ds.row_bytes,
             out: out.as_device_ptr().as_raw() + via.out_skip_rows * stride,
             out_stride: stride,
@@ -453,15 +456,18 @@ impl Gpu {
             book: ds.book.as_device_ptr().as_raw(),
             book_smem_bytes: dec.book_smem_bytes,
             index_u32: !wide as u32,
+            row_base: via.out_skip_rows,
         };
         let warps = (dec.block / 32) as u64;
         let grid = (dec.grid as u64).min(count.div_ceil(warps)).max(1) as u32;
         // SAFETY: the dataset's buffers were sized and validated at upload
         // (payload covers every slot, flags ⌈N/8⌉ bytes, offsets N + 1, table
-        // for this codebook); `out` holds count × L bytes (checked above);
-        // `index` holds `count` u64 (its length); status holds two u64; the
-        // shared memory matches the Decoder's carving; DecodeParams is the
-        // kernel's parameter type.
+        // for this codebook), and so were a DMA piece's overrides by its
+        // caller (`rows` tensors' offsets and flags, payload inside the
+        // piece); `out` holds the rows (checked above); `index` holds
+        // `count` entries of its width; status holds two u64; the shared
+        // memory matches the Decoder's carving; DecodeParams is the kernel's
+        // parameter type.
         unsafe {
             self.launch(
                 kernels::decode(dec.batch),

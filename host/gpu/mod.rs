@@ -3,9 +3,18 @@
 //! kernel launch.
 //!
 //! The kernels are Rust (`gpu-kernels/`), compiled to PTX by `build.rs` with
-//! rustc's NVPTX backend and loaded once per [`Gpu`]. Calls take caller-owned
-//! buffers and a stream: nothing here allocates or synchronises behind the
-//! caller's back, unless its name says so (`*_blocking`).
+//! rustc's NVPTX backend and loaded once per [`Gpu`].
+//!
+//! The rule for streams: a call that takes a stream only enqueues work on
+//! it, into caller-owned buffers, and allocates nothing ([`Decoder::gather`],
+//! [`Decoder::range`], [`Decoder::range_dma`], [`Gpu::count_bits`]). The
+//! other calls allocate or wait, and say so in their first lines: the
+//! whole-dataset calls of fit and compression ([`Gpu::fit`],
+//! [`Gpu::size_query`], [`Gpu::compress`], [`Gpu::compress_host`],
+//! [`HostCompressor::compress`]) run on streams of their own and return
+//! when done; constructors (`new`, `upload_*`) allocate; and names ending
+//! in `_blocking` wait for the GPU inside the call
+//! ([`Gpu::count_bits_blocking`], [`Decoder::gather_dma_blocking`]).
 
 // Q: why is `bench` public but hidden from the docs?
 // A: it is the measurement harness of `ibp bench`, the criterion benches and
@@ -34,11 +43,11 @@ use cust::sys as cu;
 use crate::error::{Error, Result};
 
 pub use cache::{CacheOptions, CacheStats, FeatureCache, Placement, access_counts, top_k_by_score};
-pub use compress::{DeviceCompressed, GpuCodebook, MAX_ROW_BYTES, OutputLayout};
+pub use compress::{DeviceCompressed, GpuCodebook, MAX_ROW_BYTES};
 pub use decode::{
     DecodeOptions, DecodeStatus, Decoder, Fetch, GatherIndex, GpuDataset, Payload, Residency,
 };
-pub use dma::DmaScratch;
+pub use dma::{DEFAULT_DMA_PIECE_BYTES, DmaScratch};
 pub use driver::copy_to_host;
 pub use groups::GpuGroups;
 pub use host_batches::{CompressedBatch, HostCompressor, HostOptions, HostRead};

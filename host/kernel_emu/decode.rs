@@ -4,6 +4,7 @@
 //! and the device API.
 
 use super::*;
+use crate::layout::Layout;
 
 /// Decode one stored (encoded) tensor with the emulated batch-decoder step
 /// (`ibp_kernels::step::decode_row`): the tensor sits at byte `shift` of a
@@ -212,12 +213,28 @@ impl Lined {
     }
 }
 
-/// Which tensors an emulated launch decodes and how it is laid out.
+/// How an emulated launch's dataset is stored: its layout and, for the
+/// fixed-stride layout, whether a length table comes with it (as
+/// `ibp::gpu::bench::BenchStorage`, which the CPU-only tests cannot use).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum EmuLayout {
-    Packed,
-    Fixed,
-    FixedLengths,
+struct EmuStorage {
+    layout: Layout,
+    lengths: bool,
+}
+
+impl EmuStorage {
+    const PACKED: Self = EmuStorage {
+        layout: Layout::Packed,
+        lengths: false,
+    };
+    const FIXED: Self = EmuStorage {
+        layout: Layout::FixedStride,
+        lengths: false,
+    };
+    const FIXED_LENGTHS: Self = EmuStorage {
+        layout: Layout::FixedStride,
+        lengths: true,
+    };
 }
 
 /// Run the whole decode kernel (`ibp_kernels::decode::run`) on the CPU, one
@@ -228,7 +245,7 @@ enum EmuLayout {
 fn emu_kernel(
     cb: &Codebook,
     rows: Rows<'_>,
-    layout: EmuLayout,
+    layout: EmuStorage,
     index: Option<&[u64]>,
     count: u64,
     streaming: bool,
@@ -263,7 +280,7 @@ enum EmuIndex<'a> {
 fn emu_kernel_with(
     cb: &Codebook,
     rows: Rows<'_>,
-    layout: EmuLayout,
+    layout: EmuStorage,
     index: Option<EmuIndex<'_>>,
     count: u64,
     streaming: bool,
@@ -272,15 +289,16 @@ fn emu_kernel_with(
     stride: usize,
     half_lines: Option<u32>,
 ) -> (Vec<u8>, [u64; 2]) {
-    use ibp_kernels::decode::{Launch, run};
-    use ibp_kernels::params::{DECODE_MODE_DECODE, DecodeParams, workspace_bytes};
+    use ibp_kernels::params::{DECODE_MODE_DECODE, DecodeParams};
 
     let l = rows.row_bytes();
     let n = rows.rows();
     let c = cb.chunk().bytes();
-    let k = cb.chunks();
     let (flags, offsets, mut payload, lengths) = match layout {
-        EmuLayout::Packed => {
+        EmuStorage {
+            layout: Layout::Packed,
+            ..
+        } => {
             let p = compress_packed(cb, rows).unwrap();
             (p.flags, Some(p.offsets), p.payload, None)
         }
@@ -296,7 +314,7 @@ fn emu_kernel_with(
                     }
                 })
                 .collect();
-            let lengths = (layout == EmuLayout::FixedLengths).then_some(lens);
+            let lengths = (layout == EmuStorage::FIXED_LENGTHS).then_some(lens);
             (f.flags, None, f.slots, lengths)
         }
     };
@@ -333,6 +351,50 @@ fn emu_kernel_with(
         (None, Some(x)) => x.iter().map(|&v| v as u64).max().unwrap_or(0),
         _ => l as u64,
     };
+    let p = DecodeParams {
+        src: src.addr(),
+        offsets: offs.as_ref().map_or(0, |o| o.addr()),
+        flags: flag_buf.addr(),
+        table: table.addr(),
+        index: idx.as_ref().map_or(0, |i| i.addr()),
+        first: 0,
+        count,
+        rows: n as u64,
+        row_bytes: l as u64,
+        out: out.addr(),
+        out_stride: stride as u64,
+        index_u32: matches!(index, Some(EmuIndex::U32(_))) as u32,
+        status: status.addr(),
+        chunk: c,
+        mode: DECODE_MODE_DECODE,
+        lengths: lens.as_ref().map_or(0, |x| x.addr()),
+        fetch,
+        offset_base: 0,
+        ..Default::default()
+    };
+    emu_launch(cb, &book, p, max_stored, streaming, half_lines);
+    let st = bytemuck::cast_slice::<u8, u64>(status.bytes());
+    (out.bytes().to_vec(), [st[0], st[1]])
+}
+
+/// Launch the emulated kernel on parameters whose buffers are in place:
+/// the geometry (ring, batch or streaming mode, the book in shared memory)
+/// as the host launcher computes it (host/gpu/decode.rs), halves sized by
+/// `max_stored` (the largest stored tensor whose length a table gives) or
+/// `half_lines` (a test's smaller half). Two warps.
+fn emu_launch(
+    cb: &Codebook,
+    book: &Aligned,
+    mut p: ibp_kernels::params::DecodeParams,
+    max_stored: u64,
+    streaming: bool,
+    half_lines: Option<u32>,
+) {
+    use ibp_kernels::decode::{Launch, run};
+    use ibp_kernels::params::workspace_bytes;
+
+    let l = cb.row_bytes();
+    let k = cb.chunks();
     let span_max = (max_stored.min(l as u64).max(1) + 127).div_ceil(128);
     let batch = !streaming && (l as u64 + 127).div_ceil(128) <= 48;
     let (ring_lines, pbuf_words) = if batch {
@@ -351,32 +413,11 @@ fn emu_kernel_with(
     };
     let book_smem = if batch { book.1 as u32 } else { 0 };
     let ws = workspace_bytes(pbuf_words, ring_lines);
-    let p = DecodeParams {
-        src: src.addr(),
-        offsets: offs.as_ref().map_or(0, |o| o.addr()),
-        flags: flag_buf.addr(),
-        table: table.addr(),
-        index: idx.as_ref().map_or(0, |i| i.addr()),
-        first: 0,
-        count,
-        rows: n as u64,
-        row_bytes: l as u64,
-        out: out.addr(),
-        out_stride: stride as u64,
-        index_u32: matches!(index, Some(EmuIndex::U32(_))) as u32,
-        status: status.addr(),
-        chunk: c,
-        ring_lines,
-        pbuf_words,
-        mode: DECODE_MODE_DECODE,
-        batch: batch as u32,
-        lengths: lens.as_ref().map_or(0, |x| x.addr()),
-        fetch,
-        offset_base: 0,
-        book: book.addr(),
-        book_smem_bytes: book_smem,
-        ..Default::default()
-    };
+    p.ring_lines = ring_lines;
+    p.pbuf_words = pbuf_words;
+    p.batch = batch as u32;
+    p.book = book.addr();
+    p.book_smem_bytes = book_smem;
     let warps = 2u64;
     for warp in 0..warps {
         // The block's shared memory: the book (batch mode), then this
@@ -409,8 +450,6 @@ fn emu_kernel_with(
             }
         });
     }
-    let st = bytemuck::cast_slice::<u8, u64>(status.bytes());
-    (out.bytes().to_vec(), [st[0], st[1]])
 }
 
 #[test]
@@ -438,11 +477,11 @@ fn emulated_decode_kernel_equals_the_original_rows_in_every_mode() {
             // Streaming mode reads no length table: its fixed-stride case is
             // `Fixed` alone.
             for (layout, streaming) in [
-                (EmuLayout::Packed, false),
-                (EmuLayout::Fixed, false),
-                (EmuLayout::FixedLengths, false),
-                (EmuLayout::Packed, true),
-                (EmuLayout::Fixed, true),
+                (EmuStorage::PACKED, false),
+                (EmuStorage::FIXED, false),
+                (EmuStorage::FIXED_LENGTHS, false),
+                (EmuStorage::PACKED, true),
+                (EmuStorage::FIXED, true),
             ] {
                 {
                     let fetch = if cases % 2 == 0 {
@@ -458,7 +497,7 @@ fn emulated_decode_kernel_equals_the_original_rows_in_every_mode() {
                         emu_kernel(&cb, rows, layout, None, n as u64, streaming, fetch, None);
                     assert_eq!(st, [0, u64::MAX], "status: {what}");
                     assert!(out == data, "range differs: {what}");
-                    if layout == EmuLayout::FixedLengths {
+                    if layout == EmuStorage::FIXED_LENGTHS {
                         continue;
                     }
                     // A gather with repeats and one bad index.
@@ -523,7 +562,7 @@ fn emulated_decode_kernel_equals_the_original_rows_in_every_mode() {
                     let (out, st) = emu_kernel(
                         &cb,
                         rows,
-                        EmuLayout::Packed,
+                        EmuStorage::PACKED,
                         None,
                         n as u64,
                         streaming,
@@ -568,7 +607,7 @@ fn emulated_gathers_take_u32_indices_and_strided_output() {
             let (out, st) = emu_kernel_with(
                 &cb,
                 rows,
-                EmuLayout::Packed,
+                EmuStorage::PACKED,
                 Some(EmuIndex::U32(&ix)),
                 ix.len() as u64,
                 streaming,
@@ -612,7 +651,7 @@ fn a_tensor_larger_than_the_half_is_reported_and_the_rest_decode() {
     // One line of slack: the fixed-stride slots sit at other alignments.
     let half = (0..n).filter(|&i| i != big).map(span).max().unwrap() + 1;
     assert!(span(big) > half + 1, "the dense row must be the largest");
-    for layout in [EmuLayout::Packed, EmuLayout::FixedLengths] {
+    for layout in [EmuStorage::PACKED, EmuStorage::FIXED_LENGTHS] {
         let (out, st) = emu_kernel_with(
             &cb,
             rows,
@@ -836,3 +875,5 @@ fn the_device_api_decodes_rows_into_a_user_sink() {
         }
     }
 }
+
+mod dma_gather;

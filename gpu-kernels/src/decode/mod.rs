@@ -149,7 +149,8 @@ impl<H: Machine, B: Book> Ctx<'_, H, B> {
         }
     }
 
-    /// Report `code` for output row `i` (one lane) and zero the row.
+    /// Report `code` for output row `i` of the launch (row `row_base + i`
+    /// of the call; one lane) and zero the row.
     #[inline(always)]
     fn fail(&self, i: u64, out: u64, code: u64) {
         if self.h.lane() == 0 {
@@ -157,7 +158,7 @@ impl<H: Machine, B: Book> Ctx<'_, H, B> {
             // SAFETY: status holds two u64 (host-allocated).
             unsafe {
                 self.h.or_u64(s, code);
-                self.h.min_u64(s + 8, i);
+                self.h.min_u64(s + 8, i.wrapping_add(self.p.row_base));
             }
         }
         self.zero_row(out);

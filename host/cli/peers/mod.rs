@@ -105,7 +105,7 @@ pub fn compare(
     opts: &ibp::gpu::DecodeOptions,
 ) -> ibp::Result<Vec<measure::Row>> {
     use ibp::gpu::Residency;
-    use ibp::gpu::bench::{BenchLayout, measure_decode, measure_decode_dma, measure_gather};
+    use ibp::gpu::bench::{BenchStorage, measure_decode, measure_decode_dma, measure_gather};
     use measure::{GATHER_BATCHES, GatherRates, Row};
 
     let (data, row, cb) = (t.data, t.row_bytes, t.codebook);
@@ -116,7 +116,7 @@ pub fn compare(
             data,
             row,
             cb,
-            BenchLayout::Packed,
+            BenchStorage::PACKED,
             r,
             false,
             opts,

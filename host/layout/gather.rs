@@ -1,0 +1,320 @@
+//! The rows a gather asks for, restaged as small packed datasets ("pieces")
+//! that fit a buffer of fixed size: the host half of the GPU's DMA gather,
+//! kept here (plain bytes, no CUDA) so the CPU tests and the kernel emulator
+//! check it without a GPU.
+//!
+//! A piece of `n` rows is laid out in its buffer as
+//!
+//! ```text
+//! 0            offsets: n + 1 u64, rebased (row j's stored form at payload + offsets[j])
+//! index_at     index:   n u32, j for row j, u32::MAX for a bad index
+//! flags_at     flags:   ⌈n/8⌉ bytes, row j's bit copied from the requested tensor
+//! payload_at   payload: the requested tensors' stored forms back to back (128-aligned)
+//! ```
+//!
+//! so the unchanged decode kernel reads it as a dataset of `n` tensors,
+//! gathered by the index. An out-of-range request keeps its place (an empty
+//! slot, index `u32::MAX`), so the kernel reports it and zero-fills its row as
+//! the zero-copy gather does.
+//!
+//! Q: why one buffer per piece, metadata and payload together?
+//! A: one DMA per piece. Each copy has a start-up cost of microseconds; three
+//! copies per piece would triple it.
+
+use super::PackedRef;
+use crate::error::{Error, Result};
+
+/// Q: why is the payload 128-byte aligned?
+/// A: the decoder fetches whole aligned 128-byte lines; an aligned payload
+/// keeps its reads inside the buffer and off the metadata.
+const PAYLOAD_ALIGN: usize = 128;
+
+/// Where one staged piece keeps its parts, in bytes from the buffer's start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct GatherPiece {
+    /// Rows (index entries) in the piece.
+    pub rows: usize,
+    /// Start of the `u32` local index.
+    pub index_at: usize,
+    /// Start of the flag bitmap.
+    pub flags_at: usize,
+    /// Start of the payload (the offsets are relative to it).
+    pub payload_at: usize,
+    /// Bytes of the buffer in use (what is copied to the device).
+    pub len: usize,
+}
+
+impl GatherPiece {
+    /// The parts' positions for `rows` rows storing `payload` bytes.
+    fn layout(rows: usize, payload: usize) -> Self {
+        let index_at = ((rows + 1) * 8).next_multiple_of(16);
+        let flags_at = index_at + (rows * 4).next_multiple_of(16);
+        let payload_at = (flags_at + rows.div_ceil(8)).next_multiple_of(PAYLOAD_ALIGN);
+        GatherPiece {
+            rows,
+            index_at,
+            flags_at,
+            payload_at,
+            len: payload_at + payload,
+        }
+    }
+
+    /// Bytes a piece needs for `rows` rows storing `payload` bytes.
+    pub fn bytes_for(rows: usize, payload: usize) -> usize {
+        Self::layout(rows, payload).len
+    }
+}
+
+/// The stored bytes of tensor `t`, or 0 when `t` is out of range.
+fn stored_len(offsets: &[u64], t: u64) -> u64 {
+    let rows = offsets.len() as u64 - 1;
+    if t < rows {
+        offsets[t as usize + 1] - offsets[t as usize]
+    } else {
+        0
+    }
+}
+
+/// How many of `index[start..]` the next piece of `capacity` bytes holds (at
+/// least one), with their stored bytes. `offsets` must be validated (the
+/// [`PackedRef::validate`] of the dataset).
+///
+/// Errors with [`crate::ErrorKind::InvalidArgument`] when the first row's
+/// stored form alone does not fit.
+pub(crate) fn plan_piece<I: Copy + Into<u64>>(
+    offsets: &[u64],
+    index: &[I],
+    start: usize,
+    capacity: usize,
+) -> Result<(usize, usize)> {
+    let mut n = 0usize;
+    let mut payload = 0usize;
+    // Q: why at most u32::MAX - 1 rows?
+    // A: the local index is u32, and u32::MAX marks a bad index.
+    let max_rows = (u32::MAX - 1) as usize;
+    for &t in &index[start..] {
+        let len = stored_len(offsets, t.into()) as usize;
+        if n == max_rows || GatherPiece::bytes_for(n + 1, payload + len) > capacity {
+            break;
+        }
+        n += 1;
+        payload += len;
+    }
+    if n == 0 && start < index.len() {
+        let len = stored_len(offsets, index[start].into());
+        return Err(Error::invalid(format!(
+            "tensor {} stores {len} bytes, which with its piece's tables exceeds the DMA piece of {capacity} bytes; make the pieces larger",
+            index[start].into()
+        )));
+    }
+    Ok((n, payload))
+}
+
+/// Write the piece of `index[start..start + rows]` into `dst` (at least
+/// [`GatherPiece::bytes_for`] bytes, from [`plan_piece`]), reading the
+/// stored forms from `packed` (validated).
+pub(crate) fn stage_piece<I: Copy + Into<u64>>(
+    packed: &PackedRef<'_>,
+    index: &[I],
+    start: usize,
+    rows: usize,
+    payload: usize,
+    dst: &mut [u8],
+) -> Result<GatherPiece> {
+    let piece = GatherPiece::layout(rows, payload);
+    if dst.len() < piece.len {
+        return Err(Error::invalid(format!(
+            "a DMA piece of {rows} rows needs {} bytes; the buffer holds {}",
+            piece.len,
+            dst.len()
+        )));
+    }
+    let offsets = packed.offsets();
+    let src = packed.payload();
+    let flags = packed.flags();
+    let n_rows = packed.rows() as u64;
+    let (meta, body) = dst.split_at_mut(piece.payload_at);
+    meta[piece.flags_at..].fill(0);
+    let mut at = 0usize;
+    for (j, &t) in index[start..start + rows].iter().enumerate() {
+        let t: u64 = t.into();
+        meta[8 * j..8 * j + 8].copy_from_slice(&(at as u64).to_le_bytes());
+        let local = if t < n_rows {
+            let (a, b) = (
+                offsets[t as usize] as usize,
+                offsets[t as usize + 1] as usize,
+            );
+            let len = b - a;
+            if at + len > payload {
+                return Err(Error::invalid(
+                    "the planned piece holds fewer stored bytes than its rows",
+                ));
+            }
+            body[at..at + len].copy_from_slice(&src[a..b]);
+            at += len;
+            if super::flag(flags, t as usize) {
+                meta[piece.flags_at + j / 8] |= 1 << (j % 8);
+            }
+            j as u32
+        } else {
+            u32::MAX
+        };
+        let ix = piece.index_at + 4 * j;
+        meta[ix..ix + 4].copy_from_slice(&local.to_le_bytes());
+    }
+    meta[8 * rows..8 * rows + 8].copy_from_slice(&(at as u64).to_le_bytes());
+    Ok(piece)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codebook::{ChunkSize, Codebook};
+    use crate::dataset::Rows;
+    use crate::layout::{compress_packed, decompress_packed_row};
+
+    /// Rows that compress unevenly: some tensors encode, some are stored raw.
+    fn dataset(n: usize, l: usize) -> (Vec<u8>, Codebook) {
+        let mut data = vec![0u8; n * l];
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for (i, row) in data.chunks_mut(l).enumerate() {
+            for b in row.iter_mut() {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                // Every third row is noise; the rest mostly small values.
+                *b = if i % 3 == 0 {
+                    x as u8
+                } else {
+                    (x as u8) & 0x03
+                };
+            }
+        }
+        let rows = Rows::new(&data, l).unwrap();
+        let cb = crate::fit::fit(
+            rows,
+            &crate::fit::FitOptions::default()
+                .with_chunk(crate::fit::ChunkChoice::Fixed(ChunkSize::Two)),
+        )
+        .unwrap()
+        .codebook;
+        (data, cb)
+    }
+
+    /// Read a staged piece back as the packed dataset it claims to be, and
+    /// decode every row with the CPU decoder.
+    fn decode_piece(
+        cb: &Codebook,
+        buf: &[u8],
+        piece: &GatherPiece,
+        l: usize,
+    ) -> Vec<Option<Vec<u8>>> {
+        let n = piece.rows;
+        let offsets: Vec<u64> = buf[..8 * (n + 1)]
+            .chunks(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        let index: Vec<u32> = buf[piece.index_at..piece.index_at + 4 * n]
+            .chunks(4)
+            .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        let flags = &buf[piece.flags_at..piece.flags_at + n.div_ceil(8)];
+        let payload = &buf[piece.payload_at..piece.len];
+        let packed =
+            PackedRef::new(l, n, flags, std::borrow::Cow::Owned(offsets), payload).unwrap();
+        // (Not `validate`: a bad request's slot is empty and flagged raw,
+        // which no valid dataset has; nothing reads it.)
+        index
+            .iter()
+            .map(|&t| {
+                (t != u32::MAX).then(|| {
+                    let mut out = vec![0u8; l];
+                    decompress_packed_row(cb, &packed, t as usize, &mut out).unwrap();
+                    out
+                })
+            })
+            .collect()
+    }
+
+    #[test]
+    fn staged_pieces_decode_to_the_requested_rows_and_mark_bad_indices() {
+        let (l, n) = (96, 200);
+        let (data, cb) = dataset(n, l);
+        let packed = compress_packed(&cb, Rows::new(&data, l).unwrap()).unwrap();
+        let view = packed.view();
+        // Repeats, reverse order, out-of-range entries, a ragged count.
+        let mut index: Vec<u64> = (0..n as u64).rev().step_by(3).collect();
+        index.extend([5, 5, n as u64, u64::MAX, 0, 199, (n + 7) as u64]);
+        index.extend((0..50).map(|i| (i * 37 % n) as u64));
+        for capacity in [GatherPiece::bytes_for(1, l), 700, 1500, 1 << 20] {
+            let mut got = Vec::new();
+            let mut start = 0;
+            let mut pieces = 0;
+            while start < index.len() {
+                let (rows, payload) = plan_piece(view.offsets(), &index, start, capacity).unwrap();
+                assert!(rows >= 1);
+                let mut buf = vec![0xa5u8; capacity];
+                let piece = stage_piece(&view, &index, start, rows, payload, &mut buf).unwrap();
+                assert!(piece.len <= capacity, "{piece:?} over {capacity}");
+                assert_eq!(piece.payload_at % PAYLOAD_ALIGN, 0);
+                got.extend(decode_piece(&cb, &buf, &piece, l));
+                start += rows;
+                pieces += 1;
+            }
+            assert_eq!(got.len(), index.len());
+            if capacity == 1 << 20 {
+                assert_eq!(pieces, 1);
+            } else {
+                assert!(pieces > 1, "capacity {capacity}: one piece");
+            }
+            for (i, (&t, row)) in index.iter().zip(&got).enumerate() {
+                match row {
+                    Some(row) => {
+                        assert!(t < n as u64, "row {i}: bad index {t} was staged");
+                        assert_eq!(row[..], data[t as usize * l..][..l], "row {i} (tensor {t})");
+                    }
+                    None => assert!(t >= n as u64, "row {i}: tensor {t} marked bad"),
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn u32_indices_stage_the_same_bytes_as_u64() {
+        let (l, n) = (64, 40);
+        let (data, cb) = dataset(n, l);
+        let packed = compress_packed(&cb, Rows::new(&data, l).unwrap()).unwrap();
+        let wide: Vec<u64> = vec![3, 39, 40, 0, 17, 17];
+        let narrow: Vec<u32> = wide.iter().map(|&t| t as u32).collect();
+        let (rows, payload) = plan_piece(packed.view().offsets(), &wide, 0, 4096).unwrap();
+        assert_eq!(
+            plan_piece(packed.view().offsets(), &narrow, 0, 4096).unwrap(),
+            (rows, payload)
+        );
+        let (mut a, mut b) = (vec![0u8; 4096], vec![0u8; 4096]);
+        let pa = stage_piece(&packed.view(), &wide, 0, rows, payload, &mut a).unwrap();
+        let pb = stage_piece(&packed.view(), &narrow, 0, rows, payload, &mut b).unwrap();
+        assert_eq!(pa, pb);
+        assert_eq!(a[..pa.len], b[..pb.len]);
+    }
+
+    #[test]
+    fn a_tensor_larger_than_the_piece_is_an_invalid_argument() {
+        let (l, n) = (256, 9);
+        let (data, cb) = dataset(n, l);
+        let packed = compress_packed(&cb, Rows::new(&data, l).unwrap()).unwrap();
+        // Tensor 0 is noise: stored raw, 256 bytes.
+        let err = plan_piece(packed.view().offsets(), &[0u64], 0, 300).unwrap_err();
+        assert_eq!(err.kind(), crate::ErrorKind::InvalidArgument);
+        // A bad index stores nothing and always fits.
+        assert_eq!(
+            plan_piece(packed.view().offsets(), &[u64::MAX], 0, 300).unwrap(),
+            (1, 0)
+        );
+        // An empty request plans an empty piece.
+        assert_eq!(
+            plan_piece::<u64>(packed.view().offsets(), &[], 0, 300).unwrap(),
+            (0, 0)
+        );
+    }
+}
