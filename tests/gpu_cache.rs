@@ -488,4 +488,3 @@ fn two_gpus_read_each_others_slabs_and_gather_the_original_rows() {
         }
     }
 }
-
