@@ -1,8 +1,10 @@
 //! The GPU feature cache (IBP(C/M)), against the original rows: every
 //! variant (no cache, uncompressed cache and host rows, IBP(M), IBP(C),
-//! IBP(C/M)) at several budgets, gathered into poisoned output with guard
-//! bytes, on one GPU and on two (skipped visibly with one); refills; a
-//! dataset the cache was not built for; a budget below one row; bad ids.
+//! IBP(C/M)), with compressed host rows packed and line-aligned
+//! (fixed-stride with a length table), at several budgets, gathered into
+//! poisoned output with guard bytes, on one GPU and on two (skipped visibly
+//! with one); refills; a dataset the cache was not built for; a budget
+//! below one row; bad ids; the PCIe lines line-aligned misses cost.
 //! Prints `skipped: no CUDA device` without a GPU (a failure with
 //! `IBP_REQUIRE_GPU=1`).
 #![cfg(feature = "cuda")]
@@ -19,7 +21,7 @@ use ibp::gpu::{
     CacheOptions, DecodeStatus, FeatureCache, Gpu, GpuDataset, Placement, Residency, copy_to_host,
     top_k_by_score,
 };
-use ibp::layout::{Packed, compress_packed};
+use ibp::layout::{FixedStride, Packed, compress_fixed, compress_packed};
 
 const POISON: u8 = 0xA5;
 const GUARD: usize = 256;
@@ -28,14 +30,27 @@ fn stream() -> Stream {
     Stream::new(StreamFlags::NON_BLOCKING, None).expect("stream")
 }
 
-/// A table: the rows, their codebook, the compressed and the raw uploads'
-/// host forms.
+/// How an upload stores the rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Form {
+    /// Every row raw, packed.
+    Raw,
+    /// Compressed, packed.
+    Packed,
+    /// Compressed, fixed-stride with a length table (line-aligned rows).
+    Fixed,
+}
+use Form::{Fixed, Packed as Pk, Raw};
+
+/// A table: the rows, their codebook, the compressed (packed and
+/// fixed-stride) and the raw uploads' host forms.
 struct Table {
     name: String,
     data: Vec<u8>,
     l: usize,
     cb: Codebook,
     packed: Packed,
+    fixed: FixedStride,
     raw: Packed,
 }
 
@@ -44,6 +59,7 @@ impl Table {
         let rows = Rows::new(&data, l).unwrap();
         let cb = ibp::fit::fit(rows, &Default::default()).unwrap().codebook;
         let packed = compress_packed(&cb, rows).unwrap();
+        let fixed = compress_fixed(&cb, rows).unwrap();
         let raw = raw_packed(data.clone(), l).unwrap();
         Table {
             name: name.into(),
@@ -51,6 +67,7 @@ impl Table {
             l,
             cb,
             packed,
+            fixed,
             raw,
         }
     }
@@ -59,14 +76,34 @@ impl Table {
         self.data.len() / self.l
     }
 
-    fn upload(&self, gpu: &Gpu, compressed: bool) -> GpuDataset {
-        let p = if compressed { &self.packed } else { &self.raw };
+    fn upload(&self, gpu: &Gpu, form: Form) -> GpuDataset {
+        let p = match form {
+            Raw => &self.raw,
+            Pk => &self.packed,
+            Fixed => {
+                let v = self.fixed.view();
+                return GpuDataset::upload_fixed(gpu, &self.cb, &v, Residency::Pinned)
+                    .and_then(|d| d.with_length_table(&self.cb, &v))
+                    .unwrap();
+            }
+        };
         GpuDataset::upload_packed(gpu, &self.cb, &p.view(), Residency::Pinned).unwrap()
+    }
+
+    /// Every form's upload on `gpu`, in `Form` order.
+    fn uploads(&self, gpu: &Gpu) -> [GpuDataset; 3] {
+        [Raw, Pk, Fixed].map(|f| self.upload(gpu, f))
+    }
+
+    /// Row `t`'s stored length.
+    fn stored(&self, t: usize) -> u64 {
+        self.packed.offsets[t + 1] - self.packed.offsets[t]
     }
 }
 
-/// Small tables: Cora's real rows (a few hundred), and synthetic f32 rows
-/// of a ragged length, some of which do not compress.
+/// Small tables: Cora's real rows (a few hundred), synthetic f32 rows of a
+/// ragged length, some of which do not compress, and synthetic rows of 768
+/// bytes (MiniLM's bf16 length: line-aligned slots).
 fn tables(rng: &mut Rng) -> Vec<Table> {
     let mut out = Vec::new();
     let (name, data, l) = common::real_tables("gpu_cache").swap_remove(0);
@@ -84,6 +121,14 @@ fn tables(rng: &mut Rng) -> Vec<Table> {
         }
     }
     out.push(Table::new("synthetic 1002 B", data, l));
+    let l = 768;
+    let data: Vec<u8> = (0..400 * l)
+        .map(|i| {
+            let r = rng.next() as u8;
+            if i / l % 9 == 4 { r } else { r & 0x0f }
+        })
+        .collect();
+    out.push(Table::new("synthetic 768 B", data, l));
     out
 }
 
@@ -142,14 +187,24 @@ fn access(rng: &mut Rng, n: usize, count: usize) -> (Vec<u64>, Vec<u64>) {
     (ids, top_k_by_score(&scores, n))
 }
 
-/// The five variants as (name, host rows compressed, slab rows compressed,
-/// cache on).
-const VARIANTS: [(&str, bool, bool, bool); 5] = [
-    ("no cache", false, false, false),
-    ("uncompressed cache + host", false, false, true),
-    ("IBP(M)", true, true, false),
-    ("IBP(C)", false, true, true),
-    ("IBP(C/M)", true, true, true),
+/// The variants as (name, host rows, slab rows, cache on): the five of the
+/// paper, with compressed host rows packed and line-aligned, and slabs
+/// filled from either compressed form.
+const VARIANTS: [(&str, Form, Form, bool); 9] = [
+    ("no cache", Raw, Raw, false),
+    ("uncompressed cache + host", Raw, Raw, true),
+    ("IBP(M) packed", Pk, Pk, false),
+    ("IBP(M) line-aligned", Fixed, Fixed, false),
+    ("IBP(C)", Raw, Pk, true),
+    ("IBP(C) slab from line-aligned", Raw, Fixed, true),
+    ("IBP(C/M) packed", Pk, Pk, true),
+    ("IBP(C/M) line-aligned", Fixed, Fixed, true),
+    (
+        "IBP(C/M) line-aligned host, slab from packed",
+        Fixed,
+        Pk,
+        true,
+    ),
 ];
 
 #[test]
@@ -161,11 +216,10 @@ fn every_variant_and_budget_gathers_the_original_rows() {
     for t in tables(&mut rng) {
         let n = t.rows();
         let (ids, hot) = access(&mut rng, n, 3000);
-        let (comp, raw) = (t.upload(&gpu, true), t.upload(&gpu, false));
+        let up = t.uploads(&gpu);
         let want = expected(&t.data, t.l, &ids);
-        for (name, host_c, slab_c, on) in VARIANTS {
-            let host = if host_c { &comp } else { &raw };
-            let slab = if slab_c { &comp } else { &raw };
+        for (name, host_f, slab_f, on) in VARIANTS {
+            let (host, slab) = (&up[host_f as usize], &up[slab_f as usize]);
             for pct in [1u64, 5, 25, 100] {
                 let budget = (n * t.l) as u64 * pct / 100;
                 let hot = if on { &hot[..] } else { &[][..] };
@@ -201,27 +255,33 @@ fn a_refill_replaces_the_rows_and_the_gathers_stay_exact() {
     let mut rng = Rng(77);
     let t = tables(&mut rng).swap_remove(0);
     let n = t.rows();
-    let ds = t.upload(&gpu, true);
     let (ids, hot) = access(&mut rng, n, 2000);
-    let budget = t.packed.payload.len() as u64 / 3;
-    let mut cache = FeatureCache::new(&[&gpu], &[&ds], &hot, &CacheOptions::new(budget)).unwrap();
-    let before = cache.stats(&gpu, &ds, &ids).unwrap();
-    // The coldest rows instead.
-    let cold: Vec<u64> = hot.iter().rev().copied().collect();
-    let s = stream();
-    cache.refill(&[&gpu], &ds, &cold, &[&s]).unwrap();
-    let after = cache.stats(&gpu, &ds, &ids).unwrap();
-    assert!(after.local_hits < before.local_hits, "{before:?} {after:?}");
-    // The refill is ordered on `s`; the gather below runs on its own
-    // stream, so wait for it (the documented rule).
-    s.synchronize().unwrap();
-    let (got, st) = gather(&cache, &gpu, &ds, &ids, t.l, true);
-    st.unwrap();
-    assert!(got == expected(&t.data, t.l, &ids));
-    // Refilling from another dataset is refused.
-    let other = t.upload(&gpu, false);
-    let e = cache.refill(&[&gpu], &other, &cold, &[&s]).unwrap_err();
-    assert_eq!(e.kind(), ibp::ErrorKind::InvalidArgument);
+    for form in [Pk, Fixed] {
+        let ds = t.upload(&gpu, form);
+        let budget = t.packed.payload.len() as u64 / 3;
+        let mut cache =
+            FeatureCache::new(&[&gpu], &[&ds], &hot, &CacheOptions::new(budget)).unwrap();
+        let before = cache.stats(&gpu, &ds, &ids).unwrap();
+        // The coldest rows instead.
+        let cold: Vec<u64> = hot.iter().rev().copied().collect();
+        let s = stream();
+        cache.refill(&[&gpu], &ds, &cold, &[&s]).unwrap();
+        let after = cache.stats(&gpu, &ds, &ids).unwrap();
+        assert!(after.local_hits < before.local_hits, "{before:?} {after:?}");
+        // The refill is ordered on `s`; the gather below runs on its own
+        // stream, so wait for it (the documented rule).
+        s.synchronize().unwrap();
+        let (got, st) = gather(&cache, &gpu, &ds, &ids, t.l, true);
+        st.unwrap();
+        assert!(got == expected(&t.data, t.l, &ids), "{form:?}");
+        // Refilling from another dataset (or another layout of the same
+        // rows) is refused.
+        for o in [Raw, Pk, Fixed].into_iter().filter(|&o| o != form) {
+            let other = t.upload(&gpu, o);
+            let e = cache.refill(&[&gpu], &other, &cold, &[&s]).unwrap_err();
+            assert_eq!(e.kind(), ibp::ErrorKind::InvalidArgument, "{form:?} {o:?}");
+        }
+    }
 }
 
 #[test]
@@ -233,14 +293,14 @@ fn a_cache_refuses_another_datasets_ids_and_a_budget_below_one_row() {
     let mut rng = Rng(99);
     let ts = tables(&mut rng);
     let t = &ts[0];
-    let ds = t.upload(&gpu, true);
+    let ds = t.upload(&gpu, Pk);
     let hot: Vec<u64> = (0..10).collect();
     let cache = FeatureCache::new(&[&gpu], &[&ds], &hot, &CacheOptions::new(1 << 20)).unwrap();
     // Same shape, other rows: the first rows of the table again, reversed.
     let mut data = t.data.clone();
     data.reverse();
     let other = Table::new("reversed", data, t.l);
-    let ods = other.upload(&gpu, true);
+    let ods = other.upload(&gpu, Pk);
     let s = stream();
     let status = DecodeStatus::new().unwrap();
     let ids = DeviceBuffer::from_slice(&[0u64, 1]).unwrap();
@@ -250,7 +310,7 @@ fn a_cache_refuses_another_datasets_ids_and_a_budget_below_one_row() {
         .unwrap_err();
     assert_eq!(e.kind(), ibp::ErrorKind::InvalidArgument, "{e}");
     // Another upload of the same rows is accepted.
-    let again = t.upload(&gpu, true);
+    let again = t.upload(&gpu, Pk);
     cache
         .gather(&gpu, &again, &ids, &mut out, &status, &s)
         .unwrap();
@@ -279,7 +339,44 @@ fn a_cache_refuses_another_datasets_ids_and_a_budget_below_one_row() {
     .err()
     .expect("a hot id out of range is an error");
     assert_eq!(e.kind(), ibp::ErrorKind::InvalidArgument, "{e}");
+    // Fixed-stride host rows without their length table: the cache could
+    // not pack them, nor the kernel fetch a miss without reading its slot.
+    let bare = GpuDataset::upload_fixed(&gpu, &t.cb, &t.fixed.view(), Residency::Pinned).unwrap();
+    let e = FeatureCache::new(&[&gpu], &[&bare], &hot, &CacheOptions::new(1 << 20))
+        .err()
+        .expect("fixed-stride rows without lengths are refused");
+    assert_eq!(e.kind(), ibp::ErrorKind::Unsupported, "{e}");
+    assert!(e.message().contains("with_length_table"), "{e}");
     s.synchronize().unwrap();
+}
+
+#[test]
+fn line_aligned_misses_cost_whole_lines_of_their_stored_bytes_only() {
+    let Some(gpu) = gpu_or_skip("line_aligned_misses_cost_whole_lines_of_their_stored_bytes_only")
+    else {
+        return;
+    };
+    let mut rng = Rng(128);
+    let t = tables(&mut rng).swap_remove(2);
+    assert_eq!(t.l % 128, 0, "{}: a line-aligned table", t.name);
+    let n = t.rows();
+    let ids: Vec<u64> = (0..3 * n as u64).map(|i| i * 7 % n as u64).collect();
+    let up = t.uploads(&gpu);
+    let none = |ds: &GpuDataset| {
+        let c = FeatureCache::new(&[&gpu], &[ds], &[], &CacheOptions::new(0)).unwrap();
+        let (got, st) = gather(&c, &gpu, ds, &ids, t.l, false);
+        st.unwrap();
+        assert!(got == expected(&t.data, t.l, &ids));
+        c.stats(&gpu, ds, &ids).unwrap().host_bytes
+    };
+    let [raw, packed, fixed] = [none(&up[0]), none(&up[1]), none(&up[2])];
+    let lines: u64 = ids
+        .iter()
+        .map(|&i| t.stored(i as usize).div_ceil(128) * 128)
+        .sum();
+    assert_eq!(fixed, lines, "each row ⌈s/128⌉ lines");
+    assert_eq!(raw, ids.len() as u64 * t.l as u64);
+    assert!(fixed < packed && packed < raw, "{fixed} {packed} {raw}");
 }
 
 #[test]
@@ -290,11 +387,14 @@ fn bad_ids_are_reported_and_their_rows_zeroed() {
     let mut rng = Rng(5);
     let t = tables(&mut rng).swap_remove(0);
     let n = t.rows() as u64;
-    let ds = t.upload(&gpu, true);
-    let hot: Vec<u64> = (0..n / 2).collect();
-    let cache = FeatureCache::new(&[&gpu], &[&ds], &hot, &CacheOptions::new(1 << 20)).unwrap();
-    let ids = [1, n, 2, n + 5, u64::MAX, n - 1];
-    for wide in [true, false] {
+    for (form, wide) in [Pk, Fixed]
+        .into_iter()
+        .flat_map(|f| [(f, true), (f, false)])
+    {
+        let ds = t.upload(&gpu, form);
+        let hot: Vec<u64> = (0..n / 2).collect();
+        let cache = FeatureCache::new(&[&gpu], &[&ds], &hot, &CacheOptions::new(1 << 20)).unwrap();
+        let ids = [1, n, 2, n + 5, u64::MAX, n - 1];
         let ids: Vec<u64> = if wide {
             ids.to_vec()
         } else {
@@ -310,7 +410,10 @@ fn bad_ids_are_reported_and_their_rows_zeroed() {
         assert!(e.message().contains("output row 1"), "{e}");
         for (k, (row, &id)) in got.chunks(t.l).zip(&ids).enumerate() {
             if id < n {
-                assert!(row == &t.data[id as usize * t.l..][..t.l], "row {k}");
+                assert!(
+                    row == &t.data[id as usize * t.l..][..t.l],
+                    "{form:?} row {k}"
+                );
             } else {
                 assert!(row.iter().all(|&b| b == 0), "row {k} of bad id {id}");
             }
@@ -342,12 +445,12 @@ fn two_gpus_read_each_others_slabs_and_gather_the_original_rows() {
         let (ids, hot) = access(&mut rng, n, 3000);
         let want = expected(&t.data, t.l, &ids);
         g0.make_current().unwrap();
-        let (c0, r0) = (t.upload(&g0, true), t.upload(&g0, false));
+        let u0 = t.uploads(&g0);
         g1.make_current().unwrap();
-        let (c1, r1) = (t.upload(&g1, true), t.upload(&g1, false));
-        for (name, host_c, slab_c, on) in VARIANTS {
-            let hosts = if host_c { [&c0, &c1] } else { [&r0, &r1] };
-            let slab = if slab_c { &c0 } else { &r0 };
+        let u1 = t.uploads(&g1);
+        for (name, host_f, slab_f, on) in VARIANTS {
+            let hosts = [&u0[host_f as usize], &u1[host_f as usize]];
+            let slab = &u0[slab_f as usize];
             for placement in [Placement::Partition, Placement::Replicate] {
                 let budget = (n * t.l) as u64 / 20;
                 let hot = if on { &hot[..] } else { &[][..] };

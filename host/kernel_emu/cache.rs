@@ -1,6 +1,7 @@
 //! The feature cache's gather body (`ibp_kernels::cache::gather`) on the
 //! emulated warp: rows from a slab (compressed or raw), from the dataset on
-//! a miss, from raw host rows behind compressed slab rows, bad ids and a
+//! a miss (packed, or fixed-stride with a length table: line-aligned host
+//! rows), from raw host rows behind compressed slab rows, bad ids and a
 //! corrupt index entry, against the original bytes.
 
 use ibp_kernels::cache::{Entry, NOT_CACHED, gather, pack};
@@ -39,6 +40,7 @@ fn emulated_cache_gather_returns_every_row_from_slab_or_host() {
     for (l, chunk) in [
         (100usize, ChunkSize::Four),
         (1531, ChunkSize::Two),
+        (768, ChunkSize::Two),
         (5732, ChunkSize::Eight),
     ] {
         let n = 24;
@@ -91,6 +93,25 @@ fn emulated_cache_gather_returns_every_row_from_slab_or_host() {
             flags: rflags.addr(),
             ..base
         };
+        // The same rows fixed-stride, with a length table (the stored
+        // lengths the packed offsets give).
+        let fixed = compress_fixed(&cb, rows).unwrap();
+        assert_eq!(fixed.flags, packed.flags);
+        let lengths: Vec<u32> = packed
+            .offsets
+            .windows(2)
+            .map(|w| (w[1] - w[0]) as u32)
+            .collect();
+        let (slots, lens) = (
+            Lined::from(&fixed.slots),
+            Aligned::from(bytemuck::cast_slice(&lengths)),
+        );
+        let aligned = DatasetView {
+            src: slots.addr(),
+            lengths: lens.addr(),
+            flags: flags.addr(),
+            ..base
+        };
         // The hot rows (every third, from the end) back to back in a slab,
         // in their compressed form.
         let hot: Vec<usize> = (0..n).rev().step_by(3).collect();
@@ -117,11 +138,14 @@ fn emulated_cache_gather_returns_every_row_from_slab_or_host() {
         };
         let bad = ids.iter().position(|&t| t == n as u64).unwrap() as u64;
         // IBP(C/M); IBP(C) (raw host rows); the slab out of reach (every
-        // row a miss, IBP(M)).
+        // row a miss, IBP(M)); IBP(C/M) and IBP(M) with line-aligned host
+        // rows.
         for (what, view, reach) in [
             ("C/M", compressed, true),
             ("C", raw, true),
             ("M", compressed, false),
+            ("C/M line-aligned", aligned, true),
+            ("M line-aligned", aligned, false),
         ] {
             let mut slabs = [0u64; 8];
             if reach {

@@ -16,6 +16,27 @@
 //! cache.gather(&gpu, &ds, &ids, &mut out, &status, &stream)?;   // enqueued, no sync
 //! ```
 //!
+//! # Host rows: packed or line-aligned
+//! The dataset the misses are read from may be packed or fixed-stride with
+//! a length table (`GpuDataset::upload_fixed(..)?.with_length_table(..)`);
+//! the slabs are packed either way (device memory is what the budget
+//! limits). Packed host rows need only the compressed bytes of host memory,
+//! but a row starts anywhere in a 128-byte line and shares its first and
+//! last lines with its neighbours, so over PCIe it costs nearly as many
+//! lines as its raw form. Fixed-stride rows start every `L` bytes, on a
+//! line when `L` is a multiple of 128 (MiniLM's 768- and 1536-byte rows),
+//! and a row of `s` stored bytes costs `⌈s / 128⌉` lines, never more than
+//! raw; host memory then holds `N · L` bytes, as the raw table does. When
+//! the link bounds the gather (a low hit rate), choose fixed-stride; when
+//! host memory is short, packed. [`CacheStats::host_bytes`] counts either.
+//!
+//! ```text
+//! let fixed = compress_fixed(&cb, rows)?;
+//! let host = GpuDataset::upload_fixed(&gpu, &cb, &fixed.view(), Residency::Pinned)?
+//!     .with_length_table(&cb, &fixed.view())?;
+//! let cache = FeatureCache::new(&[&gpu], &[&host], &hot, &CacheOptions::new(budget))?;
+//! ```
+//!
 //! The baselines run through the same code: a dataset whose rows are all
 //! stored raw gives the uncompressed cache with uncompressed host rows (what
 //! DGL and Legion do), an empty hot set gives no cache, and
@@ -39,6 +60,7 @@
 //! already in flight there), or a gather may read a slab while it is being
 //! rewritten.
 
+mod host_rows;
 mod peer;
 mod plan;
 
@@ -50,13 +72,11 @@ use ibp_kernels::params::CacheParams;
 pub use plan::{Placement, access_counts, top_k_by_score};
 
 use super::Gpu;
-use super::decode::{DecodeStatus, GatherIndex, GpuDataset, Payload};
+use super::decode::{DecodeStatus, GatherIndex, GpuDataset};
 use super::driver::{self, Event, check};
 use super::memory::PinnedBuffer;
 use crate::error::{Error, Result};
-
-/// Bytes of a 128-byte line: the unit in which the kernel fetches a slot.
-const LINE: u64 = 128;
+use host_rows::{HostRows, LINE, line_bytes};
 
 /// Options of a [`FeatureCache`].
 #[derive(Clone, Debug, Default)]
@@ -153,7 +173,8 @@ pub struct FeatureCache {
 impl FeatureCache {
     /// A cache of the rows `hot` (hottest first) of the dataset `host[i]`,
     /// one slab of `opts.budget_bytes` on each GPU `gpus[i]`; `host[i]` is
-    /// the same dataset uploaded on `gpus[i]` (packed, pinned host memory).
+    /// the same dataset uploaded on `gpus[i]` (pinned host memory, packed or
+    /// fixed-stride with a length table: see the module docs).
     /// Hot rows go in order while they fit; rows that do not fit are left
     /// out. Allocates and synchronises (each GPU's context is made current
     /// in turn; the first GPU's is left current).
@@ -161,7 +182,7 @@ impl FeatureCache {
     /// Errors: [`crate::ErrorKind::InvalidArgument`] when the hot set is not
     /// empty and its smallest row does not fit the budget, a hot id is out
     /// of range, or the datasets differ; `Unsupported` for a dataset that is
-    /// not packed in pinned memory.
+    /// not in pinned memory, or fixed-stride without its length table.
     pub fn new(
         gpus: &[&Gpu],
         host: &[&GpuDataset],
@@ -336,9 +357,9 @@ impl FeatureCache {
                 self.rows
             )));
         }
-        let (offsets, payload) = host_rows(slab_rows)?;
+        let rows = HostRows::of(slab_rows)?;
         let flags = driver::copy_to_host(&slab_rows.flags)?;
-        let stored = |r: u64| Some(offsets[r as usize + 1] - offsets[r as usize]);
+        let stored = |r: u64| Some(rows.stored(r));
         let encoded = |r: u64| flags[r as usize / 8] >> (r % 8) & 1 == 1;
         let slabs = plan::place(
             hot,
@@ -371,11 +392,8 @@ impl FeatureCache {
                 .map_or(0, |&(r, o)| o + stored(r).unwrap_or(0));
             let fill = |image: &mut [u8]| {
                 for &(r, o) in &slabs[i] {
-                    let (a, b) = (
-                        offsets[r as usize] as usize,
-                        offsets[r as usize + 1] as usize,
-                    );
-                    image[o as usize..o as usize + (b - a)].copy_from_slice(&payload[a..b]);
+                    let b = rows.bytes(r);
+                    image[o as usize..o as usize + b.len()].copy_from_slice(b);
                 }
             };
             let (slab, index) = (
@@ -475,10 +493,8 @@ impl FeatureCache {
     /// dataset, for the misses' stored lengths). Bad ids are skipped.
     pub fn stats(&self, gpu: &Gpu, ds: &GpuDataset, ids: &[u64]) -> Result<CacheStats> {
         let part = self.part(gpu)?;
-        let offsets = ds
-            .host_offsets
-            .as_deref()
-            .ok_or_else(|| Error::unsupported("cache statistics need a packed dataset"))?;
+        let rows = HostRows::of(ds)?;
+        let src = ds.payload.device_addr();
         let me = self.parts.iter().position(|p| p.ordinal == part.ordinal);
         let mut s = CacheStats::default();
         for &t in ids {
@@ -490,9 +506,8 @@ impl FeatureCache {
                 Some(e) if Some(e.slab as usize) == me => s.local_hits += 1,
                 Some(_) => s.peer_hits += 1,
                 None => {
-                    let (a, b) = (offsets[t as usize], offsets[t as usize + 1]);
-                    let src = ds.payload.device_addr();
-                    s.host_bytes += ((src + b).div_ceil(LINE) - (src + a) / LINE) * LINE;
+                    let (a, b) = rows.span(t);
+                    s.host_bytes += line_bytes(src + a, b - a);
                 }
             }
         }
@@ -526,23 +541,13 @@ impl FeatureCache {
     }
 }
 
-/// The packed dataset's offsets and payload, on the host.
-fn host_rows(ds: &GpuDataset) -> Result<(&[u64], &[u8])> {
-    match (&ds.host_offsets, &ds.payload) {
-        (Some(o), Payload::Pinned(p)) => Ok((o, p)),
-        _ => Err(Error::unsupported(
-            "a feature cache takes packed datasets in pinned host memory (Residency::Pinned)",
-        )),
-    }
-}
-
 /// The dataset's decode book, on the host.
 fn book(ds: &GpuDataset) -> Result<Vec<u8>> {
     driver::copy_prefix(&ds.book, ds.book_bytes)
 }
 
-/// A hash of everything a dataset holds (shape, codebook, flags, offsets,
-/// stored bytes), computed once per dataset.
+/// A hash of everything a dataset holds (shape, codebook, flags, layout
+/// with its offsets or lengths, stored bytes), computed once per dataset.
 ///
 /// Q: why hash the stored bytes too?
 /// A: two uploads of different tables of one shape, both stored raw, have
@@ -552,15 +557,15 @@ fn fingerprint(ds: &GpuDataset) -> Result<u64> {
     if let Some(&f) = ds.fingerprint.get() {
         return Ok(f);
     }
-    let (offsets, payload) = host_rows(ds)?;
+    let rows = HostRows::of(ds)?;
     let mut h = xxhash_rust::xxh3::Xxh3::new();
     for v in [ds.rows, ds.row_bytes, ds.chunk as u64] {
         h.update(&v.to_le_bytes());
     }
     h.update(&book(ds)?);
     h.update(&driver::copy_to_host(&ds.flags)?);
-    h.update(bytemuck::cast_slice(offsets));
-    h.update(payload);
+    rows.hash_into(&mut h);
+    h.update(rows.payload);
     let f = h.digest();
     Ok(*ds.fingerprint.get_or_init(|| f))
 }
