@@ -26,6 +26,8 @@
 //! - [`cache`]: the GPU feature cache's index word and gather body (rows
 //!   from a cache slab or, on a miss, from the dataset in host memory).
 //! - [`params`]: `#[repr(C)]` kernel parameter blocks, shared with the host.
+//! - [`prelude`]: `cuda_std`'s names for user kernels (`#[kernel]`,
+//!   `thread`, `warp`, `shared_array!`), on the intrinsics of `arch`.
 //! - `arch` (nvptx only): thread ids, shuffles, ballot, shared memory, cp.async.
 //! - `hw` (nvptx only): the [`simt`] traits on the real machine, one PTX
 //!   instruction a method.
@@ -34,7 +36,12 @@
 #![cfg_attr(not(test), no_std)]
 #![cfg_attr(
     target_arch = "nvptx64",
-    feature(abi_ptx, asm_experimental_arch, stdarch_nvptx)
+    feature(
+        abi_ptx,
+        asm_experimental_arch,
+        stdarch_nvptx,
+        allow_internal_unstable
+    )
 )]
 #![deny(unsafe_op_in_unsafe_fn)]
 
@@ -46,6 +53,7 @@ pub mod decode;
 pub mod device;
 pub mod encode;
 pub mod params;
+pub mod prelude;
 pub mod simt;
 pub mod step;
 pub mod table;
