@@ -3,13 +3,13 @@
 //! declared with the prelude's `#[kernel]`, as a user kernel is.
 
 use crate::arch;
-use crate::prelude::kernel;
 use crate::count::PosPopcnt32;
 use crate::hw::{GlobalBook, Hw, SharedBook};
 use crate::params::{
     CacheParams, CountParams, CpAsyncTestParams, DecodeParams, EncodeParams, MeasureParams,
     SCAN_PER_THREAD, SCAN_TILE, ScanParams, WarpTestParams, workspace_bytes,
 };
+use crate::prelude::kernel;
 use crate::scan::{block_exclusive_scan, global_scan, thread_sizes};
 use crate::simt;
 

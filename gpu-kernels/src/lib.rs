@@ -36,13 +36,14 @@
 #![cfg_attr(not(test), no_std)]
 #![cfg_attr(
     target_arch = "nvptx64",
-    feature(
-        abi_ptx,
-        asm_experimental_arch,
-        stdarch_nvptx,
-        allow_internal_unstable
-    )
+    feature(asm_experimental_arch, stdarch_nvptx, allow_internal_unstable)
 )]
+// Q: why `allow_internal_unstable`, a compiler-internal feature?
+// A: `shared_array!` expands to an `asm!` in the user's crate, and `asm!` on
+// nvptx64 is still unstable; the attribute on the macro lets it expand
+// there without the user enabling `asm_experimental_arch` too.
+#![cfg_attr(target_arch = "nvptx64", allow(internal_features))]
+#![cfg_attr(all(target_arch = "nvptx64", feature = "builtin"), feature(abi_ptx))]
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod bits;
@@ -63,9 +64,9 @@ pub mod warp;
 pub mod arch;
 #[cfg(target_arch = "nvptx64")]
 pub mod hw;
-#[cfg(target_arch = "nvptx64")]
+#[cfg(all(target_arch = "nvptx64", feature = "builtin"))]
 mod kernels;
-#[cfg(target_arch = "nvptx64")]
+#[cfg(all(target_arch = "nvptx64", feature = "builtin"))]
 mod scan;
 
 /// Q: why a trapping panic handler?

@@ -33,9 +33,7 @@ fn the_device_api_decodes_a_row_into_shared_memory() {
             .collect();
         // The same rows with every encoded row's stored length one byte
         // short: its stream no longer ends where the table says.
-        let short: Vec<u32> = (0..n)
-            .map(|t| lens[t] - encoded(t) as u32)
-            .collect();
+        let short: Vec<u32> = (0..n).map(|t| lens[t] - encoded(t) as u32).collect();
         let book = Aligned::from(&decode_book(&cb));
         let entries = Aligned::from(&decoder_table(&cb));
         let slots = super::decode::Lined::from(&fixed.slots);
