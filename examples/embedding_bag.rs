@@ -244,7 +244,7 @@ impl Table<'_> {
             book_smem: view.book_bytes,
             ws_bytes: ws,
         };
-        let fused_shared = view.book_bytes + 8 * ws;
+        let fused_shared = view.book_bytes.next_multiple_of(16) + 8 * ws;
         let plain_p = BagParams { ws_bytes: acc, ..p };
         let plain_shared = 8 * acc;
         // After the gather: rows in id order, ids = positions.

@@ -82,9 +82,9 @@ fn layer_rows() -> Result<(Vec<u8>, String)> {
         let mut out = Vec::new();
         let mut n = 0;
         for g in doc.groups.iter().filter(|g| is_layer(&g.name)) {
-            // 2-D matrices only (LayerNorm weights are vectors); every one
+            // 2-D f32 matrices only (LayerNorm weights are vectors); each
             // has 384 × k elements, read as rows of 384.
-            if g.data.len() % (4 * COLS) != 0 || g.data.len() == 4 * COLS {
+            if g.shape.len() != 2 || g.dtype.size() != 4 || g.data.len() % (4 * COLS) != 0 {
                 continue;
             }
             n += 1;
@@ -185,7 +185,7 @@ fn run() -> Result<()> {
         ws_bytes: ws,
         _pad: 0,
     };
-    let fused_shared = view.book_bytes + 8 * ws;
+    let fused_shared = view.book_bytes.next_multiple_of(16) + 8 * ws;
     let after = GemvParams {
         plain: decoded.as_device_ptr().as_raw(),
         ..p

@@ -107,7 +107,15 @@ fn fused_bags(
     };
     // SAFETY: BagParams for a bag kernel; every buffer is live and sized as
     // BagParams states; the book and eight workspaces of shared memory.
-    unsafe { k.launch(name, view.book_bytes + 8 * ws, &stream, p) }.unwrap();
+    unsafe {
+        k.launch(
+            name,
+            view.book_bytes.next_multiple_of(16) + 8 * ws,
+            &stream,
+            p,
+        )
+    }
+    .unwrap();
     stream.synchronize().unwrap();
     let sums = copy_to_host(&out)
         .unwrap()

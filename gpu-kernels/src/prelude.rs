@@ -117,7 +117,8 @@ impl<T: Copy, const N: usize> SharedArray<T, N> {
 /// in the PTX and evaluates to its [`SharedArray`].
 ///
 /// `NAME` names the PTX variable: it must be unique among the kernels of
-/// the program. Every thread of a block sees the same array; its contents
+/// the program. `T` and `N` are read at the enclosing module's level:
+/// primitive types, or items visible there (not a function's local ones). Every thread of a block sees the same array; its contents
 /// are undefined at the start of the launch.
 ///
 /// ```ignore
@@ -132,10 +133,16 @@ impl<T: Copy, const N: usize> SharedArray<T, N> {
 )]
 macro_rules! shared_array {
     ($name:ident : [$t:ty; $n:expr]) => {{
-        core::arch::global_asm!(
-            concat!(".shared .align 16 .b8 ibp_shared_", stringify!($name), "[{bytes}];"),
-            bytes = const { core::mem::size_of::<$t>() * ($n) },
-        );
+        // Q: why a module? A: `global_asm!` is an item that may not stand in
+        // a statement's place; a module is an item that may, and holds it.
+        #[allow(non_snake_case, unused_imports)]
+        mod $name {
+            use super::*;
+            core::arch::global_asm!(
+                concat!(".shared .align 16 .b8 ibp_shared_", stringify!($name), "[{bytes}];"),
+                bytes = const { core::mem::size_of::<[$t; $n]>() },
+            );
+        }
         let addr: u32;
         // SAFETY: takes the address of the `.shared` variable declared above.
         unsafe {

@@ -394,7 +394,7 @@ impl Sink for SharedBagSum {
 /// then `4·dim` rounded up to 16).
 ///
 /// # Safety
-/// See [`BagParams`]; the launch gives `book_smem + ws_bytes × warps` of
+/// See [`BagParams`]; the launch gives `book_smem` (rounded up to 16) `+ ws_bytes × warps` of
 /// dynamic shared memory.
 #[kernel]
 pub unsafe fn bag_fused_f32_smem(p: BagParams) {
@@ -511,7 +511,7 @@ macro_rules! bag_kernels {
         #[doc = concat!("Fused embedding bag (see the module), rows of at most ", stringify!($s), " steps of 512 bytes.")]
         ///
         /// # Safety
-        /// See [`BagParams`]; the launch gives `book_smem + ws_bytes ×
+        /// See [`BagParams`]; the launch gives `book_smem` (rounded up to 16) `+ ws_bytes ×
         /// warps` of dynamic shared memory.
         #[kernel]
         pub unsafe fn $fused(p: BagParams) {

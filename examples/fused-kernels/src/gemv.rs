@@ -101,7 +101,7 @@ fn globals(p: GemvParams) -> GemvParams {
 /// decoded in registers, the book in shared memory once per block.
 ///
 /// # Safety
-/// See [`GemvParams`]; the launch gives `book_smem + ws_bytes × warps` of
+/// See [`GemvParams`]; the launch gives `book_smem` (rounded up to 16) `+ ws_bytes × warps` of
 /// dynamic shared memory.
 #[kernel]
 pub unsafe fn gemv_fused_s2(p: GemvParams) {

@@ -10,7 +10,7 @@ use ibp_kernels::prelude::*;
 ///
 /// # Safety
 /// `book` holds `bytes` (a multiple of 4) readable bytes; the launch gives
-/// at least `bytes` of dynamic shared memory.
+/// at least `bytes` rounded up to 16 of dynamic shared memory.
 #[inline(always)]
 pub unsafe fn book_to_shared(book: u64, bytes: u32) -> u32 {
     let base = arch::dyn_smem_base();
@@ -21,7 +21,7 @@ pub unsafe fn book_to_shared(book: u64, bytes: u32) -> u32 {
         i += thread::block_dim_x();
     }
     thread::sync_threads();
-    base + bytes
+    base + bytes.next_multiple_of(16)
 }
 
 /// The status code of a row's result.
