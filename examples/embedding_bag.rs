@@ -97,9 +97,12 @@ fn cu(e: cust::error::CudaError) -> Error {
     Error::cuda(e.to_string())
 }
 
+/// A table: its name, its rows, the bytes of a row, and whether it is bf16.
+type TableData = (String, Vec<u8>, usize, bool);
+
 /// Cora (in the repository) and MiniLM's word embeddings (from
 /// `IBP_DATA_DIR`, when there): `(name, rows, row bytes, bf16)`.
-fn tables() -> Result<Vec<(String, Vec<u8>, usize, bool)>> {
+fn tables() -> Result<Vec<TableData>> {
     let cora = include_bytes!("../data/cora-features.npz");
     let doc = ibp::io::parse(cora, ibp::io::SourceFormat::Npz, &Default::default())?;
     let g = &doc.groups[0];
@@ -202,7 +205,7 @@ impl Table<'_> {
         let view = ds.device_view();
         let plain_rows = PinnedBuffer::from_slice(&data)?;
         drop(data);
-        let (ids, starts) = bags(rows, n_bags, 0x1b_ad5e_ed ^ l as u64);
+        let (ids, starts) = bags(rows, n_bags, 0x1bad_5eed ^ l as u64);
         let total = ids.len();
         let want = self.cpu_sums(&ids, &starts, base_rows);
         let compressed: u64 = ids
@@ -267,8 +270,11 @@ impl Table<'_> {
         // type; every address is a live buffer of the sizes BagParams
         // states (ids < rows, out of bags × dim, gathered of total rows);
         // the shared memory is what the kernel's doc asks.
+        // SAFETY: as stated above.
         let run_fused = || unsafe { k.launch(fused, fused_shared, stream, p) };
+        // SAFETY: as stated above.
         let run_plain = || unsafe { k.launch(plain, plain_shared, stream, plain_p) };
+        // SAFETY: as stated above.
         let run_ideal = || unsafe { k.launch("bag_read", 0, stream, ideal_p) };
         let mut run_decode_then = || -> Result<()> {
             dec.gather(gpu, &d_ids, &mut gathered, &dstatus, stream)?;

@@ -196,7 +196,9 @@ fn run() -> Result<()> {
     // type; every address is a live buffer of the sizes GemvParams states
     // (W of `rows` rows pinned or decoded, x of COLS, y of rows); the
     // shared memory is what the kernel's doc asks.
+    // SAFETY: as stated above.
     let run_fused = || unsafe { k.launch("gemv_fused_s2", fused_shared, &stream, p) };
+    // SAFETY: as stated above.
     let run_plain = || unsafe { k.launch("gemv_plain_s2", 0, &stream, p) };
     let mut run_decode_then = || -> Result<()> {
         dec.range(&gpu, 0, rows as u64, &mut decoded, &dstatus, &stream)?;

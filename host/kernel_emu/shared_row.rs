@@ -54,7 +54,7 @@ fn the_device_api_decodes_a_row_into_shared_memory() {
             };
             let ws = view.workspace_bytes() as usize;
             let region = view.row_shared_bytes() as usize;
-            assert!(region >= l && region % 16 == 0 && region < l + 16);
+            assert!(region >= l && region.is_multiple_of(16) && region < l + 16);
             for t in 0..n {
                 // Workspace, then the row's region, then 64 guard bytes.
                 let smem = Aligned::from(&vec![0x5au8; ws + region + 64]);

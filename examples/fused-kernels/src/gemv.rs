@@ -151,14 +151,14 @@ pub unsafe fn gemv_plain_s2(p: GemvParams) {
         let row = p.plain + r * l as u64;
         let (o0, o1) = (16 * lane, 16 * lane + 512);
         // Both loads first (two in flight a lane), then the products.
-        // SAFETY: inside row r (o < l).
         let w0 = if o0 < l {
+            // SAFETY: inside row r (o0 < l).
             unsafe { arch::ld_global_v4(row + o0 as u64) }
         } else {
             [0; 4]
         };
-        // SAFETY: as above.
         let w1 = if o1 < l {
+            // SAFETY: inside row r (o1 < l).
             unsafe { arch::ld_global_v4(row + o1 as u64) }
         } else {
             [0; 4]
