@@ -56,9 +56,12 @@ for line in sys.stdin:
     kind = "bench" if "bench" in kinds else ("test" if test else "bin")
     name = m["target"]["name"]
     if kind == "bench" and os.environ.get("IBP_STAGE_BENCHES") != "1": continue
+    fused = os.environ.get("IBP_STAGE_SET") == "fused"
     if "example" in kinds:
-        if os.environ.get("IBP_STAGE_SET") == "fused": print(name + ".example", exe)
+        if fused: print(name + ".example", exe)
         continue
+    # The fused set runs no ibp binary (cargo builds it for the tests).
+    if fused and kind == "bin": continue
     if kind == "bin" or name.startswith("gpu_"):
         print(name + "." + kind, exe)
 ' | sort -u | while read -r name exe; do cp "$exe" "$root/.device/bin/$name"; done

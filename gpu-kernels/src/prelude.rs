@@ -18,13 +18,13 @@
 //!
 //! - [`kernel`]: `#[kernel]` makes a function a `.entry` of the PTX
 //!   (`#[unsafe(no_mangle)] extern "ptx-kernel"`, on nvptx64 only).
-//! - [`thread`]: thread, block and grid indices, `sync_threads`.
-//! - [`warp`]: lane and warp ids, `sync_warp`, shuffles and votes (full
+//! - `thread` (nvptx64): thread, block and grid indices, `sync_threads`.
+//! - `warp` (nvptx64): lane and warp ids, `sync_warp`, shuffles and votes (full
 //!   warp: every lane of the warp must make the call).
 //! - [`shared_array!`](crate::shared_array): a fixed-size array in
 //!   `.shared` memory.
 //!
-//! Each is one PTX instruction from [`crate::arch`], the intrinsics ibp's
+//! Each is one PTX instruction from `arch`, the intrinsics ibp's
 //! own kernels use (and they use this prelude).
 //!
 //! Q: why not `cuda_std` itself?
