@@ -24,6 +24,9 @@ fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed=gpu-kernels/src");
     println!("cargo:rerun-if-changed=gpu-kernels/Cargo.toml");
+    println!("cargo:rerun-if-changed=gpu-kernels/macros");
+    println!("cargo:rerun-if-changed=examples/fused-kernels/src");
+    println!("cargo:rerun-if-changed=examples/fused-kernels/Cargo.toml");
     println!("cargo:rerun-if-env-changed=IBP_KERNEL_PROFILE");
     git_commit();
     if env::var_os("CARGO_FEATURE_CUDA").is_none() {
@@ -45,6 +48,19 @@ fn main() {
             .build()
             .unwrap_or_else(|e| fail(&format!("{e}. For ibp: {INSTALL_HINT}")));
     }
+    // The fused examples' kernel crate (examples/fused-kernels), built the
+    // way a user's build.rs builds theirs; the examples and
+    // tests/gpu_device_api.rs embed it. Q: why here and not in a build
+    // script of the examples? A: cargo examples have no build script of
+    // their own; the package's is theirs. Q: why the same target folder?
+    // A: `core` (built by -Zbuild-std with the same flags) is reused.
+    KernelBuilder::new(manifest_dir.join("examples/fused-kernels"))
+        .arch(ARCHES[0])
+        .profile(&profile)
+        .target_dir(target_root.join(format!("ibp-kernels-{}", ARCHES[0])))
+        .copy_to(out_dir.join("fused_kernels.ptx"))
+        .build()
+        .unwrap_or_else(|e| fail(&format!("{e}. For ibp: {INSTALL_HINT}")));
 }
 
 /// The commit, for benchmark results files (`IBP_GIT_COMMIT`), and the git

@@ -3,7 +3,7 @@
 # scripts/stage-device.sh. Builds nothing. Every test runs with
 # IBP_REQUIRE_GPU=1 (a missing GPU fails). Logs and results go to $OUT; a
 # short table is printed last.
-# Usage: bash .device/device-run.sh [tests|benches|all|cache]
+# Usage: bash .device/device-run.sh [tests|benches|all|cache|examples]
 set -uo pipefail
 source .device/device-unpack.sh
 what=${1:-all}
@@ -42,6 +42,23 @@ if [ "$what" = cache ]; then
   summary+=("ibp bench --section cache: rc=$?")
   tail -5 "$out/ibp-bench-cache.log"
   [ -s "$out/cache.md" ] && grep -E '^(#|\||- )' "$out/cache.md" | grep -vE '^\| ---' | head -250
+fi
+# `examples`: the fused-decode examples (issue 11): their tables, checks and targets. EXAMPLE_ARGS_BAG and
+# EXAMPLE_ARGS_GEMV add flags (e.g. "--bags 4096", "--gb 0.5").
+if [ "$what" = examples ]; then
+  for e in .device/bin/*.example; do
+    [ -x "$e" ] || continue
+    n=$(basename "$e" .example)
+    case $n in
+      embedding_bag) args=${EXAMPLE_ARGS_BAG:-} ;;
+      gemv_stream) args=${EXAMPLE_ARGS_GEMV:-} ;;
+      *) args= ;;
+    esac
+    # shellcheck disable=SC2086
+    timeout 400 "$e" $args >"$out/example-$n.log" 2>&1
+    summary+=("example $n: rc=$?")
+    grep -vE '^\|-' "$out/example-$n.log" | grep -v '^$' | tail -70
+  done
 fi
 cat "$out"/bench-*.txt 2>/dev/null
 # The decode tables of this build (and of the baseline, if staged).

@@ -10,6 +10,11 @@
 # benches stay behind unless IBP_STAGE_BENCHES=1 (with them the carry is at
 # its limit); `ibp bench` measures the same and more.
 #
+# The fused-decode examples (issue 11) travel too, as NAME.example, with a
+# bf16 row sample of MiniLM's layer weights (every layer,
+# IBP_STAGE_LAYER_MB, default 4 MB); `bash .device/device-run.sh examples`
+# runs them.
+#
 # With IBP_BASELINE=COMMIT it also builds that commit's `ibp` binary as
 # .device/bin/ibp-baseline.bin, and device-run.sh then runs its decode
 # benchmark in the same session, for before/after tables from one machine.
@@ -28,9 +33,12 @@ if [ -n "${IBP_STAGE_WORKTREE:-}" ]; then
 fi
 # The binary needs `cli`; the same features for all three keep one build of the
 # library per profile.
-{ cd "$src"; cargo test --release --features cli,cuda --no-run --message-format=json
+{ cd "$src"
+  cargo test --release --features cli,cuda --no-run --message-format=json
   cargo bench --features cli,cuda --no-run --message-format=json
-  cargo build --release --features cli,cuda --bin ibp --message-format=json; cd "$root"; } 2>/dev/null | python3 -c '
+  cargo build --release --features cli,cuda --bin ibp --message-format=json
+  cargo build --release --features cli,cuda --example embedding_bag --example gemv_stream --message-format=json
+  cd "$root"; } 2>/dev/null | python3 -c '
 import json, os, sys
 for line in sys.stdin:
     try: m = json.loads(line)
@@ -41,7 +49,9 @@ for line in sys.stdin:
     kind = "bench" if "bench" in kinds else ("test" if test else "bin")
     name = m["target"]["name"]
     if kind == "bench" and os.environ.get("IBP_STAGE_BENCHES") != "1": continue
-    if "example" in kinds: continue
+    if "example" in kinds:
+        print(name + ".example", exe)
+        continue
     # nvCOMP'"'"'s test travels with scripts/stage-peers.sh, not here.
     if name == "gpu_peers": continue
     if kind == "bin" or name.startswith("gpu_"):
@@ -69,6 +79,42 @@ if [ -f .device/data/model.safetensors ]; then
   sha256sum .device/data/model.safetensors | cut -d' ' -f1 >.device/data/model.sha256
   .device/bin/ibp.bin compress --device cpu .device/data/model.safetensors -o .device/data/model.ibp --force >/dev/null
   rm .device/data/model.safetensors
+fi
+if [ -f "$IBP_DATA_DIR/model.safetensors" ]; then
+# MiniLM's layer weights for examples/gemv_stream.rs: every 2-D
+# encoder.layer.*.weight as rows of 384, every k-th row (k chosen so the
+# sample fits IBP_STAGE_LAYER_MB), rounded to bf16 (to nearest, ties to
+# even), as one [rows, 384] BF16 tensor.
+python3 - "$IBP_DATA_DIR/model.safetensors" .device/data/minilm-layers-bf16.safetensors "${IBP_STAGE_LAYER_MB:-4}" <<'PY'
+import array, json, struct, sys
+src, dst, mb = sys.argv[1], sys.argv[2], float(sys.argv[3])
+with open(src, "rb") as f:
+    n = struct.unpack("<Q", f.read(8))[0]
+    hdr = json.loads(f.read(n))
+    base = 8 + n
+    mats = []
+    for name, t in hdr.items():
+        if name.startswith("encoder.layer.") and name.endswith(".weight") and len(t.get("shape", [])) == 2:
+            a, b = t["data_offsets"]
+            f.seek(base + a)
+            w = array.array("I")
+            w.frombytes(f.read(b - a))
+            mats.append(w)
+total_rows = sum(len(w) // 384 for w in mats)
+k = max(1, -(-total_rows * 768 // int(mb * 1e6)))
+out = array.array("H")
+for w in mats:
+    for r in range(0, len(w) // 384, k):
+        out.extend((x + 0x7FFF + ((x >> 16) & 1)) >> 16 & 0xFFFF for x in w[384 * r: 384 * (r + 1)])
+rows = len(out) // 384
+h = json.dumps({"layers.rows": {"dtype": "BF16", "shape": [rows, 384], "data_offsets": [0, 2 * len(out)]}}).encode()
+h += b" " * ((8 - len(h) % 8) % 8)
+with open(dst, "wb") as o:
+    o.write(struct.pack("<Q", len(h)))
+    o.write(h)
+    o.write(out.tobytes())
+print(f"layer sample: {len(mats)} matrices, every {k}th of {total_rows} rows: {rows} rows", file=sys.stderr)
+PY
 fi
 ls -la .device/bin
 tar cJf .device/bin.tar.xz -C .device bin && rm -rf .device/bin

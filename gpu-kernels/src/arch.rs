@@ -169,6 +169,46 @@ pub fn ballot(pred: bool) -> u32 {
     r
 }
 
+/// `vote.sync.all.pred`: whether every lane passes `pred`.
+#[inline(always)]
+pub fn vote_all(pred: bool) -> bool {
+    let r: u32;
+    // SAFETY: full-mask vote.
+    unsafe {
+        asm!(
+            "{{ .reg .pred p, q; setp.ne.u32 p, {x}, 0; vote.sync.all.pred q, p, -1; selp.u32 {r}, 1, 0, q; }}",
+            r = out(reg32) r,
+            x = in(reg32) pred as u32,
+        )
+    }
+    r != 0
+}
+
+/// `vote.sync.any.pred`: whether some lane passes `pred`.
+#[inline(always)]
+pub fn vote_any(pred: bool) -> bool {
+    let r: u32;
+    // SAFETY: full-mask vote.
+    unsafe {
+        asm!(
+            "{{ .reg .pred p, q; setp.ne.u32 p, {x}, 0; vote.sync.any.pred q, p, -1; selp.u32 {r}, 1, 0, q; }}",
+            r = out(reg32) r,
+            x = in(reg32) pred as u32,
+        )
+    }
+    r != 0
+}
+
+/// A shared-space address as a generic one (`cvta.shared`), for ordinary
+/// Rust pointers into shared memory.
+#[inline(always)]
+pub fn shared_to_generic(a: u32) -> u64 {
+    let r: u64;
+    // SAFETY: pure address conversion.
+    unsafe { asm!("cvta.shared.u64 {r}, {a};", r = out(reg64) r, a = in(reg64) a as u64) }
+    r
+}
+
 /// Shared-space address (32-bit) of the dynamic shared memory array.
 #[inline(always)]
 pub fn dyn_smem_base() -> u32 {

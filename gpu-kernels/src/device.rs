@@ -14,13 +14,21 @@
 //! let r = unsafe { ibp_kernels::device::decode_row(&Hw, &view, &book, ws, row, &mut sum) };
 //! ```
 //!
+//! [`decode_row_to_shared`] decodes a row into a caller's shared-memory
+//! region instead (a [`SharedStore`] sink), for consumers that need the
+//! whole row at once (a tile of a product, a row read by several warps).
+//!
+//! Rows may live in device memory or in mapped pinned host memory: the
+//! view holds addresses, and both are read with the same `ld.global`.
+//!
 //! The fetch is bounded by the row's slot (the 16-byte pieces that hold its
-//! bytes, never past them), a corrupt row is reported ([`RowError::Corrupt`]) and nothing outside its slot is read;
+//! bytes, never past them), a corrupt row is reported
+//! ([`RowError::Corrupt`]) and nothing outside its slot is read;
 //! the decode itself is the built-in kernels' step ([`crate::step`]).
 
 use crate::bits::WARP;
 use crate::book::Layout;
-use crate::simt::{Book, Machine, warp_sum64};
+use crate::simt::{Book, Machine, Shared, warp_sum64};
 use crate::step::{self, Contig, Geometry, Sink, shared_raw32};
 
 const LINE: u64 = 128;
@@ -67,6 +75,33 @@ impl DatasetView {
     #[inline(always)]
     pub const fn workspace_bytes(&self) -> u32 {
         (((self.row_bytes + 2 * LINE - 2) / LINE) * LINE + 16) as u32
+    }
+}
+
+impl DatasetView {
+    /// The view with every address converted to a global one
+    /// (`cvta.to.global`): the host passes generic addresses, and `ld.global`
+    /// wants global ones. Call it once at the top of a kernel.
+    #[cfg(target_arch = "nvptx64")]
+    #[inline(always)]
+    pub fn to_global(self) -> Self {
+        let g = |a: u64| if a == 0 { 0 } else { crate::arch::to_global(a) };
+        DatasetView {
+            src: g(self.src),
+            offsets: g(self.offsets),
+            lengths: g(self.lengths),
+            flags: g(self.flags),
+            book: g(self.book),
+            entries: g(self.entries),
+            ..self
+        }
+    }
+
+    /// Bytes of shared memory a decoded row takes in
+    /// [`decode_row_to_shared`]: `L` rounded up to 16.
+    #[inline(always)]
+    pub const fn row_shared_bytes(&self) -> u32 {
+        ((self.row_bytes + 15) & !15) as u32
     }
 }
 
@@ -266,4 +301,63 @@ pub unsafe fn decode_slot<H: Machine, B: Book, K: Sink>(
     // done reading it.
     h.sync_warp();
     if ok { Ok(()) } else { Err(RowError::Corrupt) }
+}
+
+/// A [`Sink`] that stores the row in shared memory, at a 16-aligned shared
+/// address: one 16-byte store a lane a step (the last step's bytes past the
+/// row land in the region's padding, see
+/// [`DatasetView::row_shared_bytes`]).
+pub struct SharedStore<'a, S> {
+    s: &'a S,
+    dst: u32,
+}
+
+impl<'a, S: Shared> SharedStore<'a, S> {
+    /// The row at shared address `dst`.
+    ///
+    /// # Safety
+    /// `dst` is 16-aligned and `dst .. dst + row_shared_bytes()` is shared
+    /// memory that nothing else uses during the decode.
+    #[inline(always)]
+    pub unsafe fn new(s: &'a S, dst: u32) -> Self {
+        SharedStore { s, dst }
+    }
+}
+
+impl<S: Shared> Sink for SharedStore<'_, S> {
+    #[inline(always)]
+    fn put(&mut self, ob: u32, w: [u32; 4], n: u32) {
+        if n > 0 {
+            // SAFETY: ob < L, so ob + 16 <= L rounded up to 16: inside the
+            // region (`SharedStore::new`); ob is a multiple of 16.
+            unsafe { self.s.sts_v4(self.dst + ob, w) }
+        }
+    }
+}
+
+/// Decode row `t` of `view` into shared memory at `dst`, the calling warp's
+/// 32 lanes together: [`decode_row`] with a [`SharedStore`], then a warp
+/// barrier, so that every lane of the warp may read any byte of the row
+/// (the rest of the block after a block barrier of the caller's).
+///
+/// On `Err` the region holds part of the row at most.
+///
+/// # Safety
+/// As [`decode_row`], and `dst` as [`SharedStore::new`] states; the
+/// region and the workspace do not overlap.
+#[inline(always)]
+pub unsafe fn decode_row_to_shared<H: Machine, B: Book>(
+    h: &H,
+    view: &DatasetView,
+    book: &B,
+    ws: u32,
+    t: u64,
+    dst: u32,
+) -> Result<(), RowError> {
+    // SAFETY: the caller's.
+    let mut sink = unsafe { SharedStore::new(h, dst) };
+    // SAFETY: the caller's.
+    let r = unsafe { decode_row(h, view, book, ws, t, &mut sink) };
+    h.sync_warp();
+    r
 }

@@ -1,5 +1,6 @@
 //! Kernel entry points. Each one derives its indices, checks bounds and calls
-//! shared code; the host launches them from `host/gpu/launch.rs`.
+//! shared code; the host launches them from `host/gpu/launch.rs`. They are
+//! declared with the prelude's `#[kernel]`, as a user kernel is.
 
 use crate::arch;
 use crate::count::PosPopcnt32;
@@ -8,6 +9,7 @@ use crate::params::{
     CacheParams, CountParams, CpAsyncTestParams, DecodeParams, EncodeParams, MeasureParams,
     SCAN_PER_THREAD, SCAN_TILE, ScanParams, WarpTestParams, workspace_bytes,
 };
+use crate::prelude::kernel;
 use crate::scan::{block_exclusive_scan, global_scan, thread_sizes};
 use crate::simt;
 
@@ -28,8 +30,8 @@ use crate::simt;
 /// # Safety
 /// `p.data` is readable for `rows * row_bytes` bytes and `p.counts` writable
 /// for `8 * row_bytes` u64 counters.
-#[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn ibp_count_bits(p: CountParams) {
+#[kernel]
+pub unsafe fn ibp_count_bits(p: CountParams) {
     if p.row_bytes == 0 || p.rows == 0 {
         return;
     }
@@ -207,8 +209,8 @@ impl SuperRows {
 ///
 /// # Safety
 /// `input` holds `lanes` u32 and `out` has room for `8 * lanes` u32.
-#[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn ibp_test_warp(p: WarpTestParams) {
+#[kernel]
+pub unsafe fn ibp_test_warp(p: WarpTestParams) {
     let g = arch::global_thread();
     // Whole warps only: lanes is a multiple of 32, so a warp is in or out.
     if g >= p.lanes {
@@ -243,8 +245,8 @@ pub unsafe extern "ptx-kernel" fn ibp_test_warp(p: WarpTestParams) {
 /// # Safety
 /// The launch provides `bytes` of dynamic shared memory; `src` and `dst` hold
 /// `grid * bytes` bytes aligned to `width`.
-#[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn ibp_test_cp_async(p: CpAsyncTestParams) {
+#[kernel]
+pub unsafe fn ibp_test_cp_async(p: CpAsyncTestParams) {
     let smem = arch::dyn_smem_base();
     let block = arch::block_idx() as u64;
     let src = arch::to_global(p.src) + block * p.bytes as u64;
@@ -284,8 +286,8 @@ pub unsafe extern "ptx-kernel" fn ibp_test_cp_async(p: CpAsyncTestParams) {
 /// # Safety
 /// As `crate::decode::run`; the launch provides `book_smem_bytes` plus
 /// one workspace per warp of dynamic shared memory.
-#[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn ibp_decode(p: DecodeParams) {
+#[kernel]
+pub unsafe fn ibp_decode(p: DecodeParams) {
     let p = global_decode(p);
     let base = arch::dyn_smem_base();
     // The decode book, once per block (paper: metadata stays on the GPU;
@@ -308,8 +310,8 @@ pub unsafe extern "ptx-kernel" fn ibp_decode(p: DecodeParams) {
 /// # Safety
 /// As `crate::decode::run`; the launch provides one workspace per warp of
 /// dynamic shared memory.
-#[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn ibp_decode_stream(p: DecodeParams) {
+#[kernel]
+pub unsafe fn ibp_decode_stream(p: DecodeParams) {
     let p = global_decode(p);
     let at = launch(&p, arch::dyn_smem_base());
     // SAFETY: forwarded contract; the book is read from global memory.
@@ -324,8 +326,8 @@ pub unsafe extern "ptx-kernel" fn ibp_decode_stream(p: DecodeParams) {
 /// # Safety
 /// As `crate::cache::gather`; the launch provides `book_smem_bytes` plus
 /// `ws_bytes` per warp of dynamic shared memory.
-#[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn ibp_cache_gather(p: CacheParams) {
+#[kernel]
+pub unsafe fn ibp_cache_gather(p: CacheParams) {
     let g = |a: u64| if a == 0 { 0 } else { arch::to_global(a) };
     let mut p = p;
     p.view.src = arch::to_global(p.view.src);
@@ -420,8 +422,8 @@ fn global_measure(p: MeasureParams) -> MeasureParams {
 ///
 /// # Safety
 /// As [`MeasureParams`] states.
-#[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn ibp_fit_eval(p: MeasureParams) {
+#[kernel]
+pub unsafe fn ibp_fit_eval(p: MeasureParams) {
     let (wid, nwarps) = arch::global_warp();
     // SAFETY: forwarded contract.
     unsafe { crate::encode::eval(&Hw, &Hw, &global_measure(p), wid, nwarps) }
@@ -431,8 +433,8 @@ pub unsafe extern "ptx-kernel" fn ibp_fit_eval(p: MeasureParams) {
 ///
 /// # Safety
 /// As [`MeasureParams`] states.
-#[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn ibp_size(p: MeasureParams) {
+#[kernel]
+pub unsafe fn ibp_size(p: MeasureParams) {
     let (wid, nwarps) = arch::global_warp();
     let p = global_measure(p);
     // SAFETY: forwarded contract.
@@ -450,8 +452,8 @@ pub unsafe extern "ptx-kernel" fn ibp_size(p: MeasureParams) {
 ///
 /// # Safety
 /// As [`MeasureParams`] states.
-#[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn ibp_gather(p: MeasureParams) {
+#[kernel]
+pub unsafe fn ibp_gather(p: MeasureParams) {
     let (wid, nwarps) = arch::global_warp();
     // SAFETY: forwarded contract.
     unsafe { crate::encode::gather(&Hw, &Hw, &global_measure(p), wid, nwarps) }
@@ -487,8 +489,8 @@ unsafe fn encode_entry<const C: u32>(p: EncodeParams) {
 ///
 /// # Safety
 /// As [`EncodeParams`] states.
-#[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn ibp_encode_c1(p: EncodeParams) {
+#[kernel]
+pub unsafe fn ibp_encode_c1(p: EncodeParams) {
     // SAFETY: forwarded contract.
     unsafe { encode_entry::<1>(p) }
 }
@@ -497,8 +499,8 @@ pub unsafe extern "ptx-kernel" fn ibp_encode_c1(p: EncodeParams) {
 ///
 /// # Safety
 /// As [`EncodeParams`] states.
-#[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn ibp_encode_c2(p: EncodeParams) {
+#[kernel]
+pub unsafe fn ibp_encode_c2(p: EncodeParams) {
     // SAFETY: forwarded contract.
     unsafe { encode_entry::<2>(p) }
 }
@@ -507,8 +509,8 @@ pub unsafe extern "ptx-kernel" fn ibp_encode_c2(p: EncodeParams) {
 ///
 /// # Safety
 /// As [`EncodeParams`] states.
-#[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn ibp_encode_c4(p: EncodeParams) {
+#[kernel]
+pub unsafe fn ibp_encode_c4(p: EncodeParams) {
     // SAFETY: forwarded contract.
     unsafe { encode_entry::<4>(p) }
 }
@@ -517,8 +519,8 @@ pub unsafe extern "ptx-kernel" fn ibp_encode_c4(p: EncodeParams) {
 ///
 /// # Safety
 /// As [`EncodeParams`] states.
-#[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn ibp_encode_c8(p: EncodeParams) {
+#[kernel]
+pub unsafe fn ibp_encode_c8(p: EncodeParams) {
     // SAFETY: forwarded contract.
     unsafe { encode_entry::<8>(p) }
 }
@@ -528,8 +530,8 @@ pub unsafe extern "ptx-kernel" fn ibp_encode_c8(p: EncodeParams) {
 ///
 /// # Safety
 /// As [`ScanParams`] states; one block per tile, `SCAN_BLOCK` threads.
-#[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn ibp_scan_tiles(p: ScanParams) {
+#[kernel]
+pub unsafe fn ibp_scan_tiles(p: ScanParams) {
     let p = global_scan(p);
     let tile = arch::block_idx() as u64;
     let first = tile * SCAN_TILE + arch::thread_idx() as u64 * SCAN_PER_THREAD;
@@ -566,8 +568,8 @@ pub unsafe extern "ptx-kernel" fn ibp_scan_tiles(p: ScanParams) {
 ///
 /// # Safety
 /// As [`ScanParams`] states; one block.
-#[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn ibp_scan_partials(p: ScanParams) {
+#[kernel]
+pub unsafe fn ibp_scan_partials(p: ScanParams) {
     let p = global_scan(p);
     let mut carry = 0u64;
     let mut base = 0u64;
@@ -603,8 +605,8 @@ pub unsafe extern "ptx-kernel" fn ibp_scan_partials(p: ScanParams) {
 ///
 /// # Safety
 /// As [`ScanParams`] states; one block per tile, `SCAN_BLOCK` threads.
-#[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn ibp_scan_apply(p: ScanParams) {
+#[kernel]
+pub unsafe fn ibp_scan_apply(p: ScanParams) {
     let p = global_scan(p);
     let tile = arch::block_idx() as u64;
     let first = tile * SCAN_TILE + arch::thread_idx() as u64 * SCAN_PER_THREAD;
@@ -632,7 +634,7 @@ pub unsafe extern "ptx-kernel" fn ibp_scan_apply(p: ScanParams) {
 /// (move masks, scan); `nonescan` (no free bits, some chunk does not match).
 #[cfg(feature = "probe")]
 mod probe {
-    use super::{Hw, SharedBook};
+    use super::{Hw, SharedBook, kernel};
     use crate::book::{CLASS_GENERAL, CLASS_NONE_FREE, CLASS_TWO_RUNS, Layout};
     use crate::params::DecodeParams;
     use crate::step::{Contig, Geometry, RowStore, decode_row_as};
@@ -643,8 +645,8 @@ mod probe {
             ///
             /// # Safety
             /// Never launched; built for its SASS only.
-            #[unsafe(no_mangle)]
-            pub unsafe extern "ptx-kernel" fn $name(p: DecodeParams) {
+            #[kernel]
+            pub unsafe fn $name(p: DecodeParams) {
                 let chunks = (p.row_bytes as u32).div_ceil($c);
                 let g = Geometry {
                     chunks,

@@ -26,6 +26,8 @@
 //! - [`cache`]: the GPU feature cache's index word and gather body (rows
 //!   from a cache slab or, on a miss, from the dataset in host memory).
 //! - [`params`]: `#[repr(C)]` kernel parameter blocks, shared with the host.
+//! - [`prelude`]: `cuda_std`'s names for user kernels (`#[kernel]`,
+//!   `thread`, `warp`, `shared_array!`), on the intrinsics of `arch`.
 //! - `arch` (nvptx only): thread ids, shuffles, ballot, shared memory, cp.async.
 //! - `hw` (nvptx only): the [`simt`] traits on the real machine, one PTX
 //!   instruction a method.
@@ -34,8 +36,14 @@
 #![cfg_attr(not(test), no_std)]
 #![cfg_attr(
     target_arch = "nvptx64",
-    feature(abi_ptx, asm_experimental_arch, stdarch_nvptx)
+    feature(asm_experimental_arch, stdarch_nvptx, allow_internal_unstable)
 )]
+// Q: why `allow_internal_unstable`, a compiler-internal feature?
+// A: `shared_array!` expands to an `asm!` in the user's crate, and `asm!` on
+// nvptx64 is still unstable; the attribute on the macro lets it expand
+// there without the user enabling `asm_experimental_arch` too.
+#![cfg_attr(target_arch = "nvptx64", allow(internal_features))]
+#![cfg_attr(all(target_arch = "nvptx64", feature = "builtin"), feature(abi_ptx))]
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod bits;
@@ -46,6 +54,7 @@ pub mod decode;
 pub mod device;
 pub mod encode;
 pub mod params;
+pub mod prelude;
 pub mod simt;
 pub mod step;
 pub mod table;
@@ -55,9 +64,9 @@ pub mod warp;
 pub mod arch;
 #[cfg(target_arch = "nvptx64")]
 pub mod hw;
-#[cfg(target_arch = "nvptx64")]
+#[cfg(all(target_arch = "nvptx64", feature = "builtin"))]
 mod kernels;
-#[cfg(target_arch = "nvptx64")]
+#[cfg(all(target_arch = "nvptx64", feature = "builtin"))]
 mod scan;
 
 /// Q: why a trapping panic handler?

@@ -642,3 +642,4 @@ fn crate_low_mask(n: u32) -> u64 {
 
 mod cache;
 mod decode;
+mod shared_row;

@@ -29,7 +29,7 @@ edition = "2024"
 crate-type = ["rlib"]
 
 [dependencies]
-ibp-kernels = {{ path = "{}" }}
+ibp-kernels = {{ path = "{}", default-features = false }}
 
 [workspace]
 
@@ -56,6 +56,28 @@ panic = "abort"
 pub unsafe extern "ptx-kernel" fn user_low_mask(out: *mut u64, n: u32) {
     // SAFETY: the caller's contract.
     unsafe { *out = ibp_kernels::bits::low_mask(n) };
+}
+
+/// The device prelude's names, as a `cuda_std` user writes them: a block
+/// of 32 threads reverses 32 words through a `.shared` array.
+///
+/// # Safety
+/// `data` holds 32 writable u32; one block of 32 threads.
+#[cfg(target_arch = "nvptx64")]
+#[ibp_kernels::prelude::kernel]
+pub unsafe fn user_reverse(data: *mut u32) {
+    use ibp_kernels::prelude::*;
+    let tile = shared_array!(USER_TILE: [u32; 32]);
+    let i = thread::thread_idx_x() as usize;
+    // SAFETY: i < 32, inside `data` and the tile.
+    unsafe { tile.set(i, *data.add(i)) };
+    thread::sync_threads();
+    // SAFETY: 31 - i < 32; the barrier orders the writes before.
+    let v = unsafe { tile.get(31 - i) };
+    if warp::vote_all(i < 32) {
+        // SAFETY: i < 32.
+        unsafe { *data.add(i) = v };
+    }
 }
 
 /// A consumer in registers: sums a row's bytes, each lane its own share.
@@ -129,6 +151,22 @@ pub unsafe extern "ptx-kernel" fn user_row_sums(
     assert!(
         text.contains(".entry user_row_sums"),
         "the device-API kernel is missing from the PTX"
+    );
+    // The prelude: `#[kernel]` gives a real entry, `shared_array!` a
+    // variable in the shared state space (not global memory).
+    assert!(
+        text.contains(".entry user_reverse"),
+        "#[kernel] gave no entry"
+    );
+    assert!(
+        text.contains(".shared .align 16 .b8 ibp_shared_USER_TILE[128]"),
+        "shared_array! is not in .shared memory"
+    );
+    // The user crate asked for the device API alone: ibp's own kernels
+    // stay out of its PTX.
+    assert!(
+        !text.contains(".entry ibp_decode"),
+        "ibp's built-in kernels leaked into a user crate built without them"
     );
     // ptxas (scripts/setup.sh installs it) must accept it for the GPUs ibp
     // targets.

@@ -1,0 +1,269 @@
+//! The host side shared by the fused examples (`embedding_bag`,
+//! `gemv_stream`) and `tests/gpu_device_api.rs`: the examples' PTX (built
+//! from `examples/fused-kernels` by ibp's build.rs with
+//! `ibp-kernel-builder`), launches, launch sizes, the Zipf sampler and the
+//! results table.
+#![allow(dead_code)] // each user takes what it needs
+
+use std::ffi::c_void;
+
+use cust::function::BlockSize;
+use cust::module::Module;
+use cust::stream::Stream;
+use ibp::gpu::{Gpu, cust};
+use ibp::{Error, Result};
+
+/// The examples' kernels, for sm_80 and later.
+pub const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/fused_kernels.ptx"));
+
+/// Threads per block of every example kernel (eight warps).
+pub const BLOCK: u32 = 256;
+
+/// The examples' module, loaded on the current context (`Gpu::first()`
+/// makes it current).
+pub struct Kernels {
+    module: Module,
+    sms: u32,
+    max_shared: u32,
+}
+
+fn cuda(what: &'static str) -> impl Fn(cust::error::CudaError) -> Error {
+    move |e| Error::cuda(format!("{what}: {e}"))
+}
+
+impl Kernels {
+    /// Load the PTX (the driver JIT-compiles it for this GPU).
+    pub fn load(gpu: &Gpu) -> Result<Self> {
+        let module = Module::from_ptx(PTX, &[]).map_err(cuda("loading the examples' PTX"))?;
+        Ok(Kernels {
+            module,
+            sms: gpu.info().sm_count,
+            max_shared: gpu.info().max_shared_per_block,
+        })
+    }
+
+    /// Blocks of [`BLOCK`] threads that fill the GPU once for kernel `name`
+    /// with `shared` bytes of dynamic shared memory per block.
+    pub fn grid(&self, name: &str, shared: u32) -> Result<u32> {
+        let f = self
+            .module
+            .get_function(name)
+            .map_err(cuda("finding a kernel"))?;
+        self.opt_in(&f, name, shared)?;
+        let per_sm = f
+            .max_active_blocks_per_multiprocessor(BlockSize::x(BLOCK), shared as usize)
+            .map_err(cuda("occupancy"))?;
+        if per_sm == 0 {
+            return Err(Error::invalid(format!(
+                "{name} does not fit on an SM with {shared} bytes of shared memory a block"
+            )));
+        }
+        Ok(per_sm * self.sms)
+    }
+
+    /// Above 48 KiB of dynamic shared memory a kernel must opt in.
+    fn opt_in(&self, f: &cust::function::Function<'_>, name: &str, shared: u32) -> Result<()> {
+        if shared > self.max_shared {
+            return Err(Error::invalid(format!(
+                "{name} needs {shared} bytes of shared memory a block; this GPU allows {}",
+                self.max_shared
+            )));
+        }
+        if shared > 48 * 1024 {
+            // SAFETY: a valid function handle and attribute.
+            let r = unsafe {
+                cust::sys::cuFuncSetAttribute(
+                    f.to_raw(),
+                    cust::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    shared as i32,
+                )
+            };
+            if r != cust::sys::CUresult::CUDA_SUCCESS {
+                return Err(Error::cuda(format!("{name}: shared memory opt-in: {r:?}")));
+            }
+        }
+        Ok(())
+    }
+
+    /// Enqueue kernel `name` on a full grid with parameter block `p`.
+    ///
+    /// # Safety
+    /// `P` is the kernel's parameter type (`fused_kernels::*Params`) and
+    /// every address in `p` is valid for what the kernel's `# Safety`
+    /// states; `shared` is what it needs.
+    pub unsafe fn launch<P: Copy>(
+        &self,
+        name: &str,
+        shared: u32,
+        stream: &Stream,
+        p: P,
+    ) -> Result<()> {
+        let grid = self.grid(name, shared)?;
+        let f = self
+            .module
+            .get_function(name)
+            .map_err(cuda("finding a kernel"))?;
+        let mut p = p;
+        let args = [&mut p as *mut P as *mut c_void];
+        // SAFETY: the caller's (parameter type and addresses); the driver
+        // copies size_of::<P>() bytes from args[0] at the launch.
+        unsafe { stream.launch(&f, grid, BLOCK, shared, &args) }
+            .map_err(|e| Error::cuda(format!("launching {name}: {e}")))
+    }
+}
+
+/// A seeded xorshift64 (the examples' ids and vectors are reproducible).
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// The next 64 bits.
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// Uniform in [0, 1).
+    pub fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Uniform in `lo ..= hi`.
+    pub fn range(&mut self, lo: u32, hi: u32) -> u32 {
+        lo + (self.next() % (hi - lo + 1) as u64) as u32
+    }
+}
+
+/// Zipf(`s`) over `n` items: rank `k` (from 1) drawn with probability
+/// ∝ `k^-s`; ranks are mapped to rows by a seeded shuffle (hot rows are
+/// scattered over the table, as in a real embedding table).
+pub struct Zipf {
+    cdf: Vec<f64>,
+    rows: Vec<u32>,
+}
+
+impl Zipf {
+    /// The distribution over `n` rows.
+    pub fn new(n: usize, s: f64, rng: &mut Rng) -> Self {
+        let mut cdf = Vec::with_capacity(n);
+        let mut acc = 0.0;
+        for k in 1..=n {
+            acc += (k as f64).powf(-s);
+            cdf.push(acc);
+        }
+        for c in &mut cdf {
+            *c /= acc;
+        }
+        let mut rows: Vec<u32> = (0..n as u32).collect();
+        for i in (1..n).rev() {
+            rows.swap(i, (rng.next() % (i as u64 + 1)) as usize);
+        }
+        Zipf { cdf, rows }
+    }
+
+    /// One row.
+    pub fn sample(&self, rng: &mut Rng) -> u32 {
+        let u = rng.unit();
+        let k = self
+            .cdf
+            .partition_point(|&c| c < u)
+            .min(self.rows.len() - 1);
+        self.rows[k]
+    }
+}
+
+/// Bags of 20 to 80 ids each, Zipf(1.05) over `rows`: `(ids, starts)` with
+/// bag `b` = `ids[starts[b] .. starts[b + 1]]`.
+pub fn bags(rows: usize, bags: usize, seed: u64) -> (Vec<u32>, Vec<u32>) {
+    let mut rng = Rng(seed | 1);
+    let z = Zipf::new(rows, 1.05, &mut rng);
+    let mut ids = Vec::new();
+    let mut starts = vec![0u32];
+    for _ in 0..bags {
+        let n = rng.range(20, 80);
+        for _ in 0..n {
+            ids.push(z.sample(&mut rng));
+        }
+        starts.push(ids.len() as u32);
+    }
+    (ids, starts)
+}
+
+/// One workload's measurements (median seconds a run) and what each run
+/// moves.
+#[derive(Clone, Copy, Debug)]
+pub struct Measured {
+    /// Compressed bytes the fused kernel reads.
+    pub compressed: u64,
+    /// Decoded bytes it consumes.
+    pub delivered: u64,
+    /// The fused kernel.
+    pub fused: f64,
+    /// ibp's decode into a device buffer, then the consumer over it.
+    pub decode_then: f64,
+    /// The consumer over the uncompressed rows in pinned host memory.
+    pub uncompressed: f64,
+    /// The compressed bytes read and nothing else (same rows, same lines).
+    pub ideal: f64,
+    /// The sequential zero-copy read rate of the payload, GB/s.
+    pub sequential_gbps: f64,
+}
+
+/// The table of one workload: GB/s of compressed and delivered bytes for
+/// each variant, then the three ratios against the targets.
+pub fn report(workload: &str, m: &Measured) -> String {
+    let Measured {
+        compressed,
+        delivered,
+        fused,
+        decode_then,
+        uncompressed,
+        ideal,
+        sequential_gbps,
+    } = *m;
+    let savings = 1.0 - compressed as f64 / delivered as f64;
+    let gb = |b: u64, s: f64| b as f64 / s / 1e9;
+    let mut t = String::new();
+    t += &format!(
+        "\n### {workload}\n\ncompressed {:.1} MB for {:.1} MB delivered (savings {:.1}%); sequential zero-copy read of the payload: {:.1} GB/s\n\n",
+        compressed as f64 / 1e6,
+        delivered as f64 / 1e6,
+        100.0 * savings,
+        sequential_gbps
+    );
+    t += "| variant | ms | GB/s compressed | GB/s delivered |\n|---|---:|---:|---:|\n";
+    for (name, s, c) in [
+        ("fused (decode in registers)", fused, compressed),
+        ("ibp decode, then consume", decode_then, compressed),
+        ("uncompressed, zero-copy", uncompressed, delivered),
+        ("ideal: read the compressed bytes only", ideal, compressed),
+    ] {
+        t += &format!(
+            "| {name} | {:.3} | {:.1} | {:.1} |\n",
+            s * 1e3,
+            gb(c, s),
+            gb(delivered, s)
+        );
+    }
+    let target_u = 0.9 / (1.0 - savings);
+    let verdict = |ok: bool| if ok { "met" } else { "missed" };
+    t += "\n| ratio | value | target | |\n|---|---:|---:|---|\n";
+    t += &format!(
+        "| fused ÷ ideal (speed) | {:.2} | ≥ 0.90 | {} |\n",
+        ideal / fused,
+        verdict(ideal / fused >= 0.9)
+    );
+    t += &format!(
+        "| fused ÷ decode-then-consume | {:.2} | ≥ 1.30 | {} |\n",
+        decode_then / fused,
+        verdict(decode_then / fused >= 1.3)
+    );
+    t += &format!(
+        "| fused ÷ uncompressed | {:.2} | ≥ {:.2} (0.9 / (1 − savings)) | {} |\n",
+        uncompressed / fused,
+        target_u,
+        verdict(uncompressed / fused >= target_u)
+    );
+    t
+}

@@ -1,0 +1,96 @@
+//! The device API's shared-memory variant
+//! (`ibp_kernels::device::decode_row_to_shared`) on the emulated warp: the
+//! row lands in the caller's region, nothing past the region's padding is
+//! written, and a corrupt row is reported.
+
+use super::decode::float_rows;
+use super::*;
+
+#[test]
+fn the_device_api_decodes_a_row_into_shared_memory() {
+    use ibp_kernels::device::{DatasetView, RowError, decode_row_to_shared};
+    for (l, chunk) in [
+        (100usize, ChunkSize::Four),
+        (768, ChunkSize::Two),
+        (1531, ChunkSize::Eight),
+    ] {
+        let n = 4;
+        let data = float_rows(n, l, 11 + l as u64);
+        let rows = Rows::new(&data, l).unwrap();
+        let opts = FitOptions::default().with_chunk(crate::fit::ChunkChoice::Fixed(chunk));
+        let cb = fit(rows, &opts).unwrap().codebook;
+        let fixed = compress_fixed(&cb, rows).unwrap();
+        let encoded = |t: usize| fixed.flags[t / 8] >> (t % 8) & 1 == 1;
+        let lens: Vec<u32> = (0..n)
+            .map(|t| {
+                let s = &fixed.slots[t * l..(t + 1) * l];
+                if encoded(t) {
+                    crate::encode::stream_len(&cb, s).unwrap() as u32
+                } else {
+                    l as u32
+                }
+            })
+            .collect();
+        // The same rows with every encoded row's stored length one byte
+        // short: its stream no longer ends where the table says.
+        let short: Vec<u32> = (0..n).map(|t| lens[t] - encoded(t) as u32).collect();
+        let book = Aligned::from(&decode_book(&cb));
+        let entries = Aligned::from(&decoder_table(&cb));
+        let slots = super::decode::Lined::from(&fixed.slots);
+        let flags = Aligned::from(&fixed.flags);
+        for (what, lens) in [("good", &lens), ("corrupt", &short)] {
+            let lengths = Aligned::from(bytemuck::cast_slice(lens));
+            let view = DatasetView {
+                src: slots.addr(),
+                lengths: lengths.addr(),
+                flags: flags.addr(),
+                rows: n as u64,
+                row_bytes: l as u64,
+                book: book.addr(),
+                entries: entries.addr(),
+                book_bytes: book.1 as u32,
+                chunk: cb.chunk().bytes(),
+                ..Default::default()
+            };
+            let ws = view.workspace_bytes() as usize;
+            let region = view.row_shared_bytes() as usize;
+            assert!(region >= l && region.is_multiple_of(16) && region < l + 16);
+            for t in 0..n {
+                // Workspace, then the row's region, then 64 guard bytes.
+                let smem = Aligned::from(&vec![0x5au8; ws + region + 64]);
+                let verdict = std::sync::Mutex::new(None);
+                run_warp_with(smem.addr(), |w| {
+                    // SAFETY: the dataset's buffers; the workspace at 0 and
+                    // the region after it are inside `smem`, 16-aligned
+                    // offsets.
+                    let r = unsafe {
+                        decode_row_to_shared(
+                            w,
+                            &view,
+                            &HostBytes(book.addr()),
+                            0,
+                            t as u64,
+                            ws as u32,
+                        )
+                    };
+                    *verdict.lock().unwrap() = Some(r);
+                });
+                let r = verdict.into_inner().unwrap().unwrap();
+                let got = smem.bytes();
+                assert!(
+                    got[ws + region..].iter().all(|&b| b == 0x5a),
+                    "L={l} {what} row {t}: write past the region"
+                );
+                if what == "corrupt" && encoded(t) {
+                    assert_eq!(r, Err(RowError::Corrupt), "L={l} row {t}");
+                    continue;
+                }
+                assert_eq!(r, Ok(()), "L={l} {what} row {t}");
+                assert!(
+                    got[ws..ws + l] == data[t * l..(t + 1) * l],
+                    "L={l} {what} row {t}"
+                );
+            }
+        }
+    }
+}

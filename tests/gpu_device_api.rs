@@ -1,0 +1,242 @@
+//! The device API (`ibp_kernels::device`) inside user kernels on the GPU:
+//! the fused embedding-bag kernels of `examples/fused-kernels` (built by
+//! ibp's build.rs with `ibp-kernel-builder`, as a user's build.rs would)
+//! against a CPU sum in the kernels' order, bit for bit; rows in pinned
+//! host memory and in device memory; corrupt rows reaching the host as a
+//! status; row ids past the dataset reported, not read. Prints `skipped:
+//! no CUDA device` without a GPU (a failure with `IBP_REQUIRE_GPU=1`).
+#![cfg(feature = "cuda")]
+
+mod common;
+#[path = "../examples/fused_host/mod.rs"]
+mod fused_host;
+
+use common::{Rng, gpu_or_skip};
+use cust::memory::DeviceBuffer;
+use cust::stream::{Stream, StreamFlags};
+use fused_host::Kernels;
+use fused_kernels::{BAD_INDEX, BagParams, CORRUPT, OK};
+use ibp::Rows;
+use ibp::codebook::Codebook;
+use ibp::gpu::{GpuDataset, Residency, copy_to_host, cust};
+use ibp::layout::{PackedRef, compress_packed};
+
+/// `n` rows of `dim` floats of one exponent range (`[1, 2)` times a
+/// per-column sign): compressible, as embedding rows are. bf16 rows keep
+/// the high halves.
+fn rows(rng: &mut Rng, n: usize, dim: usize, bf16: bool) -> Vec<u8> {
+    let signs: Vec<bool> = (0..dim).map(|_| rng.next() & 1 == 1).collect();
+    let mut out = Vec::new();
+    for _ in 0..n {
+        for s in &signs {
+            let v = f32::from_bits(0x3f80_0000 | (rng.next() as u32 & 0x007f_ffff));
+            let v = if *s { -v } else { v };
+            if bf16 {
+                out.extend(((v.to_bits() >> 16) as u16).to_le_bytes());
+            } else {
+                out.extend(v.to_le_bytes());
+            }
+        }
+    }
+    out
+}
+
+/// The CPU's sums in the kernels' order (ids past the rows skipped, as the
+/// kernels skip them).
+fn cpu_sums(data: &[u8], l: usize, bf16: bool, ids: &[u32], starts: &[u32]) -> Vec<u32> {
+    let es = if bf16 { 2 } else { 4 };
+    let dim = l / es;
+    let n = data.len() / l;
+    let mut out = Vec::new();
+    for w in starts.windows(2) {
+        let mut acc = vec![0f32; dim];
+        for &t in &ids[w[0] as usize..w[1] as usize] {
+            if t as usize >= n {
+                continue;
+            }
+            let row = &data[t as usize * l..];
+            for (e, a) in acc.iter_mut().enumerate() {
+                *a += if bf16 {
+                    f32::from_bits((u16::from_le_bytes([row[2 * e], row[2 * e + 1]]) as u32) << 16)
+                } else {
+                    f32::from_le_bytes(row[4 * e..4 * e + 4].try_into().unwrap())
+                };
+            }
+        }
+        out.extend(acc.iter().map(|a| a.to_bits()));
+    }
+    out
+}
+
+/// Run the fused bag kernel for `ds` over `(ids, starts)`: the sums' bits
+/// and the status of each bag.
+fn fused_bags(
+    k: &Kernels,
+    ds: &GpuDataset,
+    bf16: bool,
+    ids: &[u32],
+    starts: &[u32],
+) -> (Vec<u32>, Vec<u32>) {
+    let view = ds.device_view();
+    let l = view.row_bytes as u32;
+    let dim = l / if bf16 { 2 } else { 4 };
+    let bags = starts.len() - 1;
+    let (name, acc) = match (bf16, l) {
+        (true, ..=1024) => ("bag_fused_bf16_s2", 0),
+        (false, ..=1536) => ("bag_fused_f32_s3", 0),
+        (false, _) => ("bag_fused_f32_smem", (4 * dim).next_multiple_of(16)),
+        _ => unreachable!("no such test"),
+    };
+    let stream = Stream::new(StreamFlags::NON_BLOCKING, None).unwrap();
+    let d_ids = DeviceBuffer::from_slice(ids).unwrap();
+    let d_starts = DeviceBuffer::from_slice(starts).unwrap();
+    let out = DeviceBuffer::<f32>::zeroed(bags * dim as usize).unwrap();
+    let status = DeviceBuffer::<u32>::zeroed(bags).unwrap();
+    let ws = view.workspace_bytes() + acc;
+    let p = BagParams {
+        view,
+        plain: 0,
+        ids: d_ids.as_device_ptr().as_raw(),
+        bag_starts: d_starts.as_device_ptr().as_raw(),
+        out: out.as_device_ptr().as_raw(),
+        status: status.as_device_ptr().as_raw(),
+        bags: bags as u32,
+        dim,
+        book_smem: view.book_bytes,
+        ws_bytes: ws,
+    };
+    // SAFETY: BagParams for a bag kernel; every buffer is live and sized as
+    // BagParams states; the book and eight workspaces of shared memory.
+    unsafe {
+        k.launch(
+            name,
+            view.book_bytes.next_multiple_of(16) + 8 * ws,
+            &stream,
+            p,
+        )
+    }
+    .unwrap();
+    stream.synchronize().unwrap();
+    let sums = copy_to_host(&out)
+        .unwrap()
+        .iter()
+        .map(|x| x.to_bits())
+        .collect();
+    (sums, copy_to_host(&status).unwrap())
+}
+
+fn codebook(data: &[u8], l: usize) -> Codebook {
+    ibp::fit::fit(Rows::new(data, l).unwrap(), &Default::default())
+        .unwrap()
+        .codebook
+}
+
+#[test]
+fn fused_bag_sums_equal_the_cpu_sums_bit_for_bit() {
+    let Some(gpu) = gpu_or_skip("fused_bag_sums_equal_the_cpu_sums_bit_for_bit") else {
+        return;
+    };
+    let k = Kernels::load(&gpu).unwrap();
+    let mut rng = Rng(77);
+    // Registers (bf16 768 B, f32 1536 B and a ragged 1100 B), shared memory
+    // (Cora's 5732 B).
+    for (dim, bf16) in [(384, true), (384, false), (275, false), (1433, false)] {
+        let l = dim * if bf16 { 2 } else { 4 };
+        let n = 3000;
+        let data = rows(&mut rng, n, dim, bf16);
+        let cb = codebook(&data, l);
+        let packed = compress_packed(&cb, Rows::new(&data, l).unwrap()).unwrap();
+        let (ids, starts) = fused_host::bags(n, 700, 5 + l as u64);
+        let want = cpu_sums(&data, l, bf16, &ids, &starts);
+        for residency in [Residency::Pinned, Residency::Device] {
+            let ds = GpuDataset::upload_packed(&gpu, &cb, &packed.view(), residency).unwrap();
+            let (got, status) = fused_bags(&k, &ds, bf16, &ids, &starts);
+            assert!(
+                status.iter().all(|&s| s == OK),
+                "L={l} {residency:?}: {status:?}"
+            );
+            let bad = got.iter().zip(&want).filter(|(a, b)| a != b).count();
+            assert_eq!(
+                bad, 0,
+                "L={l} bf16={bf16} {residency:?}: {bad} elements differ"
+            );
+        }
+    }
+}
+
+#[test]
+fn corrupt_rows_reach_the_host_as_a_status() {
+    let Some(gpu) = gpu_or_skip("corrupt_rows_reach_the_host_as_a_status") else {
+        return;
+    };
+    let k = Kernels::load(&gpu).unwrap();
+    let mut rng = Rng(4243);
+    let (dim, l, n) = (384, 1536, 256);
+    let data = rows(&mut rng, n, dim, false);
+    let cb = codebook(&data, l);
+    let packed = compress_packed(&cb, Rows::new(&data, l).unwrap()).unwrap();
+    // One bag per row: bag t is row t alone.
+    let ids: Vec<u32> = (0..n as u32).collect();
+    let starts: Vec<u32> = (0..=n as u32).collect();
+    let want = cpu_sums(&data, l, false, &ids, &starts);
+    let mut reported = 0;
+    for trial in 0..40 {
+        // Flip one of the first 256 bits of an encoded row (its
+        // participation bits, from which its length follows).
+        let victim = rng.next() as usize % n;
+        if packed.flags[victim / 8] >> (victim % 8) & 1 == 0 {
+            continue;
+        }
+        let mut payload = packed.payload.clone();
+        let bit = rng.next() as usize % 256;
+        payload[packed.offsets[victim] as usize + bit / 8] ^= 1 << (bit % 8);
+        let v = PackedRef::new(
+            l,
+            n,
+            &packed.flags,
+            std::borrow::Cow::Borrowed(&packed.offsets),
+            &payload,
+        )
+        .unwrap();
+        let ds = GpuDataset::upload_packed(&gpu, &cb, &v, Residency::Pinned).unwrap();
+        let (got, status) = fused_bags(&k, &ds, false, &ids, &starts);
+        for t in 0..n {
+            let same = got[t * dim..(t + 1) * dim] == want[t * dim..(t + 1) * dim];
+            if t != victim {
+                assert_eq!(status[t], OK, "trial {trial}: row {t}");
+                assert!(same, "trial {trial}: row {t} changed");
+            } else if status[t] == CORRUPT {
+                reported += 1;
+            } else {
+                // The flip changed only a raw chunk's value: reported OK.
+                assert_eq!(status[t], OK, "trial {trial}");
+            }
+        }
+    }
+    assert!(
+        reported > 5,
+        "only {reported} damaged rows were reported corrupt"
+    );
+}
+
+#[test]
+fn row_ids_past_the_dataset_are_reported_not_read() {
+    let Some(gpu) = gpu_or_skip("row_ids_past_the_dataset_are_reported_not_read") else {
+        return;
+    };
+    let k = Kernels::load(&gpu).unwrap();
+    let mut rng = Rng(99);
+    let (dim, l, n) = (384, 768, 100);
+    let data = rows(&mut rng, n, dim, true);
+    let cb = codebook(&data, l);
+    let packed = compress_packed(&cb, Rows::new(&data, l).unwrap()).unwrap();
+    let ds = GpuDataset::upload_packed(&gpu, &cb, &packed.view(), Residency::Pinned).unwrap();
+    // Bag 0: good ids; bag 1: one id just past the end among good ones;
+    // bag 2: a huge id alone.
+    let ids = vec![1, 2, 3, 4, 5, n as u32, 6, u32::MAX];
+    let starts = vec![0, 2, 7, 8];
+    let (got, status) = fused_bags(&k, &ds, true, &ids, &starts);
+    assert_eq!(status, vec![OK, BAD_INDEX, BAD_INDEX]);
+    // The good rows of every bag are still summed (the bad one skipped).
+    assert_eq!(got, cpu_sums(&data, l, true, &ids, &starts));
+}
