@@ -26,9 +26,12 @@
 //! lines as its raw form. Fixed-stride rows start every `L` bytes, on a
 //! line when `L` is a multiple of 128 (MiniLM's 768- and 1536-byte rows),
 //! and a row of `s` stored bytes costs `⌈s / 128⌉` lines, never more than
-//! raw; host memory then holds `N · L` bytes, as the raw table does. When
-//! the link bounds the gather (a low hit rate), choose fixed-stride; when
-//! host memory is short, packed. [`CacheStats::host_bytes`] counts either.
+//! raw; host memory then holds `N · L` bytes, as the raw table does. Fewer
+//! lines did not mean faster on the H200 (2026-11-23, `ibp bench --section
+//! cache` at full scale): packed host rows were faster overall, 1.23× over
+//! every IBP(M) and IBP(C/M) point, so packed is the default to reach for;
+//! measure both on your own access pattern. [`CacheStats::host_bytes`]
+//! counts either.
 //!
 //! ```text
 //! let fixed = compress_fixed(&cb, rows)?;
