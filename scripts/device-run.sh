@@ -3,7 +3,7 @@
 # scripts/stage-device.sh. Builds nothing. Every test runs with
 # IBP_REQUIRE_GPU=1 (a missing GPU fails). Logs and results go to $OUT; a
 # short table is printed last.
-# Usage: bash .device/device-run.sh [tests|benches|all|cache|examples]
+# Usage: bash .device/device-run.sh [tests|benches|all|cache|examples|cli]
 set -uo pipefail
 source .device/device-unpack.sh
 what=${1:-all}
@@ -59,6 +59,37 @@ if [ "$what" = examples ]; then
     summary+=("example $n: rc=$?")
     grep -vE '^\|-' "$out/example-$n.log" | grep -v '^$' | tail -70
   done
+fi
+# `cli`: the command line on the GPU (issue 13): peak memory of --device gpu
+# (gpu_cli's test prints it), compression of a 4 GiB raw f32 file on the GPU
+# and on the CPU (same bytes?), and `ibp bench FILE` on MiniLM's table.
+if [ "$what" = cli ]; then
+  .device/bin/gpu_cli.test --test-threads=1 --nocapture >"$out/cli-test.log" 2>&1
+  summary+=("gpu_cli --nocapture: rc=$?")
+  grep -E "RssAnon|test result" "$out/cli-test.log"
+  python3 - .device/data/model.safetensors /tmp/big.f32 <<'PY'
+import json, struct, sys
+src, dst = sys.argv[1], sys.argv[2]
+with open(src, "rb") as f:
+    n = struct.unpack("<Q", f.read(8))[0]
+    f.seek(8 + n)
+    data = f.read()
+with open(dst, "wb") as o:
+    for _ in range((4 << 30) // len(data)):
+        o.write(data)
+PY
+  rows=$(( $(stat -c %s /tmp/big.f32) / 1536 ))
+  for d in gpu cpu; do
+    /usr/bin/time -f "$d: max RSS %M KiB, %e s" .device/bin/ibp.bin compress /tmp/big.f32 --dtype f32 --shape "$rows,384" \
+      --device $d -o /tmp/big-$d.ibp --force >"$out/cli-compress-$d.log" 2>"$out/cli-compress-$d.time" \
+      || .device/bin/ibp.bin compress /tmp/big.f32 --dtype f32 --shape "$rows,384" --device $d -o /tmp/big-$d.ibp --force >"$out/cli-compress-$d.log" 2>&1
+    summary+=("ibp compress --device $d (4 GiB): rc=$?")
+    tail -3 "$out/cli-compress-$d.log"; cat "$out/cli-compress-$d.time" 2>/dev/null | tail -1
+  done
+  cmp /tmp/big-gpu.ibp /tmp/big-cpu.ibp && summary+=("--device gpu and cpu: identical files") || summary+=("--device gpu and cpu: FILES DIFFER")
+  .device/bin/ibp.bin bench .device/data/model.safetensors >"$out/bench-file.txt" 2>"$out/bench-file.log"
+  summary+=("ibp bench FILE (MiniLM): rc=$?")
+  cat "$out/bench-file.txt"
 fi
 cat "$out"/bench-*.txt 2>/dev/null
 # The decode tables of this build (and of the baseline, if staged).
