@@ -30,6 +30,7 @@ pub(crate) mod driver;
 mod fit;
 mod groups;
 mod host_batches;
+mod kv_store;
 mod launch;
 mod memory;
 
@@ -51,6 +52,7 @@ pub use dma::{DEFAULT_DMA_PIECE_BYTES, DmaScratch};
 pub use driver::copy_to_host;
 pub use groups::GpuGroups;
 pub use host_batches::{CompressedBatch, HostCompressor, HostOptions, HostRead};
+pub use kv_store::{KvStore, KvStoreOptions, SegmentInfo};
 pub use memory::{GpuReadable, PinnedBuffer, Registered, Span};
 
 /// PTX for the `sm_80` baseline (A100, H100/H200 and later through the
