@@ -180,7 +180,7 @@ pub fn section(gpu: &Gpu, stream: &Stream, zc: f64, md: &mut String) -> Result<(
         step_rows * L / 1024,
         reps - 2,
         100.0 * step_savings,
-        BULK_ROWS * L >> 20,
+        (BULK_ROWS * L) >> 20,
         bulk_reps - 1,
         bulk_stored as f64 / (1 << 20) as f64,
         100.0 * (1.0 - bulk_stored as f64 / (BULK_ROWS * L) as f64),

@@ -7,7 +7,8 @@
 //!
 //! The rule for streams: a call that takes a stream only enqueues work on
 //! it, into caller-owned buffers, and allocates nothing ([`Decoder::gather`],
-//! [`Decoder::range`], [`Decoder::range_dma`], [`Gpu::count_bits`]). The
+//! [`Decoder::range`], [`Decoder::range_dma`], [`Gpu::count_bits`],
+//! [`KvStore::append`], [`KvStore::gather`]). The
 //! other calls allocate or wait, and say so in their first lines: the
 //! whole-dataset calls of fit and compression ([`Gpu::fit`],
 //! [`Gpu::size_query`], [`Gpu::compress`], [`Gpu::compress_host`],

@@ -1,64 +1,5 @@
-//! An appendable compressed KV cache: fitted on the prefill, compressed on
-//! the GPU every decode step into pinned host pages, and fetched back by
-//! token rows into device memory (issue 12; the InfiniGen and FlexGen
-//! pattern of the paper's §6).
-//!
-//! ```text
-//! let mut store = KvStore::create(&gpu, &prefill_rows, 768, &KvStoreOptions::default())?;
-//! let rows = store.append(&gpu, &step_rows, 768, &stream)?;          // enqueued, no sync
-//! store.gather(&gpu, 0, &ids, &mut out, &status, &stream)?;          // enqueued, no sync
-//! stream.synchronize()?; status.check()?;
-//! ```
-//!
-//! # Bounded size: fixed-stride slots
-//! Every row (one token's keys or values of one layer, `heads × head_dim`
-//! elements) owns a slot of `L` bytes, its stored form a prefix of the slot
-//! (`docs/FORMAT.md` §3.1). A slot's size is known before the row is
-//! compressed, so a serving system reserves exactly `page_rows ·
-//! page_budget · L` bytes of host memory for its KV cache, whatever the
-//! data; compression saves PCIe traffic (a gather reads only the stored
-//! prefix of each slot) rather than host memory.
-//!
-//! # The append path
-//! Three launches per [`KvStoreOptions::step_rows`] rows, on the caller's
-//! stream, into buffers reserved when the store was created: the size
-//! kernel measures each row under the segment's codebook, `ibp_kv_commit`
-//! writes the stored lengths into the store's device length table and the
-//! encoded flags into its device flag bitmap, and the encoder writes each
-//! row's stored form straight into its slot in the mapped pinned pages.
-//! Nothing is allocated, nothing waits for the GPU.
-//!
-//! Q: why does the encoder write host memory itself rather than compress
-//! into device memory and copy the slots over?
-//! A: a copy of the slots moves `L` bytes per row over the link; the kernel
-//! writes only the stored prefix (the pages were zeroed when reserved and a
-//! slot is written once), and needs no staging buffer.
-//!
-//! # Pages
-//! Q: why are all pages reserved up front, in one range?
-//! A: pinning host memory (`cuMemHostAlloc`) is slow and synchronises with
-//! the device, so it cannot happen on the append path; and with one mapped
-//! range the decoder reads the store as one fixed-stride dataset (one view,
-//! one launch per gather), where separate allocations would need one launch
-//! per page with the requested rows split among them on the device. Pages
-//! are the unit of the budget and of [`KvStore::pages_used`]; the store
-//! never grows by reallocation or copying, it fills its reserved pages.
-//!
-//! # Segments and refits
-//! [`KvStore::refit`] fits a new codebook (on rows the caller gives, e.g.
-//! the latest step's) and starts a new segment with it for later appends;
-//! earlier rows keep their codebook. A segment starts on a multiple of 8
-//! rows (its flags start on a byte), so a refit may leave up to 7 empty
-//! slots. Gathers name a segment and take row numbers within it (the
-//! decoder reads one codebook per launch); with no refit, segment 0's rows
-//! are the store's rows. [`KvStore::savings_blocking`] measures each
-//! segment's savings, to tell when a refit pays.
-//!
-//! # Streams
-//! Appends must be ordered among themselves (one stream, or events between
-//! streams): they share the store's scratch. A gather sees the rows
-//! appended before it was called; it must be ordered after those appends
-//! (the same stream, or an event).
+//! The appendable compressed KV store: [`KvStore`] (its documentation
+//! describes the design), its options and page arithmetic (`plan`).
 
 mod plan;
 
@@ -104,8 +45,67 @@ pub struct SegmentInfo {
     pub fitted_savings: f64,
 }
 
-/// An appendable compressed store of KV-cache rows in pinned host memory.
-/// See the [module docs](self).
+/// An appendable compressed KV cache: fitted on the prefill, compressed on
+/// the GPU every decode step into pinned host pages, and fetched back by
+/// token rows into device memory (issue 12; the InfiniGen and FlexGen
+/// pattern of the paper's §6).
+///
+/// ```text
+/// let mut store = KvStore::create(&gpu, &prefill_rows, 768, &KvStoreOptions::default())?;
+/// let rows = store.append(&gpu, &step_rows, 768, &stream)?;          // enqueued, no sync
+/// store.gather(&gpu, 0, &ids, &mut out, &status, &stream)?;          // enqueued, no sync
+/// stream.synchronize()?; status.check()?;
+/// ```
+///
+/// # Bounded size: fixed-stride slots
+/// Every row (one token's keys or values of one layer, `heads × head_dim`
+/// elements) owns a slot of `L` bytes, its stored form a prefix of the slot
+/// (`docs/FORMAT.md` §3.1). A slot's size is known before the row is
+/// compressed, so a serving system reserves exactly `page_rows ·
+/// page_budget · L` bytes of host memory for its KV cache, whatever the
+/// data; compression saves PCIe traffic (a gather reads only the stored
+/// prefix of each slot) rather than host memory.
+///
+/// # The append path
+/// Three launches per [`KvStoreOptions::step_rows`] rows, on the caller's
+/// stream, into buffers reserved when the store was created: the size
+/// kernel measures each row under the segment's codebook, `ibp_kv_commit`
+/// writes the stored lengths into the store's device length table and the
+/// encoded flags into its device flag bitmap, and the encoder writes each
+/// row's stored form straight into its slot in the mapped pinned pages.
+/// Nothing is allocated, nothing waits for the GPU.
+///
+/// Q: why does the encoder write host memory itself rather than compress
+/// into device memory and copy the slots over?
+/// A: a copy of the slots moves `L` bytes per row over the link; the kernel
+/// writes only the stored prefix (the pages were zeroed when reserved and a
+/// slot is written once), and needs no staging buffer.
+///
+/// # Pages
+/// Q: why are all pages reserved up front, in one range?
+/// A: pinning host memory (`cuMemHostAlloc`) is slow and synchronises with
+/// the device, so it cannot happen on the append path; and with one mapped
+/// range the decoder reads the store as one fixed-stride dataset (one view,
+/// one launch per gather), where separate allocations would need one launch
+/// per page with the requested rows split among them on the device. Pages
+/// are the unit of the budget and of [`KvStore::pages_used`]; the store
+/// never grows by reallocation or copying, it fills its reserved pages.
+///
+/// # Segments and refits
+/// [`KvStore::refit`] fits a new codebook (on rows the caller gives, e.g.
+/// the latest step's) and starts a new segment with it for later appends;
+/// earlier rows keep their codebook. A segment starts on a multiple of 8
+/// rows (its flags start on a byte), so a refit may leave up to 7 empty
+/// slots. Gathers name a segment and take row numbers within it (the
+/// decoder reads one codebook per launch); with no refit, segment 0's rows
+/// are the store's rows. [`KvStore::savings_blocking`] measures each
+/// segment's savings, to tell when a refit pays.
+///
+/// # Streams
+/// Appends must be ordered among themselves (one stream, or events between
+/// streams): they share the store's scratch. A gather sees the rows
+/// appended before it was called; it must be ordered after those appends
+/// (the same stream, or an event).
 pub struct KvStore {
     slots: Slots,
     /// Every page, one mapped range (see "Pages" above).
