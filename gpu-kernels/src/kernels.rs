@@ -6,8 +6,8 @@ use crate::arch;
 use crate::count::PosPopcnt32;
 use crate::hw::{GlobalBook, Hw, SharedBook};
 use crate::params::{
-    CacheParams, CountParams, CpAsyncTestParams, DecodeParams, EncodeParams, MeasureParams,
-    SCAN_PER_THREAD, SCAN_TILE, ScanParams, WarpTestParams, workspace_bytes,
+    CacheParams, CountParams, CpAsyncTestParams, DecodeParams, EncodeParams, KvCommitParams,
+    MeasureParams, SCAN_PER_THREAD, SCAN_TILE, ScanParams, WarpTestParams, workspace_bytes,
 };
 use crate::prelude::kernel;
 use crate::scan::{block_exclusive_scan, global_scan, thread_sizes};
@@ -445,6 +445,46 @@ pub unsafe fn ibp_size(p: MeasureParams) {
             4 => crate::encode::size::<Hw, Hw, 4>(&Hw, &Hw, &p, wid, nwarps),
             _ => crate::encode::size::<Hw, Hw, 8>(&Hw, &Hw, &p, wid, nwarps),
         }
+    }
+}
+
+/// The KV store's commit of one append: stored lengths and encoded flags
+/// (`crate::kv`), one thread per flag byte.
+///
+/// # Safety
+/// As [`KvCommitParams`] states.
+#[kernel]
+pub unsafe fn ibp_kv_commit(p: KvCommitParams) {
+    let (b0, nbytes) = crate::kv::commit_bytes(p.first, p.rows);
+    let t = arch::global_thread();
+    if t >= nbytes {
+        return;
+    }
+    let byte = b0 + t;
+    let sizes = arch::to_global(p.sizes);
+    let lengths = arch::to_global(p.lengths);
+    let flags = arch::to_global(p.flags);
+    let end = p.first + p.rows;
+    let mut r = 8 * byte;
+    while r < 8 * byte + 8 {
+        if r >= p.first && r < end {
+            // SAFETY: row r - first < rows of sizes; row r < first + rows of
+            // lengths (the contract).
+            unsafe {
+                let s = arch::ld_global_u64(sizes + 8 * (r - p.first));
+                arch::st_global_u32(lengths + 4 * r, crate::kv::stored_len(s, p.row_bytes));
+            }
+        }
+        r += 1;
+    }
+    // SAFETY: byte < ⌈(first + rows) / 8⌉ (the contract).
+    unsafe {
+        let old = arch::ld_global_u8(flags + byte);
+        let v = crate::kv::commit_flag_byte(old, byte, p.first, p.rows, |r| {
+            // SAFETY: only called for rows in first .. first + rows.
+            unsafe { arch::ld_global_u64(sizes + 8 * (r - p.first)) < p.row_bytes }
+        });
+        arch::st_global_u8(flags + byte, v);
     }
 }
 

@@ -25,6 +25,8 @@
 //!   [`step::Sink`]).
 //! - [`cache`]: the GPU feature cache's index word and gather body (rows
 //!   from a cache slab or, on a miss, from the dataset in host memory).
+//! - [`kv`]: the appendable KV store's commit of stored lengths and
+//!   flags.
 //! - [`params`]: `#[repr(C)]` kernel parameter blocks, shared with the host.
 //! - [`prelude`]: `cuda_std`'s names for user kernels (`#[kernel]`,
 //!   `thread`, `warp`, `shared_array!`), on the intrinsics of `arch`.
@@ -53,6 +55,7 @@ pub mod count;
 pub mod decode;
 pub mod device;
 pub mod encode;
+pub mod kv;
 pub mod params;
 pub mod prelude;
 pub mod simt;

@@ -236,6 +236,29 @@ pub struct ScanParams {
     pub total: u64,
 }
 
+/// `ibp_kv_commit`: the appendable KV store's commit of one append
+/// (`crate::kv`). Rows `first .. first + rows` of the store were measured
+/// into `sizes` (u64, `rows` of them, as `ibp_size` writes them); for each,
+/// `lengths[first + i]` (u32) receives its stored length and bit
+/// `first + i` of the flag bitmap at `flags` its encoded flag. One thread
+/// per flag byte touched, starting at byte `first / 8`.
+///
+/// The caller guarantees `lengths` holds `first + rows` u32 and `flags`
+/// `⌈(first + rows) / 8⌉` bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KvCommitParams {
+    pub sizes: u64,
+    pub lengths: u64,
+    pub flags: u64,
+    pub first: u64,
+    pub rows: u64,
+    pub row_bytes: u64,
+}
+
+/// Threads per block of `ibp_kv_commit`.
+pub const KV_COMMIT_BLOCK: u32 = 128;
+
 /// Threads per block of the scan kernels.
 pub const SCAN_BLOCK: u32 = 256;
 /// Tensors per scan thread (one flag byte).

@@ -69,7 +69,8 @@ pub struct Args {
     /// `device` runs only the device-resident decodes and gathers (a quick
     /// look at the decode kernel alone); `peers` only the comparison with
     /// `--peers`; `cache` the GPU feature cache (IBP(C/M): graph and Zipf
-    /// workloads, its own results file).
+    /// workloads, its own results file); `kv` the appendable KV store
+    /// (append of a decode step, bulk append, gather of random tokens).
     #[arg(long, default_value = "all")]
     pub(super) section: String,
     #[command(flatten)]
@@ -214,10 +215,10 @@ fn suite(args: Args) -> Result<()> {
     let (decode, compress) = match args.section.as_str() {
         "all" => (true, true),
         "decode" | "device" => (true, false),
-        "compress" | "peers" | "cache" => (false, args.section == "compress"),
+        "compress" | "peers" | "cache" | "kv" => (false, args.section == "compress"),
         other => {
             return Err(ibp::Error::invalid(format!(
-                "--section {other}: use all, decode, device, compress, peers or cache"
+                "--section {other}: use all, decode, device, compress, peers, cache or kv"
             )));
         }
     };
@@ -296,6 +297,8 @@ fn suite(args: Args) -> Result<()> {
                 g.info().sm_count
             );
         }
+    } else if args.section == "kv" {
+        super::bench_kv::section(&gpu, &stream, zc, &mut md)?;
     } else if args.section == "device" {
         device_section(&gpu, &stream, &args, &opts, &mut md)?;
     } else if decode {
@@ -306,10 +309,10 @@ fn suite(args: Args) -> Result<()> {
     }
     println!("{md}");
     let path = args.out.unwrap_or_else(|| {
-        let suffix = if args.section == "cache" {
-            "-cache"
-        } else {
-            ""
+        let suffix = match args.section.as_str() {
+            "cache" => "-cache",
+            "kv" => "-kv",
+            _ => "",
         };
         PathBuf::from(format!("docs/results/{}{suffix}.md", slug(&info.name)))
     });

@@ -10,6 +10,8 @@ mod bench_compress;
 mod bench_file;
 #[cfg(feature = "cuda")]
 mod bench_graph;
+#[cfg(feature = "cuda")]
+mod bench_kv;
 mod bench_plot;
 mod clusters;
 mod compress;

@@ -338,6 +338,40 @@ impl Gpu {
         out: &DeviceSlice<u8>,
         stream: &Stream,
     ) -> Result<()> {
+        let offsets = if offsets {
+            work.offsets.as_device_ptr().as_raw()
+        } else {
+            0
+        };
+        let sizes = work.sizes.as_device_ptr().as_raw();
+        let out = out.as_device_ptr().as_raw();
+        // SAFETY: sizes (and offsets) were computed for these rows by the
+        // size and scan kernels earlier on this stream, so every region lies
+        // inside `out` (sized by the caller from them).
+        unsafe { self.enqueue_encode_at(gcb, src, rows, sizes, offsets, out, stream) }
+    }
+
+    /// [`Gpu::enqueue_encode`] with every buffer given by its device
+    /// address: `sizes` (`rows` u64), `offsets` (`rows + 1` u64, or 0 for
+    /// the fixed-stride layout) and `out` (device memory or mapped pinned
+    /// host memory).
+    ///
+    /// # Safety
+    /// `src` holds `rows` tensors `src.1` bytes apart; `sizes` (and
+    /// `offsets`) were computed for these rows under `gcb` earlier on
+    /// `stream`; `out` is writable and zeroed over every region they give
+    /// (`rows · L` bytes for the fixed-stride layout).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn enqueue_encode_at(
+        &self,
+        gcb: &GpuCodebook,
+        src: (u64, u64),
+        rows: usize,
+        sizes: u64,
+        offsets: u64,
+        out: u64,
+        stream: &Stream,
+    ) -> Result<()> {
         if rows == 0 {
             return Ok(());
         }
@@ -348,20 +382,14 @@ impl Gpu {
             rows: rows as u64,
             row_bytes: gcb.cb.row_bytes() as u64,
             book: gcb.book.as_device_ptr().as_raw(),
-            sizes: work.sizes.as_device_ptr().as_raw(),
-            offsets: if offsets {
-                work.offsets.as_device_ptr().as_raw()
-            } else {
-                0
-            },
+            sizes,
+            offsets,
             offset_base: 0,
-            out: out.as_device_ptr().as_raw(),
+            out,
         };
         let grid = self.warp_grid(kernel, rows as u64)?;
-        // SAFETY: sizes (and offsets) were computed for these rows by the
-        // size and scan kernels earlier on this stream, so every region lies
-        // inside `out` (sized by the caller from them); EncodeParams is the
-        // kernel's type.
+        // SAFETY: the caller's contract covers every address;
+        // EncodeParams is the kernel's type.
         unsafe { self.launch(kernel, grid, WARP_BLOCK, 0, stream, p) }
     }
 

@@ -178,6 +178,35 @@ impl GpuDataset {
         })
     }
 
+    /// The codebook tables of `cb` alone, for launches that bring their own
+    /// payload, flags, lengths and row count through [`LaunchVia`] (a KV
+    /// store's segments, `super::kv_store`). The placeholder payload is
+    /// pinned, so a decoder sized for it fetches as it does from pinned
+    /// host memory.
+    pub(crate) fn codebook_only(cb: &Codebook) -> Result<Self> {
+        let table = decoder_table(cb);
+        let book = decode_book(cb);
+        let l = cb.row_bytes() as u64;
+        Ok(GpuDataset {
+            table: DeviceBuffer::from_slice(&table).map_err(cuda_err("uploading the codebook"))?,
+            book_bytes: book.len(),
+            book: DeviceBuffer::from_slice(&book).map_err(cuda_err("uploading the codebook"))?,
+            flags: upload_flags(&[])?,
+            offsets: None,
+            lengths: None,
+            host_offsets: None,
+            host_flags: None,
+            host_lengths: None,
+            payload: Payload::new(&[], Residency::Pinned)?,
+            rows: 0,
+            row_bytes: l,
+            chunk: cb.chunk().bytes(),
+            stored_bytes: 0,
+            max_stored: l,
+            fingerprint: Default::default(),
+        })
+    }
+
     /// Fixed-stride only: also keep every tensor's stored length on the GPU
     /// (4 bytes per tensor, against the 1 bit of the flag bitmap). The
     /// decoder then fetches each tensor in one round trip instead of two
@@ -712,6 +741,9 @@ pub(crate) struct LaunchVia {
     pub load_store: Option<bool>,
     /// Bytes between output rows (default `L`).
     pub out_stride: Option<u64>,
+    /// Device address of the fixed-stride length table to use instead of
+    /// the dataset's (a KV store segment's, inside the store's table).
+    pub lengths: Option<u64>,
 }
 
 /// Which tensors a launch decodes.

@@ -59,8 +59,8 @@ impl<P> Kernel<P> {
 /// Every kernel, by what it does.
 pub(crate) mod kernels {
     use ibp_kernels::params::{
-        CacheParams, CountParams, CpAsyncTestParams, DecodeParams, EncodeParams, MeasureParams,
-        ScanParams, WarpTestParams,
+        CacheParams, CountParams, CpAsyncTestParams, DecodeParams, EncodeParams, KvCommitParams,
+        MeasureParams, ScanParams, WarpTestParams,
     };
 
     use super::Kernel;
@@ -75,6 +75,7 @@ pub(crate) mod kernels {
     pub(crate) const DECODE_BATCH: Kernel<DecodeParams> = Kernel::new("ibp_decode");
     pub(crate) const DECODE_STREAM: Kernel<DecodeParams> = Kernel::new("ibp_decode_stream");
     pub(crate) const CACHE_GATHER: Kernel<CacheParams> = Kernel::new("ibp_cache_gather");
+    pub(crate) const KV_COMMIT: Kernel<KvCommitParams> = Kernel::new("ibp_kv_commit");
     pub(crate) const TEST_WARP: Kernel<WarpTestParams> = Kernel::new("ibp_test_warp");
     pub(crate) const TEST_CP_ASYNC: Kernel<CpAsyncTestParams> = Kernel::new("ibp_test_cp_async");
 
@@ -407,7 +408,8 @@ impl Gpu {
             )));
         }
         if ideal
-            && ((ds.offsets.is_none() && ds.lengths.is_none()) || !ds.row_bytes.is_multiple_of(4))
+            && ((ds.offsets.is_none() && ds.lengths.is_none() && via.lengths.is_none())
+                || !ds.row_bytes.is_multiple_of(4))
         {
             return Err(Error::invalid(
                 "the ideal-copy baseline needs stored lengths (packed layout or a length table) and rows of whole u32",
@@ -442,10 +444,11 @@ impl Gpu {
                 DECODE_MODE_DECODE
             },
             batch: dec.batch as u32,
-            lengths: ds
-                .lengths
-                .as_ref()
-                .map_or(0, |b| b.as_device_ptr().as_raw()),
+            lengths: via.lengths.unwrap_or_else(|| {
+                ds.lengths
+                    .as_ref()
+                    .map_or(0, |b| b.as_device_ptr().as_raw())
+            }),
             offset_base: via.offset_base,
             fetch: if via.load_store.unwrap_or(dec.load_store) {
                 ibp_kernels::params::FETCH_LOAD_STORE

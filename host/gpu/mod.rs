@@ -7,7 +7,8 @@
 //!
 //! The rule for streams: a call that takes a stream only enqueues work on
 //! it, into caller-owned buffers, and allocates nothing ([`Decoder::gather`],
-//! [`Decoder::range`], [`Decoder::range_dma`], [`Gpu::count_bits`]). The
+//! [`Decoder::range`], [`Decoder::range_dma`], [`Gpu::count_bits`],
+//! [`KvStore::append`], [`KvStore::gather`]). The
 //! other calls allocate or wait, and say so in their first lines: the
 //! whole-dataset calls of fit and compression ([`Gpu::fit`],
 //! [`Gpu::size_query`], [`Gpu::compress`], [`Gpu::compress_host`],
@@ -30,6 +31,7 @@ pub(crate) mod driver;
 mod fit;
 mod groups;
 mod host_batches;
+mod kv_store;
 mod launch;
 mod memory;
 
@@ -51,6 +53,7 @@ pub use dma::{DEFAULT_DMA_PIECE_BYTES, DmaScratch};
 pub use driver::copy_to_host;
 pub use groups::GpuGroups;
 pub use host_batches::{CompressedBatch, HostCompressor, HostOptions, HostRead};
+pub use kv_store::{KvStore, KvStoreOptions, SegmentInfo};
 pub use memory::{GpuReadable, PinnedBuffer, Registered, Span};
 
 /// PTX for the `sm_80` baseline (A100, H100/H200 and later through the

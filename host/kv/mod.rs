@@ -343,5 +343,35 @@ impl KvCache {
     }
 }
 
+/// Interleave per-table rows into the order a decode step produces them:
+/// token by token, and within a token table by table (with the tables of
+/// [`KvCache::tensors`]: layer 0 key, layer 0 value, layer 1 key, ...).
+/// Every table holds the same number of rows of `row_bytes`.
+pub fn token_major(tables: &[&[u8]], row_bytes: usize) -> Result<Vec<u8>> {
+    let first = tables
+        .first()
+        .ok_or_else(|| Error::invalid("no tables to interleave"))?;
+    if row_bytes == 0 || !first.len().is_multiple_of(row_bytes) {
+        return Err(Error::invalid(format!(
+            "tables of {} bytes do not split into rows of {row_bytes} bytes",
+            first.len()
+        )));
+    }
+    if let Some(t) = tables.iter().find(|t| t.len() != first.len()) {
+        return Err(Error::invalid(format!(
+            "tables of {} and {} bytes: every table needs the same rows",
+            first.len(),
+            t.len()
+        )));
+    }
+    let mut out = Vec::with_capacity(first.len() * tables.len());
+    for t in 0..first.len() / row_bytes {
+        for tab in tables {
+            out.extend_from_slice(&tab[t * row_bytes..(t + 1) * row_bytes]);
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests;

@@ -218,3 +218,16 @@ fn kv_cache_of_the_model_card_compresses_losslessly() {
         }
     }
 }
+
+#[test]
+fn token_major_interleaves_rows_token_by_token() {
+    let a = [1u8, 1, 2, 2, 3, 3];
+    let b = [4u8, 4, 5, 5, 6, 6];
+    assert_eq!(
+        super::token_major(&[&a, &b], 2).unwrap(),
+        [1, 1, 4, 4, 2, 2, 5, 5, 3, 3, 6, 6]
+    );
+    assert!(super::token_major(&[&a, &b[..4]], 2).is_err());
+    assert!(super::token_major(&[&a], 4).is_err());
+    assert!(super::token_major(&[], 2).is_err());
+}

@@ -1,0 +1,223 @@
+//! `ibp bench --section kv`: the appendable KV store (`ibp::gpu::KvStore`)
+//! against issue 12's targets, on real KV rows of all-MiniLM-L6-v2 (bf16,
+//! 384 elements a row): one decode step's append in GPU time, bulk append
+//! into host pages, and a gather of random tokens against the zero-copy
+//! ideal. Every measured store is gathered back and compared with the
+//! original rows first.
+
+use std::fmt::Write as _;
+
+use cust::memory::DeviceBuffer;
+use cust::stream::Stream;
+use ibp::gpu::bench::time_median;
+use ibp::gpu::{DecodeStatus, Gpu, KvStore, KvStoreOptions, Span, copy_to_host};
+use ibp::io::DType;
+use ibp::kv::{KvOptions, KvPart, MiniLm, MiniLmFiles};
+use ibp::{Error, Result};
+
+/// Bytes of a row: 384 bf16 values (6 heads × 64).
+const L: usize = 768;
+/// Rows one token adds: 6 layers × key and value.
+const PER_TOKEN: usize = 12;
+/// Sequences of the decode step the issue names.
+const SEQUENCES: usize = 32;
+/// Tokens of the gather.
+const GATHER_TOKENS: usize = 1024;
+/// Rows of one bulk append.
+const BULK_ROWS: usize = (128 << 20) / L;
+
+/// Real KV rows, token-major (`ibp::kv::token_major`): from
+/// `kv-bf16.safetensors` in the data folder (what `ibp kv-data` writes and
+/// `scripts/stage-device.sh` stages), else from a forward pass over the
+/// model card. Returns the rows and where they came from.
+fn real_rows() -> Result<(Vec<u8>, String)> {
+    let dir = MiniLmFiles::default_dir();
+    let staged = dir.join("kv-bf16.safetensors");
+    let tables: Vec<Vec<u8>> = if staged.is_file() {
+        let f = ibp::io::InputFile::open(&staged)?;
+        let doc = ibp::io::parse(
+            f.bytes(),
+            ibp::io::SourceFormat::Safetensors,
+            &Default::default(),
+        )?;
+        let mut out = Vec::new();
+        for layer in 0..6 {
+            for part in [KvPart::Key, KvPart::Value] {
+                let name = ibp::kv::KvCache::table_name(layer, part);
+                let g = doc
+                    .groups
+                    .iter()
+                    .find(|g| g.name == name && g.dtype == DType::BF16)
+                    .ok_or_else(|| {
+                        Error::invalid(format!("{}: no bf16 table {name}", staged.display()))
+                    })?;
+                out.push(g.data.to_vec());
+            }
+        }
+        out
+    } else {
+        let files = MiniLmFiles::in_dir(&dir);
+        let m = MiniLm::load(&files)?;
+        let c = m.kv_cache(&files.card_text()?, &KvOptions::default())?;
+        let mut out = Vec::new();
+        for layer in 0..c.layers() {
+            for part in [KvPart::Key, KvPart::Value] {
+                out.push(c.table_bytes(layer, part, &DType::BF16)?);
+            }
+        }
+        out
+    };
+    let refs: Vec<&[u8]> = tables.iter().map(|t| &t[..]).collect();
+    let rows = ibp::kv::token_major(&refs, L)?;
+    let source = if staged.is_file() {
+        staged.display().to_string()
+    } else {
+        "a forward pass over the model card".to_string()
+    };
+    Ok((rows, source))
+}
+
+/// `rows` repeated to `n` rows.
+fn tiled(rows: &[u8], n: usize) -> Vec<u8> {
+    rows.iter().copied().cycle().take(n * L).collect()
+}
+
+fn verdict(met: bool) -> &'static str {
+    if met { "met" } else { "missed" }
+}
+
+/// Append the KV store section to `md`. `zc` is the zero-copy read rate
+/// measured in the same run (bytes per second).
+pub fn section(gpu: &Gpu, stream: &Stream, zc: f64, md: &mut String) -> Result<()> {
+    let (real, source) = real_rows()?;
+    let tokens = real.len() / (PER_TOKEN * L);
+    let cuda =
+        |what: &'static str| move |e: cust::error::CudaError| Error::cuda(format!("{what}: {e}"));
+
+    // --- One decode step: 32 sequences × 12 rows.
+    let step_rows = SEQUENCES * PER_TOKEN;
+    let reps = 2 + 21;
+    let prefill_rows = 64 * PER_TOKEN;
+    let step_total = prefill_rows + reps * step_rows;
+    let step_src = tiled(&real, step_total);
+    let prefill =
+        DeviceBuffer::from_slice(&step_src[..prefill_rows * L]).map_err(cuda("upload"))?;
+    let steps = DeviceBuffer::from_slice(&step_src[prefill_rows * L..]).map_err(cuda("upload"))?;
+    let opts = KvStoreOptions::default()
+        .with_page_rows(4096)
+        .with_page_budget(step_total.div_ceil(4096) as u64);
+    let mut store = KvStore::create(gpu, &prefill, L, &opts)?;
+    let mut k = 0usize;
+    let step_secs = time_median(stream, 2, reps - 2, || {
+        let at = k * step_rows * L;
+        k += 1;
+        let src = Span::of(&steps, at, step_rows * L)
+            .ok_or_else(|| Error::invalid("step past its source"))?;
+        store.append(gpu, &src, L, stream).map(|_| ())
+    })?;
+    stream.synchronize().map_err(cuda("append"))?;
+    verify(gpu, &store, &step_src, stream)?;
+    let step_savings = store.savings_blocking()?[0];
+
+    // --- Bulk append: 128 MiB a call into fresh pages.
+    let bulk_reps = 1 + 5;
+    let bulk_src = tiled(&real, BULK_ROWS);
+    let bulk = DeviceBuffer::from_slice(&bulk_src).map_err(cuda("upload"))?;
+    let opts = KvStoreOptions::default()
+        .with_page_rows(1 << 16)
+        .with_page_budget(((bulk_reps + 1) * BULK_ROWS).div_ceil(1 << 16) as u64);
+    let mut big = KvStore::create(gpu, &bulk, L, &opts)?;
+    let bulk_secs = time_median(stream, 1, bulk_reps - 1, || {
+        big.append(gpu, &bulk, L, stream).map(|_| ())
+    })?;
+    stream.synchronize().map_err(cuda("append"))?;
+    let lengths = big.lengths_blocking()?;
+    let bulk_stored: u64 = lengths[..BULK_ROWS].iter().map(|&n| n as u64).sum();
+    let bulk_rate = (BULK_ROWS * L) as f64 / bulk_secs;
+
+    // --- Gather 1024 random tokens' rows (all layers, K and V) from the
+    // big store (every row of it is a real row; tokens repeat every
+    // `tokens`).
+    let stored_tokens = big.rows() as usize / PER_TOKEN;
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let ids: Vec<u32> = (0..GATHER_TOKENS)
+        .flat_map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let t = (x % stored_tokens as u64) as usize;
+            (0..PER_TOKEN).map(move |j| (t * PER_TOKEN + j) as u32)
+        })
+        .collect();
+    let d_ids = DeviceBuffer::from_slice(&ids).map_err(cuda("upload"))?;
+    let mut out = DeviceBuffer::<u8>::zeroed(ids.len() * L).map_err(cuda("alloc"))?;
+    let mut status = DecodeStatus::new()?;
+    big.gather(gpu, 0, &d_ids, &mut out, &status, stream)?;
+    stream.synchronize().map_err(cuda("gather"))?;
+    status.check()?;
+    let got = copy_to_host(&out)?;
+    for (i, &r) in ids.iter().enumerate() {
+        let r = r as usize % BULK_ROWS;
+        if got[i * L..(i + 1) * L] != bulk_src[r * L..(r + 1) * L] {
+            return Err(Error::corrupt(format!(
+                "benchmark self-check failed: gathered row {i} (store row {}) differs",
+                ids[i]
+            )));
+        }
+    }
+    let gather_secs = time_median(stream, 2, 9, || {
+        big.gather(gpu, 0, &d_ids, &mut out, &status, stream)
+    })?;
+    status.check()?;
+    let gathered_stored: u64 = ids.iter().map(|&r| lengths[r as usize] as u64).sum();
+    let ideal_secs = gathered_stored as f64 / zc;
+    let gather_ratio = ideal_secs / gather_secs;
+
+    let step_us = step_secs * 1e6;
+    let _ = writeln!(
+        md,
+        "## KV store (`KvStore`, fixed-stride slots in pinned host pages)\n\nRows: real bf16 KV rows of all-MiniLM-L6-v2 (6 layers × key and value, 384 values = {L} B a row), {tokens} tokens from {source}, repeated to each measurement's size. Store: fitted on the GPU on its prefill (sampled fit), every row in a slot of {L} B, its stored form written by the encoder straight into mapped pinned pages. GPU time with CUDA events, median; every store was gathered back and compared with the original rows first.\n\n- *step*: one decode step, {SEQUENCES} sequences × 6 layers × K and V = {step_rows} rows ({} KB), `append` on a store already holding the prefill; median of {} steps. Savings on these rows: {:.1}%.\n- *bulk*: `append` of {} MiB ({BULK_ROWS} rows) a call, median of {}; the encoder wrote {:.1} MiB of stored forms per call ({:.1}% saved); the rate is input bytes per second.\n- *gather*: {GATHER_TOKENS} random tokens × {PER_TOKEN} rows = {} rows from a store of {} rows ({:.0} MiB of pages), decoded into device memory; median of 9. Ideal: the gathered rows' stored bytes ({:.2} MiB) at the zero-copy read rate measured in this run ({:.1} GB/s).\n\n| measure | result | target | |\n| --- | --- | --- | --- |\n| append, one decode step | {:.1} µs GPU time | ≤ 20 µs | {} |\n| append, bulk into host pages | {:.1} GB/s | ≥ 40 GB/s | {} |\n| gather of {GATHER_TOKENS} tokens' K/V from host | {:.3} ms, {:.2} of ideal ({:.1} GB/s decoded) | ≥ 0.9 of ideal | {} |\n",
+        step_rows * L / 1024,
+        reps - 2,
+        100.0 * step_savings,
+        (BULK_ROWS * L) >> 20,
+        bulk_reps - 1,
+        bulk_stored as f64 / (1 << 20) as f64,
+        100.0 * (1.0 - bulk_stored as f64 / (BULK_ROWS * L) as f64),
+        ids.len(),
+        big.rows(),
+        big.reserved_bytes() as f64 / (1 << 20) as f64,
+        gathered_stored as f64 / (1 << 20) as f64,
+        zc / 1e9,
+        step_us,
+        verdict(step_us <= 20.0),
+        bulk_rate / 1e9,
+        verdict(bulk_rate >= 40e9),
+        gather_secs * 1e3,
+        gather_ratio,
+        (ids.len() * L) as f64 / gather_secs / 1e9,
+        verdict(gather_ratio >= 0.9),
+    );
+    Ok(())
+}
+
+/// Gather every row of `store` (segment 0) and compare with `want`.
+fn verify(gpu: &Gpu, store: &KvStore, want: &[u8], stream: &Stream) -> Result<()> {
+    let n = store.rows() as usize;
+    let ids: Vec<u32> = (0..n as u32).collect();
+    let d_ids = DeviceBuffer::from_slice(&ids).map_err(|e| Error::cuda(format!("upload: {e}")))?;
+    let mut out =
+        DeviceBuffer::<u8>::zeroed(n * L).map_err(|e| Error::cuda(format!("alloc: {e}")))?;
+    let mut status = DecodeStatus::new()?;
+    store.gather(gpu, 0, &d_ids, &mut out, &status, stream)?;
+    stream
+        .synchronize()
+        .map_err(|e| Error::cuda(format!("gather: {e}")))?;
+    status.check()?;
+    if copy_to_host(&out)? != want[..n * L] {
+        return Err(Error::corrupt(
+            "benchmark self-check failed: the step store's rows differ from the originals",
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,424 @@
+//! The appendable compressed KV store: [`KvStore`] (its documentation
+//! describes the design), its options and page arithmetic (`plan`).
+
+mod plan;
+
+use std::ops::Range;
+
+use cust::memory::{DeviceBuffer, DeviceSlice};
+use cust::stream::Stream;
+use ibp_kernels::params::{KV_COMMIT_BLOCK, KvCommitParams};
+
+pub use plan::KvStoreOptions;
+use plan::Slots;
+
+use super::compress::{GpuCodebook, row_count};
+use super::decode::{
+    DecodeOptions, DecodeStatus, Decoder, GatherIndex, GpuDataset, LaunchVia, Target,
+};
+use super::driver::{copy_to_host, device_buffer, new_stream, sync};
+use super::launch::kernels;
+use super::memory::{GpuReadable, PinnedBuffer};
+use super::{Gpu, cuda_err};
+use crate::codebook::Codebook;
+use crate::error::{Error, Result};
+
+/// One codebook's run of rows.
+struct Segment {
+    first: u64,
+    rows: u64,
+    fitted_savings: f64,
+    gcb: GpuCodebook,
+    /// The codebook's decoder tables (payload, flags and lengths come from
+    /// the store at each gather).
+    ds: GpuDataset,
+}
+
+/// A segment as [`KvStore::segments`] reports it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SegmentInfo {
+    /// The store row of the segment's row 0.
+    pub first_row: u64,
+    /// Rows appended to the segment.
+    pub rows: u64,
+    /// Savings its fit predicted on the rows it was fitted on.
+    pub fitted_savings: f64,
+}
+
+/// An appendable compressed KV cache: fitted on the prefill, compressed on
+/// the GPU every decode step into pinned host pages, and fetched back by
+/// token rows into device memory (issue 12; the InfiniGen and FlexGen
+/// pattern of the paper's §6).
+///
+/// ```text
+/// let mut store = KvStore::create(&gpu, &prefill_rows, 768, &KvStoreOptions::default())?;
+/// let rows = store.append(&gpu, &step_rows, 768, &stream)?;          // enqueued, no sync
+/// store.gather(&gpu, 0, &ids, &mut out, &status, &stream)?;          // enqueued, no sync
+/// stream.synchronize()?; status.check()?;
+/// ```
+///
+/// # Bounded size: fixed-stride slots
+/// Every row (one token's keys or values of one layer, `heads × head_dim`
+/// elements) owns a slot of `L` bytes, its stored form a prefix of the slot
+/// (`docs/FORMAT.md` §3.1). A slot's size is known before the row is
+/// compressed, so a serving system reserves exactly `page_rows ·
+/// page_budget · L` bytes of host memory for its KV cache, whatever the
+/// data; compression saves PCIe traffic (a gather reads only the stored
+/// prefix of each slot) rather than host memory.
+///
+/// # The append path
+/// Three launches per [`KvStoreOptions::step_rows`] rows, on the caller's
+/// stream, into buffers reserved when the store was created: the size
+/// kernel measures each row under the segment's codebook, `ibp_kv_commit`
+/// writes the stored lengths into the store's device length table and the
+/// encoded flags into its device flag bitmap, and the encoder writes each
+/// row's stored form straight into its slot in the mapped pinned pages.
+/// Nothing is allocated, nothing waits for the GPU.
+///
+/// Q: why does the encoder write host memory itself rather than compress
+/// into device memory and copy the slots over?
+/// A: a copy of the slots moves `L` bytes per row over the link; the kernel
+/// writes only the stored prefix (the pages were zeroed when reserved and a
+/// slot is written once), and needs no staging buffer.
+///
+/// # Pages
+/// Q: why are all pages reserved up front, in one range?
+/// A: pinning host memory (`cuMemHostAlloc`) is slow and synchronises with
+/// the device, so it cannot happen on the append path; and with one mapped
+/// range the decoder reads the store as one fixed-stride dataset (one view,
+/// one launch per gather), where separate allocations would need one launch
+/// per page with the requested rows split among them on the device. Pages
+/// are the unit of the budget and of [`KvStore::pages_used`]; the store
+/// never grows by reallocation or copying, it fills its reserved pages.
+///
+/// # Segments and refits
+/// [`KvStore::refit`] fits a new codebook (on rows the caller gives, e.g.
+/// the latest step's) and starts a new segment with it for later appends;
+/// earlier rows keep their codebook. A segment starts on a multiple of 8
+/// rows (its flags start on a byte), so a refit may leave up to 7 empty
+/// slots. Gathers name a segment and take row numbers within it (the
+/// decoder reads one codebook per launch); with no refit, segment 0's rows
+/// are the store's rows. [`KvStore::savings_blocking`] measures each
+/// segment's savings, to tell when a refit pays.
+///
+/// # Streams
+/// Appends must be ordered among themselves (one stream, or events between
+/// streams): they share the store's scratch. A gather sees the rows
+/// appended before it was called; it must be ordered after those appends
+/// (the same stream, or an event).
+pub struct KvStore {
+    slots: Slots,
+    /// Every page, one mapped range (see "Pages" above).
+    pages: PinnedBuffer<u8>,
+    /// Encoded flag of every row, `⌈capacity / 8⌉` bytes.
+    flags: DeviceBuffer<u8>,
+    /// Stored length of every row.
+    lengths: DeviceBuffer<u32>,
+    /// Stored sizes of the rows of one launch (`step_rows` u64).
+    sizes: DeviceBuffer<u64>,
+    step_rows: usize,
+    fit: crate::fit::FitOptions,
+    segments: Vec<Segment>,
+    next: u64,
+    closed: bool,
+}
+
+impl KvStore {
+    /// Reserve the pages and device tables of `opts`, fit a codebook on
+    /// `prefill` (rows of `row_bytes` in device memory, or host memory the
+    /// GPU reads) on the GPU, and append the prefill as the store's first
+    /// rows. Allocates, and returns when the prefill is stored.
+    pub fn create<S: GpuReadable + ?Sized>(
+        gpu: &Gpu,
+        prefill: &S,
+        row_bytes: usize,
+        opts: &KvStoreOptions,
+    ) -> Result<Self> {
+        let slots = Slots::new(row_bytes, opts)?;
+        let n = row_count(prefill, row_bytes)? as u64;
+        if n == 0 {
+            return Err(Error::invalid(
+                "a KV store is fitted on its prefill: give it at least one row",
+            ));
+        }
+        slots.take(0, prefill.byte_len(), row_bytes)?;
+        let cap = slots.capacity() as usize;
+        let mut store = KvStore {
+            slots,
+            pages: PinnedBuffer::zeroed(slots.bytes() as usize)?,
+            flags: DeviceBuffer::zeroed(cap.div_ceil(8)).map_err(cuda_err("allocating flags"))?,
+            lengths: DeviceBuffer::zeroed(cap).map_err(cuda_err("allocating lengths"))?,
+            sizes: device_buffer(opts.step_rows, "allocating the step's sizes")?,
+            step_rows: opts.step_rows,
+            fit: opts.fit.clone(),
+            segments: Vec::new(),
+            next: 0,
+            closed: false,
+        };
+        store.segments.push(store.segment(gpu, prefill, 0)?);
+        let stream = new_stream()?;
+        store.append(gpu, prefill, row_bytes, &stream)?;
+        sync(&stream, "storing the prefill")?;
+        Ok(store)
+    }
+
+    /// Fit a codebook on `rows` and make a segment of it at `first`.
+    fn segment<S: GpuReadable + ?Sized>(&self, gpu: &Gpu, rows: &S, first: u64) -> Result<Segment> {
+        let fit = gpu.fit(rows, self.slots.row_bytes as usize, &self.fit)?;
+        Ok(Segment {
+            first,
+            rows: 0,
+            fitted_savings: fit.savings(),
+            gcb: GpuCodebook::new(&fit.codebook)?,
+            ds: GpuDataset::codebook_only(&fit.codebook)?,
+        })
+    }
+
+    /// Enqueue on `stream`: compress `rows` (rows of `row_bytes` in device
+    /// memory) with the current segment's codebook into the next slots,
+    /// with their stored lengths and flags. Returns the store rows they
+    /// took. No allocation, no host synchronisation.
+    ///
+    /// Fails, leaving the store as it was (and readable), when `row_bytes`
+    /// is not the store's, the bytes do not split into rows, the store is
+    /// closed, or the rows would go past the page budget.
+    pub fn append<S: GpuReadable + ?Sized>(
+        &mut self,
+        gpu: &Gpu,
+        rows: &S,
+        row_bytes: usize,
+        stream: &Stream,
+    ) -> Result<Range<u64>> {
+        if self.closed {
+            return Err(Error::invalid(
+                "append to a closed KV store; it stays readable, but takes no more rows",
+            ));
+        }
+        let taken = self.slots.take(self.next, rows.byte_len(), row_bytes)?;
+        let seg = self
+            .segments
+            .last_mut()
+            .ok_or_else(|| Error::invalid("a KV store without a segment"))?;
+        let l = self.slots.row_bytes;
+        let sizes = self.sizes.as_device_ptr().as_raw();
+        let mut at = taken.start;
+        while at < taken.end {
+            let n = (taken.end - at).min(self.step_rows as u64);
+            let src = rows.device_addr() + (at - taken.start) * l;
+            gpu.enqueue_size(&seg.gcb, src, n as usize, &self.sizes, None, stream)?;
+            let p = KvCommitParams {
+                sizes,
+                lengths: self.lengths.as_device_ptr().as_raw(),
+                flags: self.flags.as_device_ptr().as_raw(),
+                first: at,
+                rows: n,
+                row_bytes: l,
+            };
+            let (_, bytes) = ibp_kernels::kv::commit_bytes(at, n);
+            let grid = bytes.div_ceil(KV_COMMIT_BLOCK as u64) as u32;
+            // SAFETY: rows at .. at + n lie inside the store (`take`), so the
+            // length table holds at + n u32 and the bitmap ⌈(at + n) / 8⌉
+            // bytes; `sizes` holds step_rows ≥ n u64, written by the size
+            // kernel just enqueued; KvCommitParams is the kernel's type.
+            unsafe { gpu.launch(kernels::KV_COMMIT, grid, KV_COMMIT_BLOCK, 0, stream, p)? };
+            let out = self.pages.device_addr() + self.slots.slot_offset(at);
+            // SAFETY: `src` holds n rows of L bytes (row_count via `take`);
+            // the sizes were measured for them under this codebook above, on
+            // this stream; the slots at .. at + n lie inside the mapped pages,
+            // zeroed when reserved and never written before (rows are
+            // appended once).
+            unsafe {
+                gpu.enqueue_encode_at(&seg.gcb, (src, l), n as usize, sizes, 0, out, stream)?
+            };
+            at += n;
+        }
+        seg.rows += taken.end - taken.start;
+        self.next = taken.end;
+        Ok(taken)
+    }
+
+    /// Enqueue on `stream`: output row `i` of `out` (`ids.len()` rows of
+    /// `L` bytes, device memory) receives row `ids[i]` of segment
+    /// `segment` (row numbers within the segment; [`SegmentInfo`] gives its
+    /// first store row), decoded from the pinned pages. Rows not appended
+    /// (yet) are zero-filled and reported in `status` as out of range. No
+    /// allocation, no host synchronisation.
+    pub fn gather<I: GatherIndex>(
+        &self,
+        gpu: &Gpu,
+        segment: usize,
+        ids: &DeviceSlice<I>,
+        out: &mut DeviceSlice<u8>,
+        status: &DecodeStatus,
+        stream: &Stream,
+    ) -> Result<()> {
+        let (dec, seg, via) = self.decoder(gpu, segment)?;
+        let target = Target::Index {
+            addr: ids.as_device_ptr().as_raw(),
+            len: ids.len() as u64,
+            wide: I::WIDE,
+        };
+        gpu.launch_decode(&dec, &seg.ds, target, out, status, false, via, stream)
+    }
+
+    /// Benchmark baseline for [`KvStore::gather`] over rows `first ..
+    /// first + count` of a segment: read exactly the stored bytes with the
+    /// decoder's aligned line copies, decode nothing.
+    #[doc(hidden)]
+    #[allow(clippy::too_many_arguments)]
+    pub fn ideal_range(
+        &self,
+        gpu: &Gpu,
+        segment: usize,
+        first: u64,
+        count: u64,
+        out: &mut DeviceSlice<u8>,
+        status: &DecodeStatus,
+        stream: &Stream,
+    ) -> Result<()> {
+        let (dec, seg, via) = self.decoder(gpu, segment)?;
+        let target = Target::Range(first, count);
+        gpu.launch_decode(&dec, &seg.ds, target, out, status, true, via, stream)
+    }
+
+    /// A decoder for segment `segment` and the views of the store it reads.
+    fn decoder(&self, gpu: &Gpu, segment: usize) -> Result<(Decoder<'_>, &Segment, LaunchVia)> {
+        let seg = self.segments.get(segment).ok_or_else(|| {
+            Error::invalid(format!(
+                "segment {segment} of a KV store with {} segments",
+                self.segments.len()
+            ))
+        })?;
+        let dec = Decoder::new(gpu, &seg.ds, &DecodeOptions::default())?;
+        let via = LaunchVia {
+            src: Some(self.pages.device_addr() + self.slots.slot_offset(seg.first)),
+            flags: Some(self.flags.as_device_ptr().as_raw() + seg.first / 8),
+            lengths: Some(self.lengths.as_device_ptr().as_raw() + 4 * seg.first),
+            rows: Some(seg.rows),
+            ..LaunchVia::default()
+        };
+        Ok((dec, seg, via))
+    }
+
+    /// Fit a new codebook on `rows` (rows of the store's width, device
+    /// memory or host memory the GPU reads: e.g. the latest step's) and
+    /// start a new segment with it; later appends use it, earlier rows keep
+    /// theirs. Returns the new segment's number. Allocates and waits (a
+    /// fit), so it belongs between steps, not on the append path; it waits
+    /// for no stream of the caller's.
+    pub fn refit<S: GpuReadable + ?Sized>(&mut self, gpu: &Gpu, rows: &S) -> Result<usize> {
+        if self.closed {
+            return Err(Error::invalid("refit of a closed KV store"));
+        }
+        let n = row_count(rows, self.slots.row_bytes as usize)?;
+        if n == 0 {
+            return Err(Error::invalid("a refit needs at least one row to fit on"));
+        }
+        let first = self.slots.segment_start(self.next)?;
+        let seg = self.segment(gpu, rows, first)?;
+        self.segments.push(seg);
+        self.next = first;
+        Ok(self.segments.len() - 1)
+    }
+
+    /// Close the store: later appends and refits fail; gathers go on.
+    pub fn close(&mut self) {
+        self.closed = true;
+    }
+
+    /// Whether [`KvStore::close`] was called.
+    pub fn is_closed(&self) -> bool {
+        self.closed
+    }
+
+    /// Bytes per row (`L`, the slot size).
+    pub fn row_bytes(&self) -> usize {
+        self.slots.row_bytes as usize
+    }
+
+    /// Rows in use, the empty slots a refit leaves included (the next
+    /// append's first store row).
+    pub fn rows(&self) -> u64 {
+        self.next
+    }
+
+    /// Rows the reserved pages hold.
+    pub fn capacity(&self) -> u64 {
+        self.slots.capacity()
+    }
+
+    /// Every reserved page, as the host sees them: row `r`'s slot is
+    /// `[r·L, (r+1)·L)`, its stored form a prefix. Synchronise the streams
+    /// of earlier appends first: the GPU writes these bytes.
+    pub fn pages_host(&self) -> &[u8] {
+        &self.pages
+    }
+
+    /// Bytes of one page (`page_rows · L`).
+    pub fn page_bytes(&self) -> u64 {
+        self.slots.page_bytes()
+    }
+
+    /// The page holding store row `row`'s slot, and the slot's byte offset
+    /// in that page.
+    pub fn slot_location(&self, row: u64) -> (u64, u64) {
+        self.slots.page_of(row)
+    }
+
+    /// Pages holding at least one row.
+    pub fn pages_used(&self) -> u64 {
+        self.slots.pages_used(self.next)
+    }
+
+    /// Bytes of pinned host memory reserved (every page).
+    pub fn reserved_bytes(&self) -> u64 {
+        self.slots.bytes()
+    }
+
+    /// The segments, oldest first.
+    pub fn segments(&self) -> Vec<SegmentInfo> {
+        self.segments
+            .iter()
+            .map(|s| SegmentInfo {
+                first_row: s.first,
+                rows: s.rows,
+                fitted_savings: s.fitted_savings,
+            })
+            .collect()
+    }
+
+    /// Segment `segment`'s codebook.
+    pub fn codebook(&self, segment: usize) -> Option<&Codebook> {
+        self.segments.get(segment).map(|s| s.gcb.codebook())
+    }
+
+    /// The stored length of every row in use, copied from the device
+    /// (waits for everything enqueued before on every stream of the
+    /// context: a synchronous copy).
+    pub fn lengths_blocking(&self) -> Result<Vec<u32>> {
+        let mut v = copy_to_host(&self.lengths)?;
+        v.truncate(self.next as usize);
+        Ok(v)
+    }
+
+    /// Each segment's savings so far, `1 − stored / raw` over its appended
+    /// rows (0 for an empty segment): the drift a refit answers. Waits, as
+    /// [`KvStore::lengths_blocking`] does.
+    pub fn savings_blocking(&self) -> Result<Vec<f64>> {
+        let lengths = self.lengths_blocking()?;
+        let l = self.slots.row_bytes;
+        Ok(self
+            .segments
+            .iter()
+            .map(|s| {
+                let rows = &lengths[s.first as usize..(s.first + s.rows) as usize];
+                let stored: u64 = rows.iter().map(|&n| n as u64).sum();
+                if s.rows == 0 {
+                    0.0
+                } else {
+                    1.0 - stored as f64 / (s.rows * l) as f64
+                }
+            })
+            .collect())
+    }
+}
