@@ -49,8 +49,8 @@ pub trait GroupDevice {
     /// Fit the loaded rows: the [`Fit`] [`crate::fit::fit`] chooses for them.
     fn fit(&mut self, opts: &FitOptions) -> Result<Fit>;
 
-    /// Compress the loaded rows with `cb` into `layout` ([`GroupLayout::Coded(Layout::Packed)`]
-    /// or [`GroupLayout::Coded(Layout::FixedStride)`]); returns the bytes of the payload (packed)
+    /// Compress the loaded rows with `cb` into `layout` ([`GroupLayout::Coded`]`(Layout::Packed)`
+    /// or `GroupLayout::Coded(Layout::FixedStride)`); returns the bytes of the payload (packed)
     /// or of the slots (fixed).
     fn compress(&mut self, cb: &Codebook, layout: GroupLayout) -> Result<u64>;
 
