@@ -14,7 +14,7 @@
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use ibp::Rows;
 use ibp::fit::{FitOptions, fit};
-use ibp::layout::{compress_packed, decompress_packed};
+use ibp::layout::{LayoutOptions, compress_packed, decompress_packed};
 
 /// splitmix64: a fixed, dependency-free stream of pseudo-random words.
 struct Rng(u64);
@@ -88,7 +88,7 @@ fn bench_dataset(c: &mut Criterion, name: &str, data: &[u8], row_bytes: usize) {
     let opts = FitOptions::default();
     let fitted = fit(rows, &opts).expect("fit");
     let cb = fitted.codebook.clone();
-    let packed = compress_packed(&cb, rows).expect("compress");
+    let packed = compress_packed(&cb, rows, &LayoutOptions::default()).expect("compress");
     let mut out = vec![0u8; rows.bytes().len()];
     decompress_packed(&cb, &packed.view(), &mut out).expect("decompress");
     assert!(out == rows.bytes(), "{name}: round trip differs");
@@ -109,7 +109,7 @@ fn bench_dataset(c: &mut Criterion, name: &str, data: &[u8], row_bytes: usize) {
     g.throughput(Throughput::Bytes(bytes));
     g.bench_function("fit", |b| b.iter(|| fit(rows, &opts).expect("fit")));
     g.bench_function("compress_packed", |b| {
-        b.iter(|| compress_packed(&cb, rows).expect("compress"))
+        b.iter(|| compress_packed(&cb, rows, &LayoutOptions::default()).expect("compress"))
     });
     g.bench_function("decompress_packed", |b| {
         b.iter(|| decompress_packed(&cb, &packed.view(), &mut out).expect("decompress"))

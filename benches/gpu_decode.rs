@@ -19,9 +19,9 @@ fn bench(c: &mut Criterion) {
     use cust::stream::{Stream, StreamFlags};
     use ibp::Rows;
     use ibp::gpu::bench::figure7_dataset;
-    use ibp::gpu::copy_to_host;
+    use ibp::gpu::copy_to_host_blocking;
     use ibp::gpu::{DecodeOptions, DecodeStatus, Decoder, Gpu, GpuDataset, Residency};
-    use ibp::layout::compress_packed;
+    use ibp::layout::{LayoutOptions, compress_packed};
 
     let gpu = match Gpu::first() {
         Ok(g) => g,
@@ -40,7 +40,12 @@ fn bench(c: &mut Criterion) {
     for &size in &[1024usize, 4096] {
         for &savings in &[0.125, 0.5, 0.9] {
             let (data, cb) = figure7_dataset(rows, size, savings, 11).unwrap();
-            let packed = compress_packed(&cb, Rows::new(&data, size).unwrap()).unwrap();
+            let packed = compress_packed(
+                &cb,
+                Rows::new(&data, size).unwrap(),
+                &LayoutOptions::default(),
+            )
+            .unwrap();
             for residency in [Residency::Pinned, Residency::Device] {
                 let ds = GpuDataset::upload_packed(&gpu, &cb, &packed.view(), residency).unwrap();
                 let dec = Decoder::new(&gpu, &ds, &DecodeOptions::default()).unwrap();
@@ -49,9 +54,9 @@ fn bench(c: &mut Criterion) {
                 dec.range(&gpu, 0, rows as u64, &mut out, &status, &stream)
                     .unwrap();
                 stream.synchronize().unwrap();
-                status.check().unwrap();
+                status.check_blocking().unwrap();
                 assert_eq!(
-                    copy_to_host(&out).unwrap(),
+                    copy_to_host_blocking(&out).unwrap(),
                     data,
                     "round trip before timing"
                 );
@@ -73,7 +78,7 @@ fn bench(c: &mut Criterion) {
                         z.elapsed(&a).unwrap()
                     })
                 });
-                status.check().unwrap();
+                status.check_blocking().unwrap();
             }
         }
     }

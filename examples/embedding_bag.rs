@@ -35,9 +35,9 @@ use fused_kernels::{BagParams, OK, ReadParams};
 use ibp::gpu::bench::time_median;
 use ibp::gpu::{
     DecodeOptions, DecodeStatus, Decoder, Gpu, GpuDataset, GpuReadable, PinnedBuffer, Residency,
-    copy_to_host, cust, is_no_device,
+    copy_to_host_blocking, cust, is_no_device,
 };
-use ibp::layout::compress_packed;
+use ibp::layout::{LayoutOptions, compress_packed};
 use ibp::{Error, Result, Rows};
 
 fn main() -> ExitCode {
@@ -200,7 +200,7 @@ impl Table<'_> {
         let dim = (l / if self.bf16 { 2 } else { 4 }) as u32;
         // The codebook from the base rows (the replicas add nothing new).
         let cb = ibp::fit::fit(Rows::new(self.base, l)?, &Default::default())?.codebook;
-        let packed = compress_packed(&cb, Rows::new(&data, l)?)?;
+        let packed = compress_packed(&cb, Rows::new(&data, l)?, &LayoutOptions::default())?;
         let ds = GpuDataset::upload_packed(gpu, &cb, &packed.view(), Residency::Pinned)?;
         let view = ds.device_view();
         let plain_rows = PinnedBuffer::from_slice(&data)?;
@@ -286,8 +286,11 @@ impl Table<'_> {
         let mut check = |what: &str, f: &mut dyn FnMut() -> Result<()>| -> Result<()> {
             f()?;
             stream.synchronize().map_err(cu)?;
-            let st = copy_to_host(&status)?;
-            let got: Vec<u32> = copy_to_host(&out)?.iter().map(|x| x.to_bits()).collect();
+            let st = copy_to_host_blocking(&status)?;
+            let got: Vec<u32> = copy_to_host_blocking(&out)?
+                .iter()
+                .map(|x| x.to_bits())
+                .collect();
             let bad = got.iter().zip(&want).filter(|(a, b)| a != b).count();
             if st.iter().any(|&s| s != OK) || bad != 0 {
                 eprintln!(
@@ -307,7 +310,7 @@ impl Table<'_> {
         let t_plain = time_median(stream, 2, 9, run_plain)?;
         let t_ideal = time_median(stream, 2, 9, run_ideal)?;
         // The gathers' status (sticky: any corrupt row of any run).
-        dstatus.check()?;
+        dstatus.check_blocking()?;
         let seq = sequential_read(k, stream, &ds)?;
         let m = Measured {
             compressed,

@@ -37,9 +37,9 @@ use fused_kernels::{GemvParams, OK, ReadParams};
 use ibp::gpu::bench::time_median;
 use ibp::gpu::{
     DecodeOptions, DecodeStatus, Decoder, Gpu, GpuDataset, GpuReadable, PinnedBuffer, Residency,
-    copy_to_host, cust, is_no_device,
+    copy_to_host_blocking, cust, is_no_device,
 };
-use ibp::layout::compress_packed;
+use ibp::layout::{LayoutOptions, compress_packed};
 use ibp::{Error, Result, Rows};
 
 /// Elements per row of `W` (MiniLM's hidden size).
@@ -145,7 +145,7 @@ fn run() -> Result<()> {
     );
     let data = base.repeat(reps);
     let cb = ibp::fit::fit(Rows::new(&base, l)?, &Default::default())?.codebook;
-    let packed = compress_packed(&cb, Rows::new(&data, l)?)?;
+    let packed = compress_packed(&cb, Rows::new(&data, l)?, &LayoutOptions::default())?;
     let ds = GpuDataset::upload_packed(&gpu, &cb, &packed.view(), Residency::Pinned)?;
     drop(packed);
     let view = ds.device_view();
@@ -210,8 +210,8 @@ fn run() -> Result<()> {
     let mut check = |what: &str, f: &mut dyn FnMut() -> Result<()>| -> Result<()> {
         f()?;
         stream.synchronize().map_err(cu)?;
-        let got = copy_to_host(&y)?;
-        let st = copy_to_host(&status)?[0];
+        let got = copy_to_host_blocking(&y)?;
+        let st = copy_to_host_blocking(&status)?[0];
         let bad = got
             .iter()
             .enumerate()

@@ -23,6 +23,8 @@ mod kernel_emu;
 pub(crate) mod kernel_tables;
 pub mod kv;
 pub mod layout;
+mod progress;
 
 pub use dataset::Rows;
 pub use error::{Error, ErrorKind, Result};
+pub use progress::Progress;

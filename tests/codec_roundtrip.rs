@@ -9,7 +9,7 @@ use ibp::codebook::{ChunkSize, Codebook, Threshold};
 use ibp::encode::{decode_row, encode_row, encoded_len, stored_len};
 use ibp::fit::{ChunkChoice, FitOptions, Sample, SamplePlan, count_bits, fit};
 use ibp::layout::{
-    FixedStrideRef, PackedRef, compress_fixed, compress_packed, decompress_fixed,
+    FixedStrideRef, LayoutOptions, PackedRef, compress_fixed, compress_packed, decompress_fixed,
     decompress_fixed_row, decompress_packed, decompress_packed_row, size_query,
 };
 use ibp::{ErrorKind, Rows};
@@ -122,7 +122,7 @@ proptest! {
             Codebook::new(c, mask, bitval).unwrap()
         };
         let sizes = size_query(&cb, rows).unwrap();
-        let packed = compress_packed(&cb, rows).unwrap();
+        let packed = compress_packed(&cb, rows, &LayoutOptions::default()).unwrap();
         packed.view().validate().unwrap();
         prop_assert_eq!(sizes.total_stored, packed.payload.len() as u64);
         for i in 0..n {
@@ -143,7 +143,7 @@ proptest! {
         decompress_packed(&cb, &packed.view(), &mut out).unwrap();
         prop_assert_eq!(&out, &data);
 
-        let fixed = compress_fixed(&cb, rows).unwrap();
+        let fixed = compress_fixed(&cb, rows, &LayoutOptions::default()).unwrap();
         prop_assert_eq!(&fixed.flags, &packed.flags);
         fixed.view().validate(&cb).unwrap();
         out.fill(0);
@@ -263,8 +263,8 @@ proptest! {
         let (mask, bitval, data) = dataset(l, n, kind, seed);
         let cb = Codebook::new(c, mask, bitval).unwrap();
         let rows = Rows::new(&data, l).unwrap();
-        let packed = compress_packed(&cb, rows).unwrap();
-        let fixed = compress_fixed(&cb, rows).unwrap();
+        let packed = compress_packed(&cb, rows, &LayoutOptions::default()).unwrap();
+        let fixed = compress_fixed(&cb, rows, &LayoutOptions::default()).unwrap();
         let mut out = vec![0u8; data.len()];
         let mut bad = packed.clone();
         match part {

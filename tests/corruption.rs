@@ -8,10 +8,10 @@ use std::io::Write;
 
 use ibp::ErrorKind;
 use ibp::Rows;
-use ibp::container::{ContainerWriter, GroupData, GroupMeta, IbpFile, SourceInfo};
+use ibp::container::{ContainerWriter, GroupData, GroupMeta, IbpFile, RestoreOptions, SourceInfo};
 use ibp::fit::{FitOptions, fit};
 use ibp::io::{self, DType, Fingerprint, ParseOptions, Segment, SourceFormat};
-use ibp::layout::{compress_fixed, compress_packed};
+use ibp::layout::{LayoutOptions, compress_fixed, compress_packed};
 use proptest::prelude::*;
 
 fn features(rows: usize, cols: usize, seed: u64) -> Vec<u8> {
@@ -49,8 +49,8 @@ fn small_container() -> (Vec<u8>, Vec<u8>) {
     let rows_b = Rows::new(&b, 8).unwrap();
     let fa = fit(rows_a, &FitOptions::default()).unwrap();
     let fb = fit(rows_b, &FitOptions::default()).unwrap();
-    let pa = compress_packed(&fa.codebook, rows_a).unwrap();
-    let xb = compress_fixed(&fb.codebook, rows_b).unwrap();
+    let pa = compress_packed(&fa.codebook, rows_a, &LayoutOptions::default()).unwrap();
+    let xb = compress_fixed(&fb.codebook, rows_b, &LayoutOptions::default()).unwrap();
     assert!(
         pa.flags.iter().any(|&f| f != 0) && xb.flags.iter().any(|&f| f != 0),
         "groups should encode rows"
@@ -367,7 +367,12 @@ fn a_restore_into_a_failing_writer_is_an_io_error() {
     }
     let (bytes, _) = small_container();
     let file = IbpFile::from_bytes(&bytes).unwrap();
-    assert_eq!(file.restore(&mut Full).unwrap_err().kind(), ErrorKind::Io);
+    assert_eq!(
+        file.restore(&mut Full, &RestoreOptions::default())
+            .unwrap_err()
+            .kind(),
+        ErrorKind::Io
+    );
     let doc = io::Document {
         format: SourceFormat::Raw,
         groups: vec![],

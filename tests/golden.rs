@@ -6,7 +6,8 @@ use ibp::codebook::{ChunkSize, Codebook, Threshold};
 use ibp::encode::{decode_row, encode_row, encoded_bits, encoded_len, stored_len};
 use ibp::fit::{FitOptions, count_bits, fit};
 use ibp::layout::{
-    FixedStrideRef, PackedRef, compress_fixed, compress_packed, decompress_fixed, decompress_packed,
+    FixedStrideRef, LayoutOptions, PackedRef, compress_fixed, compress_packed, decompress_fixed,
+    decompress_packed,
 };
 use ibp::{ErrorKind, Rows};
 
@@ -115,7 +116,7 @@ fn example_5_4_both_layouts_of_three_tensors() {
     let rows = Rows::new(&data, 6).unwrap();
     let payload: Vec<u8> = [&A_ENC[..], &R, &B_ENC].concat();
 
-    let packed = compress_packed(&cb, rows).unwrap();
+    let packed = compress_packed(&cb, rows, &LayoutOptions::default()).unwrap();
     assert_eq!(packed.flags, [0x05]);
     assert_eq!(packed.offsets, [0, 3, 9, 14]);
     assert_eq!(packed.payload, payload);
@@ -131,7 +132,7 @@ fn example_5_4_both_layouts_of_three_tensors() {
     assert_eq!(out, data);
 
     let slots: Vec<u8> = [&A_ENC[..], &[0; 3], &R, &B_ENC, &[0]].concat();
-    let fixed = compress_fixed(&cb, rows).unwrap();
+    let fixed = compress_fixed(&cb, rows, &LayoutOptions::default()).unwrap();
     assert_eq!(
         (fixed.flags.as_slice(), fixed.slots.as_slice()),
         (&[0x05u8][..], slots.as_slice())

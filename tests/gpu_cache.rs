@@ -18,10 +18,10 @@ use ibp::Rows;
 use ibp::codebook::Codebook;
 use ibp::gpu::bench::raw_packed;
 use ibp::gpu::{
-    CacheOptions, DecodeStatus, FeatureCache, Gpu, GpuDataset, Placement, Residency, copy_to_host,
-    top_k_by_score,
+    CacheOptions, DecodeStatus, FeatureCache, Gpu, GpuDataset, Placement, Residency,
+    copy_to_host_blocking, top_k_by_score,
 };
-use ibp::layout::{FixedStride, Packed, compress_fixed, compress_packed};
+use ibp::layout::{FixedStride, LayoutOptions, Packed, compress_fixed, compress_packed};
 
 const POISON: u8 = 0xA5;
 const GUARD: usize = 256;
@@ -58,8 +58,8 @@ impl Table {
     fn new(name: &str, data: Vec<u8>, l: usize) -> Self {
         let rows = Rows::new(&data, l).unwrap();
         let cb = ibp::fit::fit(rows, &Default::default()).unwrap().codebook;
-        let packed = compress_packed(&cb, rows).unwrap();
-        let fixed = compress_fixed(&cb, rows).unwrap();
+        let packed = compress_packed(&cb, rows, &LayoutOptions::default()).unwrap();
+        let fixed = compress_fixed(&cb, rows, &LayoutOptions::default()).unwrap();
         let raw = raw_packed(data.clone(), l).unwrap();
         Table {
             name: name.into(),
@@ -154,12 +154,12 @@ fn gather(
         cache.gather(gpu, ds, &d, &mut out, &status, &s).unwrap();
     }
     s.synchronize().unwrap();
-    let host = copy_to_host(&out).unwrap();
+    let host = copy_to_host_blocking(&out).unwrap();
     assert!(
         host[ids.len() * l..].iter().all(|&b| b == POISON),
         "the gather wrote past its output rows"
     );
-    (host[..ids.len() * l].to_vec(), status.check())
+    (host[..ids.len() * l].to_vec(), status.check_blocking())
 }
 
 fn expected(data: &[u8], l: usize, ids: &[u64]) -> Vec<u8> {
@@ -265,7 +265,7 @@ fn a_refill_replaces_the_rows_and_the_gathers_stay_exact() {
         // The coldest rows instead.
         let cold: Vec<u64> = hot.iter().rev().copied().collect();
         let s = stream();
-        cache.refill(&[&gpu], &ds, &cold, &[&s]).unwrap();
+        cache.refill_blocking(&[&gpu], &ds, &cold, &[&s]).unwrap();
         let after = cache.stats(&gpu, &ds, &ids).unwrap();
         assert!(after.local_hits < before.local_hits, "{before:?} {after:?}");
         // The refill is ordered on `s`; the gather below runs on its own
@@ -278,7 +278,9 @@ fn a_refill_replaces_the_rows_and_the_gathers_stay_exact() {
         // rows) is refused.
         for o in [Raw, Pk, Fixed].into_iter().filter(|&o| o != form) {
             let other = t.upload(&gpu, o);
-            let e = cache.refill(&[&gpu], &other, &cold, &[&s]).unwrap_err();
+            let e = cache
+                .refill_blocking(&[&gpu], &other, &cold, &[&s])
+                .unwrap_err();
             assert_eq!(e.kind(), ibp::ErrorKind::InvalidArgument, "{form:?} {o:?}");
         }
     }

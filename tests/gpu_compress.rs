@@ -16,7 +16,7 @@ use ibp::Rows;
 use ibp::codebook::{ChunkSize, Codebook, Threshold};
 use ibp::fit::{ChunkChoice, Fit, FitOptions, Sample, fit};
 use ibp::gpu::{Gpu, GpuCodebook, HostOptions, HostRead, PinnedBuffer, Registered};
-use ibp::layout::{Layout, compress_fixed, compress_packed, size_query};
+use ibp::layout::{Layout, LayoutOptions, compress_fixed, compress_packed, size_query};
 
 /// `n` rows of `l` bytes: a noisy base pattern (most rows compress), every
 /// `raw_every`-th row random (stored raw).
@@ -40,31 +40,55 @@ fn dataset(rng: &mut Rng, l: usize, n: usize, raw_every: usize) -> Vec<u8> {
 /// Compress `data` every GPU way and compare with the CPU encoder.
 fn check_compress(gpu: &Gpu, data: &[u8], l: usize, cb: &Codebook, what: &str) {
     let rows = Rows::new(data, l).unwrap();
-    let cpu_packed = compress_packed(cb, rows).unwrap();
-    let cpu_fixed = compress_fixed(cb, rows).unwrap();
+    let cpu_packed = compress_packed(cb, rows, &LayoutOptions::default()).unwrap();
+    let cpu_fixed = compress_fixed(cb, rows, &LayoutOptions::default()).unwrap();
     let gcb = GpuCodebook::new(cb).unwrap();
     let device = DeviceBuffer::from_slice(data).unwrap();
     let pinned = PinnedBuffer::from_slice(data).unwrap();
 
-    let sizes = gpu.size_query(&gcb, &device).unwrap();
+    let sizes = gpu.size_query_blocking(&gcb, &device).unwrap();
     assert_eq!(sizes, size_query(cb, rows).unwrap(), "{what}: size query");
 
-    let p = gpu.compress(&gcb, &device, Layout::Packed).unwrap();
-    assert_eq!(p.to_packed().unwrap(), cpu_packed, "{what}: device, packed");
-    let f = gpu.compress(&gcb, &device, Layout::FixedStride).unwrap();
-    assert_eq!(f.to_fixed().unwrap(), cpu_fixed, "{what}: device, fixed");
-    let p = gpu.compress(&gcb, &pinned, Layout::Packed).unwrap();
-    assert_eq!(p.to_packed().unwrap(), cpu_packed, "{what}: pinned, packed");
+    let p = gpu
+        .compress_blocking(&gcb, &device, Layout::Packed)
+        .unwrap();
+    assert_eq!(
+        p.to_packed_blocking().unwrap(),
+        cpu_packed,
+        "{what}: device, packed"
+    );
+    let f = gpu
+        .compress_blocking(&gcb, &device, Layout::FixedStride)
+        .unwrap();
+    assert_eq!(
+        f.to_fixed_blocking().unwrap(),
+        cpu_fixed,
+        "{what}: device, fixed"
+    );
+    let p = gpu
+        .compress_blocking(&gcb, &pinned, Layout::Packed)
+        .unwrap();
+    assert_eq!(
+        p.to_packed_blocking().unwrap(),
+        cpu_packed,
+        "{what}: pinned, packed"
+    );
 
     // The batched host path, with batches small enough that there are
     // several (and a short last one).
     let batch = (data.len() / 3).max(1);
-    let hp = gpu.compress_host_packed(&gcb, &pinned, batch).unwrap();
+    let hp = gpu
+        .compress_host_packed_blocking(&gcb, &pinned, batch)
+        .unwrap();
     assert_eq!(hp, cpu_packed, "{what}: host batches, packed");
-    let hf = gpu.compress_host_fixed(&gcb, &pinned, batch).unwrap();
+    let hf = gpu
+        .compress_host_fixed_blocking(&gcb, &pinned, batch)
+        .unwrap();
     assert_eq!(hf, cpu_fixed, "{what}: host batches, fixed");
     let reg = Registered::new(data).unwrap();
-    let hr = gpu.compress_host_packed(&gcb, &reg, batch).unwrap();
+    let hr = gpu
+        .compress_host_packed_blocking(&gcb, &reg, batch)
+        .unwrap();
     assert_eq!(hr, cpu_packed, "{what}: registered pageable memory");
     // Zero-copy reads instead of DMA, batch by batch.
     for layout in [Layout::Packed, Layout::FixedStride] {
@@ -76,7 +100,7 @@ fn check_compress(gpu: &Gpu, data: &[u8], l: usize, cb: &Codebook, what: &str) {
         let (mut flags, mut out, mut sizes) = (Vec::new(), Vec::new(), Vec::new());
         let mut next = 0u64;
         let total = gpu
-            .compress_host(&gcb, &pinned, &opts, |b| {
+            .compress_host_blocking(&gcb, &pinned, &opts, |b| {
                 assert_eq!(b.first_row, next, "{what}: batches in order");
                 next += b.rows as u64;
                 flags.extend_from_slice(b.flags);
@@ -198,12 +222,12 @@ fn gpu_fit_chooses_the_cpu_codebook() {
             let cpu = fit(rows, &opts).unwrap();
             let what = format!("L={l} N={n} {name}");
             assert_same_fit(
-                &gpu.fit(&device, l, &opts).unwrap(),
+                &gpu.fit_blocking(&device, l, &opts).unwrap(),
                 &cpu,
                 &format!("{what}, device"),
             );
             assert_same_fit(
-                &gpu.fit(&pinned, l, &opts).unwrap(),
+                &gpu.fit_blocking(&pinned, l, &opts).unwrap(),
                 &cpu,
                 &format!("{what}, pinned"),
             );
@@ -220,16 +244,19 @@ fn bad_arguments_are_typed_errors() {
     let device = DeviceBuffer::from_slice(&data).unwrap();
     let kind = |r: ibp::Result<Fit>| r.unwrap_err().kind();
     assert_eq!(
-        kind(gpu.fit(&device, 0, &FitOptions::default())),
+        kind(gpu.fit_blocking(&device, 0, &FitOptions::default())),
         ibp::ErrorKind::InvalidArgument
     );
     assert_eq!(
-        kind(gpu.fit(&device, 7, &FitOptions::default())),
+        kind(gpu.fit_blocking(&device, 7, &FitOptions::default())),
         ibp::ErrorKind::InvalidArgument
     );
     let cb = Codebook::new(ChunkSize::One, vec![0xff; 4], vec![1; 4]).unwrap();
     let gcb = GpuCodebook::new(&cb).unwrap();
-    let err = gpu.compress(&gcb, &device, Layout::Packed).err().unwrap();
+    let err = gpu
+        .compress_blocking(&gcb, &device, Layout::Packed)
+        .err()
+        .unwrap();
     assert_eq!(err.kind(), ibp::ErrorKind::InvalidArgument);
     assert!(Registered::new(&[]).is_err());
 }
@@ -248,7 +275,7 @@ fn real_tables_fit_and_compress_like_the_cpu() {
             FitOptions::default().with_sample(Sample::Fraction(1.0 / 16.0)),
         ] {
             let cpu = fit(rows, &opts).unwrap();
-            let g = gpu.fit(&device, *l, &opts).unwrap();
+            let g = gpu.fit_blocking(&device, *l, &opts).unwrap();
             assert_same_fit(&g, &cpu, &format!("{name} {:?}", opts.sample));
         }
         let cb = fit(rows, &FitOptions::default()).unwrap().codebook;
@@ -282,19 +309,19 @@ fn reused_buffers_give_the_same_bytes() {
         let gcb = GpuCodebook::new(&cb).unwrap();
         let device = DeviceBuffer::from_slice(&data).unwrap();
         for layout in [Layout::Packed, Layout::FixedStride] {
-            gpu.compress_into(&gcb, &device, layout, &mut dev_out)
+            gpu.compress_into_blocking(&gcb, &device, layout, &mut dev_out)
                 .unwrap();
             match layout {
                 Layout::Packed => {
                     assert_eq!(
-                        dev_out.to_packed().unwrap(),
-                        compress_packed(&cb, rows).unwrap()
+                        dev_out.to_packed_blocking().unwrap(),
+                        compress_packed(&cb, rows, &LayoutOptions::default()).unwrap()
                     )
                 }
                 Layout::FixedStride => {
                     assert_eq!(
-                        dev_out.to_fixed().unwrap(),
-                        compress_fixed(&cb, rows).unwrap()
+                        dev_out.to_fixed_blocking().unwrap(),
+                        compress_fixed(&cb, rows, &LayoutOptions::default()).unwrap()
                     )
                 }
             }
@@ -302,7 +329,7 @@ fn reused_buffers_give_the_same_bytes() {
         let pinned = PinnedBuffer::from_slice(&data).unwrap();
         let mut payload = Vec::new();
         let mut batches = 0;
-        hc.compress(&gpu, &gcb, &pinned, |b| {
+        hc.compress_blocking(&gpu, &gcb, &pinned, |b| {
             payload.extend_from_slice(b.data);
             batches += 1;
             Ok(())
@@ -310,7 +337,9 @@ fn reused_buffers_give_the_same_bytes() {
         .unwrap();
         assert_eq!(
             payload,
-            compress_packed(&cb, rows).unwrap().payload,
+            compress_packed(&cb, rows, &LayoutOptions::default())
+                .unwrap()
+                .payload,
             "N={n}"
         );
         assert_eq!(batches, n.div_ceil(40), "N={n}");
@@ -343,7 +372,7 @@ fn a_sink_error_stops_the_batches_and_the_compressor_still_works() {
         let reg = Registered::new(&data).unwrap();
         let mut seen = 0;
         let err = hc
-            .compress(&gpu, &gcb, &reg, |_| {
+            .compress_blocking(&gpu, &gcb, &reg, |_| {
                 seen += 1;
                 Err(ibp::Error::invalid("the sink gives up"))
             })
@@ -353,12 +382,17 @@ fn a_sink_error_stops_the_batches_and_the_compressor_still_works() {
     }
     let pinned = PinnedBuffer::from_slice(&data).unwrap();
     let mut payload = Vec::new();
-    hc.compress(&gpu, &gcb, &pinned, |b| {
+    hc.compress_blocking(&gpu, &gcb, &pinned, |b| {
         payload.extend_from_slice(b.data);
         Ok(())
     })
     .unwrap();
-    assert_eq!(payload, compress_packed(&cb, rows).unwrap().payload);
+    assert_eq!(
+        payload,
+        compress_packed(&cb, rows, &LayoutOptions::default())
+            .unwrap()
+            .payload
+    );
 }
 
 #[test]
@@ -374,7 +408,7 @@ fn device_compressed_output_decodes_in_place() {
         let gcb = GpuCodebook::new(&cb).unwrap();
         let device = DeviceBuffer::from_slice(&data).unwrap();
         for layout in [Layout::Packed, Layout::FixedStride] {
-            let dc = gpu.compress(&gcb, &device, layout).unwrap();
+            let dc = gpu.compress_blocking(&gcb, &device, layout).unwrap();
             let ds = ibp::gpu::GpuDataset::from_device_compressed(&gpu, &cb, dc).unwrap();
             let dec = ibp::gpu::Decoder::new(&gpu, &ds, &Default::default()).unwrap();
             let mut out = DeviceBuffer::from_slice(&vec![0x5au8; n * l]).unwrap();
@@ -383,8 +417,8 @@ fn device_compressed_output_decodes_in_place() {
                 cust::stream::Stream::new(cust::stream::StreamFlags::NON_BLOCKING, None).unwrap();
             dec.range(&gpu, 0, n as u64, &mut out, &status, &s).unwrap();
             s.synchronize().unwrap();
-            status.check().unwrap();
-            let host = ibp::gpu::copy_to_host(&out).unwrap();
+            status.check_blocking().unwrap();
+            let host = ibp::gpu::copy_to_host_blocking(&out).unwrap();
             assert!(host == data, "L={l} {layout:?}: decoded output differs");
         }
     }

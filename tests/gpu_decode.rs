@@ -14,9 +14,9 @@ use cust::memory::DeviceBuffer;
 use cust::stream::{Stream, StreamFlags};
 use ibp::Rows;
 use ibp::codebook::{ChunkSize, Codebook};
-use ibp::gpu::copy_to_host;
+use ibp::gpu::copy_to_host_blocking;
 use ibp::gpu::{DecodeOptions, DecodeStatus, Decoder, Gpu, GpuDataset, Residency};
-use ibp::layout::{compress_fixed, compress_packed};
+use ibp::layout::{LayoutOptions, compress_fixed, compress_packed};
 
 const POISON: u8 = 0xA5;
 
@@ -91,12 +91,12 @@ fn gpu_gather(
     let d_index = DeviceBuffer::from_slice(index).unwrap();
     dec.gather(gpu, &d_index, &mut out, &status, &s)?;
     s.synchronize().unwrap();
-    let host = copy_to_host(&out).unwrap();
+    let host = copy_to_host_blocking(&out).unwrap();
     assert!(
         host[index.len() * l..].iter().all(|&b| b == POISON),
         "decoder wrote past the output rows"
     );
-    status.check()?;
+    status.check_blocking()?;
     Ok(host[..index.len() * l].to_vec())
 }
 
@@ -124,8 +124,8 @@ fn check_with(
 ) {
     let n = data.len() / l;
     let rows = Rows::new(data, l).unwrap();
-    let packed = compress_packed(cb, rows).unwrap();
-    let fixed = compress_fixed(cb, rows).unwrap();
+    let packed = compress_packed(cb, rows, &LayoutOptions::default()).unwrap();
+    let fixed = compress_fixed(cb, rows, &LayoutOptions::default()).unwrap();
     let all: Vec<u64> = (0..n as u64).collect();
     let gather: Vec<u64> = (0..(2 * n).min(3000))
         .map(|_| rng.next() % n as u64)
@@ -264,7 +264,8 @@ fn decode_options_change_geometry_not_results() {
     let mut rng = Rng(77);
     let (l, n) = (5732, 400);
     let (data, cb) = dataset(&mut rng, l, n, ChunkSize::try_from(4).unwrap(), Mix::Mixed);
-    let packed = compress_packed(&cb, Rows::new(&data, l).unwrap()).unwrap();
+    let packed =
+        compress_packed(&cb, Rows::new(&data, l).unwrap(), &LayoutOptions::default()).unwrap();
     let ds = GpuDataset::upload_packed(&gpu, &cb, &packed.view(), Residency::Pinned).unwrap();
     let index: Vec<u64> = (0..n as u64).rev().collect();
     let ds_dec = |o: &DecodeOptions| Decoder::new(&gpu, &ds, o).unwrap().is_batch_mode();
@@ -316,7 +317,7 @@ fn corrupt_tensors_are_reported_and_zeroed_without_stray_writes() {
     for layout in ["packed", "fixed"] {
         for trial in 0..40 {
             let (mut bytes, ds_of): (Vec<u8>, Uploader) = if layout == "packed" {
-                let p = compress_packed(&cb, rows).unwrap();
+                let p = compress_packed(&cb, rows, &LayoutOptions::default()).unwrap();
                 let (flags, offsets, r) = (p.flags.clone(), p.offsets.clone(), p.rows);
                 let cb2 = cb.clone();
                 let g = &gpu;
@@ -335,7 +336,7 @@ fn corrupt_tensors_are_reported_and_zeroed_without_stray_writes() {
                     }),
                 )
             } else {
-                let f = compress_fixed(&cb, rows).unwrap();
+                let f = compress_fixed(&cb, rows, &LayoutOptions::default()).unwrap();
                 let (flags, r) = (f.flags.clone(), f.rows);
                 let cb2 = cb.clone();
                 let g = &gpu;
@@ -351,7 +352,9 @@ fn corrupt_tensors_are_reported_and_zeroed_without_stray_writes() {
             // length and offsets come from them).
             let victim = rng.next() as usize % n;
             let start = if layout == "packed" {
-                compress_packed(&cb, rows).unwrap().offsets[victim] as usize
+                compress_packed(&cb, rows, &LayoutOptions::default())
+                    .unwrap()
+                    .offsets[victim] as usize
             } else {
                 victim * l
             };
@@ -387,7 +390,7 @@ fn corrupt_tensors_are_reported_and_zeroed_without_stray_writes() {
         "only {found} of 80 damaged datasets were reported corrupt"
     );
     // An index out of range is reported, not read.
-    let packed = compress_packed(&cb, rows).unwrap();
+    let packed = compress_packed(&cb, rows, &LayoutOptions::default()).unwrap();
     let ds = GpuDataset::upload_packed(&gpu, &cb, &packed.view(), Residency::Device).unwrap();
     let err = gpu_gather(&gpu, &ds, &[0, n as u64 + 5, 1], &DecodeOptions::default()).unwrap_err();
     assert_eq!(err.kind(), ibp::ErrorKind::InvalidArgument);
@@ -421,7 +424,8 @@ fn dma_range_path_matches_original_and_checks_its_inputs() {
         (100, 2000, 1, Mix::Raw, 300),
     ] {
         let (data, cb) = dataset(&mut rng, l, n, ChunkSize::try_from(chunk).unwrap(), mix);
-        let packed = compress_packed(&cb, Rows::new(&data, l).unwrap()).unwrap();
+        let packed =
+            compress_packed(&cb, Rows::new(&data, l).unwrap(), &LayoutOptions::default()).unwrap();
         let ds = GpuDataset::upload_packed(&gpu, &cb, &packed.view(), Residency::Pinned).unwrap();
         let dec = Decoder::new(&gpu, &ds, &DecodeOptions::default()).unwrap();
         let mut scratch = ibp::gpu::DmaScratch::new(piece).unwrap();
@@ -437,8 +441,8 @@ fn dma_range_path_matches_original_and_checks_its_inputs() {
                     .unwrap();
             }
             s.synchronize().unwrap();
-            status.check().unwrap();
-            let host = copy_to_host(&out).unwrap();
+            status.check_blocking().unwrap();
+            let host = copy_to_host_blocking(&out).unwrap();
             let f = first as usize;
             assert!(
                 host[rows * l..].iter().all(|&b| b == POISON),
@@ -453,7 +457,8 @@ fn dma_range_path_matches_original_and_checks_its_inputs() {
     // The auto rule: large tensors go by DMA, small stored ones zero-copy.
     let mut pick = |l: usize, mix: Mix| {
         let (data, cb) = dataset(&mut rng, l, 64, ChunkSize::try_from(4).unwrap(), mix);
-        let packed = compress_packed(&cb, Rows::new(&data, l).unwrap()).unwrap();
+        let packed =
+            compress_packed(&cb, Rows::new(&data, l).unwrap(), &LayoutOptions::default()).unwrap();
         let ds = GpuDataset::upload_packed(&gpu, &cb, &packed.view(), Residency::Pinned).unwrap();
         Decoder::new(&gpu, &ds, &DecodeOptions::default())
             .unwrap()
@@ -469,7 +474,12 @@ fn dma_range_path_matches_original_and_checks_its_inputs() {
         ChunkSize::try_from(4).unwrap(),
         Mix::Mixed,
     );
-    let packed = compress_packed(&cb, Rows::new(&data, 512).unwrap()).unwrap();
+    let packed = compress_packed(
+        &cb,
+        Rows::new(&data, 512).unwrap(),
+        &LayoutOptions::default(),
+    )
+    .unwrap();
     let dev = GpuDataset::upload_packed(&gpu, &cb, &packed.view(), Residency::Device).unwrap();
     let dec = Decoder::new(&gpu, &dev, &DecodeOptions::default()).unwrap();
     let mut scratch = ibp::gpu::DmaScratch::new(1 << 16).unwrap();
@@ -508,7 +518,8 @@ fn gathers_take_u32_indices_and_strided_output() {
             ChunkSize::try_from(chunk).unwrap(),
             Mix::Mixed,
         );
-        let packed = compress_packed(&cb, Rows::new(&data, l).unwrap()).unwrap();
+        let packed =
+            compress_packed(&cb, Rows::new(&data, l).unwrap(), &LayoutOptions::default()).unwrap();
         for residency in [Residency::Pinned, Residency::Device] {
             let ds = GpuDataset::upload_packed(&gpu, &cb, &packed.view(), residency).unwrap();
             let dec = Decoder::new(&gpu, &ds, &DecodeOptions::default()).unwrap();
@@ -522,8 +533,8 @@ fn gathers_take_u32_indices_and_strided_output() {
             dec.gather_strided(&gpu, &d_ix, &mut out, stride, &status, &s)
                 .unwrap();
             s.synchronize().unwrap();
-            status.check().unwrap();
-            let host = copy_to_host(&out).unwrap();
+            status.check_blocking().unwrap();
+            let host = copy_to_host_blocking(&out).unwrap();
             for (i, &t) in ix.iter().enumerate() {
                 let t = t as usize;
                 assert!(
@@ -568,12 +579,12 @@ fn dma_gather<I: ibp::gpu::GatherIndex + Into<u64>>(
             .unwrap();
     }
     s.synchronize().unwrap();
-    let host = copy_to_host(&out).unwrap();
+    let host = copy_to_host_blocking(&out).unwrap();
     assert!(
         host[index.len() * l..].iter().all(|&b| b == POISON),
         "the DMA gather wrote past the output rows"
     );
-    let verdict = status.check();
+    let verdict = status.check_blocking();
     (host[..index.len() * l].to_vec(), verdict)
 }
 
@@ -591,7 +602,8 @@ fn dma_gather_matches_original_and_reports_like_zero_copy() {
         (33, 50, 1, Mix::Mixed, ibp::gpu::DEFAULT_DMA_PIECE_BYTES),
     ] {
         let (data, cb) = dataset(&mut rng, l, n, ChunkSize::try_from(chunk).unwrap(), mix);
-        let packed = compress_packed(&cb, Rows::new(&data, l).unwrap()).unwrap();
+        let packed =
+            compress_packed(&cb, Rows::new(&data, l).unwrap(), &LayoutOptions::default()).unwrap();
         let ds = GpuDataset::upload_packed(&gpu, &cb, &packed.view(), Residency::Pinned).unwrap();
         let dec = Decoder::new(&gpu, &ds, &DecodeOptions::default()).unwrap();
         let mut scratch = ibp::gpu::DmaScratch::new(piece).unwrap();
@@ -657,7 +669,8 @@ fn dma_gather_reports_corrupt_tensors_and_refuses_what_it_cannot_serve() {
         ChunkSize::try_from(4).unwrap(),
         Mix::Encoded,
     );
-    let mut packed = compress_packed(&cb, Rows::new(&data, l).unwrap()).unwrap();
+    let mut packed =
+        compress_packed(&cb, Rows::new(&data, l).unwrap(), &LayoutOptions::default()).unwrap();
     // Damage one encoded tensor the CPU decoder reports corrupt: the top
     // bit of its last stored byte.
     let victim = (n / 2..n)

@@ -18,8 +18,8 @@ use fused_host::Kernels;
 use fused_kernels::{BAD_INDEX, BagParams, CORRUPT, OK};
 use ibp::Rows;
 use ibp::codebook::Codebook;
-use ibp::gpu::{GpuDataset, Residency, copy_to_host, cust};
-use ibp::layout::{PackedRef, compress_packed};
+use ibp::gpu::{GpuDataset, Residency, copy_to_host_blocking, cust};
+use ibp::layout::{LayoutOptions, PackedRef, compress_packed};
 
 /// `n` rows of `dim` floats of one exponent range (`[1, 2)` times a
 /// per-column sign): compressible, as embedding rows are. bf16 rows keep
@@ -117,12 +117,12 @@ fn fused_bags(
     }
     .unwrap();
     stream.synchronize().unwrap();
-    let sums = copy_to_host(&out)
+    let sums = copy_to_host_blocking(&out)
         .unwrap()
         .iter()
         .map(|x| x.to_bits())
         .collect();
-    (sums, copy_to_host(&status).unwrap())
+    (sums, copy_to_host_blocking(&status).unwrap())
 }
 
 fn codebook(data: &[u8], l: usize) -> Codebook {
@@ -145,7 +145,8 @@ fn fused_bag_sums_equal_the_cpu_sums_bit_for_bit() {
         let n = 3000;
         let data = rows(&mut rng, n, dim, bf16);
         let cb = codebook(&data, l);
-        let packed = compress_packed(&cb, Rows::new(&data, l).unwrap()).unwrap();
+        let packed =
+            compress_packed(&cb, Rows::new(&data, l).unwrap(), &LayoutOptions::default()).unwrap();
         let (ids, starts) = fused_host::bags(n, 700, 5 + l as u64);
         let want = cpu_sums(&data, l, bf16, &ids, &starts);
         for residency in [Residency::Pinned, Residency::Device] {
@@ -174,7 +175,8 @@ fn corrupt_rows_reach_the_host_as_a_status() {
     let (dim, l, n) = (384, 1536, 256);
     let data = rows(&mut rng, n, dim, false);
     let cb = codebook(&data, l);
-    let packed = compress_packed(&cb, Rows::new(&data, l).unwrap()).unwrap();
+    let packed =
+        compress_packed(&cb, Rows::new(&data, l).unwrap(), &LayoutOptions::default()).unwrap();
     // One bag per row: bag t is row t alone.
     let ids: Vec<u32> = (0..n as u32).collect();
     let starts: Vec<u32> = (0..=n as u32).collect();
@@ -229,7 +231,8 @@ fn row_ids_past_the_dataset_are_reported_not_read() {
     let (dim, l, n) = (384, 768, 100);
     let data = rows(&mut rng, n, dim, true);
     let cb = codebook(&data, l);
-    let packed = compress_packed(&cb, Rows::new(&data, l).unwrap()).unwrap();
+    let packed =
+        compress_packed(&cb, Rows::new(&data, l).unwrap(), &LayoutOptions::default()).unwrap();
     let ds = GpuDataset::upload_packed(&gpu, &cb, &packed.view(), Residency::Pinned).unwrap();
     // Bag 0: good ids; bag 1: one id just past the end among good ones;
     // bag 2: a huge id alone.

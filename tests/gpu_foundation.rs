@@ -12,7 +12,7 @@ use cust::stream::{Stream, StreamFlags};
 use ibp::Rows;
 use ibp::fit::count_bits;
 use ibp::gpu::PinnedBuffer;
-use ibp::gpu::copy_to_host;
+use ibp::gpu::copy_to_host_blocking;
 use ibp_kernels::warp::EmulatedWarp;
 
 fn stream() -> Stream {
@@ -40,7 +40,7 @@ fn warp_helpers_match_the_emulated_warp() {
     let s = stream();
     gpu.test_warp(&d_in, &mut d_out, &s).unwrap();
     s.synchronize().unwrap();
-    let out = copy_to_host(&d_out).unwrap();
+    let out = copy_to_host_blocking(&d_out).unwrap();
     for w in 0..warps {
         let v: [u32; 32] = input[w * 32..(w + 1) * 32].try_into().unwrap();
         let rev: [u32; 32] = std::array::from_fn(|l| 31 - l as u32);
@@ -89,7 +89,7 @@ fn cp_async_copies_bit_exactly_through_shared_memory() {
         gpu.test_cp_async(&src, &mut dst, bytes, width, &s).unwrap();
         s.synchronize().unwrap();
         assert_eq!(
-            copy_to_host(&dst).unwrap(),
+            copy_to_host_blocking(&dst).unwrap(),
             data,
             "device source, {bytes} B blocks, width {width}"
         );
@@ -100,7 +100,7 @@ fn cp_async_copies_bit_exactly_through_shared_memory() {
             .unwrap();
         s.synchronize().unwrap();
         assert_eq!(
-            copy_to_host(&dst).unwrap(),
+            copy_to_host_blocking(&dst).unwrap(),
             data,
             "pinned source, {bytes} B blocks, width {width}"
         );
@@ -117,7 +117,10 @@ fn gpu_counts(gpu: &ibp::gpu::Gpu, bytes: &[u8], l: usize) -> (Vec<u64>, Vec<u64
     let mut c2 = DeviceBuffer::<u64>::zeroed(8 * l).unwrap();
     gpu.count_bits(&pinned, l, &mut c2, &s).unwrap();
     s.synchronize().unwrap();
-    (copy_to_host(&c1).unwrap(), copy_to_host(&c2).unwrap())
+    (
+        copy_to_host_blocking(&c1).unwrap(),
+        copy_to_host_blocking(&c2).unwrap(),
+    )
 }
 
 #[test]
@@ -160,7 +163,7 @@ fn gpu_counts_accumulate_across_batches_and_reject_bad_sizes() {
     }
     s.synchronize().unwrap();
     assert_eq!(
-        copy_to_host(&counts).unwrap(),
+        copy_to_host_blocking(&counts).unwrap(),
         count_bits(Rows::new(&bytes, l).unwrap())
     );
     let d = DeviceBuffer::from_slice(&bytes[..l * 2 + 1]).unwrap();
@@ -222,7 +225,7 @@ fn a_span_of_pinned_memory_is_a_kernel_source() {
     gpu.count_bits(&span, l, &mut counts, &s).unwrap();
     s.synchronize().unwrap();
     let want = count_bits(Rows::new(&bytes[a..b], l).unwrap());
-    assert_eq!(copy_to_host(&counts).unwrap(), want);
+    assert_eq!(copy_to_host_blocking(&counts).unwrap(), want);
     assert!(pinned.span(0..bytes.len() + 1).is_none());
     #[allow(clippy::reversed_empty_ranges)]
     let backwards = 5..4;

@@ -18,7 +18,7 @@ use common::{Rng, data_file, gpu_or_skip, notice};
 use cust::memory::DeviceBuffer;
 use cust::stream::{Stream, StreamFlags};
 use ibp::ErrorKind;
-use ibp::gpu::{DecodeStatus, Gpu, KvStore, KvStoreOptions, copy_to_host};
+use ibp::gpu::{DecodeStatus, Gpu, KvStore, KvStoreOptions, copy_to_host_blocking};
 use ibp::io::DType;
 
 const POISON: u8 = 0xA5;
@@ -107,7 +107,10 @@ fn gather(
         .gather(gpu, segment, &d_ids, &mut out, &status, s)
         .unwrap();
     s.synchronize().unwrap();
-    (copy_to_host(&out).unwrap(), status.check())
+    (
+        copy_to_host_blocking(&out).unwrap(),
+        status.check_blocking(),
+    )
 }
 
 /// Every row of segment 0, and a random subset with repeats, equal to
@@ -175,7 +178,9 @@ fn appended_steps_gather_back_bit_for_bit() {
     s.synchronize().unwrap();
     // The pages hold the CPU's fixed-stride compression, byte for byte.
     let cb = store.codebook(0).unwrap().clone();
-    let fixed = ibp::layout::compress_fixed(&cb, ibp::Rows::new(&rows, L).unwrap()).unwrap();
+    let fixed =
+        ibp::layout::compress_fixed(&cb, ibp::Rows::new(&rows, L).unwrap(), &Default::default())
+            .unwrap();
     assert!(
         store.pages_host()[..rows.len()] == fixed.slots[..],
         "slots differ from the CPU's"
@@ -281,7 +286,7 @@ fn bad_appends_fail_typed_and_leave_the_store_readable() {
     // A refit with no room left for a segment fails too.
     let full_rows = store.rows();
     if full_rows.next_multiple_of(8) > store.capacity() {
-        assert!(store.refit(&gpu, &over).is_err());
+        assert!(store.refit_blocking(&gpu, &over).is_err());
     }
 
     // Closed: appends and refits fail, gathers go on.
@@ -292,7 +297,7 @@ fn bad_appends_fail_typed_and_leave_the_store_readable() {
         store.append(&gpu, &one, L, &s).unwrap_err().kind(),
         ErrorKind::InvalidArgument
     );
-    assert!(store.refit(&gpu, &one).is_err());
+    assert!(store.refit_blocking(&gpu, &one).is_err());
     check_all(&gpu, &store, 0, &rows[..at * L], &mut rng, &s);
 
     // Rows of a width the store cannot take, and an empty prefill.
@@ -332,7 +337,7 @@ fn refit_starts_a_segment_and_old_rows_keep_their_codebook() {
     // Refit on the next tokens' rows (what a server has on the device).
     let b = tokens * PER_TOKEN;
     let rest = upload(&rows[a * L..b * L]);
-    let seg = store.refit(&gpu, &rest).unwrap();
+    let seg = store.refit_blocking(&gpu, &rest).unwrap();
     assert_eq!(seg, 1);
     let info = store.segments();
     assert_eq!(info[1].first_row, (a as u64).next_multiple_of(8));
@@ -371,7 +376,9 @@ fn refit_starts_a_segment_and_old_rows_keep_their_codebook() {
         } else {
             &rows[a * L..b * L]
         };
-        let fixed = ibp::layout::compress_fixed(&cb, ibp::Rows::new(src, L).unwrap()).unwrap();
+        let fixed =
+            ibp::layout::compress_fixed(&cb, ibp::Rows::new(src, L).unwrap(), &Default::default())
+                .unwrap();
         assert!(
             store.pages_host()[lo * L..hi * L] == fixed.slots[..],
             "segment {i}"

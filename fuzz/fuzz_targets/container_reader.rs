@@ -9,7 +9,7 @@
 //! manifest, group and codec checks behind them.
 #![no_main]
 
-use ibp::container::IbpFile;
+use ibp::container::{IbpFile, RestoreOptions};
 use libfuzzer_sys::fuzz_target;
 use xxhash_rust::xxh3::xxh3_64;
 
@@ -44,7 +44,7 @@ fn exercise(bytes: &[u8]) {
             }
         }
     }
-    let _ = file.restore(&mut std::io::sink());
+    let _ = file.restore(&mut std::io::sink(), &RestoreOptions::default());
 }
 
 fn u64_at(b: &[u8], at: usize) -> Option<u64> {

@@ -149,8 +149,10 @@ impl Counter {
                     return fit::fit(rows, opts);
                 }
                 match ibp::gpu::Registered::new(rows.bytes()) {
-                    Ok(r) => g.fit(&r, l, opts),
-                    Err(_) => g.fit(&ibp::gpu::PinnedBuffer::from_slice(rows.bytes())?, l, opts),
+                    Ok(r) => g.fit_blocking(&r, l, opts),
+                    Err(_) => {
+                        g.fit_blocking(&ibp::gpu::PinnedBuffer::from_slice(rows.bytes())?, l, opts)
+                    }
                 }
             }
         }

@@ -590,7 +590,12 @@ fn decode_sections(
                 &ibp::gpu::GpuDataset::upload_packed(
                     gpu,
                     cb,
-                    &ibp::layout::compress_packed(cb, ibp::Rows::new(&data, row)?)?.view(),
+                    &ibp::layout::compress_packed(
+                        cb,
+                        ibp::Rows::new(&data, row)?,
+                        &ibp::layout::LayoutOptions::default(),
+                    )?
+                    .view(),
                     Residency::Pinned,
                 )?,
                 opts,
@@ -709,7 +714,11 @@ fn device_section(
         let g4 = measure_gather(gpu, stream, data, *row, cb, Residency::Device, 4096, opts)?;
         let g64 = measure_gather(gpu, stream, data, *row, cb, Residency::Device, 65536, opts)?;
         let sample = &data[..data.len().min(row * 4096)];
-        let packed = ibp::layout::compress_packed(cb, ibp::Rows::new(sample, *row)?)?;
+        let packed = ibp::layout::compress_packed(
+            cb,
+            ibp::Rows::new(sample, *row)?,
+            &ibp::layout::LayoutOptions::default(),
+        )?;
         let ds = GpuDataset::upload_packed(gpu, cb, &packed.view(), Residency::Device)?;
         let dec = Decoder::new(gpu, &ds, opts)?;
         let (block, grid, shared) = dec.geometry();

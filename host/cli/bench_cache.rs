@@ -34,7 +34,7 @@ use ibp::gpu::{
     CacheOptions, CacheStats, DecodeStatus, FeatureCache, Gpu, GpuDataset, Residency,
     top_k_by_score,
 };
-use ibp::layout::{FixedStride, Packed, compress_packed};
+use ibp::layout::{FixedStride, LayoutOptions, Packed, compress_packed};
 use ibp::{Error, Result, Rows};
 
 use super::bench_graph::{SplitMix, Zipf, rmat, sage_batch};
@@ -312,7 +312,7 @@ pub(super) fn section(gpus: &[&Gpu], a: &CacheArgs, md: &mut String) -> Result<(
 fn scaled_up(data: &[u8], l: usize, v: usize) -> Result<(Codebook, Packed, FixedStride, Packed)> {
     let rows = Rows::new(data, l)?;
     let cb = ibp::fit::fit(rows, &Default::default())?.codebook;
-    let small = compress_packed(&cb, rows)?;
+    let small = compress_packed(&cb, rows, &LayoutOptions::default())?;
     let mut r = SplitMix(SEED ^ 3);
     let pick: Vec<usize> = (0..v)
         .map(|_| r.below(rows.rows() as u64) as usize)
@@ -520,9 +520,9 @@ fn measure(
             &lane.stream,
         )?;
         lane.stream.synchronize().map_err(cuda("warm-up"))?;
-        lane.status.check()?;
+        lane.status.check_blocking()?;
         let head = lane.out.index(..check_rows.len());
-        let got = ibp::gpu::copy_to_host(&head)?;
+        let got = ibp::gpu::copy_to_host_blocking(&head)?;
         if got != *check_rows {
             return Err(Error::corrupt("gathered rows differ from the table"));
         }
@@ -567,7 +567,7 @@ fn measure(
             e.record(&lane.stream).map_err(cuda("event"))?;
             e.synchronize().map_err(cuda("timing"))?;
             worst = worst.max(e.elapsed_time_f32(&ev[i]).map_err(cuda("timing"))? as f64 / 1e3);
-            lane.status.check()?;
+            lane.status.check_blocking()?;
         }
         times.push(worst);
     }

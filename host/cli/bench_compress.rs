@@ -54,7 +54,7 @@ pub fn section(
     );
     let _ = writeln!(
         md,
-        "## Fit and compression\n\nEach table is replicated to at least {} bytes. Wall-clock time of the public calls, median of 5 after a warm-up, with output buffers allocated once and reused (`Gpu::compress_into`, `HostCompressor`; *one-shot* is `Gpu::compress_host`, which allocates its buffers, 3 × 128 MiB of device memory and 64 MiB pinned, on every call); every configuration was first compared byte for byte with the CPU encoder (`compress_packed`, `compress_fixed`) and the GPU fit with the CPU fit. Rates are input bytes per second.\n\n- *fit all*: `Gpu::fit` counting and weighing every tensor; *fit 1/16*: on the sample of every 16th tensor (`Sample::Fraction(1/16)`), which the CPU fit accepts too and which chooses the same codebook here.\n- *device*: the rows in device memory; `Gpu::compress` to the packed layout, output in device memory.\n- *host*: the rows in pinned host memory; `Gpu::compress_host` (64 MiB batches, each read once, by DMA into a device batch buffer (`HostRead::Dma`, the default) or zero-copy by the size kernel (`HostRead::ZeroCopy`); three batches in flight; compressed batches copied back to pinned memory and handed to a callback that does nothing else). *registered*: the same from ordinary (pageable) memory registered for the call with `Registered`, registration included.\n- *CPU*: `ibp::fit::fit` plus `compress_packed` on this machine's CPU ({} threads), one run.\n- PCIe on this machine: pinned host-to-device copy {:.1} GB/s, zero-copy kernel read {:.1} GB/s.\n",
+        "## Fit and compression\n\nEach table is replicated to at least {} bytes. Wall-clock time of the public calls, median of 5 after a warm-up, with output buffers allocated once and reused (`Gpu::compress_into_blocking`, `HostCompressor`; *one-shot* is `Gpu::compress_host_blocking`, which allocates its buffers, 3 × 128 MiB of device memory and 64 MiB pinned, on every call); every configuration was first compared byte for byte with the CPU encoder (`compress_packed`, `compress_fixed`) and the GPU fit with the CPU fit. Rates are input bytes per second.\n\n- *fit all*: `Gpu::fit_blocking` counting and weighing every tensor; *fit 1/16*: on the sample of every 16th tensor (`Sample::Fraction(1/16)`), which the CPU fit accepts too and which chooses the same codebook here.\n- *device*: the rows in device memory; `Gpu::compress_blocking` to the packed layout, output in device memory.\n- *host*: the rows in pinned host memory; `Gpu::compress_host_blocking` (64 MiB batches, each read once, by DMA into a device batch buffer (`HostRead::Dma`, the default) or zero-copy by the size kernel (`HostRead::ZeroCopy`); three batches in flight; compressed batches copied back to pinned memory and handed to a callback that does nothing else). *registered*: the same from ordinary (pageable) memory registered for the call with `Registered`, registration included.\n- *CPU*: `ibp::fit::fit` plus `compress_packed` on this machine's CPU ({} threads), one run.\n- PCIe on this machine: pinned host-to-device copy {:.1} GB/s, zero-copy kernel read {:.1} GB/s.\n",
         real_bytes,
         rayon::current_num_threads(),
         h2d / 1e9,
@@ -182,7 +182,11 @@ pub fn measure(gpu: &Gpu, big: &[u8], l: usize) -> Result<Times> {
     // CPU reference (also what the GPU must reproduce).
     let t = Instant::now();
     let cpu_fit = ibp::fit::fit(rows, &FitOptions::default())?;
-    let cpu_packed = ibp::layout::compress_packed(&cpu_fit.codebook, rows)?;
+    let cpu_packed = ibp::layout::compress_packed(
+        &cpu_fit.codebook,
+        rows,
+        &ibp::layout::LayoutOptions::default(),
+    )?;
     let cpu_rate = n / t.elapsed().as_secs_f64();
     let cb = &cpu_fit.codebook;
     let cpu_sample_fit = ibp::fit::fit(rows, &FitOptions::default().with_sample(sample))?;
@@ -193,27 +197,29 @@ pub fn measure(gpu: &Gpu, big: &[u8], l: usize) -> Result<Times> {
     let part = FitOptions::default().with_sample(sample);
 
     // Self-checks.
-    let g = gpu.fit(&device, l, &all)?;
+    let g = gpu.fit_blocking(&device, l, &all)?;
     check(
         g.codebook == cpu_fit.codebook && g.candidates == cpu_fit.candidates,
         "fit (device)",
     )?;
-    let g = gpu.fit(&pinned, l, &part)?;
+    let g = gpu.fit_blocking(&pinned, l, &part)?;
     check(
         g.codebook == cpu_sample_fit.codebook,
         "sampled fit (pinned)",
     )?;
     let gcb = GpuCodebook::new(cb)?;
-    let p = gpu.compress(&gcb, &device, Layout::Packed)?.to_packed()?;
+    let p = gpu
+        .compress_blocking(&gcb, &device, Layout::Packed)?
+        .to_packed_blocking()?;
     check(p == cpu_packed, "device compression (packed)")?;
     let f = gpu
-        .compress(&gcb, &device, Layout::FixedStride)?
-        .to_fixed()?;
+        .compress_blocking(&gcb, &device, Layout::FixedStride)?
+        .to_fixed_blocking()?;
     check(
-        f == ibp::layout::compress_fixed(cb, rows)?,
+        f == ibp::layout::compress_fixed(cb, rows, &ibp::layout::LayoutOptions::default())?,
         "device compression (fixed)",
     )?;
-    let h = gpu.compress_host_packed(&gcb, &pinned, 64 << 20)?;
+    let h = gpu.compress_host_packed_blocking(&gcb, &pinned, 64 << 20)?;
     check(h == cpu_packed, "host compression")?;
     let savings = 1.0 - cpu_packed.payload.len() as f64 / n;
 
@@ -227,46 +233,53 @@ pub fn measure(gpu: &Gpu, big: &[u8], l: usize) -> Result<Times> {
     };
     let mut hc = HostCompressor::new(l, &host_opts)?;
     let mut hc_zc = HostCompressor::new(l, &zc_opts)?;
-    let d_fit_all = median(5, || gpu.fit(&device, l, &all).map(drop))?;
-    let d_fit_part = median(5, || gpu.fit(&device, l, &part).map(drop))?;
+    let d_fit_all = median(5, || gpu.fit_blocking(&device, l, &all).map(drop))?;
+    let d_fit_part = median(5, || gpu.fit_blocking(&device, l, &part).map(drop))?;
     let d_packed = median(5, || {
-        gpu.compress_into(&gcb, &device, Layout::Packed, &mut dev_out)
+        gpu.compress_into_blocking(&gcb, &device, Layout::Packed, &mut dev_out)
     })?;
     let d_fixed = median(5, || {
-        gpu.compress_into(&gcb, &device, Layout::FixedStride, &mut dev_out)
+        gpu.compress_into_blocking(&gcb, &device, Layout::FixedStride, &mut dev_out)
     })?;
     let d_total = median(5, || {
-        let fit = gpu.fit(&device, l, &part)?;
+        let fit = gpu.fit_blocking(&device, l, &part)?;
         let gcb = GpuCodebook::new(&fit.codebook)?;
-        gpu.compress_into(&gcb, &device, Layout::Packed, &mut dev_out)
+        gpu.compress_into_blocking(&gcb, &device, Layout::Packed, &mut dev_out)
     })?;
     let d_total_all = median(5, || {
-        let fit = gpu.fit(&device, l, &all)?;
+        let fit = gpu.fit_blocking(&device, l, &all)?;
         let gcb = GpuCodebook::new(&fit.codebook)?;
-        gpu.compress_into(&gcb, &device, Layout::Packed, &mut dev_out)
+        gpu.compress_into_blocking(&gcb, &device, Layout::Packed, &mut dev_out)
     })?;
-    let h_fit = median(5, || gpu.fit(&pinned, l, &part).map(drop))?;
-    let h_comp = median(5, || hc.compress(gpu, &gcb, &pinned, |_| Ok(())).map(drop))?;
+    let h_fit = median(5, || gpu.fit_blocking(&pinned, l, &part).map(drop))?;
+    let h_comp = median(5, || {
+        hc.compress_blocking(gpu, &gcb, &pinned, |_| Ok(()))
+            .map(drop)
+    })?;
     let h_comp_zc = median(5, || {
-        hc_zc.compress(gpu, &gcb, &pinned, |_| Ok(())).map(drop)
+        hc_zc
+            .compress_blocking(gpu, &gcb, &pinned, |_| Ok(()))
+            .map(drop)
     })?;
     let h_once = median(5, || {
-        gpu.compress_host(&gcb, &pinned, &host_opts, |_| Ok(()))
+        gpu.compress_host_blocking(&gcb, &pinned, &host_opts, |_| Ok(()))
             .map(drop)
     })?;
     let h_total = median(5, || {
-        let fit = gpu.fit(&pinned, l, &part)?;
+        let fit = gpu.fit_blocking(&pinned, l, &part)?;
         let gcb = GpuCodebook::new(&fit.codebook)?;
-        hc.compress(gpu, &gcb, &pinned, |_| Ok(())).map(drop)
+        hc.compress_blocking(gpu, &gcb, &pinned, |_| Ok(()))
+            .map(drop)
     })?;
     let h_total_all = median(5, || {
-        let fit = gpu.fit(&pinned, l, &all)?;
+        let fit = gpu.fit_blocking(&pinned, l, &all)?;
         let gcb = GpuCodebook::new(&fit.codebook)?;
-        hc.compress(gpu, &gcb, &pinned, |_| Ok(())).map(drop)
+        hc.compress_blocking(gpu, &gcb, &pinned, |_| Ok(()))
+            .map(drop)
     })?;
     let reg = median(5, || {
         let r = Registered::new(big)?;
-        hc.compress(gpu, &gcb, &r, |_| Ok(())).map(drop)
+        hc.compress_blocking(gpu, &gcb, &r, |_| Ok(())).map(drop)
     })?;
     Ok(Times {
         chunk_bytes: cb.chunk().bytes(),

@@ -306,7 +306,11 @@ fn measure(args: &Args, file: &str, format: &'static str, sel: Selection) -> Res
 
     let fit = ibp::fit::fit(ibp::Rows::new(&data, l)?, &Default::default())?;
     let cb = &fit.codebook;
-    let packed = ibp::layout::compress_packed(cb, ibp::Rows::new(&data, l)?)?;
+    let packed = ibp::layout::compress_packed(
+        cb,
+        ibp::Rows::new(&data, l)?,
+        &ibp::layout::LayoutOptions::default(),
+    )?;
     let ratio = data.len() as f64 / packed.payload.len().max(1) as f64;
     let range_auto = {
         let ds = GpuDataset::upload_packed(&gpu, cb, &packed.view(), Residency::Pinned)?;
@@ -418,14 +422,14 @@ fn measure(args: &Args, file: &str, format: &'static str, sel: Selection) -> Res
             let dev = n / t.d_total_all / 1e9;
             out.push(row(
                 "compress_host",
-                "GPU fit of every row plus packed compression, rows in pinned host memory (Gpu::fit, HostCompressor)".into(),
+                "GPU fit of every row plus packed compression, rows in pinned host memory (Gpu::fit_blocking, HostCompressor)".into(),
                 "h2d_dma_copy",
                 ceilings.h2d_dma_copy_gb_per_s,
                 Ok((host, Some(host))),
             )?);
             out.push(row(
                 "compress_device",
-                "GPU fit of every row plus packed compression, rows in device memory (Gpu::fit, Gpu::compress_into)".into(),
+                "GPU fit of every row plus packed compression, rows in device memory (Gpu::fit_blocking, Gpu::compress_into_blocking)".into(),
                 "device_copy",
                 ceilings.device_copy_gb_per_s,
                 Ok((dev, Some(dev * (2.0 - savings)))),

@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 use cust::memory::DeviceBuffer;
 use cust::stream::Stream;
 use ibp::gpu::bench::time_median;
-use ibp::gpu::{DecodeStatus, Gpu, KvStore, KvStoreOptions, Span, copy_to_host};
+use ibp::gpu::{DecodeStatus, Gpu, KvStore, KvStoreOptions, Span, copy_to_host_blocking};
 use ibp::io::DType;
 use ibp::kv::{KvOptions, KvPart, MiniLm, MiniLmFiles};
 use ibp::{Error, Result};
@@ -154,8 +154,8 @@ pub fn section(gpu: &Gpu, stream: &Stream, zc: f64, md: &mut String) -> Result<(
     let mut status = DecodeStatus::new()?;
     big.gather(gpu, 0, &d_ids, &mut out, &status, stream)?;
     stream.synchronize().map_err(cuda("gather"))?;
-    status.check()?;
-    let got = copy_to_host(&out)?;
+    status.check_blocking()?;
+    let got = copy_to_host_blocking(&out)?;
     for (i, &r) in ids.iter().enumerate() {
         let r = r as usize % BULK_ROWS;
         if got[i * L..(i + 1) * L] != bulk_src[r * L..(r + 1) * L] {
@@ -168,7 +168,7 @@ pub fn section(gpu: &Gpu, stream: &Stream, zc: f64, md: &mut String) -> Result<(
     let gather_secs = time_median(stream, 2, 9, || {
         big.gather(gpu, 0, &d_ids, &mut out, &status, stream)
     })?;
-    status.check()?;
+    status.check_blocking()?;
     let gathered_stored: u64 = ids.iter().map(|&r| lengths[r as usize] as u64).sum();
     let ideal_secs = gathered_stored as f64 / zc;
     let gather_ratio = ideal_secs / gather_secs;
@@ -213,8 +213,8 @@ fn verify(gpu: &Gpu, store: &KvStore, want: &[u8], stream: &Stream) -> Result<()
     stream
         .synchronize()
         .map_err(|e| Error::cuda(format!("gather: {e}")))?;
-    status.check()?;
-    if copy_to_host(&out)? != want[..n * L] {
+    status.check_blocking()?;
+    if copy_to_host_blocking(&out)? != want[..n * L] {
         return Err(Error::corrupt(
             "benchmark self-check failed: the step store's rows differ from the originals",
         ));

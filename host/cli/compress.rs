@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use ibp::container::{
-    Clustering, CompressOptions, DEFAULT_BATCH_BYTES, IbpFile, compress_document_with_progress,
+    Clustering, CompressOptions, DEFAULT_BATCH_BYTES, IbpFile, RestoreOptions, compress_document,
 };
 use ibp::io::{Fingerprint, SourceFormat};
 use ibp::layout::Layout;
@@ -179,12 +179,13 @@ pub fn run(args: Args) -> Result<()> {
     let mut out = OutputFile::create(&target, args.force, Unreadable::Buffer)?;
     let started = std::time::Instant::now();
     let progress = |done, _| bar.update(done);
+    let opts = opts.with_progress(&progress);
     let (_, report) = match &device {
-        Device::Cpu { .. } => compress_document_with_progress(&doc, &opts, out.writer(), &progress),
+        Device::Cpu { .. } => compress_document(&doc, &opts, out.writer()),
         #[cfg(feature = "cuda")]
         Device::Gpu(gpu) => {
             let mut groups = ibp::gpu::GpuGroups::new(gpu)?;
-            ibp::container::compress_document_on(&doc, &opts, out.writer(), &progress, &mut groups)
+            ibp::container::compress_document_on(&doc, &opts, out.writer(), &mut groups)
         }
     }
     .map_err(changed)?;
@@ -215,9 +216,11 @@ pub fn run(args: Args) -> Result<()> {
     // container holds and comparing with the hash taken when the input was
     // first read shows whether the container gives back that file.
     let check = ByteProgress::new(doc.original.len, "verifying");
-    file.restore_in_blocks(&mut std::io::sink(), args.batch_bytes, &|done, _| {
-        check.update(done)
-    })
+    let checked = |done, _| check.update(done);
+    let restore = RestoreOptions::default()
+        .with_block_bytes(args.batch_bytes)
+        .with_progress(&checked);
+    file.restore(&mut std::io::sink(), &restore)
         .map_err(|e| {
             changed(Error::new(
                 e.kind(),

@@ -4,6 +4,7 @@
 
 use std::path::PathBuf;
 
+use ibp::container::RestoreOptions;
 use ibp::io::{Fingerprint, InputFile};
 use ibp::{Error, Result};
 
@@ -45,7 +46,9 @@ pub fn run(args: Args) -> Result<()> {
     let mut out = OutputFile::create(&target, args.force, Unreadable::Stream)?;
     // The restore itself checks every group's hash and, while streaming,
     // the whole file's.
-    file.restore_with_progress(out.writer(), &|done, _| bar.update(done))?;
+    let progress = |done, _| bar.update(done);
+    let restore = RestoreOptions::default().with_progress(&progress);
+    file.restore(out.writer(), &restore)?;
     let written = out.finish()?;
     bar.clear();
 

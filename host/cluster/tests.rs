@@ -4,7 +4,7 @@ use super::*;
 use crate::ErrorKind;
 use crate::codebook::ChunkSize;
 use crate::fit::{ChunkChoice, ClusterOptions, FitOptions, fit_clusters, sweep_clusters};
-use crate::layout::compress_packed;
+use crate::layout::{LayoutOptions, compress_packed};
 
 /// `n` rows of `l` bytes in `groups` groups; each group has its own fixed
 /// bytes (local invariance) and a few free low bits per byte.
@@ -100,7 +100,10 @@ fn single_cluster_stores_exactly_what_the_packed_layout_stores() {
     let cl = fit_clusters(rows, 1, &opts(ChunkSize::Two)).unwrap();
     let c = compress_clustered(&cl, rows).unwrap();
     assert_eq!(c.ids.as_bytes(), &[] as &[u8]);
-    assert_eq!(c.packed, compress_packed(&cl.codebooks()[0], rows).unwrap());
+    assert_eq!(
+        c.packed,
+        compress_packed(&cl.codebooks()[0], rows, &LayoutOptions::default()).unwrap()
+    );
 }
 
 #[test]

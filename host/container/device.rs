@@ -20,8 +20,8 @@ use std::io::Write;
 
 use super::writer::GroupSections;
 use super::{
-    CompressOptions, CompressReport, GroupData, GroupLayout, GroupMeta, GroupReport, Progress,
-    SectionKind, packed_floor, popcount,
+    CompressOptions, CompressReport, GroupData, GroupLayout, GroupMeta, GroupReport, SectionKind,
+    packed_floor, popcount,
 };
 use crate::codebook::Codebook;
 use crate::dataset::Rows;
@@ -29,6 +29,7 @@ use crate::error::{Error, Result};
 use crate::fit::{Fit, FitOptions};
 use crate::io::Document;
 use crate::layout::Layout;
+use crate::progress::Progress;
 
 /// A device that fits and compresses a whole group of rows in its own
 /// memory: the GPU's `ibp::gpu::GpuGroups` (feature `cuda`). The
@@ -40,15 +41,15 @@ pub trait GroupDevice {
     fn name(&self) -> String;
 
     /// Copy `rows` into device memory, calling `progress` with the bytes
-    /// copied so far. `Ok(false)` when the device cannot hold them (too
+    /// copied so far and the rows' length. `Ok(false)` when the device cannot hold them (too
     /// large, or rows too long for its kernels): the CPU compresses that
     /// group instead.
-    fn load(&mut self, rows: Rows<'_>, progress: &dyn Fn(u64)) -> Result<bool>;
+    fn load(&mut self, rows: Rows<'_>, progress: Progress<'_>) -> Result<bool>;
 
     /// Fit the loaded rows: the [`Fit`] [`crate::fit::fit`] chooses for them.
     fn fit(&mut self, opts: &FitOptions) -> Result<Fit>;
 
-    /// Compress the loaded rows with `cb` into `layout` (`GroupLayout::Coded(Layout::Packed)`
+    /// Compress the loaded rows with `cb` into `layout` ([`GroupLayout::Coded`]`(Layout::Packed)`
     /// or `GroupLayout::Coded(Layout::FixedStride)`); returns the bytes of the payload (packed)
     /// or of the slots (fixed).
     fn compress(&mut self, cb: &Codebook, layout: GroupLayout) -> Result<u64>;
@@ -68,18 +69,17 @@ pub trait GroupDevice {
     fn unload(&mut self);
 }
 
-/// [`super::compress_document_with_progress`] with `device` compressing
+/// [`super::compress_document`] with `device` compressing
 /// every group it can hold ([`GroupDevice`]); the container is byte for
 /// byte the one the CPU writes. The report marks the groups the device
 /// compressed ([`GroupReport::on_device`]).
 pub fn compress_document_on<W: Write>(
     doc: &Document<'_>,
-    opts: &CompressOptions,
+    opts: &CompressOptions<'_>,
     out: W,
-    progress: Progress<'_>,
     device: &mut dyn GroupDevice,
 ) -> Result<(W, CompressReport)> {
-    super::compress_document_inner(doc, opts, out, progress, Some(device))
+    super::compress_document_inner(doc, opts, out, Some(device))
 }
 
 /// Whether the device path applies to groups compressed with `opts`:
@@ -102,9 +102,9 @@ pub(super) fn group<W: Write>(
     rows: Rows<'_>,
     opts: &CompressOptions,
     report: &mut GroupReport,
-    progress: &dyn Fn(u64),
+    progress: &(dyn Fn(u64, u64) + Sync),
 ) -> Result<Option<u32>> {
-    if !dev.load(rows, progress)? {
+    if !dev.load(rows, Progress::new(progress))? {
         return Ok(None);
     }
     let r = stored(w, dev, meta, rows, opts, report);

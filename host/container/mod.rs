@@ -37,7 +37,7 @@ pub use clustered::{Clustering, MAX_CLUSTERED_GROUP_BYTES, MAX_CLUSTERS};
 pub use device::{GroupDevice, compress_document_on};
 pub use format::{DirEntry, FLAG_REQUIRED, NO_OWNER, SectionKind};
 pub use manifest::{GroupInfo, GroupLayout, SourceInfo};
-pub use reader::{GroupStats, GroupView, IbpFile};
+pub use reader::{DEFAULT_RESTORE_BLOCK_BYTES, GroupStats, GroupView, IbpFile, RestoreOptions};
 pub use writer::{ContainerWriter, GroupData, GroupMeta};
 
 use crate::codebook::Codebook;
@@ -47,18 +47,15 @@ use crate::error::{Error, Result};
 use crate::fit::{ClusterOptions, FitOptions, fit};
 use crate::io::{Document, Segment, TensorGroup};
 use crate::layout::{
-    Layout, compress_fixed_with_progress, compress_packed_with_progress, decompress_fixed_row,
+    Layout, LayoutOptions, compress_fixed, compress_packed, decompress_fixed_row,
     decompress_packed_row, size_query,
 };
+use crate::progress::{Progress, notify};
 use writer::GroupSections;
 
-/// A progress hook: `(done, total)` in bytes, called from any thread,
-/// possibly out of order (take the maximum when drawing a bar).
-pub type Progress<'a> = &'a (dyn Fn(u64, u64) + Sync);
-
-/// Options of [`compress_document`].
+/// Options of [`compress_document`] and [`compress_document_on`].
 #[derive(Clone, Debug)]
-pub struct CompressOptions {
+pub struct CompressOptions<'a> {
     /// How codebooks are fitted.
     pub fit: FitOptions,
     /// Layout of compressed groups: [`GroupLayout::Coded`] with
@@ -85,6 +82,9 @@ pub struct CompressOptions {
     /// How clusters are fitted and swept (its `fit` is replaced by
     /// [`CompressOptions::fit`]).
     pub cluster_options: ClusterOptions,
+    /// Called with the input bytes processed so far and the input's length
+    /// (default none).
+    pub progress: Option<Progress<'a>>,
 }
 
 /// The default [`CompressOptions::batch_bytes`]: 64 MiB.
@@ -95,7 +95,7 @@ pub struct CompressOptions {
 /// stored sizes and offsets stay far below the 512 MiB the README promises.
 pub const DEFAULT_BATCH_BYTES: usize = 64 << 20;
 
-impl Default for CompressOptions {
+impl Default for CompressOptions<'_> {
     fn default() -> Self {
         CompressOptions {
             fit: FitOptions::default(),
@@ -106,11 +106,12 @@ impl Default for CompressOptions {
             batch_bytes: DEFAULT_BATCH_BYTES,
             clusters: Clustering::Off,
             cluster_options: ClusterOptions::default(),
+            progress: None,
         }
     }
 }
 
-impl CompressOptions {
+impl<'a> CompressOptions<'a> {
     /// Fit codebooks with these options.
     pub fn with_fit(mut self, fit: FitOptions) -> Self {
         self.fit = fit;
@@ -159,6 +160,12 @@ impl CompressOptions {
         self.batch_bytes = bytes;
         self
     }
+
+    /// Report progress to `hook` (see [`Progress`]).
+    pub fn with_progress(mut self, hook: &'a (dyn Fn(u64, u64) + Sync)) -> Self {
+        self.progress = Some(Progress::new(hook));
+        self
+    }
 }
 
 /// What happened to one group.
@@ -197,17 +204,7 @@ pub struct CompressReport {
 }
 
 /// Compress `doc` into a container written to `out`; returns `out` and a
-/// report. See [`compress_document_with_progress`].
-pub fn compress_document<W: Write>(
-    doc: &Document<'_>,
-    opts: &CompressOptions,
-    out: W,
-) -> Result<(W, CompressReport)> {
-    compress_document_with_progress(doc, opts, out, &|_, _| {})
-}
-
-/// Compress `doc` into a container written to `out`, reporting input bytes
-/// processed to `progress`.
+/// report. Input bytes processed go to `opts.progress`.
 ///
 /// Each group is cut into rows ([`crate::io::row_shape`], with
 /// `opts.row_len` overrides) and fitted; then it is compressed, optionally
@@ -219,22 +216,20 @@ pub fn compress_document<W: Write>(
 /// empty, 0-D or 1-D (without an override), shorter than `opts.min_rows`,
 /// or whose compressed form would not be smaller are stored raw. Raw
 /// envelope bytes become pieces.
-pub fn compress_document_with_progress<W: Write>(
+pub fn compress_document<W: Write>(
     doc: &Document<'_>,
-    opts: &CompressOptions,
+    opts: &CompressOptions<'_>,
     out: W,
-    progress: Progress<'_>,
 ) -> Result<(W, CompressReport)> {
-    compress_document_inner(doc, opts, out, progress, None)
+    compress_document_inner(doc, opts, out, None)
 }
 
-/// [`compress_document_with_progress`], with an optional device for the
-/// groups it can hold ([`compress_document_on`]).
+/// [`compress_document`], with an optional device for the groups it can
+/// hold ([`compress_document_on`]).
 fn compress_document_inner<W: Write>(
     doc: &Document<'_>,
-    opts: &CompressOptions,
+    opts: &CompressOptions<'_>,
     out: W,
-    progress: Progress<'_>,
     device: Option<&mut dyn GroupDevice>,
 ) -> Result<(W, CompressReport)> {
     let total = doc.group_bytes() + doc.raw_bytes();
@@ -247,7 +242,7 @@ fn compress_document_inner<W: Write>(
         w,
         done: 0,
         total,
-        progress,
+        progress: opts.progress,
         reports: vec![None; doc.groups.len()],
         ids: vec![None; doc.groups.len()],
         device,
@@ -272,7 +267,7 @@ struct State<'p, 'd, W: Write> {
     w: ContainerWriter<W>,
     done: u64,
     total: u64,
-    progress: Progress<'p>,
+    progress: Option<Progress<'p>>,
     reports: Vec<Option<GroupReport>>,
     ids: Vec<Option<u32>>,
     device: Option<&'d mut dyn GroupDevice>,
@@ -291,7 +286,7 @@ impl<W: Write> State<'_, '_, W> {
                     Segment::Raw(bytes) => {
                         let id = self.w.add_piece(bytes)?;
                         self.done += bytes.len() as u64;
-                        (self.progress)(self.done, self.total);
+                        notify(self.progress, self.done, self.total);
                         Segment::Raw(id)
                     }
                     Segment::Group(i) => {
@@ -356,7 +351,12 @@ impl<W: Write> State<'_, '_, W> {
         } else {
             None
         };
-        let row_progress = |r: u64| progress(base + r * shape.row_bytes, total);
+        let row_progress = |r: u64| notify(progress, base + r * shape.row_bytes, total);
+        // The progress of a batch of rows from row `first` on, in the
+        // layout's bytes of that batch.
+        let batch_progress = |first: usize, b: u64| {
+            notify(progress, base + first as u64 * shape.row_bytes + b, total)
+        };
         let mut report = GroupReport {
             name: g.name.clone(),
             layout: GroupLayout::Raw,
@@ -382,7 +382,7 @@ impl<W: Write> State<'_, '_, W> {
                     rows,
                     opts,
                     &mut report,
-                    &|b| progress(base + b, total),
+                    &|b, _| notify(progress, base + b, total),
                 )
                 .map_err(|e| in_group(e, &g.name))?
             }
@@ -414,9 +414,9 @@ impl<W: Write> State<'_, '_, W> {
                         let mut check = FlagCheck::default();
                         s.start(SectionKind::Slots)?;
                         for (first, part) in batches.iter() {
-                            let fixed = compress_fixed_with_progress(cb, part, &|r| {
-                                row_progress(first as u64 + r)
-                            })?;
+                            let hook = |b, _| batch_progress(first, b);
+                            let lo = LayoutOptions::default().with_progress(&hook);
+                            let fixed = compress_fixed(cb, part, &lo)?;
                             if opts.verify {
                                 let view = fixed.view();
                                 verify_rows(part, first, |i, buf| {
@@ -531,9 +531,9 @@ impl<W: Write> State<'_, '_, W> {
                             write_offsets(s, cb, &batches, &totals)?;
                             s.start(SectionKind::Payload)?;
                             for ((first, part), &total) in batches.iter().zip(&totals) {
-                                let packed = compress_packed_with_progress(cb, part, &|r| {
-                                    row_progress(first as u64 + r)
-                                })?;
+                                let hook = |b, _| batch_progress(first, b);
+                                let lo = LayoutOptions::default().with_progress(&hook);
+                                let packed = compress_packed(cb, part, &lo)?;
                                 if packed.payload.len() as u64 != total {
                                     return Err(changed_under_us(Some(first)));
                                 }
@@ -567,7 +567,7 @@ impl<W: Write> State<'_, '_, W> {
             report.clusters = None;
         }
         self.done = base + shape.total_bytes();
-        (self.progress)(self.done, self.total);
+        notify(self.progress, self.done, self.total);
         Ok((id, report))
     }
 }

@@ -738,13 +738,14 @@ mod tests {
     use super::*;
     use crate::codebook::ChunkSize;
     use crate::dataset::Rows;
-    use crate::layout::compress_packed;
+    use crate::layout::{LayoutOptions, compress_packed};
 
     /// Ten rows of 4 bytes, their packed form, and their description.
     fn group() -> (Codebook, crate::layout::Packed, GroupMeta, Vec<u8>) {
         let cb = Codebook::new(ChunkSize::Two, vec![0xff, 0, 0xff, 0], vec![0; 4]).unwrap();
         let data: Vec<u8> = (0..40u8).map(|i| if i % 2 == 1 { i } else { 0 }).collect();
-        let packed = compress_packed(&cb, Rows::new(&data, 4).unwrap()).unwrap();
+        let packed =
+            compress_packed(&cb, Rows::new(&data, 4).unwrap(), &LayoutOptions::default()).unwrap();
         let meta = GroupMeta::new("g", DType::U8, vec![10, 4], 10, 4, &data);
         (cb, packed, meta, data)
     }

@@ -12,7 +12,7 @@ use cust::stream::Stream;
 
 use super::compress::{GpuCodebook, WARP_BLOCK, Work, row_count};
 use super::decode::{DecodeOptions, DecodeStatus, Decoder, GpuDataset, Residency};
-use super::driver::copy_to_host;
+use super::driver::copy_to_host_blocking;
 use super::driver::{device_buffer, new_stream, sync, zero_async};
 use super::launch::kernels;
 use super::memory::GpuReadable;
@@ -21,7 +21,7 @@ use crate::codebook::{ChunkSize, Codebook};
 use crate::dataset::Rows;
 use crate::error::{Error, Result};
 use crate::kernel_tables::eval_book;
-use crate::layout::{Layout, compress_fixed, compress_packed};
+use crate::layout::{Layout, LayoutOptions, compress_fixed, compress_packed};
 use ibp_kernels::params::MeasureParams;
 
 /// A synthetic dataset in the style of the paper's Figure 7: `rows` tensors
@@ -165,14 +165,20 @@ pub fn measure_decode(
 ) -> Result<DecodeMeasurement> {
     let rows = Rows::new(data, row_bytes)?;
     let ds = match (storage.layout, storage.length_table) {
-        (Layout::Packed, _) => {
-            GpuDataset::upload_packed(gpu, cb, &compress_packed(cb, rows)?.view(), residency)?
-        }
-        (Layout::FixedStride, false) => {
-            GpuDataset::upload_fixed(gpu, cb, &compress_fixed(cb, rows)?.view(), residency)?
-        }
+        (Layout::Packed, _) => GpuDataset::upload_packed(
+            gpu,
+            cb,
+            &compress_packed(cb, rows, &LayoutOptions::default())?.view(),
+            residency,
+        )?,
+        (Layout::FixedStride, false) => GpuDataset::upload_fixed(
+            gpu,
+            cb,
+            &compress_fixed(cb, rows, &LayoutOptions::default())?.view(),
+            residency,
+        )?,
         (Layout::FixedStride, true) => {
-            let f = compress_fixed(cb, rows)?;
+            let f = compress_fixed(cb, rows, &LayoutOptions::default())?;
             GpuDataset::upload_fixed(gpu, cb, &f.view(), residency)?
                 .with_length_table(cb, &f.view())?
         }
@@ -185,8 +191,8 @@ pub fn measure_decode(
     // Correctness first (the warm-up round trip).
     dec.range(gpu, 0, n, &mut out, &status, stream)?;
     stream.synchronize().map_err(cuda_err("decoding"))?;
-    status.check()?;
-    if copy_to_host(&out)? != data {
+    status.check_blocking()?;
+    if copy_to_host_blocking(&out)? != data {
         return Err(Error::corrupt(
             "benchmark decode differs from the original data",
         ));
@@ -198,7 +204,7 @@ pub fn measure_decode(
             dec.range(gpu, 0, n, &mut out, &status, stream)
         }
     })?;
-    status.check()?;
+    status.check_blocking()?;
     Ok(DecodeMeasurement {
         decoded_bytes: data.len() as u64,
         stored_bytes: ds.stored_bytes(),
@@ -284,7 +290,7 @@ pub fn measure_decode_dma(
     let ds = GpuDataset::upload_packed(
         gpu,
         cb,
-        &compress_packed(cb, rows)?.view(),
+        &compress_packed(cb, rows, &LayoutOptions::default())?.view(),
         Residency::Pinned,
     )?;
     let n = rows.rows() as u64;
@@ -295,8 +301,8 @@ pub fn measure_decode_dma(
         DeviceBuffer::<u8>::zeroed(data.len()).map_err(cuda_err("allocating the output"))?;
     dec.range_dma(gpu, 0, n, &mut out, &status, &mut scratch, stream)?;
     stream.synchronize().map_err(cuda_err("decoding"))?;
-    status.check()?;
-    if copy_to_host(&out)? != data {
+    status.check_blocking()?;
+    if copy_to_host_blocking(&out)? != data {
         return Err(Error::corrupt(
             "benchmark DMA-path decode differs from the original data",
         ));
@@ -304,7 +310,7 @@ pub fn measure_decode_dma(
     let seconds = time_median(stream, 2, 9, || {
         dec.range_dma(gpu, 0, n, &mut out, &status, &mut scratch, stream)
     })?;
-    status.check()?;
+    status.check_blocking()?;
     Ok(DecodeMeasurement {
         decoded_bytes: data.len() as u64,
         stored_bytes: ds.stored_bytes(),
@@ -373,7 +379,7 @@ fn measure_gather_by(
     dma_piece: Option<usize>,
 ) -> Result<DecodeMeasurement> {
     let rows = Rows::new(data, row_bytes)?;
-    let packed = compress_packed(cb, rows)?;
+    let packed = compress_packed(cb, rows, &LayoutOptions::default())?;
     let ds = GpuDataset::upload_packed(gpu, cb, &packed.view(), residency)?;
     let n = rows.rows() as u64;
     let dec = Decoder::new(gpu, &ds, opts)?;
@@ -407,8 +413,8 @@ fn measure_gather_by(
         let set = (ids, dev);
         gather(&set, &mut out, &status)?;
         stream.synchronize().map_err(cuda_err("gathering"))?;
-        status.check()?;
-        let got = copy_to_host(&out)?;
+        status.check_blocking()?;
+        let got = copy_to_host_blocking(&out)?;
         for (i, &t) in set.0.iter().enumerate() {
             let t = t as usize;
             if got[i * row_bytes..(i + 1) * row_bytes] != data[t * row_bytes..(t + 1) * row_bytes] {
@@ -424,7 +430,7 @@ fn measure_gather_by(
         k = (k + 1) % sets.len();
         gather(&sets[k], &mut out, &status)
     })?;
-    status.check()?;
+    status.check_blocking()?;
     Ok(DecodeMeasurement {
         decoded_bytes: (batch * row_bytes) as u64,
         stored_bytes: stored / sets.len() as u64,
@@ -436,7 +442,7 @@ impl Gpu {
     /// Time each stage of fitting and compressing the rows in `src` on its
     /// own (median of `reps` runs, each launch followed by a synchronisation):
     /// `(stage, seconds)`. For `ibp bench --stages`; the stages run
-    /// back-to-back in [`Gpu::fit`] and [`Gpu::compress`].
+    /// back-to-back in [`Gpu::fit_blocking`] and [`Gpu::compress_blocking`].
     #[doc(hidden)]
     pub fn profile_stages<S: GpuReadable + ?Sized>(
         &self,
@@ -466,7 +472,7 @@ impl Gpu {
             "count bits",
             time(&mut || self.count_bits(src, l, &mut counts, &stream))?,
         ));
-        let cpu_counts = copy_to_host(&counts)?;
+        let cpu_counts = copy_to_host_blocking(&counts)?;
         let books: Vec<(Vec<u8>, Vec<u8>)> = crate::codebook::Threshold::default_sweep()
             .iter()
             .map(|&t| crate::codebook::mask_and_bitval(&cpu_counts, rows as u64, t))

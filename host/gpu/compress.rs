@@ -1,12 +1,12 @@
 //! Fit and compression on the GPU (`ibp_kernels::encode`).
 //!
 //! ```text
-//! let fit = gpu.fit(&rows_on_gpu, row_bytes, &FitOptions::default())?;     // same codebook as ibp::fit::fit
+//! let fit = gpu.fit_blocking(&rows_on_gpu, row_bytes, &FitOptions::default())?;     // same codebook as ibp::fit::fit
 //! let gcb = GpuCodebook::new(&fit.codebook)?;
-//! let packed = gpu.compress(&gcb, &rows_on_gpu, Layout::Packed)?;   // stays on the device
-//! let host: Packed = packed.to_packed()?;                                   // byte-identical to the CPU's
+//! let packed = gpu.compress_blocking(&gcb, &rows_on_gpu, Layout::Packed)?;   // stays on the device
+//! let host: Packed = packed.to_packed_blocking()?;                                   // byte-identical to the CPU's
 //! // Host data: read zero-copy in batches, compressed batches handed back as they land.
-//! gpu.compress_host(&gcb, &pinned_rows, &HostOptions::default(), |batch| { ...; Ok(()) })?;
+//! gpu.compress_host_blocking(&gcb, &pinned_rows, &HostOptions::default(), |batch| { ...; Ok(()) })?;
 //! ```
 //!
 //! The pipeline per dataset (or per batch) is four launches on one stream:
@@ -19,7 +19,7 @@ use cust::memory::{DeviceBuffer, DeviceSlice};
 use cust::stream::Stream;
 use ibp_kernels::params::{EncodeParams, MeasureParams, SCAN_BLOCK, SCAN_TILE, ScanParams};
 
-use super::driver::copy_to_host;
+use super::driver::copy_to_host_blocking;
 use super::driver::{
     copy_elements, copy_prefix, device_buffer, ensure, new_stream, sync, zero_async,
 };
@@ -51,7 +51,8 @@ pub struct GpuCodebook {
 }
 
 impl GpuCodebook {
-    /// Upload `cb`'s tables. A CUDA context must be current (a [`Gpu`]).
+    /// Upload `cb`'s tables (allocates device memory for them). A CUDA
+    /// context must be current (a [`Gpu`]).
     pub fn new(cb: &Codebook) -> Result<Self> {
         Ok(Self {
             cb: cb.clone(),
@@ -66,8 +67,8 @@ impl GpuCodebook {
     }
 }
 
-/// A dataset compressed on the device (by [`Gpu::compress`] or
-/// [`Gpu::compress_into`], which reuses its buffers).
+/// A dataset compressed on the device (by [`Gpu::compress_blocking`] or
+/// [`Gpu::compress_into_blocking`], which reuses its buffers).
 pub struct DeviceCompressed {
     pub(crate) layout: Layout,
     pub(crate) rows: usize,
@@ -80,7 +81,8 @@ pub struct DeviceCompressed {
 }
 
 impl DeviceCompressed {
-    /// An empty result, to compress into. A CUDA context must be current.
+    /// An empty result, to compress into: allocates its stream and small
+    /// buffers, which compressions grow. A CUDA context must be current.
     pub fn empty() -> Result<Self> {
         Ok(Self {
             layout: Layout::Packed,
@@ -142,7 +144,7 @@ impl DeviceCompressed {
     }
 
     /// Copy a packed result to the host.
-    pub fn to_packed(&self) -> Result<Packed> {
+    pub fn to_packed_blocking(&self) -> Result<Packed> {
         if self.layout != Layout::Packed {
             return Err(Error::invalid("this result is in the fixed-stride layout"));
         }
@@ -156,7 +158,7 @@ impl DeviceCompressed {
     }
 
     /// Copy a fixed-stride result to the host.
-    pub fn to_fixed(&self) -> Result<FixedStride> {
+    pub fn to_fixed_blocking(&self) -> Result<FixedStride> {
         if self.layout != Layout::FixedStride {
             return Err(Error::invalid("this result is in the packed layout"));
         }
@@ -395,7 +397,7 @@ impl Gpu {
 
     /// Stored length of every tensor of `src` under `gcb`. Allocates the
     /// sizes and blocks until they are on the host.
-    pub fn size_query<S: GpuReadable + ?Sized>(
+    pub fn size_query_blocking<S: GpuReadable + ?Sized>(
         &self,
         gcb: &GpuCodebook,
         src: &S,
@@ -405,7 +407,7 @@ impl Gpu {
         let sizes = device_buffer::<u64>(rows, "allocating sizes")?;
         self.enqueue_size(gcb, src.device_addr(), rows, &sizes, None, &stream)?;
         sync(&stream, "measuring sizes")?;
-        let mut stored = copy_to_host(&sizes)?;
+        let mut stored = copy_to_host_blocking(&sizes)?;
         stored.truncate(rows);
         let l = gcb.cb.row_bytes() as u64;
         let encoded_rows = stored.iter().filter(|&&s| s < l).count() as u64;
@@ -419,27 +421,27 @@ impl Gpu {
 
     /// Compress the rows in `src` (device memory, or host memory the GPU
     /// can read: a [`PinnedBuffer`] or [`Registered`](super::Registered)) into `layout`, in
-    /// device memory. Blocks until done. See [`Gpu::compress_into`] to reuse
+    /// device memory. Blocks until done. See [`Gpu::compress_into_blocking`] to reuse
     /// the output's buffers.
     ///
     /// Reads `src` twice (sizes, then the stored forms): for host memory,
-    /// [`Gpu::compress_host`] reads it once.
-    pub fn compress<S: GpuReadable + ?Sized>(
+    /// [`Gpu::compress_host_blocking`] reads it once.
+    pub fn compress_blocking<S: GpuReadable + ?Sized>(
         &self,
         gcb: &GpuCodebook,
         src: &S,
         layout: Layout,
     ) -> Result<DeviceCompressed> {
         let mut out = DeviceCompressed::empty()?;
-        self.compress_into(gcb, src, layout, &mut out)?;
+        self.compress_into_blocking(gcb, src, layout, &mut out)?;
         Ok(out)
     }
 
-    /// [`Gpu::compress`] into `out`, whose device buffers are reused when
+    /// [`Gpu::compress_blocking`] into `out`, whose device buffers are reused when
     /// they are large enough (and grown otherwise), on `out`'s own stream.
     /// Blocks until done (the sizes come back to the host to size the
     /// output).
-    pub fn compress_into<S: GpuReadable + ?Sized>(
+    pub fn compress_into_blocking<S: GpuReadable + ?Sized>(
         &self,
         gcb: &GpuCodebook,
         src: &S,

@@ -6,7 +6,7 @@
 //! let dec = Decoder::new(&gpu, &ds, &DecodeOptions::default())?;
 //! let status = DecodeStatus::new()?;
 //! dec.gather(&gpu, &index, &mut out, &status, &stream)?;   // enqueued, no sync
-//! stream.synchronize()?; status.check()?;
+//! stream.synchronize()?; status.check_blocking()?;
 //! ```
 
 use cust::memory::{DeviceBuffer, DeviceSlice};
@@ -105,7 +105,9 @@ pub struct GpuDataset {
 
 impl GpuDataset {
     /// Place a packed dataset (validated first: a corrupt offsets table is
-    /// rejected here, so the kernel can trust slot boundaries).
+    /// rejected here, so the kernel can trust slot boundaries). Allocates
+    /// its memory (device or pinned host, per `residency`) and copies the
+    /// data into it.
     pub fn upload_packed(
         _gpu: &Gpu,
         cb: &Codebook,
@@ -145,7 +147,8 @@ impl GpuDataset {
     }
 
     /// Place a fixed-stride dataset: slots of `L` bytes, each tensor's
-    /// stored form a prefix of its slot.
+    /// stored form a prefix of its slot. Allocates its memory (device or
+    /// pinned host, per `residency`) and copies the data into it.
     pub fn upload_fixed(
         _gpu: &Gpu,
         cb: &Codebook,
@@ -212,6 +215,7 @@ impl GpuDataset {
     /// decoder then fetches each tensor in one round trip instead of two
     /// (participation bits first, then the rest), and packs more tensors
     /// into a batch. Without it the lengths come from the participation bits.
+    /// Allocates the table in device memory and copies it there.
     pub fn with_length_table(mut self, cb: &Codebook, fixed: &FixedStrideRef<'_>) -> Result<Self> {
         if self.offsets.is_some() {
             return Err(Error::invalid(
@@ -438,7 +442,7 @@ pub struct DecodeStatus {
 }
 
 impl DecodeStatus {
-    /// A cleared status.
+    /// A cleared status, in two words of device memory it allocates.
     pub fn new() -> Result<Self> {
         let words = DeviceBuffer::from_slice(&[0u64, u64::MAX])
             .map_err(cuda_err("allocating the status"))?;
@@ -448,8 +452,8 @@ impl DecodeStatus {
     /// Read (synchronously) and clear. Errors with
     /// [`crate::ErrorKind::Corrupt`] naming the first failed output row, or
     /// [`crate::ErrorKind::InvalidArgument`] for an index out of range.
-    pub fn check(&mut self) -> Result<()> {
-        let v = super::driver::copy_to_host(&self.words)?;
+    pub fn check_blocking(&mut self) -> Result<()> {
+        let v = super::driver::copy_to_host_blocking(&self.words)?;
         cust::memory::CopyDestination::copy_from(&mut *self.words, &[0u64, u64::MAX][..])
             .map_err(cuda_err("clearing the status"))?;
         if v[0] & STATUS_BAD_INDEX != 0 {
@@ -505,7 +509,8 @@ pub struct Decoder<'ds> {
 const BATCH_MAX_LINES: u64 = 48;
 
 impl<'ds> Decoder<'ds> {
-    /// Size shared memory and the grid for `ds` on `gpu`.
+    /// Size shared memory and the grid for `ds` on `gpu`. Allocates
+    /// nothing.
     pub fn new(gpu: &Gpu, ds: &'ds GpuDataset, opts: &DecodeOptions) -> Result<Self> {
         let info = gpu.info();
         let l = ds.row_bytes;

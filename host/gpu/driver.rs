@@ -198,7 +198,9 @@ pub(crate) fn wait(stream: &Stream, event: &Event) -> Result<()> {
 }
 
 /// Copy a whole device buffer to a new host vector (synchronous).
-pub fn copy_to_host<T: DeviceCopy + Default + Clone>(buf: &DeviceSlice<T>) -> Result<Vec<T>> {
+pub fn copy_to_host_blocking<T: DeviceCopy + Default + Clone>(
+    buf: &DeviceSlice<T>,
+) -> Result<Vec<T>> {
     let mut v = vec![T::default(); buf.len()];
     cust::memory::CopyDestination::copy_to(buf, &mut v[..])
         .map_err(cuda_err("copying to the host"))?;

@@ -6,7 +6,7 @@ use cust::stream::Stream;
 use ibp_kernels::params::MeasureParams;
 
 use super::compress::{WARP_BLOCK, row_count};
-use super::driver::{copy_to_host, device_buffer, new_stream, sync};
+use super::driver::{copy_to_host_blocking, device_buffer, new_stream, sync};
 use super::launch::kernels;
 use super::memory::{GpuReadable, Span};
 use super::{Gpu, cuda_err};
@@ -26,7 +26,7 @@ impl Gpu {
     ///
     /// Allocates its counters and scratch and runs on a stream of its own;
     /// returns when done.
-    pub fn fit<S: GpuReadable + ?Sized>(
+    pub fn fit_blocking<S: GpuReadable + ?Sized>(
         &self,
         src: &S,
         row_bytes: usize,
@@ -77,7 +77,7 @@ impl Gpu {
             DeviceBuffer::<u64>::zeroed(8 * row_bytes).map_err(cuda_err("allocating counters"))?;
         self.count_bits(sample, row_bytes, &mut counts, stream)?;
         sync(stream, "counting bits")?;
-        copy_to_host(&counts)
+        copy_to_host_blocking(&counts)
     }
 
     /// Weigh the candidates on `sample` (every row of it) and choose.
@@ -115,7 +115,7 @@ impl Gpu {
                 // kernel's type.
                 unsafe { self.launch(kernels::FIT_EVAL, grid, WARP_BLOCK, 0, stream, p)? };
                 sync(stream, "weighing candidates")?;
-                let t = copy_to_host(&totals)?;
+                let t = copy_to_host_blocking(&totals)?;
                 out.extend((0..group.len()).map(|i| Totals {
                     stored: std::array::from_fn(|c| t[2 * (4 * i + c)]),
                     encoded: std::array::from_fn(|c| t[2 * (4 * i + c) + 1]),

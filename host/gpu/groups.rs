@@ -5,7 +5,7 @@
 //!
 //! Per group: the rows are copied into device memory a piece at a time
 //! (host memory holds nothing more than the caller's rows), fitted by
-//! [`Gpu::fit`] and compressed by [`Gpu::compress_into`]; the sections are
+//! [`Gpu::fit_blocking`] and compressed by [`Gpu::compress_into_blocking`]; the sections are
 //! copied back a piece at a time as the container writes them, and the
 //! compressed rows are decoded on the device and compared with the input.
 
@@ -20,6 +20,7 @@ use super::decode::{DecodeOptions, DecodeStatus, Decoder, GpuDataset};
 use super::driver::{copy_prefix, device_buffer, new_stream, sync};
 use super::memory::Span;
 use super::{Gpu, cuda_err};
+use crate::Progress;
 use crate::codebook::Codebook;
 use crate::container::{GroupDevice, GroupLayout, SectionKind};
 use crate::dataset::Rows;
@@ -49,7 +50,9 @@ pub struct GpuGroups<'g> {
 }
 
 impl<'g> GpuGroups<'g> {
-    /// Compress groups on `gpu` (its context current on this thread).
+    /// Compress groups on `gpu` (its context current on this thread);
+    /// creates a stream. Device memory is allocated per group, by
+    /// [`GroupDevice::load`].
     pub fn new(gpu: &'g Gpu) -> Result<Self> {
         gpu.make_current()?;
         Ok(GpuGroups {
@@ -78,7 +81,7 @@ impl GroupDevice for GpuGroups<'_> {
         self.gpu.info().name.clone()
     }
 
-    fn load(&mut self, rows: Rows<'_>, progress: &dyn Fn(u64)) -> Result<bool> {
+    fn load(&mut self, rows: Rows<'_>, progress: Progress<'_>) -> Result<bool> {
         self.unload();
         let (n, l) = (rows.rows(), rows.row_bytes());
         let bytes = rows.bytes().len();
@@ -116,7 +119,7 @@ impl GroupDevice for GpuGroups<'_> {
                 ));
             }
             at += part.len();
-            progress(at as u64);
+            progress.report(at as u64, bytes as u64);
         }
         self.input = Some((buf, n, l));
         Ok(true)
@@ -126,7 +129,7 @@ impl GroupDevice for GpuGroups<'_> {
         let (buf, n, l) = self.loaded()?;
         let rows =
             Span::of(buf, 0, n * l).ok_or_else(|| Error::invalid("group outside its buffer"))?;
-        self.gpu.fit(&rows, l, opts)
+        self.gpu.fit_blocking(&rows, l, opts)
     }
 
     fn compress(&mut self, cb: &Codebook, layout: GroupLayout) -> Result<u64> {
@@ -147,7 +150,8 @@ impl GroupDevice for GpuGroups<'_> {
         let rows =
             Span::of(buf, 0, n * l).ok_or_else(|| Error::invalid("group outside its buffer"))?;
         let gcb = GpuCodebook::new(cb)?;
-        self.gpu.compress_into(&gcb, &rows, layout, &mut out)?;
+        self.gpu
+            .compress_into_blocking(&gcb, &rows, layout, &mut out)?;
         let len = out.data_len() as u64;
         self.out = Some((out, cb.clone()));
         Ok(len)
@@ -220,7 +224,7 @@ impl GroupDevice for GpuGroups<'_> {
             let count = per.min(n - first);
             dec.range(self.gpu, first, count, &mut decoded, &status, &self.stream)?;
             sync(&self.stream, "decoding for the check")?;
-            status.check()?;
+            status.check_blocking()?;
             let got = copy_prefix(&decoded, count as usize * l)?;
             let want = rows.slice(first as usize, (first + count) as usize).bytes();
             if got != want {

@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::layout::Layout;
 use crate::layout::{FixedStride, Packed, flag_bytes};
 
-/// Batch buffers in flight in [`Gpu::compress_host`].
+/// Batch buffers in flight in [`Gpu::compress_host_blocking`].
 const SETS: usize = 3;
 
 /// Device buffers of one batch in flight.
@@ -26,7 +26,7 @@ struct BatchSet {
     done: Event,
 }
 
-/// How [`Gpu::compress_host`] reads a batch of host rows (once, either way).
+/// How [`Gpu::compress_host_blocking`] reads a batch of host rows (once, either way).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum HostRead {
     /// A DMA copy into a device batch buffer, overlapped with the
@@ -39,7 +39,7 @@ pub enum HostRead {
     ZeroCopy,
 }
 
-/// Options of [`Gpu::compress_host`].
+/// Options of [`Gpu::compress_host_blocking`].
 #[derive(Clone, Debug)]
 pub struct HostOptions {
     /// Layout of the batches.
@@ -61,7 +61,7 @@ impl Default for HostOptions {
     }
 }
 
-/// One compressed batch of [`Gpu::compress_host`], in pinned host memory.
+/// One compressed batch of [`Gpu::compress_host_blocking`], in pinned host memory.
 #[derive(Debug)]
 pub struct CompressedBatch<'a> {
     /// Index of the batch's first tensor in the dataset.
@@ -79,7 +79,7 @@ pub struct CompressedBatch<'a> {
 }
 
 /// Reusable buffers for compressing host rows in batches (see
-/// [`HostCompressor::compress`]).
+/// [`HostCompressor::compress_blocking`]).
 ///
 /// Batch by batch, the rows are read once ([`HostRead`]: copied by DMA into
 /// a device batch buffer, or read zero-copy by the size kernel, which stages
@@ -102,9 +102,9 @@ pub struct HostCompressor {
 }
 
 impl HostCompressor {
-    /// Buffers for tensors of `row_bytes` bytes: three batches of device
-    /// buffers (input and output) and one of pinned output. A CUDA context
-    /// must be current.
+    /// Allocates the buffers for tensors of `row_bytes` bytes: three batches
+    /// of device buffers (input and output) and one of pinned output, and
+    /// three streams. A CUDA context must be current.
     pub fn new(row_bytes: usize, opts: &HostOptions) -> Result<Self> {
         if row_bytes == 0 || row_bytes > MAX_ROW_BYTES {
             return Err(Error::invalid(format!(
@@ -157,7 +157,7 @@ impl HostCompressor {
     /// Runs on the compressor's own streams and allocates nothing past its
     /// buffers; blocks while batches are in flight and returns when the last
     /// one has been handed over.
-    pub fn compress<S: GpuReadable + ?Sized>(
+    pub fn compress_blocking<S: GpuReadable + ?Sized>(
         &mut self,
         gpu: &Gpu,
         gcb: &GpuCodebook,
@@ -296,7 +296,7 @@ impl Gpu {
     /// [`HostCompressor`], which this creates for the call (keep one to
     /// reuse its buffers). Returns the total compressed bytes. Allocates the
     /// compressor's buffers and blocks until done.
-    pub fn compress_host<S: GpuReadable + ?Sized>(
+    pub fn compress_host_blocking<S: GpuReadable + ?Sized>(
         &self,
         gcb: &GpuCodebook,
         src: &S,
@@ -309,11 +309,11 @@ impl Gpu {
         opts.batch_bytes = opts
             .batch_bytes
             .min(rows.next_multiple_of(8) * gcb.cb.row_bytes());
-        HostCompressor::new(gcb.cb.row_bytes(), &opts)?.compress(self, gcb, src, sink)
+        HostCompressor::new(gcb.cb.row_bytes(), &opts)?.compress_blocking(self, gcb, src, sink)
     }
 
-    /// [`Gpu::compress_host`] into one [`Packed`] on the host.
-    pub fn compress_host_packed<S: GpuReadable + ?Sized>(
+    /// [`Gpu::compress_host_blocking`] into one [`Packed`] on the host.
+    pub fn compress_host_packed_blocking<S: GpuReadable + ?Sized>(
         &self,
         gcb: &GpuCodebook,
         src: &S,
@@ -333,7 +333,7 @@ impl Gpu {
             batch_bytes,
             ..Default::default()
         };
-        self.compress_host(gcb, src, &opts, |b| {
+        self.compress_host_blocking(gcb, src, &opts, |b| {
             let base = out.payload.len() as u64;
             out.offsets
                 .extend(b.offsets[..b.rows].iter().map(|o| o + base));
@@ -345,8 +345,8 @@ impl Gpu {
         Ok(out)
     }
 
-    /// [`Gpu::compress_host`] into one [`FixedStride`] on the host.
-    pub fn compress_host_fixed<S: GpuReadable + ?Sized>(
+    /// [`Gpu::compress_host_blocking`] into one [`FixedStride`] on the host.
+    pub fn compress_host_fixed_blocking<S: GpuReadable + ?Sized>(
         &self,
         gcb: &GpuCodebook,
         src: &S,
@@ -365,7 +365,7 @@ impl Gpu {
             batch_bytes,
             ..Default::default()
         };
-        self.compress_host(gcb, src, &opts, |b| {
+        self.compress_host_blocking(gcb, src, &opts, |b| {
             out.flags.extend_from_slice(b.flags);
             out.slots.extend_from_slice(b.data);
             Ok(())

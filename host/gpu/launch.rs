@@ -20,7 +20,7 @@ use super::decode::{DecodeStatus, Decoder, GpuDataset, LaunchVia, Target};
 use super::memory::{GpuReadable, PinnedBuffer, Span};
 use super::{Gpu, cuda_err};
 
-use super::driver::copy_to_host;
+use super::driver::copy_to_host_blocking;
 use crate::dataset::Rows;
 use crate::error::{Error, Result};
 
@@ -246,7 +246,7 @@ impl Gpu {
             k ^= 1;
         }
         stream.synchronize().map_err(cuda_err("counting bits"))?;
-        copy_to_host(&counts)
+        copy_to_host_blocking(&counts)
     }
 
     /// Blocks of `block` threads with `shared` bytes of dynamic shared

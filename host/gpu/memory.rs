@@ -59,7 +59,8 @@ unsafe impl<T: bytemuck::Pod + Send> Send for PinnedBuffer<T> {}
 unsafe impl<T: bytemuck::Pod + Sync> Sync for PinnedBuffer<T> {}
 
 impl<T: bytemuck::Pod> PinnedBuffer<T> {
-    /// A zeroed buffer of `len` elements. A CUDA context must be current.
+    /// A zeroed buffer of `len` elements, allocated in pinned host memory.
+    /// A CUDA context must be current.
     pub fn zeroed(len: usize) -> Result<Self> {
         let bytes = len
             .checked_mul(size_of::<T>())
@@ -102,7 +103,7 @@ impl<T: bytemuck::Pod> PinnedBuffer<T> {
         })
     }
 
-    /// A pinned copy of `data`.
+    /// A pinned copy of `data` (allocates pinned host memory).
     pub fn from_slice(data: &[T]) -> Result<Self> {
         let mut b = Self::zeroed(data.len())?;
         b.copy_from_slice(data);

@@ -5,17 +5,28 @@
 //! The kernels are Rust (`gpu-kernels/`), compiled to PTX by `build.rs` with
 //! rustc's NVPTX backend and loaded once per [`Gpu`].
 //!
-//! The rule for streams: a call that takes a stream only enqueues work on
-//! it, into caller-owned buffers, and allocates nothing ([`Decoder::gather`],
-//! [`Decoder::range`], [`Decoder::range_dma`], [`Gpu::count_bits`],
-//! [`KvStore::append`], [`KvStore::gather`]). The
-//! other calls allocate or wait, and say so in their first lines: the
-//! whole-dataset calls of fit and compression ([`Gpu::fit`],
-//! [`Gpu::size_query`], [`Gpu::compress`], [`Gpu::compress_host`],
-//! [`HostCompressor::compress`]) run on streams of their own and return
-//! when done; constructors (`new`, `upload_*`) allocate; and names ending
-//! in `_blocking` wait for the GPU inside the call
-//! ([`Gpu::count_bits_blocking`], [`Decoder::gather_dma_blocking`]).
+//! The rule for GPU calls: a call that takes a stream only enqueues work
+//! on it, into caller-owned buffers, and allocates nothing
+//! ([`Decoder::gather`], [`Decoder::gather_strided`], [`Decoder::range`],
+//! [`Decoder::range_dma`], [`Decoder::range_auto`], [`Gpu::count_bits`],
+//! [`FeatureCache::gather`], [`KvStore::append`], [`KvStore::gather`]). A call that allocates or waits for the GPU
+//! ends in `_blocking` and says what it does in its first lines: fit and
+//! compression of a whole dataset ([`Gpu::fit_blocking`],
+//! [`Gpu::size_query_blocking`], [`Gpu::compress_blocking`],
+//! [`Gpu::compress_into_blocking`], [`Gpu::compress_host_blocking`] and its
+//! `_packed`/`_fixed` forms, [`HostCompressor::compress_blocking`]), copies
+//! back to the host ([`DeviceCompressed::to_packed_blocking`],
+//! [`DeviceCompressed::to_fixed_blocking`], [`copy_to_host_blocking`],
+//! [`DecodeStatus::check_blocking`]), and [`Gpu::count_bits_blocking`],
+//! [`Decoder::gather_dma_blocking`], [`FeatureCache::refill_blocking`].
+//! Constructors allocate by nature and say so in their docs: [`Gpu::new`],
+//! [`GpuDataset::upload_packed`], [`GpuDataset::upload_fixed`] and
+//! [`GpuDataset::with_length_table`] (device or pinned memory and a copy),
+//! [`GpuDataset::from_device_compressed`] (one stream synchronisation),
+//! [`DecodeStatus::new`], [`DmaScratch::new`],
+//! [`PinnedBuffer::zeroed`], [`Registered::new`], [`GpuCodebook::new`],
+//! [`DeviceCompressed::empty`], [`HostCompressor::new`], [`GpuGroups::new`]
+//! and [`FeatureCache::new`].
 
 // Q: why is `bench` public but hidden from the docs?
 // A: it is the measurement harness of `ibp bench`, the criterion benches and
@@ -50,7 +61,7 @@ pub use decode::{
     DecodeOptions, DecodeStatus, Decoder, Fetch, GatherIndex, GpuDataset, Payload, Residency,
 };
 pub use dma::{DEFAULT_DMA_PIECE_BYTES, DmaScratch};
-pub use driver::copy_to_host;
+pub use driver::copy_to_host_blocking;
 pub use groups::GpuGroups;
 pub use host_batches::{CompressedBatch, HostCompressor, HostOptions, HostRead};
 pub use kv_store::{KvStore, KvStoreOptions, SegmentInfo};
@@ -129,7 +140,7 @@ pub struct Gpu {
 
 impl Gpu {
     /// Open device `ordinal`, make its primary context current and load the
-    /// kernels.
+    /// kernels (the driver allocates the module).
     ///
     /// Fails with [`crate::ErrorKind::Cuda`] when there is no driver, no
     /// device (the message then contains "no CUDA-capable device"), or the

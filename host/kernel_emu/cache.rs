@@ -55,7 +55,7 @@ fn emulated_cache_gather_returns_every_row_from_slab_or_host() {
         let rows = Rows::new(&data, l).unwrap();
         let opts = FitOptions::default().with_chunk(crate::fit::ChunkChoice::Fixed(chunk));
         let cb = fit(rows, &opts).unwrap().codebook;
-        let packed = compress_packed(&cb, rows).unwrap();
+        let packed = compress_packed(&cb, rows, &LayoutOptions::default()).unwrap();
         let enc = |t: usize| packed.flags[t / 8] >> (t % 8) & 1 == 1;
         assert!(
             (0..n).any(enc) && !(0..n).all(enc),
@@ -95,7 +95,7 @@ fn emulated_cache_gather_returns_every_row_from_slab_or_host() {
         };
         // The same rows fixed-stride, with a length table (the stored
         // lengths the packed offsets give).
-        let fixed = compress_fixed(&cb, rows).unwrap();
+        let fixed = compress_fixed(&cb, rows, &LayoutOptions::default()).unwrap();
         assert_eq!(fixed.flags, packed.flags);
         let lengths: Vec<u32> = packed
             .offsets

@@ -160,7 +160,7 @@ fn emulated_decode_step_equals_the_cpu_decoder_with_fast_paths_on_and_off() {
             for bp in [6000, 9000] {
                 let t = Threshold::from_basis_points(bp).unwrap();
                 let cb = Codebook::from_counts(&counts, n as u64, t, chunk).unwrap();
-                let packed = compress_packed(&cb, rows).unwrap();
+                let packed = compress_packed(&cb, rows, &LayoutOptions::default()).unwrap();
                 for (i, row) in rows.iter().enumerate() {
                     let (a, b) = (packed.offsets[i] as usize, packed.offsets[i + 1] as usize);
                     if packed.flags[i / 8] >> (i % 8) & 1 == 0 {
@@ -299,11 +299,11 @@ fn emu_kernel_with(
             layout: Layout::Packed,
             ..
         } => {
-            let p = compress_packed(cb, rows).unwrap();
+            let p = compress_packed(cb, rows, &LayoutOptions::default()).unwrap();
             (p.flags, Some(p.offsets), p.payload, None)
         }
         _ => {
-            let f = compress_fixed(cb, rows).unwrap();
+            let f = compress_fixed(cb, rows, &LayoutOptions::default()).unwrap();
             let lens: Vec<u32> = (0..n)
                 .map(|i| {
                     let s = &f.slots[i * l..(i + 1) * l];
@@ -538,7 +538,7 @@ fn emulated_decode_kernel_equals_the_original_rows_in_every_mode() {
             // A corrupt encoded tensor (packed) is reported and zeroed, and
             // the others still decode: one whose stream ends inside its last
             // byte, with its top padding bit set.
-            let packed = compress_packed(&cb, rows).unwrap();
+            let packed = compress_packed(&cb, rows, &LayoutOptions::default()).unwrap();
             let bits = |i: usize| {
                 let s = &packed.payload[packed.offsets[i] as usize..];
                 let ents = cb.tables().entries();
@@ -643,7 +643,7 @@ fn a_tensor_larger_than_the_half_is_reported_and_the_rest_decode() {
     let rows = Rows::new(&data, l).unwrap();
     let opts = FitOptions::default().with_chunk(crate::fit::ChunkChoice::Fixed(ChunkSize::Eight));
     let cb = fit(rows, &opts).unwrap().codebook;
-    let packed = compress_packed(&cb, rows).unwrap();
+    let packed = compress_packed(&cb, rows, &LayoutOptions::default()).unwrap();
     let span = |i: usize| {
         let (a, b) = (packed.offsets[i], packed.offsets[i + 1]);
         (b.div_ceil(128) - a / 128) as u32
@@ -701,7 +701,7 @@ fn a_sink_receives_the_row_in_registers() {
         let rows = Rows::new(&data, l).unwrap();
         let opts = FitOptions::default().with_chunk(crate::fit::ChunkChoice::Fixed(chunk));
         let cb = fit(rows, &opts).unwrap().codebook;
-        let packed = compress_packed(&cb, rows).unwrap();
+        let packed = compress_packed(&cb, rows, &LayoutOptions::default()).unwrap();
         let book = Aligned::from(&decode_book(&cb));
         let entries = Aligned::from(&decoder_table(&cb));
         let k = cb.chunks() as u32;
@@ -781,8 +781,8 @@ fn the_device_api_decodes_rows_into_a_user_sink() {
         let rows = Rows::new(&data, l).unwrap();
         let opts = FitOptions::default().with_chunk(crate::fit::ChunkChoice::Fixed(chunk));
         let cb = fit(rows, &opts).unwrap().codebook;
-        let packed = compress_packed(&cb, rows).unwrap();
-        let fixed = compress_fixed(&cb, rows).unwrap();
+        let packed = compress_packed(&cb, rows, &LayoutOptions::default()).unwrap();
+        let fixed = compress_fixed(&cb, rows, &LayoutOptions::default()).unwrap();
         let lens: Vec<u32> = (0..n)
             .map(|i| {
                 let s = &fixed.slots[i * l..(i + 1) * l];

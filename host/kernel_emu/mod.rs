@@ -15,7 +15,7 @@ use crate::codebook::{ChunkSize, Codebook, Threshold};
 use crate::dataset::Rows;
 use crate::fit::{FitOptions, count_bits, fit};
 use crate::kernel_tables::{decode_book, decoder_table, encoder_book, eval_book};
-use crate::layout::{compress_fixed, compress_packed, size_query};
+use crate::layout::{LayoutOptions, compress_fixed, compress_packed, size_query};
 
 /// The shuffle exchange shared by the 32 lane threads.
 struct Exchange {
@@ -502,7 +502,7 @@ fn emulated_size_and_encode_equal_the_cpu_encoder() {
                 assert_eq!(&stage.bytes()[s..s + l], row, "staged row {i} {what}");
             }
 
-            let packed = compress_packed(&cb, rows).unwrap();
+            let packed = compress_packed(&cb, rows, &LayoutOptions::default()).unwrap();
             let got = emu_encode(
                 &cb,
                 rows,
@@ -524,7 +524,7 @@ fn emulated_size_and_encode_equal_the_cpu_encoder() {
             );
             assert_eq!(got, packed.payload, "packed with a base {what}");
 
-            let fixed = compress_fixed(&cb, rows).unwrap();
+            let fixed = compress_fixed(&cb, rows, &LayoutOptions::default()).unwrap();
             let got = emu_encode(&cb, rows, &sizes, None, fixed.slots.len());
             assert_eq!(got, fixed.slots, "fixed {what}");
         }

@@ -19,7 +19,7 @@ fn the_device_api_decodes_a_row_into_shared_memory() {
         let rows = Rows::new(&data, l).unwrap();
         let opts = FitOptions::default().with_chunk(crate::fit::ChunkChoice::Fixed(chunk));
         let cb = fit(rows, &opts).unwrap().codebook;
-        let fixed = compress_fixed(&cb, rows).unwrap();
+        let fixed = compress_fixed(&cb, rows, &LayoutOptions::default()).unwrap();
         let encoded = |t: usize| fixed.flags[t / 8] >> (t % 8) & 1 == 1;
         let lens: Vec<u32> = (0..n)
             .map(|t| {

@@ -7,7 +7,7 @@ use super::*;
 use crate::Rows;
 use crate::fit::{FitOptions, fit};
 use crate::io::{ParseOptions, SourceFormat};
-use crate::layout::{compress_packed, decompress_packed};
+use crate::layout::{LayoutOptions, compress_packed, decompress_packed};
 
 fn files() -> Option<MiniLmFiles> {
     let dir = std::env::var_os("IBP_DATA_DIR").map_or_else(
@@ -201,7 +201,8 @@ fn kv_cache_of_the_model_card_compresses_losslessly() {
                 total[p].1 += f.chosen.stored_bytes;
                 line += &format!(" {} {:.1}%", part.name(), 100.0 * f.savings());
                 if layer == 2 {
-                    let packed = compress_packed(&f.codebook, rows).unwrap();
+                    let packed =
+                        compress_packed(&f.codebook, rows, &LayoutOptions::default()).unwrap();
                     let mut back = vec![0u8; bytes.len()];
                     decompress_packed(&f.codebook, &packed.view(), &mut back).unwrap();
                     assert_eq!(back, bytes);

@@ -6,13 +6,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use rayon::prelude::*;
 
 use super::{
-    Progress, block_rows, check_flags, check_out, check_rows, flag, flag_bytes, in_tensor,
-    no_progress, set_flag,
+    LayoutOptions, block_rows, check_flags, check_out, check_rows, flag, flag_bytes, in_tensor,
+    set_flag,
 };
 use crate::codebook::{ChunkTables, Codebook};
 use crate::dataset::Rows;
 use crate::encode::{decode_row, encode_exact, encoded_bits_unchecked, stream_len};
 use crate::error::{Error, Result, try_vec};
+use crate::progress::notify;
 
 /// A dataset in the fixed-stride layout (`docs/FORMAT.md` §3.1), owned.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -153,15 +154,10 @@ impl<'a> FixedStrideRef<'a> {
 ///
 /// Errors with [`crate::ErrorKind::InvalidArgument`] when the rows are not
 /// the codebook's length.
-pub fn compress_fixed(cb: &Codebook, rows: Rows<'_>) -> Result<FixedStride> {
-    compress_fixed_with_progress(cb, rows, &no_progress)
-}
-
-/// [`compress_fixed`], reporting tensors encoded to `progress`.
-pub fn compress_fixed_with_progress(
+pub fn compress_fixed(
     cb: &Codebook,
     rows: Rows<'_>,
-    progress: Progress<'_>,
+    opts: &LayoutOptions<'_>,
 ) -> Result<FixedStride> {
     check_rows(cb, rows.row_bytes())?;
     let (l, n) = (rows.row_bytes(), rows.rows());
@@ -187,8 +183,13 @@ pub fn compress_fixed_with_progress(
                     slot.copy_from_slice(row);
                 }
             }
-            let rows = (src.len() / l) as u64;
-            progress(done.fetch_add(rows, Ordering::Relaxed) + rows);
+            let bytes = src.len() as u64;
+            let total = rows.bytes().len() as u64;
+            notify(
+                opts.progress,
+                done.fetch_add(bytes, Ordering::Relaxed) + bytes,
+                total,
+            );
         });
     Ok(FixedStride {
         row_bytes: l,
@@ -206,16 +207,6 @@ pub fn compress_fixed_with_progress(
 /// another tensor length or a wrong `out` length, and with
 /// [`crate::ErrorKind::Corrupt`] for damaged flags or encodings.
 pub fn decompress_fixed(cb: &Codebook, fixed: &FixedStrideRef<'_>, out: &mut [u8]) -> Result<()> {
-    decompress_fixed_with_progress(cb, fixed, out, &no_progress)
-}
-
-/// [`decompress_fixed`], reporting tensors decoded to `progress`.
-pub fn decompress_fixed_with_progress(
-    cb: &Codebook,
-    fixed: &FixedStrideRef<'_>,
-    out: &mut [u8],
-    progress: Progress<'_>,
-) -> Result<()> {
     let l = fixed.row_bytes;
     check_rows(cb, l)?;
     check_out(out, fixed.rows, l)?;
@@ -223,15 +214,12 @@ pub fn decompress_fixed_with_progress(
     check_flags(fixed.flags, fixed.rows)?;
     let t = cb.tables();
     let br = block_rows(l);
-    let done = AtomicU64::new(0);
     out.par_chunks_mut(br * l)
         .enumerate()
         .try_for_each(|(b, block)| {
             for (k, dst) in block.chunks_exact_mut(l).enumerate() {
                 decode_slot(t, fixed, b * br + k, dst)?;
             }
-            let rows = (block.len() / l) as u64;
-            progress(done.fetch_add(rows, Ordering::Relaxed) + rows);
             Ok(())
         })
 }

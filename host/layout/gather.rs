@@ -203,7 +203,7 @@ mod tests {
     use super::*;
     use crate::codebook::{ChunkSize, Codebook};
     use crate::dataset::Rows;
-    use crate::layout::{compress_packed, decompress_packed_row};
+    use crate::layout::{LayoutOptions, compress_packed, decompress_packed_row};
 
     /// Rows that compress unevenly: some tensors encode, some are stored raw.
     fn dataset(n: usize, l: usize) -> (Vec<u8>, Codebook) {
@@ -272,7 +272,8 @@ mod tests {
     fn staged_pieces_decode_to_the_requested_rows_and_mark_bad_indices() {
         let (l, n) = (96, 200);
         let (data, cb) = dataset(n, l);
-        let packed = compress_packed(&cb, Rows::new(&data, l).unwrap()).unwrap();
+        let packed =
+            compress_packed(&cb, Rows::new(&data, l).unwrap(), &LayoutOptions::default()).unwrap();
         let view = packed.view();
         // Repeats, reverse order, out-of-range entries, a ragged count.
         let mut index: Vec<u64> = (0..n as u64).rev().step_by(3).collect();
@@ -315,7 +316,8 @@ mod tests {
     fn u32_indices_stage_the_same_bytes_as_u64() {
         let (l, n) = (64, 40);
         let (data, cb) = dataset(n, l);
-        let packed = compress_packed(&cb, Rows::new(&data, l).unwrap()).unwrap();
+        let packed =
+            compress_packed(&cb, Rows::new(&data, l).unwrap(), &LayoutOptions::default()).unwrap();
         let wide: Vec<u64> = vec![3, 39, 40, 0, 17, 17];
         let narrow: Vec<u32> = wide.iter().map(|&t| t as u32).collect();
         let (rows, payload) = plan_piece(packed.view().offsets(), &wide, 0, 4096).unwrap();
@@ -334,7 +336,8 @@ mod tests {
     fn a_tensor_larger_than_the_piece_is_an_invalid_argument() {
         let (l, n) = (256, 9);
         let (data, cb) = dataset(n, l);
-        let packed = compress_packed(&cb, Rows::new(&data, l).unwrap()).unwrap();
+        let packed =
+            compress_packed(&cb, Rows::new(&data, l).unwrap(), &LayoutOptions::default()).unwrap();
         // Tensor 0 is noise: stored raw, 256 bytes.
         let err = plan_piece(packed.view().offsets(), &[0u64], 0, 300).unwrap_err();
         assert_eq!(err.kind(), crate::ErrorKind::InvalidArgument);

@@ -19,6 +19,7 @@ use crate::codebook::Codebook;
 use crate::dataset::Rows;
 use crate::encode::encoded_bits_unchecked;
 use crate::error::{Error, Result, try_vec};
+use crate::progress::Progress;
 
 /// The two layouts of a coded dataset (`docs/FORMAT.md` §3), one name for
 /// the library, the container, the GPU compressor and decoder, the
@@ -46,12 +47,21 @@ impl Layout {
     }
 }
 
-/// A progress hook: called with the number of tensors finished so far, from
-/// any worker thread, once per block of tensors (not once per tensor).
-pub type Progress<'a> = &'a (dyn Fn(u64) + Sync);
+/// Options of [`compress_packed`] and [`compress_fixed`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LayoutOptions<'a> {
+    /// Called with the input bytes encoded so far and the input's length,
+    /// once per block of tensors (default none).
+    pub progress: Option<Progress<'a>>,
+}
 
-/// No progress reporting.
-fn no_progress(_: u64) {}
+impl<'a> LayoutOptions<'a> {
+    /// Report progress to `hook` (see [`Progress`]).
+    pub fn with_progress(mut self, hook: &'a (dyn Fn(u64, u64) + Sync)) -> Self {
+        self.progress = Some(Progress::new(hook));
+        self
+    }
+}
 
 /// Q: why blocks of about 64 KiB of tensors, a multiple of 8 tensors each?
 /// A: a block is the unit of parallel work and of progress reports: large
@@ -183,12 +193,10 @@ pub(crate) mod gather;
 mod packed;
 
 pub use fixed::{
-    FixedStride, FixedStrideRef, compress_fixed, compress_fixed_with_progress, decompress_fixed,
-    decompress_fixed_row, decompress_fixed_with_progress,
+    FixedStride, FixedStrideRef, compress_fixed, decompress_fixed, decompress_fixed_row,
 };
 pub use packed::{
-    Packed, PackedRef, Stored, compress_packed, compress_packed_with_progress, decompress_packed,
-    decompress_packed_row, decompress_packed_with_progress,
+    Packed, PackedRef, Stored, compress_packed, decompress_packed, decompress_packed_row,
 };
 
 #[cfg(test)]

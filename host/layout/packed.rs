@@ -7,13 +7,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use rayon::prelude::*;
 
 use super::{
-    Progress, block_rows, check_flags, check_out, check_rows, flag, flag_bytes, in_tensor,
-    no_progress, set_flag, size_query,
+    LayoutOptions, block_rows, check_flags, check_out, check_rows, flag, flag_bytes, in_tensor,
+    set_flag, size_query,
 };
 use crate::codebook::{ChunkTables, Codebook};
 use crate::dataset::Rows;
 use crate::encode::{decode_row, encode_exact};
 use crate::error::{Error, Result, try_vec};
+use crate::progress::notify;
 
 /// A dataset in the packed layout (`docs/FORMAT.md` §3.2), owned.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -264,16 +265,7 @@ impl<'a> PackedRef<'a> {
 ///
 /// Errors with [`crate::ErrorKind::InvalidArgument`] when the rows are not
 /// the codebook's length.
-pub fn compress_packed(cb: &Codebook, rows: Rows<'_>) -> Result<Packed> {
-    compress_packed_with_progress(cb, rows, &no_progress)
-}
-
-/// [`compress_packed`], reporting tensors encoded to `progress`.
-pub fn compress_packed_with_progress(
-    cb: &Codebook,
-    rows: Rows<'_>,
-    progress: Progress<'_>,
-) -> Result<Packed> {
+pub fn compress_packed(cb: &Codebook, rows: Rows<'_>, opts: &LayoutOptions<'_>) -> Result<Packed> {
     let sizes = size_query(cb, rows)?;
     let (l, n) = (rows.row_bytes(), rows.rows());
     let t = cb.tables();
@@ -315,8 +307,12 @@ pub fn compress_packed_with_progress(
                 }
                 dst = tail;
             }
-            progress(
-                done.fetch_add((last - first) as u64, Ordering::Relaxed) + (last - first) as u64,
+            let bytes = ((last - first) * l) as u64;
+            let total = rows.bytes().len() as u64;
+            notify(
+                opts.progress,
+                done.fetch_add(bytes, Ordering::Relaxed) + bytes,
+                total,
             );
         });
     Ok(Packed {
@@ -335,31 +331,18 @@ pub fn compress_packed_with_progress(
 /// [`crate::ErrorKind::Corrupt`] or [`crate::ErrorKind::Truncated`] for any
 /// inconsistency in `packed`; `out` is then partly written.
 pub fn decompress_packed(cb: &Codebook, packed: &PackedRef<'_>, out: &mut [u8]) -> Result<()> {
-    decompress_packed_with_progress(cb, packed, out, &no_progress)
-}
-
-/// [`decompress_packed`], reporting tensors decoded to `progress`.
-pub fn decompress_packed_with_progress(
-    cb: &Codebook,
-    packed: &PackedRef<'_>,
-    out: &mut [u8],
-    progress: Progress<'_>,
-) -> Result<()> {
     let l = packed.row_bytes;
     check_rows(cb, l)?;
     check_out(out, packed.rows, l)?;
     packed.check_ends()?;
     let t = cb.tables();
     let br = block_rows(l);
-    let done = AtomicU64::new(0);
     out.par_chunks_mut(br * l)
         .enumerate()
         .try_for_each(|(b, block)| {
             for (k, dst) in block.chunks_exact_mut(l).enumerate() {
                 decode_stored(t, packed, b * br + k, dst)?;
             }
-            let rows = (block.len() / l) as u64;
-            progress(done.fetch_add(rows, Ordering::Relaxed) + rows);
             Ok(())
         })
 }

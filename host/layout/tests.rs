@@ -53,11 +53,12 @@ fn packed_and_fixed_round_trip_with_progress() {
     assert_eq!(sizes.stored[..3], [1, 3, 6]);
     assert_eq!((sizes.encoded_rows, sizes.raw_rows), (10, 1));
     let seen = AtomicU64::new(0);
-    let p = compress_packed_with_progress(&cb, rows, &|d| {
-        seen.fetch_max(d, Ordering::Relaxed);
-    })
-    .unwrap();
-    assert_eq!(seen.load(Ordering::Relaxed), 11);
+    let hook = |done, total| {
+        assert_eq!(total, data.len() as u64);
+        seen.fetch_max(done, Ordering::Relaxed);
+    };
+    let p = compress_packed(&cb, rows, &LayoutOptions::default().with_progress(&hook)).unwrap();
+    assert_eq!(seen.load(Ordering::Relaxed), data.len() as u64);
     assert_eq!(p.payload.len() as u64, sizes.total_stored);
     assert_eq!(p.offsets[..4], [0, 1, 4, 10]);
     assert_eq!(p.flags, [0b1111_1011, 0b0000_0111]);
@@ -69,7 +70,7 @@ fn packed_and_fixed_round_trip_with_progress() {
     decompress_packed_row(&cb, &p.view(), 1, &mut one).unwrap();
     assert_eq!(one, data[6..12]);
 
-    let f = compress_fixed(&cb, rows).unwrap();
+    let f = compress_fixed(&cb, rows, &LayoutOptions::default()).unwrap();
     assert_eq!(f.flags, p.flags);
     // Participation 0b101, then 0x1234 from bit 3: 0x91a5.
     assert_eq!(f.slots[6..12], [0xa5, 0x91, 0, 0, 0, 0]);
@@ -84,7 +85,7 @@ fn packed_and_fixed_round_trip_with_progress() {
 #[test]
 fn le_offsets_are_read_in_place_or_copied() {
     let (cb, data) = dataset();
-    let p = compress_packed(&cb, Rows::new(&data, 6).unwrap()).unwrap();
+    let p = compress_packed(&cb, Rows::new(&data, 6).unwrap(), &LayoutOptions::default()).unwrap();
     let mut le: Vec<u8> = vec![0];
     le.extend(p.offsets.iter().flat_map(|o| o.to_le_bytes()));
     // Unaligned (offset by one byte): decoded into a vector.
@@ -100,7 +101,7 @@ fn le_offsets_are_read_in_place_or_copied() {
 #[test]
 fn damaged_packed_datasets_are_typed_errors() {
     let (cb, data) = dataset();
-    let p = compress_packed(&cb, Rows::new(&data, 6).unwrap()).unwrap();
+    let p = compress_packed(&cb, Rows::new(&data, 6).unwrap(), &LayoutOptions::default()).unwrap();
     let mut out = vec![0u8; data.len()];
     let check = |p: &Packed, kind: ErrorKind| {
         let mut out = vec![0u8; data.len()];
@@ -164,13 +165,20 @@ fn damaged_packed_datasets_are_typed_errors() {
             .kind(),
         ErrorKind::InvalidArgument
     );
-    assert!(compress_packed(&other, Rows::new(&data, 6).unwrap()).is_err());
+    assert!(
+        compress_packed(
+            &other,
+            Rows::new(&data, 6).unwrap(),
+            &LayoutOptions::default()
+        )
+        .is_err()
+    );
 }
 
 #[test]
 fn damaged_fixed_datasets_are_typed_errors() {
     let (cb, data) = dataset();
-    let f = compress_fixed(&cb, Rows::new(&data, 6).unwrap()).unwrap();
+    let f = compress_fixed(&cb, Rows::new(&data, 6).unwrap(), &LayoutOptions::default()).unwrap();
     let mut out = vec![0u8; data.len()];
     let mut bad = f.clone();
     bad.slots[6] = 0b111; // every chunk claims to match: E = 1, rest not zero
@@ -200,7 +208,7 @@ fn views_of_malformed_owned_layouts_are_errors_not_panics() {
     let (cb, data) = dataset();
     let rows = Rows::new(&data, 6).unwrap();
     let mut out = vec![0u8; data.len()];
-    let mut p = compress_packed(&cb, rows).unwrap();
+    let mut p = compress_packed(&cb, rows, &LayoutOptions::default()).unwrap();
     p.offsets.pop();
     assert_eq!(
         decompress_packed(&cb, &p.view(), &mut out)
@@ -210,10 +218,10 @@ fn views_of_malformed_owned_layouts_are_errors_not_panics() {
     );
     assert!(decompress_packed_row(&cb, &p.view(), 10, &mut out[..6]).is_err());
     assert!(p.view().stored(10).is_err());
-    let mut p = compress_packed(&cb, rows).unwrap();
+    let mut p = compress_packed(&cb, rows, &LayoutOptions::default()).unwrap();
     p.flags.pop();
     assert!(decompress_packed_row(&cb, &p.view(), 10, &mut out[..6]).is_err());
-    let mut f = compress_fixed(&cb, rows).unwrap();
+    let mut f = compress_fixed(&cb, rows, &LayoutOptions::default()).unwrap();
     f.slots.truncate(20);
     assert_eq!(
         decompress_fixed(&cb, &f.view(), &mut out)
@@ -229,13 +237,13 @@ fn views_of_malformed_owned_layouts_are_errors_not_panics() {
 fn empty_datasets_round_trip() {
     let (cb, _) = dataset();
     let rows = Rows::new(&[], 6).unwrap();
-    let p = compress_packed(&cb, rows).unwrap();
+    let p = compress_packed(&cb, rows, &LayoutOptions::default()).unwrap();
     assert_eq!(
         (p.flags.len(), p.offsets.as_slice(), p.payload.len()),
         (0, &[0u64][..], 0)
     );
     p.view().validate().unwrap();
     decompress_packed(&cb, &p.view(), &mut []).unwrap();
-    let f = compress_fixed(&cb, rows).unwrap();
+    let f = compress_fixed(&cb, rows, &LayoutOptions::default()).unwrap();
     decompress_fixed(&cb, &f.view(), &mut []).unwrap();
 }

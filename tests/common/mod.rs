@@ -1,5 +1,8 @@
-//! Shared test support: the GPU-or-visible-skip rule and test data lookup.
+//! Shared test support: the GPU-or-visible-skip rule, test data lookup and
+//! (in `container`) the container tests' documents.
 #![allow(dead_code)]
+
+pub mod container;
 
 use std::io::Write;
 use std::path::PathBuf;

@@ -878,5 +878,5 @@ pub fn zeroed<T: cust::memory::DeviceCopy + bytemuck::Zeroable>(
 pub fn to_host<T: cust::memory::DeviceCopy + Default + Clone>(
     b: &DeviceBuffer<T>,
 ) -> Result<Vec<T>> {
-    ibp::gpu::copy_to_host(b)
+    ibp::gpu::copy_to_host_blocking(b)
 }

@@ -23,7 +23,6 @@ use std::path::Path;
 use rayon::prelude::*;
 use xxhash_rust::xxh3::{Xxh3, xxh3_64};
 
-use super::Progress;
 use super::clustered::{self, ClusterTable};
 use super::format::{
     self, DirEntry, ENTRY_LEN, FLAG_REQUIRED, HEADER_LEN, MAGIC, NO_OWNER, SectionKind,
@@ -39,10 +38,47 @@ use crate::layout::{
     FixedStrideRef, Layout, PackedRef, decompress_fixed, decompress_fixed_row, decompress_packed,
     decompress_packed_row, flag_bytes,
 };
+use crate::progress::{Progress, notify};
 
-/// Groups larger than this are restored in blocks of rows, so a restore
-/// holds at most this much decompressed data at once.
-const RESTORE_BLOCK_BYTES: u64 = 64 << 20;
+/// The default [`RestoreOptions::block_bytes`]: 64 MiB.
+pub const DEFAULT_RESTORE_BLOCK_BYTES: u64 = 64 << 20;
+
+/// Options of [`IbpFile::restore`].
+#[derive(Clone, Copy, Debug)]
+pub struct RestoreOptions<'a> {
+    /// Groups larger than this are decompressed in blocks of about this
+    /// many bytes (at least one row), so a restore holds at most this much
+    /// decompressed data at once (default
+    /// [`DEFAULT_RESTORE_BLOCK_BYTES`]). The restored bytes do not depend
+    /// on it.
+    pub block_bytes: u64,
+    /// Called with the bytes written so far and the original's length
+    /// (default none).
+    pub progress: Option<Progress<'a>>,
+}
+
+impl Default for RestoreOptions<'_> {
+    fn default() -> Self {
+        RestoreOptions {
+            block_bytes: DEFAULT_RESTORE_BLOCK_BYTES,
+            progress: None,
+        }
+    }
+}
+
+impl<'a> RestoreOptions<'a> {
+    /// Decompress large groups in blocks of about `bytes`.
+    pub fn with_block_bytes(mut self, bytes: u64) -> Self {
+        self.block_bytes = bytes;
+        self
+    }
+
+    /// Report progress to `hook` (see [`Progress`]).
+    pub fn with_progress(mut self, hook: &'a (dyn Fn(u64, u64) + Sync)) -> Self {
+        self.progress = Some(Progress::new(hook));
+        self
+    }
+}
 
 enum Storage<'a> {
     Borrowed(&'a [u8]),
@@ -241,27 +277,14 @@ impl<'a> IbpFile<'a> {
     /// The restored bytes are hashed on the way out and must match the
     /// original's fingerprint the container records; a mismatch, or a
     /// container that records none, is [`ErrorKind::Corrupt`]. On any
-    /// error, treat what was written as garbage.
-    pub fn restore(&self, out: &mut dyn Write) -> Result<()> {
-        self.restore_with_progress(out, &|_, _| {})
-    }
-
-    /// [`IbpFile::restore`], reporting bytes written out of the original's
-    /// length to `progress`.
-    pub fn restore_with_progress(&self, out: &mut dyn Write, progress: Progress<'_>) -> Result<()> {
-        self.restore_in_blocks(out, RESTORE_BLOCK_BYTES, progress)
-    }
-
-    /// [`IbpFile::restore_with_progress`], decompressing large groups in
-    /// blocks of about `block_bytes` (at least one row) instead of 64 MiB:
-    /// the most decompressed data a restore holds at once. The restored
-    /// bytes do not depend on it.
-    pub fn restore_in_blocks(
-        &self,
-        out: &mut dyn Write,
-        block_bytes: u64,
-        progress: Progress<'_>,
-    ) -> Result<()> {
+    /// error, treat what was written as garbage. Large groups are
+    /// decompressed in blocks of `opts.block_bytes`; bytes written go to
+    /// `opts.progress`.
+    pub fn restore(&self, out: &mut dyn Write, opts: &RestoreOptions<'_>) -> Result<()> {
+        let RestoreOptions {
+            block_bytes,
+            progress,
+        } = *opts;
         // Q: why refuse a container without the original's fingerprint?
         // A: each group's hash checks the group, but the envelope (the
         // order of pieces and groups, deflate levels) shapes the restored
@@ -308,7 +331,7 @@ impl<'a> IbpFile<'a> {
             v.try_reserve_exact(usize::try_from(s.fingerprint.len).unwrap_or(0))
                 .ok();
         }
-        self.restore(&mut v)?;
+        self.restore(&mut v, &RestoreOptions::default())?;
         Ok(v)
     }
 
@@ -696,7 +719,7 @@ struct HashingWriter<'o, 'p> {
     hash: Xxh3,
     len: u64,
     total: u64,
-    progress: Progress<'p>,
+    progress: Option<Progress<'p>>,
 }
 
 impl Write for HashingWriter<'_, '_> {
@@ -704,7 +727,7 @@ impl Write for HashingWriter<'_, '_> {
         let n = self.inner.write(buf)?;
         self.hash.update(&buf[..n]);
         self.len += n as u64;
-        (self.progress)(self.len, self.total);
+        notify(self.progress, self.len, self.total);
         Ok(n)
     }
 

@@ -34,7 +34,7 @@
 //! counts either.
 //!
 //! ```text
-//! let fixed = compress_fixed(&cb, rows)?;
+//! let fixed = compress_fixed(&cb, rows, &LayoutOptions::default())?;
 //! let host = GpuDataset::upload_fixed(&gpu, &cb, &fixed.view(), Residency::Pinned)?
 //!     .with_length_table(&cb, &fixed.view())?;
 //! let cache = FeatureCache::new(&[&gpu], &[&host], &hot, &CacheOptions::new(budget))?;
@@ -55,7 +55,7 @@
 //! there, read from host memory.
 //!
 //! # Refills and streams
-//! [`FeatureCache::refill`] writes the new slab contents and index on the
+//! [`FeatureCache::refill_blocking`] writes the new slab contents and index on the
 //! stream it is given for each GPU: gathers enqueued on that stream before
 //! it read the old rows, those after it the new ones. A gather on another
 //! stream is not ordered with it: record an event after the refill and make
@@ -315,7 +315,7 @@ impl FeatureCache {
     /// copies (host staging is kept until then), builds the new contents on
     /// the host, then enqueues without waiting; the first GPU's context is
     /// left current.
-    pub fn refill(
+    pub fn refill_blocking(
         &mut self,
         gpus: &[&Gpu],
         slab_rows: &GpuDataset,
@@ -361,7 +361,7 @@ impl FeatureCache {
             )));
         }
         let rows = HostRows::of(slab_rows)?;
-        let flags = driver::copy_to_host(&slab_rows.flags)?;
+        let flags = driver::copy_to_host_blocking(&slab_rows.flags)?;
         let stored = |r: u64| Some(rows.stored(r));
         let encoded = |r: u64| flags[r as usize / 8] >> (r % 8) & 1 == 1;
         let slabs = plan::place(
@@ -566,7 +566,7 @@ fn fingerprint(ds: &GpuDataset) -> Result<u64> {
         h.update(&v.to_le_bytes());
     }
     h.update(&book(ds)?);
-    h.update(&driver::copy_to_host(&ds.flags)?);
+    h.update(&driver::copy_to_host_blocking(&ds.flags)?);
     rows.hash_into(&mut h);
     h.update(rows.payload);
     let f = h.digest();

@@ -16,7 +16,7 @@ use super::compress::{GpuCodebook, row_count};
 use super::decode::{
     DecodeOptions, DecodeStatus, Decoder, GatherIndex, GpuDataset, LaunchVia, Target,
 };
-use super::driver::{copy_to_host, device_buffer, new_stream, sync};
+use super::driver::{copy_to_host_blocking, device_buffer, new_stream, sync};
 use super::launch::kernels;
 use super::memory::{GpuReadable, PinnedBuffer};
 use super::{Gpu, cuda_err};
@@ -54,7 +54,7 @@ pub struct SegmentInfo {
 /// let mut store = KvStore::create(&gpu, &prefill_rows, 768, &KvStoreOptions::default())?;
 /// let rows = store.append(&gpu, &step_rows, 768, &stream)?;          // enqueued, no sync
 /// store.gather(&gpu, 0, &ids, &mut out, &status, &stream)?;          // enqueued, no sync
-/// stream.synchronize()?; status.check()?;
+/// stream.synchronize()?; status.check_blocking()?;
 /// ```
 ///
 /// # Bounded size: fixed-stride slots
@@ -92,7 +92,7 @@ pub struct SegmentInfo {
 /// never grows by reallocation or copying, it fills its reserved pages.
 ///
 /// # Segments and refits
-/// [`KvStore::refit`] fits a new codebook (on rows the caller gives, e.g.
+/// [`KvStore::refit_blocking`] fits a new codebook (on rows the caller gives, e.g.
 /// the latest step's) and starts a new segment with it for later appends;
 /// earlier rows keep their codebook. A segment starts on a multiple of 8
 /// rows (its flags start on a byte), so a refit may leave up to 7 empty
@@ -164,7 +164,7 @@ impl KvStore {
 
     /// Fit a codebook on `rows` and make a segment of it at `first`.
     fn segment<S: GpuReadable + ?Sized>(&self, gpu: &Gpu, rows: &S, first: u64) -> Result<Segment> {
-        let fit = gpu.fit(rows, self.slots.row_bytes as usize, &self.fit)?;
+        let fit = gpu.fit_blocking(rows, self.slots.row_bytes as usize, &self.fit)?;
         Ok(Segment {
             first,
             rows: 0,
@@ -306,7 +306,11 @@ impl KvStore {
     /// theirs. Returns the new segment's number. Allocates and waits (a
     /// fit), so it belongs between steps, not on the append path; it waits
     /// for no stream of the caller's.
-    pub fn refit<S: GpuReadable + ?Sized>(&mut self, gpu: &Gpu, rows: &S) -> Result<usize> {
+    pub fn refit_blocking<S: GpuReadable + ?Sized>(
+        &mut self,
+        gpu: &Gpu,
+        rows: &S,
+    ) -> Result<usize> {
         if self.closed {
             return Err(Error::invalid("refit of a closed KV store"));
         }
@@ -396,7 +400,7 @@ impl KvStore {
     /// (waits for everything enqueued before on every stream of the
     /// context: a synchronous copy).
     pub fn lengths_blocking(&self) -> Result<Vec<u32>> {
-        let mut v = copy_to_host(&self.lengths)?;
+        let mut v = copy_to_host_blocking(&self.lengths)?;
         v.truncate(self.next as usize);
         Ok(v)
     }

@@ -19,7 +19,7 @@ fn emulated_dma_gather_pieces_decode_the_requested_rows() {
         let rows = Rows::new(&data, l).unwrap();
         let opts = FitOptions::default().with_chunk(crate::fit::ChunkChoice::Fixed(chunk));
         let cb = fit(rows, &opts).unwrap().codebook;
-        let packed = compress_packed(&cb, rows).unwrap();
+        let packed = compress_packed(&cb, rows, &LayoutOptions::default()).unwrap();
         let view = packed.view();
         let max_stored = packed
             .offsets
