@@ -69,7 +69,7 @@ mod tests {
     /// successive appends do, and compare with the bits set directly.
     #[test]
     fn successive_commits_set_exactly_their_rows_bits() {
-        let encoded = |r: u64| r % 3 != 0;
+        let encoded = |r: u64| !r.is_multiple_of(3);
         let ranges = [
             (0u64, 5u64),
             (5, 3),
@@ -79,7 +79,7 @@ mod tests {
             (36, 0),
             (36, 1),
         ];
-        let mut bitmap = vec![0u32; 8];
+        let mut bitmap = [0u32; 8];
         for &(first, rows) in &ranges {
             let (b0, n) = commit_bytes(first, rows);
             for b in b0..b0 + n {
