@@ -6,7 +6,8 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use ibp::container::{
-    Clustering, CompressOptions, DEFAULT_BATCH_BYTES, IbpFile, RestoreOptions, compress_document,
+    Clustering, CompressOptions, CompressReport, DEFAULT_BATCH_BYTES, DeviceSeconds, IbpFile,
+    RestoreOptions, compress_document,
 };
 use ibp::io::{Fingerprint, SourceFormat};
 use ibp::layout::Layout;
@@ -193,6 +194,9 @@ pub fn run(args: Args) -> Result<()> {
     let compress_seconds = started.elapsed().as_secs_f64();
     bar.clear();
     let groups_on_gpu = report.groups.iter().filter(|g| g.on_device).count();
+    if std::env::var_os("IBP_TIMINGS").is_some_and(|v| v == "1") {
+        eprintln!("{}", timings_line(&report, compress_seconds));
+    }
 
     // Read the container back before it takes OUT's name: open checks every
     // checksum and structure, and the table then shows what the file holds.
@@ -347,6 +351,22 @@ fn text(r: &Report, format: SourceFormat) -> String {
     }
     let _ = writeln!(s, "{}", device_line(&r.device, r.input_bytes));
     s
+}
+
+/// `IBP_TIMINGS=1`'s line: the device's phases summed over its groups, and
+/// the rest of the `total` seconds (the CPU's groups, raw groups, the
+/// container's head and tail).
+fn timings_line(r: &CompressReport, total: f64) -> String {
+    let t = r
+        .groups
+        .iter()
+        .filter_map(|g| g.device_seconds)
+        .fold(DeviceSeconds::default(), DeviceSeconds::add);
+    let rest = total - (t.load + t.fit + t.compress + t.read + t.verify);
+    format!(
+        "timings: load {:.3} s, fit {:.3} s, compress {:.3} s, read {:.3} s, verify {:.3} s, other {:.3} s, total {total:.3} s",
+        t.load, t.fit, t.compress, t.read, t.verify, rest
+    )
 }
 
 /// `device: GPU (NVIDIA H200, 3 groups): compressed 1.1 GB in 0.21 s (5.2 GB/s)`.

@@ -17,6 +17,7 @@
 //! flight. A group the device cannot hold is compressed on the CPU.
 
 use std::io::Write;
+use std::time::Instant;
 
 use super::writer::GroupSections;
 use super::{
@@ -69,6 +70,44 @@ pub trait GroupDevice {
     fn unload(&mut self);
 }
 
+/// Seconds a [`GroupDevice`] spent on one group, phase by phase
+/// ([`GroupReport::device_seconds`]); `ibp compress` prints their sums with
+/// `IBP_TIMINGS=1`.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct DeviceSeconds {
+    /// [`GroupDevice::load`]: the rows copied to the device.
+    pub load: f64,
+    /// [`GroupDevice::fit`].
+    pub fit: f64,
+    /// [`GroupDevice::compress`].
+    pub compress: f64,
+    /// The sections copied back ([`GroupDevice::read`]) and written.
+    pub read: f64,
+    /// [`GroupDevice::verify`].
+    pub verify: f64,
+}
+
+impl DeviceSeconds {
+    /// The phases of `self` and `other` added up.
+    pub fn add(self, other: DeviceSeconds) -> DeviceSeconds {
+        DeviceSeconds {
+            load: self.load + other.load,
+            fit: self.fit + other.fit,
+            compress: self.compress + other.compress,
+            read: self.read + other.read,
+            verify: self.verify + other.verify,
+        }
+    }
+}
+
+/// Run `f`, adding its seconds to `*to`.
+fn timed<T>(to: &mut f64, f: impl FnOnce() -> T) -> T {
+    let t = Instant::now();
+    let r = f();
+    *to += t.elapsed().as_secs_f64();
+    r
+}
+
 /// [`super::compress_document`] with `device` compressing
 /// every group it can hold ([`GroupDevice`]); the container is byte for
 /// byte the one the CPU writes. The report marks the groups the device
@@ -104,11 +143,13 @@ pub(super) fn group<W: Write>(
     report: &mut GroupReport,
     progress: &(dyn Fn(u64, u64) + Sync),
 ) -> Result<Option<u32>> {
-    if !dev.load(rows, Progress::new(progress))? {
+    let mut secs = DeviceSeconds::default();
+    if !timed(&mut secs.load, || dev.load(rows, Progress::new(progress)))? {
         return Ok(None);
     }
-    let r = stored(w, dev, meta, rows, opts, report);
+    let r = stored(w, dev, meta, rows, opts, report, &mut secs);
     dev.unload();
+    report.device_seconds = Some(secs);
     r.map(Some)
 }
 
@@ -119,11 +160,12 @@ fn stored<W: Write>(
     rows: Rows<'_>,
     opts: &CompressOptions,
     report: &mut GroupReport,
+    secs: &mut DeviceSeconds,
 ) -> Result<u32> {
     let n = rows.rows() as u64;
     let l = rows.row_bytes() as u64;
     let total_bytes = n * l;
-    let fitted = dev.fit(&opts.fit)?;
+    let fitted = timed(&mut secs.fit, || dev.fit(&opts.fit))?;
     let cb = &fitted.codebook;
     report.threshold = Some(fitted.threshold);
     report.chunk = Some(cb.chunk());
@@ -136,19 +178,24 @@ fn stored<W: Write>(
     // The same decisions, in the same order, as the CPU path in
     // `State::group`.
     if opts.layout == GroupLayout::Coded(Layout::FixedStride) {
-        dev.compress(cb, GroupLayout::Coded(Layout::FixedStride))?;
+        timed(&mut secs.compress, || {
+            dev.compress(cb, GroupLayout::Coded(Layout::FixedStride))
+        })?;
         let id = w.add_group_in_pieces(
             meta,
             cb,
             Some(fitted.threshold),
             GroupLayout::Coded(Layout::FixedStride),
             |s| {
-                s.start(SectionKind::Flags)?;
-                encoded = copy(dev, s, SectionKind::Flags, flag_len, piece)?;
-                s.start(SectionKind::Slots)?;
-                copy(dev, s, SectionKind::Slots, total_bytes, piece)?;
+                timed(&mut secs.read, || -> Result<()> {
+                    s.start(SectionKind::Flags)?;
+                    encoded = copy(dev, s, SectionKind::Flags, flag_len, piece)?;
+                    s.start(SectionKind::Slots)?;
+                    copy(dev, s, SectionKind::Slots, total_bytes, piece)?;
+                    Ok(())
+                })?;
                 if verify {
-                    dev.verify(rows, piece)?;
+                    timed(&mut secs.verify, || dev.verify(rows, piece))?;
                 }
                 Ok(())
             },
@@ -164,7 +211,9 @@ fn stored<W: Write>(
         ));
         return w.add_group(meta, GroupData::Raw(rows.bytes()));
     }
-    let payload = dev.compress(cb, GroupLayout::Coded(Layout::Packed))?;
+    let payload = timed(&mut secs.compress, || {
+        dev.compress(cb, GroupLayout::Coded(Layout::Packed))
+    })?;
     let stored = cb_bytes + flag_len + 8 * (n + 1) + payload;
     if stored >= total_bytes {
         report.raw_reason = Some(format!("compressed form ({stored} bytes) is not smaller"));
@@ -176,14 +225,17 @@ fn stored<W: Write>(
         Some(fitted.threshold),
         GroupLayout::Coded(Layout::Packed),
         |s| {
-            s.start(SectionKind::Flags)?;
-            encoded = copy(dev, s, SectionKind::Flags, flag_len, piece)?;
-            s.start(SectionKind::Offsets)?;
-            copy(dev, s, SectionKind::Offsets, 8 * (n + 1), piece)?;
-            s.start(SectionKind::Payload)?;
-            copy(dev, s, SectionKind::Payload, payload, piece)?;
+            timed(&mut secs.read, || -> Result<()> {
+                s.start(SectionKind::Flags)?;
+                encoded = copy(dev, s, SectionKind::Flags, flag_len, piece)?;
+                s.start(SectionKind::Offsets)?;
+                copy(dev, s, SectionKind::Offsets, 8 * (n + 1), piece)?;
+                s.start(SectionKind::Payload)?;
+                copy(dev, s, SectionKind::Payload, payload, piece)?;
+                Ok(())
+            })?;
             if verify {
-                dev.verify(rows, piece)?;
+                timed(&mut secs.verify, || dev.verify(rows, piece))?;
             }
             Ok(())
         },

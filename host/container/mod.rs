@@ -34,7 +34,7 @@ use std::io::Write;
 use rayon::prelude::*;
 
 pub use clustered::{Clustering, MAX_CLUSTERED_GROUP_BYTES, MAX_CLUSTERS};
-pub use device::{GroupDevice, compress_document_on};
+pub use device::{DeviceSeconds, GroupDevice, compress_document_on};
 pub use format::{DirEntry, FLAG_REQUIRED, NO_OWNER, SectionKind};
 pub use manifest::{GroupInfo, GroupLayout, SourceInfo};
 pub use reader::{DEFAULT_RESTORE_BLOCK_BYTES, GroupStats, GroupView, IbpFile, RestoreOptions};
@@ -188,6 +188,8 @@ pub struct GroupReport {
     /// Whether a [`GroupDevice`] fitted and compressed it
     /// ([`compress_document_on`]); the bytes are the same either way.
     pub on_device: bool,
+    /// Where the device's time went, for groups it compressed.
+    pub device_seconds: Option<DeviceSeconds>,
 }
 
 /// What [`compress_document`] did.
@@ -371,6 +373,7 @@ impl<W: Write> State<'_, '_, W> {
             clusters: None,
             raw_reason,
             on_device: false,
+            device_seconds: None,
         };
         let on_device = match self.device.as_deref_mut() {
             Some(dev) if report.raw_reason.is_none() && device::applies(opts) => {
