@@ -361,7 +361,7 @@ fn timings_line(r: &CompressReport, total: f64) -> String {
         .groups
         .iter()
         .filter_map(|g| g.device_seconds)
-        .fold(DeviceSeconds::default(), DeviceSeconds::add);
+        .fold(DeviceSeconds::default(), |a, b| a + b);
     let rest = total - (t.load + t.fit + t.compress + t.read + t.verify);
     format!(
         "timings: load {:.3} s, fit {:.3} s, compress {:.3} s, read {:.3} s, verify {:.3} s, other {:.3} s, total {total:.3} s",

@@ -87,9 +87,11 @@ pub struct DeviceSeconds {
     pub verify: f64,
 }
 
-impl DeviceSeconds {
-    /// The phases of `self` and `other` added up.
-    pub fn add(self, other: DeviceSeconds) -> DeviceSeconds {
+/// The phases of two reports added up.
+impl std::ops::Add for DeviceSeconds {
+    type Output = DeviceSeconds;
+
+    fn add(self, other: DeviceSeconds) -> DeviceSeconds {
         DeviceSeconds {
             load: self.load + other.load,
             fit: self.fit + other.fit,
