@@ -441,7 +441,11 @@ impl FeatureCache {
     /// context must be current. `ds` is the host dataset uploaded on that
     /// GPU (any upload of the same rows; another dataset is refused). Ids
     /// out of range are reported in `status` and their rows zeroed, as are
-    /// corrupt rows. No host synchronisation, no allocation.
+    /// corrupt rows. No host synchronisation, no allocation, with one
+    /// exception: the first call with a `GpuDataset` value the cache has not
+    /// seen (the ones given to [`FeatureCache::new`] are seen) hashes it to
+    /// check it is the same dataset, which copies its flags from the device
+    /// and reads its payload once; later calls with it reuse the hash.
     pub fn gather<I: GatherIndex>(
         &self,
         gpu: &Gpu,
