@@ -87,6 +87,14 @@ PY
     tail -3 "$out/cli-compress-$d.log"; cat "$out/cli-compress-$d.time" 2>/dev/null | tail -1
   done
   cmp /tmp/big-gpu.ibp /tmp/big-cpu.ibp && summary+=("--device gpu and cpu: identical files") || summary+=("--device gpu and cpu: FILES DIFFER")
+  # The same without the disk: written to /dev/null (no temporary file, no
+  # fsync), so the device's own speed shows.
+  for d in gpu cpu; do
+    .device/bin/ibp.bin compress /tmp/big.f32 --dtype f32 --shape "$rows,384" --device $d -o /dev/null \
+      >"$out/cli-null-$d.log" 2>&1
+    summary+=("ibp compress --device $d -o /dev/null: rc=$?")
+    tail -3 "$out/cli-null-$d.log"
+  done
   .device/bin/ibp.bin bench .device/data/model.safetensors >"$out/bench-file.txt" 2>"$out/bench-file.log"
   summary+=("ibp bench FILE (MiniLM): rc=$?")
   cat "$out/bench-file.txt"

@@ -61,6 +61,33 @@ pub trait GroupDevice {
     /// into `buf`.
     fn read(&mut self, kind: SectionKind, at: u64, buf: &mut [u8]) -> Result<()>;
 
+    /// Hand bytes `0 .. len` of section `kind` (as [`GroupDevice::read`]
+    /// reads them) to `sink`, in order, in pieces of about `piece` bytes.
+    /// The provided method reads each piece with [`GroupDevice::read`]; a
+    /// device whose copies can run ahead overrides it, so that the next
+    /// piece travels while `sink` writes the last.
+    fn read_section(
+        &mut self,
+        kind: SectionKind,
+        len: u64,
+        piece: usize,
+        sink: &mut dyn FnMut(&[u8]) -> Result<()>,
+    ) -> Result<()> {
+        let piece = u64::try_from(piece)
+            .unwrap_or(u64::MAX)
+            .clamp(1, len.max(1));
+        let mut buf =
+            vec![0u8; usize::try_from(piece).map_err(|_| Error::invalid("piece too large"))?];
+        let mut at = 0u64;
+        while at < len {
+            let k = (len - at).min(piece) as usize;
+            self.read(kind, at, &mut buf[..k])?;
+            sink(&buf[..k])?;
+            at += k as u64;
+        }
+        Ok(())
+    }
+
     /// Decode the compressed rows on the device and compare them with
     /// `rows` (the rows loaded), about `piece_bytes` at a time. Called after
     /// the sections were read; an error fails the whole compression.
@@ -175,82 +202,61 @@ fn stored<W: Write>(
     let cb_bytes = 2 * l;
     let flag_len = n.div_ceil(8);
     let piece = opts.batch_bytes.max(1 << 16);
-    let verify = opts.verify;
-    let mut encoded = 0;
+    let layout = opts.layout;
+    let packed = layout == GroupLayout::Coded(Layout::Packed);
     // The same decisions, in the same order, as the CPU path in
     // `State::group`.
-    if opts.layout == GroupLayout::Coded(Layout::FixedStride) {
-        timed(&mut secs.compress, || {
-            dev.compress(cb, GroupLayout::Coded(Layout::FixedStride))
-        })?;
-        let id = w.add_group_in_pieces(
-            meta,
-            cb,
-            Some(fitted.threshold),
-            GroupLayout::Coded(Layout::FixedStride),
-            |s| {
-                timed(&mut secs.read, || -> Result<()> {
-                    s.start(SectionKind::Flags)?;
-                    encoded = copy(dev, s, SectionKind::Flags, flag_len, piece)?;
-                    s.start(SectionKind::Slots)?;
-                    copy(dev, s, SectionKind::Slots, total_bytes, piece)?;
-                    Ok(())
-                })?;
-                if verify {
-                    timed(&mut secs.verify, || dev.verify(rows, piece))?;
-                }
-                Ok(())
-            },
-        )?;
-        report.layout = GroupLayout::Coded(Layout::FixedStride);
-        report.stats.encoded_rows = encoded;
-        report.stats.stored_bytes = cb_bytes + flag_len + total_bytes;
-        return Ok(id);
-    }
-    if let Some(floor) = packed_floor(n, l, cb.chunk()).filter(|&f| f >= total_bytes) {
+    if let Some(floor) = packed_floor(n, l, cb.chunk()).filter(|&f| packed && f >= total_bytes) {
         report.raw_reason = Some(format!(
             "compressed form (at least {floor} bytes) is not smaller"
         ));
         return w.add_group(meta, GroupData::Raw(rows.bytes()));
     }
-    let payload = timed(&mut secs.compress, || {
-        dev.compress(cb, GroupLayout::Coded(Layout::Packed))
-    })?;
-    let stored = cb_bytes + flag_len + 8 * (n + 1) + payload;
-    if stored >= total_bytes {
+    let data = timed(&mut secs.compress, || dev.compress(cb, layout))?;
+    // The sections in file order, after the codebook's 2·L bytes.
+    let sections: &[(SectionKind, u64)] = if packed {
+        &[
+            (SectionKind::Flags, flag_len),
+            (SectionKind::Offsets, 8 * (n + 1)),
+            (SectionKind::Payload, data),
+        ]
+    } else {
+        &[
+            (SectionKind::Flags, flag_len),
+            (SectionKind::Slots, total_bytes),
+        ]
+    };
+    let stored = cb_bytes + sections.iter().map(|&(_, len)| len).sum::<u64>();
+    if packed && stored >= total_bytes {
         report.raw_reason = Some(format!("compressed form ({stored} bytes) is not smaller"));
         return w.add_group(meta, GroupData::Raw(rows.bytes()));
     }
-    let id = w.add_group_in_pieces(
-        meta,
-        cb,
-        Some(fitted.threshold),
-        GroupLayout::Coded(Layout::Packed),
-        |s| {
-            timed(&mut secs.read, || -> Result<()> {
-                s.start(SectionKind::Flags)?;
-                encoded = copy(dev, s, SectionKind::Flags, flag_len, piece)?;
-                s.start(SectionKind::Offsets)?;
-                copy(dev, s, SectionKind::Offsets, 8 * (n + 1), piece)?;
-                s.start(SectionKind::Payload)?;
-                copy(dev, s, SectionKind::Payload, payload, piece)?;
-                Ok(())
-            })?;
-            if verify {
-                timed(&mut secs.verify, || dev.verify(rows, piece))?;
+    let mut encoded = 0;
+    let id = w.add_group_in_pieces(meta, cb, Some(fitted.threshold), layout, |s| {
+        timed(&mut secs.read, || -> Result<()> {
+            for &(kind, len) in sections {
+                s.start(kind)?;
+                let ones = copy(dev, s, kind, len, piece)?;
+                if kind == SectionKind::Flags {
+                    encoded = ones;
+                }
             }
             Ok(())
-        },
-    )?;
-    report.layout = GroupLayout::Coded(Layout::Packed);
+        })?;
+        if opts.verify {
+            timed(&mut secs.verify, || dev.verify(rows, piece))?;
+        }
+        Ok(())
+    })?;
+    report.layout = layout;
     report.stats.encoded_rows = encoded;
     report.stats.stored_bytes = stored;
     Ok(id)
 }
 
 /// Copy `len` bytes of section `kind` from the device into the open
-/// section, `piece` bytes at a time; returns the bits set (the encoded
-/// rows, for the flags).
+/// section, about `piece` bytes at a time; returns the bits set (the
+/// encoded rows, for the flags).
 fn copy<W: Write>(
     dev: &mut dyn GroupDevice,
     s: &mut GroupSections<'_, W>,
@@ -258,15 +264,10 @@ fn copy<W: Write>(
     len: u64,
     piece: usize,
 ) -> Result<u64> {
-    let piece = u64::try_from(piece).unwrap_or(u64::MAX).min(len.max(1));
-    let mut buf = vec![0u8; usize::try_from(piece).map_err(|_| Error::invalid("piece too large"))?];
-    let (mut at, mut ones) = (0u64, 0u64);
-    while at < len {
-        let k = (len - at).min(piece) as usize;
-        dev.read(kind, at, &mut buf[..k])?;
-        ones += popcount(&buf[..k]);
-        s.write(&buf[..k])?;
-        at += k as u64;
-    }
+    let mut ones = 0u64;
+    dev.read_section(kind, len, piece, &mut |b| {
+        ones += popcount(b);
+        s.write(b)
+    })?;
     Ok(ones)
 }
