@@ -202,7 +202,7 @@ impl Table<'_> {
         let cb = ibp::fit::fit(Rows::new(self.base, l)?, &Default::default())?.codebook;
         let packed = compress_packed(&cb, Rows::new(&data, l)?, &LayoutOptions::default())?;
         let ds = GpuDataset::upload_packed(gpu, &cb, &packed.view(), Residency::Pinned)?;
-        let view = ds.device_view();
+        let view = ds.device_view()?;
         let plain_rows = PinnedBuffer::from_slice(&data)?;
         drop(data);
         let (ids, starts) = bags(rows, n_bags, 0x1bad_5eed ^ l as u64);

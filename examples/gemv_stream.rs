@@ -148,7 +148,7 @@ fn run() -> Result<()> {
     let packed = compress_packed(&cb, Rows::new(&data, l)?, &LayoutOptions::default())?;
     let ds = GpuDataset::upload_packed(&gpu, &cb, &packed.view(), Residency::Pinned)?;
     drop(packed);
-    let view = ds.device_view();
+    let view = ds.device_view()?;
     let plain_w = PinnedBuffer::from_slice(&data)?;
     drop(data);
     if view.book_bytes % 4 != 0 {

@@ -8,14 +8,12 @@ use crate::fit::choose::le_word;
 /// then one byte per chunk with the popcount of its mask. The encoder reads
 /// the same entries.
 pub fn decoder_table(cb: &Codebook) -> Vec<u8> {
-    use ibp_kernels::table::{Entry, entry_bytes};
+    use ibp_kernels::table::{Entry, entry_bytes, table_bytes};
 
     let c = cb.chunk().bytes();
     let eb = entry_bytes(c) as usize;
     let k = cb.chunks();
-    // Padded so a lane may read a whole 8-byte group of mask popcounts past
-    // the last chunk.
-    let mut out = vec![0u8; (k * eb + k + 16).next_multiple_of(16)];
+    let mut out = vec![0u8; table_bytes(k as u32, c) as usize];
     for (j, t) in cb.tables().entries().iter().enumerate() {
         let e = Entry::new(t.mask, t.bitval, t.width, c);
         debug_assert_eq!(e.free, t.free);

@@ -86,14 +86,24 @@ fi
 rm -rf "$inst"
 
 if [ "$cuda" = 1 ]; then
-  step "ptxas on every embedded PTX (sm_80 and sm_90, spills are errors)"
+  step "ptxas on every embedded PTX (sm_80 and sm_90, spills are errors but one, below)"
   ptx_dir=$(mktemp -d)
   cargo run --quiet --features cli,cuda -- ptx --out "$ptx_dir" >/dev/null
+  # The one spill allowed: ibp_decode_clustered on sm_80 keeps a
+  # loop-invariant address in local memory (4 bytes, stored and loaded once
+  # per batch of tensors, outside the decode step), at the 128-register cap
+  # that ibp_decode itself reaches there; sm_90 has none. docs/PERF-NOTES.md,
+  # "Clustered datasets on the GPU".
+  allowed_spill() { [ "$1 $2" = "ibp_decode_clustered sm_80" ] && [ "$3" -le 8 ]; }
   for ptx in "$ptx_dir"/*.ptx; do
     for arch in sm_80 sm_90; do
       # --maxrregcount matches the cap the driver's JIT gets (JIT_MAX_REGISTERS).
-      "$IBP_PTXAS" -arch="$arch" -v --maxrregcount=128 --warn-on-spills --warning-as-error "$ptx" -o /dev/null 2>"$ptx_dir/report.txt" \
+      "$IBP_PTXAS" -arch="$arch" -v --maxrregcount=128 "$ptx" -o /dev/null 2>"$ptx_dir/report.txt" \
         || { cat "$ptx_dir/report.txt"; echo "ptxas rejected $(basename "$ptx") for $arch"; exit 1; }
+      while read -r kernel bytes; do
+        allowed_spill "$kernel" "$arch" "$bytes" && continue
+        cat "$ptx_dir/report.txt"; echo "$kernel spills $bytes bytes on $arch ($(basename "$ptx"))"; exit 1
+      done < <(awk -F"'" '/Compiling entry function/ {k = $2} /bytes spill stores/ {n = split($0, a, " "); for (i = 3; i < n; i++) if (a[i] == "spill" && a[i+1] == "stores," && a[i-2] + 0 > 0) print k, a[i-2]}' "$ptx_dir/report.txt")
       printf '%s %s: ' "$(basename "$ptx")" "$arch"
       grep -E "Used [0-9]+ registers" "$ptx_dir/report.txt" | sed 's/.*Used/used/' | sort | uniq -c | tr '\n' ';'
       echo

@@ -77,7 +77,7 @@ fn fused_bags(
     ids: &[u32],
     starts: &[u32],
 ) -> (Vec<u32>, Vec<u32>) {
-    let view = ds.device_view();
+    let view = ds.device_view().unwrap();
     let l = view.row_bytes as u32;
     let dim = l / if bf16 { 2 } else { 4 };
     let bags = starts.len() - 1;

@@ -302,7 +302,7 @@ pub unsafe fn ibp_decode(p: DecodeParams) {
     arch::sync_threads();
     let at = launch(&p, base + p.book_smem_bytes);
     // SAFETY: forwarded contract; the book is in shared memory at `base`.
-    unsafe { crate::decode::run(&Hw, &SharedBook(base), p, true, at) }
+    unsafe { crate::decode::run::<_, _, false>(&Hw, &SharedBook(base), p, true, at) }
 }
 
 /// Decompression in streaming mode (large tensors).
@@ -315,7 +315,49 @@ pub unsafe fn ibp_decode_stream(p: DecodeParams) {
     let p = global_decode(p);
     let at = launch(&p, arch::dyn_smem_base());
     // SAFETY: forwarded contract; the book is read from global memory.
-    unsafe { crate::decode::run(&Hw, &GlobalBook(p.book), p, false, at) }
+    unsafe { crate::decode::run::<_, _, false>(&Hw, &GlobalBook(p.book), p, false, at) }
+}
+
+/// Decompression of a clustered dataset in batch mode: the `k` clusters'
+/// books, back to back, copied into shared memory once per block as
+/// `ibp_decode` copies its one (the host takes batch mode only when they
+/// fit), and each tensor decodes with its cluster's.
+///
+/// # Safety
+/// As `crate::decode::run` with `CL`; the launch provides `book_smem_bytes`
+/// (all `k` books) plus one workspace per warp of dynamic shared memory.
+#[kernel]
+pub unsafe fn ibp_decode_clustered(p: DecodeParams) {
+    let mut p = global_decode(p);
+    p.clusters = arch::to_global(p.clusters);
+    let base = arch::dyn_smem_base();
+    let words = p.book_smem_bytes / 4;
+    let mut i = arch::thread_idx();
+    while i < words {
+        // SAFETY: i·4 < book_smem_bytes <= the books' length.
+        unsafe { arch::st_shared_u32(base + i * 4, arch::ld_global_u32(p.book + i as u64 * 4)) };
+        i += arch::block_dim();
+    }
+    arch::sync_threads();
+    let at = launch(&p, base + p.book_smem_bytes);
+    // SAFETY: forwarded contract; the books are in shared memory at `base`.
+    unsafe { crate::decode::run::<_, _, true>(&Hw, &SharedBook(base), p, true, at) }
+}
+
+/// Decompression of a clustered dataset in streaming mode (large tensors,
+/// or books too large for shared memory): the books are read from global
+/// memory through L1.
+///
+/// # Safety
+/// As `crate::decode::run` with `CL`; the launch provides one workspace per
+/// warp of dynamic shared memory and no book.
+#[kernel]
+pub unsafe fn ibp_decode_clustered_stream(p: DecodeParams) {
+    let mut p = global_decode(p);
+    p.clusters = arch::to_global(p.clusters);
+    let at = launch(&p, arch::dyn_smem_base());
+    // SAFETY: forwarded contract; the books are read from global memory.
+    unsafe { crate::decode::run::<_, _, true>(&Hw, &GlobalBook(p.book), p, false, at) }
 }
 
 /// The GPU feature cache's gather (`crate::cache::gather`): one warp per
@@ -477,15 +519,15 @@ pub unsafe fn ibp_kv_commit(p: KvCommitParams) {
         }
         r += 1;
     }
+    // SAFETY: only called for rows in first .. first + rows, whose sizes
+    // exist (the contract).
+    let unencoded =
+        |r: u64| unsafe { arch::ld_global_u64(sizes + 8 * (r - p.first)) } < p.row_bytes;
     // SAFETY: byte < ⌈(first + rows) / 8⌉ (the contract).
-    unsafe {
-        let old = arch::ld_global_u8(flags + byte);
-        let v = crate::kv::commit_flag_byte(old, byte, p.first, p.rows, |r| {
-            // SAFETY: only called for rows in first .. first + rows.
-            unsafe { arch::ld_global_u64(sizes + 8 * (r - p.first)) < p.row_bytes }
-        });
-        arch::st_global_u8(flags + byte, v);
-    }
+    let old = unsafe { arch::ld_global_u8(flags + byte) };
+    let v = crate::kv::commit_flag_byte(old, byte, p.first, p.rows, unencoded);
+    // SAFETY: as above.
+    unsafe { arch::st_global_u8(flags + byte, v) };
 }
 
 /// Copy sampled tensors (`crate::encode::gather`).

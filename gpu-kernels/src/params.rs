@@ -84,8 +84,8 @@ pub struct DecodeParams {
     pub ring_lines: u32,
     /// u32 words of each warp's participation buffer.
     pub pbuf_words: u32,
-    /// Unused (kept so the block's layout does not move).
-    pub _pad0: u32,
+    /// Clustered datasets (`clusters` ≠ 0): bits per cluster id, 1 to 32.
+    pub cluster_bits: u32,
     /// [`DECODE_MODE_DECODE`] or [`DECODE_MODE_IDEAL`].
     pub mode: u32,
     /// 1: batch mode (whole tensors in half a ring, several per batch,
@@ -115,6 +115,13 @@ pub struct DecodeParams {
     /// first row within the caller's call (the DMA paths decode a call in
     /// pieces, one launch per piece, and report rows of the whole call).
     pub row_base: u64,
+    /// Clustered datasets only (the kernel `ibp_decode_clustered`; 0
+    /// otherwise): device address of the cluster ids, one `cluster_bits`-bit
+    /// id per tensor as the container stores them (`docs/FORMAT.md` §6.8),
+    /// readable 8 bytes past the last id's word. Tensor `t` decodes with
+    /// book `book + id · B` and table `table + id · T` (`B` the book's
+    /// bytes, `T` [`crate::table::table_bytes`]).
+    pub clusters: u64,
 }
 
 /// Bytes of one warp's decode workspace in shared memory: its participation

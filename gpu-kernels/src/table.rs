@@ -24,6 +24,15 @@
 
 use crate::bits;
 
+/// Bytes of the table of a tensor of `chunks` chunks of `chunk` bytes: the
+/// entries, one popcount byte per chunk, and 16 bytes of padding (a lane may
+/// read a whole 8-byte group of popcounts past the last chunk), rounded up
+/// to 16.
+#[inline(always)]
+pub const fn table_bytes(chunks: u32, chunk: u32) -> u32 {
+    (chunks * entry_bytes(chunk) + chunks + 16).next_multiple_of(16)
+}
+
 /// Bytes of one table entry for chunks of `chunk` bytes.
 #[inline(always)]
 pub const fn entry_bytes(chunk: u32) -> u32 {

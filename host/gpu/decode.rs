@@ -101,6 +101,20 @@ pub struct GpuDataset {
     /// Packed layout: the flag bitmap, also on the host (the DMA gather
     /// copies each requested tensor's bit into its piece).
     pub(crate) host_flags: Option<Vec<u8>>,
+    /// A clustered dataset's cluster ids ([`GpuDataset::upload_clustered`]);
+    /// `book` and `table` then hold every cluster's, back to back.
+    pub(crate) clusters: Option<GpuClusters>,
+}
+
+/// The cluster ids of a clustered [`GpuDataset`], on the device.
+pub(crate) struct GpuClusters {
+    /// The ids as the container stores them (`docs/FORMAT.md` §6.8), then 8
+    /// zero bytes (the kernel reads two words at the last id's).
+    pub(crate) ids: DeviceBuffer<u8>,
+    /// Bits per id.
+    pub(crate) bits: u32,
+    /// Clusters (`k`).
+    pub(crate) k: u32,
 }
 
 impl GpuDataset {
@@ -137,6 +151,7 @@ impl GpuDataset {
             chunk: cb.chunk().bytes(),
             stored_bytes: packed.payload().len() as u64,
             fingerprint: Default::default(),
+            clusters: None,
             max_stored: packed
                 .offsets()
                 .windows(2)
@@ -144,6 +159,118 @@ impl GpuDataset {
                 .max()
                 .unwrap_or(0),
         })
+    }
+
+    /// Place a clustered dataset (`docs/FORMAT.md` §6.8): a packed dataset
+    /// whose tensor `i` was encoded with `codebooks[ids[i]]`, as
+    /// [`crate::cluster::compress_clustered`] writes it and a clustered
+    /// group of an `.ibp` file holds it. Range and gather decodes (zero-copy
+    /// and device-resident, and [`Decoder::range_dma`]) then give each
+    /// tensor its own codebook; the books are read through L1, so the
+    /// decoder needs no shared memory for them whatever `k`.
+    ///
+    /// Errors with [`crate::ErrorKind::InvalidArgument`] for no codebooks,
+    /// codebooks of different tensor lengths or chunk sizes, or ids not one
+    /// per tensor; with [`crate::ErrorKind::Corrupt`] for an id `≥ k` or an
+    /// inconsistent packed layout; with [`crate::ErrorKind::Unsupported`]
+    /// when the `k` books would pass 4 GiB.
+    pub fn upload_clustered(
+        _gpu: &Gpu,
+        codebooks: &[Codebook],
+        ids: &crate::cluster::ClusterIds,
+        packed: &PackedRef<'_>,
+        residency: Residency,
+    ) -> Result<Self> {
+        let first = codebooks
+            .first()
+            .ok_or_else(|| Error::invalid("no codebooks; a clustering has at least one"))?;
+        for (i, cb) in codebooks.iter().enumerate() {
+            check_codebook(cb, packed.row_bytes())?;
+            if cb.chunk() != first.chunk() {
+                return Err(Error::invalid(format!(
+                    "codebook {i} has {}-byte chunks and codebook 0 {}-byte ones; a clustered dataset's codebooks share one chunk size",
+                    cb.chunk().bytes(),
+                    first.chunk().bytes()
+                )));
+            }
+        }
+        if ids.len() != packed.rows() {
+            return Err(Error::invalid(format!(
+                "{} cluster ids for {} tensors; give one per tensor",
+                ids.len(),
+                packed.rows()
+            )));
+        }
+        let k = codebooks.len();
+        if let Some(i) = (0..ids.len()).find(|&i| ids.get(i).is_none_or(|c| c as usize >= k)) {
+            return Err(Error::corrupt(format!(
+                "tensor {i} has cluster id {:?}; there are {k} codebooks",
+                ids.get(i)
+            )));
+        }
+        let mut ds = GpuDataset::upload_packed(_gpu, first, packed, residency)?;
+        let book: Vec<u8> = codebooks.iter().flat_map(decode_book).collect();
+        let table: Vec<u8> = codebooks.iter().flat_map(decoder_table).collect();
+        if u32::try_from(book.len()).is_err() || u32::try_from(table.len()).is_err() {
+            return Err(Error::unsupported(format!(
+                "{k} codebooks of {}-byte tensors need {} bytes of decode books; the GPU decoder addresses 4 GiB",
+                packed.row_bytes(),
+                book.len()
+            )));
+        }
+        let mut id_bytes = ids.as_bytes().to_vec();
+        id_bytes.extend([0u8; 8]);
+        ds.book_bytes = book.len() / k;
+        ds.book = DeviceBuffer::from_slice(&book).map_err(cuda_err("uploading the codebooks"))?;
+        ds.table = DeviceBuffer::from_slice(&table).map_err(cuda_err("uploading the codebooks"))?;
+        ds.clusters = Some(GpuClusters {
+            ids: DeviceBuffer::from_slice(&id_bytes).map_err(cuda_err("uploading cluster ids"))?,
+            bits: ids.bits(),
+            k: k as u32,
+        });
+        Ok(ds)
+    }
+
+    /// Place group `g` of an `.ibp` file ([`crate::container::IbpFile`]),
+    /// whatever its layout: packed, fixed-stride or clustered
+    /// ([`GpuDataset::upload_packed`], [`GpuDataset::upload_fixed`],
+    /// [`GpuDataset::upload_clustered`]).
+    ///
+    /// Errors with [`crate::ErrorKind::Unsupported`] for a group stored raw
+    /// (nothing to decode: copy its bytes).
+    pub fn upload_group(
+        gpu: &Gpu,
+        g: &crate::container::GroupView<'_>,
+        residency: Residency,
+    ) -> Result<Self> {
+        let raw = || {
+            Error::unsupported(format!(
+                "group {:?} is stored raw; copy its bytes to the GPU, there is nothing to decode",
+                g.name()
+            ))
+        };
+        if let Some((books, ids)) = g.clusters() {
+            let packed = g.packed().ok_or_else(raw)?;
+            return GpuDataset::upload_clustered(gpu, books, ids, &packed, residency);
+        }
+        let cb = g.codebook().ok_or_else(raw)?;
+        match (g.packed(), g.fixed()) {
+            (Some(p), _) => GpuDataset::upload_packed(gpu, cb, &p, residency),
+            (None, Some(f)) => GpuDataset::upload_fixed(gpu, cb, &f, residency),
+            (None, None) => Err(raw()),
+        }
+    }
+
+    /// Whether tensors decode with their cluster's codebook
+    /// ([`GpuDataset::upload_clustered`]).
+    pub fn is_clustered(&self) -> bool {
+        self.clusters.is_some()
+    }
+
+    /// The number of clusters (codebooks) of a clustered dataset; `None`
+    /// for a dataset of one codebook.
+    pub fn clusters(&self) -> Option<usize> {
+        self.clusters.as_ref().map(|c| c.k as usize)
     }
 
     /// Place a fixed-stride dataset: slots of `L` bytes, each tensor's
@@ -178,6 +305,7 @@ impl GpuDataset {
             // Lengths derived from participation bits: up to L - 1 bytes.
             max_stored: fixed.row_bytes() as u64,
             fingerprint: Default::default(),
+            clusters: None,
         })
     }
 
@@ -207,6 +335,7 @@ impl GpuDataset {
             stored_bytes: 0,
             max_stored: l,
             fingerprint: Default::default(),
+            clusters: None,
         })
     }
 
@@ -280,13 +409,29 @@ impl GpuDataset {
             // The offsets stay on the device: the bound.
             max_stored: row_bytes as u64,
             fingerprint: Default::default(),
+            clusters: None,
         })
     }
 
     /// The dataset as a user kernel reads it, for
     /// `ibp_kernels::device::decode_row` (decode inside your own kernel).
     /// The addresses stay valid while the dataset lives.
-    pub fn device_view(&self) -> ibp_kernels::device::DatasetView {
+    ///
+    /// Errors with [`crate::ErrorKind::Unsupported`] for a clustered
+    /// dataset: the device API decodes with one codebook (decode clustered
+    /// datasets with [`Decoder`]).
+    pub fn device_view(&self) -> Result<ibp_kernels::device::DatasetView> {
+        if self.is_clustered() {
+            return Err(Error::unsupported(
+                "the device API decodes datasets of one codebook; this one is clustered (decode it with ibp::gpu::Decoder, or compress it with --clusters off)",
+            ));
+        }
+        Ok(self.view())
+    }
+
+    /// [`GpuDataset::device_view`] without the check, for callers that
+    /// refused clustered datasets themselves.
+    pub(crate) fn view(&self) -> ibp_kernels::device::DatasetView {
         ibp_kernels::device::DatasetView {
             src: self.payload.device_addr(),
             offsets: self
@@ -528,7 +673,11 @@ impl<'ds> Decoder<'ds> {
         // Batch mode also needs its decode book in shared memory beside at
         // least one warp's workspace (always so for tensors of a few KB).
         let budget = info.max_shared_per_block as u64;
-        let book = ds.book_bytes as u64;
+        // The book that batch mode copies into shared memory: a clustered
+        // dataset's are all its clusters' (batch mode only when they fit;
+        // streaming mode reads them through L1).
+        let clustered = ds.clusters.is_some();
+        let book = ds.book_bytes as u64 * ds.clusters.as_ref().map_or(1, |c| c.k as u64);
         let batch = span_l <= BATCH_MAX_LINES
             && opts
                 .ring_bytes
@@ -597,7 +746,7 @@ impl<'ds> Decoder<'ds> {
             )));
         }
         let block = (warps * 32) as u32;
-        let per_sm = gpu.decode_blocks_per_sm(batch, block, shared as usize)?;
+        let per_sm = gpu.decode_blocks_per_sm(batch, clustered, block, shared as usize)?;
         let sms = opts
             .max_sms
             .unwrap_or(info.sm_count)

@@ -235,6 +235,14 @@ impl<'ds> Decoder<'ds> {
         stream: &Stream,
     ) -> Result<()> {
         let ds = self.ds;
+        // Q: why not clustered datasets? A: the pieces renumber the
+        // requested tensors, and their cluster ids would have to follow;
+        // zero-copy gathers (`Decoder::gather`) take them.
+        if ds.is_clustered() {
+            return Err(Error::unsupported(
+                "the DMA gather takes datasets of one codebook; gather a clustered dataset with Decoder::gather (zero-copy)",
+            ));
+        }
         let (Some(offsets), Some(flags), Payload::Pinned(payload)) =
             (&ds.host_offsets, &ds.host_flags, &ds.payload)
         else {

@@ -74,6 +74,9 @@ pub(crate) mod kernels {
     pub(crate) const SCAN_APPLY: Kernel<ScanParams> = Kernel::new("ibp_scan_apply");
     pub(crate) const DECODE_BATCH: Kernel<DecodeParams> = Kernel::new("ibp_decode");
     pub(crate) const DECODE_STREAM: Kernel<DecodeParams> = Kernel::new("ibp_decode_stream");
+    pub(crate) const DECODE_CLUSTERED: Kernel<DecodeParams> = Kernel::new("ibp_decode_clustered");
+    pub(crate) const DECODE_CLUSTERED_STREAM: Kernel<DecodeParams> =
+        Kernel::new("ibp_decode_clustered_stream");
     pub(crate) const CACHE_GATHER: Kernel<CacheParams> = Kernel::new("ibp_cache_gather");
     pub(crate) const KV_COMMIT: Kernel<KvCommitParams> = Kernel::new("ibp_kv_commit");
     pub(crate) const TEST_WARP: Kernel<WarpTestParams> = Kernel::new("ibp_test_warp");
@@ -89,9 +92,15 @@ pub(crate) mod kernels {
         }
     }
 
-    /// The decode kernel for batch or streaming mode.
-    pub(crate) const fn decode(batch: bool) -> Kernel<DecodeParams> {
-        if batch { DECODE_BATCH } else { DECODE_STREAM }
+    /// The decode kernel for batch or streaming mode, of a clustered
+    /// dataset or not.
+    pub(crate) const fn decode(batch: bool, clustered: bool) -> Kernel<DecodeParams> {
+        match (batch, clustered) {
+            (true, false) => DECODE_BATCH,
+            (false, false) => DECODE_STREAM,
+            (true, true) => DECODE_CLUSTERED,
+            (false, true) => DECODE_CLUSTERED_STREAM,
+        }
     }
 }
 
@@ -254,10 +263,11 @@ impl Gpu {
     pub(crate) fn decode_blocks_per_sm(
         &self,
         batch: bool,
+        clustered: bool,
         block: u32,
         shared: usize,
     ) -> Result<u32> {
-        self.blocks_per_sm(kernels::decode(batch), block, shared)
+        self.blocks_per_sm(kernels::decode(batch, clustered), block, shared)
     }
 
     /// Blocks of `block` threads with `shared` bytes of dynamic shared
@@ -437,7 +447,7 @@ impl Gpu {
             chunk: ds.chunk,
             ring_lines: dec.ring_lines,
             pbuf_words: dec.pbuf_words,
-            _pad0: 0,
+            cluster_bits: ds.clusters.as_ref().map_or(0, |c| c.bits),
             mode: if ideal {
                 DECODE_MODE_IDEAL
             } else {
@@ -460,6 +470,10 @@ impl Gpu {
             book_smem_bytes: dec.book_smem_bytes,
             index_u32: !wide as u32,
             row_base: via.out_skip_rows,
+            clusters: ds
+                .clusters
+                .as_ref()
+                .map_or(0, |c| c.ids.as_device_ptr().as_raw()),
         };
         let warps = (dec.block / 32) as u64;
         let grid = (dec.grid as u64).min(count.div_ceil(warps)).max(1) as u32;
@@ -473,7 +487,7 @@ impl Gpu {
         // parameter type.
         unsafe {
             self.launch(
-                kernels::decode(dec.batch),
+                kernels::decode(dec.batch, ds.clusters.is_some()),
                 grid,
                 dec.block,
                 dec.shared_bytes,

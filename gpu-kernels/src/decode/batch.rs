@@ -3,7 +3,7 @@
 
 use super::{Ctx, LINE};
 use crate::bits::WARP;
-use crate::params::{DECODE_MODE_IDEAL, STATUS_BAD_INDEX, STATUS_CORRUPT};
+use crate::params::{STATUS_BAD_INDEX, STATUS_CORRUPT};
 use crate::simt::{Book, Machine, inclusive_scan, shfl_idx64, warp_sum64};
 use crate::step::Contig;
 
@@ -128,7 +128,7 @@ fn lines(src: u64, len: u64) -> u32 {
     }
 }
 
-impl<H: Machine, B: Book> Ctx<'_, H, B> {
+impl<H: Machine, B: Book, const CL: bool> Ctx<'_, H, B, CL> {
     /// Describe output row `row` (lane-local; `ITEM_NONE` past the end).
     #[inline(always)]
     fn load_item(&self, row: u64) -> Item {
@@ -149,7 +149,7 @@ impl<H: Machine, B: Book> Ctx<'_, H, B> {
         // SAFETY: t < rows: flag byte t / 8, offsets t and t + 1, length t.
         let encoded = unsafe { h.ld_u8(p.flags + t / 8) } >> (t % 8) & 1 == 1;
         let pbytes = self.chunks.div_ceil(8);
-        let (start, known) = if p.offsets != 0 {
+        let (start, known) = if self.packed() {
             let o = p.offsets + t * 8;
             // SAFETY: as above.
             let (a, b) = unsafe { (h.ld_u64(o), h.ld_u64(o + 8)) };
@@ -161,7 +161,7 @@ impl<H: Machine, B: Book> Ctx<'_, H, B> {
             (t * l, if encoded { None } else { Some(l) })
         };
         it.src = p.src + start;
-        let ideal = p.mode == DECODE_MODE_IDEAL;
+        let ideal = self.ideal_mode();
         match known {
             Some(n) => {
                 let ok = if ideal {
@@ -382,7 +382,7 @@ impl<H: Machine, B: Book> Ctx<'_, H, B> {
     /// Decode (or, in ideal mode, write) every tensor of a resident batch.
     #[inline(always)]
     fn finish_batch(&self, half: u32, batch: &Item, count: u32) {
-        let ideal = self.p.mode == DECODE_MODE_IDEAL;
+        let ideal = self.ideal_mode();
         for b in 0..count {
             let it = batch.shfl(self.h, b);
             let out = self.p.out + it.row * self.p.out_stride;
@@ -395,7 +395,14 @@ impl<H: Machine, B: Book> Ctx<'_, H, B> {
                     // `base`, followed by the rest of the half or the warp's
                     // 16 bytes of padding.
                     let mut src = unsafe { Contig::new(self.h, base) };
-                    if !self.step(&mut src, it.len, out) {
+                    // Its cluster, from the tensor (the item keeps only the
+                    // output row).
+                    let id = if CL {
+                        self.cluster_id(self.tensor(it.row))
+                    } else {
+                        0
+                    };
+                    if !self.step(&mut src, it.len, out, id) {
                         self.fail(it.row, out, STATUS_CORRUPT);
                     }
                 }
@@ -429,7 +436,7 @@ impl<H: Machine, B: Book> Ctx<'_, H, B> {
         // Shared address of half `k` (arithmetic, not an array: a runtime
         // index into an array would put it in local memory).
         let half = |k: u32| self.ring + k * half_lines * LINE as u32;
-        let derive = self.p.offsets == 0 && self.p.lengths == 0 && self.p.mode != DECODE_MODE_IDEAL;
+        let derive = !self.packed() && self.p.lengths == 0 && !self.ideal_mode();
         let mut w = Window {
             warp,
             warps,

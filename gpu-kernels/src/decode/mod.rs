@@ -49,7 +49,7 @@ use crate::params::{
 };
 use crate::simt::{Book, Machine, warp_sum64};
 use crate::step::{self, Geometry, RowStore, Source};
-use crate::table::window32;
+use crate::table::{table_bytes, window32};
 
 mod batch;
 mod ring;
@@ -72,7 +72,11 @@ pub struct Launch {
 }
 
 /// Per-launch constants and the warp's workspace.
-struct Ctx<'a, H, B> {
+///
+/// `CL`: tensors choose their book and table by cluster id
+/// (`DecodeParams::clusters`); a constant of each kernel, so the kernels of
+/// unclustered datasets carry no trace of it.
+struct Ctx<'a, H, B, const CL: bool> {
     h: &'a H,
     book: &'a B,
     p: DecodeParams,
@@ -86,7 +90,7 @@ struct Ctx<'a, H, B> {
     geo: Geometry,
 }
 
-impl<H: Machine, B: Book> Ctx<'_, H, B> {
+impl<H: Machine, B: Book, const CL: bool> Ctx<'_, H, B, CL> {
     /// 32-bit read of `n` bits at bit `bit` of the bytes at shared address
     /// `base` (any alignment).
     #[inline(always)]
@@ -164,21 +168,71 @@ impl<H: Machine, B: Book> Ctx<'_, H, B> {
         self.zero_row(out);
     }
 
+    /// Packed layout (offsets given)? Always for a clustered dataset, so
+    /// its kernels carry no fixed-stride paths.
+    #[inline(always)]
+    fn packed(&self) -> bool {
+        CL || self.p.offsets != 0
+    }
+
+    /// The ideal-copy benchmark mode? Never for a clustered dataset.
+    #[inline(always)]
+    fn ideal_mode(&self) -> bool {
+        !CL && self.p.mode == DECODE_MODE_IDEAL
+    }
+
+    /// Cluster id of tensor `t` (clustered datasets).
+    #[inline(always)]
+    fn cluster_id(&self, t: u64) -> u32 {
+        let p = &self.p;
+        let a = t * p.cluster_bits as u64;
+        let w = p.clusters + (a >> 5) * 4;
+        // SAFETY: t < rows; the ids are readable 8 bytes past the last id's
+        // word (`DecodeParams::clusters`).
+        let (w0, w1) = unsafe { (self.h.ld_u32(w), self.h.ld_u32(w + 4)) };
+        window32(w0, w1, (a & 31) as u32, p.cluster_bits)
+    }
+
+    /// Decode a tensor with the step, reading through `src`, into row
+    /// `out`; a clustered dataset's tensor with the book and table of its
+    /// cluster `id` (ignored otherwise).
+    #[inline(always)]
+    fn step<S: Source>(&self, src: &mut S, e_bytes: u32, out: u64, id: u32) -> bool {
+        if CL {
+            let book = Rebased {
+                book: self.book,
+                off: id * self.geo.layout.bytes,
+            };
+            let mut geo = self.geo;
+            geo.entries += id as u64 * table_bytes(geo.chunks, self.p.chunk) as u64;
+            return self.step_with(src, &book, &geo, e_bytes, out);
+        }
+        self.step_with(src, self.book, &self.geo, e_bytes, out)
+    }
+
     /// Decode with the step, reading through `src`, into row `out`.
     #[inline(always)]
-    fn step<S: Source>(&self, src: &mut S, e_bytes: u32, out: u64) -> bool {
-        let (g, h) = (&self.geo, self.h);
+    fn step_with<S: Source, B2: Book>(
+        &self,
+        src: &mut S,
+        book: &B2,
+        g: &Geometry,
+        e_bytes: u32,
+        out: u64,
+    ) -> bool {
+        let h = self.h;
         // SAFETY: the row is inside the launch's output (`run`'s contract).
         let mut sink = unsafe { RowStore::new(h, out) };
         let k = &mut sink;
         // SAFETY: `src` holds the tensor's stored bytes; the book and entry
-        // table are the dataset's (the host built both from one codebook).
+        // table are the dataset's (the host built both from one codebook,
+        // or one per cluster).
         unsafe {
             match self.p.chunk {
-                1 => step::decode_row::<1, _, _, _, _, _>(h, src, self.book, h, g, e_bytes, k),
-                2 => step::decode_row::<2, _, _, _, _, _>(h, src, self.book, h, g, e_bytes, k),
-                4 => step::decode_row::<4, _, _, _, _, _>(h, src, self.book, h, g, e_bytes, k),
-                _ => step::decode_row::<8, _, _, _, _, _>(h, src, self.book, h, g, e_bytes, k),
+                1 => step::decode_row::<1, _, _, _, _, _>(h, src, book, h, g, e_bytes, k),
+                2 => step::decode_row::<2, _, _, _, _, _>(h, src, book, h, g, e_bytes, k),
+                4 => step::decode_row::<4, _, _, _, _, _>(h, src, book, h, g, e_bytes, k),
+                _ => step::decode_row::<8, _, _, _, _, _>(h, src, book, h, g, e_bytes, k),
             }
         }
     }
@@ -221,7 +275,7 @@ impl<H: Machine, B: Book> Ctx<'_, H, B> {
     /// layout) or only an upper bound (`L`, fixed-stride). Returns false when
     /// the stored bits are inconsistent (nothing out of bounds was read).
     #[inline(always)]
-    fn decode_streamed(&self, src: u64, slot: u64, packed: bool, out: u64) -> bool {
+    fn decode_streamed(&self, t: u64, src: u64, slot: u64, packed: bool, out: u64) -> bool {
         let h = self.h;
         let k_total = self.chunks;
         let l = self.p.row_bytes;
@@ -285,7 +339,8 @@ impl<H: Machine, B: Book> Ctx<'_, H, B> {
             ring,
             pbuf: self.pbuf,
         };
-        self.step(&mut s, e_bytes as u32, out)
+        let id = if CL { self.cluster_id(t) } else { 0 };
+        self.step(&mut s, e_bytes as u32, out, id)
     }
 
     /// Benchmark baseline: fetch the stored bytes, write `L` bytes.
@@ -318,7 +373,7 @@ impl<H: Machine, B: Book> Ctx<'_, H, B> {
     #[inline(always)]
     fn run_streaming(&self, warp: u64, warps: u64) {
         let (h, p) = (self.h, &self.p);
-        let packed = p.offsets != 0;
+        let packed = self.packed();
         let mut i = warp;
         while i < p.count {
             let out = p.out + i * p.out_stride;
@@ -339,7 +394,7 @@ impl<H: Machine, B: Book> Ctx<'_, H, B> {
                 (t * p.row_bytes, p.row_bytes)
             };
             let src = p.src + start;
-            if p.mode == DECODE_MODE_IDEAL {
+            if self.ideal_mode() {
                 self.ideal(src, slot, out);
             } else if !encoded {
                 if packed && slot != p.row_bytes {
@@ -347,7 +402,7 @@ impl<H: Machine, B: Book> Ctx<'_, H, B> {
                 } else {
                     self.copy_raw(src, out);
                 }
-            } else if !self.decode_streamed(src, slot, packed, out) {
+            } else if !self.decode_streamed(t, src, slot, packed, out) {
                 self.fail(i, out, STATUS_CORRUPT);
             }
             // No copy may still be in flight into the ring when the next
@@ -369,15 +424,23 @@ impl<H: Machine, B: Book> Ctx<'_, H, B> {
 /// `out` and `status` have the lengths the parameters imply; `book` holds
 /// the dataset's decode book (in shared memory in batch mode); the warp's
 /// workspace at `at.workspace` holds [`crate::params::workspace_bytes`]
-/// bytes of shared memory.
+/// bytes of shared memory. `CL`: the dataset is clustered, `book` holds
+/// every cluster's book back to back and `p.clusters` their ids
+/// (`DecodeParams::clusters`).
 #[inline(always)]
-pub unsafe fn run<H: Machine, B: Book>(h: &H, book: &B, p: DecodeParams, batch: bool, at: Launch) {
+pub unsafe fn run<H: Machine, B: Book, const CL: bool>(
+    h: &H,
+    book: &B,
+    p: DecodeParams,
+    batch: bool,
+    at: Launch,
+) {
     // Chunk sizes are powers of two (1, 2, 4, 8): shifts and masks, no
     // division (and no division-by-zero panic path in the PTX).
     let shift = p.chunk.trailing_zeros() & 3;
     let cmask = (1u64 << shift) - 1;
     let chunks = (p.row_bytes + cmask) >> shift;
-    let ctx = Ctx {
+    let ctx = Ctx::<H, B, CL> {
         h,
         book,
         p,
@@ -402,5 +465,39 @@ pub unsafe fn run<H: Machine, B: Book>(h: &H, book: &B, p: DecodeParams, batch: 
         ctx.run_batches(at.warp, at.warps);
     } else {
         ctx.run_streaming(at.warp, at.warps);
+    }
+}
+
+/// A book read at byte `off` of another: one cluster's book among the
+/// clustered dataset's books, which lie back to back.
+struct Rebased<'b, B> {
+    book: &'b B,
+    off: u32,
+}
+
+// SAFETY (every method): the caller's offset is inside this cluster's book,
+// which lies inside the whole (the host sized it `k · B < 2^32` bytes and
+// checked every id below `k`), so the sum does not overflow.
+//
+// Q: why `unchecked_add`? A: it tells LLVM the sum does not wrap, so a
+// global book's address is rebased once per tensor in 64 bits instead of
+// adding and widening at every load (a register fewer: the batch kernel is
+// at its cap of 128 on sm_80).
+impl<B: Book> Book for Rebased<'_, B> {
+    #[inline(always)]
+    unsafe fn ld_u8(&self, off: u32) -> u32 {
+        unsafe { self.book.ld_u8(self.off.unchecked_add(off)) }
+    }
+    #[inline(always)]
+    unsafe fn ld_u32(&self, off: u32) -> u32 {
+        unsafe { self.book.ld_u32(self.off.unchecked_add(off)) }
+    }
+    #[inline(always)]
+    unsafe fn ld_v2(&self, off: u32) -> [u32; 2] {
+        unsafe { self.book.ld_v2(self.off.unchecked_add(off)) }
+    }
+    #[inline(always)]
+    unsafe fn ld_v4(&self, off: u32) -> [u32; 4] {
+        unsafe { self.book.ld_v4(self.off.unchecked_add(off)) }
     }
 }

@@ -240,6 +240,7 @@ impl FeatureCache {
             }
         }
         let src = slab_rows;
+        one_codebook(src)?;
         owner(gpus, src)?.make_current()?;
         let same_shape = src.rows == host[0].rows
             && src.row_bytes == host[0].row_bytes
@@ -266,7 +267,7 @@ impl FeatureCache {
         let mut parts = Vec::with_capacity(n);
         for (i, gpu) in gpus.iter().enumerate() {
             gpu.make_current()?;
-            let view = host[i].device_view();
+            let view = host[i].view();
             let (block, grid, shared, book_smem) =
                 gpu.cache_geometry(&view, opts.warps_per_block.unwrap_or(8))?;
             parts.push(Part {
@@ -477,7 +478,7 @@ impl FeatureCache {
             )));
         }
         let p = CacheParams {
-            view: ds.device_view(),
+            view: ds.view(),
             index: part.index.as_device_ptr().as_raw(),
             slabs: part.slabs,
             ids: ids.as_device_ptr().as_raw(),
@@ -605,7 +606,18 @@ fn device_of(ds: &GpuDataset) -> Result<i32> {
 
 /// Refuse a dataset whose device memory is not on `gpu` (its reads would
 /// fault, or cross the link on every row).
+/// The cache decodes with one codebook per dataset: refuse clustered ones.
+fn one_codebook(ds: &GpuDataset) -> Result<()> {
+    if ds.is_clustered() {
+        return Err(Error::unsupported(
+            "the feature cache takes datasets of one codebook; this one is clustered (compress it with --clusters off)",
+        ));
+    }
+    Ok(())
+}
+
 fn check_device(ds: &GpuDataset, gpu: &Gpu) -> Result<()> {
+    one_codebook(ds)?;
     let ordinal = device_of(ds)?;
     if ordinal != gpu.ordinal() as i32 {
         return Err(Error::invalid(format!(

@@ -61,7 +61,7 @@ fn emulated_dma_gather_pieces_decode_the_requested_rows() {
                 fetch: FETCH_CP_ASYNC,
                 ..Default::default()
             };
-            emu_launch(&cb, &book, p, max_stored, false, None);
+            emu_launch(&cb, &book, p, max_stored, false, None, false);
             start += count;
             pieces += 1;
         }
