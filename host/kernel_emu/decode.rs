@@ -46,44 +46,15 @@ fn emu_decode_row(
         let mut sink = unsafe { RowStore::new(&EmuMem, dst) };
         // SAFETY: as stated above the call: buffers sized for the kernel.
         let r = unsafe {
-            match cb.chunk() {
-                ChunkSize::One => decode_row::<1, _, _, _, _, _>(
-                    w,
-                    &mut Contig::new(&ws_mem, shift as u32),
-                    &book_mem,
-                    &EmuMem,
-                    &g,
-                    e_bytes,
-                    &mut sink,
-                ),
-                ChunkSize::Two => decode_row::<2, _, _, _, _, _>(
-                    w,
-                    &mut Contig::new(&ws_mem, shift as u32),
-                    &book_mem,
-                    &EmuMem,
-                    &g,
-                    e_bytes,
-                    &mut sink,
-                ),
-                ChunkSize::Four => decode_row::<4, _, _, _, _, _>(
-                    w,
-                    &mut Contig::new(&ws_mem, shift as u32),
-                    &book_mem,
-                    &EmuMem,
-                    &g,
-                    e_bytes,
-                    &mut sink,
-                ),
-                ChunkSize::Eight => decode_row::<8, _, _, _, _, _>(
-                    w,
-                    &mut Contig::new(&ws_mem, shift as u32),
-                    &book_mem,
-                    &EmuMem,
-                    &g,
-                    e_bytes,
-                    &mut sink,
-                ),
-            }
+            with_chunk_const!(cb.chunk(), C => decode_row::<C, _, _, _, _, _>(
+                w,
+                &mut Contig::new(&ws_mem, shift as u32),
+                &book_mem,
+                &EmuMem,
+                &g,
+                e_bytes,
+                &mut sink,
+            ))
         };
         ok.fetch_add(r as u32, Relaxed);
     });

@@ -17,6 +17,31 @@ use crate::fit::{FitOptions, count_bits, fit};
 use crate::kernel_tables::{decode_book, decoder_table, encoder_book, eval_book};
 use crate::layout::{LayoutOptions, compress_fixed, compress_packed, size_query};
 
+/// `$body` with `$c` the chunk size `$chunk` as a `const u32`, as the kernel
+/// bodies take it (they monomorphise on it, like the GPU's entry points).
+macro_rules! with_chunk_const {
+    ($chunk:expr, $c:ident => $body:expr) => {
+        match $chunk {
+            ChunkSize::One => {
+                const $c: u32 = 1;
+                $body
+            }
+            ChunkSize::Two => {
+                const $c: u32 = 2;
+                $body
+            }
+            ChunkSize::Four => {
+                const $c: u32 = 4;
+                $body
+            }
+            ChunkSize::Eight => {
+                const $c: u32 = 8;
+                $body
+            }
+        }
+    };
+}
+
 /// The shuffle exchange shared by the 32 lane threads.
 struct Exchange {
     barrier: Barrier,
@@ -427,12 +452,7 @@ fn emu_sizes(cb: &Codebook, rows: Rows<'_>, stage: Option<&mut Aligned>) -> Vec<
     // SAFETY: every buffer is sized as MeasureParams requires and outlives
     // the warp.
     run_warp(|w| unsafe {
-        match cb.chunk() {
-            ChunkSize::One => encode::size::<_, _, 1>(w, &EmuMem, &p, 0, 1),
-            ChunkSize::Two => encode::size::<_, _, 2>(w, &EmuMem, &p, 0, 1),
-            ChunkSize::Four => encode::size::<_, _, 4>(w, &EmuMem, &p, 0, 1),
-            ChunkSize::Eight => encode::size::<_, _, 8>(w, &EmuMem, &p, 0, 1),
-        }
+        with_chunk_const!(cb.chunk(), C => encode::size::<_, _, C>(w, &EmuMem, &p, 0, 1))
     });
     bytemuck::cast_slice::<u8, u64>(sizes.bytes()).to_vec()
 }
@@ -462,12 +482,7 @@ fn emu_encode(
     };
     // SAFETY: as in emu_sizes; the output covers every region.
     run_warp(|w| unsafe {
-        match cb.chunk() {
-            ChunkSize::One => encode::encode::<_, _, 1>(w, &EmuMem, &p, 0, 1),
-            ChunkSize::Two => encode::encode::<_, _, 2>(w, &EmuMem, &p, 0, 1),
-            ChunkSize::Four => encode::encode::<_, _, 4>(w, &EmuMem, &p, 0, 1),
-            ChunkSize::Eight => encode::encode::<_, _, 8>(w, &EmuMem, &p, 0, 1),
-        }
+        with_chunk_const!(cb.chunk(), C => encode::encode::<_, _, C>(w, &EmuMem, &p, 0, 1))
     });
     out.bytes().to_vec()
 }

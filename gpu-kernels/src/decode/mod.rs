@@ -486,18 +486,22 @@ struct Rebased<'b, B> {
 impl<B: Book> Book for Rebased<'_, B> {
     #[inline(always)]
     unsafe fn ld_u8(&self, off: u32) -> u32 {
+        // SAFETY: as above.
         unsafe { self.book.ld_u8(self.off.unchecked_add(off)) }
     }
     #[inline(always)]
     unsafe fn ld_u32(&self, off: u32) -> u32 {
+        // SAFETY: as above.
         unsafe { self.book.ld_u32(self.off.unchecked_add(off)) }
     }
     #[inline(always)]
     unsafe fn ld_v2(&self, off: u32) -> [u32; 2] {
+        // SAFETY: as above.
         unsafe { self.book.ld_v2(self.off.unchecked_add(off)) }
     }
     #[inline(always)]
     unsafe fn ld_v4(&self, off: u32) -> [u32; 4] {
+        // SAFETY: as above.
         unsafe { self.book.ld_v4(self.off.unchecked_add(off)) }
     }
 }
