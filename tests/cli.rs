@@ -15,8 +15,6 @@ mod common;
 #[macro_use]
 mod cli_harness;
 
-use std::ffi::OsString;
-
 use ibp::container::{ContainerWriter, GroupData, GroupMeta, SourceInfo};
 use ibp::io::{DType, Fingerprint, Segment, SourceFormat};
 use serde_json::{Value, json};

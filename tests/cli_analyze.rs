@@ -7,7 +7,6 @@ mod common;
 #[macro_use]
 mod cli_harness;
 
-use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use ibp::io::{DType, ParseOptions, SourceFormat};

@@ -5,68 +5,24 @@
 //! the names) and, with a readable file, the missing GPU. The GPU side is
 //! `tests/gpu_cli.rs`.
 
-use std::ffi::OsString;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
+#[macro_use]
+mod cli_harness;
 
+use std::path::{Path, PathBuf};
+
+use cli_harness::*;
 use serde_json::Value;
 
-/// Exit codes of `ibp::ErrorKind::exit_code`.
-const EXIT_INVALID: i32 = 2;
-const EXIT_IO: i32 = 3;
 /// `--device gpu` without a GPU: the driver's error (`Cuda`) in a build
 /// with `cuda`; `Unsupported` in one without.
 const EXIT_NO_GPU: i32 = if cfg!(feature = "cuda") { 6 } else { 5 };
-
-macro_rules! args {
-    ($($a:expr),* $(,)?) => {
-        [$(OsString::from($a)),*]
-    };
-}
-
-fn cora() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("data/cora-features.npz")
-}
 
 fn scratch(test: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("cli-device-{test}"));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
-}
-
-fn ibp(args: &[OsString]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ibp"))
-        .args(args)
-        .output()
-        .expect("running the ibp binary")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-fn ok(args: &[OsString]) -> String {
-    let o = ibp(args);
-    assert!(
-        o.status.success(),
-        "ibp {args:?} failed ({}):\n{}",
-        o.status,
-        text(&o.stderr)
-    );
-    assert_eq!(text(&o.stderr), "", "ibp {args:?} wrote to stderr");
-    text(&o.stdout)
-}
-
-/// Insist on exit `code`, an `ibp: ` message, no panic, nothing on stdout.
-fn fails(args: &[OsString], code: i32) -> String {
-    let o = ibp(args);
-    let err = text(&o.stderr);
-    assert_eq!(o.status.code(), Some(code), "ibp {args:?}:\n{err}");
-    assert!(err.starts_with("ibp: "), "ibp {args:?}: {err}");
-    assert!(!err.contains("panicked"), "ibp {args:?} panicked:\n{err}");
-    assert!(o.stdout.is_empty(), "ibp {args:?} printed to stdout");
-    err
 }
 
 /// Whether this machine has a usable GPU (then the no-GPU tests do not

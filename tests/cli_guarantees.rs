@@ -9,7 +9,6 @@ mod common;
 #[macro_use]
 mod guarantees_harness;
 
-use std::ffi::OsString;
 use std::io::{Read, Write};
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::os::unix::process::ExitStatusExt;

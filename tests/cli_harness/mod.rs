@@ -5,82 +5,19 @@
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
 use ibp::io::Fingerprint;
 use serde_json::{Value, json};
 
+#[macro_use]
+#[path = "../cli_base/mod.rs"]
+mod base;
+pub use base::*;
+
 pub const EMBEDDINGS: &str = "embeddings.word_embeddings.weight";
-
-/// Exit codes of `ibp::ErrorKind::exit_code`, written out so that a change
-/// there shows up here.
-pub const EXIT_INVALID: i32 = 2;
-pub const EXIT_IO: i32 = 3;
-pub const EXIT_CORRUPT: i32 = 4;
-
-/// Command-line arguments, as an array: anything an `OsString` can be made
-/// from (`&str`, `&Path`, `PathBuf`).
-#[allow(unused_macros)]
-macro_rules! args {
-    ($($a:expr),* $(,)?) => {
-        [$(OsString::from($a)),*]
-    };
-}
 
 pub fn cora() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("data/cora-features.npz")
-}
-
-/// An empty folder for one test, under cargo's scratch space for tests;
-/// removed again when the test passes.
-pub struct Scratch(pub PathBuf);
-
-impl Scratch {
-    pub fn new(test: &str) -> Self {
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("cli-{test}"));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
-    }
-
-    pub fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-
-    pub fn write(&self, name: &str, bytes: &[u8]) -> PathBuf {
-        let p = self.path(name);
-        std::fs::write(&p, bytes).unwrap();
-        p
-    }
-
-    /// Every file name in the folder, sorted (hidden ones included).
-    pub fn listing(&self) -> Vec<String> {
-        let mut v: Vec<String> = std::fs::read_dir(&self.0)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        v.sort();
-        v
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        if !std::thread::panicking() {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-}
-
-pub fn ibp(args: &[OsString]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ibp"))
-        .args(args)
-        .output()
-        .expect("running the ibp binary")
-}
-
-pub fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
 /// Run `ibp args`, insist on success, and return stdout.
@@ -103,20 +40,6 @@ pub fn ok(args: &[OsString]) -> String {
 pub fn ok_json(args: &[OsString]) -> Value {
     let out = ok(args);
     serde_json::from_str(&out).unwrap_or_else(|e| panic!("ibp {args:?}: not JSON ({e}):\n{out}"))
-}
-
-/// Run `ibp args`, insist that it fails with `code` and an `ibp: ` message
-/// on stderr, and return the message.
-pub fn fails(args: &[OsString], code: i32) -> String {
-    let o = ibp(args);
-    let err = stderr(&o);
-    assert_eq!(o.status.code(), Some(code), "ibp {args:?}:\n{err}");
-    assert!(
-        o.stdout.is_empty(),
-        "ibp {args:?} printed to stdout on failure"
-    );
-    assert!(!err.contains("panicked"), "ibp {args:?} panicked:\n{err}");
-    err
 }
 
 pub fn same_bytes(a: &Path, b: &Path) {

@@ -4,72 +4,14 @@
 #![allow(dead_code)]
 
 use std::ffi::OsString;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output};
+use std::path::Path;
+use std::process::{Child, Output};
 use std::time::{Duration, Instant};
 
-pub const EXIT_INVALID: i32 = 2;
-pub const EXIT_IO: i32 = 3;
-pub const EXIT_CORRUPT: i32 = 4;
-pub const EXIT_UNSUPPORTED: i32 = 5;
-
-#[allow(unused_macros)]
-macro_rules! args {
-    ($($a:expr),* $(,)?) => {
-        [$(OsString::from($a)),*]
-    };
-}
-
-/// An empty folder for one test, removed again when the test passes.
-pub struct Scratch(pub PathBuf);
-
-impl Scratch {
-    pub fn new(test: &str) -> Self {
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("guarantees-{test}"));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
-    }
-
-    pub fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-
-    pub fn write(&self, name: &str, bytes: &[u8]) -> PathBuf {
-        let p = self.path(name);
-        std::fs::write(&p, bytes).unwrap();
-        p
-    }
-
-    /// Names in the folder that look like ibp's temporary files.
-    pub fn partials(&self) -> Vec<String> {
-        std::fs::read_dir(&self.0)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .filter(|n| n.contains(".partial"))
-            .collect()
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        if !std::thread::panicking() {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-}
-
-pub fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_ibp"))
-}
-
-pub fn ibp(args: &[OsString]) -> Output {
-    bin().args(args).output().expect("running the ibp binary")
-}
-
-pub fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
+#[macro_use]
+#[path = "../cli_base/mod.rs"]
+mod base;
+pub use base::*;
 
 /// Run `ibp args` and insist on success.
 pub fn ok(args: &[OsString]) -> Output {
@@ -81,17 +23,6 @@ pub fn ok(args: &[OsString]) -> Output {
         text(&o.stderr)
     );
     o
-}
-
-/// Run `ibp args`, insist on exit code `code` with an `ibp:` message and no
-/// panic, and return the message.
-pub fn fails(args: &[OsString], code: i32) -> String {
-    let o = ibp(args);
-    let err = text(&o.stderr);
-    assert_eq!(o.status.code(), Some(code), "ibp {args:?}:\n{err}");
-    assert!(err.contains("ibp: "), "ibp {args:?}: {err}");
-    assert!(!err.contains("panicked"), "ibp {args:?} panicked:\n{err}");
-    err
 }
 
 /// f32 features with invariant high bits: `rows × cols`, deterministic.
