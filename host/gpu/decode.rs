@@ -115,6 +115,9 @@ pub(crate) struct GpuClusters {
     pub(crate) bits: u32,
     /// Clusters (`k`).
     pub(crate) k: u32,
+    /// The ids on the host too (the DMA gather stages each requested
+    /// row's id into its piece).
+    pub(crate) host: crate::cluster::ClusterIds,
 }
 
 impl GpuDataset {
@@ -165,7 +168,8 @@ impl GpuDataset {
     /// whose tensor `i` was encoded with `codebooks[ids[i]]`, as
     /// [`crate::cluster::compress_clustered`] writes it and a clustered
     /// group of an `.ibp` file holds it. Range and gather decodes (zero-copy
-    /// and device-resident, and [`Decoder::range_dma`]) then give each
+    /// and device-resident, [`Decoder::range_dma`] and
+    /// [`Decoder::gather_dma_blocking`]) then give each
     /// tensor its own codebook; the books are read through L1, so the
     /// decoder needs no shared memory for them whatever `k`.
     ///
@@ -227,6 +231,7 @@ impl GpuDataset {
             ids: DeviceBuffer::from_slice(&id_bytes).map_err(cuda_err("uploading cluster ids"))?,
             bits: ids.bits(),
             k: k as u32,
+            host: ids.clone(),
         });
         Ok(ds)
     }
@@ -898,6 +903,9 @@ pub(crate) struct LaunchVia {
     /// Device address of the fixed-stride length table to use instead of
     /// the dataset's (a KV store segment's, inside the store's table).
     pub lengths: Option<u64>,
+    /// A clustered dataset's cluster ids to use instead of its own, and
+    /// their bits (a DMA gather piece's, one u32 a row).
+    pub clusters: Option<(u64, u32)>,
 }
 
 /// Which tensors a launch decodes.

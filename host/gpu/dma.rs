@@ -235,14 +235,9 @@ impl<'ds> Decoder<'ds> {
         stream: &Stream,
     ) -> Result<()> {
         let ds = self.ds;
-        // Q: why not clustered datasets? A: the pieces renumber the
-        // requested tensors, and their cluster ids would have to follow;
-        // zero-copy gathers (`Decoder::gather`) take them.
-        if ds.is_clustered() {
-            return Err(Error::unsupported(
-                "the DMA gather takes datasets of one codebook; gather a clustered dataset with Decoder::gather (zero-copy)",
-            ));
-        }
+        // A clustered dataset's pieces carry each row's cluster id (the
+        // pieces renumber the tensors).
+        let ids = ds.clusters.as_ref().map(|c| &c.host);
         let (Some(offsets), Some(flags), Payload::Pinned(payload)) =
             (&ds.host_offsets, &ds.host_flags, &ds.payload)
         else {
@@ -274,7 +269,7 @@ impl<'ds> Decoder<'ds> {
         let mut pieces = Vec::new();
         let mut start = 0usize;
         while start < index.len() {
-            let (rows, bytes) = plan_piece(offsets, index, start, cap)?;
+            let (rows, bytes) = plan_piece(offsets, index, start, cap, ids.is_some())?;
             pieces.push((start, rows, bytes));
             start += rows;
         }
@@ -284,6 +279,7 @@ impl<'ds> Decoder<'ds> {
             scratch.copied[buf].synchronize()?;
             let piece = stage_piece(
                 &packed,
+                ids,
                 index,
                 start,
                 rows,
@@ -321,6 +317,7 @@ impl<'ds> Decoder<'ds> {
                 rows: Some(rows as u64),
                 out_skip_rows: start as u64,
                 load_store: Some(false),
+                clusters: piece.ids_at.map(|at| (base + at as u64, 32)),
                 ..LaunchVia::default()
             };
             let target = Target::Index {

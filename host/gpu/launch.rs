@@ -447,7 +447,11 @@ impl Gpu {
             chunk: ds.chunk,
             ring_lines: dec.ring_lines,
             pbuf_words: dec.pbuf_words,
-            cluster_bits: ds.clusters.as_ref().map_or(0, |c| c.bits),
+            cluster_bits: match (&ds.clusters, via.clusters) {
+                (Some(_), Some((_, bits))) => bits,
+                (Some(c), None) => c.bits,
+                (None, _) => 0,
+            },
             mode: if ideal {
                 DECODE_MODE_IDEAL
             } else {
@@ -470,10 +474,11 @@ impl Gpu {
             book_smem_bytes: dec.book_smem_bytes,
             index_u32: !wide as u32,
             row_base: via.out_skip_rows,
-            clusters: ds
-                .clusters
-                .as_ref()
-                .map_or(0, |c| c.ids.as_device_ptr().as_raw()),
+            clusters: match (&ds.clusters, via.clusters) {
+                (Some(_), Some((addr, _))) => addr,
+                (Some(c), None) => c.ids.as_device_ptr().as_raw(),
+                (None, _) => 0,
+            },
         };
         let warps = (dec.block / 32) as u64;
         let grid = (dec.grid as u64).min(count.div_ceil(warps)).max(1) as u32;

@@ -9,6 +9,7 @@
 //! 0            offsets: n + 1 u64, rebased (row j's stored form at payload + offsets[j])
 //! index_at     index:   n u32, j for row j, u32::MAX for a bad index
 //! flags_at     flags:   ⌈n/8⌉ bytes, row j's bit copied from the requested tensor
+//! ids_at       ids:     clustered datasets only: n u32 cluster ids, then 8 zero bytes
 //! payload_at   payload: the requested tensors' stored forms back to back (128-aligned)
 //! ```
 //!
@@ -22,6 +23,7 @@
 //! copies per piece would triple it.
 
 use super::PackedRef;
+use crate::cluster::ClusterIds;
 use crate::error::{Error, Result};
 
 /// Q: why is the payload 128-byte aligned?
@@ -38,6 +40,9 @@ pub(crate) struct GatherPiece {
     pub index_at: usize,
     /// Start of the flag bitmap.
     pub flags_at: usize,
+    /// Start of the cluster ids (one u32 a row), when the dataset is
+    /// clustered.
+    pub ids_at: Option<usize>,
     /// Start of the payload (the offsets are relative to it).
     pub payload_at: usize,
     /// Bytes of the buffer in use (what is copied to the device).
@@ -45,23 +50,33 @@ pub(crate) struct GatherPiece {
 }
 
 impl GatherPiece {
-    /// The parts' positions for `rows` rows storing `payload` bytes.
-    fn layout(rows: usize, payload: usize) -> Self {
+    /// The parts' positions for `rows` rows storing `payload` bytes, with
+    /// cluster ids when `clustered`.
+    fn layout(rows: usize, payload: usize, clustered: bool) -> Self {
         let index_at = ((rows + 1) * 8).next_multiple_of(16);
         let flags_at = index_at + (rows * 4).next_multiple_of(16);
-        let payload_at = (flags_at + rows.div_ceil(8)).next_multiple_of(PAYLOAD_ALIGN);
+        let flags_end = (flags_at + rows.div_ceil(8)).next_multiple_of(16);
+        // The kernel reads an id's word and the next: 8 bytes of slack.
+        let (ids_at, ids_end) = if clustered {
+            (Some(flags_end), flags_end + 4 * rows + 8)
+        } else {
+            (None, flags_end)
+        };
+        let payload_at = ids_end.next_multiple_of(PAYLOAD_ALIGN);
         GatherPiece {
             rows,
             index_at,
             flags_at,
+            ids_at,
             payload_at,
             len: payload_at + payload,
         }
     }
 
-    /// Bytes a piece needs for `rows` rows storing `payload` bytes.
-    pub fn bytes_for(rows: usize, payload: usize) -> usize {
-        Self::layout(rows, payload).len
+    /// Bytes a piece needs for `rows` rows storing `payload` bytes, with
+    /// cluster ids when `clustered`.
+    pub fn bytes_for(rows: usize, payload: usize, clustered: bool) -> usize {
+        Self::layout(rows, payload, clustered).len
     }
 }
 
@@ -76,8 +91,9 @@ fn stored_len(offsets: &[u64], t: u64) -> u64 {
 }
 
 /// How many of `index[start..]` the next piece of `capacity` bytes holds (at
-/// least one), with their stored bytes. `offsets` must be validated (the
-/// [`PackedRef::validate`] of the dataset).
+/// least one), with their stored bytes; with room for cluster ids when
+/// `clustered`. `offsets` must be validated (the [`PackedRef::validate`] of
+/// the dataset).
 ///
 /// Errors with [`crate::ErrorKind::InvalidArgument`] when the first row's
 /// stored form alone does not fit.
@@ -86,6 +102,7 @@ pub(crate) fn plan_piece<I: Copy + Into<u64>>(
     index: &[I],
     start: usize,
     capacity: usize,
+    clustered: bool,
 ) -> Result<(usize, usize)> {
     let mut n = 0usize;
     let mut payload = 0usize;
@@ -94,7 +111,7 @@ pub(crate) fn plan_piece<I: Copy + Into<u64>>(
     let max_rows = (u32::MAX - 1) as usize;
     for &t in &index[start..] {
         let len = stored_len(offsets, t.into()) as usize;
-        if n == max_rows || GatherPiece::bytes_for(n + 1, payload + len) > capacity {
+        if n == max_rows || GatherPiece::bytes_for(n + 1, payload + len, clustered) > capacity {
             break;
         }
         n += 1;
@@ -112,16 +129,18 @@ pub(crate) fn plan_piece<I: Copy + Into<u64>>(
 
 /// Write the piece of `index[start..start + rows]` into `dst` (at least
 /// [`GatherPiece::bytes_for`] bytes, from [`plan_piece`]), reading the
-/// stored forms from `packed` (validated).
+/// stored forms from `packed` (validated) and, for a clustered dataset,
+/// each row's cluster id from `ids` (one per tensor of `packed`).
 pub(crate) fn stage_piece<I: Copy + Into<u64>>(
     packed: &PackedRef<'_>,
+    ids: Option<&ClusterIds>,
     index: &[I],
     start: usize,
     rows: usize,
     payload: usize,
     dst: &mut [u8],
 ) -> Result<GatherPiece> {
-    let piece = GatherPiece::layout(rows, payload);
+    let piece = GatherPiece::layout(rows, payload, ids.is_some());
     if dst.len() < piece.len {
         return Err(Error::invalid(format!(
             "a DMA piece of {rows} rows needs {} bytes; the buffer holds {}",
@@ -164,6 +183,20 @@ pub(crate) fn stage_piece<I: Copy + Into<u64>>(
         };
         let ix = piece.index_at + 4 * j;
         meta[ix..ix + 4].copy_from_slice(&local.to_le_bytes());
+        if let (Some(ids), Some(at)) = (ids, piece.ids_at) {
+            // A bad index keeps id 0: the kernel reports the row before it
+            // looks at its cluster.
+            let id = if t < n_rows {
+                ids.get(t as usize)
+                    .ok_or_else(|| Error::invalid("fewer cluster ids than tensors"))?
+            } else {
+                0
+            };
+            meta[at + 4 * j..at + 4 * j + 4].copy_from_slice(&id.to_le_bytes());
+        }
+    }
+    if let Some(at) = piece.ids_at {
+        meta[at + 4 * rows..at + 4 * rows + 8].fill(0);
     }
     meta[8 * rows..8 * rows + 8].copy_from_slice(&(at as u64).to_le_bytes());
     copy_rows(&mut body[..at], src, &copies);
@@ -279,15 +312,17 @@ mod tests {
         let mut index: Vec<u64> = (0..n as u64).rev().step_by(3).collect();
         index.extend([5, 5, n as u64, u64::MAX, 0, 199, (n + 7) as u64]);
         index.extend((0..50).map(|i| (i * 37 % n) as u64));
-        for capacity in [GatherPiece::bytes_for(1, l), 700, 1500, 1 << 20] {
+        for capacity in [GatherPiece::bytes_for(1, l, false), 700, 1500, 1 << 20] {
             let mut got = Vec::new();
             let mut start = 0;
             let mut pieces = 0;
             while start < index.len() {
-                let (rows, payload) = plan_piece(view.offsets(), &index, start, capacity).unwrap();
+                let (rows, payload) =
+                    plan_piece(view.offsets(), &index, start, capacity, false).unwrap();
                 assert!(rows >= 1);
                 let mut buf = vec![0xa5u8; capacity];
-                let piece = stage_piece(&view, &index, start, rows, payload, &mut buf).unwrap();
+                let piece =
+                    stage_piece(&view, None, &index, start, rows, payload, &mut buf).unwrap();
                 assert!(piece.len <= capacity, "{piece:?} over {capacity}");
                 assert_eq!(piece.payload_at % PAYLOAD_ALIGN, 0);
                 got.extend(decode_piece(&cb, &buf, &piece, l));
@@ -320,14 +355,14 @@ mod tests {
             compress_packed(&cb, Rows::new(&data, l).unwrap(), &LayoutOptions::default()).unwrap();
         let wide: Vec<u64> = vec![3, 39, 40, 0, 17, 17];
         let narrow: Vec<u32> = wide.iter().map(|&t| t as u32).collect();
-        let (rows, payload) = plan_piece(packed.view().offsets(), &wide, 0, 4096).unwrap();
+        let (rows, payload) = plan_piece(packed.view().offsets(), &wide, 0, 4096, false).unwrap();
         assert_eq!(
-            plan_piece(packed.view().offsets(), &narrow, 0, 4096).unwrap(),
+            plan_piece(packed.view().offsets(), &narrow, 0, 4096, false).unwrap(),
             (rows, payload)
         );
         let (mut a, mut b) = (vec![0u8; 4096], vec![0u8; 4096]);
-        let pa = stage_piece(&packed.view(), &wide, 0, rows, payload, &mut a).unwrap();
-        let pb = stage_piece(&packed.view(), &narrow, 0, rows, payload, &mut b).unwrap();
+        let pa = stage_piece(&packed.view(), None, &wide, 0, rows, payload, &mut a).unwrap();
+        let pb = stage_piece(&packed.view(), None, &narrow, 0, rows, payload, &mut b).unwrap();
         assert_eq!(pa, pb);
         assert_eq!(a[..pa.len], b[..pb.len]);
     }
@@ -339,16 +374,16 @@ mod tests {
         let packed =
             compress_packed(&cb, Rows::new(&data, l).unwrap(), &LayoutOptions::default()).unwrap();
         // Tensor 0 is noise: stored raw, 256 bytes.
-        let err = plan_piece(packed.view().offsets(), &[0u64], 0, 300).unwrap_err();
+        let err = plan_piece(packed.view().offsets(), &[0u64], 0, 300, false).unwrap_err();
         assert_eq!(err.kind(), crate::ErrorKind::InvalidArgument);
         // A bad index stores nothing and always fits.
         assert_eq!(
-            plan_piece(packed.view().offsets(), &[u64::MAX], 0, 300).unwrap(),
+            plan_piece(packed.view().offsets(), &[u64::MAX], 0, 300, false).unwrap(),
             (1, 0)
         );
         // An empty request plans an empty piece.
         assert_eq!(
-            plan_piece::<u64>(packed.view().offsets(), &[], 0, 300).unwrap(),
+            plan_piece::<u64>(packed.view().offsets(), &[], 0, 300, false).unwrap(),
             (0, 0)
         );
     }
