@@ -4,12 +4,13 @@
 //! the CPU's.
 //!
 //! Per group: the rows are copied into device memory a piece at a time
-//! (host memory holds nothing more than the caller's rows), fitted by
-//! [`Gpu::fit_blocking`] and compressed by [`Gpu::compress_into_blocking`]; the sections are
-//! copied back a piece at a time as the container writes them, and the
-//! compressed rows are decoded on the device and compared with the input.
-
-use std::ffi::c_void;
+//! (host memory holds nothing more than the caller's rows and two pinned
+//! pieces), fitted by [`Gpu::fit_blocking`] and compressed by
+//! [`Gpu::compress_into_blocking`]; the sections are copied back a piece at
+//! a time as the container writes them, and the compressed rows are decoded
+//! on the device and compared with the input. Every copy goes through
+//! [`Staging`], the next piece in flight while the host fills, writes or
+//! compares the last.
 
 use cust::memory::DeviceBuffer;
 use cust::stream::Stream;
@@ -17,8 +18,9 @@ use cust::sys as cu;
 
 use super::compress::{DeviceCompressed, GpuCodebook, MAX_ROW_BYTES};
 use super::decode::{DecodeOptions, DecodeStatus, Decoder, GpuDataset};
-use super::driver::{copy_prefix, device_buffer, new_stream, sync};
+use super::driver::{device_buffer, new_stream};
 use super::memory::Span;
+use super::staging::{Staging, equal};
 use super::{Gpu, cuda_err};
 use crate::Progress;
 use crate::codebook::Codebook;
@@ -28,12 +30,16 @@ use crate::error::{Error, Result};
 use crate::fit::{Fit, FitOptions};
 use crate::layout::{Layout, flag_bytes};
 
-/// Bytes copied to or from the device per call while loading and reading.
-///
-/// Q: why pieces, and not one copy of the group? A: a piece at a time lets
-/// the progress bar move and keeps the driver's staging of pageable memory
-/// short; at 64 MiB the per-call cost is far below the copy's.
+/// Rows decoded per launch of the check, in bytes (at most).
 const PIECE: usize = 64 << 20;
+
+/// Bytes of each of the two pinned pieces of [`Staging`].
+///
+/// Q: why 16 MiB? A: a piece costs an event wait and a thread-pool round
+/// (tens of µs) against ~0.6 ms to copy it at 25–55 GB/s, and the first
+/// and last pieces, which nothing overlaps, stay short. Two pieces are
+/// 32 MiB of the 512 MiB bound on the CLI's anonymous memory.
+const STAGE: usize = 16 << 20;
 
 /// Device memory left free beside a group's buffers (the decoder's tables,
 /// the fit's counters, the driver's own needs).
@@ -47,6 +53,8 @@ pub struct GpuGroups<'g> {
     input: Option<(DeviceBuffer<u8>, usize, usize)>,
     /// The compressed rows and their codebook.
     out: Option<(DeviceCompressed, Codebook)>,
+    /// Pinned pieces for every copy, allocated by the first load.
+    staging: Option<Staging>,
 }
 
 impl<'g> GpuGroups<'g> {
@@ -60,6 +68,7 @@ impl<'g> GpuGroups<'g> {
             stream: new_stream()?,
             input: None,
             out: None,
+            staging: None,
         })
     }
 
@@ -69,6 +78,38 @@ impl<'g> GpuGroups<'g> {
             .map(|(b, n, l)| (b, *n, *l))
             .ok_or_else(|| Error::invalid("no group loaded on the GPU"))
     }
+
+    /// The device address and length of section `kind` of the compressed
+    /// rows.
+    fn section(&self, kind: SectionKind) -> Result<(u64, u64)> {
+        let (out, _) = self
+            .out
+            .as_ref()
+            .ok_or_else(|| Error::invalid("no group compressed on the GPU"))?;
+        match kind {
+            SectionKind::Flags => Ok((out.flags_addr(), flag_bytes(out.rows()) as u64)),
+            SectionKind::Offsets if out.layout() == Layout::Packed => {
+                Ok((out.offsets_addr(), 8 * (out.rows() as u64 + 1)))
+            }
+            SectionKind::Payload if out.layout() == Layout::Packed => {
+                Ok((out.data_addr(), out.data_len() as u64))
+            }
+            SectionKind::Slots if out.layout() == Layout::FixedStride => {
+                Ok((out.data_addr(), out.data_len() as u64))
+            }
+            other => Err(Error::invalid(format!(
+                "the group compressed on the GPU has no {other:?} section"
+            ))),
+        }
+    }
+}
+
+/// The staging pieces, allocated on first use.
+fn staging(s: &mut Option<Staging>) -> Result<&mut Staging> {
+    if s.is_none() {
+        *s = Some(Staging::new(STAGE)?);
+    }
+    Ok(s.as_mut().expect("allocated above"))
 }
 
 /// Is this error the driver running out of device memory?
@@ -104,23 +145,15 @@ impl GroupDevice for GpuGroups<'_> {
             Err(e) => return Err(e),
         };
         let base = buf.as_device_ptr().as_raw();
-        let mut at = 0;
-        for part in rows.bytes().chunks(PIECE) {
-            // SAFETY: `part` is readable host memory of its length, and
-            // `at .. at + part.len()` lies inside `buf` (its pieces tile
-            // `bytes`); the copy is synchronous.
-            let r = unsafe {
-                cu::cuMemcpyHtoD_v2(base + at as u64, part.as_ptr() as *const c_void, part.len())
-            };
-            if r != cu::CUresult::CUDA_SUCCESS {
-                return Err(Error::cuda_code(
-                    format!("copying a group to the GPU: {r:?}"),
-                    r as u32,
-                ));
-            }
-            at += part.len();
-            progress.report(at as u64, bytes as u64);
-        }
+        let stage = staging(&mut self.staging)?;
+        // SAFETY: `buf` holds `bytes` = `rows.bytes().len()` bytes of device
+        // memory of the current context, used by nothing else until `upload`
+        // returns (after its last copy).
+        unsafe {
+            stage.upload(rows.bytes(), base, &self.stream, &mut |at| {
+                progress.report(at, bytes as u64)
+            })?
+        };
         self.input = Some((buf, n, l));
         Ok(true)
     }
@@ -158,50 +191,45 @@ impl GroupDevice for GpuGroups<'_> {
     }
 
     fn read(&mut self, kind: SectionKind, at: u64, buf: &mut [u8]) -> Result<()> {
-        let (out, _) = self
-            .out
-            .as_ref()
-            .ok_or_else(|| Error::invalid("no group compressed on the GPU"))?;
-        let (addr, len) = match kind {
-            SectionKind::Flags => (out.flags_addr(), flag_bytes(out.rows()) as u64),
-            SectionKind::Offsets if out.layout() == Layout::Packed => {
-                (out.offsets_addr(), 8 * (out.rows() as u64 + 1))
-            }
-            SectionKind::Payload if out.layout() == Layout::Packed => {
-                (out.data_addr(), out.data_len() as u64)
-            }
-            SectionKind::Slots if out.layout() == Layout::FixedStride => {
-                (out.data_addr(), out.data_len() as u64)
-            }
-            other => {
-                return Err(Error::invalid(format!(
-                    "the group compressed on the GPU has no {other:?} section"
-                )));
-            }
-        };
+        let (addr, len) = self.section(kind)?;
         if at.checked_add(buf.len() as u64).is_none_or(|end| end > len) {
             return Err(Error::invalid(format!(
                 "bytes {at}..+{} of a {len}-byte {kind:?} section",
                 buf.len()
             )));
         }
-        if buf.is_empty() {
-            return Ok(());
+        let mut got = 0;
+        let stage = staging(&mut self.staging)?;
+        // SAFETY: the range was checked to lie inside the section's device
+        // buffer, which nothing writes once the compression finished.
+        unsafe {
+            stage.download(addr + at, buf.len() as u64, &self.stream, &mut |piece| {
+                buf[got..got + piece.len()].copy_from_slice(piece);
+                got += piece.len();
+                Ok(())
+            })
+        }
+    }
+
+    fn read_section(
+        &mut self,
+        kind: SectionKind,
+        len: u64,
+        _piece: usize,
+        sink: &mut dyn FnMut(&[u8]) -> Result<()>,
+    ) -> Result<()> {
+        let (addr, have) = self.section(kind)?;
+        if len > have {
+            return Err(Error::invalid(format!(
+                "{len} bytes of a {have}-byte {kind:?} section"
+            )));
         }
         // Offsets are u64 on the device; CUDA's hosts are little-endian, the
         // file's order, so the bytes go as they are.
-        // SAFETY: the range was checked to lie inside the section's buffer,
-        // `buf` is writable host memory of its length, and the copy is
-        // synchronous (the compression finished in `compress_into`).
-        let r =
-            unsafe { cu::cuMemcpyDtoH_v2(buf.as_mut_ptr() as *mut c_void, addr + at, buf.len()) };
-        if r != cu::CUresult::CUDA_SUCCESS {
-            return Err(Error::cuda_code(
-                format!("copying a compressed section from the GPU: {r:?}"),
-                r as u32,
-            ));
-        }
-        Ok(())
+        let stage = staging(&mut self.staging)?;
+        // SAFETY: `addr .. addr + len` lies inside the section's device
+        // buffer, which nothing writes once the compression finished.
+        unsafe { stage.download(addr, len, &self.stream, sink) }
     }
 
     fn verify(&mut self, rows: Rows<'_>, piece_bytes: usize) -> Result<()> {
@@ -219,18 +247,37 @@ impl GroupDevice for GpuGroups<'_> {
         let mut status = DecodeStatus::new()?;
         let per = (piece_bytes.min(PIECE) / l).max(1) as u64;
         let mut decoded = device_buffer::<u8>(per as usize * l, "allocating the check buffer")?;
+        let stage = staging(&mut self.staging)?;
         let mut first = 0u64;
         while first < n {
             let count = per.min(n - first);
             dec.range(self.gpu, first, count, &mut decoded, &status, &self.stream)?;
-            sync(&self.stream, "decoding for the check")?;
-            status.check_blocking()?;
-            let got = copy_prefix(&decoded, count as usize * l)?;
             let want = rows.slice(first as usize, (first + count) as usize).bytes();
-            if got != want {
-                let row = (0..count as usize)
-                    .find(|&i| got[i * l..(i + 1) * l] != want[i * l..(i + 1) * l])
-                    .map_or(first, |i| first + i as u64);
+            // The first differing byte of the block, if any.
+            let mut at = 0usize;
+            let mut differs = None;
+            // SAFETY: the copies read the first count·L bytes of `decoded`,
+            // after the decode enqueued before them on the same stream;
+            // nothing else writes it during the call.
+            unsafe {
+                stage.download(
+                    decoded.as_device_ptr().as_raw(),
+                    count * l as u64,
+                    &self.stream,
+                    &mut |got| {
+                        let w = &want[at..at + got.len()];
+                        if differs.is_none() && !equal(got, w) {
+                            differs = got.iter().zip(w).position(|(a, b)| a != b).map(|i| at + i);
+                        }
+                        at += got.len();
+                        Ok(())
+                    },
+                )?
+            };
+            // The decoder's own report first: it names a corrupt tensor.
+            status.check_blocking()?;
+            if let Some(byte) = differs {
+                let row = first + (byte / l) as u64;
                 return Err(Error::corrupt(format!(
                     "verification failed: row {row} does not decompress to its input on the GPU; this is an ibp bug, please report it (--device cpu compresses without the GPU)"
                 )));

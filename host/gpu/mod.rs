@@ -45,6 +45,7 @@ mod host_batches;
 mod kv_store;
 mod launch;
 mod memory;
+mod staging;
 
 use std::ffi::c_int;
 
