@@ -66,7 +66,11 @@ impl Staging {
     ) -> Result<()> {
         let r = self.upload_inner(src, dst, stream, progress);
         // Never return (and let the pieces be freed or refilled) while a
-        // copy may still read one.
+        // copy may still read one; after a failed event record, the events
+        // do not cover the last copy, the stream does.
+        if r.is_err() {
+            let _ = stream.synchronize();
+        }
         let w = self.wait_both();
         r.and(w)
     }
@@ -125,7 +129,11 @@ impl Staging {
         sink: &mut dyn FnMut(&[u8]) -> Result<()>,
     ) -> Result<()> {
         let r = self.download_inner(src, len, stream, sink);
-        // Never return while a copy may still write a piece we hand out next.
+        // Never return while a copy may still write a piece we hand out
+        // next (after an error, the stream covers what the events may not).
+        if r.is_err() {
+            let _ = stream.synchronize();
+        }
         let w = self.wait_both();
         r.and(w)
     }
