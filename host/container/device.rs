@@ -255,8 +255,8 @@ fn stored<W: Write>(
 }
 
 /// Copy `len` bytes of section `kind` from the device into the open
-/// section, about `piece` bytes at a time; returns the bits set (the
-/// encoded rows, for the flags).
+/// section, about `piece` bytes at a time; returns the bits set in the
+/// flags section (its encoded rows), 0 for any other.
 fn copy<W: Write>(
     dev: &mut dyn GroupDevice,
     s: &mut GroupSections<'_, W>,
@@ -265,8 +265,11 @@ fn copy<W: Write>(
     piece: usize,
 ) -> Result<u64> {
     let mut ones = 0u64;
+    let flags = kind == SectionKind::Flags;
     dev.read_section(kind, len, piece, &mut |b| {
-        ones += popcount(b);
+        if flags {
+            ones += popcount(b);
+        }
         s.write(b)
     })?;
     Ok(ones)
