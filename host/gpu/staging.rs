@@ -199,9 +199,3 @@ pub(crate) fn equal(a: &[u8], b: &[u8]) -> bool {
             .zip(b.par_chunks(TASK))
             .all(|(x, y)| x == y)
 }
-
-/// The first row of `row_bytes` bytes where `a` and `b` differ, if any.
-pub(crate) fn first_difference(a: &[u8], b: &[u8], row_bytes: usize) -> Option<usize> {
-    let l = row_bytes.max(1);
-    a.chunks(l).zip(b.chunks(l)).position(|(x, y)| x != y)
-}
