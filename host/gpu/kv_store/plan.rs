@@ -17,9 +17,10 @@ pub struct KvStoreOptions {
     /// Pages reserved when the store is created: the store holds at most
     /// `page_rows · page_budget` rows, and an append beyond them fails.
     pub page_budget: u64,
-    /// Rows measured per launch of an append (the device scratch of stored
-    /// sizes, `8 · step_rows` bytes); a larger append is split, on the same
-    /// stream.
+    /// Rows per piece of an append: a larger append is split, on the same
+    /// stream. The store reserves device scratch for one piece: stored
+    /// sizes (`8 · step_rows` bytes) and two staging halves of `step_rows`
+    /// slots, each at most 32 MiB (fewer rows when `L` is large).
     pub step_rows: usize,
     /// The fit of the prefill and of every refit (sampled by default).
     pub fit: FitOptions,
