@@ -177,7 +177,7 @@ pub fn run(args: Args) -> Result<()> {
             ),
         )
     };
-    let mut out = OutputFile::create(&target, args.force, Unreadable::Buffer)?;
+    let mut out = OutputFile::create(&target, args.force, Unreadable::Spool)?;
     let started = std::time::Instant::now();
     let progress = |done, _| bar.update(done);
     let opts = opts.with_progress(&progress);
@@ -211,7 +211,6 @@ pub fn run(args: Args) -> Result<()> {
     };
     let file = match written.contents() {
         Contents::File(p) => IbpFile::open(p).map_err(bug)?,
-        Contents::Bytes(b) => IbpFile::from_bytes(b).map_err(bug)?,
         Contents::Gone => return Err(bug(Error::invalid("nothing to read back"))),
     };
     // Q: why restore the whole file once more, when every group was checked

@@ -58,7 +58,6 @@ pub fn run(args: Args) -> Result<()> {
     // which is what the user will use.
     let got = match written.contents() {
         Contents::File(p) => Fingerprint::of(InputFile::open(p)?.bytes()),
-        Contents::Bytes(b) => Fingerprint::of(b),
         // Streamed to a pipe or device: the restore checked the hash of
         // what it wrote.
         Contents::Gone => src.fingerprint,

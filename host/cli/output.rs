@@ -21,6 +21,12 @@
 //! Q: why next to the destination and not in the system's temp folder?
 //! A: a rename is only atomic within one file system, and /tmp is often
 //! another one (or too small for a model's weights).
+//!
+//! An output that cannot be read back (standard output, a device, a FIFO)
+//! and must be checked before anything reaches it ([`Unreadable::Spool`],
+//! `compress`) is spooled to a file in the system's temp folder
+//! (`ibp-spool-PID-N`, removed like a partial file), then copied to the
+//! stream once checked: memory stays bounded whatever the output's size.
 
 use std::fs::File;
 use std::io::{BufWriter, IsTerminal, Write};
@@ -218,9 +224,10 @@ impl Drop for TempPath {
 /// read back (standard output, devices, FIFOs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Unreadable {
-    /// Hold the bytes in memory until they are checked, then write them
-    /// (compress: nothing unchecked reaches the output).
-    Buffer,
+    /// Spool the bytes to a temporary file until they are checked, then
+    /// copy them to the stream (compress: nothing unchecked reaches the
+    /// output, and memory stays bounded).
+    Spool,
     /// Write them through as they come (decompress: the restore checks the
     /// original's hash while streaming, and reports a mismatch as an error).
     Stream,
@@ -240,8 +247,10 @@ enum Pending {
         dest: PathBuf,
         force: bool,
     },
-    Memory {
-        buf: Vec<u8>,
+    Spool {
+        // Declared before `tmp`, so the file is closed before it is deleted.
+        writer: BufWriter<File>,
+        tmp: TempPath,
         target: Target,
     },
     Stream {
@@ -266,19 +275,54 @@ fn open_direct(target: &Target) -> Result<Box<dyn Write>> {
     }
 }
 
+/// An output spooled to the system's temp folder for `target`, a stream.
+fn spool(target: &Target) -> Result<OutputFile> {
+    let dir = std::env::temp_dir();
+    let mut attempt = 0u32;
+    loop {
+        let path = dir.join(format!("ibp-spool-{}-{attempt}", std::process::id()));
+        match File::options()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+        {
+            Ok(f) => {
+                let registration = interrupt::register(&path);
+                return Ok(OutputFile {
+                    inner: Pending::Spool {
+                        writer: BufWriter::with_capacity(1 << 20, f),
+                        tmp: TempPath {
+                            path,
+                            renamed: false,
+                            _registration: registration,
+                        },
+                        target: target.clone(),
+                    },
+                });
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempt < 100 => {
+                attempt += 1;
+            }
+            Err(e) => {
+                return Err(Error::io(
+                    format!(
+                        "spooling the output in {} (set TMPDIR to a folder with room for the container)",
+                        dir.display()
+                    ),
+                    e,
+                ));
+            }
+        }
+    }
+}
+
 impl OutputFile {
     /// Start writing to `target` (see [`check_output`]).
     pub fn create(target: &Target, force: bool, unreadable: Unreadable) -> Result<Self> {
         let dest = match target {
             Target::File(dest) => dest,
-            _ if unreadable == Unreadable::Buffer => {
-                return Ok(OutputFile {
-                    inner: Pending::Memory {
-                        buf: Vec::new(),
-                        target: target.clone(),
-                    },
-                });
-            }
+            _ if unreadable == Unreadable::Spool => return spool(target),
             _ => {
                 return Ok(OutputFile {
                     inner: Pending::Stream {
@@ -336,7 +380,7 @@ impl OutputFile {
     pub fn writer(&mut self) -> &mut dyn Write {
         match &mut self.inner {
             Pending::Temp { writer, .. } => writer,
-            Pending::Memory { buf, .. } => buf,
+            Pending::Spool { writer, .. } => writer,
             Pending::Stream { writer } => writer,
         }
     }
@@ -364,9 +408,19 @@ impl OutputFile {
                     inner: Done::Temp { tmp, dest, force },
                 })
             }
-            Pending::Memory { buf, target } => Ok(WrittenFile {
-                inner: Done::Memory { buf, target },
-            }),
+            Pending::Spool {
+                mut writer,
+                tmp,
+                target,
+            } => {
+                writer
+                    .flush()
+                    .map_err(|e| Error::io(format!("writing {}", tmp.path.display()), e))?;
+                drop(writer);
+                Ok(WrittenFile {
+                    inner: Done::Spool { tmp, target },
+                })
+            }
             Pending::Stream { mut writer } => {
                 writer
                     .flush()
@@ -489,7 +543,7 @@ fn remove_stale_partials(dir: &Path, name: &str) {
 }
 
 /// A complete output, not yet under its final name (a file), not yet
-/// written (standard output or a device under [`Unreadable::Buffer`]), or
+/// written (standard output or a device under [`Unreadable::Spool`]), or
 /// already written through ([`Unreadable::Stream`]). Dropping it deletes a
 /// temporary file.
 pub struct WrittenFile {
@@ -502,8 +556,8 @@ enum Done {
         dest: PathBuf,
         force: bool,
     },
-    Memory {
-        buf: Vec<u8>,
+    Spool {
+        tmp: TempPath,
         target: Target,
     },
     Streamed,
@@ -511,10 +565,8 @@ enum Done {
 
 /// What can be read back of a [`WrittenFile`].
 pub enum Contents<'a> {
-    /// The temporary file.
+    /// The temporary file (or the spool of a stream).
     File(&'a Path),
-    /// The bytes held for standard output or a device.
-    Bytes(&'a [u8]),
     /// Nothing: the bytes went straight to a stream.
     Gone,
 }
@@ -524,13 +576,13 @@ impl WrittenFile {
     pub fn contents(&self) -> Contents<'_> {
         match &self.inner {
             Done::Temp { tmp, .. } => Contents::File(&tmp.path),
-            Done::Memory { buf, .. } => Contents::Bytes(buf),
+            Done::Spool { tmp, .. } => Contents::File(&tmp.path),
             Done::Streamed => Contents::Gone,
         }
     }
 
     /// Put the output in place: rename the file (exclusively unless
-    /// `--force` was given), or write the held bytes to their stream.
+    /// `--force` was given), or copy the spool to its stream.
     pub fn commit(self) -> Result<()> {
         match self.inner {
             Done::Temp {
@@ -576,11 +628,14 @@ impl WrittenFile {
                     Err(e) => Err(ctx(e)),
                 }
             }
-            Done::Memory { buf, target } => {
-                let mut w = open_direct(&target)?;
-                w.write_all(&buf)
-                    .and_then(|()| w.flush())
+            Done::Spool { tmp, target } => {
+                let mut spooled = File::open(&tmp.path)
+                    .map_err(|e| Error::io(format!("reading {}", tmp.path.display()), e))?;
+                let mut w = BufWriter::with_capacity(1 << 20, open_direct(&target)?);
+                std::io::copy(&mut spooled, &mut w)
+                    .and_then(|_| w.flush())
                     .map_err(|e| Error::io("writing the output", e))
+                // `tmp` is removed as it drops.
             }
             Done::Streamed => Ok(()),
         }
@@ -716,11 +771,26 @@ mod tests {
     }
 
     #[test]
+    fn a_stream_output_is_spooled_to_a_file_and_the_spool_removed() {
+        let target = check_output(Path::new("/dev/null"), false, None).unwrap();
+        let mut out = OutputFile::create(&target, false, Unreadable::Spool).unwrap();
+        out.writer().write_all(b"checked first").unwrap();
+        let written = out.finish().unwrap();
+        let spool = match written.contents() {
+            Contents::File(p) => p.to_path_buf(),
+            _ => panic!("a spooled output reads back from its file"),
+        };
+        assert_eq!(std::fs::read(&spool).unwrap(), b"checked first");
+        written.commit().unwrap();
+        assert!(!spool.exists(), "the spool outlived the commit");
+    }
+
+    #[test]
     fn a_name_taken_during_the_run_is_left_alone() {
         let d = scratch("taken");
         let dest = d.join("out.ibp");
         let target = check_output(&dest, false, None).unwrap();
-        let mut out = OutputFile::create(&target, false, Unreadable::Buffer).unwrap();
+        let mut out = OutputFile::create(&target, false, Unreadable::Spool).unwrap();
         out.writer().write_all(b"ours").unwrap();
         let written = out.finish().unwrap();
         // Another run commits first.
