@@ -11,7 +11,8 @@ use cust::memory::DeviceBuffer;
 use cust::stream::Stream;
 
 use super::compress::{GpuCodebook, WARP_BLOCK, Work, row_count};
-use super::decode::{DecodeOptions, DecodeStatus, Decoder, GpuDataset, Residency};
+use super::dataset::{GpuDataset, Residency};
+use super::decode::{DecodeOptions, DecodeStatus, Decoder};
 use super::driver::copy_to_host_blocking;
 use super::driver::{device_buffer, new_stream, sync, zero_async};
 use super::launch::kernels;

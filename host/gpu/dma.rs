@@ -8,7 +8,8 @@
 use cust::memory::{DeviceBuffer, DeviceSlice};
 use cust::stream::{Stream, StreamFlags};
 
-use super::decode::{DecodeStatus, Decoder, GatherIndex, LaunchVia, Payload, Target};
+use super::dataset::Payload;
+use super::decode::{DecodeStatus, Decoder, GatherIndex, LaunchVia, Target};
 use super::driver::{Event, wait};
 use super::memory::PinnedBuffer;
 use super::{Gpu, cuda_err};

@@ -17,7 +17,8 @@ use cust::stream::Stream;
 use cust::sys as cu;
 
 use super::compress::{DeviceCompressed, GpuCodebook, MAX_ROW_BYTES};
-use super::decode::{DecodeOptions, DecodeStatus, Decoder, GpuDataset};
+use super::dataset::GpuDataset;
+use super::decode::{DecodeOptions, DecodeStatus, Decoder};
 use super::driver::{device_buffer, new_stream};
 use super::memory::Span;
 use super::staging::{Staging, equal};

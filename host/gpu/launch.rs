@@ -16,7 +16,8 @@ use ibp_kernels::params::{
     DecodeParams, WarpTestParams,
 };
 
-use super::decode::{DecodeStatus, Decoder, GpuDataset, LaunchVia, Target};
+use super::dataset::GpuDataset;
+use super::decode::{DecodeStatus, Decoder, LaunchVia, Target};
 use super::memory::{GpuReadable, PinnedBuffer, Span};
 use super::{Gpu, cuda_err};
 

@@ -36,6 +36,7 @@
 pub mod bench;
 mod cache;
 mod compress;
+mod dataset;
 mod decode;
 mod dma;
 pub(crate) mod driver;
@@ -58,9 +59,8 @@ use crate::error::{Error, Result};
 
 pub use cache::{CacheOptions, CacheStats, FeatureCache, Placement, access_counts, top_k_by_score};
 pub use compress::{DeviceCompressed, GpuCodebook, MAX_ROW_BYTES};
-pub use decode::{
-    DecodeOptions, DecodeStatus, Decoder, Fetch, GatherIndex, GpuDataset, Payload, Residency,
-};
+pub use dataset::{GpuDataset, Payload, Residency};
+pub use decode::{DecodeOptions, DecodeStatus, Decoder, Fetch, GatherIndex};
 pub use dma::{DEFAULT_DMA_PIECE_BYTES, DmaScratch};
 pub use driver::copy_to_host_blocking;
 pub use groups::GpuGroups;

@@ -22,7 +22,7 @@
 //! ([`ibp_kernels::device::decode_row`]); a third layout would need its own
 //! validation, its own kernel path and its own tests.
 
-use super::super::decode::{GpuDataset, Payload};
+use super::super::dataset::{GpuDataset, Payload};
 use crate::error::{Error, Result};
 
 /// Bytes of a 128-byte line: the unit in which PCIe reads are counted.

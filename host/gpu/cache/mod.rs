@@ -75,7 +75,8 @@ use ibp_kernels::params::CacheParams;
 pub use plan::{Placement, access_counts, top_k_by_score};
 
 use super::Gpu;
-use super::decode::{DecodeStatus, GatherIndex, GpuDataset};
+use super::dataset::GpuDataset;
+use super::decode::{DecodeStatus, GatherIndex};
 use super::driver::{self, Event, check};
 use super::memory::PinnedBuffer;
 use crate::error::{Error, Result};

@@ -13,9 +13,8 @@ pub use plan::KvStoreOptions;
 use plan::Slots;
 
 use super::compress::{GpuCodebook, row_count};
-use super::decode::{
-    DecodeOptions, DecodeStatus, Decoder, GatherIndex, GpuDataset, LaunchVia, Target,
-};
+use super::dataset::GpuDataset;
+use super::decode::{DecodeOptions, DecodeStatus, Decoder, GatherIndex, LaunchVia, Target};
 use super::driver::{
     Event, check, copy_to_host_blocking, device_buffer, new_stream, sync, wait, zero_async,
 };

@@ -1,0 +1,228 @@
+//! The whole decode kernel on emulated warps: ranges and gathers in both
+//! modes, u32 indices and strided output, corrupt and oversized tensors.
+
+use super::*;
+
+#[test]
+fn emulated_decode_kernel_equals_the_original_rows_in_every_mode() {
+    use ibp_kernels::params::{FETCH_CP_ASYNC, FETCH_LOAD_STORE, STATUS_BAD_INDEX, STATUS_CORRUPT};
+    let mut cases = 0;
+    for (kind, l, n) in [
+        (0usize, 5usize, 24usize),
+        (1, 100, 12),
+        (2, 1024, 6),
+        (1, 1531, 5),
+        (2, 5732, 4),
+        (1, 6400, 4),
+    ] {
+        let seed = 3 + l as u64;
+        let data = match kind {
+            0 => dataset(n, l, seed),
+            1 => float_rows(n, l, seed),
+            _ => sparse_rows(n, l, seed),
+        };
+        let rows = Rows::new(&data, l).unwrap();
+        for chunk in ChunkSize::ALL {
+            let opts = FitOptions::default().with_chunk(crate::fit::ChunkChoice::Fixed(chunk));
+            let cb = fit(rows, &opts).unwrap().codebook;
+            // Streaming mode reads no length table: its fixed-stride case is
+            // `Fixed` alone.
+            for (layout, streaming) in [
+                (EmuStorage::PACKED, false),
+                (EmuStorage::FIXED, false),
+                (EmuStorage::FIXED_LENGTHS, false),
+                (EmuStorage::PACKED, true),
+                (EmuStorage::FIXED, true),
+            ] {
+                {
+                    let fetch = if cases % 2 == 0 {
+                        FETCH_CP_ASYNC
+                    } else {
+                        FETCH_LOAD_STORE
+                    };
+                    cases += 1;
+                    let what =
+                        format!("kind {kind} L={l} C={chunk} {layout:?} streaming {streaming}");
+                    // A range of every row.
+                    let (out, st) =
+                        emu_kernel(&cb, rows, layout, None, n as u64, streaming, fetch, None);
+                    assert_eq!(st, [0, u64::MAX], "status: {what}");
+                    assert!(out == data, "range differs: {what}");
+                    if layout == EmuStorage::FIXED_LENGTHS {
+                        continue;
+                    }
+                    // A gather with repeats and one bad index.
+                    let ix: Vec<u64> = (0..n as u64 + 3)
+                        .map(|i| {
+                            if i == 2 {
+                                n as u64 + 7
+                            } else {
+                                (i * 7 + 3) % n as u64
+                            }
+                        })
+                        .collect();
+                    let (out, st) = emu_kernel(
+                        &cb,
+                        rows,
+                        layout,
+                        Some(&ix),
+                        ix.len() as u64,
+                        streaming,
+                        fetch,
+                        None,
+                    );
+                    assert_eq!(st, [STATUS_BAD_INDEX, 2], "gather status: {what}");
+                    for (i, &t) in ix.iter().enumerate() {
+                        let got = &out[i * l..(i + 1) * l];
+                        if i == 2 {
+                            assert!(
+                                got.iter().all(|&b| b == 0),
+                                "bad index row not zeroed: {what}"
+                            );
+                        } else {
+                            let t = t as usize;
+                            assert!(got == &data[t * l..(t + 1) * l], "gather row {i}: {what}");
+                        }
+                    }
+                }
+            }
+            // A corrupt encoded tensor (packed) is reported and zeroed, and
+            // the others still decode: one whose stream ends inside its last
+            // byte, with its top padding bit set.
+            let packed = compress_packed(&cb, rows, &LayoutOptions::default()).unwrap();
+            let bits = |i: usize| {
+                let s = &packed.payload[packed.offsets[i] as usize..];
+                let ents = cb.tables().entries();
+                ents.len()
+                    + ents
+                        .iter()
+                        .enumerate()
+                        .map(|(j, e)| {
+                            if s[j / 8] >> (j % 8) & 1 == 1 {
+                                e.free_bits as usize
+                            } else {
+                                e.width as usize
+                            }
+                        })
+                        .sum::<usize>()
+            };
+            let padded =
+                (0..n).find(|&i| packed.flags[i / 8] >> (i % 8) & 1 == 1 && bits(i) % 8 != 0);
+            if let Some(t) = padded {
+                for streaming in [false, true] {
+                    let (out, st) = emu_kernel(
+                        &cb,
+                        rows,
+                        EmuStorage::PACKED,
+                        None,
+                        n as u64,
+                        streaming,
+                        FETCH_CP_ASYNC,
+                        Some(t),
+                    );
+                    let what = format!(
+                        "corrupt row {t}: kind {kind} L={l} C={chunk} streaming {streaming}"
+                    );
+                    assert_eq!(st, [STATUS_CORRUPT, t as u64], "{what}");
+                    for i in 0..n {
+                        let got = &out[i * l..(i + 1) * l];
+                        if i == t {
+                            assert!(got.iter().all(|&b| b == 0), "{what}: not zeroed");
+                        } else {
+                            assert!(got == &data[i * l..(i + 1) * l], "{what}: row {i}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(cases >= 100);
+}
+
+#[test]
+fn emulated_gathers_take_u32_indices_and_strided_output() {
+    use ibp_kernels::params::FETCH_CP_ASYNC;
+    for (l, n, chunk) in [
+        (100usize, 9usize, ChunkSize::Four),
+        (5732, 4, ChunkSize::Eight),
+    ] {
+        let data = float_rows(n, l, 41);
+        let rows = Rows::new(&data, l).unwrap();
+        let opts = FitOptions::default().with_chunk(crate::fit::ChunkChoice::Fixed(chunk));
+        let cb = fit(rows, &opts).unwrap().codebook;
+        let ix: Vec<u32> = (0..2 * n as u32).map(|i| (i * 5 + 1) % n as u32).collect();
+        for streaming in [false, true] {
+            // An odd stride: rows 3 bytes apart from a multiple of L, so
+            // neither the row starts nor the stores are aligned.
+            let stride = l + 3;
+            let (out, st) = emu_kernel_with(
+                &cb,
+                rows,
+                EmuStorage::PACKED,
+                Some(EmuIndex::U32(&ix)),
+                ix.len() as u64,
+                streaming,
+                FETCH_CP_ASYNC,
+                None,
+                stride,
+                None,
+            );
+            let what = format!("L={l} streaming {streaming}");
+            assert_eq!(st, [0, u64::MAX], "{what}");
+            for (i, &t) in ix.iter().enumerate() {
+                let t = t as usize;
+                let got = &out[i * stride..i * stride + l];
+                assert!(got == &data[t * l..(t + 1) * l], "{what}: row {i}");
+                if i + 1 < ix.len() {
+                    let gap = &out[i * stride + l..(i + 1) * stride];
+                    assert!(gap.iter().all(|&b| b == 0xa7), "{what}: gap after row {i}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_tensor_larger_than_the_half_is_reported_and_the_rest_decode() {
+    use ibp_kernels::params::{FETCH_CP_ASYNC, STATUS_CORRUPT};
+    // Batch mode sizes its halves by the largest stored tensor; one larger
+    // than the half (a table changed under the launch) must be reported,
+    // not fetched past the half, and must not stall the batch loop.
+    let (l, n, big) = (5732usize, 6usize, 3usize);
+    let mut data = sparse_rows(n, l, 77);
+    data[big * l..(big + 1) * l].copy_from_slice(&float_rows(1, l, 78));
+    let rows = Rows::new(&data, l).unwrap();
+    let opts = FitOptions::default().with_chunk(crate::fit::ChunkChoice::Fixed(ChunkSize::Eight));
+    let cb = fit(rows, &opts).unwrap().codebook;
+    let packed = compress_packed(&cb, rows, &LayoutOptions::default()).unwrap();
+    let span = |i: usize| {
+        let (a, b) = (packed.offsets[i], packed.offsets[i + 1]);
+        (b.div_ceil(128) - a / 128) as u32
+    };
+    // One line of slack: the fixed-stride slots sit at other alignments.
+    let half = (0..n).filter(|&i| i != big).map(span).max().unwrap() + 1;
+    assert!(span(big) > half + 1, "the dense row must be the largest");
+    for layout in [EmuStorage::PACKED, EmuStorage::FIXED_LENGTHS] {
+        let (out, st) = emu_kernel_with(
+            &cb,
+            rows,
+            layout,
+            None,
+            n as u64,
+            false,
+            FETCH_CP_ASYNC,
+            None,
+            l,
+            Some(half),
+        );
+        assert_eq!(st, [STATUS_CORRUPT, big as u64], "{layout:?}");
+        for i in 0..n {
+            let got = &out[i * l..(i + 1) * l];
+            if i == big {
+                assert!(got.iter().all(|&b| b == 0), "{layout:?}: not zeroed");
+            } else {
+                assert!(got == &data[i * l..(i + 1) * l], "{layout:?}: row {i}");
+            }
+        }
+    }
+}
