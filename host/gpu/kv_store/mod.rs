@@ -470,10 +470,8 @@ impl KvStore {
         // A synchronous copy waits only for the legacy stream, not for the
         // non-blocking streams appends run on.
         // SAFETY: no arguments; waits for the current context.
-        check(
-            unsafe { cust::sys::cuCtxSynchronize() },
-            "waiting for appends",
-        )?;
+        let r = unsafe { cust::sys::cuCtxSynchronize() };
+        check(r, "waiting for appends")?;
         let mut v = copy_to_host_blocking(&self.lengths)?;
         v.truncate(self.next as usize);
         Ok(v)
