@@ -73,17 +73,19 @@ pub struct SegmentInfo {
 ///
 /// # The append path
 /// Per piece of at most [`KvStoreOptions::step_rows`] rows (and at most
-/// 32 MiB of them), on the caller's stream, into buffers reserved
-/// when the store was created: a zero fill of one of two device staging
-/// halves, the size kernel (each row's stored length under the segment's
-/// codebook), `ibp_kv_commit` (the stored lengths into the store's device
-/// length table, the encoded flags into its device flag bitmap) and the
-/// encoder (each row's stored form into its slot of the staging half).
-/// The store's own copy stream then moves the half's slots into the pinned
-/// pages with one DMA copy, while the caller's stream encodes the next
-/// piece into the other half; the caller's stream waits for the last copy
-/// before `append` returns, so later work on it sees the rows in the
-/// pages. Nothing is allocated, nothing waits on the host.
+/// 32 MiB of them), on the caller's stream, into buffers reserved when the
+/// store was created: a zero fill of one of two device staging halves, the
+/// size kernel (each row's stored length under the segment's codebook),
+/// `ibp_kv_commit` (the stored lengths into the store's device length
+/// table, the encoded flags into its device flag bitmap), the encoder
+/// (each row's stored form into its slot of the staging half), and one DMA
+/// copy of the half's slots into the pinned pages. An append of one piece
+/// (a decode step) runs wholly on the caller's stream. An append of several
+/// copies each piece on the store's own copy stream while the caller's
+/// stream encodes the next into the other half, events ordering the two,
+/// and the caller's stream waits for the last copy. Either way later work
+/// on the caller's stream sees the rows in the pages. Nothing is
+/// allocated, nothing waits on the host.
 ///
 /// Q: why encode into device memory and copy whole slots, when the encoder
 /// could write each row's stored prefix straight into the mapped pages?
@@ -234,6 +236,10 @@ impl KvStore {
             .ok_or_else(|| Error::invalid("a KV store without a segment"))?;
         let l = self.slots.row_bytes;
         let sizes = self.sizes.as_device_ptr().as_raw();
+        // One piece (a decode step) runs wholly on the caller's stream: no
+        // event and no second stream in its path. Several pieces overlap:
+        // the copy of one on `copies` with the encode of the next.
+        let overlap = taken.end - taken.start > self.piece_rows as u64;
         let mut at = taken.start;
         while at < taken.end {
             let n = (taken.end - at).min(self.piece_rows as u64);
@@ -242,8 +248,11 @@ impl KvStore {
             let stage = &self.stage[h];
             let bytes = (n * l) as usize;
             // The half's last copy to the pages must be done before it is
-            // zeroed again.
-            wait(stream, &self.copied[h])?;
+            // zeroed again (a copy on the caller's stream, or one covered by
+            // the wait that ended an earlier append, already is).
+            if overlap {
+                wait(stream, &self.copied[h])?;
+            }
             // The encoder ORs a row's last, partial word into zeroed memory,
             // and the slot's bytes past the stored form go to the pages.
             zero_async(stage, bytes, stream)?;
@@ -271,32 +280,41 @@ impl KvStore {
             unsafe {
                 gpu.enqueue_encode_at(&seg.gcb, (src, l), n as usize, sizes, 0, out, stream)?
             };
-            self.encoded[h].record(stream)?;
-            wait(&self.copies, &self.encoded[h])?;
+            let copies = if overlap {
+                self.encoded[h].record(stream)?;
+                wait(&self.copies, &self.encoded[h])?;
+                &self.copies
+            } else {
+                stream
+            };
             let dst = &mut self.pages[self.slots.slot_offset(at) as usize..][..bytes];
             // SAFETY: `dst` is `bytes` bytes of the pinned pages (the slots
             // at .. at + n, inside the store by `take`), written by no one
             // else: each slot is appended once, and readers order themselves
-            // after the append (the caller's stream waits for this copy
-            // below). The half's first `bytes` bytes were encoded before
-            // `encoded[h]`, which the copy stream waits for; the half is not
-            // written again before `copied[h]`, recorded after the copy.
+            // after the append (the copy is on the caller's stream, or the
+            // caller's stream waits for it below). The half's first `bytes`
+            // bytes were encoded before the copy: on the same stream, or
+            // before `encoded[h]`, which the copy stream waits for; the half
+            // is not written again before the copy is done (same stream, or
+            // the wait on `copied[h]`, recorded after the copy).
             let r = unsafe {
                 cust::sys::cuMemcpyDtoHAsync_v2(
                     dst.as_mut_ptr() as *mut std::ffi::c_void,
                     out,
                     bytes,
-                    self.copies.as_inner(),
+                    copies.as_inner(),
                 )
             };
             check(r, "copying a step's slots to the pages")?;
-            self.copied[h].record(&self.copies)?;
+            if overlap {
+                self.copied[h].record(&self.copies)?;
+            }
             self.half ^= 1;
             at += n;
         }
         // Copies are ordered on their stream: the last one recorded covers
         // them all.
-        if taken.start < taken.end {
+        if overlap {
             wait(stream, &self.copied[self.half ^ 1])?;
         }
         seg.rows += taken.end - taken.start;
