@@ -519,9 +519,11 @@ impl KvStore {
 
 impl Drop for KvStore {
     fn drop(&mut self) {
-        // The pages and the staging halves are freed after this: no copy
-        // may still read or write them. The copy stream waits for the
-        // encodes it copies, so it covers them too.
-        let _ = self.copies.synchronize();
+        // The pages and the staging halves are freed after this: no kernel
+        // or copy may still read or write them. A one-piece append's copy
+        // runs on the caller's stream, which the store does not hold, so
+        // wait for the whole context, not only the copy stream.
+        // SAFETY: no arguments; waits for the current context.
+        let _ = unsafe { cust::sys::cuCtxSynchronize() };
     }
 }
