@@ -287,6 +287,68 @@ pub unsafe fn eval<W: Lanes, M: Mem>(w: &W, m: &M, p: &MeasureParams, wid: u64, 
     }
 }
 
+/// Stored length (`min(E, L)`, `docs/FORMAT.md` §2) of the `l`-byte tensor
+/// at `start` under the book at `book` (bit values then masks, `⌈l / 8⌉`
+/// u64 each), in every lane. When `stage` is not 0 the tensor is also
+/// copied there as it is read, whole 8-byte words when `whole`.
+///
+/// # Safety
+/// The tensor is readable, the book as stated, the stage (when given)
+/// writable for `l` bytes (`8 · ⌈l / 8⌉` when `whole`).
+#[inline(always)]
+pub unsafe fn measure_row<W: Lanes, M: Mem, const C: u32>(
+    w: &W,
+    m: &M,
+    book: u64,
+    start: u64,
+    l: u64,
+    stage: u64,
+    whole: bool,
+) -> u64 {
+    let words = l.div_ceil(8);
+    let chunks = l.div_ceil(C as u64);
+    let ci = C.trailing_zeros() as usize;
+    let mut saved = 0u32;
+    let mut add = |q: u64, x: u64| {
+        if q >= words {
+            return;
+        }
+        // SAFETY: the book holds the bit values then the masks, `words`
+        // u64 each; the stage holds the tensor's bytes (the contract).
+        unsafe {
+            let v = m.ld_ro_u64(book + 8 * q);
+            let mask = m.ld_ro_u64(book + 8 * (words + q));
+            saved += word_saved(x, v, mask)[ci];
+            if stage != 0 {
+                let n = if whole || l - 8 * q >= 8 {
+                    8
+                } else {
+                    l - 8 * q
+                };
+                store_bytes(m, stage + 8 * q, x, n);
+            }
+        }
+    };
+    let mut q = w.lane() as u64;
+    while q < words {
+        // SAFETY: row_word reads inside the tensor only.
+        let x = unsafe {
+            [
+                row_word(m, start, l, q),
+                row_word(m, start, l, q + 32),
+                row_word(m, start, l, q + 64),
+                row_word(m, start, l, q + 96),
+            ]
+        };
+        add(q, x[0]);
+        add(q + 32, x[1]);
+        add(q + 64, x[2]);
+        add(q + 96, x[3]);
+        q += 128;
+    }
+    stored_len(l, chunks, warp_sum(w, saved) as u64)
+}
+
 /// The size query for one codebook of chunk size `C` (see [`MeasureParams`]).
 ///
 /// # Safety
@@ -298,59 +360,22 @@ pub unsafe fn size<W: Lanes, M: Mem, const C: u32>(
     wid: u64,
     nwarps: u64,
 ) {
-    let lane = w.lane();
     let l = p.row_bytes;
-    let words = l.div_ceil(8);
-    let chunks = l.div_ceil(C as u64);
-    let ci = C.trailing_zeros() as usize;
     // Whole 8-byte stores into the staging rows when their stride allows.
-    let whole = p.stage_stride.is_multiple_of(8) && p.stage_stride >= 8 * words;
+    let whole = p.stage_stride.is_multiple_of(8) && p.stage_stride >= 8 * l.div_ceil(8);
     let mut i = wid;
     while i < p.sample {
         let start = p.src + sample_row(i, p.rows, p.sample) * p.stride;
-        let stage = p.stage + i * p.stage_stride;
-        let mut saved = 0u32;
-        let mut add = |q: u64, x: u64| {
-            if q >= words {
-                return;
-            }
-            // SAFETY: the book holds the bit values then the masks, `words`
-            // u64 each; the staging row holds `stage_stride` bytes.
-            unsafe {
-                let v = m.ld_ro_u64(p.book + 8 * q);
-                let mask = m.ld_ro_u64(p.book + 8 * (words + q));
-                saved += word_saved(x, v, mask)[ci];
-                if p.stage != 0 {
-                    let n = if whole || l - 8 * q >= 8 {
-                        8
-                    } else {
-                        l - 8 * q
-                    };
-                    store_bytes(m, stage + 8 * q, x, n);
-                }
-            }
+        let stage = if p.stage == 0 {
+            0
+        } else {
+            p.stage + i * p.stage_stride
         };
-        let mut q = lane as u64;
-        while q < words {
-            // SAFETY: row_word reads inside the tensor only.
-            let x = unsafe {
-                [
-                    row_word(m, start, l, q),
-                    row_word(m, start, l, q + 32),
-                    row_word(m, start, l, q + 64),
-                    row_word(m, start, l, q + 96),
-                ]
-            };
-            add(q, x[0]);
-            add(q + 32, x[1]);
-            add(q + 64, x[2]);
-            add(q + 96, x[3]);
-            q += 128;
-        }
-        let total = warp_sum(w, saved) as u64;
-        if lane == 0 {
+        // SAFETY: as MeasureParams states for the tensor, book and stage.
+        let stored = unsafe { measure_row::<W, M, C>(w, m, p.book, start, l, stage, whole) };
+        if w.lane() == 0 {
             // SAFETY: sizes holds `sample` u64.
-            unsafe { m.st_u64(p.sizes + 8 * i, stored_len(l, chunks, total)) }
+            unsafe { m.st_u64(p.sizes + 8 * i, stored) }
         }
         i += nwarps;
     }
@@ -799,6 +824,54 @@ unsafe fn encoded_tensor<W: Lanes, M: Mem, const C: u32>(
     }
 }
 
+/// Write the stored form of the tensor at `start` (`p.row_bytes` bytes,
+/// stored length `stored`: `L` or more means raw) into its region `dst`,
+/// `len` bytes, under `p.book`. Returns the bits written; when `dst` is
+/// 4-aligned, the 32-bit words `dst + 4k` for `k < ⌈bits / 32⌉` are written
+/// exactly once and none after them.
+///
+/// # Safety
+/// As [`EncodeParams`] states for one tensor and its region.
+#[inline(always)]
+pub unsafe fn encode_row<W: Lanes, M: Mem, const C: u32>(
+    w: &W,
+    m: &M,
+    p: &EncodeParams,
+    start: u64,
+    stored: u64,
+    dst: u64,
+    len: u64,
+) -> u64 {
+    let l = p.row_bytes;
+    let words = l.div_ceil(8);
+    // SAFETY: (this block) the contract.
+    unsafe {
+        let mut wr = if stored >= l {
+            // Raw: the tensor's bytes as they are.
+            let mut wr = WarpWriter::new(dst, len);
+            let mut k = 0;
+            while k < words.div_ceil(32) {
+                let q = 32 * k + w.lane() as u64;
+                let x = row_word(m, start, l, q);
+                let n = if q >= words {
+                    0
+                } else if l - 8 * q >= 8 {
+                    64
+                } else {
+                    8 * (l - 8 * q) as u32
+                };
+                wr.step(w, m, x, n);
+                k += 1;
+            }
+            wr
+        } else {
+            encoded_tensor::<W, M, C>(w, m, p, start, dst, len)
+        };
+        wr.flush(w, m);
+        wr.written()
+    }
+}
+
 /// Compression with chunks of `C` bytes (see [`EncodeParams`]).
 ///
 /// # Safety
@@ -810,10 +883,7 @@ pub unsafe fn encode<W: Lanes, M: Mem, const C: u32>(
     wid: u64,
     nwarps: u64,
 ) {
-    let lane = w.lane() as u64;
     let l = p.row_bytes;
-    let words = l.div_ceil(8);
-    let steps_per_row = words.div_ceil(32);
     let mut i = wid;
     while i < p.rows {
         let start = p.src + i * p.stride;
@@ -828,28 +898,7 @@ pub unsafe fn encode<W: Lanes, M: Mem, const C: u32>(
             } else {
                 (p.out + i * l, l)
             };
-            let mut wr = if stored >= l {
-                // Raw: the tensor's bytes as they are.
-                let mut wr = WarpWriter::new(dst, len);
-                let mut k = 0;
-                while k < steps_per_row {
-                    let q = 32 * k + lane;
-                    let x = row_word(m, start, l, q);
-                    let n = if q >= words {
-                        0
-                    } else if l - 8 * q >= 8 {
-                        64
-                    } else {
-                        8 * (l - 8 * q) as u32
-                    };
-                    wr.step(w, m, x, n);
-                    k += 1;
-                }
-                wr
-            } else {
-                encoded_tensor::<W, M, C>(w, m, p, start, dst, len)
-            };
-            wr.flush(w, m);
+            encode_row::<W, M, C>(w, m, p, start, stored, dst, len);
         }
         i += nwarps;
     }

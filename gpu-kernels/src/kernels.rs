@@ -6,7 +6,7 @@ use crate::arch;
 use crate::count::PosPopcnt32;
 use crate::hw::{GlobalBook, Hw, SharedBook};
 use crate::params::{
-    CacheParams, CountParams, CpAsyncTestParams, DecodeParams, EncodeParams, KvCommitParams,
+    CacheParams, CountParams, CpAsyncTestParams, DecodeParams, EncodeParams, KvAppendParams,
     MeasureParams, SCAN_PER_THREAD, SCAN_TILE, ScanParams, WarpTestParams, workspace_bytes,
 };
 use crate::prelude::kernel;
@@ -490,44 +490,62 @@ pub unsafe fn ibp_size(p: MeasureParams) {
     }
 }
 
-/// The KV store's commit of one append: stored lengths and encoded flags
-/// (`crate::kv`), one thread per flag byte.
+/// The KV store's append of one piece with chunks of `C` bytes: the body
+/// behind the four `ibp_kv_append_c*` entry points (one per chunk size, as
+/// for the encoder).
+#[inline(always)]
+unsafe fn kv_append_entry<const C: u32>(p: KvAppendParams) {
+    let (wid, nwarps) = arch::global_warp();
+    let p = KvAppendParams {
+        src: arch::to_global(p.src),
+        book: arch::to_global(p.book),
+        lengths: arch::to_global(p.lengths),
+        flags: arch::to_global(p.flags),
+        out: arch::to_global(p.out),
+        ..p
+    };
+    // SAFETY: forwarded contract.
+    unsafe { crate::kv::append::<Hw, Hw, C>(&Hw, &Hw, &p, wid, nwarps) }
+}
+
+/// The KV store's append, 1-byte chunks.
 ///
 /// # Safety
-/// As [`KvCommitParams`] states.
+/// As [`KvAppendParams`] states.
 #[kernel]
-pub unsafe fn ibp_kv_commit(p: KvCommitParams) {
-    let (b0, nbytes) = crate::kv::commit_bytes(p.first, p.rows);
-    let t = arch::global_thread();
-    if t >= nbytes {
-        return;
-    }
-    let byte = b0 + t;
-    let sizes = arch::to_global(p.sizes);
-    let lengths = arch::to_global(p.lengths);
-    let flags = arch::to_global(p.flags);
-    let end = p.first + p.rows;
-    let mut r = 8 * byte;
-    while r < 8 * byte + 8 {
-        if r >= p.first && r < end {
-            // SAFETY: row r - first < rows of sizes; row r < first + rows of
-            // lengths (the contract).
-            unsafe {
-                let s = arch::ld_global_u64(sizes + 8 * (r - p.first));
-                arch::st_global_u32(lengths + 4 * r, crate::kv::stored_len(s, p.row_bytes));
-            }
-        }
-        r += 1;
-    }
-    // SAFETY: only called for rows in first .. first + rows, whose sizes
-    // exist (the contract).
-    let unencoded =
-        |r: u64| unsafe { arch::ld_global_u64(sizes + 8 * (r - p.first)) } < p.row_bytes;
-    // SAFETY: byte < ⌈(first + rows) / 8⌉ (the contract).
-    let old = unsafe { arch::ld_global_u8(flags + byte) };
-    let v = crate::kv::commit_flag_byte(old, byte, p.first, p.rows, unencoded);
-    // SAFETY: as above.
-    unsafe { arch::st_global_u8(flags + byte, v) };
+pub unsafe fn ibp_kv_append_c1(p: KvAppendParams) {
+    // SAFETY: forwarded contract.
+    unsafe { kv_append_entry::<1>(p) }
+}
+
+/// The KV store's append, 2-byte chunks.
+///
+/// # Safety
+/// As [`KvAppendParams`] states.
+#[kernel]
+pub unsafe fn ibp_kv_append_c2(p: KvAppendParams) {
+    // SAFETY: forwarded contract.
+    unsafe { kv_append_entry::<2>(p) }
+}
+
+/// The KV store's append, 4-byte chunks.
+///
+/// # Safety
+/// As [`KvAppendParams`] states.
+#[kernel]
+pub unsafe fn ibp_kv_append_c4(p: KvAppendParams) {
+    // SAFETY: forwarded contract.
+    unsafe { kv_append_entry::<4>(p) }
+}
+
+/// The KV store's append, 8-byte chunks.
+///
+/// # Safety
+/// As [`KvAppendParams`] states.
+#[kernel]
+pub unsafe fn ibp_kv_append_c8(p: KvAppendParams) {
+    // SAFETY: forwarded contract.
+    unsafe { kv_append_entry::<8>(p) }
 }
 
 /// Copy sampled tensors (`crate::encode::gather`).

@@ -243,28 +243,32 @@ pub struct ScanParams {
     pub total: u64,
 }
 
-/// `ibp_kv_commit`: the appendable KV store's commit of one append
-/// (`crate::kv`). Rows `first .. first + rows` of the store were measured
-/// into `sizes` (u64, `rows` of them, as `ibp_size` writes them); for each,
-/// `lengths[first + i]` (u32) receives its stored length and bit
-/// `first + i` of the flag bitmap at `flags` its encoded flag. One thread
-/// per flag byte touched, starting at byte `first / 8`.
+/// `ibp_kv_append_c{1,2,4,8}`: the appendable KV store's append of one
+/// piece (`crate::kv`). Tensor `i < rows` (`row_bytes` bytes at
+/// `src + i · row_bytes`) is store row `first + i`: its stored length goes
+/// to `lengths[first + i]` (u32), its encoded flag is OR-ed into bit
+/// `first + i` of the bitmap at `flags` (32-bit words; bits are only ever
+/// set, so the bitmap starts zeroed), and its stored form to the slot
+/// `out + i · row_bytes`. `book` is the codebook's encoder book (as for
+/// [`EncodeParams`]). When `zero_tail` is 1 (`row_bytes` a multiple of 4)
+/// each slot's bytes past its stored form are zeroed too, so `out` need not
+/// be; otherwise `out` must be zeroed first.
 ///
 /// The caller guarantees `lengths` holds `first + rows` u32 and `flags`
-/// `⌈(first + rows) / 8⌉` bytes.
+/// `⌈(first + rows) / 32⌉` 4-aligned u32 words.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct KvCommitParams {
-    pub sizes: u64,
+pub struct KvAppendParams {
+    pub src: u64,
+    pub rows: u64,
+    pub row_bytes: u64,
+    pub book: u64,
     pub lengths: u64,
     pub flags: u64,
     pub first: u64,
-    pub rows: u64,
-    pub row_bytes: u64,
+    pub out: u64,
+    pub zero_tail: u32,
 }
-
-/// Threads per block of `ibp_kv_commit`.
-pub const KV_COMMIT_BLOCK: u32 = 128;
 
 /// Threads per block of the scan kernels.
 pub const SCAN_BLOCK: u32 = 256;

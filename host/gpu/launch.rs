@@ -60,7 +60,7 @@ impl<P> Kernel<P> {
 /// Every kernel, by what it does.
 pub(crate) mod kernels {
     use ibp_kernels::params::{
-        CacheParams, CountParams, CpAsyncTestParams, DecodeParams, EncodeParams, KvCommitParams,
+        CacheParams, CountParams, CpAsyncTestParams, DecodeParams, EncodeParams, KvAppendParams,
         MeasureParams, ScanParams, WarpTestParams,
     };
 
@@ -79,7 +79,6 @@ pub(crate) mod kernels {
     pub(crate) const DECODE_CLUSTERED_STREAM: Kernel<DecodeParams> =
         Kernel::new("ibp_decode_clustered_stream");
     pub(crate) const CACHE_GATHER: Kernel<CacheParams> = Kernel::new("ibp_cache_gather");
-    pub(crate) const KV_COMMIT: Kernel<KvCommitParams> = Kernel::new("ibp_kv_commit");
     pub(crate) const TEST_WARP: Kernel<WarpTestParams> = Kernel::new("ibp_test_warp");
     pub(crate) const TEST_CP_ASYNC: Kernel<CpAsyncTestParams> = Kernel::new("ibp_test_cp_async");
 
@@ -90,6 +89,16 @@ pub(crate) mod kernels {
             2 => Kernel::new("ibp_encode_c2"),
             4 => Kernel::new("ibp_encode_c4"),
             _ => Kernel::new("ibp_encode_c8"),
+        }
+    }
+
+    /// The KV store's append for chunks of `chunk` bytes.
+    pub(crate) const fn kv_append(chunk: u32) -> Kernel<KvAppendParams> {
+        match chunk {
+            1 => Kernel::new("ibp_kv_append_c1"),
+            2 => Kernel::new("ibp_kv_append_c2"),
+            4 => Kernel::new("ibp_kv_append_c4"),
+            _ => Kernel::new("ibp_kv_append_c8"),
         }
     }
 

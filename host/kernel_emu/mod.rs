@@ -657,4 +657,5 @@ fn crate_low_mask(n: u32) -> u64 {
 
 mod cache;
 mod decode;
+mod kv;
 mod shared_row;

@@ -7,12 +7,12 @@ use std::ops::Range;
 
 use cust::memory::{DeviceBuffer, DeviceSlice};
 use cust::stream::Stream;
-use ibp_kernels::params::{KV_COMMIT_BLOCK, KvCommitParams};
+use ibp_kernels::params::KvAppendParams;
 
 pub use plan::KvStoreOptions;
 use plan::Slots;
 
-use super::compress::{GpuCodebook, row_count};
+use super::compress::{GpuCodebook, WARP_BLOCK, row_count};
 use super::dataset::GpuDataset;
 use super::decode::{DecodeOptions, DecodeStatus, Decoder, GatherIndex, LaunchVia, Target};
 use super::driver::{
@@ -74,12 +74,14 @@ pub struct SegmentInfo {
 /// # The append path
 /// Per piece of at most [`KvStoreOptions::step_rows`] rows (and at most
 /// 32 MiB of them), on the caller's stream, into buffers reserved when the
-/// store was created: a zero fill of one of two device staging halves, the
-/// size kernel (each row's stored length under the segment's codebook),
-/// `ibp_kv_commit` (the stored lengths into the store's device length
-/// table, the encoded flags into its device flag bitmap), the encoder
-/// (each row's stored form into its slot of the staging half), and one DMA
-/// copy of the half's slots into the pinned pages. An append of one piece
+/// store was created: one kernel, `ibp_kv_append_c*`, in which a warp
+/// measures a row's stored length under the segment's codebook, records it
+/// in the store's device length table and the row's encoded flag in its
+/// device flag bitmap, and writes the stored form into the row's slot of
+/// one of two device staging halves, zeroing the slot's bytes past it;
+/// then one DMA copy of the half's slots into the pinned pages. (Rows whose
+/// width is not a multiple of 4 share words between slots: for them the
+/// half is zero-filled first and the kernel ORs the shared words.) An append of one piece
 /// (a decode step) runs wholly on the caller's stream. An append of several
 /// copies each piece on the store's own copy stream while the caller's
 /// stream encodes the next into the other half, events ordering the two,
@@ -126,12 +128,11 @@ pub struct KvStore {
     slots: Slots,
     /// Every page, one mapped range (see "Pages" above).
     pages: PinnedBuffer<u8>,
-    /// Encoded flag of every row, `⌈capacity / 8⌉` bytes.
-    flags: DeviceBuffer<u8>,
+    /// Encoded flag of every row, bit `r % 8` of byte `r / 8`, in whole
+    /// 32-bit words (`⌈capacity / 32⌉`: the append sets bits atomically).
+    flags: DeviceBuffer<u32>,
     /// Stored length of every row.
     lengths: DeviceBuffer<u32>,
-    /// Stored sizes of the rows of one piece (`piece_rows` u64).
-    sizes: DeviceBuffer<u64>,
     /// Rows per piece of an append: `step_rows`, at most `STAGE_BYTES`.
     piece_rows: usize,
     /// Two device halves of `piece_rows` slots each, encoded into on the
@@ -176,9 +177,8 @@ impl KvStore {
         let mut store = KvStore {
             slots,
             pages: PinnedBuffer::zeroed(slots.bytes() as usize)?,
-            flags: DeviceBuffer::zeroed(cap.div_ceil(8)).map_err(cuda_err("allocating flags"))?,
+            flags: DeviceBuffer::zeroed(cap.div_ceil(32)).map_err(cuda_err("allocating flags"))?,
             lengths: DeviceBuffer::zeroed(cap).map_err(cuda_err("allocating lengths"))?,
-            sizes: device_buffer(piece_rows, "allocating the step's sizes")?,
             piece_rows,
             stage: [half()?, half()?],
             encoded: [Event::new()?, Event::new()?],
@@ -235,7 +235,11 @@ impl KvStore {
             .last_mut()
             .ok_or_else(|| Error::invalid("a KV store without a segment"))?;
         let l = self.slots.row_bytes;
-        let sizes = self.sizes.as_device_ptr().as_raw();
+        // Slots of a width that is a multiple of 4 are whole words: the
+        // kernel writes every byte of them. Otherwise neighbours share a
+        // word, which the kernel ORs into a zeroed half.
+        let zero_tail = l.is_multiple_of(4);
+        let kernel = kernels::kv_append(seg.gcb.cb.chunk().bytes());
         // One piece (a decode step) runs wholly on the caller's stream: no
         // event and no second stream in its path. Several pieces overlap:
         // the copy of one on `copies` with the encode of the next.
@@ -248,38 +252,35 @@ impl KvStore {
             let stage = &self.stage[h];
             let bytes = (n * l) as usize;
             // The half's last copy to the pages must be done before it is
-            // zeroed again (a copy on the caller's stream, or one covered by
+            // written again (a copy on the caller's stream, or one covered by
             // the wait that ended an earlier append, already is).
             if overlap {
                 wait(stream, &self.copied[h])?;
             }
-            // The encoder ORs a row's last, partial word into zeroed memory,
-            // and the slot's bytes past the stored form go to the pages.
-            zero_async(stage, bytes, stream)?;
-            gpu.enqueue_size(&seg.gcb, src, n as usize, &self.sizes, None, stream)?;
-            let p = KvCommitParams {
-                sizes,
+            if !zero_tail {
+                zero_async(stage, bytes, stream)?;
+            }
+            let out = stage.as_device_ptr().as_raw();
+            let p = KvAppendParams {
+                src,
+                rows: n,
+                row_bytes: l,
+                book: seg.gcb.book.as_device_ptr().as_raw(),
                 lengths: self.lengths.as_device_ptr().as_raw(),
                 flags: self.flags.as_device_ptr().as_raw(),
                 first: at,
-                rows: n,
-                row_bytes: l,
+                out,
+                zero_tail: zero_tail as u32,
             };
-            let (_, commit) = ibp_kernels::kv::commit_bytes(at, n);
-            let grid = commit.div_ceil(KV_COMMIT_BLOCK as u64) as u32;
-            // SAFETY: rows at .. at + n lie inside the store (`take`), so the
-            // length table holds at + n u32 and the bitmap ⌈(at + n) / 8⌉
-            // bytes; `sizes` holds piece_rows ≥ n u64, written by the size
-            // kernel just enqueued; KvCommitParams is the kernel's type.
-            unsafe { gpu.launch(kernels::KV_COMMIT, grid, KV_COMMIT_BLOCK, 0, stream, p)? };
-            let out = stage.as_device_ptr().as_raw();
+            let grid = gpu.warp_grid(kernel, n)?;
             // SAFETY: `src` holds n rows of L bytes (row_count via `take`);
-            // the sizes were measured for them under this codebook above, on
-            // this stream; the half holds piece_rows ≥ n slots, zeroed just
-            // before on this stream, and no copy reads it (the wait above).
-            unsafe {
-                gpu.enqueue_encode_at(&seg.gcb, (src, l), n as usize, sizes, 0, out, stream)?
-            };
+            // rows at .. at + n lie inside the store (`take`), so the length
+            // table holds at + n u32 and the bitmap ⌈(at + n) / 32⌉ words,
+            // zeroed at creation and only ever OR-ed; the half holds
+            // piece_rows ≥ n slots, zeroed just before on this stream when
+            // the slots share words, and no copy reads it (the wait above);
+            // KvAppendParams is the kernel's type.
+            unsafe { gpu.launch(kernel, grid, WARP_BLOCK, 0, stream, p)? };
             let copies = if overlap {
                 self.encoded[h].record(stream)?;
                 wait(&self.copies, &self.encoded[h])?;
