@@ -427,7 +427,9 @@ pub unsafe fn gather<W: Lanes, M: Mem>(w: &W, m: &M, p: &MeasureParams, wid: u64
 /// the stream starts `s0` bits into word 0. A word entirely inside the
 /// destination region is stored; a word shared with a neighbouring region
 /// (only the first and last of a region can be) is OR-ed into memory that the
-/// host zeroed, so two warps can finish it in either order.
+/// host zeroed, so two warps can finish it in either order. A *clipped*
+/// writer drops the words at or past the region's end instead (a stream
+/// that may turn out longer than its slot: [`encode_slot`]).
 pub struct WarpWriter {
     a0: u64,
     /// Region in bits from `a0`: `[lo, hi)`.
@@ -437,6 +439,8 @@ pub struct WarpWriter {
     pos: u64,
     /// Bits already laid in word `pos / 32` (below `pos % 32`).
     pend: u32,
+    /// Drop words at or past `hi` (see the type's doc).
+    clip: bool,
 }
 
 impl WarpWriter {
@@ -450,6 +454,7 @@ impl WarpWriter {
             hi: s0 + 8 * len,
             pos: s0,
             pend: 0,
+            clip: false,
         }
     }
 
@@ -477,6 +482,9 @@ impl WarpWriter {
     /// The region is writable (and zeroed where it shares a word).
     #[inline(always)]
     pub unsafe fn put<M: Mem>(&self, m: &M, k: u64, v: u32) {
+        if self.clip && 32 * k >= self.hi {
+            return;
+        }
         let a = self.a0 + 4 * k;
         // SAFETY: word k overlaps the region; the caller's contract.
         unsafe {
@@ -759,6 +767,7 @@ unsafe fn encoded_tensor<W: Lanes, M: Mem, const C: u32>(
     start: u64,
     dst: u64,
     len: u64,
+    clip: bool,
 ) -> WarpWriter {
     let lane = w.lane();
     let l = p.row_bytes;
@@ -788,6 +797,7 @@ unsafe fn encoded_tensor<W: Lanes, M: Mem, const C: u32>(
             v & (bits::low_mask((end % 32) as u32) as u32)
         };
         let mut wr = WarpWriter::resume(dst, len, chunks, pend);
+        wr.clip = clip;
         let mut carry = 0u32;
         let mut k = 0;
         while k < words.div_ceil(32) {
@@ -865,10 +875,50 @@ pub unsafe fn encode_row<W: Lanes, M: Mem, const C: u32>(
             }
             wr
         } else {
-            encoded_tensor::<W, M, C>(w, m, p, start, dst, len)
+            encoded_tensor::<W, M, C>(w, m, p, start, dst, len, false)
         };
         wr.flush(w, m);
         wr.written()
+    }
+}
+
+/// Write the stored form of the tensor at `start` (`p.row_bytes` = `L`
+/// bytes, a multiple of 4) into its slot `dst` (4-aligned, `L` bytes)
+/// without measuring it first: encode it with a clipped writer, and when
+/// its stored length turns out to be `L` or more, write the raw form over
+/// it. Returns the stored length `min(E, L)` and the bits written (the
+/// words `dst + 4k`, `k < ⌈bits / 32⌉`, each written; for a raw tensor
+/// `8L`).
+///
+/// Q: why encode before knowing whether the tensor is stored raw?
+/// A: the size is only needed for that choice, and a tensor rarely turns
+/// out raw; measuring first is one more dependent pass over the tensor
+/// (its loads, a warp reduction), which for a few hundred short tensors
+/// (a KV decode step) is a sizeable part of the kernel.
+///
+/// # Safety
+/// As [`EncodeParams`] states for one tensor and its slot.
+#[inline(always)]
+pub unsafe fn encode_slot<W: Lanes, M: Mem, const C: u32>(
+    w: &W,
+    m: &M,
+    p: &EncodeParams,
+    start: u64,
+    dst: u64,
+) -> (u64, u64) {
+    let l = p.row_bytes;
+    // SAFETY: (this block) the contract; the clipped writer stays inside
+    // the slot whatever the stream's length.
+    unsafe {
+        let mut wr = encoded_tensor::<W, M, C>(w, m, p, start, dst, l, true);
+        wr.flush(w, m);
+        let bits = wr.written();
+        let e = bits.div_ceil(8);
+        if e < l {
+            (e, bits)
+        } else {
+            (l, encode_row::<W, M, C>(w, m, p, start, l, dst, l))
+        }
     }
 }
 

@@ -31,7 +31,8 @@ fn emu_appends(
         let k = piece.min(n - at);
         let src = Aligned::from(&rows.bytes()[at * l..(at + k) * l]);
         let fill = if zero_tail { 0xC3 } else { 0 };
-        let half = Aligned::from(&vec![fill; k * l]);
+        // A guard slot after the half: nothing may be written there.
+        let half = Aligned::from(&vec![fill; (k + 1) * l]);
         let p = KvAppendParams {
             src: src.addr(),
             rows: k as u64,
@@ -43,12 +44,23 @@ fn emu_appends(
             out: half.addr(),
             zero_tail: zero_tail as u32,
         };
-        // SAFETY: every buffer is sized as KvAppendParams requires (the
-        // tables for `end` rows, the half for `k` slots) and outlives the warp.
-        run_warp(|w| unsafe {
-            with_chunk_const!(cb.chunk(), C => append::<_, _, C>(w, &EmuMem, &p, 0, 1))
-        });
-        pages.extend_from_slice(half.bytes());
+        // One warp per row (warp j of k takes row j), last row first: a
+        // row that wrote past its slot would spoil the next, already
+        // written one.
+        for j in (0..k as u64).rev() {
+            // SAFETY: every buffer is sized as KvAppendParams requires (the
+            // tables for `end` rows, the half for `k` slots) and outlives
+            // the warp.
+            run_warp(|w| unsafe {
+                with_chunk_const!(cb.chunk(), C => append::<_, _, C>(w, &EmuMem, &p, j, k as u64))
+            });
+        }
+        let (slots, guard) = half.bytes().split_at(k * l);
+        assert!(
+            guard.iter().all(|&b| b == fill),
+            "a write past the last slot"
+        );
+        pages.extend_from_slice(slots);
         at += k;
     }
     let lengths = bytemuck::cast_slice::<u8, u32>(lengths.bytes()).to_vec();
