@@ -96,6 +96,17 @@ pub fn time_median(
     Ok(times[times.len() / 2])
 }
 
+/// Median time of one DMA copy of `bytes` from device memory into pinned
+/// host memory, in seconds (event-timed, as [`time_median`]): the floor of
+/// anything that ends by copying that many bytes to the host.
+pub fn time_dtoh_copy(stream: &Stream, bytes: usize) -> Result<f64> {
+    let src = device_buffer::<u8>(bytes.max(1), "allocating the copy's source")?;
+    let mut dst = super::memory::PinnedBuffer::<u8>::zeroed(bytes.max(1))?;
+    time_median(stream, 2, 21, || {
+        super::driver::copy_to_pinned(&src, &mut dst, bytes, stream)
+    })
+}
+
 /// How a measured dataset is stored: its layout and, for the fixed-stride
 /// layout, whether the device also keeps a table of stored lengths
 /// ([`GpuDataset::with_length_table`]).
