@@ -139,6 +139,12 @@ pub const DECODE_FLAG_NO_CLASSES: u32 = 1;
 /// step matches.
 pub const DECODE_FLAG_NO_PREFIX: u32 = 2;
 
+/// Decode flag, set by the host when the stored bytes are in host memory:
+/// a gather, and a fixed-stride range whose tensor holds at most 64 bytes of
+/// its last line, read only the 16-byte pieces of their lines that hold the
+/// tensor (see `decode::batch`, `fetch_item`).
+pub const DECODE_FLAG_TRIM: u32 = 4;
+
 /// Fetch lines with `cp.async.cg` (asynchronous, bypasses registers and L1).
 pub const FETCH_CP_ASYNC: u32 = 0;
 /// Fetch lines with 16-byte global loads and shared stores (synchronous).

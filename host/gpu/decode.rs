@@ -408,6 +408,9 @@ pub(crate) struct LaunchVia {
     /// A clustered dataset's cluster ids to use instead of its own, and
     /// their bits (a DMA gather piece's, one u32 a row).
     pub clusters: Option<(u64, u32)>,
+    /// Whether `src` is host memory the kernel reads over PCIe (default:
+    /// no when `src` is given, else whether the payload is pinned).
+    pub host_src: Option<bool>,
 }
 
 /// Which tensors a launch decodes.

@@ -479,7 +479,16 @@ impl Gpu {
             } else {
                 ibp_kernels::params::FETCH_CP_ASYNC
             },
-            decode_flags: dec.flags,
+            // Lines are trimmed to a tensor's pieces only when they come
+            // over PCIe (`decode::batch`, `fetch_item`).
+            decode_flags: dec.flags
+                | if via.host_src.unwrap_or(
+                    via.src.is_none() && matches!(ds.payload, super::dataset::Payload::Pinned(_)),
+                ) {
+                    ibp_kernels::params::DECODE_FLAG_TRIM
+                } else {
+                    0
+                },
             book: ds.book.as_device_ptr().as_raw(),
             book_smem_bytes: dec.book_smem_bytes,
             index_u32: !wide as u32,

@@ -134,7 +134,7 @@ fn emu_kernel_with(
     stride: usize,
     half_lines: Option<u32>,
 ) -> (Vec<u8>, [u64; 2]) {
-    use ibp_kernels::params::{DECODE_MODE_DECODE, DecodeParams};
+    use ibp_kernels::params::{DECODE_FLAG_TRIM, DECODE_MODE_DECODE, DecodeParams, FETCH_CP_ASYNC};
 
     let l = rows.row_bytes();
     let n = rows.rows();
@@ -215,6 +215,13 @@ fn emu_kernel_with(
         lengths: lens.as_ref().map_or(0, |x| x.addr()),
         fetch,
         offset_base: 0,
+        // Trimmed lines (as for host memory) with cp.async, whole lines with
+        // loads and stores: the tests alternate the two, so both are run.
+        decode_flags: if fetch == FETCH_CP_ASYNC {
+            DECODE_FLAG_TRIM
+        } else {
+            0
+        },
         ..Default::default()
     };
     emu_launch(cb, &book, p, max_stored, streaming, half_lines, false);

@@ -222,29 +222,26 @@ impl<H: Machine, B: Book, const CL: bool> Ctx<'_, H, B, CL> {
         // 1024-byte rows at 96 stored bytes 13–16% slower. Our reading: a
         // line shared with the next tensor is then fetched in two parts
         // where the whole line was read once and then hit in L2, and a
-        // line's sectors read apart cost more than the line read whole. So: a gather (whose
-        // neighbours nobody reads) skips every piece outside the tensor;
-        // a fixed-stride range trims its last line only when the tensor
-        // holds at most 64 bytes of it; a packed range reads whole lines.
-        // While a fixed-stride tensor's length is still to be derived
-        // (`len` 0), its lines are read whole.
-        let gather = self.p.index != 0;
-        let tail = (it.src + it.len as u64) % LINE;
-        let trim = it.len != 0 && (gather || (!self.packed() && tail != 0 && tail <= 64));
-        let lo = if gather { it.src } else { 0 };
-        let hi = if trim {
-            it.src + it.len as u64
-        } else {
-            u64::MAX
-        };
-        if lo == 0 && hi == u64::MAX {
-            // Whole lines, with no test per piece: the device-resident
-            // decode is bound by instruction issue (measured: the test in
-            // this loop cost it 4–7%).
-            self.fetch_pieces::<false>(half, it, upto, 0, 0);
-        } else {
-            self.fetch_pieces::<true>(half, it, upto, lo, hi);
+        // line's sectors read apart cost more than the line read whole.
+        // So, for stored bytes in host memory (`self.trim`, decided once
+        // per launch): a gather (whose neighbours nobody reads) skips every
+        // piece outside the tensor; a fixed-stride range trims its last
+        // line only when the tensor holds at most 64 bytes of it; a packed
+        // range reads whole lines. While a fixed-stride tensor's length is
+        // still to be derived (`len` 0), its lines are read whole. Device
+        // memory is read whole-line with no test: its decode is bound by
+        // instruction issue, and per-tensor tests cost it 4–7% (measured).
+        if self.trim && it.len != 0 {
+            let gather = self.p.index != 0;
+            let tail = (it.src + it.len as u64) % LINE;
+            if gather || (tail != 0 && tail <= 64) {
+                let lo = if gather { it.src } else { 0 };
+                let hi = it.src + it.len as u64;
+                self.fetch_pieces::<true>(half, it, upto, lo, hi);
+                return;
+            }
         }
+        self.fetch_pieces::<false>(half, it, upto, 0, 0);
     }
 
     /// Issue the copies of [`Ctx::fetch_item`]: the 16-byte pieces of lines

@@ -45,7 +45,8 @@
 use crate::bits::WARP;
 use crate::book::Layout;
 use crate::params::{
-    DECODE_MODE_IDEAL, DecodeParams, FETCH_LOAD_STORE, STATUS_BAD_INDEX, STATUS_CORRUPT,
+    DECODE_FLAG_TRIM, DECODE_MODE_IDEAL, DecodeParams, FETCH_LOAD_STORE, STATUS_BAD_INDEX,
+    STATUS_CORRUPT,
 };
 use crate::simt::{Book, Machine, warp_sum64};
 use crate::step::{self, Geometry, RowStore, Source};
@@ -85,6 +86,10 @@ struct Ctx<'a, H, B, const CL: bool> {
     raw_aligned: bool,
     vec_out: bool,
     load_store: bool,
+    /// Trim lines to the tensor's pieces where nobody reads the rest (see
+    /// `batch`'s `fetch_item`): `DECODE_FLAG_TRIM`, and a gather or a
+    /// fixed-stride dataset. Decided once per launch.
+    trim: bool,
     ring: u32,
     pbuf: u32,
     geo: Geometry,
@@ -451,6 +456,7 @@ pub unsafe fn run<H: Machine, B: Book, const CL: bool>(
             && p.out_stride.is_multiple_of(16)
             && p.row_bytes.is_multiple_of(16),
         load_store: p.fetch == FETCH_LOAD_STORE,
+        trim: p.decode_flags & DECODE_FLAG_TRIM != 0 && (p.index != 0 || !CL && p.offsets == 0),
         pbuf: at.workspace,
         ring: at.workspace + p.pbuf_words * 4,
         geo: Geometry {

@@ -381,6 +381,7 @@ impl KvStore {
             flags: Some(self.flags.as_device_ptr().as_raw() + seg.first / 8),
             lengths: Some(self.lengths.as_device_ptr().as_raw() + 4 * seg.first),
             rows: Some(seg.rows),
+            host_src: Some(true),
             ..LaunchVia::default()
         };
         Ok((dec, seg, via))
