@@ -281,6 +281,8 @@ fn spool(target: &Target) -> Result<OutputFile> {
     let mut attempt = 0u32;
     loop {
         let path = dir.join(format!("ibp-spool-{}-{attempt}", std::process::id()));
+        // Registered before it exists: see `OutputFile::create`.
+        let registration = interrupt::register(&path);
         match File::options()
             .read(true)
             .write(true)
@@ -288,7 +290,6 @@ fn spool(target: &Target) -> Result<OutputFile> {
             .open(&path)
         {
             Ok(f) => {
-                let registration = interrupt::register(&path);
                 return Ok(OutputFile {
                     inner: Pending::Spool {
                         writer: BufWriter::with_capacity(1 << 20, f),
@@ -347,9 +348,16 @@ impl OutputFile {
             } else {
                 format!("{stem}{attempt}")
             });
+            // Q: why register the file for removal before creating it?
+            // A: a signal that came between the creation and the
+            // registration left the file behind (seen in CI: SIGINT sent
+            // as soon as the file appeared). Registered first, a signal
+            // before the creation removes nothing, one after removes it.
+            // A name that exists already (our host and pid: a dead
+            // process's leftover) is unregistered before the next attempt.
+            let registration = interrupt::register(&path);
             match File::options().write(true).create_new(true).open(&path) {
                 Ok(f) => {
-                    let registration = interrupt::register(&path);
                     return Ok(OutputFile {
                         inner: Pending::Temp {
                             writer: BufWriter::with_capacity(1 << 20, f),
