@@ -18,7 +18,7 @@ use common::{Rng, data_file, gpu_or_skip, notice};
 use cust::memory::DeviceBuffer;
 use cust::stream::{Stream, StreamFlags};
 use ibp::ErrorKind;
-use ibp::gpu::{DecodeStatus, Gpu, KvStore, KvStoreOptions, copy_to_host_blocking};
+use ibp::gpu::{DecodeStatus, Gpu, KvStore, KvStoreOptions, PageWrites, copy_to_host_blocking};
 use ibp::io::DType;
 
 const POISON: u8 = 0xA5;
@@ -150,53 +150,60 @@ fn appended_steps_gather_back_bit_for_bit() {
     };
     let tokens = rows.len() / (PER_TOKEN * L);
     assert!(tokens >= 64, "{tokens} tokens");
-    let s = stream();
-    let prefill = 32 * PER_TOKEN * L;
-    let opts = KvStoreOptions::default()
-        .with_page_rows(100)
-        .with_page_budget((tokens * PER_TOKEN).div_ceil(100) as u64)
-        .with_step_rows(40);
-    let mut store = KvStore::create(&gpu, &upload(&rows[..prefill]), L, &opts).unwrap();
-    assert_eq!(store.rows(), (prefill / L) as u64);
-    assert!(store.segments()[0].fitted_savings > 0.0);
-    let mut rng = Rng(7);
-    check_all(&gpu, &store, 0, &rows[..prefill], &mut rng, &s);
-    // Steps of 1 to 5 tokens (12 to 60 rows, so split by step_rows = 40
-    // and starting anywhere in a flag byte and a page).
-    let mut at = prefill;
-    let mut step = 0;
-    let mut steps = Vec::new();
-    while at < rows.len() {
-        let n = ((1 + step % 5) * PER_TOKEN * L).min(rows.len() - at);
-        steps.push(upload(&rows[at..at + n]));
-        let got = store.append(&gpu, steps.last().unwrap(), L, &s).unwrap();
-        assert_eq!(got, (at / L) as u64..((at + n) / L) as u64);
-        at += n;
-        step += 1;
-        check_all(&gpu, &store, 0, &rows[..at], &mut rng, &s);
+    // Pages written by the kernel (the default), and by DMA.
+    for writes in [PageWrites::Kernel, PageWrites::Dma] {
+        let s = stream();
+        let prefill = 32 * PER_TOKEN * L;
+        let opts = KvStoreOptions::default()
+            .with_page_rows(100)
+            .with_page_budget((tokens * PER_TOKEN).div_ceil(100) as u64)
+            .with_step_rows(40)
+            .with_page_writes(writes);
+        let mut store = KvStore::create(&gpu, &upload(&rows[..prefill]), L, &opts).unwrap();
+        assert_eq!(store.rows(), (prefill / L) as u64);
+        assert!(store.segments()[0].fitted_savings > 0.0);
+        let mut rng = Rng(7);
+        check_all(&gpu, &store, 0, &rows[..prefill], &mut rng, &s);
+        // Steps of 1 to 5 tokens (12 to 60 rows, so split by step_rows = 40
+        // and starting anywhere in a flag byte and a page).
+        let mut at = prefill;
+        let mut step = 0;
+        let mut steps = Vec::new();
+        while at < rows.len() {
+            let n = ((1 + step % 5) * PER_TOKEN * L).min(rows.len() - at);
+            steps.push(upload(&rows[at..at + n]));
+            let got = store.append(&gpu, steps.last().unwrap(), L, &s).unwrap();
+            assert_eq!(got, (at / L) as u64..((at + n) / L) as u64);
+            at += n;
+            step += 1;
+            check_all(&gpu, &store, 0, &rows[..at], &mut rng, &s);
+        }
+        s.synchronize().unwrap();
+        // The pages hold the CPU's fixed-stride compression, byte for byte.
+        let cb = store.codebook(0).unwrap().clone();
+        let fixed = ibp::layout::compress_fixed(
+            &cb,
+            ibp::Rows::new(&rows, L).unwrap(),
+            &Default::default(),
+        )
+        .unwrap();
+        assert!(
+            store.pages_host()[..rows.len()] == fixed.slots[..],
+            "slots differ from the CPU's ({writes:?})"
+        );
+        let lengths = store.lengths_blocking().unwrap();
+        assert_eq!(lengths.len(), rows.len() / L);
+        assert!(lengths.iter().all(|&n| n > 0 && n as usize <= L));
+        let savings = store.savings_blocking().unwrap();
+        println!(
+            "{writes:?}: {tokens} tokens, {} rows in {} pages: {:.1}% saved (fit predicted {:.1}%)",
+            store.rows(),
+            store.pages_used(),
+            100.0 * savings[0],
+            100.0 * store.segments()[0].fitted_savings
+        );
+        assert!(savings[0] > 0.0);
     }
-    s.synchronize().unwrap();
-    // The pages hold the CPU's fixed-stride compression, byte for byte.
-    let cb = store.codebook(0).unwrap().clone();
-    let fixed =
-        ibp::layout::compress_fixed(&cb, ibp::Rows::new(&rows, L).unwrap(), &Default::default())
-            .unwrap();
-    assert!(
-        store.pages_host()[..rows.len()] == fixed.slots[..],
-        "slots differ from the CPU's"
-    );
-    let lengths = store.lengths_blocking().unwrap();
-    assert_eq!(lengths.len(), rows.len() / L);
-    assert!(lengths.iter().all(|&n| n > 0 && n as usize <= L));
-    let savings = store.savings_blocking().unwrap();
-    println!(
-        "{tokens} tokens, {} rows in {} pages: {:.1}% saved (fit predicted {:.1}%)",
-        store.rows(),
-        store.pages_used(),
-        100.0 * savings[0],
-        100.0 * store.segments()[0].fitted_savings
-    );
-    assert!(savings[0] > 0.0);
 }
 
 #[test]

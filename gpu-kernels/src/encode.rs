@@ -469,6 +469,22 @@ impl WarpWriter {
         w
     }
 
+    /// A writer for the bits `[lo, hi)` counted from the 4-aligned byte
+    /// address `a0`: a stream laid down by several warps, each writing its
+    /// own span of it. Words shared with the neighbouring spans are OR-ed,
+    /// as [`WarpWriter::put`] says, into memory zeroed before.
+    #[inline(always)]
+    pub const fn span(a0: u64, lo: u64, hi: u64) -> Self {
+        WarpWriter {
+            a0,
+            lo,
+            hi,
+            pos: lo,
+            pend: 0,
+            clip: false,
+        }
+    }
+
     /// Bits written so far.
     #[inline(always)]
     pub const fn written(&self) -> u64 {
@@ -606,7 +622,7 @@ impl WarpWriter {
 /// The book holds `2 + steps(C)` fields of `words` u64.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn lane_payload<M: Mem, const C: u32>(
+pub(crate) unsafe fn lane_payload<M: Mem, const C: u32>(
     m: &M,
     book: u64,
     words: u64,
@@ -677,7 +693,7 @@ unsafe fn lane_payload<M: Mem, const C: u32>(
 /// # Safety
 /// The book holds the bit values then the masks, `words` u64 each.
 #[inline(always)]
-unsafe fn lane_participation<M: Mem, const C: u32>(
+pub(crate) unsafe fn lane_participation<M: Mem, const C: u32>(
     m: &M,
     book: u64,
     x: u64,
@@ -708,7 +724,7 @@ unsafe fn lane_participation<M: Mem, const C: u32>(
 /// (chunks `32w … 32w + 31`) that the `4C` lanes of a group hold between
 /// them, OR-ed together in every lane of the group.
 #[inline(always)]
-fn group_word<W: Lanes, const C: u32>(w: &W, part: u32) -> u32 {
+pub(crate) fn group_word<W: Lanes, const C: u32>(w: &W, part: u32) -> u32 {
     let g = 4 * C;
     crate::simt::group_or(w, part << ((w.lane() % g) * (8 / C)), g)
 }

@@ -4,7 +4,7 @@
 //! in the PTX.
 
 use crate::arch;
-use crate::simt::{Async, Book, Lanes, Mem, Shared};
+use crate::simt::{Async, Block, Book, Lanes, Mem, Shared};
 
 /// The real machine behind [`Lanes`], [`Mem`] and [`Shared`]: each method is
 /// one PTX instruction (global memory for `Mem`, shared memory for
@@ -39,6 +39,13 @@ impl Lanes for Hw {
     #[inline(always)]
     fn shfl_up_add(&self, x: u32, d: u32) -> u32 {
         arch::shfl_up_add(x, d)
+    }
+}
+
+impl Block for Hw {
+    #[inline(always)]
+    fn sync_threads(&self) {
+        arch::sync_threads()
     }
 }
 

@@ -495,17 +495,42 @@ pub unsafe fn ibp_size(p: MeasureParams) {
 /// for the encoder).
 #[inline(always)]
 unsafe fn kv_append_entry<const C: u32>(p: KvAppendParams) {
-    let (wid, nwarps) = arch::global_warp();
     let p = KvAppendParams {
         src: arch::to_global(p.src),
         book: arch::to_global(p.book),
         lengths: arch::to_global(p.lengths),
         flags: arch::to_global(p.flags),
         out: arch::to_global(p.out),
+        pages: if p.pages == 0 {
+            0
+        } else {
+            arch::to_global(p.pages)
+        },
         ..p
     };
-    // SAFETY: forwarded contract.
-    unsafe { crate::kv::append::<Hw, Hw, C>(&Hw, &Hw, &p, wid, nwarps) }
+    // The launch's shape follows the same test (the host calls
+    // `kv::block_shape` too): a block per `R` rows, or a warp per row.
+    if p.zero_tail != 0 && crate::kv::block_shape(p.row_bytes).is_some() {
+        let totals = crate::shared_array!(KV_TOTALS: [u32; crate::kv::BLOCK_WARPS as usize]);
+        let warp = arch::thread_idx() / 32;
+        // SAFETY: forwarded contract; `totals` holds BLOCK_WARPS u32, and
+        // every thread of the block gets here.
+        unsafe {
+            crate::kv::append_block::<Hw, Hw, Hw, C>(
+                &Hw,
+                &Hw,
+                &Hw,
+                &p,
+                arch::block_idx() as u64,
+                warp,
+                totals.addr(),
+            )
+        }
+    } else {
+        let (wid, nwarps) = arch::global_warp();
+        // SAFETY: forwarded contract.
+        unsafe { crate::kv::append::<Hw, Hw, C>(&Hw, &Hw, &p, wid, nwarps) }
+    }
 }
 
 /// The KV store's append, 1-byte chunks.

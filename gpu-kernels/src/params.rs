@@ -260,6 +260,12 @@ pub struct ScanParams {
 /// each slot's bytes past its stored form are zeroed too, so `out` need not
 /// be; otherwise `out` must be zeroed first.
 ///
+/// `pages`, when not 0 (only with `zero_tail` 1 and rows a block takes,
+/// `crate::kv::block_shape`), is where the slots go in the end: the
+/// mapped pinned pages of row `first`, `rows · row_bytes` bytes. Each
+/// block copies its finished slots there itself, and no copy is needed
+/// after the kernel.
+///
 /// The caller guarantees `lengths` holds `first + rows` u32 and `flags`
 /// `⌈(first + rows) / 32⌉` 4-aligned u32 words.
 #[repr(C)]
@@ -273,6 +279,7 @@ pub struct KvAppendParams {
     pub flags: u64,
     pub first: u64,
     pub out: u64,
+    pub pages: u64,
     pub zero_tail: u32,
 }
 

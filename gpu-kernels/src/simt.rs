@@ -175,6 +175,16 @@ pub trait Async {
     fn sync_warp(&self);
 }
 
+/// The block's barrier: what the warps of a block that share one job (a
+/// KV row split over several warps) need to hand each other results
+/// through shared memory.
+pub trait Block {
+    /// `bar.sync 0`: every thread of the block meets; global and shared
+    /// memory writes before it are visible to every thread after it. Every
+    /// thread of the block must reach the same calls.
+    fn sync_threads(&self);
+}
+
 /// A read-only table (the decode book), by byte offset from its start; it
 /// lives in shared memory when it fits, else in global memory.
 ///

@@ -65,7 +65,7 @@ pub use dma::{DEFAULT_DMA_PIECE_BYTES, DmaScratch};
 pub use driver::copy_to_host_blocking;
 pub use groups::GpuGroups;
 pub use host_batches::{CompressedBatch, HostCompressor, HostOptions, HostRead};
-pub use kv_store::{KvStore, KvStoreOptions, SegmentInfo};
+pub use kv_store::{KvStore, KvStoreOptions, PageWrites, SegmentInfo};
 pub use memory::{GpuReadable, PinnedBuffer, Registered, Span};
 
 /// PTX for the `sm_80` baseline (A100, H100/H200 and later through the

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU8, AtomicU16, AtomicU32, AtomicU64, Ordering::Rel
 
 use ibp_kernels::encode::{self, WarpWriter};
 use ibp_kernels::params::{EncodeParams, MeasureParams};
-use ibp_kernels::simt::{Async, Book, Lanes, Mem, Shared};
+use ibp_kernels::simt::{Async, Block, Book, Lanes, Mem, Shared};
 
 use crate::codebook::{ChunkSize, Codebook, Threshold};
 use crate::dataset::Rows;
@@ -55,6 +55,8 @@ type CopyGroup = Vec<(u32, [u32; 4])>;
 struct EmuLane<'a> {
     lane: u32,
     ex: &'a Exchange,
+    /// The block's barrier (every lane thread of every warp of the block).
+    block: &'a Barrier,
     /// Host address of the warp's shared memory (0: none).
     smem: u64,
     /// This lane's asynchronous copies not yet landed: committed groups in
@@ -358,23 +360,45 @@ fn run_warp(body: impl Fn(&EmuLane<'_>) + Sync) {
 
 /// Run `body` as one warp whose shared memory is the host buffer at `smem`.
 fn run_warp_with(smem: u64, body: impl Fn(&EmuLane<'_>) + Sync) {
-    let ex = Exchange {
-        barrier: Barrier::new(32),
-        slots: std::array::from_fn(|_| AtomicU32::new(0)),
-    };
+    run_block(1, smem, |w, _| body(w))
+}
+
+/// Run `body` as a block of `warps` warps (32 lane threads each, all at
+/// once: they meet at the block's barrier) whose shared memory is the host
+/// buffer at `smem`; `body` gets the warp's index in the block.
+fn run_block(warps: u32, smem: u64, body: impl Fn(&EmuLane<'_>, u32) + Sync) {
+    let exs: Vec<Exchange> = (0..warps)
+        .map(|_| Exchange {
+            barrier: Barrier::new(32),
+            slots: std::array::from_fn(|_| AtomicU32::new(0)),
+        })
+        .collect();
+    let block = Barrier::new(32 * warps as usize);
     std::thread::scope(|s| {
-        for lane in 0..32 {
-            let (ex, body) = (&ex, &body);
-            s.spawn(move || {
-                body(&EmuLane {
-                    lane,
-                    ex,
-                    smem,
-                    pending: Default::default(),
-                })
-            });
+        for (warp, ex) in exs.iter().enumerate() {
+            for lane in 0..32 {
+                let (block, body) = (&block, &body);
+                s.spawn(move || {
+                    body(
+                        &EmuLane {
+                            lane,
+                            ex,
+                            block,
+                            smem,
+                            pending: Default::default(),
+                        },
+                        warp as u32,
+                    )
+                });
+            }
         }
     });
+}
+
+impl Block for EmuLane<'_> {
+    fn sync_threads(&self) {
+        self.block.wait();
+    }
 }
 
 /// u64 words aligned for the emulated kernels (a `Vec<u8>` is only

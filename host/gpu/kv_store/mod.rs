@@ -7,10 +7,11 @@ use std::ops::Range;
 
 use cust::memory::{DeviceBuffer, DeviceSlice};
 use cust::stream::Stream;
+use ibp_kernels::kv;
 use ibp_kernels::params::KvAppendParams;
 
-pub use plan::KvStoreOptions;
 use plan::Slots;
+pub use plan::{KvStoreOptions, PageWrites};
 
 use super::compress::{GpuCodebook, WARP_BLOCK, row_count};
 use super::dataset::GpuDataset;
@@ -74,30 +75,40 @@ pub struct SegmentInfo {
 /// # The append path
 /// Per piece of at most [`KvStoreOptions::step_rows`] rows (and at most
 /// 32 MiB of them), on the caller's stream, into buffers reserved when the
-/// store was created: one kernel, `ibp_kv_append_c*`, in which a warp
-/// measures a row's stored length under the segment's codebook, records it
-/// in the store's device length table and the row's encoded flag in its
-/// device flag bitmap, and writes the stored form into the row's slot of
-/// one of two device staging halves, zeroing the slot's bytes past it;
-/// then one DMA copy of the half's slots into the pinned pages. (Rows whose
-/// width is not a multiple of 4 share words between slots: for them the
-/// half is zero-filled first and the kernel ORs the shared words.) An append of one piece
-/// (a decode step) runs wholly on the caller's stream. An append of several
-/// copies each piece on the store's own copy stream while the caller's
-/// stream encodes the next into the other half, events ordering the two,
-/// and the caller's stream waits for the last copy. Either way later work
-/// on the caller's stream sees the rows in the pages. Nothing is
-/// allocated, nothing waits on the host.
+/// store was created: one kernel, `ibp_kv_append_c*`. For rows up to 2 KiB
+/// (up to 1024 bf16 values: MiniLM's 384 here; a 7B model's 4096-value
+/// rows are wider) a row is split over the warps of a block, one warp per 256
+/// bytes: each encodes its part, the block's barrier hands the parts'
+/// widths over, and each writes its span of the stored form into the
+/// row's slot of a device staging half (in L2), zeroing the slot past it;
+/// warp 0 records the row's stored length in the store's device length
+/// table and its encoded flag in the device flag bitmap. Then, with
+/// [`PageWrites::Kernel`] (the default), each block copies its finished
+/// slots into the pinned pages with 16-byte stores while other blocks still
+/// encode. Wider rows take a warp each, and their pieces go to the pages
+/// by DMA, as with [`PageWrites::Dma`]: there, an append of one piece runs
+/// wholly on the caller's stream, and an append of several copies each
+/// piece on the store's own copy stream while the caller's stream encodes
+/// the next into the other half, events ordering the two, and the
+/// caller's stream waits for the last copy. Either way later work on the
+/// caller's stream sees the rows in the pages. Nothing is allocated,
+/// nothing waits on the host.
 ///
-/// Q: why encode into device memory and copy whole slots, when the encoder
-/// could write each row's stored prefix straight into the mapped pages?
-/// A: measured on the H200 (b0c9c01): the encoder's 32-bit stores into
-/// mapped host memory, and the OR of each row's last, partial word, ran at
-/// 4.9 GB/s, and one decode step took 83 µs; the copy engine moves whole
-/// slots at the link's rate. The link carries `L` bytes a row instead of
-/// the stored prefix, 1.3× the bytes at 23% savings, at about ten times the
-/// rate. The slot's bytes past the stored form are zero (the half was
-/// zeroed), as they were.
+/// Q: why do the kernel's blocks write the pages, when one DMA copy moves a
+/// step's slots at the link's rate?
+/// A: a decode step is 288 KB. Measured on the H200 (2026-11-26): the
+/// kernel 6.5 µs, the DMA of the slots alone 8.3–9.0 µs, and the step with
+/// the copy 21.8–22.6 µs: the copy waits for the kernel's end and then
+/// starts, and that hand-over between the engines costs as much as the
+/// copy. With the blocks sending their own slots the step took 14.1–15.9
+/// µs in the same runs, and bulk appends 51.8 GB/s against 50.1 by DMA.
+///
+/// Q: then why through the staging half at all?
+/// A: the stored form is written in 32-bit words, some of them OR-ed (the
+/// words two warps' spans share). Measured on the H200 (b0c9c01), those
+/// stores and ORs made straight into mapped host memory ran at 4.9 GB/s
+/// (a step 83 µs). Written into L2 first and sent as whole 16-byte pieces,
+/// each byte crosses the link once, in full lines.
 ///
 /// # Pages
 /// Q: why are all pages reserved up front, in one range?
@@ -147,6 +158,7 @@ pub struct KvStore {
     /// The store's copy stream (staging halves to pages).
     copies: Stream,
     fit: crate::fit::FitOptions,
+    page_writes: PageWrites,
     segments: Vec<Segment>,
     next: u64,
     closed: bool,
@@ -186,6 +198,7 @@ impl KvStore {
             half: 0,
             copies: new_stream()?,
             fit: opts.fit.clone(),
+            page_writes: opts.page_writes,
             segments: Vec::new(),
             next: 0,
             closed: false,
@@ -244,6 +257,12 @@ impl KvStore {
         // event and no second stream in its path. Several pieces overlap:
         // the copy of one on `copies` with the encode of the next.
         let overlap = taken.end - taken.start > self.piece_rows as u64;
+        // Rows of whole words up to 2 KiB: a row split over the warps of a
+        // block, one block per R rows (the kernel makes the same test);
+        // otherwise a warp per row. With a block per R rows the kernel may
+        // also write the pages itself (`PageWrites`).
+        let shape = kv::block_shape(l).filter(|_| zero_tail);
+        let direct = shape.is_some() && self.page_writes == PageWrites::Kernel;
         let mut at = taken.start;
         while at < taken.end {
             let n = (taken.end - at).min(self.piece_rows as u64);
@@ -270,9 +289,21 @@ impl KvStore {
                 flags: self.flags.as_device_ptr().as_raw(),
                 first: at,
                 out,
+                pages: if direct {
+                    self.pages.device_addr() + self.slots.slot_offset(at)
+                } else {
+                    0
+                },
                 zero_tail: zero_tail as u32,
             };
-            let grid = gpu.warp_grid(kernel, n)?;
+            let (grid, block) = match shape {
+                Some((per_row, rows_per_block)) => (
+                    u32::try_from(n.div_ceil(rows_per_block))
+                        .map_err(|_| Error::invalid("too many rows in one append piece"))?,
+                    (32 * per_row * rows_per_block) as u32,
+                ),
+                _ => (gpu.warp_grid(kernel, n)?, WARP_BLOCK),
+            };
             // SAFETY: `src` holds n rows of L bytes (row_count via `take`);
             // rows at .. at + n lie inside the store (`take`), so the length
             // table holds at + n u32 and the bitmap ⌈(at + n) / 32⌉ words,
@@ -280,7 +311,15 @@ impl KvStore {
             // piece_rows ≥ n slots, zeroed just before on this stream when
             // the slots share words, and no copy reads it (the wait above);
             // KvAppendParams is the kernel's type.
-            unsafe { gpu.launch(kernel, grid, WARP_BLOCK, 0, stream, p)? };
+            unsafe { gpu.launch(kernel, grid, block, 0, stream, p)? };
+            if direct {
+                // The kernel wrote the slots into the pages (`p.pages`: the
+                // slots at .. at + n, inside the store by `take`, written by
+                // no one else, as for the copy below).
+                self.half ^= 1;
+                at += n;
+                continue;
+            }
             let copies = if overlap {
                 self.encoded[h].record(stream)?;
                 wait(&self.copies, &self.encoded[h])?;

@@ -24,6 +24,21 @@ pub struct KvStoreOptions {
     pub step_rows: usize,
     /// The fit of the prefill and of every refit (sampled by default).
     pub fit: FitOptions,
+    /// How the stored forms reach the pages.
+    pub page_writes: PageWrites,
+}
+
+/// How an append's stored forms reach the pinned pages (see
+/// [`super::KvStore`], "Append").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PageWrites {
+    /// The kernel's blocks copy their finished slots into the pages, for
+    /// rows up to 2 KiB; wider rows go as [`PageWrites::Dma`].
+    #[default]
+    Kernel,
+    /// A DMA copy of each piece's staging half, the next piece encoded
+    /// meanwhile (the copy engine's way; measured beside the default).
+    Dma,
 }
 
 impl Default for KvStoreOptions {
@@ -33,6 +48,7 @@ impl Default for KvStoreOptions {
             page_budget: 256,
             step_rows: 1 << 16,
             fit: FitOptions::default(),
+            page_writes: PageWrites::Kernel,
         }
     }
 }
@@ -59,6 +75,12 @@ impl KvStoreOptions {
     /// Fit with `fit`.
     pub fn with_fit(mut self, fit: FitOptions) -> Self {
         self.fit = fit;
+        self
+    }
+
+    /// Write the pages as `w` says.
+    pub fn with_page_writes(mut self, w: PageWrites) -> Self {
+        self.page_writes = w;
         self
     }
 }
