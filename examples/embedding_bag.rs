@@ -316,6 +316,7 @@ impl Table<'_> {
             compressed,
             delivered,
             fused: t_fused,
+            fused_other: None,
             decode_then: t_dc,
             uncompressed: t_plain,
             ideal: t_ideal,

@@ -199,6 +199,8 @@ fn run() -> Result<()> {
     // SAFETY: as stated above.
     let run_fused = || unsafe { k.launch("gemv_fused_s2", fused_shared, &stream, p) };
     // SAFETY: as stated above.
+    let run_one = || unsafe { k.launch("gemv_fused_one_s2", fused_shared, &stream, p) };
+    // SAFETY: as stated above.
     let run_plain = || unsafe { k.launch("gemv_plain_s2", 0, &stream, p) };
     let mut run_decode_then = || -> Result<()> {
         dec.range(&gpu, 0, rows as u64, &mut decoded, &dstatus, &stream)?;
@@ -227,9 +229,11 @@ fn run() -> Result<()> {
         Ok(())
     };
     check("fused", &mut || run_fused())?;
+    check("fused, one row at a time", &mut || run_one())?;
     check("uncompressed", &mut || run_plain())?;
     check("decode, then GEMV", &mut run_decode_then)?;
     let t_fused = time_median(&stream, 2, 9, run_fused)?;
+    let t_one = time_median(&stream, 2, 9, run_one)?;
     let t_dc = time_median(&stream, 2, 9, &mut run_decode_then)?;
     let t_plain = time_median(&stream, 2, 9, run_plain)?;
     let xor = DeviceBuffer::<u32>::zeroed(1).map_err(cu)?;
@@ -246,6 +250,7 @@ fn run() -> Result<()> {
         compressed: ds.stored_bytes(),
         delivered: (rows * l) as u64,
         fused: t_fused,
+        fused_other: Some(("fused, one row at a time (no fetch ahead)", t_one)),
         decode_then: t_dc,
         uncompressed: t_plain,
         ideal: t_ideal,

@@ -18,6 +18,10 @@
 //! region instead (a [`SharedStore`] sink), for consumers that need the
 //! whole row at once (a tile of a product, a row read by several warps).
 //!
+//! [`fetch_row`] and [`decode_fetched`] split [`decode_row`] in two, so a
+//! warp that walks many rows fetches its next row (loads into registers)
+//! while it decodes this one: the GEMV example's fused kernel does.
+//!
 //! Rows may live in device memory or in mapped pinned host memory: the
 //! view holds addresses, and both are read with the same `ld.global`.
 //!
@@ -135,6 +139,18 @@ pub unsafe fn decode_row<H: Machine, B: Book, K: Sink>(
     t: u64,
     sink: &mut K,
 ) -> Result<(), RowError> {
+    // SAFETY: the caller's (`view`).
+    let slot = unsafe { find_row(h, view, t)? };
+    // SAFETY: the slot is row t's, inside the dataset's payload (`view`).
+    unsafe { decode_slot(h, view, book, ws, slot, sink) }
+}
+
+/// Where row `t` of `view` is stored. Warp-uniform.
+///
+/// # Safety
+/// As [`decode_row`] (`view`).
+#[inline(always)]
+unsafe fn find_row<H: Machine>(h: &H, view: &DatasetView, t: u64) -> Result<Slot, RowError> {
     if t >= view.rows {
         return Err(RowError::BadIndex);
     }
@@ -159,13 +175,141 @@ pub unsafe fn decode_row<H: Machine, B: Book, K: Sink>(
     } else {
         (t * l, None)
     };
-    let slot = Slot {
+    Ok(Slot {
         addr: view.src + start,
         len: known,
         encoded,
-    };
-    // SAFETY: the slot is row t's, inside the dataset's payload (`view`).
-    unsafe { decode_slot(h, view, book, ws, slot, sink) }
+    })
+}
+
+/// Row `t` of `view` on its way to the warp: its first `N` pieces (16 bytes
+/// each) per lane already requested into registers, what [`fetch_row`]
+/// started and [`decode_fetched`] finishes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fetched<const N: usize> {
+    slot: Slot,
+    len: u64,
+    pieces: [[u32; 4]; N],
+}
+
+/// Start fetching row `t` of `view`: issue 16-byte loads of its stored
+/// bytes into registers, up to `N` a lane (rows of up to `N · 512` stored
+/// bytes entirely; the rest is loaded by [`decode_fetched`]), and return
+/// without waiting for them, so that the warp can decode another row
+/// meanwhile. Warp-uniform, as [`decode_row`]. On `Err` nothing was read.
+///
+/// A warp that walks rows `r, r + n, …` fetches row `r + n` before it
+/// decodes row `r`:
+///
+/// ```ignore
+/// let mut cur = fetch_row::<_, 2>(h, &view, r);
+/// while r < view.rows {
+///     let next = if r + n < view.rows { fetch_row::<_, 2>(h, &view, r + n) } else { Err(RowError::BadIndex) };
+///     let res = cur.and_then(|f| decode_fetched(h, &view, &book, ws, &f, &mut sink));
+///     // … use the row …
+///     cur = next;
+///     r += n;
+/// }
+/// ```
+///
+/// Q: why registers, not `cp.async` into a second workspace?
+/// A: from mapped pinned host memory, 16-byte `cp.async` copies read the
+/// link at half its rate or less (measured on the H200: 29.5 GB/s against
+/// 51 for loads, and the GEMV example fetching ahead that way read 1.65×
+/// the bytes over PCIe and ran at half the speed). Loads complete in their
+/// registers while the warp decodes; the registers are what it costs (4 a
+/// piece: 8 for `N = 2`).
+///
+/// # Safety
+/// As [`decode_row`].
+#[inline(always)]
+pub unsafe fn fetch_row<H: Machine, const N: usize>(
+    h: &H,
+    view: &DatasetView,
+    t: u64,
+) -> Result<Fetched<N>, RowError> {
+    // SAFETY: the caller's.
+    let slot = unsafe { find_row(h, view, t)? };
+    let len = checked_len(view, slot)?;
+    let (first, end) = (slot.addr / 16, (slot.addr + len).div_ceil(16));
+    let mut pieces = [[0u32; 4]; N];
+    let mut i = 0;
+    while i < N {
+        let q = first + h.lane() as u64 + (i * WARP as usize) as u64;
+        if q < end {
+            // SAFETY: a 16-aligned piece overlapping the slot (inside its
+            // allocation).
+            pieces[i] = unsafe { h.ld_v4(16 * q) };
+        }
+        i += 1;
+    }
+    Ok(Fetched { slot, len, pieces })
+}
+
+/// Decode a row that [`fetch_row`] started into `sink`: store its pieces
+/// into the workspace at `ws` (loading those past the first `N` a lane),
+/// each at its place in the slot's lines (the workspace mirrors them from
+/// the first line's start), then decode. Warp-uniform. [`decode_slot`] is
+/// this with nothing fetched ahead.
+///
+/// Q: why pieces rather than the whole lines?
+/// A: rows of the packed layout (and of a cache slab) share their first
+/// and last lines with their neighbours; over PCIe every byte of those
+/// lines counts. For MiniLM's 1536-byte f32 rows stored in ~1340 bytes,
+/// whole lines cost up to a line (~9%) more per row, most of what the
+/// compression saves. The step may read up to 16 bytes past the slot's
+/// end and 3 before its start: workspace bytes whose values it ignores.
+///
+/// # Safety
+/// `f` came from [`fetch_row`] on `view`; `book` and `ws` as for
+/// [`decode_row`].
+#[inline(always)]
+pub unsafe fn decode_fetched<H: Machine, B: Book, K: Sink, const N: usize>(
+    h: &H,
+    view: &DatasetView,
+    book: &B,
+    ws: u32,
+    f: &Fetched<N>,
+    sink: &mut K,
+) -> Result<(), RowError> {
+    let addr = f.slot.addr;
+    let (first, end) = (addr / 16, (addr + f.len).div_ceil(16));
+    let line0 = addr / LINE * (LINE / 16);
+    let mut i = 0;
+    while i < N {
+        let q = first + h.lane() as u64 + (i * WARP as usize) as u64;
+        if q < end {
+            // SAFETY: inside the workspace (the slot's lines from the first
+            // one's start), 16-aligned.
+            unsafe { h.sts_v4(ws + (16 * (q - line0)) as u32, f.pieces[i]) };
+        }
+        i += 1;
+    }
+    let mut q = first + h.lane() as u64 + (N * WARP as usize) as u64;
+    while q < end {
+        // SAFETY: as in `decode_slot`.
+        unsafe { h.sts_v4(ws + (16 * (q - line0)) as u32, h.ld_v4(16 * q)) };
+        q += WARP as u64;
+    }
+    h.sync_warp();
+    // SAFETY: the row's stored bytes are resident in the workspace.
+    unsafe { decode_resident(h, view, book, ws, f.slot, sink) }
+}
+
+/// The stored length a fetch of `slot` may read, checked against the
+/// row's form: `L` for a fixed-stride slot whose length the participation
+/// bits give.
+#[inline(always)]
+fn checked_len(view: &DatasetView, slot: Slot) -> Result<u64, RowError> {
+    let l = view.row_bytes;
+    let pbytes = (view.chunks() as u64).div_ceil(8);
+    match slot.len {
+        Some(n) if slot.encoded && (n < pbytes || n >= l) => Err(RowError::Corrupt),
+        Some(n) if !slot.encoded && n != l => Err(RowError::Corrupt),
+        Some(n) => Ok(n),
+        // Fixed-stride, length to derive: the whole slot may be read.
+        None => Ok(l),
+    }
 }
 
 /// Where one stored row is: its address, its stored length when known and
@@ -202,40 +346,36 @@ pub unsafe fn decode_slot<H: Machine, B: Book, K: Sink>(
     slot: Slot,
     sink: &mut K,
 ) -> Result<(), RowError> {
+    let len = checked_len(view, slot)?;
+    let f = Fetched::<0> {
+        slot,
+        len,
+        pieces: [],
+    };
+    // SAFETY: the caller's; nothing fetched ahead, every piece is loaded.
+    unsafe { decode_fetched(h, view, book, ws, &f, sink) }
+}
+
+/// Decode the row at `slot` whose stored bytes are resident in the
+/// workspace at `ws` (as [`decode_fetched`] places them), then let the warp's
+/// lanes meet: the workspace may be reused after it returns.
+///
+/// # Safety
+/// As [`decode_slot`], with the stored bytes resident and the slot's
+/// length checked ([`checked_len`]).
+#[inline(always)]
+unsafe fn decode_resident<H: Machine, B: Book, K: Sink>(
+    h: &H,
+    view: &DatasetView,
+    book: &B,
+    ws: u32,
+    slot: Slot,
+    sink: &mut K,
+) -> Result<(), RowError> {
     let l = view.row_bytes;
     let k = view.chunks();
     let (encoded, known) = (slot.encoded, slot.len);
-    let pbytes = (k as u64).div_ceil(8);
-    let slot_len = match known {
-        Some(n) if encoded && (n < pbytes || n >= l) => return Err(RowError::Corrupt),
-        Some(n) if !encoded && n != l => return Err(RowError::Corrupt),
-        Some(n) => n,
-        // Fixed-stride, length to derive: the whole slot may be read.
-        None => l,
-    };
-    // Fetch the 16-byte pieces that hold the slot's bytes, one a lane, each
-    // at its place in the slot's lines (the workspace mirrors them from the
-    // first line's start).
-    //
-    // Q: why pieces rather than the whole lines?
-    // A: rows of the packed layout (and of a cache slab) share their first
-    // and last lines with their neighbours; over PCIe every byte of those
-    // lines counts. For MiniLM's 1536-byte f32 rows stored in ~1340 bytes,
-    // whole lines cost up to a line (~9%) more per row, most of what the
-    // compression saves. The step may read up to 16 bytes past the slot's
-    // end and 3 before its start: workspace bytes whose values it ignores.
     let src = slot.addr;
-    let first = src / LINE;
-    let end = (src + slot_len).div_ceil(16);
-    let mut q = src / 16 + h.lane() as u64;
-    while q < end {
-        // SAFETY: a 16-aligned piece overlapping the slot (inside its
-        // allocation); the destination is inside the workspace (the slot's
-        // lines from the first one's start).
-        unsafe { h.sts_v4(ws + (16 * q - first * LINE) as u32, h.ld_v4(16 * q)) };
-        q += WARP as u64;
-    }
-    h.sync_warp();
     let base = ws + (src % LINE) as u32;
     if !encoded {
         // A raw row: 16 bytes a lane a step, as the decode would hand them.

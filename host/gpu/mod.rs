@@ -85,7 +85,8 @@ pub const JIT_MAX_REGISTERS: u32 = 128;
 
 /// The register cap: [`JIT_MAX_REGISTERS`], or `IBP_JIT_MAX_REGISTERS` from
 /// the environment (a tuning knob; values outside 32..=255 are ignored).
-fn jit_max_registers() -> u32 {
+/// The examples' kernels are loaded under it too.
+pub fn jit_max_registers() -> u32 {
     std::env::var("IBP_JIT_MAX_REGISTERS")
         .ok()
         .and_then(|v| v.parse().ok())

@@ -94,3 +94,94 @@ fn the_device_api_decodes_a_row_into_shared_memory() {
         }
     }
 }
+
+#[test]
+fn the_device_api_decodes_rows_fetched_one_ahead() {
+    use ibp_kernels::device::{DatasetView, RowError, SharedStore, decode_fetched, fetch_row};
+    for (l, chunk) in [(768usize, ChunkSize::Two), (1531, ChunkSize::Eight)] {
+        let n = 7;
+        let data = float_rows(n, l, 5 + l as u64);
+        let rows = Rows::new(&data, l).unwrap();
+        let opts = FitOptions::default().with_chunk(crate::fit::ChunkChoice::Fixed(chunk));
+        let cb = fit(rows, &opts).unwrap().codebook;
+        let fixed = compress_fixed(&cb, rows, &LayoutOptions::default()).unwrap();
+        let encoded = |t: usize| fixed.flags[t / 8] >> (t % 8) & 1 == 1;
+        let lens: Vec<u32> = (0..n)
+            .map(|t| {
+                let s = &fixed.slots[t * l..(t + 1) * l];
+                if encoded(t) {
+                    crate::encode::stream_len(&cb, s).unwrap() as u32
+                } else {
+                    l as u32
+                }
+            })
+            .collect();
+        // Row 3's stored length one byte short: its stream no longer ends
+        // where the table says.
+        assert!(encoded(3), "row 3 is stored encoded");
+        let mut short = lens.clone();
+        short[3] -= 1;
+        let book = Aligned::from(&decode_book(&cb));
+        let entries = Aligned::from(&decoder_table(&cb));
+        let slots = super::decode::Lined::from(&fixed.slots);
+        let flags = Aligned::from(&fixed.flags);
+        for (what, lens) in [("good", &lens), ("corrupt", &short)] {
+            let lengths = Aligned::from(bytemuck::cast_slice(lens));
+            let view = DatasetView {
+                src: slots.addr(),
+                lengths: lengths.addr(),
+                flags: flags.addr(),
+                rows: n as u64,
+                row_bytes: l as u64,
+                book: book.addr(),
+                entries: entries.addr(),
+                book_bytes: book.1 as u32,
+                chunk: cb.chunk().bytes(),
+                ..Default::default()
+            };
+            let ws = view.workspace_bytes();
+            let region = view.row_shared_bytes();
+            // The workspace, then a region per row, then 64 guard bytes.
+            let at = |t: u32| ws + t * region;
+            let smem = Aligned::from(&vec![0x5au8; at(n as u32) as usize + 64]);
+            let results = std::sync::Mutex::new(Vec::new());
+            run_warp_with(smem.addr(), |w| {
+                let bk = HostBytes(book.addr());
+                // SAFETY: the dataset's buffers; the workspace and every
+                // region are inside `smem`, 16-aligned, apart. One piece a
+                // lane held: the 1531-byte rows load the rest late.
+                unsafe {
+                    let mut cur = fetch_row::<_, 1>(w, &view, 0);
+                    for t in 0..n as u64 {
+                        let next = if t + 1 < n as u64 {
+                            fetch_row::<_, 1>(w, &view, t + 1)
+                        } else {
+                            Err(RowError::BadIndex)
+                        };
+                        let mut sink = SharedStore::new(w, at(t as u32));
+                        let r = cur.and_then(|f| decode_fetched(w, &view, &bk, 0, &f, &mut sink));
+                        if w.lane() == 0 {
+                            results.lock().unwrap().push(r);
+                        }
+                        cur = next;
+                    }
+                }
+            });
+            let results = results.into_inner().unwrap();
+            let got = smem.bytes();
+            assert!(got[at(n as u32) as usize..].iter().all(|&b| b == 0x5a));
+            for (t, r) in results.iter().enumerate() {
+                if what == "corrupt" && t == 3 {
+                    assert_eq!(*r, Err(RowError::Corrupt), "L={l} row 3");
+                    continue;
+                }
+                assert_eq!(*r, Ok(()), "L={l} {what} row {t}");
+                let a = at(t as u32) as usize;
+                assert!(
+                    got[a..a + l] == data[t * l..(t + 1) * l],
+                    "L={l} {what} row {t}"
+                );
+            }
+        }
+    }
+}

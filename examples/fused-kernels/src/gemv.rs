@@ -9,7 +9,7 @@
 //! baselines read plain bf16 rows into the same sink.
 
 use ibp_kernels::arch;
-use ibp_kernels::device::decode_row;
+use ibp_kernels::device::{RowError, decode_fetched, decode_row, fetch_row};
 use ibp_kernels::hw::{Hw, SharedBook};
 use ibp_kernels::prelude::*;
 use ibp_kernels::step::Sink;
@@ -98,13 +98,36 @@ fn globals(p: GemvParams) -> GemvParams {
 }
 
 /// Fused GEMV, rows of at most 256 elements × 2 steps (512 bf16): each row
-/// decoded in registers, the book in shared memory once per block.
+/// decoded in registers, the book in shared memory once per block, the
+/// warp's next row loaded into registers while it decodes this one
+/// ([`fetch_row`]).
 ///
 /// # Safety
-/// See [`GemvParams`]; the launch gives `book_smem` (rounded up to 16) `+ ws_bytes × warps` of
-/// dynamic shared memory.
+/// See [`GemvParams`]; the launch gives `book_smem` (rounded up to 16) `+
+/// ws_bytes × warps` of dynamic shared memory.
 #[kernel]
 pub unsafe fn gemv_fused_s2(p: GemvParams) {
+    // SAFETY: forwarded.
+    unsafe { fused::<true>(p) }
+}
+
+/// [`gemv_fused_s2`] with one row at a time ([`decode_row`]: load, wait,
+/// decode), for comparison.
+///
+/// # Safety
+/// As [`gemv_fused_s2`].
+#[kernel]
+pub unsafe fn gemv_fused_one_s2(p: GemvParams) {
+    // SAFETY: forwarded.
+    unsafe { fused::<false>(p) }
+}
+
+/// The fused GEMV's body, with or without the next row fetched ahead.
+///
+/// # Safety
+/// As [`gemv_fused_s2`].
+#[inline(always)]
+unsafe fn fused<const AHEAD: bool>(p: GemvParams) {
     let p = globals(p);
     // SAFETY: the launch's shared memory holds the book first.
     let ws0 = unsafe { book_to_shared(p.view.book, p.book_smem) };
@@ -115,10 +138,30 @@ pub unsafe fn gemv_fused_s2(p: GemvParams) {
     let (first, warps) = warp::global_warp();
     let mut status = crate::OK;
     let mut r = first;
+    // Rows of up to 1024 stored bytes are held whole: two pieces a lane.
+    // SAFETY: (fetch_row) a dataset's view.
+    let mut cur = if AHEAD && r < p.view.rows {
+        unsafe { fetch_row::<_, 2>(&Hw, &p.view, r) }
+    } else {
+        Err(RowError::BadIndex)
+    };
     while r < p.view.rows {
         // SAFETY: a dataset's view, its book in shared memory, this warp's
         // workspace.
-        let res = unsafe { decode_row(&Hw, &p.view, &book, ws, r, &mut sink) };
+        let res = unsafe {
+            if AHEAD {
+                let next = if r + warps < p.view.rows {
+                    fetch_row::<_, 2>(&Hw, &p.view, r + warps)
+                } else {
+                    Err(RowError::BadIndex)
+                };
+                let res = cur.and_then(|f| decode_fetched(&Hw, &p.view, &book, ws, &f, &mut sink));
+                cur = next;
+                res
+            } else {
+                decode_row(&Hw, &p.view, &book, ws, r, &mut sink)
+            }
+        };
         status |= code(res);
         let y = warp_sum_f32(sink.take());
         if warp::lane_id() == 0 {
