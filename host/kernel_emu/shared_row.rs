@@ -6,9 +6,75 @@
 use super::decode::float_rows;
 use super::*;
 
+/// `data`'s rows of `l` bytes fitted with chunks of `chunk` and compressed
+/// to the fixed-stride layout, with every row's stored length (`l` for a
+/// raw row, as the device length table holds them) and the device-side
+/// tables in host memory.
+struct Fixture {
+    cb: Codebook,
+    flags_cpu: Vec<u8>,
+    lens: Vec<u32>,
+    book: Aligned,
+    entries: Aligned,
+    slots: super::decode::Lined,
+    flags: Aligned,
+    rows: u64,
+    l: usize,
+}
+
+impl Fixture {
+    fn new(data: &[u8], l: usize, chunk: ChunkSize) -> Self {
+        let rows = Rows::new(data, l).unwrap();
+        let opts = FitOptions::default().with_chunk(crate::fit::ChunkChoice::Fixed(chunk));
+        let cb = fit(rows, &opts).unwrap().codebook;
+        let fixed = compress_fixed(&cb, rows, &LayoutOptions::default()).unwrap();
+        let lens = (0..data.len() / l)
+            .map(|t| {
+                let s = &fixed.slots[t * l..(t + 1) * l];
+                if fixed.flags[t / 8] >> (t % 8) & 1 == 1 {
+                    crate::encode::stream_len(&cb, s).unwrap() as u32
+                } else {
+                    l as u32
+                }
+            })
+            .collect();
+        Fixture {
+            book: Aligned::from(&decode_book(&cb)),
+            entries: Aligned::from(&decoder_table(&cb)),
+            slots: super::decode::Lined::from(&fixed.slots),
+            flags: Aligned::from(&fixed.flags),
+            flags_cpu: fixed.flags,
+            rows: (data.len() / l) as u64,
+            cb,
+            lens,
+            l,
+        }
+    }
+
+    fn encoded(&self, t: usize) -> bool {
+        self.flags_cpu[t / 8] >> (t % 8) & 1 == 1
+    }
+
+    /// The dataset's view with the length table at `lengths`.
+    fn view(&self, lengths: &Aligned) -> ibp_kernels::device::DatasetView {
+        ibp_kernels::device::DatasetView {
+            src: self.slots.addr(),
+            lengths: lengths.addr(),
+            flags: self.flags.addr(),
+            rows: self.rows,
+            row_bytes: self.l as u64,
+            book: self.book.addr(),
+            entries: self.entries.addr(),
+            book_bytes: self.book.1 as u32,
+            chunk: self.cb.chunk().bytes(),
+            ..Default::default()
+        }
+    }
+}
+
 #[test]
 fn the_device_api_decodes_a_row_into_shared_memory() {
-    use ibp_kernels::device::{DatasetView, RowError, decode_row_to_shared};
+    use ibp_kernels::device::{RowError, decode_row_to_shared};
     for (l, chunk) in [
         (100usize, ChunkSize::Four),
         (768, ChunkSize::Two),
@@ -16,42 +82,15 @@ fn the_device_api_decodes_a_row_into_shared_memory() {
     ] {
         let n = 4;
         let data = float_rows(n, l, 11 + l as u64);
-        let rows = Rows::new(&data, l).unwrap();
-        let opts = FitOptions::default().with_chunk(crate::fit::ChunkChoice::Fixed(chunk));
-        let cb = fit(rows, &opts).unwrap().codebook;
-        let fixed = compress_fixed(&cb, rows, &LayoutOptions::default()).unwrap();
-        let encoded = |t: usize| fixed.flags[t / 8] >> (t % 8) & 1 == 1;
-        let lens: Vec<u32> = (0..n)
-            .map(|t| {
-                let s = &fixed.slots[t * l..(t + 1) * l];
-                if encoded(t) {
-                    crate::encode::stream_len(&cb, s).unwrap() as u32
-                } else {
-                    l as u32
-                }
-            })
-            .collect();
+        let fx = Fixture::new(&data, l, chunk);
+        let encoded = |t: usize| fx.encoded(t);
+        let book = &fx.book;
         // The same rows with every encoded row's stored length one byte
         // short: its stream no longer ends where the table says.
-        let short: Vec<u32> = (0..n).map(|t| lens[t] - encoded(t) as u32).collect();
-        let book = Aligned::from(&decode_book(&cb));
-        let entries = Aligned::from(&decoder_table(&cb));
-        let slots = super::decode::Lined::from(&fixed.slots);
-        let flags = Aligned::from(&fixed.flags);
-        for (what, lens) in [("good", &lens), ("corrupt", &short)] {
+        let short: Vec<u32> = (0..n).map(|t| fx.lens[t] - encoded(t) as u32).collect();
+        for (what, lens) in [("good", &fx.lens), ("corrupt", &short)] {
             let lengths = Aligned::from(bytemuck::cast_slice(lens));
-            let view = DatasetView {
-                src: slots.addr(),
-                lengths: lengths.addr(),
-                flags: flags.addr(),
-                rows: n as u64,
-                row_bytes: l as u64,
-                book: book.addr(),
-                entries: entries.addr(),
-                book_bytes: book.1 as u32,
-                chunk: cb.chunk().bytes(),
-                ..Default::default()
-            };
+            let view = fx.view(&lengths);
             let ws = view.workspace_bytes() as usize;
             let region = view.row_shared_bytes() as usize;
             assert!(region >= l && region.is_multiple_of(16) && region < l + 16);
@@ -97,48 +136,20 @@ fn the_device_api_decodes_a_row_into_shared_memory() {
 
 #[test]
 fn the_device_api_decodes_rows_fetched_one_ahead() {
-    use ibp_kernels::device::{DatasetView, RowError, SharedStore, decode_fetched, fetch_row};
+    use ibp_kernels::device::{RowError, SharedStore, decode_fetched, fetch_row};
     for (l, chunk) in [(768usize, ChunkSize::Two), (1531, ChunkSize::Eight)] {
         let n = 7;
         let data = float_rows(n, l, 5 + l as u64);
-        let rows = Rows::new(&data, l).unwrap();
-        let opts = FitOptions::default().with_chunk(crate::fit::ChunkChoice::Fixed(chunk));
-        let cb = fit(rows, &opts).unwrap().codebook;
-        let fixed = compress_fixed(&cb, rows, &LayoutOptions::default()).unwrap();
-        let encoded = |t: usize| fixed.flags[t / 8] >> (t % 8) & 1 == 1;
-        let lens: Vec<u32> = (0..n)
-            .map(|t| {
-                let s = &fixed.slots[t * l..(t + 1) * l];
-                if encoded(t) {
-                    crate::encode::stream_len(&cb, s).unwrap() as u32
-                } else {
-                    l as u32
-                }
-            })
-            .collect();
+        let fx = Fixture::new(&data, l, chunk);
+        let book = &fx.book;
         // Row 3's stored length one byte short: its stream no longer ends
         // where the table says.
-        assert!(encoded(3), "row 3 is stored encoded");
-        let mut short = lens.clone();
+        assert!(fx.encoded(3), "row 3 is stored encoded");
+        let mut short = fx.lens.clone();
         short[3] -= 1;
-        let book = Aligned::from(&decode_book(&cb));
-        let entries = Aligned::from(&decoder_table(&cb));
-        let slots = super::decode::Lined::from(&fixed.slots);
-        let flags = Aligned::from(&fixed.flags);
-        for (what, lens) in [("good", &lens), ("corrupt", &short)] {
+        for (what, lens) in [("good", &fx.lens), ("corrupt", &short)] {
             let lengths = Aligned::from(bytemuck::cast_slice(lens));
-            let view = DatasetView {
-                src: slots.addr(),
-                lengths: lengths.addr(),
-                flags: flags.addr(),
-                rows: n as u64,
-                row_bytes: l as u64,
-                book: book.addr(),
-                entries: entries.addr(),
-                book_bytes: book.1 as u32,
-                chunk: cb.chunk().bytes(),
-                ..Default::default()
-            };
+            let view = fx.view(&lengths);
             let ws = view.workspace_bytes();
             let region = view.row_shared_bytes();
             // The workspace, then a region per row, then 64 guard bytes.
