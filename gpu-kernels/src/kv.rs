@@ -160,10 +160,7 @@ pub unsafe fn append_block<W: Lanes + Block, M: Mem, S: Shared, const C: u32>(
     totals: u32,
 ) {
     let l = p.row_bytes;
-    let (per_row, rows_per_block) = match block_shape(l) {
-        Some(shape) => shape,
-        None => (1, 1),
-    };
+    let (per_row, rows_per_block) = block_shape(l).unwrap_or((1, 1));
     let lane = w.lane();
     let k = warp as u64 % per_row;
     let row = warp as u64 / per_row;
