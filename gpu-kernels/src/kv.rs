@@ -207,7 +207,9 @@ pub unsafe fn append_block<W: Lanes + Block, M: Mem, S: Shared, const C: u32>(
     w.sync_threads();
     if active {
         // SAFETY: the caller's contract.
-        unsafe { write_span::<W, M, S, C>(w, m, s, p, i, row, k, totals, x, group, val, n) };
+        unsafe {
+            write_span::<W, M, S, C>(w, m, s, p, i, row, per_row, k, totals, x, group, val, n)
+        };
     }
     if p.pages != 0 {
         w.sync_threads();
@@ -227,8 +229,8 @@ pub unsafe fn append_block<W: Lanes + Block, M: Mem, S: Shared, const C: u32>(
     }
 }
 
-/// The second half of [`append_block`]: warp `k` of row `i` (the block's
-/// `row`-th) writes its span of the row's stored form, from its encoded
+/// The second half of [`append_block`]: warp `k` of the `per_row` of row
+/// `i` (the block's `row`-th) writes its span of the row's stored form, from its encoded
 /// lane word (`x` the row's bytes, `group` its group's participation word,
 /// `val`/`n` its payload), and warp 0 the row's length and flag.
 ///
@@ -244,6 +246,7 @@ unsafe fn write_span<W: Lanes, M: Mem, S: Shared, const C: u32>(
     p: &KvAppendParams,
     i: u64,
     row: u64,
+    per_row: u64,
     k: u64,
     totals: u32,
     x: u64,
@@ -252,7 +255,6 @@ unsafe fn write_span<W: Lanes, M: Mem, S: Shared, const C: u32>(
     n: u32,
 ) {
     let l = p.row_bytes;
-    let per_row = l.div_ceil(256);
     let lane = w.lane();
     let words = l.div_ceil(8);
     let chunks = l.div_ceil(C as u64);
