@@ -45,6 +45,10 @@ fn main() {
             .profile(&profile)
             .target_dir(target_root.join(format!("ibp-kernels-{arch}")))
             .copy_to(out_dir.join(format!("ibp_kernels_{arch}.ptx")))
+            // The bulk encoder: 96 registers fit ten blocks of two warps on
+            // an SM (eight at its natural 111–120), with no spills (ptxas,
+            // sm_90). See docs/PERF-NOTES.md.
+            .max_registers("ibp_encode_c", 96)
             .build()
             .unwrap_or_else(|e| fail(&format!("{e}. For ibp: {INSTALL_HINT}")));
     }

@@ -3,6 +3,7 @@
 
 use crate::codebook::Codebook;
 use crate::fit::choose::le_word;
+use ibp_kernels::book::{lowest_run, params_two_runs};
 
 /// Decoder table of a codebook (`ibp_kernels::table`): one entry per chunk,
 /// then one byte per chunk with the popcount of its mask. The encoder reads
@@ -28,8 +29,7 @@ pub fn decoder_table(cb: &Codebook) -> Vec<u8> {
 /// all-match prefix of every step.
 pub fn decode_book(cb: &Codebook) -> Vec<u8> {
     use ibp_kernels::book::{
-        CLASS_GENERAL, CLASS_NONE_FREE, CLASS_TWO_RUNS, Layout, lowest_run, params_general,
-        params_two_runs, step_chunks,
+        CLASS_GENERAL, CLASS_NONE_FREE, CLASS_TWO_RUNS, Layout, params_general, step_chunks,
     };
 
     let c = cb.chunk().bytes();
@@ -86,9 +86,9 @@ pub fn decode_book(cb: &Codebook) -> Vec<u8> {
 }
 
 /// The encoder book of a codebook (`ibp_kernels::params::EncodeParams`),
-/// field-major: the bit values, the mask, then the move masks of each chunk's
-/// free bits, one u64 per 8-byte word of a tensor in each field. Its first
-/// two fields are what the size query reads.
+/// field-major: the bit values, the mask, the move masks of each chunk's
+/// free bits, then the two-run fields, one u64 per 8-byte word of a tensor
+/// in each field. Its first two fields are what the size query reads.
 pub fn encoder_book(cb: &Codebook) -> Vec<u64> {
     let l = cb.row_bytes();
     let c = cb.chunk().bytes() as usize;
@@ -102,7 +102,36 @@ pub fn encoder_book(cb: &Codebook) -> Vec<u64> {
         }
         fields.push(f);
     }
+    // The two-run fields (see `EncodeParams`): the lowest run of free bits,
+    // and s1 and d2 in the chunk's first byte.
+    let mut run1 = vec![0u8; l];
+    let mut s1 = vec![0u8; l];
+    let mut d2 = vec![0u8; l];
+    for (j, t) in cb.tables().entries().iter().enumerate() {
+        let end = (j * c + c).min(l);
+        run1[j * c..end].copy_from_slice(&lowest_run(t.free).to_le_bytes()[..end - j * c]);
+        if let Some(q) = params_two_runs(t.free, t.width) {
+            s1[j * c] = (q & 0xff) as u8;
+            d2[j * c] = (q >> 8 & 0xff) as u8;
+        }
+    }
+    fields.extend([run1, s1, d2]);
     field_major(&fields)
+}
+
+/// The encoder's [`EncodeParams::flags`](ibp_kernels::params::EncodeParams)
+/// for a codebook: whether every chunk's free bits form at most two runs.
+pub fn encoder_flags(cb: &Codebook) -> u64 {
+    let two = cb
+        .tables()
+        .entries()
+        .iter()
+        .all(|t| params_two_runs(t.free, t.width).is_some());
+    if two {
+        ibp_kernels::params::ENCODE_TWO_RUNS
+    } else {
+        0
+    }
 }
 
 /// Fields (byte strings of one length) as u64 words, field after field.

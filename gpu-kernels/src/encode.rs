@@ -18,8 +18,9 @@
 //! `u64`.
 
 use crate::bits;
-use crate::params::{EncodeParams, MAX_THRESHOLDS, MeasureParams};
-use crate::simt::{Lanes, Mem, exclusive_scan, warp_sum};
+use crate::pack::RingWriter;
+use crate::params::{ENCODE_TWO_RUNS, EncodeParams, MAX_THRESHOLDS, MeasureParams};
+use crate::simt::{Async, Lanes, Mem, Shared, exclusive_scan, warp_sum};
 use crate::table::steps;
 
 /// Row `i` of a sample of `sample` of `rows` rows: `⌊i · rows / sample⌋`
@@ -287,6 +288,42 @@ pub unsafe fn eval<W: Lanes, M: Mem>(w: &W, m: &M, p: &MeasureParams, wid: u64, 
     }
 }
 
+/// Bits word `q` (8 bytes `x`) of a tensor saves under the book at `book`
+/// (bit values then masks, `words` u64 each) with chunks of `C` bytes;
+/// when `stage` is not 0 the word is also copied to `stage + 8q` (whole
+/// when `whole`, else only the tensor's bytes of it).
+///
+/// # Safety
+/// `q < words`; the book as stated; the stage (when given) writable there.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn measure_word<M: Mem, const C: u32>(
+    m: &M,
+    book: u64,
+    words: u64,
+    l: u64,
+    q: u64,
+    x: u64,
+    stage: u64,
+    whole: bool,
+) -> u32 {
+    let ci = C.trailing_zeros() as usize;
+    // SAFETY: (this block) the caller's contract.
+    unsafe {
+        let v = m.ld_ro_u64(book + 8 * q);
+        let mask = m.ld_ro_u64(book + 8 * (words + q));
+        if stage != 0 {
+            let n = if whole || l - 8 * q >= 8 {
+                8
+            } else {
+                l - 8 * q
+            };
+            store_bytes(m, stage + 8 * q, x, n);
+        }
+        word_saved(x, v, mask)[ci]
+    }
+}
+
 /// Stored length (`min(E, L)`, `docs/FORMAT.md` §2) of the `l`-byte tensor
 /// at `start` under the book at `book` (bit values then masks, `⌈l / 8⌉`
 /// u64 each), in every lane. When `stage` is not 0 the tensor is also
@@ -307,28 +344,7 @@ pub unsafe fn measure_row<W: Lanes, M: Mem, const C: u32>(
 ) -> u64 {
     let words = l.div_ceil(8);
     let chunks = l.div_ceil(C as u64);
-    let ci = C.trailing_zeros() as usize;
     let mut saved = 0u32;
-    let mut add = |q: u64, x: u64| {
-        if q >= words {
-            return;
-        }
-        // SAFETY: the book holds the bit values then the masks, `words`
-        // u64 each; the stage holds the tensor's bytes (the contract).
-        unsafe {
-            let v = m.ld_ro_u64(book + 8 * q);
-            let mask = m.ld_ro_u64(book + 8 * (words + q));
-            saved += word_saved(x, v, mask)[ci];
-            if stage != 0 {
-                let n = if whole || l - 8 * q >= 8 {
-                    8
-                } else {
-                    l - 8 * q
-                };
-                store_bytes(m, stage + 8 * q, x, n);
-            }
-        }
-    };
     let mut q = w.lane() as u64;
     while q < words {
         // SAFETY: row_word reads inside the tensor only.
@@ -339,6 +355,14 @@ pub unsafe fn measure_row<W: Lanes, M: Mem, const C: u32>(
                 row_word(m, start, l, q + 64),
                 row_word(m, start, l, q + 96),
             ]
+        };
+        // Written out, not looped: `x` indexed by a variable would live in
+        // local memory.
+        let mut add = |qj: u64, xj: u64| {
+            if qj < words {
+                // SAFETY: qj < words; the contract.
+                saved += unsafe { measure_word::<M, C>(m, book, words, l, qj, xj, stage, whole) };
+            }
         };
         add(q, x[0]);
         add(q + 32, x[1]);
@@ -351,6 +375,12 @@ pub unsafe fn measure_row<W: Lanes, M: Mem, const C: u32>(
 
 /// The size query for one codebook of chunk size `C` (see [`MeasureParams`]).
 ///
+/// Q: why one loop over every (tensor, batch of four words a lane)?
+/// A: so that each batch's words are loaded one batch ahead, across the
+/// end of a tensor too: a warp that waits for its loads at every tensor
+/// runs at the memory's latency. Tensors under 1 KiB (MiniLM's rows) are
+/// one batch each, and were measured at 1.3–1.6 TB/s loading as they went.
+///
 /// # Safety
 /// As [`MeasureParams`] states.
 pub unsafe fn size<W: Lanes, M: Mem, const C: u32>(
@@ -361,23 +391,80 @@ pub unsafe fn size<W: Lanes, M: Mem, const C: u32>(
     nwarps: u64,
 ) {
     let l = p.row_bytes;
+    let words = l.div_ceil(8);
+    let chunks = l.div_ceil(C as u64);
+    let batches = words.div_ceil(128);
+    let lane = w.lane() as u64;
     // Whole 8-byte stores into the staging rows when their stride allows.
     let whole = p.stage_stride.is_multiple_of(8) && p.stage_stride >= 8 * l.div_ceil(8);
-    let mut i = wid;
-    while i < p.sample {
-        let start = p.src + sample_row(i, p.rows, p.sample) * p.stride;
+    let start_of = |i: u64| p.src + sample_row(i, p.rows, p.sample) * p.stride;
+    // SAFETY: (the closure's body) row_word reads inside the tensor only.
+    let load = |start: u64, b: u64| unsafe {
+        let q = 128 * b + lane;
+        [
+            row_word(m, start, l, q),
+            row_word(m, start, l, q + 32),
+            row_word(m, start, l, q + 64),
+            row_word(m, start, l, q + 96),
+        ]
+    };
+    if wid >= p.sample {
+        return;
+    }
+    let (mut i, mut b) = (wid, 0);
+    let mut start = start_of(i);
+    let mut x = load(start, 0);
+    let mut saved = 0u32;
+    loop {
+        let (ni, nb) = if b + 1 < batches {
+            (i, b + 1)
+        } else {
+            (i + nwarps, 0)
+        };
+        let nstart = if nb == 0 && ni < p.sample {
+            start_of(ni)
+        } else {
+            start
+        };
+        let xn = if ni < p.sample {
+            load(nstart, nb)
+        } else {
+            [0; 4]
+        };
         let stage = if p.stage == 0 {
             0
         } else {
             p.stage + i * p.stage_stride
         };
-        // SAFETY: as MeasureParams states for the tensor, book and stage.
-        let stored = unsafe { measure_row::<W, M, C>(w, m, p.book, start, l, stage, whole) };
-        if w.lane() == 0 {
-            // SAFETY: sizes holds `sample` u64.
-            unsafe { m.st_u64(p.sizes + 8 * i, stored) }
+        // Written out, not looped: `x` indexed by a variable would live in
+        // local memory.
+        let mut add = |q: u64, xj: u64| {
+            if q < words {
+                // SAFETY: q < words; the book and stage as MeasureParams
+                // states.
+                saved += unsafe { measure_word::<M, C>(m, p.book, words, l, q, xj, stage, whole) };
+            }
+        };
+        let q = 128 * b + lane;
+        add(q, x[0]);
+        add(q + 32, x[1]);
+        add(q + 64, x[2]);
+        add(q + 96, x[3]);
+        if nb == 0 {
+            let stored = stored_len(l, chunks, warp_sum(w, saved) as u64);
+            if lane == 0 {
+                // SAFETY: sizes holds `sample` u64.
+                unsafe { m.st_u64(p.sizes + 8 * i, stored) }
+            }
+            saved = 0;
+            if ni >= p.sample {
+                break;
+            }
         }
-        i += nwarps;
+        i = ni;
+        b = nb;
+        start = nstart;
+        x = xn;
     }
 }
 
@@ -622,7 +709,7 @@ impl WarpWriter {
 /// The book holds `2 + steps(C)` fields of `words` u64.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn lane_payload<M: Mem, const C: u32>(
+pub(crate) unsafe fn lane_payload<M: Mem, const C: u32, const RUNS: bool>(
     m: &M,
     book: u64,
     words: u64,
@@ -641,9 +728,16 @@ pub(crate) unsafe fn lane_payload<M: Mem, const C: u32>(
     // SAFETY: (loads) q < words, fields inside the book.
     let mask = unsafe { m.ld_ro_u64(book + 8 * (words + q)) };
     let mut mvw = [0u64; 6];
+    // The two-run fields (`EncodeParams`): lowest run, s1, d2.
+    let mut runs = [0u64; 3];
     let mut i = 0;
     while i < 6 {
-        if i < steps(C) {
+        if RUNS && i < 3 {
+            let f = 2 + steps(C) as u64 + i as u64;
+            // SAFETY: inside the book's fields, aligned (the caller's contract).
+            runs[i as usize] = unsafe { m.ld_ro_u64(book + 8 * (f * words + q)) };
+        }
+        if !RUNS && i < steps(C) {
             // SAFETY: inside the book's fields, aligned (the caller's contract).
             mvw[i as usize] = unsafe { m.ld_ro_u64(book + 8 * ((2 + i as u64) * words + q)) };
         }
@@ -663,7 +757,23 @@ pub(crate) unsafe fn lane_payload<M: Mem, const C: u32>(
             };
             let (v, nb) = if (part >> c) & 1 == 1 {
                 let free = !(mask >> sh) & bits::low_mask(width);
-                let v = if C == 8 {
+                // Q: what does the two-run path compute?
+                // A: pext(x, free) when free = r1 | r2, two runs: the bits
+                // of the lowest run r1 moved down by its first bit s1, and
+                // those of r2 = free ^ r1 moved down to just above them
+                // (by d2 = s2 − |r1|). Five operations instead of the
+                // log2(8C) rounds of the move masks.
+                let s1 = ((runs[1] >> sh) & 0x3f) as u32;
+                let d2 = ((runs[2] >> sh) & 0x3f) as u32;
+                let v = if RUNS && C == 8 {
+                    let r1 = runs[0];
+                    ((xc & r1) >> s1) | ((xc & (free ^ r1)) >> d2)
+                } else if RUNS {
+                    // 32-bit: x and free hold no bit past the chunk, so the
+                    // neighbouring chunks' run bits in r1 drop out.
+                    let (x32, f32, r1) = (xc as u32, free as u32, (runs[0] >> sh) as u32);
+                    (((x32 & r1) >> s1) | ((x32 & (f32 ^ r1)) >> d2)) as u64
+                } else if C == 8 {
                     bits::compress(xc, free, &mvw, steps(C))
                 } else {
                     let mv = [
@@ -725,6 +835,10 @@ pub(crate) unsafe fn lane_participation<M: Mem, const C: u32>(
 /// them, OR-ed together in every lane of the group.
 #[inline(always)]
 pub(crate) fn group_word<W: Lanes, const C: u32>(w: &W, part: u32) -> u32 {
+    if C == 8 {
+        // One bit a lane: the warp's vote is the word.
+        return w.ballot(part & 1 != 0);
+    }
     let g = 4 * C;
     crate::simt::group_or(w, part << ((w.lane() % g) * (8 / C)), g)
 }
@@ -839,7 +953,7 @@ unsafe fn encoded_tensor<W: Lanes, M: Mem, const C: u32>(
                 } else {
                     8 * (l - 8 * q) as u32
                 };
-                lane_payload::<M, C>(m, p.book, words, x, q, part, chunks, tail_width, valid)
+                lane_payload::<M, C, false>(m, p.book, words, x, q, part, chunks, tail_width, valid)
             } else {
                 (0, 0)
             };
@@ -938,34 +1052,205 @@ pub unsafe fn encode_slot<W: Lanes, M: Mem, const C: u32>(
     }
 }
 
-/// Compression with chunks of `C` bytes (see [`EncodeParams`]).
+/// Row `i`'s region `(dst, len)` and whether it is stored encoded (its
+/// stored length below `L`).
 ///
 /// # Safety
-/// As [`EncodeParams`] states.
-pub unsafe fn encode<W: Lanes, M: Mem, const C: u32>(
+/// As [`EncodeParams`] states; `i < rows`.
+#[inline(always)]
+unsafe fn row_region<M: Mem>(m: &M, p: &EncodeParams, i: u64) -> (u64, u64, bool) {
+    // SAFETY: (this block) sizes holds `rows` u64, offsets `rows + 1`
+    // (packed).
+    unsafe {
+        let stored = m.ld_u64(p.sizes + 8 * i);
+        if p.offsets != 0 {
+            let o = m.ld_u64(p.offsets + 8 * i) - p.offset_base;
+            let e = m.ld_u64(p.offsets + 8 * i + 8) - p.offset_base;
+            (p.out + o, e - o, stored < p.row_bytes)
+        } else {
+            (p.out + i * p.row_bytes, p.row_bytes, stored < p.row_bytes)
+        }
+    }
+}
+
+/// The warp's rows `wid, wid + nwarps, …` written through its ring, two
+/// 8-byte lane words a step (words `64k + lane` and `64k + 32 + lane`), so
+/// one [`RingWriter::step`] serves 512 bytes. The participation bits are
+/// stored directly; the word they share with the payload is OR-ed by both
+/// sides.
+///
+/// Q: why one loop over every (row, step) rather than a loop per row?
+/// A: so that each step's words are loaded one step ahead, across the end
+/// of a row too: a warp that waits for its loads at every step runs at
+/// the memory's latency, not its bandwidth (the first version of this
+/// writer, loading as it went, ran MiniLM's 768-byte rows at 0.26 TB/s).
+/// The next row's region is loaded a whole row ahead.
+///
+/// # Safety
+/// As [`EncodeParams`] states; `ring` is the warp's ring, zeroed.
+#[inline(always)]
+unsafe fn encode_rows<W: Lanes, M: Mem, S: Shared + Async, const C: u32, const RUNS: bool>(
     w: &W,
     m: &M,
+    s: &S,
     p: &EncodeParams,
+    ring: u32,
     wid: u64,
     nwarps: u64,
 ) {
+    let lane = w.lane();
     let l = p.row_bytes;
-    let mut i = wid;
-    while i < p.rows {
-        let start = p.src + i * p.stride;
-        // SAFETY: (this block) sizes holds `rows` u64, offsets `rows + 1`
-        // (packed), and the output covers every region (the contract).
-        unsafe {
-            let stored = m.ld_u64(p.sizes + 8 * i);
-            let (dst, len) = if p.offsets != 0 {
-                let o = m.ld_u64(p.offsets + 8 * i) - p.offset_base;
-                let e = m.ld_u64(p.offsets + 8 * i + 8) - p.offset_base;
-                (p.out + o, e - o)
-            } else {
-                (p.out + i * l, l)
-            };
-            encode_row::<W, M, C>(w, m, p, start, stored, dst, len);
+    let words = l.div_ceil(8);
+    let chunks = l.div_ceil(C as u64);
+    let tail_width = 8 * (l - (chunks - 1) * C as u64) as u32;
+    let steps = words.div_ceil(64);
+    let g = 4 * C;
+    let per_half = (8 / C) as u64;
+    let valid = |q: u64| {
+        if l - 8 * q >= 8 {
+            64
+        } else {
+            8 * (l - 8 * q) as u32
         }
-        i += nwarps;
+    };
+    // A row's writer, the word of its first bit (from the writer's base)
+    // and that bit's place in it.
+    let open = |(dst, len, encoded): (u64, u64, bool)| {
+        let wr = RingWriter::new(ring, dst, len, if encoded { chunks } else { 0 });
+        let s0 = wr.start_bit();
+        (wr, s0 / 32, (s0 % 32) as u32)
+    };
+    if wid >= p.rows {
+        return;
+    }
+    // SAFETY: (this block) the contract of `encode`: every row index is
+    // below `rows`, row_word reads inside its tensor, the writer stays in
+    // its region.
+    unsafe {
+        let mut i = wid;
+        let mut k = 0;
+        let mut region = row_region(m, p, i);
+        let mut next_region = if i + nwarps < p.rows {
+            row_region(m, p, i + nwarps)
+        } else {
+            region
+        };
+        let (mut wr, mut base, mut sh) = open(region);
+        let mut x = {
+            let start = p.src + i * p.stride;
+            (
+                row_word(m, start, l, lane as u64),
+                row_word(m, start, l, lane as u64 + 32),
+            )
+        };
+        let mut carry = 0u32;
+        loop {
+            let (ni, nk) = if k + 1 < steps {
+                (i, k + 1)
+            } else {
+                (i + nwarps, 0)
+            };
+            let xn = if ni < p.rows {
+                let start = p.src + ni * p.stride;
+                let q = 64 * nk + lane as u64;
+                (row_word(m, start, l, q), row_word(m, start, l, q + 32))
+            } else {
+                (0, 0)
+            };
+            let encoded = region.2;
+            let q0 = 64 * k + lane as u64;
+            let q1 = q0 + 32;
+            let (mut part0, mut part1) = (0, 0);
+            if encoded {
+                part0 = lane_participation::<M, C>(m, p.book, x.0, q0, words, chunks).0;
+                part1 = lane_participation::<M, C>(m, p.book, x.1, q1, words, chunks).0;
+                // The participation words of both halves, shifted by the
+                // region's misalignment, each group's completed with the
+                // top of the one before it.
+                let mut half = 0;
+                while half < 2 {
+                    let word = group_word::<W, C>(w, if half == 0 { part0 } else { part1 });
+                    let prev = w.shfl_up(word, g);
+                    let prev = if lane < g { carry } else { prev };
+                    let out = if sh == 0 {
+                        word
+                    } else {
+                        (word << sh) | (prev >> (32 - sh))
+                    };
+                    let pw = (2 * k + half) * per_half + (lane / g) as u64;
+                    if lane.is_multiple_of(g) {
+                        wr.put(m, base + pw, out);
+                    }
+                    carry = w.shfl_idx(word, 31);
+                    half += 1;
+                }
+            }
+            let seg0 = if q0 < words {
+                let v = valid(q0);
+                lane_payload::<M, C, RUNS>(m, p.book, words, x.0, q0, part0, chunks, tail_width, v)
+            } else {
+                (0, 0)
+            };
+            let seg1 = if q1 < words {
+                let v = valid(q1);
+                lane_payload::<M, C, RUNS>(m, p.book, words, x.1, q1, part1, chunks, tail_width, v)
+            } else {
+                (0, 0)
+            };
+            wr.step(w, s, m, seg0, seg1);
+            if nk == 0 {
+                // The row's last step: the top bits of its last
+                // participation word go to the word after it.
+                if encoded && sh != 0 && lane == 0 {
+                    wr.put(m, base + 2 * steps * per_half, carry >> (32 - sh));
+                }
+                wr.finish(w, s, m);
+                if ni >= p.rows {
+                    break;
+                }
+                region = next_region;
+                if ni + nwarps < p.rows {
+                    next_region = row_region(m, p, ni + nwarps);
+                }
+                (wr, base, sh) = open(region);
+                carry = 0;
+            }
+            i = ni;
+            k = nk;
+            x = xn;
+        }
+    }
+}
+
+/// Compression with chunks of `C` bytes (see [`EncodeParams`]), each warp
+/// writing through its ring of shared memory at `ring` ([`crate::pack`]).
+///
+/// Q: why not [`encode_row`], which the KV store's append uses?
+/// A: it writes through [`WarpWriter`], one 256-byte step per scan and a
+/// segmented OR-scan per step; for whole tables the ring writer's
+/// two-word step does the same work in fewer instructions. The KV append
+/// writes rows of a few hundred bytes as spans split over warps, which the
+/// register writer's span form serves.
+///
+/// # Safety
+/// As [`EncodeParams`] states; `ring` is the 16-aligned shared address of
+/// [`crate::pack::RING_BYTES`] bytes that belong to this warp.
+pub unsafe fn encode<W: Lanes, M: Mem, S: Shared + Async, const C: u32>(
+    w: &W,
+    m: &M,
+    s: &S,
+    p: &EncodeParams,
+    ring: u32,
+    wid: u64,
+    nwarps: u64,
+) {
+    // SAFETY: (this block) the ring is the warp's; the rest forwarded.
+    unsafe {
+        crate::pack::clear(w, s, ring);
+        if p.flags & ENCODE_TWO_RUNS != 0 {
+            encode_rows::<W, M, S, C, true>(w, m, s, p, ring, wid, nwarps);
+        } else {
+            encode_rows::<W, M, S, C, false>(w, m, s, p, ring, wid, nwarps);
+        }
     }
 }

@@ -67,6 +67,14 @@ impl Shared for Hw {
     unsafe fn sts_v4(&self, a: u32, v: [u32; 4]) {
         unsafe { arch::st_shared_v4(a, v) }
     }
+    #[inline(always)]
+    unsafe fn lds_v4(&self, a: u32) -> [u32; 4] {
+        unsafe { arch::ld_shared_v4(a) }
+    }
+    #[inline(always)]
+    unsafe fn ors_u32(&self, a: u32, v: u32) {
+        unsafe { arch::red_shared_or_u32(a, v) }
+    }
 }
 
 impl Async for Hw {

@@ -606,8 +606,13 @@ unsafe fn encode_entry<const C: u32>(p: EncodeParams) {
         out: arch::to_global(p.out),
         ..p
     };
-    // SAFETY: forwarded contract.
-    unsafe { crate::encode::encode::<Hw, Hw, C>(&Hw, &Hw, &p, wid, nwarps) }
+    let rings = crate::shared_array!(
+        ENCODE_RINGS: [u32; (crate::pack::RING_WARPS * crate::pack::RING_WORDS) as usize]
+    );
+    let ring = rings.addr() + (arch::thread_idx() / 32) * crate::pack::RING_BYTES;
+    // SAFETY: forwarded contract; the launch has RING_WARPS warps a block,
+    // so each warp's ring lies inside the array.
+    unsafe { crate::encode::encode::<Hw, Hw, Hw, C>(&Hw, &Hw, &Hw, &p, ring, wid, nwarps) }
 }
 
 /// Compression, 1-byte chunks.

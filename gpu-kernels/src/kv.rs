@@ -188,8 +188,9 @@ pub unsafe fn append_block<W: Lanes + Block, M: Mem, S: Shared, const C: u32>(
                 } else {
                     8 * (l - 8 * q) as u32
                 };
-                (val, n) =
-                    lane_payload::<M, C>(m, p.book, words, x, q, part, chunks, tail_width, valid);
+                (val, n) = lane_payload::<M, C, false>(
+                    m, p.book, words, x, q, part, chunks, tail_width, valid,
+                );
             }
             // This warp's 256 bytes of the slot (64 words), zeroed for the
             // words shared between spans and the tail past the stored form.

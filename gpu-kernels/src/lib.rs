@@ -56,6 +56,7 @@ pub mod decode;
 pub mod device;
 pub mod encode;
 pub mod kv;
+pub mod pack;
 pub mod params;
 pub mod prelude;
 pub mod simt;

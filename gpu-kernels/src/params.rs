@@ -210,9 +210,15 @@ pub struct MeasureParams {
 /// Packed layout: `offsets` holds `rows + 1` u64 and tensor `i` goes to
 /// `out + offsets[i] − offset_base`. Fixed-stride layout: `offsets` is 0 and
 /// tensor `i` goes to the slot `out + i · row_bytes`. `book` is the
-/// codebook's encoder book, field-major as for [`MeasureParams`]: the bit
-/// values, the mask, then the `log2(8C)` move masks of the chunks' free bits
-/// (`crate::bits::move_masks`), each chunk's value in its own `C` bytes.
+/// codebook's encoder book, field-major as for [`MeasureParams`], each
+/// chunk's value in its own `C` bytes: the bit values, the mask, the
+/// `log2(8C)` move masks of the chunks' free bits
+/// (`crate::bits::move_masks`), then three fields for chunks whose free
+/// bits form at most two runs (`crate::book::params_two_runs`): the lowest
+/// run, its first bit `s1` and the shift `d2` of the second run (one byte
+/// each, in the chunk's first byte). `flags` bit [`ENCODE_TWO_RUNS`] says
+/// that every chunk's free bits form at most two runs (the last three
+/// fields are then used in place of the move masks).
 ///
 /// The output must be zeroed first: only words that hold stored bits are
 /// written, and a word shared by two tensors is OR-ed into.
@@ -228,7 +234,11 @@ pub struct EncodeParams {
     pub offsets: u64,
     pub offset_base: u64,
     pub out: u64,
+    pub flags: u64,
 }
+
+/// [`EncodeParams::flags`]: every chunk's free bits form at most two runs.
+pub const ENCODE_TWO_RUNS: u64 = 1;
 
 /// `ibp_scan_tiles`, `ibp_scan_partials`, `ibp_scan_apply`: the device-wide
 /// exclusive scan of `rows` stored lengths `sizes` into `offsets` (`rows + 1`

@@ -153,6 +153,17 @@ pub trait Shared {
     /// # Safety
     /// `a` inside shared memory, 16-aligned.
     unsafe fn sts_v4(&self, a: u32, v: [u32; 4]);
+    /// Load 16 bytes.
+    ///
+    /// # Safety
+    /// `a` inside shared memory, 16-aligned.
+    unsafe fn lds_v4(&self, a: u32) -> [u32; 4];
+    /// OR `v` into the u32 at `a`, atomically (lanes may OR into one word
+    /// at once).
+    ///
+    /// # Safety
+    /// `a` inside shared memory, 4-aligned.
+    unsafe fn ors_u32(&self, a: u32, v: u32);
 }
 
 /// Asynchronous copies from global into shared memory, and the warp's

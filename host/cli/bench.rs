@@ -58,8 +58,8 @@ pub struct Args {
     /// worth; output is identical).
     #[arg(long, hide = true)]
     no_fast_paths: bool,
-    /// With `--section device` or `cache`, only the tables whose name contains this
-    /// (for profilers).
+    /// With `--section device`, `cache` or `compress`, only the tables whose
+    /// name contains this (for profilers).
     #[arg(long, hide = true)]
     only: Option<String>,
     /// With the compression benchmarks, also time each kernel stage alone.
@@ -272,7 +272,15 @@ fn suite(args: Args) -> Result<()> {
     );
 
     if compress {
-        super::bench_compress::section(&gpu, args.real_bytes, h2d, zc, args.stages, &mut md)?;
+        super::bench_compress::section(
+            &gpu,
+            args.real_bytes,
+            h2d,
+            zc,
+            args.stages,
+            args.only.as_deref(),
+            &mut md,
+        )?;
     }
     if args.section == "cache" {
         let mut more = Vec::new();

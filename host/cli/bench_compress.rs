@@ -47,6 +47,7 @@ pub fn section(
     h2d: f64,
     zc: f64,
     stages: bool,
+    only: Option<&str>,
     md: &mut String,
 ) -> Result<()> {
     let mut stage_md = String::from(
@@ -75,6 +76,9 @@ pub fn section(
         ));
     }
     for (name, data, l) in tables {
+        if only.is_some_and(|o| !name.contains(o)) {
+            continue;
+        }
         let reps = real_bytes.div_ceil(data.len()).max(1);
         let big = if reps > 1 { data.repeat(reps) } else { data };
         let n = big.len() as f64;

@@ -10,7 +10,7 @@ use cust::event::{Event, EventFlags};
 use cust::memory::DeviceBuffer;
 use cust::stream::Stream;
 
-use super::compress::{GpuCodebook, WARP_BLOCK, Work, row_count};
+use super::compress::{GpuCodebook, WARP_BLOCK, Work, encoder_out_bytes, row_count};
 use super::dataset::{GpuDataset, Residency};
 use super::decode::{DecodeOptions, DecodeStatus, Decoder};
 use super::driver::copy_to_host_blocking;
@@ -522,7 +522,7 @@ impl Gpu {
             "scan",
             time(&mut || self.enqueue_scan(&work, rows, l, true, 0, &stream))?,
         ));
-        let data = device_buffer::<u8>(rows * l, "allocating")?;
+        let data = device_buffer::<u8>(encoder_out_bytes(rows * l), "allocating")?;
         out.push((
             "zero the output (fixed)",
             time(&mut || zero_async(&data, rows * l, &stream))?,

@@ -28,7 +28,7 @@ use super::memory::{GpuReadable, PinnedBuffer};
 use super::{Gpu, cuda_err};
 use crate::codebook::Codebook;
 use crate::error::{Error, Result};
-use crate::kernel_tables::encoder_book;
+use crate::kernel_tables::{encoder_book, encoder_flags};
 use crate::layout::{FixedStride, Layout, Packed, SizeReport, flag_bytes};
 
 /// Threads per block of the warp-per-tensor kernels.
@@ -40,6 +40,22 @@ use crate::layout::{FixedStride, Layout, Packed, SizeReport, flag_bytes};
 /// it (more warps in flight to hide latency).
 pub(crate) const WARP_BLOCK: u32 = 64;
 
+// The encoder gives each warp of its block a ring of shared memory, sized
+// for blocks of WARP_BLOCK threads.
+const _: () = assert!(WARP_BLOCK == 32 * ibp_kernels::pack::RING_WARPS);
+
+/// Bytes to allocate, and zero, for `len` bytes of encoder output.
+///
+/// Q: why more than `len`?
+/// A: the encoder writes whole 4-byte words, and ORs the last one when the
+/// stream ends inside it, so it touches up to 3 bytes past the stream's
+/// end; and the decoder reads device-resident data in whole 128-byte lines
+/// ([`crate::gpu::dataset`] pads uploaded payloads the same way), so a
+/// buffer the decoder takes over must cover its last line.
+pub(crate) const fn encoder_out_bytes(len: usize) -> usize {
+    len.next_multiple_of(128)
+}
+
 /// Longest tensor the GPU fit and compression take: a lane's count of saved
 /// bits is a u32 (`8 L < 2^32`).
 pub const MAX_ROW_BYTES: usize = 1 << 28;
@@ -48,6 +64,8 @@ pub const MAX_ROW_BYTES: usize = 1 << 28;
 pub struct GpuCodebook {
     pub(crate) cb: Codebook,
     pub(crate) book: DeviceBuffer<u64>,
+    /// The encoder's `EncodeParams::flags` for this codebook.
+    pub(crate) flags: u64,
 }
 
 impl GpuCodebook {
@@ -58,6 +76,7 @@ impl GpuCodebook {
             cb: cb.clone(),
             book: DeviceBuffer::from_slice(&encoder_book(cb))
                 .map_err(cuda_err("uploading the codebook"))?,
+            flags: encoder_flags(cb),
         })
     }
 
@@ -388,10 +407,12 @@ impl Gpu {
             offsets,
             offset_base: 0,
             out,
+            flags: gcb.flags,
         };
         let grid = self.warp_grid(kernel, rows as u64)?;
         // SAFETY: the caller's contract covers every address;
-        // EncodeParams is the kernel's type.
+        // EncodeParams is the kernel's type; WARP_BLOCK is the kernel's
+        // RING_WARPS warps (checked where WARP_BLOCK is defined).
         unsafe { self.launch(kernel, grid, WARP_BLOCK, 0, stream, p) }
     }
 
@@ -467,8 +488,9 @@ impl Gpu {
         } else {
             rows * l
         };
-        ensure(&mut out.data, data_len, "allocating the compressed output")?;
-        zero_async(&out.data, data_len, stream)?;
+        let padded = encoder_out_bytes(data_len);
+        ensure(&mut out.data, padded, "allocating the compressed output")?;
+        zero_async(&out.data, padded, stream)?;
         self.enqueue_encode(
             gcb,
             (src.device_addr(), l as u64),

@@ -31,14 +31,13 @@ pub enum Payload {
 
 impl Payload {
     fn new(bytes: &[u8], residency: Residency) -> Result<Self> {
-        // Keep at least one byte so the device address is valid.
-        let padded;
-        let bytes = if bytes.is_empty() {
-            padded = [0u8];
-            &padded[..]
-        } else {
-            bytes
-        };
+        // Q: why pad the payload?
+        // A: the decoder reads whole 128-byte lines (`ibp_kernels::decode`),
+        // so the buffer covers the last one, zeroed; and it keeps at least
+        // one line so the device address is valid.
+        let mut padded = vec![0u8; bytes.len().max(1).next_multiple_of(128)];
+        padded[..bytes.len()].copy_from_slice(bytes);
+        let bytes = &padded[..];
         Ok(match residency {
             Residency::Pinned => Payload::Pinned(PinnedBuffer::from_slice(bytes)?),
             Residency::Device => Payload::Device(

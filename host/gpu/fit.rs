@@ -1,12 +1,12 @@
 //! The fit on the GPU: bit counting and the threshold sweep's evaluation
 //! pass, choosing exactly the codebook the CPU fit chooses.
 
-use cust::memory::DeviceBuffer;
+use cust::memory::{CopyDestination, DeviceBuffer, DeviceSlice};
 use cust::stream::Stream;
 use ibp_kernels::params::MeasureParams;
 
 use super::compress::{WARP_BLOCK, row_count};
-use super::driver::{copy_to_host_blocking, device_buffer, new_stream, sync};
+use super::driver::{copy_to_host_blocking, device_buffer, ensure, new_stream, sync, zero_async};
 use super::launch::kernels;
 use super::memory::{GpuReadable, Span};
 use super::{Gpu, cuda_err};
@@ -16,6 +16,43 @@ use crate::fit::{Fit, FitOptions, SamplePlan};
 use crate::kernel_tables::eval_book;
 use ibp_kernels::params::MAX_THRESHOLDS;
 
+/// What [`Gpu::fit_blocking`] keeps between calls: its stream and device
+/// buffers, grown when a call needs more, so that a warm fit allocates no
+/// device memory.
+///
+/// Q: why keep them in the [`Gpu`]?
+/// A: allocating and freeing them took most of a sampled fit's time: a
+/// 64 MiB sample buffer and its free (which waits for the device), the
+/// counters, the candidates' book and totals, and a stream, against about
+/// a quarter of a millisecond of kernels for 1 GiB of rows.
+pub(crate) struct FitScratch {
+    stream: Stream,
+    sample: DeviceBuffer<u8>,
+    counts: DeviceBuffer<u64>,
+    book: DeviceBuffer<u64>,
+    totals: DeviceBuffer<u64>,
+}
+
+impl FitScratch {
+    fn new() -> Result<Self> {
+        Ok(Self {
+            stream: new_stream()?,
+            sample: device_buffer(0, "allocating the sample")?,
+            counts: device_buffer(0, "allocating counters")?,
+            book: device_buffer(0, "allocating candidate codebooks")?,
+            totals: device_buffer(64, "allocating candidate totals")?,
+        })
+    }
+}
+
+/// Enqueue a zero fill of `buf`.
+fn zero<T: cust::memory::DeviceCopy>(buf: &DeviceSlice<T>, stream: &Stream) -> Result<()> {
+    let bytes = buf.len() * size_of::<T>();
+    // SAFETY: the same bytes, viewed as u8 (device memory has no type).
+    let raw = unsafe { DeviceSlice::from_raw_parts(buf.as_device_ptr().cast::<u8>(), bytes) };
+    zero_async(&raw, bytes, stream)
+}
+
 impl Gpu {
     /// Choose a codebook for the rows in `src` (device memory, or host
     /// memory the GPU can read) by the rule of `docs/FORMAT.md` §4: the same
@@ -24,8 +61,10 @@ impl Gpu {
     /// size in one pass over the sample per eight thresholds. A sample
     /// smaller than the dataset is first gathered into device memory.
     ///
-    /// Allocates its counters and scratch and runs on a stream of its own;
-    /// returns when done.
+    /// Runs on a stream of its own and returns when done. Its stream and
+    /// device buffers (the gathered sample, the counters, the candidates'
+    /// books and totals) stay with the `Gpu` for the next fit, grown when
+    /// one needs more; fits on one `Gpu` from several threads take turns.
     pub fn fit_blocking<S: GpuReadable + ?Sized>(
         &self,
         src: &S,
@@ -34,11 +73,19 @@ impl Gpu {
     ) -> Result<Fit> {
         let n = row_count(src, row_bytes)?;
         let plan = SamplePlan::new(n as u64, opts.sample)?;
-        let stream = new_stream()?;
         let l = row_bytes as u64;
+        // A fit that panicked left the buffers as they were: still usable.
+        let mut guard = self
+            .fit_scratch
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let sc = match &mut *guard {
+            Some(sc) => sc,
+            None => guard.insert(FitScratch::new()?),
+        };
         if plan.is_all() {
-            let counts = self.count_sample(src, row_bytes, &stream)?;
-            return self.fit_counted(src, &counts, plan, row_bytes, opts, &stream);
+            let counts = self.count_sample(src, row_bytes, sc)?;
+            return self.fit_counted(src, &counts, plan, row_bytes, opts, sc);
         }
         if (n as u64).checked_mul(plan.len()).is_none() {
             return Err(Error::unsupported(
@@ -46,37 +93,44 @@ impl Gpu {
             ));
         }
         let bytes = plan.len() as usize * row_bytes;
-        let buf = device_buffer::<u8>(bytes, "allocating the sample")?;
+        ensure(&mut sc.sample, bytes, "allocating the sample")?;
         let p = MeasureParams {
             src: src.device_addr(),
             stride: l,
             rows: n as u64,
             sample: plan.len(),
             row_bytes: l,
-            stage: buf.as_device_ptr().as_raw(),
+            stage: sc.sample.as_device_ptr().as_raw(),
             stage_stride: l,
             ..Default::default()
         };
         let grid = self.warp_grid(kernels::GATHER, plan.len())?;
         // SAFETY: the source holds n rows, the buffer `sample` rows of L
         // bytes; MeasureParams is the kernel's type.
-        unsafe { self.launch(kernels::GATHER, grid, WARP_BLOCK, 0, &stream, p)? };
-        let gathered = Span::of(&buf, 0, bytes)
+        unsafe { self.launch(kernels::GATHER, grid, WARP_BLOCK, 0, &sc.stream, p)? };
+        // Q: why a raw view, not a `Span` of `sc.sample`?
+        // A: the span would borrow the scratch, which the counting and
+        // weighing below need mutably; the buffer is neither moved nor
+        // resized until this fit returns.
+        // SAFETY: `bytes` is inside the sample buffer (ensured above).
+        let whole = unsafe { DeviceSlice::from_raw_parts(sc.sample.as_device_ptr(), bytes) };
+        let gathered = Span::of(&whole, 0, bytes)
             .ok_or_else(|| Error::invalid("sample larger than its buffer"))?;
-        let counts = self.count_sample(&gathered, row_bytes, &stream)?;
-        self.fit_counted(&gathered, &counts, plan, row_bytes, opts, &stream)
+        let counts = self.count_sample(&gathered, row_bytes, sc)?;
+        self.fit_counted(&gathered, &counts, plan, row_bytes, opts, sc)
     }
 
     fn count_sample(
         &self,
         sample: &(impl GpuReadable + ?Sized),
         row_bytes: usize,
-        stream: &Stream,
+        sc: &mut FitScratch,
     ) -> Result<Vec<u64>> {
-        let mut counts =
-            DeviceBuffer::<u64>::zeroed(8 * row_bytes).map_err(cuda_err("allocating counters"))?;
-        self.count_bits(sample, row_bytes, &mut counts, stream)?;
-        sync(stream, "counting bits")?;
+        ensure(&mut sc.counts, 8 * row_bytes, "allocating counters")?;
+        let mut counts = sc.counts.index(..8 * row_bytes);
+        zero(&counts, &sc.stream)?;
+        self.count_bits(sample, row_bytes, &mut counts, &sc.stream)?;
+        sync(&sc.stream, "counting bits")?;
         copy_to_host_blocking(&counts)
     }
 
@@ -88,16 +142,24 @@ impl Gpu {
         plan: SamplePlan,
         row_bytes: usize,
         opts: &FitOptions,
-        stream: &Stream,
+        sc: &mut FitScratch,
     ) -> Result<Fit> {
         let s = plan.len();
         choose_with(counts, s, plan, row_bytes, opts, |books| {
             let mut out = Vec::with_capacity(books.len());
             for group in books.chunks(MAX_THRESHOLDS as usize) {
-                let book = DeviceBuffer::from_slice(&eval_book(group))
+                let host_book = eval_book(group);
+                ensure(
+                    &mut sc.book,
+                    host_book.len(),
+                    "allocating candidate codebooks",
+                )?;
+                let mut book = sc.book.index(..host_book.len());
+                book.copy_from(&host_book[..])
                     .map_err(cuda_err("uploading candidate codebooks"))?;
-                let totals = DeviceBuffer::<u64>::zeroed(64)
-                    .map_err(cuda_err("allocating candidate totals"))?;
+                let totals = sc.totals.index(..64);
+                zero(&totals, &sc.stream)?;
+                let stream = &sc.stream;
                 let p = MeasureParams {
                     src: sample.device_addr(),
                     stride: row_bytes as u64,

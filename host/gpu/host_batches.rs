@@ -7,7 +7,7 @@ use cust::stream::Stream;
 use cust::sys as cu;
 
 use super::Gpu;
-use super::compress::{GpuCodebook, MAX_ROW_BYTES, Work, row_count};
+use super::compress::{GpuCodebook, MAX_ROW_BYTES, Work, encoder_out_bytes, row_count};
 use super::driver::{Event, copy_to_pinned, device_buffer, new_stream, sync, wait, zero_async};
 use super::memory::{GpuReadable, PinnedBuffer};
 use crate::error::{Error, Result};
@@ -128,7 +128,10 @@ impl HostCompressor {
             sets.push(BatchSet {
                 work: Work::new(batch)?,
                 stage: device_buffer::<u8>(batch * stride, "allocating the batch input")?,
-                out: device_buffer::<u8>(batch * l, "allocating the batch output")?,
+                out: device_buffer::<u8>(
+                    encoder_out_bytes(batch * l),
+                    "allocating the batch output",
+                )?,
                 copied: Event::new()?,
                 done: Event::new()?,
             });
@@ -228,7 +231,7 @@ impl HostCompressor {
                 0
             };
             gpu.enqueue_scan(&set.work, n, l, packed, total, compute)?;
-            zero_async(&set.out, n * l, compute)?;
+            zero_async(&set.out, encoder_out_bytes(n * l), compute)?;
             gpu.enqueue_encode(
                 gcb,
                 (stage_addr, stride as u64),

@@ -132,7 +132,9 @@ pub struct DeviceInfo {
 /// thread that creates the `Gpu`. To use it from another thread, call
 /// [`Gpu::make_current`] there first.
 pub struct Gpu {
-    // Field order matters for drop order: the module before the context.
+    // Field order matters for drop order: device buffers and the module
+    // before the context.
+    fit_scratch: std::sync::Mutex<Option<fit::FitScratch>>,
     module: Module,
     info: DeviceInfo,
     ordinal: u32,
@@ -183,6 +185,7 @@ impl Gpu {
         )
         .map_err(cuda_err("loading ibp's PTX"))?;
         Ok(Self {
+            fit_scratch: std::sync::Mutex::new(None),
             module,
             info,
             ordinal,

@@ -14,7 +14,7 @@ use ibp_kernels::simt::{Async, Block, Book, Lanes, Mem, Shared};
 use crate::codebook::{ChunkSize, Codebook, Threshold};
 use crate::dataset::Rows;
 use crate::fit::{FitOptions, count_bits, fit};
-use crate::kernel_tables::{decode_book, decoder_table, encoder_book, eval_book};
+use crate::kernel_tables::{decode_book, decoder_table, encoder_book, encoder_flags, eval_book};
 use crate::layout::{LayoutOptions, compress_fixed, compress_packed, size_query};
 
 /// `$body` with `$c` the chunk size `$chunk` as a `const u32`, as the kernel
@@ -199,6 +199,14 @@ impl Shared for HostBytes {
         // SAFETY: the caller's contract (this method's `# Safety`).
         unsafe { EmuMem.st_v4(self.0 + a as u64, v) }
     }
+    unsafe fn lds_v4(&self, a: u32) -> [u32; 4] {
+        // SAFETY: the caller's contract (this method's `# Safety`).
+        unsafe { EmuMem.ld_v4(self.0 + a as u64) }
+    }
+    unsafe fn ors_u32(&self, a: u32, v: u32) {
+        // SAFETY: the caller's contract (this method's `# Safety`).
+        unsafe { EmuMem.or_u32(self.0 + a as u64, v) }
+    }
 }
 
 // SAFETY: as above.
@@ -300,6 +308,14 @@ impl Shared for EmuLane<'_> {
     unsafe fn sts_v4(&self, a: u32, v: [u32; 4]) {
         // SAFETY: the caller's contract (this method's `# Safety`).
         unsafe { HostBytes(self.smem).sts_v4(a, v) }
+    }
+    unsafe fn lds_v4(&self, a: u32) -> [u32; 4] {
+        // SAFETY: the caller's contract (this method's `# Safety`).
+        unsafe { HostBytes(self.smem).lds_v4(a) }
+    }
+    unsafe fn ors_u32(&self, a: u32, v: u32) {
+        // SAFETY: the caller's contract (this method's `# Safety`).
+        unsafe { HostBytes(self.smem).ors_u32(a, v) }
     }
 }
 
@@ -503,34 +519,78 @@ fn emu_encode(
         offsets: offsets.map_or(0, |(o, _)| o.as_ptr() as u64),
         offset_base: offsets.map_or(0, |(_, b)| b),
         out: out.addr(),
+        flags: encoder_flags(cb),
     };
-    // SAFETY: as in emu_sizes; the output covers every region.
-    run_warp(|w| unsafe {
-        with_chunk_const!(cb.chunk(), C => encode::encode::<_, _, C>(w, &EmuMem, &p, 0, 1))
+    let ring = Aligned::zeroed(ibp_kernels::pack::RING_BYTES as usize);
+    // SAFETY: as in emu_sizes; the output covers every region; the ring is
+    // the warp's shared memory.
+    run_warp_with(ring.addr(), |w| unsafe {
+        with_chunk_const!(cb.chunk(), C => encode::encode::<_, _, _, C>(w, &EmuMem, w, &p, 0, 0, 1))
     });
     out.bytes().to_vec()
 }
 
+/// `n` rows of `l` bytes shaped like floats: in each 4-byte word the low
+/// 21 bits vary (and the sign bit, when `sign`) and the others are the same
+/// in all rows but every eighth, so with enough rows (40: a varying bit is
+/// then almost never taken for invariant) the free bits of chunks of up to
+/// 8 bytes (4 with a sign) form at most two runs (the encoder's two-run
+/// path).
+fn float_like(n: usize, l: usize, seed: u64, sign: bool) -> Vec<u8> {
+    let mut s = seed;
+    let top = xorshift(&mut s) as u32 & !0x1f_ffff;
+    let free = 0x1f_ffff | if sign { 1 << 31 } else { 0 };
+    let mut out = Vec::with_capacity(n * l);
+    for r in 0..n {
+        for _ in 0..l.div_ceil(4) {
+            let x = xorshift(&mut s);
+            let hi = if r % 8 == 2 { x as u32 } else { top };
+            out.extend_from_slice(&((hi & !free) | (x >> 32) as u32 & free).to_le_bytes());
+        }
+        out.truncate((r + 1) * l);
+    }
+    out
+}
+
 #[test]
 fn emulated_size_and_encode_equal_the_cpu_encoder() {
-    for (seed, (l, n)) in [
-        (1usize, 9usize),
-        (3, 12),
-        (8, 10),
-        (13, 9),
-        (64, 8),
-        (301, 6),
+    // Both encoder paths (two-run and move-mask) must be exercised.
+    let mut paths = [0usize; 2];
+    // Data: 0 `dataset`, 1 `float_like`, 2 `float_like` with a sign bit.
+    for (seed, (l, n, kind)) in [
+        (1usize, 9usize, 0),
+        (3, 12, 0),
+        (8, 10, 0),
+        (13, 9, 0),
+        (64, 8, 0),
+        (301, 6, 0),
+        (40, 40, 1),
+        (301, 40, 2),
+        // Several steps of 512 bytes, and streams that wrap the ring.
+        (1100, 5, 0),
+        (700, 40, 1),
+        (1502, 40, 2),
+        (4100, 3, 0),
+        // Participation bits that fill the last step's words exactly.
+        (1024, 4, 0),
     ]
     .into_iter()
     .enumerate()
     {
-        let data = dataset(n, l, 7 + seed as u64);
+        let data = match kind {
+            0 => dataset(n, l, 7 + seed as u64),
+            k => float_like(n, l, 7 + seed as u64, k == 2),
+        };
         let rows = Rows::new(&data, l).unwrap();
         let counts = count_bits(rows);
         for chunk in ChunkSize::ALL {
             let t = Threshold::from_basis_points(8000).unwrap();
             let cb = Codebook::from_counts(&counts, n as u64, t, chunk).unwrap();
             let what = format!("L={l} C={chunk}");
+            paths[encoder_flags(&cb) as usize] += 1;
+            if kind == 1 || (kind == 2 && chunk.bytes() <= 4) {
+                assert_eq!(encoder_flags(&cb), 1, "two-run data {what}");
+            }
 
             let mut stage = Aligned::zeroed(n * l.next_multiple_of(8));
             let sizes = emu_sizes(&cb, rows, Some(&mut stage));
@@ -568,6 +628,10 @@ fn emulated_size_and_encode_equal_the_cpu_encoder() {
             assert_eq!(got, fixed.slots, "fixed {what}");
         }
     }
+    assert!(
+        paths[0] > 0 && paths[1] > 0,
+        "encoder paths covered: {paths:?}"
+    );
 }
 
 #[test]

@@ -84,6 +84,7 @@ pub struct KernelBuilder {
     copy_to: Option<PathBuf>,
     features: Vec<String>,
     rustc: Option<OsString>,
+    max_registers: Vec<(String, u32)>,
 }
 
 impl KernelBuilder {
@@ -97,6 +98,7 @@ impl KernelBuilder {
             copy_to: None,
             features: Vec::new(),
             rustc: None,
+            max_registers: Vec::new(),
         }
     }
 
@@ -143,6 +145,19 @@ impl KernelBuilder {
     /// then picks the toolchain of the current folder).
     pub fn rustc(mut self, rustc: impl Into<OsString>) -> Self {
         self.rustc = Some(rustc.into());
+        self
+    }
+
+    /// Cap the registers of every entry point whose name starts with
+    /// `prefix` at `n` a thread (PTX `.maxnreg`), so that more warps fit
+    /// on an SM; the driver's JIT then spills what does not fit. The build
+    /// fails when no entry point matches.
+    ///
+    /// Q: why a builder option and not an attribute on the kernel?
+    /// A: rustc's NVPTX backend has no attribute for `.maxnreg`; the
+    /// builder adds the directive to the PTX it hands back.
+    pub fn max_registers(mut self, prefix: &str, n: u32) -> Self {
+        self.max_registers.push((prefix.into(), n));
         self
     }
 
@@ -251,20 +266,68 @@ impl KernelBuilder {
                 ptx.display()
             )));
         }
-        match &self.copy_to {
-            Some(dest) => {
-                std::fs::copy(&ptx, dest).map_err(|e| {
+        let out = self.copy_to.clone().unwrap_or_else(|| ptx.clone());
+        if self.max_registers.is_empty() {
+            if out != ptx {
+                std::fs::copy(&ptx, &out).map_err(|e| {
                     BuildError::new(format!(
                         "cannot copy {} to {}: {e}",
                         ptx.display(),
-                        dest.display()
+                        out.display()
                     ))
                 })?;
-                Ok(dest.clone())
             }
-            None => Ok(ptx),
+            return Ok(out);
+        }
+        let text = std::fs::read_to_string(&ptx)
+            .map_err(|e| BuildError::new(format!("cannot read {}: {e}", ptx.display())))?;
+        let capped = cap_registers(&text, &self.max_registers)?;
+        std::fs::write(&out, capped)
+            .map_err(|e| BuildError::new(format!("cannot write {}: {e}", out.display())))?;
+        Ok(out)
+    }
+}
+
+/// `ptx` with a `.maxnreg n` directive after the parameter list of every
+/// entry point whose name starts with a `(prefix, n)` of `caps` (the first
+/// that matches). An entry that already has one keeps it, so running this
+/// twice changes nothing. Errors when a prefix matches no entry.
+pub fn cap_registers(ptx: &str, caps: &[(String, u32)]) -> Result<String, BuildError> {
+    let mut out = String::with_capacity(ptx.len() + 64 * caps.len());
+    let mut used = vec![false; caps.len()];
+    // The cap of the entry whose parameter list is open.
+    let mut pending: Option<u32> = None;
+    let mut lines = ptx.lines().peekable();
+    while let Some(line) = lines.next() {
+        out.push_str(line);
+        out.push('\n');
+        if let Some(name) = line.trim_start().strip_prefix(".visible .entry ") {
+            pending = caps
+                .iter()
+                .position(|(p, _)| name.starts_with(p.as_str()))
+                .map(|i| {
+                    used[i] = true;
+                    caps[i].1
+                });
+        } else if let Some(n) = pending
+            && line.trim_start().starts_with(')')
+        {
+            pending = None;
+            if !lines
+                .peek()
+                .is_some_and(|l| l.trim_start().starts_with(".maxnreg"))
+            {
+                out.push_str(&format!(".maxnreg {n}\n"));
+            }
         }
     }
+    if let Some(i) = used.iter().position(|u| !u) {
+        return Err(BuildError::new(format!(
+            "max_registers: no entry point starts with {:?}",
+            caps[i].0
+        )));
+    }
+    Ok(out)
 }
 
 /// The `[package] name` of a `Cargo.toml` (the one line the builder needs;
@@ -343,4 +406,28 @@ pub fn check_toolchain(rustc: &OsString) -> Result<PathBuf, BuildError> {
         )));
     }
     Ok(sysroot)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cap_registers;
+
+    const PTX: &str = ".visible .entry k_one(\n\t.param .u64 k_one_param_0\n)  // @k_one\n{\n\tret;\n}\n.visible .entry other(\n)\n{\n\tret;\n}\n";
+
+    #[test]
+    fn caps_the_matching_entries_once() {
+        let caps = [("k_".to_string(), 96)];
+        let once = cap_registers(PTX, &caps).unwrap();
+        assert_eq!(
+            once,
+            ".visible .entry k_one(\n\t.param .u64 k_one_param_0\n)  // @k_one\n.maxnreg 96\n{\n\tret;\n}\n.visible .entry other(\n)\n{\n\tret;\n}\n"
+        );
+        assert_eq!(cap_registers(&once, &caps).unwrap(), once);
+    }
+
+    #[test]
+    fn a_prefix_that_matches_nothing_is_an_error() {
+        let caps = [("missing".to_string(), 64)];
+        assert!(cap_registers(PTX, &caps).is_err());
+    }
 }
