@@ -35,14 +35,31 @@ impl Payload {
         // A: the decoder reads whole 128-byte lines (`ibp_kernels::decode`),
         // so the buffer covers the last one, zeroed; and it keeps at least
         // one line so the device address is valid.
-        let mut padded = vec![0u8; bytes.len().max(1).next_multiple_of(128)];
-        padded[..bytes.len()].copy_from_slice(bytes);
-        let bytes = &padded[..];
+        // The bytes go straight into the padded buffer: no padded copy on
+        // the host (a payload can be most of the machine's memory).
+        let n = bytes.len();
+        let padded = n.max(1).next_multiple_of(128);
         Ok(match residency {
-            Residency::Pinned => Payload::Pinned(PinnedBuffer::from_slice(bytes)?),
-            Residency::Device => Payload::Device(
-                DeviceBuffer::from_slice(bytes).map_err(cuda_err("uploading the payload"))?,
-            ),
+            Residency::Pinned => {
+                let mut p = PinnedBuffer::zeroed(padded)?;
+                p[..n].copy_from_slice(bytes);
+                Payload::Pinned(p)
+            }
+            Residency::Device => {
+                use cust::memory::CopyDestination;
+                let d = super::driver::device_buffer::<u8>(padded, "allocating the payload")?;
+                if n > 0 {
+                    d.index(..n)
+                        .copy_from(bytes)
+                        .map_err(cuda_err("uploading the payload"))?;
+                }
+                if padded > n {
+                    d.index(n..)
+                        .copy_from(&[0u8; 128][..padded - n])
+                        .map_err(cuda_err("zeroing the payload's last line"))?;
+                }
+                Payload::Device(d)
+            }
         })
     }
 
