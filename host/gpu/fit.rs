@@ -21,10 +21,12 @@ use ibp_kernels::params::MAX_THRESHOLDS;
 /// device memory.
 ///
 /// Q: why keep them in the [`Gpu`]?
-/// A: allocating and freeing them took most of a sampled fit's time: a
-/// 64 MiB sample buffer and its free (which waits for the device), the
-/// counters, the candidates' book and totals, and a stream, against about
-/// a quarter of a millisecond of kernels for 1 GiB of rows.
+/// A: a sampled fit of 1 GiB runs about a quarter of a millisecond of
+/// kernels, and allocating and freeing these on every call (a 64 MiB
+/// sample buffer, whose free waits for the device, the counters, books,
+/// totals and a stream) was a sizeable part of the rest: keeping them took
+/// MiniLM bf16's fit of 1/16 from 0.58 to 0.47–0.50 ms (H100). What is
+/// left is not yet explained (`docs/PERF-NOTES.md`, "The device encoder").
 pub(crate) struct FitScratch {
     stream: Stream,
     sample: DeviceBuffer<u8>,
