@@ -390,20 +390,35 @@ impl AsRef<ChunkTables> for ChunkTables {
 pub(crate) fn mask_and_bitval(counts: &[u64], rows: u64, t: Threshold) -> (Vec<u8>, Vec<u8>) {
     let l = counts.len().div_ceil(8);
     let (mut mask, mut bitval) = (vec![0u8; l], vec![0u8; l]);
-    // Q: why u128?
-    // A: `10000 · count` and `T · N` overflow u64 once N passes ~1.8e15; the
-    // rule must be exact at every N for every executor to agree.
+    // The rule compares 10000 · count with T · N and (10000 − T) · N, in
+    // u128 (both overflow u64 once N passes ~1.8e15; the rule must be exact
+    // at every N for every executor to agree).
+    //
+    // Q: why compare each count with two precomputed bounds instead?
+    // A: for an integer count c, 10000c > X exactly when c > ⌊X / 10000⌋,
+    // and 10000c < Y exactly when c < ⌈Y / 10000⌉, so the same rule is two
+    // u64 compares a bit; the u128 products per bit made this the GPU fit's
+    // largest host cost (about 2 ms of CPU a fit of 5732-byte rows).
     let tp = u128::from(t.basis_points());
     let n = u128::from(rows);
-    for (p, &c) in counts.iter().enumerate() {
-        let c = 10000 * u128::from(c);
-        let bit = 1u8 << (p % 8);
-        if c > tp * n {
-            mask[p / 8] |= bit;
-            bitval[p / 8] |= bit;
-        } else if c < (10000 - tp) * n {
-            mask[p / 8] |= bit;
+    let one_above = u64::try_from(tp * n / 10000).unwrap_or(u64::MAX);
+    let zero_below = u64::try_from(((10000 - tp) * n).div_ceil(10000)).unwrap_or(u64::MAX);
+    let byte = |c: &[u64]| {
+        let (mut mi, mut bi) = (0u8, 0u8);
+        for (k, &c) in c.iter().enumerate() {
+            let one = u8::from(c > one_above);
+            let zero = u8::from(c < zero_below);
+            mi |= (one | zero) << k;
+            bi |= one << k;
         }
+        (mi, bi)
+    };
+    let (whole, rest) = counts.as_chunks::<8>();
+    for ((m, b), c) in mask.iter_mut().zip(bitval.iter_mut()).zip(whole) {
+        (*m, *b) = byte(c);
+    }
+    if !rest.is_empty() {
+        (mask[l - 1], bitval[l - 1]) = byte(rest);
     }
     (mask, bitval)
 }
@@ -517,6 +532,56 @@ mod tests {
         // n - 1 of n is above 0.9999; n / 2 is not invariant.
         assert_eq!(cb.mask(), &[0b1110_1111]);
         assert_eq!(cb.bitval(), &[0b1010_0101]);
+    }
+
+    #[test]
+    fn the_precomputed_bounds_are_the_u128_rule() {
+        // The rule as FORMAT.md §4 states it, one bit at a time.
+        let direct = |c: u64, n: u64, t: u16| {
+            let (c, n, t) = (10000 * u128::from(c), u128::from(n), u128::from(t));
+            (c > t * n || c < (10000 - t) * n, c > t * n)
+        };
+        let mut s = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        };
+        for t in [5000u16, 5001, 7000, 7500, 8333, 9500, 9999, 10000] {
+            let th = Threshold::from_basis_points(t).unwrap();
+            // Every count of small n (the boundaries included), and random
+            // counts with the exact boundaries of large n.
+            let mut cases: Vec<(u64, Vec<u64>)> =
+                (0..=41u64).map(|n| (n, (0..=n).collect())).collect();
+            for n in [10_000u64, 123_457, 1 << 40, u64::MAX / 3, u64::MAX] {
+                let tn = u128::from(t) * u128::from(n);
+                let un = u128::from(10000 - t) * u128::from(n);
+                let mut counts: Vec<u64> = [
+                    tn / 10000,
+                    tn.div_ceil(10000),
+                    un / 10000,
+                    un.div_ceil(10000),
+                ]
+                .iter()
+                .flat_map(|&b| [b.saturating_sub(1), b, b + 1])
+                .map(|b| u64::try_from(b).unwrap_or(u64::MAX).min(n))
+                .collect();
+                counts.extend((0..29).map(|_| next() % (n.saturating_add(1)).max(1)));
+                cases.push((n, counts));
+            }
+            for (n, mut counts) in cases {
+                counts.resize(counts.len().next_multiple_of(8), 0);
+                let (mask, bitval) = mask_and_bitval(&counts, n, th);
+                for (p, &c) in counts.iter().enumerate() {
+                    let got = (
+                        mask[p / 8] >> (p % 8) & 1 == 1,
+                        bitval[p / 8] >> (p % 8) & 1 == 1,
+                    );
+                    assert_eq!(got, direct(c, n, t), "count {c} of {n}, T = {t}");
+                }
+            }
+        }
     }
 
     #[test]

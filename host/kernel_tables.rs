@@ -86,13 +86,35 @@ pub fn decode_book(cb: &Codebook) -> Vec<u8> {
 }
 
 /// The encoder book of a codebook (`ibp_kernels::params::EncodeParams`),
-/// field-major: the bit values, the mask, the move masks of each chunk's
-/// free bits, then the two-run fields, one u64 per 8-byte word of a tensor
-/// in each field. Its first two fields are what the size query reads.
+/// field-major: the bit values, the mask, the free bits, the lowest run of
+/// free bits, the two-run shifts, then the move masks of each chunk's free
+/// bits, one u64 per 8-byte word of a tensor in each field. Its first two
+/// fields are what the size query reads.
 pub fn encoder_book(cb: &Codebook) -> Vec<u64> {
     let l = cb.row_bytes();
     let c = cb.chunk().bytes() as usize;
-    let mut fields = vec![cb.bitval().to_vec(), cb.mask().to_vec()];
+    // Free bits: the mask's complement inside the tensor, 0 past its end.
+    let free: Vec<u8> = cb.mask().iter().map(|m| !m).collect();
+    // The two-run fields: the lowest run of free bits, and the shifts s1
+    // and d2 (a nibble each for 1-byte chunks, else a byte each from the
+    // chunk's first byte; the field runs to the word's end, so that a
+    // tail chunk of one byte keeps its d2).
+    let mut run1 = vec![0u8; l];
+    let mut sd = vec![0u8; l.next_multiple_of(8)];
+    for (j, t) in cb.tables().entries().iter().enumerate() {
+        let end = (j * c + c).min(l);
+        run1[j * c..end].copy_from_slice(&lowest_run(t.free).to_le_bytes()[..end - j * c]);
+        if let Some(q) = params_two_runs(t.free, t.width) {
+            let (s1, d2) = ((q & 0xff) as u8, (q >> 8 & 0xff) as u8);
+            if c == 1 {
+                sd[j] = s1 | d2 << 4;
+            } else {
+                sd[j * c] = s1;
+                sd[j * c + 1] = d2;
+            }
+        }
+    }
+    let mut fields = vec![cb.bitval().to_vec(), cb.mask().to_vec(), free, run1, sd];
     for i in 0..cb.chunk().steps() as usize {
         let mut f = vec![0u8; l];
         for (j, t) in cb.tables().entries().iter().enumerate() {
@@ -102,20 +124,6 @@ pub fn encoder_book(cb: &Codebook) -> Vec<u64> {
         }
         fields.push(f);
     }
-    // The two-run fields (see `EncodeParams`): the lowest run of free bits,
-    // and s1 and d2 in the chunk's first byte.
-    let mut run1 = vec![0u8; l];
-    let mut s1 = vec![0u8; l];
-    let mut d2 = vec![0u8; l];
-    for (j, t) in cb.tables().entries().iter().enumerate() {
-        let end = (j * c + c).min(l);
-        run1[j * c..end].copy_from_slice(&lowest_run(t.free).to_le_bytes()[..end - j * c]);
-        if let Some(q) = params_two_runs(t.free, t.width) {
-            s1[j * c] = (q & 0xff) as u8;
-            d2[j * c] = (q >> 8 & 0xff) as u8;
-        }
-    }
-    fields.extend([run1, s1, d2]);
     field_major(&fields)
 }
 

@@ -38,11 +38,13 @@ pub const fn sample_row(i: u64, rows: u64, sample: u64) -> u64 {
 /// The tensor's bytes are readable.
 #[inline(always)]
 pub unsafe fn row_word<M: Mem>(m: &M, start: u64, len: u64, q: u64) -> u64 {
-    let off = q * 8;
+    // 32-bit offsets: tensors are at most 2^28 bytes (the host's
+    // `MAX_ROW_BYTES`), and a lane's word index stays near the tensor's.
+    let (len, off) = (len as u32, 8 * q as u32);
     if off >= len {
         return 0;
     }
-    let a = start + off;
+    let a = start + off as u64;
     // SAFETY: (all loads) inside the tensor, aligned as each width needs.
     unsafe {
         if off + 8 <= len {
@@ -57,7 +59,7 @@ pub unsafe fn row_word<M: Mem>(m: &M, start: u64, len: u64, q: u64) -> u64 {
         let mut w = 0u64;
         let mut k = 0;
         while k < n {
-            w |= (m.ld_u8(a + k) as u64) << (8 * k);
+            w |= (m.ld_u8(a + k as u64) as u64) << (8 * k);
             k += 1;
         }
         w
@@ -119,25 +121,41 @@ pub const fn word_saved(x: u64, v: u64, mask: u64) -> [u32; 4] {
 }
 
 /// Participation bits of the `8 / C` chunks of one 8-byte word (bit `c` for
-/// the word's chunk `c`): 1 when no byte of the chunk has a mismatching
+/// the word's chunk `c`): 1 when no bit of the chunk has a mismatching
 /// invariant bit.
+///
+/// Q: how is a chunk tested without a loop over its bytes?
+/// A: in each 32-bit half, `((d & lo) + lo) | d` sets the top bit of every
+/// `C`-byte lane of `d` that is not zero (`lo` the lanes' low bits: the sum
+/// cannot carry out of a lane), so each chunk's verdict is one bit, and
+/// the word's are gathered with a few shifts.
 #[inline(always)]
 pub const fn word_participation<const C: u32>(x: u64, v: u64, mask: u64) -> u32 {
     let d = (x ^ v) & mask;
-    let nl = nonzero_bytes(d as u32);
-    let nh = nonzero_bytes((d >> 32) as u32);
-    // Bit k: byte k has a mismatch.
-    let bad = ((nl >> 7) | (nl >> 14) | (nl >> 21) | (nl >> 28)) & 0xf
-        | (((nh >> 7) | (nh >> 14) | (nh >> 21) | (nh >> 28)) & 0xf) << 4;
-    let mut p = 0;
-    let mut c = 0;
-    while c < 8 / C {
-        if (bad >> (c * C)) & (bits::low_mask(C) as u32) == 0 {
-            p |= 1 << c;
-        }
-        c += 1;
+    if C == 8 {
+        return (d == 0) as u32;
     }
-    p
+    let hi: u32 = if C == 1 {
+        0x8080_8080
+    } else if C == 2 {
+        0x8000_8000
+    } else {
+        0x8000_0000
+    };
+    let lo = !hi;
+    let (dl, dh) = (d as u32, (d >> 32) as u32);
+    let nl = (((dl & lo) + lo) | dl) & hi;
+    let nh = (((dh & lo) + lo) | dh) & hi;
+    // Bit c: chunk c has a mismatch.
+    let bad = if C == 1 {
+        ((nl >> 7) | (nl >> 14) | (nl >> 21) | (nl >> 28)) & 0xf
+            | (((nh >> 7) | (nh >> 14) | (nh >> 21) | (nh >> 28)) & 0xf) << 4
+    } else if C == 2 {
+        (nl >> 15) & 1 | (nl >> 30) & 2 | (nh >> 13) & 4 | (nh >> 28) & 8
+    } else {
+        nl >> 31 | (nh >> 30) & 2
+    };
+    !bad & ((1 << (8 / C)) - 1)
 }
 
 /// Stored length of a tensor of `len` bytes and `chunks` chunks that saves
@@ -694,111 +712,167 @@ impl WarpWriter {
     }
 }
 
-/// Payload of lane word `q` (8 bytes `x`): its chunks' payloads laid end to
-/// end, and their total width. Bit `c` of `part` says whether the word's
-/// chunk `c` matches; `chunks` is K, `tail_width` the width of chunk K − 1,
-/// `valid_bits` the bits of the tensor in this lane's 8 bytes.
+/// A tensor's shape as the encoder's lanes see it, in 32 bits (the GPU
+/// compresses tensors of at most 2^28 bytes, the host's `MAX_ROW_BYTES`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LaneShape {
+    /// 8-byte words, `⌈L / 8⌉`.
+    pub words: u32,
+    /// Chunks, `K = ⌈L / C⌉`.
+    pub chunks: u32,
+    /// Chunks of the last word.
+    last_have: u32,
+    /// Bits the tail chunk stored raw has fewer than a whole chunk
+    /// (`C·K − L` bytes).
+    cut: u32,
+    /// Bytes from one field of the encoder book to the next, `8 · words`.
+    field: u64,
+}
+
+impl LaneShape {
+    /// The shape of `l`-byte tensors (`0 < l ≤ 2^28`) with chunks of `C`
+    /// bytes.
+    #[inline(always)]
+    pub(crate) const fn new<const C: u32>(l: u64) -> Self {
+        let l = l as u32;
+        let words = l.div_ceil(8);
+        let chunks = l.div_ceil(C);
+        LaneShape {
+            words,
+            chunks,
+            last_have: chunks - (words - 1) * (8 / C),
+            cut: 8 * (chunks * C - l),
+            field: 8 * words as u64,
+        }
+    }
+
+    /// Chunks of word `q` inside the tensor.
+    #[inline(always)]
+    const fn have<const C: u32>(&self, q: u32) -> u32 {
+        if q + 1 < self.words {
+            8 / C
+        } else if q + 1 == self.words {
+            self.last_have
+        } else {
+            0
+        }
+    }
+}
+
+/// Payload of lane word `q < words` (8 bytes `x`, zero past the tensor's
+/// end): its chunks' payloads laid end to end, and their total width. Bit
+/// `c` of `part` says whether the word's chunk `c` matches.
 ///
-/// The chunks' free bits and move masks come from the encoder book (fields
-/// 1 … of `crate::params::EncodeParams::book`): each field is a byte string
-/// as long as the tensor, chunk `j`'s value in its `C` bytes, so a lane
-/// loads one u64 per field for all its chunks and the warp's loads are
+/// The chunks' free bits, two-run fields and move masks come from the
+/// encoder book (`crate::params::EncodeParams::book`): each field is a byte
+/// string as long as the tensor, chunk `j`'s value in its `C` bytes, so a
+/// lane loads one u64 per field for all its chunks and the warp's loads are
 /// contiguous.
 ///
+/// Q: where did the tail's special cases go?
+/// A: into the book and one subtraction. The free bits are 0 past the
+/// tensor's end, so a matching tail chunk's payload holds only its own
+/// bits; chunks wholly past the end count as matching, with no free bits,
+/// so they add nothing; and a raw tail chunk, always the word's last, is
+/// laid whole (its bytes past the end are zero) and the width is cut back
+/// by the bits past the end. Every chunk is then the same few selects, with
+/// no branch per chunk.
+///
 /// # Safety
-/// The book holds `2 + steps(C)` fields of `words` u64.
+/// The book holds `5 + steps(C)` fields of `words` u64 (two-run fields only
+/// read when `RUNS`, move masks only when not).
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn lane_payload<M: Mem, const C: u32, const RUNS: bool>(
     m: &M,
     book: u64,
-    words: u64,
+    shape: &LaneShape,
     x: u64,
-    q: u64,
+    q: u32,
     part: u32,
-    chunks: u64,
-    tail_width: u32,
-    valid_bits: u32,
 ) -> (u64, u32) {
-    let per = (8 / C) as u64;
-    if part == 0 {
-        // No chunk matches: the payload is the lane's bytes themselves.
-        return (x, valid_bits);
-    }
-    // SAFETY: (loads) q < words, fields inside the book.
-    let mask = unsafe { m.ld_ro_u64(book + 8 * (words + q)) };
+    let per = 8 / C;
+    let have = shape.have::<C>(q);
+    let a = book + 8 * q as u64;
+    let f = shape.field;
+    // SAFETY: (loads) q < words, fields inside the book (the contract).
+    let free = unsafe { m.ld_ro_u64(a + 2 * f) };
+    let (r1w, sdw) = if RUNS {
+        // SAFETY: as above.
+        unsafe { (m.ld_ro_u64(a + 3 * f), m.ld_ro_u64(a + 4 * f)) }
+    } else {
+        (0, 0)
+    };
     let mut mvw = [0u64; 6];
-    // The two-run fields (`EncodeParams`): lowest run, s1, d2.
-    let mut runs = [0u64; 3];
-    let mut i = 0;
-    while i < 6 {
-        if RUNS && i < 3 {
-            let f = 2 + steps(C) as u64 + i as u64;
-            // SAFETY: inside the book's fields, aligned (the caller's contract).
-            runs[i as usize] = unsafe { m.ld_ro_u64(book + 8 * (f * words + q)) };
+    if !RUNS {
+        let mut i = 0;
+        while i < steps(C) {
+            // SAFETY: as above.
+            mvw[i as usize] = unsafe { m.ld_ro_u64(a + (5 + i as u64) * f) };
+            i += 1;
         }
-        if !RUNS && i < steps(C) {
-            // SAFETY: inside the book's fields, aligned (the caller's contract).
-            mvw[i as usize] = unsafe { m.ld_ro_u64(book + 8 * ((2 + i as u64) * words + q)) };
-        }
-        i += 1;
     }
+    let hit_all = part | (((1u32 << per) - 1) & !((1u32 << have) - 1));
     let (mut val, mut n) = (0u64, 0u32);
     let mut c = 0;
     while c < per {
-        let j = q * per + c;
-        if j < chunks {
-            let sh = 8 * C as u64 * c;
-            let width = if j + 1 == chunks { tail_width } else { 8 * C };
-            let xc = if C == 8 {
-                x
+        let sh = 8 * C * c;
+        let hit = (hit_all >> c) & 1 != 0;
+        if C == 8 {
+            // Q: what does the two-run path compute?
+            // A: pext(x, free) when free = r1 | r2, two runs: the bits of
+            // the lowest run r1 moved down by its first bit s1, and those
+            // of r2 = free ^ r1 moved down to just above them (by
+            // d2 = s2 − |r1|). Five operations instead of the log2(8C)
+            // rounds of the move masks.
+            let v = if RUNS {
+                let (s1, d2) = ((sdw & 0x3f) as u32, ((sdw >> 8) & 0x3f) as u32);
+                ((x & r1w) >> s1) | ((x & (free ^ r1w)) >> d2)
             } else {
-                (x >> sh) & bits::low_mask(8 * C)
+                bits::compress(x, free, &mvw, steps(C))
             };
-            let (v, nb) = if (part >> c) & 1 == 1 {
-                let free = !(mask >> sh) & bits::low_mask(width);
-                // Q: what does the two-run path compute?
-                // A: pext(x, free) when free = r1 | r2, two runs: the bits
-                // of the lowest run r1 moved down by its first bit s1, and
-                // those of r2 = free ^ r1 moved down to just above them
-                // (by d2 = s2 − |r1|). Five operations instead of the
-                // log2(8C) rounds of the move masks.
-                let s1 = ((runs[1] >> sh) & 0x3f) as u32;
-                let d2 = ((runs[2] >> sh) & 0x3f) as u32;
-                let v = if RUNS && C == 8 {
-                    let r1 = runs[0];
-                    ((xc & r1) >> s1) | ((xc & (free ^ r1)) >> d2)
-                } else if RUNS {
-                    // 32-bit: x and free hold no bit past the chunk, so the
-                    // neighbouring chunks' run bits in r1 drop out.
-                    let (x32, f32, r1) = (xc as u32, free as u32, (runs[0] >> sh) as u32);
-                    (((x32 & r1) >> s1) | ((x32 & (f32 ^ r1)) >> d2)) as u64
-                } else if C == 8 {
-                    bits::compress(xc, free, &mvw, steps(C))
+            (val, n) = if hit { (v, free.count_ones()) } else { (x, 64) };
+        } else {
+            let lm = bits::low_mask(8 * C) as u32;
+            let (xc, fc) = ((x >> sh) as u32 & lm, (free >> sh) as u32 & lm);
+            let v = if RUNS {
+                // x and free hold no bit past the chunk, so the
+                // neighbouring chunks' run bits in r1 drop out.
+                let r1 = (r1w >> sh) as u32;
+                let (s1, d2) = if C == 1 {
+                    ((sdw >> sh) as u32 & 7, (sdw >> (sh + 4)) as u32 & 7)
                 } else {
-                    let mv = [
-                        (mvw[0] >> sh) as u32,
-                        (mvw[1] >> sh) as u32,
-                        (mvw[2] >> sh) as u32,
-                        (mvw[3] >> sh) as u32,
-                        (mvw[4] >> sh) as u32,
-                    ];
-                    bits::compress32(xc as u32, free as u32, &mv, steps(C)) as u64
+                    ((sdw >> sh) as u32 & 0x3f, (sdw >> (sh + 8)) as u32 & 0x3f)
                 };
-                (v, free.count_ones())
+                ((xc & r1) >> s1) | ((xc & (fc ^ r1)) >> d2)
             } else {
-                (xc, width)
+                let mv = [
+                    (mvw[0] >> sh) as u32,
+                    (mvw[1] >> sh) as u32,
+                    (mvw[2] >> sh) as u32,
+                    (mvw[3] >> sh) as u32,
+                    (mvw[4] >> sh) as u32,
+                ];
+                bits::compress32(xc, fc, &mv, steps(C))
             };
-            val |= v << n;
+            let (v, nb) = if hit {
+                (v, fc.count_ones())
+            } else {
+                (xc, 8 * C)
+            };
+            val |= (v as u64) << n;
             n += nb;
         }
         c += 1;
+    }
+    // A raw tail chunk keeps only its bytes inside the tensor.
+    if q + 1 == shape.words && (part >> (have - 1)) & 1 == 0 {
+        n -= shape.cut;
     }
     (val, n)
 }
 
 /// This lane's 8 bytes `x` of a tensor (word `q`), their participation bits
-/// (`8 / C` of them, only for chunks below `chunks`) and that count.
+/// (`8 / C` of them, only for chunks inside the tensor) and that count.
 ///
 /// # Safety
 /// The book holds the bit values then the masks, `words` u64 each.
@@ -806,27 +880,20 @@ pub(crate) unsafe fn lane_payload<M: Mem, const C: u32, const RUNS: bool>(
 pub(crate) unsafe fn lane_participation<M: Mem, const C: u32>(
     m: &M,
     book: u64,
+    shape: &LaneShape,
     x: u64,
-    q: u64,
-    words: u64,
-    chunks: u64,
+    q: u32,
 ) -> (u32, u32) {
-    if q >= words {
+    let have = shape.have::<C>(q);
+    if have == 0 {
         return (0, 0);
     }
-    let per = (8 / C) as u64;
+    let a = book + 8 * q as u64;
     // SAFETY: q < words.
-    let (v, mask) = unsafe {
-        (
-            m.ld_ro_u64(book + 8 * q),
-            m.ld_ro_u64(book + 8 * (words + q)),
-        )
-    };
-    let have = chunks - q * per;
-    let n = if have < per { have as u32 } else { per as u32 };
+    let (v, mask) = unsafe { (m.ld_ro_u64(a), m.ld_ro_u64(a + shape.field)) };
     (
-        word_participation::<C>(x, v, mask) & (bits::low_mask(n) as u32),
-        n,
+        word_participation::<C>(x, v, mask) & ((1u32 << have) - 1),
+        have,
     )
 }
 
@@ -863,11 +930,11 @@ unsafe fn participation_word<W: Lanes, M: Mem, const C: u32>(
     }
     let groups = (8 / C) as u64;
     let q = 32 * (pw / groups) + w.lane() as u64;
-    let words = l.div_ceil(8);
+    let shape = LaneShape::new::<C>(l);
     // SAFETY: row_word reads inside the tensor; the book as the contract.
     let (part, _) = unsafe {
         let x = row_word(m, start, l, q);
-        lane_participation::<M, C>(m, p.book, x, q, words, chunks)
+        lane_participation::<M, C>(m, p.book, &shape, x, q as u32)
     };
     let word = group_word::<W, C>(w, part);
     w.shfl_idx(word, ((pw % groups) * 4 * C as u64) as u32)
@@ -903,7 +970,7 @@ unsafe fn encoded_tensor<W: Lanes, M: Mem, const C: u32>(
     let l = p.row_bytes;
     let words = l.div_ceil(8);
     let chunks = l.div_ceil(C as u64);
-    let tail_width = 8 * (l - (chunks - 1) * C as u64) as u32;
+    let shape = LaneShape::new::<C>(l);
     let g = 4 * C;
     let s0 = ((dst % 4) * 8) as u32;
     let end = s0 as u64 + chunks;
@@ -933,7 +1000,7 @@ unsafe fn encoded_tensor<W: Lanes, M: Mem, const C: u32>(
         while k < words.div_ceil(32) {
             let q = 32 * k + lane as u64;
             let x = row_word(m, start, l, q);
-            let (part, _) = lane_participation::<M, C>(m, p.book, x, q, words, chunks);
+            let (part, _) = lane_participation::<M, C>(m, p.book, &shape, x, q as u32);
             let word = group_word::<W, C>(w, part);
             let prev = w.shfl_up(word, g);
             let prev = if lane < g { carry } else { prev };
@@ -948,12 +1015,7 @@ unsafe fn encoded_tensor<W: Lanes, M: Mem, const C: u32>(
             }
             carry = w.shfl_idx(word, 31);
             let (val, n) = if q < words {
-                let valid = if l - 8 * q >= 8 {
-                    64
-                } else {
-                    8 * (l - 8 * q) as u32
-                };
-                lane_payload::<M, C, false>(m, p.book, words, x, q, part, chunks, tail_width, valid)
+                lane_payload::<M, C, false>(m, p.book, &shape, x, q as u32, part)
             } else {
                 (0, 0)
             };
@@ -1100,25 +1162,18 @@ unsafe fn encode_rows<W: Lanes, M: Mem, S: Shared + Async, const C: u32, const R
 ) {
     let lane = w.lane();
     let l = p.row_bytes;
-    let words = l.div_ceil(8);
-    let chunks = l.div_ceil(C as u64);
-    let tail_width = 8 * (l - (chunks - 1) * C as u64) as u32;
+    let shape = LaneShape::new::<C>(l);
+    let words = shape.words;
     let steps = words.div_ceil(64);
     let g = 4 * C;
-    let per_half = (8 / C) as u64;
-    let valid = |q: u64| {
-        if l - 8 * q >= 8 {
-            64
-        } else {
-            8 * (l - 8 * q) as u32
-        }
-    };
+    let per_half = 8 / C;
     // A row's writer, the word of its first bit (from the writer's base)
     // and that bit's place in it.
     let open = |(dst, len, encoded): (u64, u64, bool)| {
-        let wr = RingWriter::new(ring, dst, len, if encoded { chunks } else { 0 });
+        let first = if encoded { shape.chunks } else { 0 };
+        let wr = RingWriter::new(ring, dst, len as u32, first);
         let s0 = wr.start_bit();
-        (wr, s0 / 32, (s0 % 32) as u32)
+        (wr, s0 / 32, s0 % 32)
     };
     if wid >= p.rows {
         return;
@@ -1128,7 +1183,7 @@ unsafe fn encode_rows<W: Lanes, M: Mem, S: Shared + Async, const C: u32, const R
     // its region.
     unsafe {
         let mut i = wid;
-        let mut k = 0;
+        let mut k = 0u32;
         let mut region = row_region(m, p, i);
         let mut next_region = if i + nwarps < p.rows {
             row_region(m, p, i + nwarps)
@@ -1152,18 +1207,18 @@ unsafe fn encode_rows<W: Lanes, M: Mem, S: Shared + Async, const C: u32, const R
             };
             let xn = if ni < p.rows {
                 let start = p.src + ni * p.stride;
-                let q = 64 * nk + lane as u64;
+                let q = (64 * nk + lane) as u64;
                 (row_word(m, start, l, q), row_word(m, start, l, q + 32))
             } else {
                 (0, 0)
             };
             let encoded = region.2;
-            let q0 = 64 * k + lane as u64;
+            let q0 = 64 * k + lane;
             let q1 = q0 + 32;
             let (mut part0, mut part1) = (0, 0);
             if encoded {
-                part0 = lane_participation::<M, C>(m, p.book, x.0, q0, words, chunks).0;
-                part1 = lane_participation::<M, C>(m, p.book, x.1, q1, words, chunks).0;
+                part0 = lane_participation::<M, C>(m, p.book, &shape, x.0, q0).0;
+                part1 = lane_participation::<M, C>(m, p.book, &shape, x.1, q1).0;
                 // The participation words of both halves, shifted by the
                 // region's misalignment, each group's completed with the
                 // top of the one before it.
@@ -1177,7 +1232,7 @@ unsafe fn encode_rows<W: Lanes, M: Mem, S: Shared + Async, const C: u32, const R
                     } else {
                         (word << sh) | (prev >> (32 - sh))
                     };
-                    let pw = (2 * k + half) * per_half + (lane / g) as u64;
+                    let pw = (2 * k + half) * per_half + lane / g;
                     if lane.is_multiple_of(g) {
                         wr.put(m, base + pw, out);
                     }
@@ -1186,14 +1241,12 @@ unsafe fn encode_rows<W: Lanes, M: Mem, S: Shared + Async, const C: u32, const R
                 }
             }
             let seg0 = if q0 < words {
-                let v = valid(q0);
-                lane_payload::<M, C, RUNS>(m, p.book, words, x.0, q0, part0, chunks, tail_width, v)
+                lane_payload::<M, C, RUNS>(m, p.book, &shape, x.0, q0, part0)
             } else {
                 (0, 0)
             };
             let seg1 = if q1 < words {
-                let v = valid(q1);
-                lane_payload::<M, C, RUNS>(m, p.book, words, x.1, q1, part1, chunks, tail_width, v)
+                lane_payload::<M, C, RUNS>(m, p.book, &shape, x.1, q1, part1)
             } else {
                 (0, 0)
             };
@@ -1251,6 +1304,65 @@ pub unsafe fn encode<W: Lanes, M: Mem, S: Shared + Async, const C: u32>(
             encode_rows::<W, M, S, C, true>(w, m, s, p, ring, wid, nwarps);
         } else {
             encode_rows::<W, M, S, C, false>(w, m, s, p, ring, wid, nwarps);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::word_participation;
+
+    /// Chunk by chunk, as FORMAT.md §2 states it.
+    fn reference<const C: u32>(x: u64, v: u64, mask: u64) -> u32 {
+        let w = 8 * C;
+        let lane = if C == 8 { u64::MAX } else { (1u64 << w) - 1 };
+        (0..8 / C)
+            .filter(|&c| ((x ^ v) & mask) >> (w * c) & lane == 0)
+            .fold(0, |p, c| p | 1 << c)
+    }
+
+    fn check(x: u64, v: u64, mask: u64) {
+        assert_eq!(
+            word_participation::<1>(x, v, mask),
+            reference::<1>(x, v, mask)
+        );
+        assert_eq!(
+            word_participation::<2>(x, v, mask),
+            reference::<2>(x, v, mask)
+        );
+        assert_eq!(
+            word_participation::<4>(x, v, mask),
+            reference::<4>(x, v, mask)
+        );
+        assert_eq!(
+            word_participation::<8>(x, v, mask),
+            reference::<8>(x, v, mask)
+        );
+    }
+
+    #[test]
+    fn participation_bits_equal_a_chunk_by_chunk_test() {
+        // One mismatching bit at every place, in a full and a sparse mask,
+        // and mismatches in the top bits of every lane (the carry's edge).
+        for b in 0..64 {
+            check(1 << b, 0, u64::MAX);
+            check(1 << b, 0, 0x8000_8000_8080_0080);
+            check(!(1u64 << b), u64::MAX, u64::MAX);
+        }
+        check(0x8080_8080_8080_8080, 0, u64::MAX);
+        check(0x7f7f_7fff_7fff_ffff, 0, u64::MAX);
+        let mut s = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        };
+        for _ in 0..20000 {
+            let (x, v, m) = (next(), next(), next());
+            // Sparse differences, so that chunks match often.
+            check(v ^ (x & next() & next() & next()), v, m);
+            check(x, v, m & next() & next());
         }
     }
 }

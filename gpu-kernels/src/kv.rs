@@ -26,8 +26,8 @@
 //! different appends, or of different warps, share words safely.
 
 use crate::encode::{
-    WarpWriter, encode_row, encode_slot, group_word, lane_participation, lane_payload, measure_row,
-    row_word,
+    LaneShape, WarpWriter, encode_row, encode_slot, group_word, lane_participation, lane_payload,
+    measure_row, row_word,
 };
 use crate::params::{EncodeParams, KvAppendParams};
 use crate::simt::{Block, Lanes, Mem, Shared, exclusive_scan, warp_sum};
@@ -169,8 +169,7 @@ pub unsafe fn append_block<W: Lanes + Block, M: Mem, S: Shared, const C: u32>(
     // the barrier.
     let active = row < rows_per_block && i < p.rows;
     let words = l.div_ceil(8);
-    let chunks = l.div_ceil(C as u64);
-    let tail_width = 8 * (l - (chunks - 1) * C as u64) as u32;
+    let shape = LaneShape::new::<C>(l);
     let start = p.src + i * l;
     let slot = p.out + i * l;
     let q = 32 * k + lane as u64;
@@ -180,17 +179,10 @@ pub unsafe fn append_block<W: Lanes + Block, M: Mem, S: Shared, const C: u32>(
     unsafe {
         if active {
             x = row_word(m, start, l, q);
-            let (part, _) = lane_participation::<M, C>(m, p.book, x, q, words, chunks);
+            let (part, _) = lane_participation::<M, C>(m, p.book, &shape, x, q as u32);
             group = group_word::<W, C>(w, part);
             if q < words {
-                let valid = if l - 8 * q >= 8 {
-                    64
-                } else {
-                    8 * (l - 8 * q) as u32
-                };
-                (val, n) = lane_payload::<M, C, false>(
-                    m, p.book, words, x, q, part, chunks, tail_width, valid,
-                );
+                (val, n) = lane_payload::<M, C, false>(m, p.book, &shape, x, q as u32, part);
             }
             // This warp's 256 bytes of the slot (64 words), zeroed for the
             // words shared between spans and the tail past the stored form.

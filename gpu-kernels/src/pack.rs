@@ -53,34 +53,41 @@ pub unsafe fn clear<W: Lanes, S: Shared + Async>(w: &W, s: &S, ring: u32) {
 /// it (in memory the host zeroed), in either order.
 ///
 /// Words are addressed from `a0`, the destination rounded down to 16
-/// bytes; the region is bits `[lo, hi)` from `a0`. A word inside the region
-/// is stored; a word shared with a neighbouring region (only the first and
-/// last can be) is OR-ed into memory the host zeroed, so two warps can
-/// finish it in either order; a word outside is not touched.
+/// bytes; the region is bits `[lo, hi)` from `a0`. Whole 16-byte groups
+/// inside the region are stored; the words of a group at either end of it
+/// are OR-ed into memory the host zeroed (a word shared with a neighbouring
+/// region, only the first and last can be, is then finished by two warps
+/// in either order); a word outside is not touched.
+///
+/// Q: why are positions 32-bit?
+/// A: a region is one tensor's stored form, at most 2^28 bytes (the host's
+/// `MAX_ROW_BYTES`), so its bits from `a0` stay below 2^31; 64-bit
+/// positions cost two instructions for every add and compare, and the
+/// writer's bookkeeping is most of what a step executes.
 pub struct RingWriter {
     ring: u32,
     a0: u64,
-    lo: u64,
-    hi: u64,
+    lo: u32,
+    hi: u32,
     /// First word the ring owns.
-    first: u64,
+    first: u32,
     /// First word the ring owns alone: `first`, or `first + 1` when the
     /// caller's bits share `first`.
-    own: u64,
+    own: u32,
     /// Next stream bit, from `a0`.
-    pos: u64,
+    pos: u32,
     /// Words below `next` are copied out (a multiple of 4 after the first
     /// flush).
-    next: u64,
+    next: u32,
 }
 
 impl RingWriter {
     /// A writer for the region of `len` bytes at byte address `dst` whose
     /// stream continues at bit `first_bit` of the region (the bits before
-    /// it are the caller's, to [`RingWriter::put`]).
+    /// it are the caller's, to [`RingWriter::put`]). `len < 2^28`.
     #[inline(always)]
-    pub const fn new(ring: u32, dst: u64, len: u64, first_bit: u64) -> Self {
-        let lo = (dst % 16) * 8;
+    pub const fn new(ring: u32, dst: u64, len: u32, first_bit: u32) -> Self {
+        let lo = (dst % 16) as u32 * 8;
         let pos = lo + first_bit;
         let shared = first_bit > 0 && !pos.is_multiple_of(32);
         RingWriter {
@@ -89,7 +96,7 @@ impl RingWriter {
             lo,
             hi: lo + 8 * len,
             first: pos / 32,
-            own: pos / 32 + shared as u64,
+            own: pos / 32 + shared as u32,
             pos,
             next: pos / 32,
         }
@@ -97,43 +104,34 @@ impl RingWriter {
 
     /// The region's first bit, from `a0` (the stream's bit 0).
     #[inline(always)]
-    pub const fn start_bit(&self) -> u64 {
+    pub const fn start_bit(&self) -> u32 {
         self.lo
     }
 
     /// Bits written so far, counted from the region's start.
     #[inline(always)]
-    pub const fn written(&self) -> u64 {
+    pub const fn written(&self) -> u32 {
         self.pos - self.lo
     }
 
-    /// Write word `k` (from `a0`) of the caller's bits straight to memory
-    /// by the rule of the type's doc; words the ring owns alone are left to
-    /// it (their bits from the caller must be zero).
+    /// Write word `k` (from `a0`) of the caller's bits, a word at or past
+    /// the region's first (`32k + 32 > lo`) and inside it, straight to
+    /// memory: stored, or OR-ed when it is shared with the region before or
+    /// with the ring. Words the ring owns alone are left to it (the
+    /// caller's bits in them must be zero).
     ///
     /// # Safety
     /// The region is writable (and zeroed where it shares a word).
     #[inline(always)]
-    pub unsafe fn put<M: Mem>(&self, m: &M, k: u64, v: u32) {
-        if k >= self.own || 32 * k >= self.hi || 32 * k + 32 <= self.lo {
+    pub unsafe fn put<M: Mem>(&self, m: &M, k: u32, v: u32) {
+        if k >= self.own {
             return;
         }
-        // SAFETY: word k overlaps the region (the caller's contract).
-        unsafe { self.store_word(m, k, v) }
-    }
-
-    /// Store or OR word `k`, which overlaps the region: OR when a
-    /// neighbouring region or the other side of the shared first word
-    /// holds bits of it.
-    ///
-    /// # Safety
-    /// As [`RingWriter::put`].
-    #[inline(always)]
-    unsafe fn store_word<M: Mem>(&self, m: &M, k: u64, v: u32) {
-        let a = self.a0 + 4 * k;
-        // SAFETY: the caller's contract.
+        let a = self.a0 + 4 * k as u64;
+        // SAFETY: (both) word k is inside the region (the caller's
+        // contract).
         unsafe {
-            if 32 * k >= self.lo && 32 * k + 32 <= self.hi && (k < self.first || k >= self.own) {
+            if 32 * k >= self.lo && k < self.first {
                 m.st_u32(a, v);
             } else {
                 m.or_u32(a, v);
@@ -143,8 +141,8 @@ impl RingWriter {
 
     /// Shared address of word `k`'s slot.
     #[inline(always)]
-    const fn slot(&self, k: u64) -> u32 {
-        self.ring + 4 * (k % RING_WORDS as u64) as u32
+    const fn slot(&self, k: u32) -> u32 {
+        self.ring + 4 * (k % RING_WORDS)
     }
 
     /// OR the `n ≤ 64`-bit `v` in at stream bit `p` (from `a0`).
@@ -153,12 +151,12 @@ impl RingWriter {
     /// The ring is this warp's; `p` is at or past the first word the ring
     /// owns and within [`RING_WORDS`] − 4 words of `next`.
     #[inline(always)]
-    unsafe fn lay<S: Shared>(&self, s: &S, p: u64, v: u64, n: u32) {
+    unsafe fn lay<S: Shared>(&self, s: &S, p: u32, v: u64, n: u32) {
         if n == 0 {
             return;
         }
         let k = p / 32;
-        let sh = (p % 32) as u32;
+        let sh = p % 32;
         let low = v << sh;
         let top = if sh == 0 { 0 } else { (v >> (64 - sh)) as u32 };
         let nw = (sh + n).div_ceil(32);
@@ -198,19 +196,19 @@ impl RingWriter {
         let incl = inclusive_scan(w, packed);
         let excl = incl - packed;
         let tot = w.shfl_idx(incl, 31);
-        let total0 = (tot & 0xffff) as u64;
-        let p0 = self.pos + (excl & 0xffff) as u64;
-        let p1 = self.pos + total0 + (excl >> 16) as u64;
+        let total0 = tot & 0xffff;
+        let p0 = self.pos + (excl & 0xffff);
+        let p1 = self.pos + total0 + (excl >> 16);
         // SAFETY: (both) the ring is this warp's; the step's words stay
         // within RING_WORDS − 4 of `next` (see RING_WORDS).
         unsafe {
             self.lay(s, p0, v0, n0);
             self.lay(s, p1, v1, n1);
         }
-        self.pos += total0 + (tot >> 16) as u64;
+        self.pos += total0 + (tot >> 16);
         s.sync_warp();
         // SAFETY: the words below pos / 32 are complete.
-        unsafe { self.copy_out(w, s, m, self.pos / 32 / 4) };
+        unsafe { self.copy_out(w, s, m, self.pos / 128) };
     }
 
     /// Copy out the 4-word groups from `next`'s up to (not including)
@@ -224,9 +222,9 @@ impl RingWriter {
         w: &W,
         s: &S,
         m: &M,
-        end: u64,
+        end: u32,
     ) {
-        let mut g = self.next / 4 + w.lane() as u64;
+        let mut g = self.next / 4 + w.lane();
         while g < end {
             let k = 4 * g;
             let slot = self.slot(k);
@@ -237,13 +235,16 @@ impl RingWriter {
                 let v = s.lds_v4(slot);
                 s.sts_v4(slot, [0; 4]);
                 if k >= self.own && 32 * k >= self.lo && 32 * (k + 4) <= self.hi {
-                    m.st_v4(self.a0 + 16 * g, v);
+                    m.st_v4(self.a0 + 16 * g as u64, v);
                 } else {
+                    // A group at the region's ends: each of its words
+                    // inside the region is OR-ed (the memory is zeroed, and
+                    // a neighbour or the caller may hold bits of it).
                     let mut i = 0;
                     while i < 4 {
                         let ki = k + i;
                         if ki >= self.first && 32 * ki < self.hi && 32 * ki + 32 > self.lo {
-                            self.store_word(m, ki, v[i as usize]);
+                            m.or_u32(self.a0 + 4 * ki as u64, v[i as usize]);
                         }
                         i += 1;
                     }
@@ -265,6 +266,6 @@ impl RingWriter {
     #[inline(always)]
     pub unsafe fn finish<W: Lanes, S: Shared + Async, M: Mem>(&mut self, w: &W, s: &S, m: &M) {
         // SAFETY: every word up to the stream's end is complete now.
-        unsafe { self.copy_out(w, s, m, self.pos.div_ceil(32).div_ceil(4)) }
+        unsafe { self.copy_out(w, s, m, self.pos.div_ceil(128)) }
     }
 }

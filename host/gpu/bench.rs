@@ -15,12 +15,14 @@ use super::dataset::{GpuDataset, Residency};
 use super::decode::{DecodeOptions, DecodeStatus, Decoder};
 use super::driver::copy_to_host_blocking;
 use super::driver::{device_buffer, new_stream, sync, zero_async};
+use super::fit::FitPhases;
 use super::launch::kernels;
 use super::memory::GpuReadable;
 use super::{Gpu, cuda_err};
 use crate::codebook::{ChunkSize, Codebook};
 use crate::dataset::Rows;
 use crate::error::{Error, Result};
+use crate::fit::{FitOptions, Sample};
 use crate::kernel_tables::eval_book;
 use crate::layout::{Layout, LayoutOptions, compress_fixed, compress_packed};
 use ibp_kernels::params::MeasureParams;
@@ -479,6 +481,28 @@ impl Gpu {
             Ok(t[t.len() / 2])
         };
         let mut out = Vec::new();
+        // The sampled fit's phases, each the median of `reps` fits.
+        let opts = FitOptions::default().with_sample(Sample::Fraction(1.0 / 16.0));
+        self.fit_phased(src, l, &opts)?;
+        let mut phases = Vec::with_capacity(reps);
+        for _ in 0..reps.max(1) {
+            phases.push(self.fit_phased(src, l, &opts)?.1);
+        }
+        let median = |f: fn(&FitPhases) -> f64| {
+            let mut t: Vec<f64> = phases.iter().map(f).collect();
+            t.sort_by(f64::total_cmp);
+            t[t.len() / 2]
+        };
+        out.push(("fit 1/16: gather and count the sample", median(|p| p.count)));
+        out.push(("fit 1/16: counts to the host", median(|p| p.counts_to_host)));
+        out.push((
+            "fit 1/16: weigh the candidates (book up, kernel, totals back)",
+            median(|p| p.evaluate),
+        ));
+        out.push((
+            "fit 1/16: the rest on the host (masks, choice, tables)",
+            median(|p| p.host),
+        ));
         let mut counts = DeviceBuffer::<u64>::zeroed(8 * l).map_err(cuda_err("allocating"))?;
         out.push((
             "count bits",

@@ -47,6 +47,22 @@ impl FitScratch {
     }
 }
 
+/// Wall-clock seconds of the phases of one [`Gpu::fit_blocking`], for
+/// `ibp bench --stages` (`Gpu::profile_stages`).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct FitPhases {
+    /// Gathering the sample and counting its bits (kernels, synchronised).
+    pub count: f64,
+    /// The bit counts copied to the host.
+    pub counts_to_host: f64,
+    /// Weighing the candidates: their book uploaded, the kernel, the totals
+    /// copied back.
+    pub evaluate: f64,
+    /// The rest, on the host: each threshold's mask and bit values, the
+    /// choice, the chosen codebook's tables.
+    pub host: f64,
+}
+
 /// Enqueue a zero fill of `buf`.
 fn zero<T: cust::memory::DeviceCopy>(buf: &DeviceSlice<T>, stream: &Stream) -> Result<()> {
     let bytes = buf.len() * size_of::<T>();
@@ -73,6 +89,18 @@ impl Gpu {
         row_bytes: usize,
         opts: &FitOptions,
     ) -> Result<Fit> {
+        self.fit_phased(src, row_bytes, opts).map(|(fit, _)| fit)
+    }
+
+    /// [`Gpu::fit_blocking`], with the time of each of its phases.
+    pub(crate) fn fit_phased<S: GpuReadable + ?Sized>(
+        &self,
+        src: &S,
+        row_bytes: usize,
+        opts: &FitOptions,
+    ) -> Result<(Fit, FitPhases)> {
+        let started = std::time::Instant::now();
+        let mut ph = FitPhases::default();
         let n = row_count(src, row_bytes)?;
         let plan = SamplePlan::new(n as u64, opts.sample)?;
         let l = row_bytes as u64;
@@ -86,8 +114,10 @@ impl Gpu {
             None => guard.insert(FitScratch::new()?),
         };
         if plan.is_all() {
-            let counts = self.count_sample(src, row_bytes, sc)?;
-            return self.fit_counted(src, &counts, plan, row_bytes, opts, sc);
+            let counts = self.count_sample(src, row_bytes, sc, started, &mut ph)?;
+            let fit = self.fit_counted(src, &counts, plan, row_bytes, opts, sc, &mut ph)?;
+            ph.host = started.elapsed().as_secs_f64() - ph.count - ph.counts_to_host - ph.evaluate;
+            return Ok((fit, ph));
         }
         if (n as u64).checked_mul(plan.len()).is_none() {
             return Err(Error::unsupported(
@@ -118,25 +148,36 @@ impl Gpu {
         let whole = unsafe { DeviceSlice::from_raw_parts(sc.sample.as_device_ptr(), bytes) };
         let gathered = Span::of(&whole, 0, bytes)
             .ok_or_else(|| Error::invalid("sample larger than its buffer"))?;
-        let counts = self.count_sample(&gathered, row_bytes, sc)?;
-        self.fit_counted(&gathered, &counts, plan, row_bytes, opts, sc)
+        let counts = self.count_sample(&gathered, row_bytes, sc, started, &mut ph)?;
+        let fit = self.fit_counted(&gathered, &counts, plan, row_bytes, opts, sc, &mut ph)?;
+        ph.host = started.elapsed().as_secs_f64() - ph.count - ph.counts_to_host - ph.evaluate;
+        Ok((fit, ph))
     }
 
+    /// Count the sample's bits and copy the counts to the host; `ph.count`
+    /// is the time from `started` to the counts' kernel done.
     fn count_sample(
         &self,
         sample: &(impl GpuReadable + ?Sized),
         row_bytes: usize,
         sc: &mut FitScratch,
+        started: std::time::Instant,
+        ph: &mut FitPhases,
     ) -> Result<Vec<u64>> {
         ensure(&mut sc.counts, 8 * row_bytes, "allocating counters")?;
         let mut counts = sc.counts.index(..8 * row_bytes);
         zero(&counts, &sc.stream)?;
         self.count_bits(sample, row_bytes, &mut counts, &sc.stream)?;
         sync(&sc.stream, "counting bits")?;
-        copy_to_host_blocking(&counts)
+        ph.count = started.elapsed().as_secs_f64();
+        let copied = std::time::Instant::now();
+        let counts = copy_to_host_blocking(&counts)?;
+        ph.counts_to_host = copied.elapsed().as_secs_f64();
+        Ok(counts)
     }
 
     /// Weigh the candidates on `sample` (every row of it) and choose.
+    #[allow(clippy::too_many_arguments)]
     fn fit_counted(
         &self,
         sample: &(impl GpuReadable + ?Sized),
@@ -145,9 +186,11 @@ impl Gpu {
         row_bytes: usize,
         opts: &FitOptions,
         sc: &mut FitScratch,
+        ph: &mut FitPhases,
     ) -> Result<Fit> {
         let s = plan.len();
         choose_with(counts, s, plan, row_bytes, opts, |books| {
+            let weighing = std::time::Instant::now();
             let mut out = Vec::with_capacity(books.len());
             for group in books.chunks(MAX_THRESHOLDS as usize) {
                 let host_book = eval_book(group);
@@ -185,6 +228,7 @@ impl Gpu {
                     encoded: std::array::from_fn(|c| t[2 * (4 * i + c) + 1]),
                 }));
             }
+            ph.evaluate = weighing.elapsed().as_secs_f64();
             Ok(out)
         })
     }

@@ -537,9 +537,14 @@ fn emu_encode(
 /// 8 bytes (4 with a sign) form at most two runs (the encoder's two-run
 /// path).
 fn float_like(n: usize, l: usize, seed: u64, sign: bool) -> Vec<u8> {
+    invariant_outside(n, l, seed, 0x1f_ffff | if sign { 1 << 31 } else { 0 })
+}
+
+/// Rows whose bits outside `free` (repeated every 4 bytes) are one fixed
+/// value, with every eighth row random.
+fn invariant_outside(n: usize, l: usize, seed: u64, free: u32) -> Vec<u8> {
     let mut s = seed;
-    let top = xorshift(&mut s) as u32 & !0x1f_ffff;
-    let free = 0x1f_ffff | if sign { 1 << 31 } else { 0 };
+    let top = xorshift(&mut s) as u32 & !free;
     let mut out = Vec::with_capacity(n * l);
     for r in 0..n {
         for _ in 0..l.div_ceil(4) {
@@ -556,7 +561,9 @@ fn float_like(n: usize, l: usize, seed: u64, sign: bool) -> Vec<u8> {
 fn emulated_size_and_encode_equal_the_cpu_encoder() {
     // Both encoder paths (two-run and move-mask) must be exercised.
     let mut paths = [0usize; 2];
-    // Data: 0 `dataset`, 1 `float_like`, 2 `float_like` with a sign bit.
+    // Data: 0 `dataset`, 1 `float_like`, 2 `float_like` with a sign bit,
+    // 3 bytes whose free bits are two runs far apart (0x87, 0xc1: for
+    // 1-byte chunks d2 = 4 and 5, the widest a nibble holds).
     for (seed, (l, n, kind)) in [
         (1usize, 9usize, 0),
         (3, 12, 0),
@@ -566,6 +573,7 @@ fn emulated_size_and_encode_equal_the_cpu_encoder() {
         (301, 6, 0),
         (40, 40, 1),
         (301, 40, 2),
+        (203, 40, 3),
         // Several steps of 512 bytes, and streams that wrap the ring.
         (1100, 5, 0),
         (700, 40, 1),
@@ -579,6 +587,7 @@ fn emulated_size_and_encode_equal_the_cpu_encoder() {
     {
         let data = match kind {
             0 => dataset(n, l, 7 + seed as u64),
+            3 => invariant_outside(n, l, 7 + seed as u64, 0xc187_0f87),
             k => float_like(n, l, 7 + seed as u64, k == 2),
         };
         let rows = Rows::new(&data, l).unwrap();
@@ -588,7 +597,7 @@ fn emulated_size_and_encode_equal_the_cpu_encoder() {
             let cb = Codebook::from_counts(&counts, n as u64, t, chunk).unwrap();
             let what = format!("L={l} C={chunk}");
             paths[encoder_flags(&cb) as usize] += 1;
-            if kind == 1 || (kind == 2 && chunk.bytes() <= 4) {
+            if kind == 1 || (kind == 2 && chunk.bytes() <= 4) || (kind == 3 && chunk.bytes() == 1) {
                 assert_eq!(encoder_flags(&cb), 1, "two-run data {what}");
             }
 
