@@ -211,14 +211,16 @@ pub struct MeasureParams {
 /// `out + offsets[i] − offset_base`. Fixed-stride layout: `offsets` is 0 and
 /// tensor `i` goes to the slot `out + i · row_bytes`. `book` is the
 /// codebook's encoder book, field-major as for [`MeasureParams`], each
-/// chunk's value in its own `C` bytes: the bit values, the mask, the
-/// `log2(8C)` move masks of the chunks' free bits
-/// (`crate::bits::move_masks`), then three fields for chunks whose free
-/// bits form at most two runs (`crate::book::params_two_runs`): the lowest
-/// run, its first bit `s1` and the shift `d2` of the second run (one byte
-/// each, in the chunk's first byte). `flags` bit [`ENCODE_TWO_RUNS`] says
-/// that every chunk's free bits form at most two runs (the last three
-/// fields are then used in place of the move masks).
+/// chunk's value in its own `C` bytes: the bit values, the mask, the free
+/// bits (the mask's complement inside the tensor, 0 past its end), then
+/// two fields for chunks whose free bits form at most two runs
+/// (`crate::book::params_two_runs`): the lowest run, and `SD`, the first
+/// bit `s1` of that run and the shift `d2` of the second (a byte each from
+/// the chunk's first byte; a nibble each, `s1 | d2 << 4`, for 1-byte
+/// chunks), and last the `log2(8C)` move masks of the chunks' free bits
+/// (`crate::bits::move_masks`). `flags` bit [`ENCODE_TWO_RUNS`] says that
+/// every chunk's free bits form at most two runs (the two-run fields are
+/// then used in place of the move masks).
 ///
 /// The output must be zeroed first: only words that hold stored bits are
 /// written, and a word shared by two tensors is OR-ed into.
