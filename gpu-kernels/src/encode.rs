@@ -89,10 +89,21 @@ pub unsafe fn store_bytes<M: Mem>(m: &M, a: u64, w: u64, n: u64) {
     }
 }
 
+/// The top bit of every lane of `m` that is not zero, lanes marked by
+/// their top bits in `hi` (`0x8080_8080`: bytes; `0x8000_8000`: 16-bit
+/// lanes; `0x8000_0000`: the whole word). `(m & lo) + lo` with `lo = !hi`
+/// carries into a lane's top bit when its low bits are not all zero, and
+/// cannot carry out of the lane.
+#[inline(always)]
+const fn nonzero_lanes(m: u32, hi: u32) -> u32 {
+    let lo = !hi;
+    (((m & lo) + lo) | m) & hi
+}
+
 /// `0x80` in every byte of the 4-byte `m` that is not zero.
 #[inline(always)]
 const fn nonzero_bytes(m: u32) -> u32 {
-    (((m & 0x7f7f_7f7f) + 0x7f7f_7f7f) | m) & 0x8080_8080
+    nonzero_lanes(m, 0x8080_8080)
 }
 
 /// Bits one 8-byte word of a tensor saves under one codebook word, for chunk
@@ -125,10 +136,9 @@ pub const fn word_saved(x: u64, v: u64, mask: u64) -> [u32; 4] {
 /// invariant bit.
 ///
 /// Q: how is a chunk tested without a loop over its bytes?
-/// A: in each 32-bit half, `((d & lo) + lo) | d` sets the top bit of every
-/// `C`-byte lane of `d` that is not zero (`lo` the lanes' low bits: the sum
-/// cannot carry out of a lane), so each chunk's verdict is one bit, and
-/// the word's are gathered with a few shifts.
+/// A: [`nonzero_lanes`] on each 32-bit half, with `C`-byte lanes, gives
+/// each chunk's verdict as one bit; the word's are gathered with a few
+/// shifts.
 #[inline(always)]
 pub const fn word_participation<const C: u32>(x: u64, v: u64, mask: u64) -> u32 {
     let d = (x ^ v) & mask;
@@ -142,10 +152,8 @@ pub const fn word_participation<const C: u32>(x: u64, v: u64, mask: u64) -> u32 
     } else {
         0x8000_0000
     };
-    let lo = !hi;
-    let (dl, dh) = (d as u32, (d >> 32) as u32);
-    let nl = (((dl & lo) + lo) | dl) & hi;
-    let nh = (((dh & lo) + lo) | dh) & hi;
+    let nl = nonzero_lanes(d as u32, hi);
+    let nh = nonzero_lanes((d >> 32) as u32, hi);
     // Bit c: chunk c has a mismatch.
     let bad = if C == 1 {
         ((nl >> 7) | (nl >> 14) | (nl >> 21) | (nl >> 28)) & 0xf

@@ -63,6 +63,16 @@ pub(crate) struct FitPhases {
     pub host: f64,
 }
 
+impl FitPhases {
+    /// Set `host` to what the fit started at `started` took beyond the
+    /// other phases.
+    fn finish(mut self, started: std::time::Instant) -> Self {
+        self.host =
+            started.elapsed().as_secs_f64() - self.count - self.counts_to_host - self.evaluate;
+        self
+    }
+}
+
 /// Enqueue a zero fill of `buf`.
 fn zero<T: cust::memory::DeviceCopy>(buf: &DeviceSlice<T>, stream: &Stream) -> Result<()> {
     let bytes = buf.len() * size_of::<T>();
@@ -116,8 +126,7 @@ impl Gpu {
         if plan.is_all() {
             let counts = self.count_sample(src, row_bytes, sc, started, &mut ph)?;
             let fit = self.fit_counted(src, &counts, plan, row_bytes, opts, sc, &mut ph)?;
-            ph.host = started.elapsed().as_secs_f64() - ph.count - ph.counts_to_host - ph.evaluate;
-            return Ok((fit, ph));
+            return Ok((fit, ph.finish(started)));
         }
         if (n as u64).checked_mul(plan.len()).is_none() {
             return Err(Error::unsupported(
@@ -150,8 +159,7 @@ impl Gpu {
             .ok_or_else(|| Error::invalid("sample larger than its buffer"))?;
         let counts = self.count_sample(&gathered, row_bytes, sc, started, &mut ph)?;
         let fit = self.fit_counted(&gathered, &counts, plan, row_bytes, opts, sc, &mut ph)?;
-        ph.host = started.elapsed().as_secs_f64() - ph.count - ph.counts_to_host - ph.evaluate;
-        Ok((fit, ph))
+        Ok((fit, ph.finish(started)))
     }
 
     /// Count the sample's bits and copy the counts to the host; `ph.count`
