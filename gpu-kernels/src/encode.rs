@@ -136,7 +136,7 @@ pub const fn word_saved(x: u64, v: u64, mask: u64) -> [u32; 4] {
 /// invariant bit.
 ///
 /// Q: how is a chunk tested without a loop over its bytes?
-/// A: [`nonzero_lanes`] on each 32-bit half, with `C`-byte lanes, gives
+/// A: `nonzero_lanes` on each 32-bit half, with `C`-byte lanes, gives
 /// each chunk's verdict as one bit; the word's are gathered with a few
 /// shifts.
 #[inline(always)]
