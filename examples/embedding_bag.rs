@@ -30,7 +30,7 @@ use std::process::ExitCode;
 
 use cust::memory::DeviceBuffer;
 use cust::stream::{Stream, StreamFlags};
-use fused_host::{Kernels, Measured, bags, report};
+use fused_host::{BLOCK, Block, Kernels, Measured, bags, report};
 use fused_kernels::{BagParams, OK, ReadParams};
 use ibp::gpu::bench::time_median;
 use ibp::gpu::{
@@ -247,7 +247,12 @@ impl Table<'_> {
             book_smem: view.book_bytes,
             ws_bytes: ws,
         };
-        let fused_shared = view.book_bytes.next_multiple_of(16) + 8 * ws;
+        let book16 = view.book_bytes.next_multiple_of(16);
+        let fused_block = k.block_for(fused, book16, ws)?;
+        let eight = Block {
+            threads: BLOCK,
+            shared: book16 + 8 * ws,
+        };
         let plain_p = BagParams { ws_bytes: acc, ..p };
         let plain_shared = 8 * acc;
         // After the gather: rows in id order, ids = positions.
@@ -271,7 +276,9 @@ impl Table<'_> {
         // states (ids < rows, out of bags × dim, gathered of total rows);
         // the shared memory is what the kernel's doc asks.
         // SAFETY: as stated above.
-        let run_fused = || unsafe { k.launch(fused, fused_shared, stream, p) };
+        let run_fused = || unsafe { k.launch_block(fused, fused_block, stream, p) };
+        // SAFETY: as stated above.
+        let run_eight = || unsafe { k.launch_block(fused, eight, stream, p) };
         // SAFETY: as stated above.
         let run_plain = || unsafe { k.launch(plain, plain_shared, stream, plain_p) };
         // SAFETY: as stated above.
@@ -303,9 +310,21 @@ impl Table<'_> {
             Ok(())
         };
         check("fused", &mut || run_fused())?;
+        if fused_block != eight {
+            check("fused, blocks of 8 warps", &mut || run_eight())?;
+        }
         check("uncompressed", &mut || run_plain())?;
         check("decode, then sum", &mut run_decode_then)?;
         let t_fused = time_median(stream, 2, 9, run_fused)?;
+        // The same kernel in blocks of eight warps, where the chosen block
+        // is larger (more warps resident: see `Kernels::block_for`).
+        let mut fused_other = Vec::new();
+        if fused_block != eight {
+            fused_other.push((
+                "fused, blocks of 8 warps",
+                time_median(stream, 2, 9, run_eight)?,
+            ));
+        }
         let t_dc = time_median(stream, 2, 9, &mut run_decode_then)?;
         let t_plain = time_median(stream, 2, 9, run_plain)?;
         let t_ideal = time_median(stream, 2, 9, run_ideal)?;
@@ -316,16 +335,17 @@ impl Table<'_> {
             compressed,
             delivered,
             fused: t_fused,
-            fused_other: None,
+            fused_other,
             decode_then: t_dc,
             uncompressed: t_plain,
             ideal: t_ideal,
             sequential_gbps: seq,
         };
         let title = format!(
-            "{}: {} rows of {l} B ({reps}× replicated), {total} ids in {n_bags} bags{}",
+            "{}: {} rows of {l} B ({reps}× replicated), {total} ids in {n_bags} bags, fused in blocks of {} warps{}",
             self.name,
             rows,
+            fused_block.threads / 32,
             if ok {
                 ", sums bit-exact"
             } else {

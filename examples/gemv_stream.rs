@@ -250,7 +250,7 @@ fn run() -> Result<()> {
         compressed: ds.stored_bytes(),
         delivered: (rows * l) as u64,
         fused: t_fused,
-        fused_other: Some(("fused, one row at a time (no fetch ahead)", t_one)),
+        fused_other: vec![("fused, one row at a time (no fetch ahead)", t_one)],
         decode_then: t_dc,
         uncompressed: t_plain,
         ideal: t_ideal,

@@ -105,17 +105,13 @@ fn fused_bags(
         book_smem: view.book_bytes,
         ws_bytes: ws,
     };
+    // The example's block: the book and a workspace a warp.
+    let block = k
+        .block_for(name, view.book_bytes.next_multiple_of(16), ws)
+        .unwrap();
     // SAFETY: BagParams for a bag kernel; every buffer is live and sized as
-    // BagParams states; the book and eight workspaces of shared memory.
-    unsafe {
-        k.launch(
-            name,
-            view.book_bytes.next_multiple_of(16) + 8 * ws,
-            &stream,
-            p,
-        )
-    }
-    .unwrap();
+    // BagParams states; the book and a workspace per warp of shared memory.
+    unsafe { k.launch_block(name, block, &stream, p) }.unwrap();
     stream.synchronize().unwrap();
     let sums = copy_to_host_blocking(&out)
         .unwrap()
@@ -242,4 +238,114 @@ fn row_ids_past_the_dataset_are_reported_not_read() {
     assert_eq!(status, vec![OK, BAD_INDEX, BAD_INDEX]);
     // The good rows of every bag are still summed (the bad one skipped).
     assert_eq!(got, cpu_sums(&data, l, true, &ids, &starts));
+}
+
+/// The PTX of the kernel crate that `kernel-builder`'s test
+/// `a_user_kernel_crate_builds_to_ptx_with_ibp_kernels` writes in a
+/// temporary folder, outside this repository, and builds with the builder
+/// (`IBP_USER_PTX_OUT` copies it out; `scripts/stage-device.sh` puts it in
+/// `.device/data` for the GPU machine, which has no Rust).
+fn user_crate_ptx() -> Option<String> {
+    let path = std::env::var_os("IBP_USER_PTX")
+        .map(std::path::PathBuf::from)
+        .or_else(|| common::data_file("user-kernels.ptx"))?;
+    std::fs::read_to_string(path).ok()
+}
+
+#[test]
+fn a_kernel_crate_built_outside_the_repository_runs_on_the_gpu() {
+    use std::ffi::c_void;
+
+    use cust::module::Module;
+
+    let name = "a_kernel_crate_built_outside_the_repository_runs_on_the_gpu";
+    let Some(gpu) = gpu_or_skip(name) else {
+        return;
+    };
+    let Some(ptx) = user_crate_ptx() else {
+        assert!(
+            !common::gpu_required(),
+            "{name}: no user-kernels.ptx in IBP_DATA_DIR (scripts/stage-device.sh builds it)"
+        );
+        common::notice(&format!(
+            "{name}: skipped: no user-kernels.ptx (set IBP_USER_PTX_OUT and run kernel-builder's tests)"
+        ));
+        return;
+    };
+    let module = Module::from_ptx(&ptx, &[]).unwrap();
+    let stream = Stream::new(StreamFlags::NON_BLOCKING, None).unwrap();
+    let launch = |kernel: &str, grid: u32, block: u32, shared: u32, args: &mut [*mut c_void]| {
+        let f = module.get_function(kernel).unwrap();
+        // SAFETY: each call passes its kernel's parameters, in order, with
+        // buffers of the sizes its `# Safety` asks.
+        unsafe { stream.launch(&f, grid, block, shared, args) }.unwrap();
+        stream.synchronize().unwrap();
+    };
+
+    // Its own use of ibp's bit arithmetic.
+    let mask = DeviceBuffer::<u64>::zeroed(1).unwrap();
+    let (mut a, mut n) = (mask.as_device_ptr().as_raw(), 13u32);
+    launch(
+        "user_low_mask",
+        1,
+        1,
+        0,
+        &mut [
+            &mut a as *mut u64 as *mut c_void,
+            &mut n as *mut u32 as *mut c_void,
+        ],
+    );
+    assert_eq!(copy_to_host_blocking(&mask).unwrap(), [0x1fff]);
+
+    // The prelude's `#[kernel]`, thread indices, barrier and shared array.
+    let words: Vec<u32> = (0..32).map(|i| 1000 + i).collect();
+    let data = DeviceBuffer::from_slice(&words).unwrap();
+    let mut a = data.as_device_ptr().as_raw();
+    launch(
+        "user_reverse",
+        1,
+        32,
+        0,
+        &mut [&mut a as *mut u64 as *mut c_void],
+    );
+    let rev: Vec<u32> = words.iter().rev().copied().collect();
+    assert_eq!(copy_to_host_blocking(&data).unwrap(), rev);
+
+    // The device API: one warp a row decodes it into a sink of its own
+    // (the sum of the row's bytes), rows in pinned host and device memory.
+    let mut rng = Rng(2026);
+    let (dim, l, n) = (384, 1536, 500);
+    let data = rows(&mut rng, n, dim, false);
+    let cb = codebook(&data, l);
+    let packed =
+        compress_packed(&cb, Rows::new(&data, l).unwrap(), &LayoutOptions::default()).unwrap();
+    assert!(
+        packed.flags.iter().any(|&f| f != 0),
+        "no row was stored encoded"
+    );
+    let want: Vec<u32> = data
+        .chunks(l)
+        .map(|r| r.iter().map(|&b| b as u32).sum())
+        .collect();
+    for residency in [Residency::Pinned, Residency::Device] {
+        let ds = GpuDataset::upload_packed(&gpu, &cb, &packed.view(), residency).unwrap();
+        let mut view = ds.device_view().unwrap();
+        let out = DeviceBuffer::<u32>::zeroed(n).unwrap();
+        let mut o = out.as_device_ptr().as_raw();
+        launch(
+            "user_row_sums",
+            n.div_ceil(8) as u32,
+            256,
+            8 * view.workspace_bytes(),
+            &mut [
+                &mut view as *mut _ as *mut c_void,
+                &mut o as *mut u64 as *mut c_void,
+            ],
+        );
+        assert_eq!(
+            copy_to_host_blocking(&out).unwrap(),
+            want,
+            "{residency:?}: the user kernel's row sums differ from the CPU's"
+        );
+    }
 }

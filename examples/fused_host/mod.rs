@@ -46,16 +46,16 @@ impl Kernels {
         })
     }
 
-    /// Blocks of [`BLOCK`] threads that fill the GPU once for kernel `name`
+    /// Blocks of `threads` threads that fill the GPU once for kernel `name`
     /// with `shared` bytes of dynamic shared memory per block.
-    pub fn grid(&self, name: &str, shared: u32) -> Result<u32> {
+    pub fn grid(&self, name: &str, threads: u32, shared: u32) -> Result<u32> {
         let f = self
             .module
             .get_function(name)
             .map_err(cuda("finding a kernel"))?;
         self.opt_in(&f, name, shared)?;
         let per_sm = f
-            .max_active_blocks_per_multiprocessor(BlockSize::x(BLOCK), shared as usize)
+            .max_active_blocks_per_multiprocessor(BlockSize::x(threads), shared as usize)
             .map_err(cuda("occupancy"))?;
         if per_sm == 0 {
             return Err(Error::invalid(format!(
@@ -63,6 +63,41 @@ impl Kernels {
             )));
         }
         Ok(per_sm * self.sms)
+    }
+
+    /// The block for kernel `name` whose blocks need `fixed` bytes of
+    /// dynamic shared memory (the book) and `per_warp` more for each warp
+    /// (its workspace): of 8, 16, 24 and 32 warps a block, the one that
+    /// keeps the most warps resident on an SM, the smallest on a tie.
+    ///
+    /// Q: why not always eight warps?
+    /// A: a warp that needs a large workspace (Cora's bag: 11.6 KB, with a
+    /// 23 KB book) fits one block of eight on an SM, eight warps in all,
+    /// too few to hide the host reads' latency; one block of sixteen
+    /// shares the book and doubles the warps.
+    pub fn block_for(&self, name: &str, fixed: u32, per_warp: u32) -> Result<Block> {
+        let mut best: Option<(u32, Block)> = None;
+        for warps in [8, 16, 24, 32] {
+            let b = Block {
+                threads: 32 * warps,
+                shared: fixed + warps * per_warp,
+            };
+            if b.shared > self.max_shared {
+                break;
+            }
+            let resident = match self.grid(name, b.threads, b.shared) {
+                Ok(blocks) => blocks / self.sms * warps,
+                Err(_) => 0,
+            };
+            if resident > best.map_or(0, |(r, _)| r) {
+                best = Some((resident, b));
+            }
+        }
+        best.map(|(_, b)| b).ok_or_else(|| {
+            Error::invalid(format!(
+                "{name} does not fit on an SM with {fixed} + {per_warp} a warp bytes of shared memory"
+            ))
+        })
     }
 
     /// Above 48 KiB of dynamic shared memory a kernel must opt in.
@@ -89,7 +124,8 @@ impl Kernels {
         Ok(())
     }
 
-    /// Enqueue kernel `name` on a full grid with parameter block `p`.
+    /// Enqueue kernel `name` on a full grid of [`BLOCK`] threads a block
+    /// with parameter block `p`.
     ///
     /// # Safety
     /// `P` is the kernel's parameter type (`fused_kernels::*Params`) and
@@ -102,7 +138,27 @@ impl Kernels {
         stream: &Stream,
         p: P,
     ) -> Result<()> {
-        let grid = self.grid(name, shared)?;
+        let b = Block {
+            threads: BLOCK,
+            shared,
+        };
+        // SAFETY: the caller's.
+        unsafe { self.launch_block(name, b, stream, p) }
+    }
+
+    /// [`Kernels::launch`] with blocks of `b.threads` threads.
+    ///
+    /// # Safety
+    /// As [`Kernels::launch`], with `b.shared` what a block of `b.threads`
+    /// needs.
+    pub unsafe fn launch_block<P: Copy>(
+        &self,
+        name: &str,
+        b: Block,
+        stream: &Stream,
+        p: P,
+    ) -> Result<()> {
+        let grid = self.grid(name, b.threads, b.shared)?;
         let f = self
             .module
             .get_function(name)
@@ -111,9 +167,18 @@ impl Kernels {
         let args = [&mut p as *mut P as *mut c_void];
         // SAFETY: the caller's (parameter type and addresses); the driver
         // copies size_of::<P>() bytes from args[0] at the launch.
-        unsafe { stream.launch(&f, grid, BLOCK, shared, &args) }
+        unsafe { stream.launch(&f, grid, b.threads, b.shared, &args) }
             .map_err(|e| Error::cuda(format!("launching {name}: {e}")))
     }
+}
+
+/// A launch's block: threads, and dynamic shared memory in bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Block {
+    /// Threads per block (a multiple of 32).
+    pub threads: u32,
+    /// Dynamic shared memory per block.
+    pub shared: u32,
 }
 
 /// A seeded xorshift64 (the examples' ids and vectors are reproducible).
@@ -196,7 +261,7 @@ pub fn bags(rows: usize, bags: usize, seed: u64) -> (Vec<u32>, Vec<u32>) {
 
 /// One workload's measurements (median seconds a run) and what each run
 /// moves.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct Measured {
     /// Compressed bytes the fused kernel reads.
     pub compressed: u64,
@@ -204,8 +269,8 @@ pub struct Measured {
     pub delivered: u64,
     /// The fused kernel.
     pub fused: f64,
-    /// Another fused variant measured beside it (name, seconds), if any.
-    pub fused_other: Option<(&'static str, f64)>,
+    /// Other fused variants measured beside it (name, seconds).
+    pub fused_other: Vec<(&'static str, f64)>,
     /// ibp's decode into a device buffer, then the consumer over it.
     pub decode_then: f64,
     /// The consumer over the uncompressed rows in pinned host memory.
@@ -219,16 +284,16 @@ pub struct Measured {
 /// The table of one workload: GB/s of compressed and delivered bytes for
 /// each variant, then the three ratios against the targets.
 pub fn report(workload: &str, m: &Measured) -> String {
-    let Measured {
+    let &Measured {
         compressed,
         delivered,
         fused,
-        fused_other,
+        ref fused_other,
         decode_then,
         uncompressed,
         ideal,
         sequential_gbps,
-    } = *m;
+    } = m;
     let savings = 1.0 - compressed as f64 / delivered as f64;
     let gb = |b: u64, s: f64| b as f64 / s / 1e9;
     let mut t = String::new();
@@ -240,14 +305,14 @@ pub fn report(workload: &str, m: &Measured) -> String {
         sequential_gbps
     );
     t += "| variant | ms | GB/s compressed | GB/s delivered |\n|---|---:|---:|---:|\n";
-    let rows = [
-        Some(("fused (decode in registers)", fused, compressed)),
-        fused_other.map(|(name, s)| (name, s, compressed)),
-        Some(("ibp decode, then consume", decode_then, compressed)),
-        Some(("uncompressed, zero-copy", uncompressed, delivered)),
-        Some(("ideal: read the compressed bytes only", ideal, compressed)),
-    ];
-    for (name, s, c) in rows.into_iter().flatten() {
+    let mut rows = vec![("fused (decode in registers)", fused, compressed)];
+    rows.extend(fused_other.iter().map(|&(name, s)| (name, s, compressed)));
+    rows.extend([
+        ("ibp decode, then consume", decode_then, compressed),
+        ("uncompressed, zero-copy", uncompressed, delivered),
+        ("ideal: read the compressed bytes only", ideal, compressed),
+    ]);
+    for (name, s, c) in rows {
         t += &format!(
             "| {name} | {:.3} | {:.1} | {:.1} |\n",
             s * 1e3,

@@ -184,6 +184,11 @@ pub unsafe extern "ptx-kernel" fn user_row_sums(
             );
         }
     }
+    // `scripts/stage-device.sh` takes this PTX to the GPU machine, where
+    // `tests/gpu_device_api.rs` runs its kernels.
+    if let Some(dst) = std::env::var_os("IBP_USER_PTX_OUT") {
+        std::fs::copy(&ptx, &dst).unwrap_or_else(|e| panic!("copying the PTX out: {e}"));
+    }
     // A folder without a kernel crate is a clear error, not a panic.
     let e = KernelBuilder::new(dir.join("nowhere")).build().unwrap_err();
     assert!(e.to_string().contains("no kernel crate"), "{e}");
