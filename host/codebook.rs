@@ -399,10 +399,7 @@ pub(crate) fn mask_and_bitval(counts: &[u64], rows: u64, t: Threshold) -> (Vec<u
     // and 10000c < Y exactly when c < ⌈Y / 10000⌉, so the same rule is two
     // u64 compares a bit; the u128 products per bit made this the GPU fit's
     // largest host cost (about 2 ms of CPU a fit of 5732-byte rows).
-    let tp = u128::from(t.basis_points());
-    let n = u128::from(rows);
-    let one_above = u64::try_from(tp * n / 10000).unwrap_or(u64::MAX);
-    let zero_below = u64::try_from(((10000 - tp) * n).div_ceil(10000)).unwrap_or(u64::MAX);
+    let (one_above, zero_below) = threshold_bounds(rows, t);
     let byte = |c: &[u64]| {
         let (mut mi, mut bi) = (0u8, 0u8);
         for (k, &c) in c.iter().enumerate() {
@@ -421,6 +418,17 @@ pub(crate) fn mask_and_bitval(counts: &[u64], rows: u64, t: Threshold) -> (Vec<u
         (mask[l - 1], bitval[l - 1]) = byte(rest);
     }
     (mask, bitval)
+}
+
+/// The bounds of threshold `t` over `rows` tensors: a bit whose count is
+/// above the first is an invariant 1, below the second an invariant 0
+/// (see [`mask_and_bitval`] for why they are exact).
+pub(crate) fn threshold_bounds(rows: u64, t: Threshold) -> (u64, u64) {
+    let tp = u128::from(t.basis_points());
+    let n = u128::from(rows);
+    let one_above = u64::try_from(tp * n / 10000).unwrap_or(u64::MAX);
+    let zero_below = u64::try_from(((10000 - tp) * n).div_ceil(10000)).unwrap_or(u64::MAX);
+    (one_above, zero_below)
 }
 
 /// Little-endian value of up to 8 bytes.

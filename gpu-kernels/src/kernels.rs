@@ -6,8 +6,9 @@ use crate::arch;
 use crate::count::PosPopcnt32;
 use crate::hw::{GlobalBook, Hw, SharedBook};
 use crate::params::{
-    CacheParams, CountParams, CpAsyncTestParams, DecodeParams, EncodeParams, KvAppendParams,
-    MeasureParams, SCAN_PER_THREAD, SCAN_TILE, ScanParams, WarpTestParams, workspace_bytes,
+    CacheParams, CandidatesParams, CountParams, CpAsyncTestParams, DecodeParams, EncodeParams,
+    KvAppendParams, MeasureParams, SCAN_PER_THREAD, SCAN_TILE, ScanParams, WarpTestParams,
+    workspace_bytes,
 };
 use crate::prelude::kernel;
 use crate::scan::{block_exclusive_scan, global_scan, thread_sizes};
@@ -469,6 +470,23 @@ pub unsafe fn ibp_fit_eval(p: MeasureParams) {
     let (wid, nwarps) = arch::global_warp();
     // SAFETY: forwarded contract.
     unsafe { crate::encode::eval(&Hw, &Hw, &global_measure(p), wid, nwarps) }
+}
+
+/// The fit's candidate codebooks from the bit counts
+/// (`crate::candidates`).
+///
+/// # Safety
+/// As [`CandidatesParams`] states.
+#[kernel]
+pub unsafe fn ibp_fit_candidates(p: CandidatesParams) {
+    let (wid, nwarps) = arch::global_warp();
+    let p = CandidatesParams {
+        counts: arch::to_global(p.counts),
+        book: arch::to_global(p.book),
+        ..p
+    };
+    // SAFETY: forwarded contract.
+    unsafe { crate::candidates::candidates(&Hw, &Hw, &p, wid, nwarps) }
 }
 
 /// The size query (`crate::encode::size`).

@@ -51,6 +51,7 @@
 pub mod bits;
 pub mod book;
 pub mod cache;
+pub mod candidates;
 pub mod count;
 pub mod decode;
 pub mod device;

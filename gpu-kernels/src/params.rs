@@ -165,6 +165,25 @@ pub const STATUS_BAD_INDEX: u64 = 2;
 /// one candidate per lane).
 pub const MAX_THRESHOLDS: u32 = 8;
 
+/// `ibp_fit_candidates`: the evaluation book of `ibp_fit_eval` (the bit
+/// values `V`, then the masks of the `nt ≤ 8` thresholds, each field
+/// `⌈row_bytes / 8⌉` little-endian u64 words) built from the bit counts
+/// `counts` (`8 · row_bytes` u64, entry `8i + b` for bit `b` of byte `i`).
+/// Under threshold `t` a bit whose count is above `one_above[t]` is an
+/// invariant 1, below `zero_below[t]` an invariant 0 (`docs/FORMAT.md` §4;
+/// the host computes both bounds). One warp per word.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CandidatesParams {
+    pub counts: u64,
+    pub book: u64,
+    pub row_bytes: u64,
+    pub one_above: [u64; 8],
+    pub zero_below: [u64; 8],
+    pub nt: u32,
+    pub pad: u32,
+}
+
 /// `ibp_fit_eval`, `ibp_size` and `ibp_gather`: one warp per sampled tensor.
 ///
 /// The source holds `rows` tensors of `row_bytes` bytes, tensor `r` at

@@ -278,12 +278,31 @@ pub(crate) fn choose_with(
     opts: &FitOptions,
     evaluate: impl FnOnce(&[(Vec<u8>, Vec<u8>)]) -> Result<Vec<Totals>>,
 ) -> Result<Fit> {
+    choose_evaluated(plan, row_bytes, opts, |thresholds| {
+        let books: Vec<(Vec<u8>, Vec<u8>)> = thresholds
+            .iter()
+            .map(|&t| mask_and_bitval(counts, counted, t))
+            .collect();
+        Ok((evaluate(&books)?, books))
+    })
+}
+
+/// [`choose_with`] with the candidates' codebooks built by `evaluate` too
+/// (the GPU's, from counts it keeps): given the thresholds ascending, it
+/// returns their [`Totals`] and each one's `(mask, bitval)`, in that order.
+pub(crate) fn choose_evaluated(
+    plan: SamplePlan,
+    row_bytes: usize,
+    opts: &FitOptions,
+    evaluate: impl FnOnce(&[Threshold]) -> Result<(Vec<Totals>, Vec<(Vec<u8>, Vec<u8>)>)>,
+) -> Result<Fit> {
     let (thresholds, chunks) = sweep(opts)?;
-    let books: Vec<(Vec<u8>, Vec<u8>)> = thresholds
-        .iter()
-        .map(|&t| mask_and_bitval(counts, counted, t))
-        .collect();
-    let totals = evaluate(&books)?;
+    let (totals, books) = evaluate(&thresholds)?;
+    if books.len() != thresholds.len() {
+        return Err(Error::invalid(
+            "candidate evaluation returned the wrong number of codebooks",
+        ));
+    }
     let (best, candidates, ti) = pick(&thresholds, &chunks, &totals)?;
     let (mask, bitval) = books.into_iter().nth(ti).unwrap_or_default();
     Ok(Fit {

@@ -494,13 +494,12 @@ impl Gpu {
             t[t.len() / 2]
         };
         out.push(("fit 1/16: gather and count the sample", median(|p| p.count)));
-        out.push(("fit 1/16: counts to the host", median(|p| p.counts_to_host)));
         out.push((
-            "fit 1/16: weigh the candidates (book up, kernel, totals back)",
+            "fit 1/16: weigh the candidates (book built on the GPU, kernel, totals and book back)",
             median(|p| p.evaluate),
         ));
         out.push((
-            "fit 1/16: the rest on the host (masks, choice, tables)",
+            "fit 1/16: the rest on the host (choice, tables)",
             median(|p| p.host),
         ));
         let mut counts = DeviceBuffer::<u64>::zeroed(8 * l).map_err(cuda_err("allocating"))?;

@@ -1,19 +1,19 @@
 //! The fit on the GPU: bit counting and the threshold sweep's evaluation
 //! pass, choosing exactly the codebook the CPU fit chooses.
 
-use cust::memory::{CopyDestination, DeviceBuffer, DeviceSlice};
+use cust::memory::{DeviceBuffer, DeviceSlice};
 use cust::stream::Stream;
-use ibp_kernels::params::MeasureParams;
+use ibp_kernels::params::{CandidatesParams, MeasureParams};
 
+use super::Gpu;
 use super::compress::{WARP_BLOCK, row_count};
 use super::driver::{copy_to_host_blocking, device_buffer, ensure, new_stream, sync, zero_async};
 use super::launch::kernels;
 use super::memory::{GpuReadable, Span};
-use super::{Gpu, cuda_err};
+use crate::codebook::threshold_bounds;
 use crate::error::{Error, Result};
-use crate::fit::choose::{Totals, choose_with};
+use crate::fit::choose::{Totals, choose_evaluated};
 use crate::fit::{Fit, FitOptions, SamplePlan};
-use crate::kernel_tables::eval_book;
 use ibp_kernels::params::MAX_THRESHOLDS;
 
 /// What [`Gpu::fit_blocking`] keeps between calls: its stream and device
@@ -53,13 +53,10 @@ impl FitScratch {
 pub(crate) struct FitPhases {
     /// Gathering the sample and counting its bits (kernels, synchronised).
     pub count: f64,
-    /// The bit counts copied to the host.
-    pub counts_to_host: f64,
-    /// Weighing the candidates: their book uploaded, the kernel, the totals
-    /// copied back.
+    /// Weighing the candidates: their book built from the counts on the
+    /// device, the evaluation kernel, the totals and the book copied back.
     pub evaluate: f64,
-    /// The rest, on the host: each threshold's mask and bit values, the
-    /// choice, the chosen codebook's tables.
+    /// The rest, on the host: the choice, the chosen codebook's tables.
     pub host: f64,
 }
 
@@ -67,8 +64,7 @@ impl FitPhases {
     /// Set `host` to what the fit started at `started` took beyond the
     /// other phases.
     fn finish(mut self, started: std::time::Instant) -> Self {
-        self.host =
-            started.elapsed().as_secs_f64() - self.count - self.counts_to_host - self.evaluate;
+        self.host = started.elapsed().as_secs_f64() - self.count - self.evaluate;
         self
     }
 }
@@ -124,8 +120,8 @@ impl Gpu {
             None => guard.insert(FitScratch::new()?),
         };
         if plan.is_all() {
-            let counts = self.count_sample(src, row_bytes, sc, started, &mut ph)?;
-            let fit = self.fit_counted(src, &counts, plan, row_bytes, opts, sc, &mut ph)?;
+            self.count_sample(src, row_bytes, sc, started, &mut ph)?;
+            let fit = self.fit_counted(src, plan, row_bytes, opts, sc, &mut ph)?;
             return Ok((fit, ph.finish(started)));
         }
         if (n as u64).checked_mul(plan.len()).is_none() {
@@ -157,13 +153,14 @@ impl Gpu {
         let whole = unsafe { DeviceSlice::from_raw_parts(sc.sample.as_device_ptr(), bytes) };
         let gathered = Span::of(&whole, 0, bytes)
             .ok_or_else(|| Error::invalid("sample larger than its buffer"))?;
-        let counts = self.count_sample(&gathered, row_bytes, sc, started, &mut ph)?;
-        let fit = self.fit_counted(&gathered, &counts, plan, row_bytes, opts, sc, &mut ph)?;
+        self.count_sample(&gathered, row_bytes, sc, started, &mut ph)?;
+        let fit = self.fit_counted(&gathered, plan, row_bytes, opts, sc, &mut ph)?;
         Ok((fit, ph.finish(started)))
     }
 
-    /// Count the sample's bits and copy the counts to the host; `ph.count`
-    /// is the time from `started` to the counts' kernel done.
+    /// Count the sample's bits into the scratch's counters (they stay on the
+    /// device); `ph.count` is the time from `started` to the counts' kernel
+    /// done.
     fn count_sample(
         &self,
         sample: &(impl GpuReadable + ?Sized),
@@ -171,25 +168,23 @@ impl Gpu {
         sc: &mut FitScratch,
         started: std::time::Instant,
         ph: &mut FitPhases,
-    ) -> Result<Vec<u64>> {
+    ) -> Result<()> {
         ensure(&mut sc.counts, 8 * row_bytes, "allocating counters")?;
         let mut counts = sc.counts.index(..8 * row_bytes);
         zero(&counts, &sc.stream)?;
         self.count_bits(sample, row_bytes, &mut counts, &sc.stream)?;
         sync(&sc.stream, "counting bits")?;
         ph.count = started.elapsed().as_secs_f64();
-        let copied = std::time::Instant::now();
-        let counts = copy_to_host_blocking(&counts)?;
-        ph.counts_to_host = copied.elapsed().as_secs_f64();
-        Ok(counts)
+        Ok(())
     }
 
-    /// Weigh the candidates on `sample` (every row of it) and choose.
-    #[allow(clippy::too_many_arguments)]
+    /// Weigh the candidates on `sample` (every row of it) and choose: each
+    /// group of up to eight thresholds' book is built on the device from
+    /// the counts `count_sample` left there (`ibp_fit_candidates`), weighed
+    /// there, and copied back with the totals.
     fn fit_counted(
         &self,
         sample: &(impl GpuReadable + ?Sized),
-        counts: &[u64],
         plan: SamplePlan,
         row_bytes: usize,
         opts: &FitOptions,
@@ -197,22 +192,37 @@ impl Gpu {
         ph: &mut FitPhases,
     ) -> Result<Fit> {
         let s = plan.len();
-        choose_with(counts, s, plan, row_bytes, opts, |books| {
+        let words = row_bytes.div_ceil(8);
+        choose_evaluated(plan, row_bytes, opts, |thresholds| {
             let weighing = std::time::Instant::now();
-            let mut out = Vec::with_capacity(books.len());
-            for group in books.chunks(MAX_THRESHOLDS as usize) {
-                let host_book = eval_book(group);
+            let mut totals_out = Vec::with_capacity(thresholds.len());
+            let mut books = Vec::with_capacity(thresholds.len());
+            for group in thresholds.chunks(MAX_THRESHOLDS as usize) {
+                let nt = group.len();
                 ensure(
                     &mut sc.book,
-                    host_book.len(),
+                    (1 + nt) * words,
                     "allocating candidate codebooks",
                 )?;
-                let mut book = sc.book.index(..host_book.len());
-                book.copy_from(&host_book[..])
-                    .map_err(cuda_err("uploading candidate codebooks"))?;
-                let totals = sc.totals.index(..64);
-                zero(&totals, &sc.stream)?;
+                let book = sc.book.index(..(1 + nt) * words);
+                let mut c = CandidatesParams {
+                    counts: sc.counts.as_device_ptr().as_raw(),
+                    book: book.as_device_ptr().as_raw(),
+                    row_bytes: row_bytes as u64,
+                    nt: nt as u32,
+                    ..Default::default()
+                };
+                for (i, &t) in group.iter().enumerate() {
+                    (c.one_above[i], c.zero_below[i]) = threshold_bounds(s, t);
+                }
                 let stream = &sc.stream;
+                let grid = self.warp_grid(kernels::FIT_CANDIDATES, words as u64)?;
+                // SAFETY: the counters hold 8·L counts (count_sample), the
+                // book (1 + nt)·⌈L/8⌉ u64; CandidatesParams is the kernel's
+                // type.
+                unsafe { self.launch(kernels::FIT_CANDIDATES, grid, WARP_BLOCK, 0, stream, c)? };
+                let totals = sc.totals.index(..64);
+                zero(&totals, stream)?;
                 let p = MeasureParams {
                     src: sample.device_addr(),
                     stride: row_bytes as u64,
@@ -221,7 +231,7 @@ impl Gpu {
                     row_bytes: row_bytes as u64,
                     book: book.as_device_ptr().as_raw(),
                     totals: totals.as_device_ptr().as_raw(),
-                    nt: group.len() as u32,
+                    nt: nt as u32,
                     ..Default::default()
                 };
                 let grid = self.warp_grid(kernels::FIT_EVAL, s)?;
@@ -231,13 +241,28 @@ impl Gpu {
                 unsafe { self.launch(kernels::FIT_EVAL, grid, WARP_BLOCK, 0, stream, p)? };
                 sync(stream, "weighing candidates")?;
                 let t = copy_to_host_blocking(&totals)?;
-                out.extend((0..group.len()).map(|i| Totals {
+                totals_out.extend((0..nt).map(|i| Totals {
                     stored: std::array::from_fn(|c| t[2 * (4 * i + c)]),
                     encoded: std::array::from_fn(|c| t[2 * (4 * i + c) + 1]),
                 }));
+                let words_back = copy_to_host_blocking(&book)?;
+                let bytes = |w: &[u64]| -> Vec<u8> {
+                    let mut b: Vec<u8> = w.iter().flat_map(|x| x.to_le_bytes()).collect();
+                    b.truncate(row_bytes);
+                    b
+                };
+                let v = &words_back[..words];
+                for i in 0..nt {
+                    let m = &words_back[(1 + i) * words..(2 + i) * words];
+                    // A bit invariant under two thresholds (all ≥ 0.5) has
+                    // the same value under both, so V masked is the
+                    // threshold's bit values (`crate::kernel_tables::eval_book`).
+                    let b: Vec<u64> = m.iter().zip(v).map(|(m, v)| m & v).collect();
+                    books.push((bytes(m), bytes(&b)));
+                }
             }
             ph.evaluate = weighing.elapsed().as_secs_f64();
-            Ok(out)
+            Ok((totals_out, books))
         })
     }
 }

@@ -60,14 +60,15 @@ impl<P> Kernel<P> {
 /// Every kernel, by what it does.
 pub(crate) mod kernels {
     use ibp_kernels::params::{
-        CacheParams, CountParams, CpAsyncTestParams, DecodeParams, EncodeParams, KvAppendParams,
-        MeasureParams, ScanParams, WarpTestParams,
+        CacheParams, CandidatesParams, CountParams, CpAsyncTestParams, DecodeParams, EncodeParams,
+        KvAppendParams, MeasureParams, ScanParams, WarpTestParams,
     };
 
     use super::Kernel;
 
     pub(crate) const COUNT_BITS: Kernel<CountParams> = Kernel::new("ibp_count_bits");
     pub(crate) const GATHER: Kernel<MeasureParams> = Kernel::new("ibp_gather");
+    pub(crate) const FIT_CANDIDATES: Kernel<CandidatesParams> = Kernel::new("ibp_fit_candidates");
     pub(crate) const FIT_EVAL: Kernel<MeasureParams> = Kernel::new("ibp_fit_eval");
     pub(crate) const SIZE: Kernel<MeasureParams> = Kernel::new("ibp_size");
     pub(crate) const SCAN_TILES: Kernel<ScanParams> = Kernel::new("ibp_scan_tiles");

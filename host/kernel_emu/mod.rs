@@ -693,6 +693,77 @@ fn emulated_evaluation_equals_the_cpu_fit() {
     }
 }
 
+#[test]
+fn emulated_candidate_books_equal_the_host_rule() {
+    use crate::codebook::{Threshold, mask_and_bitval, threshold_bounds};
+    use ibp_kernels::params::CandidatesParams;
+    let mut s = 4242u64;
+    // Lengths with a partial last word, counts at and around each bound.
+    for (l, n) in [(1usize, 7u64), (13, 40), (64, 1000), (203, 3), (517, 12345)] {
+        let bps: &[u16] = if l % 2 == 0 {
+            &[5000, 6000, 7000, 8000, 9000, 9900]
+        } else {
+            &[5000, 5500, 6000, 7000, 8000, 9000, 9500, 10000]
+        };
+        let ts: Vec<Threshold> = bps
+            .iter()
+            .map(|&b| Threshold::from_basis_points(b).unwrap())
+            .collect();
+        let edges: Vec<u64> = ts
+            .iter()
+            .flat_map(|&t| {
+                let (a, b) = threshold_bounds(n, t);
+                [a, a + 1, b.saturating_sub(1), b]
+            })
+            .chain([0, n])
+            .collect();
+        let counts: Vec<u64> = (0..8 * l)
+            .map(|_| {
+                let r = xorshift(&mut s);
+                if r.is_multiple_of(3) {
+                    r % (n + 1)
+                } else {
+                    edges[(r >> 8) as usize % edges.len()].min(n)
+                }
+            })
+            .collect();
+        let books: Vec<(Vec<u8>, Vec<u8>)> =
+            ts.iter().map(|&t| mask_and_bitval(&counts, n, t)).collect();
+        let want = eval_book(&books);
+        let words = l.div_ceil(8);
+        let got = vec![u64::MAX; (1 + ts.len()) * words];
+        let mut p = CandidatesParams {
+            counts: counts.as_ptr() as u64,
+            book: got.as_ptr() as u64,
+            row_bytes: l as u64,
+            nt: ts.len() as u32,
+            ..Default::default()
+        };
+        for (i, &t) in ts.iter().enumerate() {
+            (p.one_above[i], p.zero_below[i]) = threshold_bounds(n, t);
+        }
+        for nwarps in [1u64, 3] {
+            for wid in 0..nwarps {
+                // SAFETY: counts of 8·L u64, a book of (1 + nt)·⌈L/8⌉ u64.
+                run_warp(|w| unsafe {
+                    ibp_kernels::candidates::candidates(w, &EmuMem, &p, wid, nwarps)
+                });
+            }
+            assert_eq!(got, want, "L={l} N={n} warps={nwarps}");
+        }
+        // What the GPU fit takes back: each threshold's bit values are the
+        // OR of all of them under its mask.
+        for (i, (m, b)) in books.iter().enumerate() {
+            let v = &books.iter().fold(vec![0u8; l], |mut v, (_, b)| {
+                v.iter_mut().zip(b).for_each(|(x, y)| *x |= y);
+                v
+            });
+            let masked: Vec<u8> = m.iter().zip(v).map(|(m, v)| m & v).collect();
+            assert_eq!(&masked, b, "L={l} N={n} threshold {i}");
+        }
+    }
+}
+
 /// Reference: the bit stream of segments, laid end to end from bit `s0`.
 fn reference_stream(segs: &[(u64, u32)], s0: u64, bytes: usize) -> Vec<u8> {
     let mut out = vec![0u8; bytes];
