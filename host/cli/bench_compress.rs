@@ -51,7 +51,7 @@ pub fn section(
     md: &mut String,
 ) -> Result<()> {
     let mut stage_md = String::from(
-        "\n### Stages on device-resident data\n\nThe sampled fit's phases first (wall-clock time inside `Gpu::fit_blocking` with a sample of 1/16, median of 5; its \"rest on the host\" is the fit's time less the other three), then each kernel launched alone and synchronised (median of 5).\n\n| data | stage | ms | input GB/s |\n| --- | --- | --- | --- |\n",
+        "\n### Stages on device-resident data\n\nThe sampled fit's phases first (wall-clock time inside `Gpu::fit_blocking` with a sample of 1/16, median of 5; its \"rest on the host\" is the fit's time less the other two), then each kernel launched alone and synchronised (median of 5).\n\n| data | stage | ms | input GB/s |\n| --- | --- | --- | --- |\n",
     );
     let _ = writeln!(
         md,
