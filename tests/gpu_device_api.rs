@@ -19,7 +19,7 @@ use fused_kernels::{BAD_INDEX, BagParams, CORRUPT, OK};
 use ibp::Rows;
 use ibp::codebook::Codebook;
 use ibp::gpu::{GpuDataset, Residency, copy_to_host_blocking, cust};
-use ibp::layout::{LayoutOptions, PackedRef, compress_packed};
+use ibp::layout::{LayoutOptions, Packed, PackedRef, compress_packed};
 
 /// `n` rows of `dim` floats of one exponent range (`[1, 2)` times a
 /// per-column sign): compressible, as embedding rows are. bf16 rows keep
@@ -121,10 +121,13 @@ fn fused_bags(
     (sums, copy_to_host_blocking(&status).unwrap())
 }
 
-fn codebook(data: &[u8], l: usize) -> Codebook {
-    ibp::fit::fit(Rows::new(data, l).unwrap(), &Default::default())
-        .unwrap()
-        .codebook
+/// The rows of `data` (`l` bytes each) fitted and compressed to the packed
+/// layout.
+fn fit_and_pack(data: &[u8], l: usize) -> (Codebook, Packed) {
+    let rows = Rows::new(data, l).unwrap();
+    let cb = ibp::fit::fit(rows, &Default::default()).unwrap().codebook;
+    let packed = compress_packed(&cb, rows, &LayoutOptions::default()).unwrap();
+    (cb, packed)
 }
 
 #[test]
@@ -140,9 +143,7 @@ fn fused_bag_sums_equal_the_cpu_sums_bit_for_bit() {
         let l = dim * if bf16 { 2 } else { 4 };
         let n = 3000;
         let data = rows(&mut rng, n, dim, bf16);
-        let cb = codebook(&data, l);
-        let packed =
-            compress_packed(&cb, Rows::new(&data, l).unwrap(), &LayoutOptions::default()).unwrap();
+        let (cb, packed) = fit_and_pack(&data, l);
         let (ids, starts) = fused_host::bags(n, 700, 5 + l as u64);
         let want = cpu_sums(&data, l, bf16, &ids, &starts);
         for residency in [Residency::Pinned, Residency::Device] {
@@ -170,9 +171,7 @@ fn corrupt_rows_reach_the_host_as_a_status() {
     let mut rng = Rng(4243);
     let (dim, l, n) = (384, 1536, 256);
     let data = rows(&mut rng, n, dim, false);
-    let cb = codebook(&data, l);
-    let packed =
-        compress_packed(&cb, Rows::new(&data, l).unwrap(), &LayoutOptions::default()).unwrap();
+    let (cb, packed) = fit_and_pack(&data, l);
     // One bag per row: bag t is row t alone.
     let ids: Vec<u32> = (0..n as u32).collect();
     let starts: Vec<u32> = (0..=n as u32).collect();
@@ -226,9 +225,7 @@ fn row_ids_past_the_dataset_are_reported_not_read() {
     let mut rng = Rng(99);
     let (dim, l, n) = (384, 768, 100);
     let data = rows(&mut rng, n, dim, true);
-    let cb = codebook(&data, l);
-    let packed =
-        compress_packed(&cb, Rows::new(&data, l).unwrap(), &LayoutOptions::default()).unwrap();
+    let (cb, packed) = fit_and_pack(&data, l);
     let ds = GpuDataset::upload_packed(&gpu, &cb, &packed.view(), Residency::Pinned).unwrap();
     // Bag 0: good ids; bag 1: one id just past the end among good ones;
     // bag 2: a huge id alone.
@@ -316,9 +313,7 @@ fn a_kernel_crate_built_outside_the_repository_runs_on_the_gpu() {
     let mut rng = Rng(2026);
     let (dim, l, n) = (384, 1536, 500);
     let data = rows(&mut rng, n, dim, false);
-    let cb = codebook(&data, l);
-    let packed =
-        compress_packed(&cb, Rows::new(&data, l).unwrap(), &LayoutOptions::default()).unwrap();
+    let (cb, packed) = fit_and_pack(&data, l);
     assert!(
         packed.flags.iter().any(|&f| f != 0),
         "no row was stored encoded"

@@ -12,6 +12,25 @@
 use crate::params::{CandidatesParams, MAX_THRESHOLDS};
 use crate::simt::{Lanes, Mem};
 
+/// Run `$body` for `$t` = 0, 1, … 7 (`MAX_THRESHOLDS`), a constant in each
+/// copy.
+///
+/// Q: why not a loop?
+/// A: LLVM kept the loop (its body holds ballots), so `one_above[t]` and
+/// `zero_below[t]` were indexed at run time and the parameters copied to
+/// local memory (a 160-byte stack frame, ptxas sm_90); constant copies
+/// read them from the constant bank.
+const _: () = assert!(MAX_THRESHOLDS == 8, "each_threshold! unrolls eight copies");
+
+macro_rules! each_threshold {
+    ($t:ident => $body:block) => {
+        each_threshold!(@ $t $body 0 1 2 3 4 5 6 7)
+    };
+    (@ $t:ident $body:block $($n:literal)*) => {
+        $( { let $t: usize = $n; $body } )*
+    };
+}
+
 /// Build the book for the words `wid, wid + nwarps, …`: lane `l` takes the
 /// counts of bits `l` and `32 + l` of the word, and a ballot per threshold
 /// and verdict gathers each 32-bit half.
@@ -46,8 +65,7 @@ pub unsafe fn candidates<W: Lanes, M: Mem>(
         // SAFETY: i1 < 8 · row_bytes, inside the counts.
         let c1 = (i1 < bits).then(|| unsafe { m.ld_u64(p.counts + 8 * i1) });
         let mut v = 0u64;
-        let mut t = 0;
-        while t < MAX_THRESHOLDS as usize {
+        each_threshold!(t => {
             if (t as u32) < nt {
                 let (above, below) = (p.one_above[t], p.zero_below[t]);
                 let one = |c: Option<u64>| c.is_some_and(|c| c > above);
@@ -60,8 +78,7 @@ pub unsafe fn candidates<W: Lanes, M: Mem>(
                     unsafe { m.st_u64(p.book + 8 * ((1 + t as u64) * words + q), mask) };
                 }
             }
-            t += 1;
-        }
+        });
         if lane == 0 {
             // SAFETY: field 0, word q, inside the book.
             unsafe { m.st_u64(p.book + 8 * q, v) };
