@@ -9,12 +9,15 @@ use std::fmt::Write as _;
 
 use cust::memory::DeviceBuffer;
 use cust::stream::Stream;
-use ibp::gpu::bench::{time_dtoh_copy, time_median};
+use ibp::Rows;
+use ibp::gpu::bench::{measure_zero_copy_read, time_dtoh_copy, time_median};
 use ibp::gpu::{
-    DecodeStatus, Gpu, KvStore, KvStoreOptions, PageWrites, Span, copy_to_host_blocking,
+    DecodeOptions, DecodeStatus, Decoder, Gpu, GpuDataset, KvStore, KvStoreOptions, PageWrites,
+    Residency, Span, copy_to_host_blocking,
 };
 use ibp::io::DType;
 use ibp::kv::{KvOptions, KvPart, MiniLm, MiniLmFiles};
+use ibp::layout::{LayoutOptions, compress_packed};
 use ibp::{Error, Result};
 
 /// Bytes of a row: 384 bf16 values (6 heads × 64).
@@ -166,6 +169,7 @@ pub fn section(gpu: &Gpu, stream: &Stream, zc: f64, md: &mut String) -> Result<(
     let seq_stored: u64 = seq_ids.iter().map(|&r| lengths[r as usize] as u64).sum();
     let seq_ratio = seq_stored as f64 / zc / seq_secs;
 
+    let sizes = gather_sizes(gpu, stream, zc, &big, &lengths, &bulk_src)?;
     let step_us = step_secs * 1e6;
     let _ = writeln!(
         md,
@@ -197,7 +201,108 @@ pub fn section(gpu: &Gpu, stream: &Stream, zc: f64, md: &mut String) -> Result<(
         seq_ratio,
         verdict(gather_ratio >= 0.9),
     );
+    md.push_str(&sizes);
     Ok(())
+}
+
+/// Random token ids (`tokens` of `of`), `PER_TOKEN` rows each, u32.
+fn token_rows(tokens: usize, of: usize, seed: u64) -> Vec<u32> {
+    let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ seed;
+    (0..tokens)
+        .flat_map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let t = (x % of as u64) as usize;
+            (0..PER_TOKEN).map(move |j| (t * PER_TOKEN + j) as u32)
+        })
+        .collect()
+}
+
+/// The gather's time against its size, beside what bounds it: the same
+/// rows read and not decoded (the decoder's ideal mode), a zero-copy read
+/// of as many bytes by the bit-counting kernel, and the same rows from a
+/// packed copy of the bulk rows (a token's rows back to back, no slots).
+/// Every ratio is against the stored bytes at the 1 GiB zero-copy rate
+/// `zc`. The packed copy is checked against the originals first.
+fn gather_sizes(
+    gpu: &Gpu,
+    stream: &Stream,
+    zc: f64,
+    big: &KvStore,
+    lengths: &[u32],
+    bulk_src: &[u8],
+) -> Result<String> {
+    let cuda =
+        |what: &'static str| move |e: cust::error::CudaError| Error::cuda(format!("{what}: {e}"));
+    let stored_tokens = big.rows() as usize / PER_TOKEN;
+    let bulk_tokens = BULK_ROWS / PER_TOKEN;
+    let cb = big
+        .codebook(0)
+        .ok_or_else(|| Error::invalid("a store without a segment"))?;
+    let rows = Rows::new(&bulk_src[..bulk_tokens * PER_TOKEN * L], L)?;
+    let packed = compress_packed(cb, rows, &LayoutOptions::default())?;
+    let ds = GpuDataset::upload_packed(gpu, cb, &packed.view(), Residency::Pinned)?;
+    let dec = Decoder::new(gpu, &ds, &DecodeOptions::default())?;
+    let mut md = format!(
+        "\n### The gather against its size\n\nRandom tokens ({PER_TOKEN} rows each), median of 9 after 2. *slots*: `KvStore::gather` as above; *read only*: the same launch reading exactly the rows' stored bytes and decoding nothing (the decoder's ideal mode); *zero-copy read*: the bit-counting kernel reading as many contiguous pinned bytes; *packed*: the same tokens' rows from a packed copy of {bulk_tokens} tokens in pinned memory (rows back to back, each token's rows adjacent), through `Decoder::gather`. Each ratio: the rows' stored bytes at {:.1} GB/s (the 1 GiB zero-copy read) over the time.\n\n| tokens | stored MiB | slots ms | ÷ ideal | read only ms | ÷ ideal | zero-copy read ms | ÷ ideal | packed ms | ÷ ideal (its bytes) |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
+        zc / 1e9
+    );
+    for tokens in [256usize, 1024, 4096, 16384] {
+        let ids = token_rows(tokens, stored_tokens, tokens as u64);
+        let d_ids = DeviceBuffer::from_slice(&ids).map_err(cuda("upload"))?;
+        let mut out = DeviceBuffer::<u8>::zeroed(ids.len() * L).map_err(cuda("alloc"))?;
+        let mut status = DecodeStatus::new()?;
+        let stored: u64 = ids.iter().map(|&r| lengths[r as usize] as u64).sum();
+        let slots = time_median(stream, 2, 9, || {
+            big.gather(gpu, 0, &d_ids, &mut out, &status, stream)
+        })?;
+        status.check_blocking()?;
+        let read = time_median(stream, 2, 9, || {
+            big.ideal_gather(gpu, 0, &d_ids, &mut out, &status, stream)
+        })?;
+        status.check_blocking()?;
+        let zc_read = measure_zero_copy_read(gpu, stream, (stored as usize).max(1536))?;
+        // The packed copy holds the bulk rows once: the same token
+        // sequence, taken modulo its tokens.
+        let pids: Vec<u32> = token_rows(tokens, bulk_tokens, tokens as u64);
+        let d_pids = DeviceBuffer::from_slice(&pids).map_err(cuda("upload"))?;
+        dec.gather(gpu, &d_pids, &mut out, &status, stream)?;
+        stream.synchronize().map_err(cuda("gather"))?;
+        status.check_blocking()?;
+        let got = copy_to_host_blocking(&out)?;
+        for (i, &r) in pids.iter().enumerate() {
+            let r = r as usize;
+            if got[i * L..(i + 1) * L] != bulk_src[r * L..(r + 1) * L] {
+                return Err(Error::corrupt(format!(
+                    "benchmark self-check failed: packed gather row {i} (row {r}) differs"
+                )));
+            }
+        }
+        let pk = time_median(stream, 2, 9, || {
+            dec.gather(gpu, &d_pids, &mut out, &status, stream)
+        })?;
+        status.check_blocking()?;
+        let pstored: u64 = pids
+            .iter()
+            .map(|&r| packed.offsets[r as usize + 1] - packed.offsets[r as usize])
+            .sum();
+        let ideal = stored as f64 / zc;
+        let _ = writeln!(
+            md,
+            "| {tokens} | {:.2} | {:.3} | {:.2} | {:.3} | {:.2} | {:.3} | {:.2} | {:.3} | {:.2} |",
+            stored as f64 / (1 << 20) as f64,
+            slots * 1e3,
+            ideal / slots,
+            read * 1e3,
+            ideal / read,
+            zc_read * 1e3,
+            ideal / zc_read,
+            pk * 1e3,
+            pstored as f64 / zc / pk,
+        );
+    }
+    Ok(md)
 }
 
 /// One decode step's append (`SEQUENCES × PER_TOKEN` rows) on a store

@@ -406,6 +406,28 @@ impl KvStore {
         gpu.launch_decode(&dec, &seg.ds, target, out, status, true, via, stream)
     }
 
+    /// Benchmark baseline for [`KvStore::gather`] on the same rows: read
+    /// exactly the stored bytes of rows `ids` of a segment with the
+    /// decoder's fetches, decode nothing.
+    #[doc(hidden)]
+    pub fn ideal_gather<I: GatherIndex>(
+        &self,
+        gpu: &Gpu,
+        segment: usize,
+        ids: &DeviceSlice<I>,
+        out: &mut DeviceSlice<u8>,
+        status: &DecodeStatus,
+        stream: &Stream,
+    ) -> Result<()> {
+        let (dec, seg, via) = self.decoder(gpu, segment)?;
+        let target = Target::Index {
+            addr: ids.as_device_ptr().as_raw(),
+            len: ids.len() as u64,
+            wide: I::WIDE,
+        };
+        gpu.launch_decode(&dec, &seg.ds, target, out, status, true, via, stream)
+    }
+
     /// A decoder for segment `segment` and the views of the store it reads.
     fn decoder(&self, gpu: &Gpu, segment: usize) -> Result<(Decoder<'_>, &Segment, LaunchVia)> {
         let seg = self.segments.get(segment).ok_or_else(|| {
