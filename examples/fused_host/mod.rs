@@ -76,24 +76,11 @@ impl Kernels {
     /// too few to hide the host reads' latency; one block of sixteen
     /// shares the book and doubles the warps.
     pub fn block_for(&self, name: &str, fixed: u32, per_warp: u32) -> Result<Block> {
-        let mut best: Option<(u32, Block)> = None;
-        for warps in [8, 16, 24, 32] {
-            let b = Block {
-                threads: 32 * warps,
-                shared: fixed + warps * per_warp,
-            };
-            if b.shared > self.max_shared {
-                break;
-            }
-            let resident = match self.grid(name, b.threads, b.shared) {
-                Ok(blocks) => blocks / self.sms * warps,
-                Err(_) => 0,
-            };
-            if resident > best.map_or(0, |(r, _)| r) {
-                best = Some((resident, b));
-            }
-        }
-        best.map(|(_, b)| b).ok_or_else(|| {
+        choose_block(self.max_shared, fixed, per_warp, |b| {
+            self.grid(name, b.threads, b.shared)
+                .map_or(0, |blocks| blocks / self.sms)
+        })
+        .ok_or_else(|| {
             Error::invalid(format!(
                 "{name} does not fit on an SM with {fixed} + {per_warp} a warp bytes of shared memory"
             ))
@@ -340,4 +327,73 @@ pub fn report(workload: &str, m: &Measured) -> String {
         verdict(uncompressed / fused >= target_u)
     );
     t
+}
+
+/// [`Kernels::block_for`]'s rule: of 8, 16, 24 and 32 warps a block, each
+/// with `fixed + warps · per_warp` bytes of shared memory (at most
+/// `max_shared`), the block whose `per_sm` (blocks resident on an SM, 0
+/// when it does not fit) times its warps is largest, the smallest on a
+/// tie; `None` when none fits.
+pub fn choose_block(
+    max_shared: u32,
+    fixed: u32,
+    per_warp: u32,
+    per_sm: impl Fn(Block) -> u32,
+) -> Option<Block> {
+    let mut best: Option<(u32, Block)> = None;
+    for warps in [8, 16, 24, 32] {
+        let b = Block {
+            threads: 32 * warps,
+            shared: fixed + warps * per_warp,
+        };
+        if b.shared > max_shared {
+            break;
+        }
+        let resident = per_sm(b) * warps;
+        if resident > best.map_or(0, |(r, _)| r) {
+            best = Some((resident, b));
+        }
+    }
+    best.map(|(_, b)| b)
+}
+
+#[cfg(test)]
+mod block_tests {
+    use super::{Block, choose_block};
+
+    /// An SM of the H200's shape: 228 KB of shared memory (1 KB of it
+    /// reserved per block), 64 warps, and `regs_warps` warps' registers.
+    fn h200(regs_warps: u32) -> impl Fn(Block) -> u32 {
+        move |b: Block| {
+            let warps = b.threads / 32;
+            let by_smem = (233_472 / (b.shared + 1024)).min(32);
+            by_smem.min(64 / warps).min(regs_warps / warps)
+        }
+    }
+
+    #[test]
+    fn a_large_workspace_takes_a_larger_block() {
+        // Cora's bag: a 23 KB book and 11.6 KB a warp. Eight warps (116
+        // KB) fit one block; sixteen (209 KB) fit one block of twice the
+        // warps; twenty-four do not fit at all.
+        let b = choose_block(232_448, 23_000, 11_600, h200(64)).unwrap();
+        assert_eq!(b.threads, 512);
+        assert_eq!(b.shared, 23_000 + 16 * 11_600);
+    }
+
+    #[test]
+    fn a_small_workspace_keeps_eight_warps_on_a_tie() {
+        // Small workspaces: every size reaches the register limit of 32
+        // warps; the smallest block wins the tie.
+        let b = choose_block(232_448, 4_096, 2_048, h200(32)).unwrap();
+        assert_eq!(b.threads, 256);
+        assert_eq!(b.shared, 4_096 + 8 * 2_048);
+    }
+
+    #[test]
+    fn nothing_fits_when_eight_warps_exceed_the_limit() {
+        assert!(choose_block(100_000, 60_000, 6_000, h200(64)).is_none());
+        // A block the occupancy rule rejects counts as no warps.
+        assert!(choose_block(232_448, 1_000, 1_000, |_| 0).is_none());
+    }
 }
