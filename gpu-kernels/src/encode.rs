@@ -19,7 +19,7 @@
 
 use crate::bits;
 use crate::pack::RingWriter;
-use crate::params::{ENCODE_TWO_RUNS, EncodeParams, MAX_THRESHOLDS, MeasureParams};
+use crate::params::{ClearParams, ENCODE_TWO_RUNS, EncodeParams, MAX_THRESHOLDS, MeasureParams};
 use crate::simt::{Async, Lanes, Mem, Shared, exclusive_scan, warp_sum};
 use crate::table::steps;
 
@@ -1118,6 +1118,61 @@ pub unsafe fn encode_slot<W: Lanes, M: Mem, const C: u32>(
             (e, bits)
         } else {
             (l, encode_row::<W, M, C>(w, m, p, start, l, dst, l))
+        }
+    }
+}
+
+/// Thread `t`'s share of `ibp_encode_clear` ([`ClearParams`]): for `t <
+/// rows`, zero the 16-byte groups of tensor `t`'s region that another
+/// write shares; for `t == rows`, the output's padding (which also holds
+/// the last region's last group).
+///
+/// Q: which groups does the encoder OR into, and why are these enough?
+/// A: a region's writer ([`RingWriter`]) stores whole the 16-byte groups
+/// that lie inside the part of the region it owns, and ORs word by word
+/// into the rest: the group of the word where the participation bits end
+/// and the payload begins (bit `K` of the stream, `K` the tensor's chunks;
+/// [`RingWriter::put`] stores the participation words before it whole),
+/// and the groups at the region's two ends. The group of a region's last
+/// byte is the next region's first group, or the padding's, unless the
+/// next region starts on a group: then it lies inside this region and is
+/// stored whole, unless it is this region's first group or holds bit `K`,
+/// both zeroed. So the first groups, the `K` groups and the padding cover
+/// every OR. (A raw region has no participation bits: only its ends.)
+/// Zeroing them instead of the whole output saves a pass over the
+/// output's bytes (the stored size of the table: most of it for dense
+/// tensors).
+///
+/// # Safety
+/// As [`ClearParams`] states; `t ≤ rows`.
+#[inline(always)]
+pub unsafe fn clear_shared_groups<M: Mem>(m: &M, p: &ClearParams, t: u64) {
+    let zero = |a: u64| {
+        // SAFETY: every group named below lies inside the output (the
+        // caller's contract: regions and padding are inside `out_len`,
+        // itself a multiple of 16).
+        unsafe { m.st_v4(a & !15, [0; 4]) }
+    };
+    // SAFETY: (loads) sizes holds rows u64 and offsets rows + 1.
+    unsafe {
+        if t < p.rows {
+            let a = p.out + m.ld_u64(p.offsets + 8 * t) - p.offset_base;
+            zero(a);
+            if m.ld_u64(p.sizes + 8 * t) < p.row_bytes {
+                // Stream bit K, counted from the group of the region's
+                // first byte (the writer's base).
+                // (chunk is a power of two: a shift, not a 64-bit
+                // division's call.)
+                let chunks = (p.row_bytes + p.chunk - 1) >> p.chunk.trailing_zeros();
+                let k = (a % 16) * 8 + chunks;
+                zero((a & !15) + 16 * (k / 128));
+            }
+        } else {
+            let mut g = (p.out + p.data_len) & !15;
+            while g < p.out + p.out_len {
+                zero(g);
+                g += 16;
+            }
         }
     }
 }

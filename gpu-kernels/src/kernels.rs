@@ -6,9 +6,9 @@ use crate::arch;
 use crate::count::PosPopcnt32;
 use crate::hw::{GlobalBook, Hw, SharedBook};
 use crate::params::{
-    CacheParams, CandidatesParams, CountParams, CpAsyncTestParams, DecodeParams, EncodeParams,
-    KvAppendParams, MeasureParams, SCAN_PER_THREAD, SCAN_TILE, ScanParams, WarpTestParams,
-    workspace_bytes,
+    CacheParams, CandidatesParams, ClearParams, CountParams, CpAsyncTestParams, DecodeParams,
+    EncodeParams, KvAppendParams, MeasureParams, SCAN_PER_THREAD, SCAN_TILE, ScanParams,
+    WarpTestParams, workspace_bytes,
 };
 use crate::prelude::kernel;
 use crate::scan::{block_exclusive_scan, global_scan, thread_sizes};
@@ -671,6 +671,27 @@ pub unsafe fn ibp_encode_c4(p: EncodeParams) {
 pub unsafe fn ibp_encode_c8(p: EncodeParams) {
     // SAFETY: forwarded contract.
     unsafe { encode_entry::<8>(p) }
+}
+
+/// Before a packed encode: zero the output's groups two writes share.
+///
+/// # Safety
+/// As [`ClearParams`] states.
+#[kernel]
+pub unsafe fn ibp_encode_clear(p: ClearParams) {
+    let p = ClearParams {
+        sizes: arch::to_global(p.sizes),
+        offsets: arch::to_global(p.offsets),
+        out: arch::to_global(p.out),
+        ..p
+    };
+    let mut t = arch::global_thread();
+    let threads = arch::grid_threads();
+    while t <= p.rows {
+        // SAFETY: forwarded contract; t ≤ rows.
+        unsafe { crate::encode::clear_shared_groups(&Hw, &p, t) };
+        t += threads;
+    }
 }
 
 /// Scan, phase 1: each block sums its tile into `partials[tile]` and writes

@@ -241,8 +241,13 @@ pub struct MeasureParams {
 /// every chunk's free bits form at most two runs (the two-run fields are
 /// then used in place of the move masks).
 ///
-/// The output must be zeroed first: only words that hold stored bits are
-/// written, and a word shared by two tensors is OR-ed into.
+/// The output must be zeroed first where writers meet: the 16-byte groups
+/// a tensor's first byte, its last byte and (encoded) the first payload
+/// bit of its stream fall in; every other group of a region is stored whole
+/// (`ibp_encode_clear`, [`ClearParams`], zeroes exactly those groups for a
+/// packed output). Only words that hold stored bits are written, and a word
+/// shared by two tensors, or by a tensor's participation bits and its
+/// payload, is OR-ed into.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct EncodeParams {
@@ -260,6 +265,31 @@ pub struct EncodeParams {
 
 /// [`EncodeParams::flags`]: every chunk's free bits form at most two runs.
 pub const ENCODE_TWO_RUNS: u64 = 1;
+
+/// `ibp_encode_clear`: before `ibp_encode_c*` writes a packed output,
+/// zero the 16-byte groups of `out` where two of its writes meet (see
+/// [`EncodeParams`]): for tensor `i < rows` (stored length `sizes[i]`,
+/// region from `offsets[i] − offset_base`, chunks of `chunk` bytes of a
+/// `row_bytes`-byte tensor) the group holding the region's first byte and,
+/// when it is encoded, the group holding its stream's bit `K` (the first
+/// payload bit); and every group from the one holding byte `data_len` up
+/// to `out_len` (the padding the decoder reads with the last line). A
+/// region's last group is then the next region's first, or the padding's,
+/// or stored whole (`crate::encode::clear_shared_groups`). One thread per
+/// tensor, and one more.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClearParams {
+    pub sizes: u64,
+    pub offsets: u64,
+    pub offset_base: u64,
+    pub rows: u64,
+    pub row_bytes: u64,
+    pub chunk: u64,
+    pub out: u64,
+    pub data_len: u64,
+    pub out_len: u64,
+}
 
 /// `ibp_scan_tiles`, `ibp_scan_partials`, `ibp_scan_apply`: the device-wide
 /// exclusive scan of `rows` stored lengths `sizes` into `offsets` (`rows + 1`

@@ -8,7 +8,7 @@ use std::sync::Barrier;
 use std::sync::atomic::{AtomicU8, AtomicU16, AtomicU32, AtomicU64, Ordering::Relaxed};
 
 use ibp_kernels::encode::{self, WarpWriter};
-use ibp_kernels::params::{EncodeParams, MeasureParams};
+use ibp_kernels::params::{ClearParams, EncodeParams, MeasureParams};
 use ibp_kernels::simt::{Async, Block, Book, Lanes, Mem, Shared};
 
 use crate::codebook::{ChunkSize, Codebook, Threshold};
@@ -530,6 +530,60 @@ fn emu_encode(
     out.bytes().to_vec()
 }
 
+/// The emulated packed encode as `Gpu::compress_into_blocking` runs it:
+/// into an output full of stale bytes (0xa5), 16-aligned and padded to 128
+/// bytes, of which only the groups `clear_shared_groups` names are zeroed
+/// first. Returns the stored bytes and the padding after them.
+fn emu_encode_cleared(
+    cb: &Codebook,
+    rows: Rows<'_>,
+    sizes: &[u64],
+    offsets: &[u64],
+) -> (Vec<u8>, Vec<u8>) {
+    let src = Aligned::from(rows.bytes());
+    let book = encoder_book(cb);
+    let data_len = offsets[rows.rows()] as usize;
+    let padded = data_len.next_multiple_of(128);
+    // u128: 16-aligned, as the device's allocations are (the groups are
+    // 16-byte aligned addresses).
+    let out = vec![u128::from_le_bytes([0xa5; 16]); padded / 16];
+    let clear = ClearParams {
+        sizes: sizes.as_ptr() as u64,
+        offsets: offsets.as_ptr() as u64,
+        offset_base: 0,
+        rows: rows.rows() as u64,
+        row_bytes: rows.row_bytes() as u64,
+        chunk: cb.chunk().bytes() as u64,
+        out: out.as_ptr() as u64,
+        data_len: data_len as u64,
+        out_len: padded as u64,
+    };
+    for t in 0..=clear.rows {
+        // SAFETY: sizes holds rows u64, offsets rows + 1; every group named
+        // lies in `out` (regions inside data_len, padded a multiple of 16).
+        unsafe { encode::clear_shared_groups(&EmuMem, &clear, t) };
+    }
+    let p = EncodeParams {
+        src: src.addr(),
+        stride: rows.row_bytes() as u64,
+        rows: rows.rows() as u64,
+        row_bytes: rows.row_bytes() as u64,
+        book: book.as_ptr() as u64,
+        sizes: sizes.as_ptr() as u64,
+        offsets: offsets.as_ptr() as u64,
+        offset_base: 0,
+        out: out.as_ptr() as u64,
+        flags: encoder_flags(cb),
+    };
+    let ring = Aligned::zeroed(ibp_kernels::pack::RING_BYTES as usize);
+    // SAFETY: as in emu_encode; the output is zeroed where writes meet.
+    run_warp_with(ring.addr(), |w| unsafe {
+        with_chunk_const!(cb.chunk(), C => encode::encode::<_, _, _, C>(w, &EmuMem, w, &p, 0, 0, 1))
+    });
+    let bytes: &[u8] = bytemuck::cast_slice(&out);
+    (bytes[..data_len].to_vec(), bytes[data_len..].to_vec())
+}
+
 /// `n` rows of `l` bytes shaped like floats: in each 4-byte word the low
 /// 21 bits vary (and the sign bit, when `sign`) and the others are the same
 /// in all rows but every eighth, so with enough rows (40: a varying bit is
@@ -619,6 +673,9 @@ fn emulated_size_and_encode_equal_the_cpu_encoder() {
                 packed.payload.len(),
             );
             assert_eq!(got, packed.payload, "packed {what}");
+            let (got, pad) = emu_encode_cleared(&cb, rows, &sizes, &packed.offsets);
+            assert_eq!(got, packed.payload, "packed over stale bytes {what}");
+            assert!(pad.iter().all(|&b| b == 0), "padding {what}");
 
             // A batch of the packed layout: offsets that start at `base`.
             let base = 1000;
