@@ -45,12 +45,14 @@ fn main() {
             .profile(&profile)
             .target_dir(target_root.join(format!("ibp-kernels-{arch}")))
             .copy_to(out_dir.join(format!("ibp_kernels_{arch}.ptx")))
-            // The bulk encoder: a ceiling of 96 registers (ten blocks of two
+            // The bulk encoders (packed, and unmeasured slots): a ceiling
+            // of 96 registers (ten blocks of two
             // warps an SM). Since its 32-bit rewrite it needs 72–83, and
             // caps of 64 and 72 measured no faster. The size pass: 64
             // registers (from 78) hold 32 warps an SM, measured 5–14%
             // faster, no spills (ptxas, sm_90). See docs/PERF-NOTES.md.
             .max_registers("ibp_encode_c", 96)
+            .max_registers("ibp_encode_slots_c", 96)
             .max_registers("ibp_size", 64)
             .build()
             .unwrap_or_else(|e| fail(&format!("{e}. For ibp: {INSTALL_HINT}")));

@@ -1183,7 +1183,15 @@ pub unsafe fn clear_shared_groups<M: Mem>(m: &M, p: &ClearParams, t: u64) {
 /// # Safety
 /// As [`EncodeParams`] states; `i < rows`.
 #[inline(always)]
-unsafe fn row_region<M: Mem>(m: &M, p: &EncodeParams, i: u64) -> (u64, u64, bool) {
+unsafe fn row_region<M: Mem, const SLOTS: bool>(
+    m: &M,
+    p: &EncodeParams,
+    i: u64,
+) -> (u64, u64, bool) {
+    if SLOTS {
+        // Not measured: the slot, encoded until the stream outgrows it.
+        return (p.out + i * p.row_bytes, p.row_bytes, true);
+    }
     // SAFETY: (this block) sizes holds `rows` u64, offsets `rows + 1`
     // (packed).
     unsafe {
@@ -1196,6 +1204,86 @@ unsafe fn row_region<M: Mem>(m: &M, p: &EncodeParams, i: u64) -> (u64, u64, bool
             (p.out + i * p.row_bytes, p.row_bytes, stored < p.row_bytes)
         }
     }
+}
+
+/// Unmeasured slots (`encode::<_, _, _, C, true>`): zero the 16-byte group of the slot at `dst` that
+/// holds stream bit `k` (the tensor's `K` chunks: where its participation
+/// bits meet its payload, the one group of a 16-aligned slot the writer
+/// ORs into), before the warp writes the slot.
+///
+/// # Safety
+/// The slot is this warp's, 16-aligned, and holds bit `k`.
+#[inline(always)]
+unsafe fn clear_k_group<W: Lanes, M: Mem, S: Shared + Async>(
+    w: &W,
+    m: &M,
+    s: &S,
+    dst: u64,
+    k: u32,
+) {
+    if w.lane() == 0 {
+        // SAFETY: the contract.
+        unsafe { m.st_v4(dst + 16 * (k / 128) as u64, [0; 4]) };
+    }
+    // The store before any lane's OR into the group.
+    s.sync_warp();
+}
+
+/// Unmeasured slots, after tensor `i`'s stream (`bits` long, from the
+/// slot's first bit) went through the writer into its slot `dst`: when
+/// it fits (`⌈bits / 8⌉ < L`) zero the slot past the groups written, else
+/// store the tensor raw over it; record the stored length in `sizes[i]`.
+///
+/// Q: how can a stream longer than the slot be written first?
+/// A: the writer writes no word past its region (`RingWriter`: whole
+/// groups only inside it, single words only inside it), so the stream is
+/// clipped at the slot's end; the raw copy then overwrites all of it.
+/// A tensor rarely turns out raw, and measuring every tensor first is a
+/// pass over the whole table (the size kernel: 0.4–0.6 ms a GiB).
+///
+/// # Safety
+/// As [`EncodeParams`] states, with `sizes` written here; the slot is
+/// this warp's and 16-aligned, `L` a multiple of 16; the writer is
+/// finished (its last step met the warp).
+#[inline(always)]
+unsafe fn finish_slot<W: Lanes, M: Mem, S: Shared + Async>(
+    w: &W,
+    m: &M,
+    s: &S,
+    p: &EncodeParams,
+    i: u64,
+    dst: u64,
+    bits: u32,
+) {
+    let l = p.row_bytes;
+    let lane = w.lane() as u64;
+    let e = bits.div_ceil(8) as u64;
+    // SAFETY: (this block) inside the slot, and inside the tensor for the
+    // loads; 16-byte stores at 16-aligned addresses and 8-byte ones at
+    // 8-aligned (L a multiple of 16).
+    unsafe {
+        let stored = if e < l {
+            let mut g = bits.div_ceil(128) as u64 + lane;
+            while 16 * g < l {
+                m.st_v4(dst + 16 * g, [0; 4]);
+                g += 32;
+            }
+            e
+        } else {
+            let start = p.src + i * p.stride;
+            let mut q = lane;
+            while 8 * q < l {
+                store_bytes(m, dst + 8 * q, row_word(m, start, l, q), 8);
+                q += 32;
+            }
+            l
+        };
+        if lane == 0 {
+            m.st_u64(p.sizes + 8 * i, stored);
+        }
+    }
+    // The slot's stores before the next tensor's.
+    s.sync_warp();
 }
 
 /// The warp's rows `wid, wid + nwarps, …` written through its ring, two
@@ -1214,7 +1302,14 @@ unsafe fn row_region<M: Mem>(m: &M, p: &EncodeParams, i: u64) -> (u64, u64, bool
 /// # Safety
 /// As [`EncodeParams`] states; `ring` is the warp's ring, zeroed.
 #[inline(always)]
-unsafe fn encode_rows<W: Lanes, M: Mem, S: Shared + Async, const C: u32, const RUNS: bool>(
+unsafe fn encode_rows<
+    W: Lanes,
+    M: Mem,
+    S: Shared + Async,
+    const C: u32,
+    const RUNS: bool,
+    const SLOTS: bool,
+>(
     w: &W,
     m: &M,
     s: &S,
@@ -1247,12 +1342,15 @@ unsafe fn encode_rows<W: Lanes, M: Mem, S: Shared + Async, const C: u32, const R
     unsafe {
         let mut i = wid;
         let mut k = 0u32;
-        let mut region = row_region(m, p, i);
+        let mut region = row_region::<M, SLOTS>(m, p, i);
         let mut next_region = if i + nwarps < p.rows {
-            row_region(m, p, i + nwarps)
+            row_region::<M, SLOTS>(m, p, i + nwarps)
         } else {
             region
         };
+        if SLOTS {
+            clear_k_group(w, m, s, region.0, shape.chunks);
+        }
         let (mut wr, mut base, mut sh) = open(region);
         let mut x = {
             let start = p.src + i * p.stride;
@@ -1321,12 +1419,18 @@ unsafe fn encode_rows<W: Lanes, M: Mem, S: Shared + Async, const C: u32, const R
                     wr.put(m, base + 2 * steps * per_half, carry >> (32 - sh));
                 }
                 wr.finish(w, s, m);
+                if SLOTS {
+                    finish_slot(w, m, s, p, i, region.0, wr.written());
+                }
                 if ni >= p.rows {
                     break;
                 }
                 region = next_region;
                 if ni + nwarps < p.rows {
-                    next_region = row_region(m, p, ni + nwarps);
+                    next_region = row_region::<M, SLOTS>(m, p, ni + nwarps);
+                }
+                if SLOTS {
+                    clear_k_group(w, m, s, region.0, shape.chunks);
                 }
                 (wr, base, sh) = open(region);
                 carry = 0;
@@ -1340,6 +1444,14 @@ unsafe fn encode_rows<W: Lanes, M: Mem, S: Shared + Async, const C: u32, const R
 
 /// Compression with chunks of `C` bytes (see [`EncodeParams`]), each warp
 /// writing through its ring of shared memory at `ring` ([`crate::pack`]).
+/// `SLOTS`: the fixed-stride layout with nothing measured first (the
+/// `ibp_encode_slots_c*` kernels; see [`EncodeParams`]).
+///
+/// Q: why are the unmeasured slots kernels of their own?
+/// A: a kernel's registers are those of its most demanding path; in one
+/// kernel with the measured paths, the slots' row ends took `ibp_encode_c2`
+/// from 77 registers to the cap of 96 and gave it an 80-byte stack frame
+/// (ptxas sm_90), fewer warps an SM for every packed compression.
 ///
 /// Q: why not [`encode_row`], which the KV store's append uses?
 /// A: it writes through [`WarpWriter`], one 256-byte step per scan and a
@@ -1351,7 +1463,7 @@ unsafe fn encode_rows<W: Lanes, M: Mem, S: Shared + Async, const C: u32, const R
 /// # Safety
 /// As [`EncodeParams`] states; `ring` is the 16-aligned shared address of
 /// [`crate::pack::RING_BYTES`] bytes that belong to this warp.
-pub unsafe fn encode<W: Lanes, M: Mem, S: Shared + Async, const C: u32>(
+pub unsafe fn encode<W: Lanes, M: Mem, S: Shared + Async, const C: u32, const SLOTS: bool>(
     w: &W,
     m: &M,
     s: &S,
@@ -1364,9 +1476,9 @@ pub unsafe fn encode<W: Lanes, M: Mem, S: Shared + Async, const C: u32>(
     unsafe {
         crate::pack::clear(w, s, ring);
         if p.flags & ENCODE_TWO_RUNS != 0 {
-            encode_rows::<W, M, S, C, true>(w, m, s, p, ring, wid, nwarps);
+            encode_rows::<W, M, S, C, true, SLOTS>(w, m, s, p, ring, wid, nwarps);
         } else {
-            encode_rows::<W, M, S, C, false>(w, m, s, p, ring, wid, nwarps);
+            encode_rows::<W, M, S, C, false, SLOTS>(w, m, s, p, ring, wid, nwarps);
         }
     }
 }

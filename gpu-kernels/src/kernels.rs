@@ -610,7 +610,7 @@ pub unsafe fn ibp_gather(p: MeasureParams) {
 /// kernel per chunk size lets 1-byte chunks (eight table entries per lane)
 /// and 8-byte chunks (64-bit arithmetic) each get only what they need.
 #[inline(always)]
-unsafe fn encode_entry<const C: u32>(p: EncodeParams) {
+unsafe fn encode_entry<const C: u32, const SLOTS: bool>(p: EncodeParams) {
     let (wid, nwarps) = arch::global_warp();
     let p = EncodeParams {
         src: arch::to_global(p.src),
@@ -630,7 +630,7 @@ unsafe fn encode_entry<const C: u32>(p: EncodeParams) {
     let ring = rings.addr() + (arch::thread_idx() / 32) * crate::pack::RING_BYTES;
     // SAFETY: forwarded contract; the launch has RING_WARPS warps a block,
     // so each warp's ring lies inside the array.
-    unsafe { crate::encode::encode::<Hw, Hw, Hw, C>(&Hw, &Hw, &Hw, &p, ring, wid, nwarps) }
+    unsafe { crate::encode::encode::<Hw, Hw, Hw, C, SLOTS>(&Hw, &Hw, &Hw, &p, ring, wid, nwarps) }
 }
 
 /// Compression, 1-byte chunks.
@@ -640,7 +640,7 @@ unsafe fn encode_entry<const C: u32>(p: EncodeParams) {
 #[kernel]
 pub unsafe fn ibp_encode_c1(p: EncodeParams) {
     // SAFETY: forwarded contract.
-    unsafe { encode_entry::<1>(p) }
+    unsafe { encode_entry::<1, false>(p) }
 }
 
 /// Compression, 2-byte chunks.
@@ -650,7 +650,7 @@ pub unsafe fn ibp_encode_c1(p: EncodeParams) {
 #[kernel]
 pub unsafe fn ibp_encode_c2(p: EncodeParams) {
     // SAFETY: forwarded contract.
-    unsafe { encode_entry::<2>(p) }
+    unsafe { encode_entry::<2, false>(p) }
 }
 
 /// Compression, 4-byte chunks.
@@ -660,7 +660,7 @@ pub unsafe fn ibp_encode_c2(p: EncodeParams) {
 #[kernel]
 pub unsafe fn ibp_encode_c4(p: EncodeParams) {
     // SAFETY: forwarded contract.
-    unsafe { encode_entry::<4>(p) }
+    unsafe { encode_entry::<4, false>(p) }
 }
 
 /// Compression, 8-byte chunks.
@@ -670,7 +670,47 @@ pub unsafe fn ibp_encode_c4(p: EncodeParams) {
 #[kernel]
 pub unsafe fn ibp_encode_c8(p: EncodeParams) {
     // SAFETY: forwarded contract.
-    unsafe { encode_entry::<8>(p) }
+    unsafe { encode_entry::<8, false>(p) }
+}
+
+/// Compression into unmeasured fixed-stride slots, 1-byte chunks.
+///
+/// # Safety
+/// As [`EncodeParams`] states for `ibp_encode_slots_c*`.
+#[kernel]
+pub unsafe fn ibp_encode_slots_c1(p: EncodeParams) {
+    // SAFETY: forwarded contract.
+    unsafe { encode_entry::<1, true>(p) }
+}
+
+/// Compression into unmeasured fixed-stride slots, 2-byte chunks.
+///
+/// # Safety
+/// As [`EncodeParams`] states for `ibp_encode_slots_c*`.
+#[kernel]
+pub unsafe fn ibp_encode_slots_c2(p: EncodeParams) {
+    // SAFETY: forwarded contract.
+    unsafe { encode_entry::<2, true>(p) }
+}
+
+/// Compression into unmeasured fixed-stride slots, 4-byte chunks.
+///
+/// # Safety
+/// As [`EncodeParams`] states for `ibp_encode_slots_c*`.
+#[kernel]
+pub unsafe fn ibp_encode_slots_c4(p: EncodeParams) {
+    // SAFETY: forwarded contract.
+    unsafe { encode_entry::<4, true>(p) }
+}
+
+/// Compression into unmeasured fixed-stride slots, 8-byte chunks.
+///
+/// # Safety
+/// As [`EncodeParams`] states for `ibp_encode_slots_c*`.
+#[kernel]
+pub unsafe fn ibp_encode_slots_c8(p: EncodeParams) {
+    // SAFETY: forwarded contract.
+    unsafe { encode_entry::<8, true>(p) }
 }
 
 /// Before a packed encode: zero the output's groups two writes share.

@@ -241,6 +241,13 @@ pub struct MeasureParams {
 /// every chunk's free bits form at most two runs (the two-run fields are
 /// then used in place of the move masks).
 ///
+/// `ibp_encode_slots_c{1,2,4,8}`: the fixed-stride layout with nothing
+/// measured first (`offsets` 0, `row_bytes` a multiple of 16, `out`
+/// 16-aligned and not zeroed): each tensor is encoded into its slot, stored
+/// raw over it when its stream outgrows it, and the slot's bytes past the
+/// stored form zeroed; the kernel *writes* each stored length to `sizes`
+/// (`rows` u64) instead of reading it.
+///
 /// The output must be zeroed first where writers meet: the 16-byte groups
 /// a tensor's first byte, its last byte and (encoded) the first payload
 /// bit of its stream fall in; every other group of a region is stored whole

@@ -24,6 +24,7 @@ use ibp_kernels::params::{
 use super::driver::copy_to_host_blocking;
 use super::driver::{
     copy_elements, copy_prefix, device_buffer, ensure, new_stream, sync, zero_async,
+    zero_from_async,
 };
 use super::launch::{Kernel, kernels};
 use super::memory::{GpuReadable, PinnedBuffer};
@@ -422,7 +423,39 @@ impl Gpu {
         // SAFETY: sizes (and offsets) were computed for these rows by the
         // size and scan kernels earlier on this stream, so every region lies
         // inside `out` (sized by the caller from them).
-        unsafe { self.enqueue_encode_at(gcb, src, rows, sizes, offsets, out, stream) }
+        unsafe { self.enqueue_encode_at(gcb, src, rows, sizes, offsets, out, false, stream) }
+    }
+
+    /// Enqueue `ibp_encode_slots_c*`, the fixed-stride layout with nothing
+    /// measured first: each row encoded into its slot of
+    /// `out` (`rows · L` bytes, need not be zeroed), stored raw when its
+    /// stream outgrows the slot, the slot's bytes past the stored form
+    /// zeroed, and each stored length written to `work`'s sizes. `L` must
+    /// be a multiple of 16 (slots of whole 16-byte groups, which no two
+    /// warps share).
+    pub(crate) fn enqueue_encode_slots(
+        &self,
+        gcb: &GpuCodebook,
+        src: (u64, u64),
+        rows: usize,
+        work: &Work,
+        out: &DeviceSlice<u8>,
+        stream: &Stream,
+    ) -> Result<()> {
+        let l = gcb.cb.row_bytes();
+        if !l.is_multiple_of(16) || out.len() < rows * l {
+            return Err(Error::invalid(format!(
+                "unmeasured slots need rows of a multiple of 16 bytes and {} bytes of output; have {l}-byte rows and {}",
+                rows * l,
+                out.len()
+            )));
+        }
+        let sizes = work.sizes.as_device_ptr().as_raw();
+        let out = out.as_device_ptr().as_raw();
+        // SAFETY: `out` holds every slot (checked), device allocations are
+        // 256-aligned and L a multiple of 16 so every slot is 16-aligned;
+        // `work.sizes` holds at least `rows` u64 (ensured by the caller).
+        unsafe { self.enqueue_encode_at(gcb, src, rows, sizes, 0, out, true, stream) }
     }
 
     /// [`Gpu::enqueue_encode`] with every buffer given by its device
@@ -435,7 +468,10 @@ impl Gpu {
     /// `offsets`) were computed for these rows under `gcb` earlier on
     /// `stream`; `out` is writable and zeroed over every region they give
     /// (`rows · L` bytes for the fixed-stride layout), or, packed, over the
-    /// groups [`Gpu::enqueue_clear`] zeroes.
+    /// groups [`Gpu::enqueue_clear`] zeroes. With `slots`
+    /// ([`Gpu::enqueue_encode_slots`], `ibp_encode_slots_c*`) the kernel
+    /// writes `sizes` instead, and `out` holds `rows` 16-aligned slots, not
+    /// zeroed.
     #[allow(clippy::too_many_arguments)]
     pub(crate) unsafe fn enqueue_encode_at(
         &self,
@@ -445,12 +481,18 @@ impl Gpu {
         sizes: u64,
         offsets: u64,
         out: u64,
+        slots: bool,
         stream: &Stream,
     ) -> Result<()> {
         if rows == 0 {
             return Ok(());
         }
-        let kernel = kernels::encode(gcb.cb.chunk().bytes());
+        let chunk = gcb.cb.chunk().bytes();
+        let kernel = if slots {
+            kernels::encode_slots(chunk)
+        } else {
+            kernels::encode(chunk)
+        };
         let p = EncodeParams {
             src: src.0,
             stride: src.1,
@@ -529,6 +571,34 @@ impl Gpu {
         let packed = layout == Layout::Packed;
         out.work.ensure(rows)?;
         let work = &out.work;
+        // Q: why does the fixed-stride layout skip the size pass?
+        // A: a row's slot is known before its size, so the encoder writes
+        // each row into its slot as it goes, stores it raw when it turns
+        // out not to fit, and zeroes the slot's tail itself: one pass over
+        // the input instead of three (size, memset, encode). Slots of whole
+        // 16-byte groups only: narrower ones share groups between warps.
+        let slots = !packed && l.is_multiple_of(16);
+        if slots {
+            let padded = encoder_out_bytes(rows * l);
+            ensure(&mut out.data, padded, "allocating the compressed output")?;
+            zero_from_async(&out.data, rows * l, padded, stream)?;
+            self.enqueue_encode_slots(
+                gcb,
+                (src.device_addr(), l as u64),
+                rows,
+                work,
+                &out.data,
+                stream,
+            )?;
+            // The flag bitmap from the sizes the encoder wrote.
+            self.enqueue_scan(work, rows, l, false, 0, stream)?;
+            sync(stream, "compressing")?;
+            out.layout = layout;
+            out.rows = rows;
+            out.row_bytes = l;
+            out.data_len = rows * l;
+            return Ok(());
+        }
         self.enqueue_size(gcb, src.device_addr(), rows, &work.sizes, None, stream)?;
         self.enqueue_scan(work, rows, l, packed, 0, stream)?;
         let data_len = if packed {

@@ -85,6 +85,35 @@ pub(crate) fn zero_async(buf: &DeviceSlice<u8>, bytes: usize, stream: &Stream) -
     Ok(())
 }
 
+/// Enqueue zeroing bytes `from .. to` of `buf` (clamped to it) on `stream`.
+pub(crate) fn zero_from_async(
+    buf: &DeviceSlice<u8>,
+    from: usize,
+    to: usize,
+    stream: &Stream,
+) -> Result<()> {
+    let to = to.min(buf.len());
+    if from >= to {
+        return Ok(());
+    }
+    // SAFETY: `from .. to` is within the buffer; the stream is valid.
+    let r = unsafe {
+        cu::cuMemsetD8Async(
+            buf.as_device_ptr().as_raw() + from as u64,
+            0,
+            to - from,
+            stream.as_inner(),
+        )
+    };
+    if r != cu::CUresult::CUDA_SUCCESS {
+        return Err(Error::cuda_code(
+            format!("zeroing bytes {from}..{to}: {r:?}"),
+            r as u32,
+        ));
+    }
+    Ok(())
+}
+
 /// Enqueue a copy of `len` elements of `src` into `dst` (pinned).
 pub(crate) fn copy_to_pinned<T: bytemuck::Pod + cust::memory::DeviceCopy>(
     src: &DeviceSlice<T>,

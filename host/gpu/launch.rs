@@ -94,6 +94,17 @@ pub(crate) mod kernels {
         }
     }
 
+    /// Compression into unmeasured fixed-stride slots for chunks of
+    /// `chunk` bytes.
+    pub(crate) const fn encode_slots(chunk: u32) -> Kernel<EncodeParams> {
+        match chunk {
+            1 => Kernel::new("ibp_encode_slots_c1"),
+            2 => Kernel::new("ibp_encode_slots_c2"),
+            4 => Kernel::new("ibp_encode_slots_c4"),
+            _ => Kernel::new("ibp_encode_slots_c8"),
+        }
+    }
+
     /// The KV store's append for chunks of `chunk` bytes.
     pub(crate) const fn kv_append(chunk: u32) -> Kernel<KvAppendParams> {
         match chunk {

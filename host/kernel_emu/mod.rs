@@ -525,7 +525,7 @@ fn emu_encode(
     // SAFETY: as in emu_sizes; the output covers every region; the ring is
     // the warp's shared memory.
     run_warp_with(ring.addr(), |w| unsafe {
-        with_chunk_const!(cb.chunk(), C => encode::encode::<_, _, _, C>(w, &EmuMem, w, &p, 0, 0, 1))
+        with_chunk_const!(cb.chunk(), C => encode::encode::<_, _, _, C, false>(w, &EmuMem, w, &p, 0, 0, 1))
     });
     out.bytes().to_vec()
 }
@@ -578,10 +578,41 @@ fn emu_encode_cleared(
     let ring = Aligned::zeroed(ibp_kernels::pack::RING_BYTES as usize);
     // SAFETY: as in emu_encode; the output is zeroed where writes meet.
     run_warp_with(ring.addr(), |w| unsafe {
-        with_chunk_const!(cb.chunk(), C => encode::encode::<_, _, _, C>(w, &EmuMem, w, &p, 0, 0, 1))
+        with_chunk_const!(cb.chunk(), C => encode::encode::<_, _, _, C, false>(w, &EmuMem, w, &p, 0, 0, 1))
     });
     let bytes: &[u8] = bytemuck::cast_slice(&out);
     (bytes[..data_len].to_vec(), bytes[data_len..].to_vec())
+}
+
+/// The emulated fixed-stride encode with nothing measured first
+/// (`ibp_encode_slots_c*`, `L` a multiple of 16): into slots full of stale
+/// bytes (0xa5), 16-aligned. Returns the slots and the stored lengths the
+/// kernel wrote.
+fn emu_encode_slots(cb: &Codebook, rows: Rows<'_>) -> (Vec<u8>, Vec<u64>) {
+    let src = Aligned::from(rows.bytes());
+    let book = encoder_book(cb);
+    let n = rows.rows();
+    let out = vec![u128::from_le_bytes([0xa5; 16]); n * rows.row_bytes() / 16];
+    let sizes = vec![u64::MAX; n];
+    let p = EncodeParams {
+        src: src.addr(),
+        stride: rows.row_bytes() as u64,
+        rows: n as u64,
+        row_bytes: rows.row_bytes() as u64,
+        book: book.as_ptr() as u64,
+        sizes: sizes.as_ptr() as u64,
+        offsets: 0,
+        offset_base: 0,
+        out: out.as_ptr() as u64,
+        flags: encoder_flags(cb),
+    };
+    let ring = Aligned::zeroed(ibp_kernels::pack::RING_BYTES as usize);
+    // SAFETY: the rows, the book, `sizes` (n u64, written by the kernel)
+    // and `n` 16-aligned slots of L bytes; the ring is the warp's.
+    run_warp_with(ring.addr(), |w| unsafe {
+        with_chunk_const!(cb.chunk(), C => encode::encode::<_, _, _, C, true>(w, &EmuMem, w, &p, 0, 0, 1))
+    });
+    (bytemuck::cast_slice(&out).to_vec(), sizes)
 }
 
 /// `n` rows of `l` bytes shaped like floats: in each 4-byte word the low
@@ -613,8 +644,10 @@ fn invariant_outside(n: usize, l: usize, seed: u64, free: u32) -> Vec<u8> {
 
 #[test]
 fn emulated_size_and_encode_equal_the_cpu_encoder() {
-    // Both encoder paths (two-run and move-mask) must be exercised.
+    // Both encoder paths (two-run and move-mask) must be exercised, and
+    // the unmeasured slots with and without a raw tensor.
     let mut paths = [0usize; 2];
+    let mut slots = [0usize; 2];
     // Data: 0 `dataset`, 1 `float_like`, 2 `float_like` with a sign bit,
     // 3 bytes whose free bits are two runs far apart (0x87, 0xc1: for
     // 1-byte chunks d2 = 4 and 5, the widest a nibble holds).
@@ -635,6 +668,10 @@ fn emulated_size_and_encode_equal_the_cpu_encoder() {
         (4100, 3, 0),
         // Participation bits that fill the last step's words exactly.
         (1024, 4, 0),
+        // Slots of whole 16-byte groups (unmeasured fixed-stride).
+        (48, 40, 1),
+        (768, 40, 2),
+        (2064, 3, 0),
     ]
     .into_iter()
     .enumerate()
@@ -692,11 +729,21 @@ fn emulated_size_and_encode_equal_the_cpu_encoder() {
             let fixed = compress_fixed(&cb, rows, &LayoutOptions::default()).unwrap();
             let got = emu_encode(&cb, rows, &sizes, None, fixed.slots.len());
             assert_eq!(got, fixed.slots, "fixed {what}");
+            if l.is_multiple_of(16) {
+                let (got, got_sizes) = emu_encode_slots(&cb, rows);
+                assert_eq!(got_sizes, want.stored, "slots' sizes {what}");
+                assert_eq!(got, fixed.slots, "slots over stale bytes {what}");
+                slots[(sizes.iter().any(|&s| s >= l as u64)) as usize] += 1;
+            }
         }
     }
     assert!(
         paths[0] > 0 && paths[1] > 0,
         "encoder paths covered: {paths:?}"
+    );
+    assert!(
+        slots[0] > 0 && slots[1] > 0,
+        "unmeasured slots with and without raw tensors: {slots:?}"
     );
 }
 
