@@ -282,8 +282,9 @@ pub const ENCODE_TWO_RUNS: u64 = 1;
 /// payload bit); and every group from the one holding byte `data_len` up
 /// to `out_len` (the padding the decoder reads with the last line). A
 /// region's last group is then the next region's first, or the padding's,
-/// or stored whole (`crate::encode::clear_shared_groups`). One thread per
-/// tensor, and one more.
+/// or stored whole (`crate::encode::clear_shared_groups`). Each group is
+/// zeroed with the rest of its 32-byte sector: `out` is 32-aligned and
+/// `out_len` a multiple of 32. One thread per tensor, and one more.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ClearParams {

@@ -360,7 +360,7 @@ impl Gpu {
     /// A: for dense tables the output is most of the input (MiniLM f32:
     /// 87%), and a memset of it is a pass over that many bytes (0.2 ms a
     /// GiB on the H200); the encoder stores every other group whole, so
-    /// three 16-byte stores per tensor do.
+    /// two 32-byte sectors per tensor do.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn enqueue_clear(
         &self,
@@ -372,7 +372,7 @@ impl Gpu {
         padded: usize,
         stream: &Stream,
     ) -> Result<()> {
-        if padded > out.len() || !padded.is_multiple_of(16) || data_len > padded {
+        if padded > out.len() || !padded.is_multiple_of(32) || data_len > padded {
             return Err(Error::invalid(format!(
                 "clearing {padded} bytes ({data_len} stored) of an output of {}",
                 out.len()
@@ -394,8 +394,8 @@ impl Gpu {
         // SAFETY: sizes and offsets were computed for these rows earlier on
         // this stream (the caller's contract), so every region lies inside
         // the first `data_len ≤ padded` bytes of `out`, which holds `padded`
-        // (a multiple of 16) bytes (checked above); ClearParams is the
-        // kernel's type.
+        // (a multiple of 32) bytes (checked above) from a 256-aligned
+        // allocation; ClearParams is the kernel's type.
         unsafe { self.launch(kernels::ENCODE_CLEAR, grid, 256, 0, stream, p) }
     }
 

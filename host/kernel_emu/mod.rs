@@ -530,6 +530,11 @@ fn emu_encode(
     out.bytes().to_vec()
 }
 
+/// 32 bytes, 32-aligned: a sector of device memory.
+#[derive(Clone, Copy)]
+#[repr(C, align(32))]
+struct Sector([u8; 32]);
+
 /// The emulated packed encode as `Gpu::compress_into_blocking` runs it:
 /// into an output full of stale bytes (0xa5), 16-aligned and padded to 128
 /// bytes, of which only the groups `clear_shared_groups` names are zeroed
@@ -544,9 +549,9 @@ fn emu_encode_cleared(
     let book = encoder_book(cb);
     let data_len = offsets[rows.rows()] as usize;
     let padded = data_len.next_multiple_of(128);
-    // u128: 16-aligned, as the device's allocations are (the groups are
-    // 16-byte aligned addresses).
-    let out = vec![u128::from_le_bytes([0xa5; 16]); padded / 16];
+    // 32-aligned, as the device's allocations are (the clear zeroes whole
+    // 32-byte sectors).
+    let out = vec![Sector([0xa5; 32]); padded / 32];
     let clear = ClearParams {
         sizes: sizes.as_ptr() as u64,
         offsets: offsets.as_ptr() as u64,
@@ -580,7 +585,7 @@ fn emu_encode_cleared(
     run_warp_with(ring.addr(), |w| unsafe {
         with_chunk_const!(cb.chunk(), C => encode::encode::<_, _, _, C, false>(w, &EmuMem, w, &p, 0, 0, 1))
     });
-    let bytes: &[u8] = bytemuck::cast_slice(&out);
+    let bytes: Vec<u8> = out.iter().flat_map(|s| s.0).collect();
     (bytes[..data_len].to_vec(), bytes[data_len..].to_vec())
 }
 
