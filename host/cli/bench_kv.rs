@@ -123,16 +123,7 @@ pub fn section(gpu: &Gpu, stream: &Stream, zc: f64, md: &mut String) -> Result<(
     // big store (every row of it is a real row; tokens repeat every
     // `tokens`).
     let stored_tokens = big.rows() as usize / PER_TOKEN;
-    let mut x = 0x9e37_79b9_7f4a_7c15u64;
-    let ids: Vec<u32> = (0..GATHER_TOKENS)
-        .flat_map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            let t = (x % stored_tokens as u64) as usize;
-            (0..PER_TOKEN).map(move |j| (t * PER_TOKEN + j) as u32)
-        })
-        .collect();
+    let ids = token_rows(GATHER_TOKENS, stored_tokens, 0);
     let d_ids = DeviceBuffer::from_slice(&ids).map_err(cuda("upload"))?;
     let mut out = DeviceBuffer::<u8>::zeroed(ids.len() * L).map_err(cuda("alloc"))?;
     let mut status = DecodeStatus::new()?;

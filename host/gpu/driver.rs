@@ -72,17 +72,7 @@ pub(crate) fn device_buffer<T: cust::memory::DeviceCopy>(
 
 /// Enqueue a zero fill of the first `bytes` bytes of `buf`.
 pub(crate) fn zero_async(buf: &DeviceSlice<u8>, bytes: usize, stream: &Stream) -> Result<()> {
-    let bytes = bytes.min(buf.len());
-    // SAFETY: `bytes` is within the buffer; the stream is valid.
-    let r =
-        unsafe { cu::cuMemsetD8Async(buf.as_device_ptr().as_raw(), 0, bytes, stream.as_inner()) };
-    if r != cu::CUresult::CUDA_SUCCESS {
-        return Err(Error::cuda_code(
-            format!("zeroing {bytes} bytes: {r:?}"),
-            r as u32,
-        ));
-    }
-    Ok(())
+    zero_from_async(buf, 0, bytes, stream)
 }
 
 /// Enqueue zeroing bytes `from .. to` of `buf` (clamped to it) on `stream`.

@@ -497,6 +497,42 @@ fn emu_sizes(cb: &Codebook, rows: Rows<'_>, stage: Option<&mut Aligned>) -> Vec<
     bytemuck::cast_slice::<u8, u64>(sizes.bytes()).to_vec()
 }
 
+/// Run the emulated `encode` body (`SLOTS`: the unmeasured slots kernel)
+/// over `rows` under `cb`, with the stored lengths at `sizes` (read, or
+/// written when `SLOTS`), packed at `offsets` (minus its base) or
+/// fixed-stride, into the output at address `out`.
+///
+/// # Safety
+/// `sizes` holds a u64 a row; `out` covers every region (and is zeroed,
+/// cleared or slotted as the kernel's contract says).
+unsafe fn run_encode<const SLOTS: bool>(
+    cb: &Codebook,
+    rows: Rows<'_>,
+    sizes: u64,
+    offsets: Option<(&[u64], u64)>,
+    out: u64,
+) {
+    let src = Aligned::from(rows.bytes());
+    let book = encoder_book(cb);
+    let p = EncodeParams {
+        src: src.addr(),
+        stride: rows.row_bytes() as u64,
+        rows: rows.rows() as u64,
+        row_bytes: rows.row_bytes() as u64,
+        book: book.as_ptr() as u64,
+        sizes,
+        offsets: offsets.map_or(0, |(o, _)| o.as_ptr() as u64),
+        offset_base: offsets.map_or(0, |(_, b)| b),
+        out,
+        flags: encoder_flags(cb),
+    };
+    let ring = Aligned::zeroed(ibp_kernels::pack::RING_BYTES as usize);
+    // SAFETY: the caller's contract; the ring is the warp's shared memory.
+    run_warp_with(ring.addr(), |w| unsafe {
+        with_chunk_const!(cb.chunk(), C => encode::encode::<_, _, _, C, SLOTS>(w, &EmuMem, w, &p, 0, 0, 1))
+    });
+}
+
 /// Output bytes of the emulated `encode` body: packed when `offsets` is
 /// given (with `base` subtracted from each), fixed-stride otherwise.
 fn emu_encode(
@@ -506,27 +542,10 @@ fn emu_encode(
     offsets: Option<(&[u64], u64)>,
     out_len: usize,
 ) -> Vec<u8> {
-    let src = Aligned::from(rows.bytes());
-    let book = encoder_book(cb);
     let out = Aligned::zeroed(out_len);
-    let p = EncodeParams {
-        src: src.addr(),
-        stride: rows.row_bytes() as u64,
-        rows: rows.rows() as u64,
-        row_bytes: rows.row_bytes() as u64,
-        book: book.as_ptr() as u64,
-        sizes: sizes.as_ptr() as u64,
-        offsets: offsets.map_or(0, |(o, _)| o.as_ptr() as u64),
-        offset_base: offsets.map_or(0, |(_, b)| b),
-        out: out.addr(),
-        flags: encoder_flags(cb),
-    };
-    let ring = Aligned::zeroed(ibp_kernels::pack::RING_BYTES as usize);
-    // SAFETY: as in emu_sizes; the output covers every region; the ring is
-    // the warp's shared memory.
-    run_warp_with(ring.addr(), |w| unsafe {
-        with_chunk_const!(cb.chunk(), C => encode::encode::<_, _, _, C, false>(w, &EmuMem, w, &p, 0, 0, 1))
-    });
+    // SAFETY: sizes holds a u64 a row; the zeroed output covers every
+    // region.
+    unsafe { run_encode::<false>(cb, rows, sizes.as_ptr() as u64, offsets, out.addr()) };
     out.bytes().to_vec()
 }
 
@@ -536,8 +555,8 @@ fn emu_encode(
 struct Sector([u8; 32]);
 
 /// The emulated packed encode as `Gpu::compress_into_blocking` runs it:
-/// into an output full of stale bytes (0xa5), 16-aligned and padded to 128
-/// bytes, of which only the groups `clear_shared_groups` names are zeroed
+/// into an output full of stale bytes (0xa5), 32-aligned and padded to 128
+/// bytes, of which only the sectors `clear_shared_groups` names are zeroed
 /// first. Returns the stored bytes and the padding after them.
 fn emu_encode_cleared(
     cb: &Codebook,
@@ -545,13 +564,13 @@ fn emu_encode_cleared(
     sizes: &[u64],
     offsets: &[u64],
 ) -> (Vec<u8>, Vec<u8>) {
-    let src = Aligned::from(rows.bytes());
-    let book = encoder_book(cb);
     let data_len = offsets[rows.rows()] as usize;
     let padded = data_len.next_multiple_of(128);
     // 32-aligned, as the device's allocations are (the clear zeroes whole
     // 32-byte sectors).
-    let out = vec![Sector([0xa5; 32]); padded / 32];
+    let mut out = vec![Sector([0xa5; 32]); padded / 32];
+    // Written through this address (a pointer from `&mut`).
+    let out_addr = out.as_mut_ptr() as u64;
     let clear = ClearParams {
         sizes: sizes.as_ptr() as u64,
         offsets: offsets.as_ptr() as u64,
@@ -559,32 +578,26 @@ fn emu_encode_cleared(
         rows: rows.rows() as u64,
         row_bytes: rows.row_bytes() as u64,
         chunk: cb.chunk().bytes() as u64,
-        out: out.as_ptr() as u64,
+        out: out_addr,
         data_len: data_len as u64,
         out_len: padded as u64,
     };
     for t in 0..=clear.rows {
-        // SAFETY: sizes holds rows u64, offsets rows + 1; every group named
-        // lies in `out` (regions inside data_len, padded a multiple of 16).
+        // SAFETY: sizes holds rows u64, offsets rows + 1; every sector named
+        // lies in `out` (regions inside data_len, padded a multiple of 32).
         unsafe { encode::clear_shared_groups(&EmuMem, &clear, t) };
     }
-    let p = EncodeParams {
-        src: src.addr(),
-        stride: rows.row_bytes() as u64,
-        rows: rows.rows() as u64,
-        row_bytes: rows.row_bytes() as u64,
-        book: book.as_ptr() as u64,
-        sizes: sizes.as_ptr() as u64,
-        offsets: offsets.as_ptr() as u64,
-        offset_base: 0,
-        out: out.as_ptr() as u64,
-        flags: encoder_flags(cb),
+    // SAFETY: sizes holds a u64 a row; the output covers every region and
+    // is zeroed where writes meet.
+    unsafe {
+        run_encode::<false>(
+            cb,
+            rows,
+            sizes.as_ptr() as u64,
+            Some((offsets, 0)),
+            out_addr,
+        )
     };
-    let ring = Aligned::zeroed(ibp_kernels::pack::RING_BYTES as usize);
-    // SAFETY: as in emu_encode; the output is zeroed where writes meet.
-    run_warp_with(ring.addr(), |w| unsafe {
-        with_chunk_const!(cb.chunk(), C => encode::encode::<_, _, _, C, false>(w, &EmuMem, w, &p, 0, 0, 1))
-    });
     let bytes: Vec<u8> = out.iter().flat_map(|s| s.0).collect();
     (bytes[..data_len].to_vec(), bytes[data_len..].to_vec())
 }
@@ -594,29 +607,20 @@ fn emu_encode_cleared(
 /// bytes (0xa5), 16-aligned. Returns the slots and the stored lengths the
 /// kernel wrote.
 fn emu_encode_slots(cb: &Codebook, rows: Rows<'_>) -> (Vec<u8>, Vec<u64>) {
-    let src = Aligned::from(rows.bytes());
-    let book = encoder_book(cb);
     let n = rows.rows();
-    let out = vec![u128::from_le_bytes([0xa5; 16]); n * rows.row_bytes() / 16];
-    let sizes = vec![u64::MAX; n];
-    let p = EncodeParams {
-        src: src.addr(),
-        stride: rows.row_bytes() as u64,
-        rows: n as u64,
-        row_bytes: rows.row_bytes() as u64,
-        book: book.as_ptr() as u64,
-        sizes: sizes.as_ptr() as u64,
-        offsets: 0,
-        offset_base: 0,
-        out: out.as_ptr() as u64,
-        flags: encoder_flags(cb),
+    let mut out = vec![u128::from_le_bytes([0xa5; 16]); n * rows.row_bytes() / 16];
+    let mut sizes = vec![u64::MAX; n];
+    // SAFETY: `sizes` (n u64, written by the kernel) and `n` 16-aligned
+    // slots of L bytes.
+    unsafe {
+        run_encode::<true>(
+            cb,
+            rows,
+            sizes.as_mut_ptr() as u64,
+            None,
+            out.as_mut_ptr() as u64,
+        )
     };
-    let ring = Aligned::zeroed(ibp_kernels::pack::RING_BYTES as usize);
-    // SAFETY: the rows, the book, `sizes` (n u64, written by the kernel)
-    // and `n` 16-aligned slots of L bytes; the ring is the warp's.
-    run_warp_with(ring.addr(), |w| unsafe {
-        with_chunk_const!(cb.chunk(), C => encode::encode::<_, _, _, C, true>(w, &EmuMem, w, &p, 0, 0, 1))
-    });
     (bytemuck::cast_slice(&out).to_vec(), sizes)
 }
 

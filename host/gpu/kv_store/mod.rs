@@ -377,13 +377,7 @@ impl KvStore {
         status: &DecodeStatus,
         stream: &Stream,
     ) -> Result<()> {
-        let (dec, seg, via) = self.decoder(gpu, segment)?;
-        let target = Target::Index {
-            addr: ids.as_device_ptr().as_raw(),
-            len: ids.len() as u64,
-            wide: I::WIDE,
-        };
-        gpu.launch_decode(&dec, &seg.ds, target, out, status, false, via, stream)
+        self.launch_index(gpu, segment, ids, out, status, false, stream)
     }
 
     /// Benchmark baseline for [`KvStore::gather`] over rows `first ..
@@ -419,13 +413,28 @@ impl KvStore {
         status: &DecodeStatus,
         stream: &Stream,
     ) -> Result<()> {
+        self.launch_index(gpu, segment, ids, out, status, true, stream)
+    }
+
+    /// [`KvStore::gather`] (`ideal` false) or its read-only baseline.
+    #[allow(clippy::too_many_arguments)]
+    fn launch_index<I: GatherIndex>(
+        &self,
+        gpu: &Gpu,
+        segment: usize,
+        ids: &DeviceSlice<I>,
+        out: &mut DeviceSlice<u8>,
+        status: &DecodeStatus,
+        ideal: bool,
+        stream: &Stream,
+    ) -> Result<()> {
         let (dec, seg, via) = self.decoder(gpu, segment)?;
         let target = Target::Index {
             addr: ids.as_device_ptr().as_raw(),
             len: ids.len() as u64,
             wide: I::WIDE,
         };
-        gpu.launch_decode(&dec, &seg.ds, target, out, status, true, via, stream)
+        gpu.launch_decode(&dec, &seg.ds, target, out, status, ideal, via, stream)
     }
 
     /// A decoder for segment `segment` and the views of the store it reads.
