@@ -152,10 +152,12 @@ fn field_major(fields: &[Vec<u8>]) -> Vec<u64> {
 }
 
 /// The evaluation pass's book for up to eight `(mask, bitval)` pairs of one
-/// fit (thresholds ascending), field-major: the bit values, then each mask.
-/// The bit values are the OR of every candidate's: a bit invariant under two
-/// thresholds has the same value under both (`docs/FORMAT.md` §4: 1 when set
-/// in more than half of the tensors, 0 when in fewer).
+/// fit (thresholds ascending), field-major: the bit values, then each mask,
+/// then the trailer of [`ibp_kernels::params::MAX_THRESHOLDS`] u64 (entry `t`
+/// the bits set in mask `t`, 0 past the last). The bit values are the OR of
+/// every candidate's: a bit invariant under two thresholds has the same value
+/// under both (`docs/FORMAT.md` §4: 1 when set in more than half of the
+/// tensors, 0 when in fewer).
 pub fn eval_book(books: &[(Vec<u8>, Vec<u8>)]) -> Vec<u64> {
     let l = books.first().map_or(0, |b| b.0.len());
     let v = books.iter().fold(vec![0u8; l], |mut v, (_, b)| {
@@ -164,7 +166,14 @@ pub fn eval_book(books: &[(Vec<u8>, Vec<u8>)]) -> Vec<u64> {
     });
     let mut fields = vec![v];
     fields.extend(books.iter().map(|(m, _)| m.clone()));
-    field_major(&fields)
+    let mut book = field_major(&fields);
+    let trailer = (0..ibp_kernels::params::MAX_THRESHOLDS as usize).map(|t| {
+        books.get(t).map_or(0, |(m, _)| {
+            m.iter().map(|b| u64::from(b.count_ones())).sum::<u64>()
+        })
+    });
+    book.extend(trailer);
+    book
 }
 
 /// Lines per half ring in the decoder's batch mode for device-resident

@@ -289,10 +289,11 @@ fn reused_buffers_give_the_same_bytes() {
     let Some(gpu) = gpu_or_skip("reused_buffers_give_the_same_bytes") else {
         return;
     };
-    // 300-byte rows take the measured path; 320-byte rows (whole 16-byte
-    // groups) the fixed-stride encoder that measures nothing first and
-    // zeroes no output.
-    for l in [300usize, 320] {
+    // 301-byte rows take the measured path; 300-byte rows (slots that
+    // share 16-byte groups word by word) and 320-byte rows (whole groups)
+    // the fixed-stride encoder that measures nothing first and zeroes no
+    // output.
+    for l in [301usize, 300, 320] {
         reused_buffers_for_rows_of(&gpu, l);
     }
 }

@@ -37,7 +37,8 @@ macro_rules! each_threshold {
 ///
 /// # Safety
 /// `p.counts` holds `8 · row_bytes` readable u64 and `p.book` `(1 + nt) ·
-/// ⌈row_bytes / 8⌉` writable u64 (8-aligned); every lane calls with the same
+/// ⌈row_bytes / 8⌉ + MAX_THRESHOLDS` writable u64 (8-aligned), its trailer
+/// (the last `MAX_THRESHOLDS`) zeroed; every lane calls with the same
 /// arguments.
 #[inline(always)]
 pub unsafe fn candidates<W: Lanes, M: Mem>(
@@ -74,8 +75,15 @@ pub unsafe fn candidates<W: Lanes, M: Mem>(
                 let val = w.ballot(one(c0)) as u64 | (w.ballot(one(c1)) as u64) << 32;
                 v |= val;
                 if lane == 0 {
-                    // SAFETY: field 1 + t, word q < words, inside the book.
-                    unsafe { m.st_u64(p.book + 8 * ((1 + t as u64) * words + q), mask) };
+                    // SAFETY: field 1 + t, word q < words, inside the book;
+                    // the trailer's entry t after the nt + 1 fields.
+                    unsafe {
+                        m.st_u64(p.book + 8 * ((1 + t as u64) * words + q), mask);
+                        m.add_u64(
+                            p.book + 8 * ((1 + nt as u64) * words + t as u64),
+                            mask.count_ones() as u64,
+                        );
+                    }
                 }
             }
         });

@@ -114,20 +114,32 @@ const fn nonzero_bytes(m: u32) -> u32 {
 /// do. The same rule as the CPU fit's `row_saved_bits`, in 32-bit halves.
 #[inline(always)]
 pub const fn word_saved(x: u64, v: u64, mask: u64) -> [u32; 4] {
+    let all = mask.count_ones();
+    let lost = word_lost(x, v, mask);
+    [all - lost[0], all - lost[1], all - lost[2], all - lost[3]]
+}
+
+/// The mask bits of one 8-byte word that its mismatching chunks do not
+/// save, for chunk sizes 1, 2, 4, 8 (index `log2 C`): `popcount(mask)`
+/// less [`word_saved`]. All zero when the word matches (`(x ^ v) & mask`
+/// is 0).
+#[inline(always)]
+pub const fn word_lost(x: u64, v: u64, mask: u64) -> [u32; 4] {
     let d = (x ^ v) & mask;
     let (dl, dh) = (d as u32, (d >> 32) as u32);
     let (kl, kh) = (mask as u32, (mask >> 32) as u32);
+    // Every byte of a mismatching 1-byte (b1) or 2-byte (b2) chunk set.
     let b1l = (nonzero_bytes(dl) >> 7) * 0xff;
     let b1h = (nonzero_bytes(dh) >> 7) * 0xff;
     let b2l = b1l | ((b1l >> 8) & 0x00ff_00ff) | ((b1l << 8) & 0xff00_ff00);
     let b2h = b1h | ((b1h >> 8) & 0x00ff_00ff) | ((b1h << 8) & 0xff00_ff00);
     let (pl, ph) = (kl.count_ones(), kh.count_ones());
-    let s4 = if dl == 0 { pl } else { 0 } + if dh == 0 { ph } else { 0 };
+    let l4 = if dl != 0 { pl } else { 0 } + if dh != 0 { ph } else { 0 };
     [
-        (kl & !b1l).count_ones() + (kh & !b1h).count_ones(),
-        (kl & !b2l).count_ones() + (kh & !b2h).count_ones(),
-        s4,
-        if d == 0 { pl + ph } else { 0 },
+        (kl & b1l).count_ones() + (kh & b1h).count_ones(),
+        (kl & b2l).count_ones() + (kh & b2h).count_ones(),
+        l4,
+        if d != 0 { pl + ph } else { 0 },
     ]
 }
 
@@ -205,27 +217,42 @@ pub fn reduce_scatter<W: Lanes>(w: &W, a: &[u32; 32]) -> u32 {
     a[0]
 }
 
-/// Add word `x`'s saved bits under threshold `T` (its mask at
-/// `b + field · (1 + T)`) to `acc[4T..4T + 4]`, when `T < nt`.
+/// Add the bits word `x` loses under threshold `T` (its mask at
+/// `b + field · (1 + T)`, [`word_lost`]) to `acc[4T..4T + 4]`, when
+/// `T < nt` and no looser threshold found the word matching (`*alive`);
+/// clear `*alive` when it matches under `T`.
+///
+/// Q: why may a word that matches under one threshold skip the rest?
+/// A: the thresholds of a group ascend (the host's sweep sorts them), so
+/// each mask is a subset of the one before it (a bit invariant under a
+/// threshold `≥ 0.5` is invariant under every lower one, with the same
+/// value: `ibp_fit_candidates` builds them so). A word with no mismatch
+/// under a mask has none under its subsets, and loses nothing there.
 ///
 /// # Safety
 /// The book has `1 + nt` fields of `field` bytes.
 #[inline(always)]
-unsafe fn add_threshold<M: Mem, const T: usize>(
+#[allow(clippy::too_many_arguments)]
+unsafe fn add_lost<M: Mem, const T: usize>(
     m: &M,
     acc: &mut [u32; 32],
+    alive: &mut bool,
     b: u64,
     field: u64,
     nt: u32,
     x: u64,
     v: u64,
 ) {
-    if T as u32 >= nt {
+    if T as u32 >= nt || !*alive {
         return;
     }
     // SAFETY: T < nt.
     let mask = unsafe { m.ld_ro_u64(b + field * (1 + T as u64)) };
-    let s = word_saved(x, v, mask);
+    if (x ^ v) & mask == 0 {
+        *alive = false;
+        return;
+    }
+    let s = word_lost(x, v, mask);
     acc[4 * T] += s[0];
     acc[4 * T + 1] += s[1];
     acc[4 * T + 2] += s[2];
@@ -250,6 +277,13 @@ pub unsafe fn eval<W: Lanes, M: Mem>(w: &W, m: &M, p: &MeasureParams, wid: u64, 
     let field = 8 * words;
     // This lane's candidate: threshold lane / 4, chunk size 2^(lane % 4).
     let chunks = l.div_ceil(1 << (lane % 4));
+    // What a tensor saves when every chunk matches: the book's trailer.
+    let all = if lane / 4 < nt {
+        // SAFETY: the trailer's entry lane / 4 < nt.
+        unsafe { m.ld_ro_u64(p.book + field * (1 + nt as u64) + 8 * (lane / 4) as u64) }
+    } else {
+        0
+    };
     let (mut stored, mut encoded) = (0u64, 0u64);
     let mut i = wid;
     while i < p.sample {
@@ -266,16 +300,17 @@ pub unsafe fn eval<W: Lanes, M: Mem>(w: &W, m: &M, p: &MeasureParams, wid: u64, 
             // Written out per threshold: a loop of eight with this much in its
             // body is not unrolled, and `acc` indexed by a variable would
             // live in local memory.
+            let mut alive = true;
             // SAFETY: (each) t < nt is checked inside.
             unsafe {
-                add_threshold::<M, 0>(m, &mut acc, b, field, nt, x, v);
-                add_threshold::<M, 1>(m, &mut acc, b, field, nt, x, v);
-                add_threshold::<M, 2>(m, &mut acc, b, field, nt, x, v);
-                add_threshold::<M, 3>(m, &mut acc, b, field, nt, x, v);
-                add_threshold::<M, 4>(m, &mut acc, b, field, nt, x, v);
-                add_threshold::<M, 5>(m, &mut acc, b, field, nt, x, v);
-                add_threshold::<M, 6>(m, &mut acc, b, field, nt, x, v);
-                add_threshold::<M, 7>(m, &mut acc, b, field, nt, x, v);
+                add_lost::<M, 0>(m, &mut acc, &mut alive, b, field, nt, x, v);
+                add_lost::<M, 1>(m, &mut acc, &mut alive, b, field, nt, x, v);
+                add_lost::<M, 2>(m, &mut acc, &mut alive, b, field, nt, x, v);
+                add_lost::<M, 3>(m, &mut acc, &mut alive, b, field, nt, x, v);
+                add_lost::<M, 4>(m, &mut acc, &mut alive, b, field, nt, x, v);
+                add_lost::<M, 5>(m, &mut acc, &mut alive, b, field, nt, x, v);
+                add_lost::<M, 6>(m, &mut acc, &mut alive, b, field, nt, x, v);
+                add_lost::<M, 7>(m, &mut acc, &mut alive, b, field, nt, x, v);
             }
         };
         let mut q = lane as u64;
@@ -299,7 +334,7 @@ pub unsafe fn eval<W: Lanes, M: Mem>(w: &W, m: &M, p: &MeasureParams, wid: u64, 
             add(q + 96, x[3]);
             q += 128;
         }
-        let saved = reduce_scatter(w, &acc) as u64;
+        let saved = all - reduce_scatter(w, &acc) as u64;
         let s = stored_len(l, chunks, saved);
         stored += s;
         encoded += (s < l) as u64;
@@ -1216,26 +1251,54 @@ unsafe fn row_region<M: Mem, const SLOTS: bool>(
     }
 }
 
-/// Unmeasured slots (`encode::<_, _, _, C, true>`): zero the 16-byte group of the slot at `dst` that
-/// holds stream bit `k` (the tensor's `K` chunks: where its participation
-/// bits meet its payload, the one group of a 16-aligned slot the writer
-/// ORs into), before the warp writes the slot.
+/// Unmeasured slots (`encode::<_, _, _, C, true>`): before the warp writes
+/// the `len`-byte slot at `dst`, zero the slot's words in the two 16-byte
+/// groups the writer ORs into: the one holding stream bit `k` (the
+/// tensor's `K` chunks: where its participation bits meet its payload) and
+/// the slot's last group when the slot ends inside it. Words of a
+/// neighbouring slot in those groups are not touched.
+///
+/// Q: why only those two?
+/// A: the writer stores every other word it writes: participation words
+/// with `st`, whole groups inside the slot with `st.v4`
+/// ([`RingWriter`]), so stale bytes there are overwritten; a group the
+/// slot shares with a neighbour (its first, when `dst` is not 16-aligned)
+/// is ORed into only from the word of bit `k` on, which is the first of
+/// the two. Words past the stream are zeroed by [`finish_slot`].
 ///
 /// # Safety
-/// The slot is this warp's, 16-aligned, and holds bit `k`.
+/// The slot is this warp's, 4-aligned, `len` a multiple of 4, and holds
+/// bit `k`.
 #[inline(always)]
-unsafe fn clear_k_group<W: Lanes, M: Mem, S: Shared + Async>(
+unsafe fn clear_slot_groups<W: Lanes, M: Mem, S: Shared + Async>(
     w: &W,
     m: &M,
     s: &S,
     dst: u64,
+    len: u64,
     k: u32,
 ) {
-    if w.lane() == 0 {
-        // SAFETY: the contract.
-        unsafe { m.st_v4(dst + 16 * (k / 128) as u64, [0; 4]) };
+    let lane = w.lane();
+    let a0 = dst & !15;
+    let lo = (dst % 16) as u32 * 8;
+    let hi = lo + 8 * len as u32;
+    // Lanes 0–3: the words of bit k's group; lanes 4–7: the last group's
+    // (when the slot ends inside a group).
+    let word = if lane < 4 {
+        Some(4 * ((lo + k) / 128) + lane)
+    } else if lane < 8 && !hi.is_multiple_of(128) {
+        Some(4 * (hi / 128) + lane - 4)
+    } else {
+        None
+    };
+    if let Some(kw) = word
+        && 32 * kw >= lo
+        && 32 * kw < hi
+    {
+        // SAFETY: a word of the slot (the contract).
+        unsafe { m.st_u32(a0 + 4 * kw as u64, 0) };
     }
-    // The store before any lane's OR into the group.
+    // The stores before any lane's OR into the groups.
     s.sync_warp();
 }
 
@@ -1251,9 +1314,15 @@ unsafe fn clear_k_group<W: Lanes, M: Mem, S: Shared + Async>(
 /// A tensor rarely turns out raw, and measuring every tensor first is a
 /// pass over the whole table (the size kernel: 0.4–0.6 ms a GiB).
 ///
+/// Q: which words past the stream are zeroed here?
+/// A: the whole 16-byte groups after the one the stream ends in. The rest
+/// of that group was written by the writer (zeros past the stream, stored
+/// whole or ORed into a group [`clear_slot_groups`] zeroed), and a slot's
+/// last group, when the slot ends inside it, was zeroed before.
+///
 /// # Safety
 /// As [`EncodeParams`] states, with `sizes` written here; the slot is
-/// this warp's and 16-aligned, `L` a multiple of 16; the writer is
+/// this warp's and 4-aligned, `L` a multiple of 4; the writer is
 /// finished (its last step met the warp).
 #[inline(always)]
 unsafe fn finish_slot<W: Lanes, M: Mem, S: Shared + Async>(
@@ -1268,14 +1337,17 @@ unsafe fn finish_slot<W: Lanes, M: Mem, S: Shared + Async>(
     let l = p.row_bytes;
     let lane = w.lane() as u64;
     let e = bits.div_ceil(8) as u64;
+    let a0 = dst & !15;
+    let lo = (dst % 16) * 8;
+    let hi = lo + 8 * l;
     // SAFETY: (this block) inside the slot, and inside the tensor for the
-    // loads; 16-byte stores at 16-aligned addresses and 8-byte ones at
-    // 8-aligned (L a multiple of 16).
+    // loads; 16-byte stores at 16-aligned addresses, the raw words' at
+    // 4-aligned ones (store_bytes picks the widths).
     unsafe {
         let stored = if e < l {
-            let mut g = bits.div_ceil(128) as u64 + lane;
-            while 16 * g < l {
-                m.st_v4(dst + 16 * g, [0; 4]);
+            let mut g = (lo + bits as u64).div_ceil(128) + lane;
+            while 128 * (g + 1) <= hi {
+                m.st_v4(a0 + 16 * g, [0; 4]);
                 g += 32;
             }
             e
@@ -1283,7 +1355,8 @@ unsafe fn finish_slot<W: Lanes, M: Mem, S: Shared + Async>(
             let start = p.src + i * p.stride;
             let mut q = lane;
             while 8 * q < l {
-                store_bytes(m, dst + 8 * q, row_word(m, start, l, q), 8);
+                let n = if l - 8 * q < 8 { l - 8 * q } else { 8 };
+                store_bytes(m, dst + 8 * q, row_word(m, start, l, q), n);
                 q += 32;
             }
             l
@@ -1359,7 +1432,7 @@ unsafe fn encode_rows<
             region
         };
         if SLOTS {
-            clear_k_group(w, m, s, region.0, shape.chunks);
+            clear_slot_groups(w, m, s, region.0, region.1, shape.chunks);
         }
         let (mut wr, mut base, mut sh) = open(region);
         let mut x = {
@@ -1440,7 +1513,7 @@ unsafe fn encode_rows<
                     next_region = row_region::<M, SLOTS>(m, p, ni + nwarps);
                 }
                 if SLOTS {
-                    clear_k_group(w, m, s, region.0, shape.chunks);
+                    clear_slot_groups(w, m, s, region.0, region.1, shape.chunks);
                 }
                 (wr, base, sh) = open(region);
                 carry = 0;

@@ -167,7 +167,8 @@ pub const MAX_THRESHOLDS: u32 = 8;
 
 /// `ibp_fit_candidates`: the evaluation book of `ibp_fit_eval` (the bit
 /// values `V`, then the masks of the `nt ≤ 8` thresholds, each field
-/// `⌈row_bytes / 8⌉` little-endian u64 words) built from the bit counts
+/// `⌈row_bytes / 8⌉` little-endian u64 words, then the trailer of mask bit
+/// counts, which the kernel adds to: the host zeroes it) built from the bit counts
 /// `counts` (`8 · row_bytes` u64, entry `8i + b` for bit `b` of byte `i`).
 /// Under threshold `t` a bit whose count is above `one_above[t]` is an
 /// invariant 1, below `zero_below[t]` an invariant 0 (`docs/FORMAT.md` §4;
@@ -197,7 +198,10 @@ pub struct CandidatesParams {
 /// warp load consecutive words.
 ///
 /// - `ibp_fit_eval`: `book` has `1 + nt` fields: the bit values `V`, then the
-///   masks of the `nt ≤ 8` thresholds. Adds, for candidate lane `l = 4t + log2 C`, the stored bytes
+///   masks of the `nt ≤ 8` thresholds, ascending (each mask a subset of the
+///   one before it); then a trailer of [`MAX_THRESHOLDS`] u64, entry `t` the
+///   number of bits in threshold `t`'s mask (what a tensor whose chunks all
+///   match saves). Adds, for candidate lane `l = 4t + log2 C`, the stored bytes
 ///   of the sample to `totals[2l]` and the number of tensors stored encoded to
 ///   `totals[2l + 1]`.
 /// - `ibp_size`: `book` starts with two fields, the bit values and the mask
@@ -242,7 +246,7 @@ pub struct MeasureParams {
 /// then used in place of the move masks).
 ///
 /// `ibp_encode_slots_c{1,2,4,8}`: the fixed-stride layout with nothing
-/// measured first (`offsets` 0, `row_bytes` a multiple of 16, `out`
+/// measured first (`offsets` 0, `row_bytes` a multiple of 4, `out`
 /// 16-aligned and not zeroed): each tensor is encoded into its slot, stored
 /// raw over it when its stream outgrows it, and the slot's bytes past the
 /// stored form zeroed; the kernel *writes* each stored length to `sizes`

@@ -583,7 +583,7 @@ impl Gpu {
                 )
             })?,
         ));
-        if l.is_multiple_of(16) {
+        if l.is_multiple_of(4) {
             // Last: it writes the sizes the stages above read.
             out.push((
                 "encode (fixed, nothing measured: the slot's tail and raw rows written by the encoder)",

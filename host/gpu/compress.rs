@@ -431,8 +431,8 @@ impl Gpu {
     /// `out` (`rows · L` bytes, need not be zeroed), stored raw when its
     /// stream outgrows the slot, the slot's bytes past the stored form
     /// zeroed, and each stored length written to `work`'s sizes. `L` must
-    /// be a multiple of 16 (slots of whole 16-byte groups, which no two
-    /// warps share).
+    /// be a multiple of 4 (slots of whole 4-byte words: a 16-byte group two
+    /// slots share is written word by word, each word by its slot's warp).
     pub(crate) fn enqueue_encode_slots(
         &self,
         gcb: &GpuCodebook,
@@ -443,9 +443,9 @@ impl Gpu {
         stream: &Stream,
     ) -> Result<()> {
         let l = gcb.cb.row_bytes();
-        if !l.is_multiple_of(16) || out.len() < rows * l {
+        if !l.is_multiple_of(4) || out.len() < rows * l {
             return Err(Error::invalid(format!(
-                "unmeasured slots need rows of a multiple of 16 bytes and {} bytes of output; have {l}-byte rows and {}",
+                "unmeasured slots need rows of a multiple of 4 bytes and {} bytes of output; have {l}-byte rows and {}",
                 rows * l,
                 out.len()
             )));
@@ -453,7 +453,7 @@ impl Gpu {
         let sizes = work.sizes.as_device_ptr().as_raw();
         let out = out.as_device_ptr().as_raw();
         // SAFETY: `out` holds every slot (checked), device allocations are
-        // 256-aligned and L a multiple of 16 so every slot is 16-aligned;
+        // 256-aligned and L a multiple of 4 so every slot is 4-aligned;
         // `work.sizes` holds at least `rows` u64 (ensured by the caller).
         unsafe { self.enqueue_encode_at(gcb, src, rows, sizes, 0, out, true, stream) }
     }
@@ -576,8 +576,9 @@ impl Gpu {
         // each row into its slot as it goes, stores it raw when it turns
         // out not to fit, and zeroes the slot's tail itself: one pass over
         // the input instead of three (size, memset, encode). Slots of whole
-        // 16-byte groups only: narrower ones share groups between warps.
-        let slots = !packed && l.is_multiple_of(16);
+        // 4-byte words only: the writer's stores are words or groups, so
+        // a slot that ends inside a word would share it with the next.
+        let slots = !packed && l.is_multiple_of(4);
         if slots {
             let padded = encoder_out_bytes(rows * l);
             ensure(&mut out.data, padded, "allocating the compressed output")?;

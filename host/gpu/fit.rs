@@ -3,7 +3,7 @@
 
 use cust::memory::{DeviceBuffer, DeviceSlice};
 use cust::stream::Stream;
-use ibp_kernels::params::{CandidatesParams, MeasureParams};
+use ibp_kernels::params::{CandidatesParams, MAX_THRESHOLDS, MeasureParams};
 
 use super::Gpu;
 use super::compress::{WARP_BLOCK, row_count};
@@ -14,7 +14,6 @@ use crate::codebook::threshold_bounds;
 use crate::error::{Error, Result};
 use crate::fit::choose::{Totals, choose_evaluated};
 use crate::fit::{Fit, FitOptions, SamplePlan};
-use ibp_kernels::params::MAX_THRESHOLDS;
 
 /// What [`Gpu::fit_blocking`] keeps between calls: its stream and device
 /// buffers, grown when a call needs more, so that a warm fit allocates no
@@ -31,8 +30,9 @@ pub(crate) struct FitScratch {
     stream: Stream,
     sample: DeviceBuffer<u8>,
     counts: DeviceBuffer<u64>,
+    /// The candidates' book, its trailer and the evaluation's totals, in
+    /// one buffer so that one fill zeroes and one copy returns them.
     book: DeviceBuffer<u64>,
-    totals: DeviceBuffer<u64>,
 }
 
 impl FitScratch {
@@ -42,7 +42,6 @@ impl FitScratch {
             sample: device_buffer(0, "allocating the sample")?,
             counts: device_buffer(0, "allocating counters")?,
             book: device_buffer(0, "allocating candidate codebooks")?,
-            totals: device_buffer(64, "allocating candidate totals")?,
         })
     }
 }
@@ -51,7 +50,8 @@ impl FitScratch {
 /// `ibp bench --stages` (`Gpu::profile_stages`).
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct FitPhases {
-    /// Gathering the sample and counting its bits (kernels, synchronised).
+    /// Gathering the sample and counting its bits (kernels, synchronised
+    /// only when the phases are timed).
     pub count: f64,
     /// Weighing the candidates: their book built from the counts on the
     /// device, the evaluation kernel, the totals and the book copied back.
@@ -95,7 +95,8 @@ impl Gpu {
         row_bytes: usize,
         opts: &FitOptions,
     ) -> Result<Fit> {
-        self.fit_phased(src, row_bytes, opts).map(|(fit, _)| fit)
+        self.fit_timed(src, row_bytes, opts, false)
+            .map(|(fit, _)| fit)
     }
 
     /// [`Gpu::fit_blocking`], with the time of each of its phases.
@@ -104,6 +105,18 @@ impl Gpu {
         src: &S,
         row_bytes: usize,
         opts: &FitOptions,
+    ) -> Result<(Fit, FitPhases)> {
+        self.fit_timed(src, row_bytes, opts, true)
+    }
+
+    /// The fit; `timed` waits for the counts before weighing, to time the
+    /// phases (an untimed fit synchronises once, after the weighing).
+    fn fit_timed<S: GpuReadable + ?Sized>(
+        &self,
+        src: &S,
+        row_bytes: usize,
+        opts: &FitOptions,
+        timed: bool,
     ) -> Result<(Fit, FitPhases)> {
         let started = std::time::Instant::now();
         let mut ph = FitPhases::default();
@@ -120,7 +133,7 @@ impl Gpu {
             None => guard.insert(FitScratch::new()?),
         };
         if plan.is_all() {
-            self.count_sample(src, row_bytes, sc, started, &mut ph)?;
+            self.count_sample(src, row_bytes, sc, timed, started, &mut ph)?;
             let fit = self.fit_counted(src, plan, row_bytes, opts, sc, &mut ph)?;
             return Ok((fit, ph.finish(started)));
         }
@@ -153,19 +166,20 @@ impl Gpu {
         let whole = unsafe { DeviceSlice::from_raw_parts(sc.sample.as_device_ptr(), bytes) };
         let gathered = Span::of(&whole, 0, bytes)
             .ok_or_else(|| Error::invalid("sample larger than its buffer"))?;
-        self.count_sample(&gathered, row_bytes, sc, started, &mut ph)?;
+        self.count_sample(&gathered, row_bytes, sc, timed, started, &mut ph)?;
         let fit = self.fit_counted(&gathered, plan, row_bytes, opts, sc, &mut ph)?;
         Ok((fit, ph.finish(started)))
     }
 
     /// Count the sample's bits into the scratch's counters (they stay on the
-    /// device); `ph.count` is the time from `started` to the counts' kernel
-    /// done.
+    /// device); when `timed`, wait for them and set `ph.count` to the time
+    /// from `started` to the counts' kernel done.
     fn count_sample(
         &self,
         sample: &(impl GpuReadable + ?Sized),
         row_bytes: usize,
         sc: &mut FitScratch,
+        timed: bool,
         started: std::time::Instant,
         ph: &mut FitPhases,
     ) -> Result<()> {
@@ -173,8 +187,10 @@ impl Gpu {
         let mut counts = sc.counts.index(..8 * row_bytes);
         zero(&counts, &sc.stream)?;
         self.count_bits(sample, row_bytes, &mut counts, &sc.stream)?;
-        sync(&sc.stream, "counting bits")?;
-        ph.count = started.elapsed().as_secs_f64();
+        if timed {
+            sync(&sc.stream, "counting bits")?;
+            ph.count = started.elapsed().as_secs_f64();
+        }
         Ok(())
     }
 
@@ -199,12 +215,16 @@ impl Gpu {
             let mut books = Vec::with_capacity(thresholds.len());
             for group in thresholds.chunks(MAX_THRESHOLDS as usize) {
                 let nt = group.len();
-                ensure(
-                    &mut sc.book,
-                    (1 + nt) * words,
-                    "allocating candidate codebooks",
-                )?;
-                let book = sc.book.index(..(1 + nt) * words);
+                // The fields, the trailer of mask bit counts the candidates
+                // kernel adds to, and the evaluation's 64 totals: the last
+                // two zeroed by one fill, all three back in one copy.
+                let fields = (1 + nt) * words;
+                let trailer = fields + MAX_THRESHOLDS as usize;
+                ensure(&mut sc.book, trailer + 64, "allocating candidate codebooks")?;
+                let whole = sc.book.index(..trailer + 64);
+                zero(&whole.index(fields..), &sc.stream)?;
+                let book = whole.index(..trailer);
+                let totals = whole.index(trailer..);
                 let mut c = CandidatesParams {
                     counts: sc.counts.as_device_ptr().as_raw(),
                     book: book.as_device_ptr().as_raw(),
@@ -218,11 +238,9 @@ impl Gpu {
                 let stream = &sc.stream;
                 let grid = self.warp_grid(kernels::FIT_CANDIDATES, words as u64)?;
                 // SAFETY: the counters hold 8·L counts (count_sample), the
-                // book (1 + nt)·⌈L/8⌉ u64; CandidatesParams is the kernel's
-                // type.
+                // book (1 + nt)·⌈L/8⌉ + 8 u64, its trailer zeroed;
+                // CandidatesParams is the kernel's type.
                 unsafe { self.launch(kernels::FIT_CANDIDATES, grid, WARP_BLOCK, 0, stream, c)? };
-                let totals = sc.totals.index(..64);
-                zero(&totals, stream)?;
                 let p = MeasureParams {
                     src: sample.device_addr(),
                     stride: row_bytes as u64,
@@ -236,16 +254,16 @@ impl Gpu {
                 };
                 let grid = self.warp_grid(kernels::FIT_EVAL, s)?;
                 // SAFETY: the sample holds s rows of L bytes, the book 1 + nt
-                // u64 per 8-byte word, totals 64 u64; MeasureParams is the
-                // kernel's type.
+                // u64 per 8-byte word and its trailer, totals 64 u64;
+                // MeasureParams is the kernel's type.
                 unsafe { self.launch(kernels::FIT_EVAL, grid, WARP_BLOCK, 0, stream, p)? };
                 sync(stream, "weighing candidates")?;
-                let t = copy_to_host_blocking(&totals)?;
+                let words_back = copy_to_host_blocking(&whole)?;
+                let t = &words_back[trailer..];
                 totals_out.extend((0..nt).map(|i| Totals {
                     stored: std::array::from_fn(|c| t[2 * (4 * i + c)]),
                     encoded: std::array::from_fn(|c| t[2 * (4 * i + c) + 1]),
                 }));
-                let words_back = copy_to_host_blocking(&book)?;
                 let bytes = |w: &[u64]| -> Vec<u8> {
                     let mut b: Vec<u8> = w.iter().flat_map(|x| x.to_le_bytes()).collect();
                     b.truncate(row_bytes);

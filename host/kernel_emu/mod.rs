@@ -527,10 +527,15 @@ unsafe fn run_encode<const SLOTS: bool>(
         flags: encoder_flags(cb),
     };
     let ring = Aligned::zeroed(ibp_kernels::pack::RING_BYTES as usize);
-    // SAFETY: the caller's contract; the ring is the warp's shared memory.
-    run_warp_with(ring.addr(), |w| unsafe {
-        with_chunk_const!(cb.chunk(), C => encode::encode::<_, _, _, C, SLOTS>(w, &EmuMem, w, &p, 0, 0, 1))
-    });
+    // Three warps, the last first: a warp that wrote past its own rows
+    // into a later row's would then be caught, not overwritten.
+    for wid in (0..3).rev() {
+        // SAFETY: the caller's contract; the ring is the warp's shared
+        // memory.
+        run_warp_with(ring.addr(), |w| unsafe {
+            with_chunk_const!(cb.chunk(), C => encode::encode::<_, _, _, C, SLOTS>(w, &EmuMem, w, &p, 0, wid, 3))
+        });
+    }
 }
 
 /// Output bytes of the emulated `encode` body: packed when `offsets` is
@@ -603,15 +608,17 @@ fn emu_encode_cleared(
 }
 
 /// The emulated fixed-stride encode with nothing measured first
-/// (`ibp_encode_slots_c*`, `L` a multiple of 16): into slots full of stale
-/// bytes (0xa5), 16-aligned. Returns the slots and the stored lengths the
+/// (`ibp_encode_slots_c*`, `L` a multiple of 4): into slots full of stale
+/// bytes (0xa5) from a 16-aligned base; the bytes past the last slot must
+/// stay stale. Returns the slots and the stored lengths the
 /// kernel wrote.
 fn emu_encode_slots(cb: &Codebook, rows: Rows<'_>) -> (Vec<u8>, Vec<u64>) {
     let n = rows.rows();
-    let mut out = vec![u128::from_le_bytes([0xa5; 16]); n * rows.row_bytes() / 16];
+    let bytes = n * rows.row_bytes();
+    let mut out = vec![u128::from_le_bytes([0xa5; 16]); bytes.div_ceil(16)];
     let mut sizes = vec![u64::MAX; n];
-    // SAFETY: `sizes` (n u64, written by the kernel) and `n` 16-aligned
-    // slots of L bytes.
+    // SAFETY: `sizes` (n u64, written by the kernel) and `n` slots of L
+    // bytes from a 16-aligned base.
     unsafe {
         run_encode::<true>(
             cb,
@@ -621,7 +628,12 @@ fn emu_encode_slots(cb: &Codebook, rows: Rows<'_>) -> (Vec<u8>, Vec<u64>) {
             out.as_mut_ptr() as u64,
         )
     };
-    (bytemuck::cast_slice(&out).to_vec(), sizes)
+    let out: &[u8] = bytemuck::cast_slice(&out);
+    assert!(
+        out[bytes..].iter().all(|&b| b == 0xa5),
+        "bytes past the last slot written"
+    );
+    (out[..bytes].to_vec(), sizes)
 }
 
 /// `n` rows of `l` bytes shaped like floats: in each 4-byte word the low
@@ -681,6 +693,13 @@ fn emulated_size_and_encode_equal_the_cpu_encoder() {
         (48, 40, 1),
         (768, 40, 2),
         (2064, 3, 0),
+        // Slots that share a group with the next (L a multiple of 4, not
+        // of 16; 8 and 40 above too): a slot inside one group, Cora's
+        // row length, and raw tensors among them.
+        (20, 40, 0),
+        (36, 40, 1),
+        (5732, 3, 0),
+        (1204, 40, 0),
     ]
     .into_iter()
     .enumerate()
@@ -738,7 +757,7 @@ fn emulated_size_and_encode_equal_the_cpu_encoder() {
             let fixed = compress_fixed(&cb, rows, &LayoutOptions::default()).unwrap();
             let got = emu_encode(&cb, rows, &sizes, None, fixed.slots.len());
             assert_eq!(got, fixed.slots, "fixed {what}");
-            if l.is_multiple_of(16) {
+            if l.is_multiple_of(4) {
                 let (got, got_sizes) = emu_encode_slots(&cb, rows);
                 assert_eq!(got_sizes, want.stored, "slots' sizes {what}");
                 assert_eq!(got, fixed.slots, "slots over stale bytes {what}");
@@ -844,10 +863,13 @@ fn emulated_candidate_books_equal_the_host_rule() {
             ts.iter().map(|&t| mask_and_bitval(&counts, n, t)).collect();
         let want = eval_book(&books);
         let words = l.div_ceil(8);
-        let got = vec![u64::MAX; (1 + ts.len()) * words];
+        // Stale fields; the trailer zeroed, as the host does.
+        let trailer = ibp_kernels::params::MAX_THRESHOLDS as usize;
+        let mut got = vec![u64::MAX; (1 + ts.len()) * words + trailer];
+        let fields = got.len() - trailer;
+        got[fields..].fill(0);
         let mut p = CandidatesParams {
             counts: counts.as_ptr() as u64,
-            book: got.as_ptr() as u64,
             row_bytes: l as u64,
             nt: ts.len() as u32,
             ..Default::default()
@@ -856,8 +878,12 @@ fn emulated_candidate_books_equal_the_host_rule() {
             (p.one_above[i], p.zero_below[i]) = threshold_bounds(n, t);
         }
         for nwarps in [1u64, 3] {
+            got[fields..].fill(0);
+            // Written by the kernel: a pointer taken from `&mut`.
+            p.book = got.as_mut_ptr() as u64;
             for wid in 0..nwarps {
-                // SAFETY: counts of 8·L u64, a book of (1 + nt)·⌈L/8⌉ u64.
+                // SAFETY: counts of 8·L u64, a book of (1 + nt)·⌈L/8⌉ + 8
+                // u64, its trailer zeroed.
                 run_warp(|w| unsafe {
                     ibp_kernels::candidates::candidates(w, &EmuMem, &p, wid, nwarps)
                 });
