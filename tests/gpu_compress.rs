@@ -432,3 +432,50 @@ fn device_compressed_output_decodes_in_place() {
         }
     }
 }
+
+#[test]
+fn a_replaced_codebook_compresses_as_a_new_one() {
+    let Some(gpu) = gpu_or_skip("a_replaced_codebook_compresses_as_a_new_one") else {
+        return;
+    };
+    let mut rng = Rng(0x5e7);
+    let mut gcb: Option<GpuCodebook> = None;
+    let mut dev_out = ibp::gpu::DeviceCompressed::empty().unwrap();
+    // Longer rows (a larger book: the buffer grows), shorter ones (the
+    // book copied into the front of the larger buffer), another chunk
+    // size, and back.
+    for (l, chunk) in [
+        (300usize, ChunkSize::Eight),
+        (700, ChunkSize::Four),
+        (300, ChunkSize::Two),
+        (96, ChunkSize::One),
+        (700, ChunkSize::Eight),
+    ] {
+        let data = dataset(&mut rng, l, 400, 7);
+        let rows = Rows::new(&data, l).unwrap();
+        let opts = FitOptions {
+            chunk: ChunkChoice::Fixed(chunk),
+            ..Default::default()
+        };
+        let cb = fit(rows, &opts).unwrap().codebook;
+        match gcb.as_mut() {
+            Some(g) => g.replace(&cb).unwrap(),
+            None => gcb = Some(GpuCodebook::new(&cb).unwrap()),
+        }
+        let g = gcb.as_ref().unwrap();
+        assert_eq!(g.codebook(), &cb);
+        let device = DeviceBuffer::from_slice(&data).unwrap();
+        gpu.compress_into_blocking(g, &device, Layout::Packed, &mut dev_out)
+            .unwrap();
+        assert_eq!(
+            dev_out.to_packed_blocking().unwrap(),
+            compress_packed(&cb, rows, &LayoutOptions::default()).unwrap(),
+            "L={l} C={chunk:?}"
+        );
+        assert_eq!(
+            gpu.size_query_blocking(g, &device).unwrap(),
+            size_query(&cb, rows).unwrap(),
+            "sizes L={l} C={chunk:?}"
+        );
+    }
+}

@@ -55,7 +55,7 @@ pub fn section(
     );
     let _ = writeln!(
         md,
-        "## Fit and compression\n\nEach table is replicated to at least {} bytes. Wall-clock time of the public calls, median of 5 after a warm-up, with output buffers allocated once and reused (`Gpu::compress_into_blocking`, `HostCompressor`; *one-shot* is `Gpu::compress_host_blocking`, which allocates its buffers, 3 × 128 MiB of device memory and 64 MiB pinned, on every call); every configuration was first compared byte for byte with the CPU encoder (`compress_packed`, `compress_fixed`) and the GPU fit with the CPU fit. Rates are input bytes per second.\n\n- *fit all*: `Gpu::fit_blocking` counting and weighing every tensor; *fit 1/16*: on the sample of every 16th tensor (`Sample::Fraction(1/16)`), which the CPU fit accepts too and which chooses the same codebook here.\n- *device*: the rows in device memory; `Gpu::compress_blocking` to the packed layout, output in device memory; *compress fixed*: to the fixed-stride layout (rows of whole 4-byte words written straight into their slots by `ibp_encode_slots_c*`, nothing measured first; others measured, zeroed and encoded), checked also in a buffer reused from a packed run.\n- *host*: the rows in pinned host memory; `Gpu::compress_host_blocking` (64 MiB batches, each read once, by DMA into a device batch buffer (`HostRead::Dma`, the default) or zero-copy by the size kernel (`HostRead::ZeroCopy`); three batches in flight; compressed batches copied back to pinned memory and handed to a callback that does nothing else). *registered*: the same from ordinary (pageable) memory registered for the call with `Registered`, registration included.\n- *CPU*: `ibp::fit::fit` plus `compress_packed` on this machine's CPU ({} threads), one run.\n- PCIe on this machine: pinned host-to-device copy {:.1} GB/s, zero-copy kernel read {:.1} GB/s.\n",
+        "## Fit and compression\n\nEach table is replicated to at least {} bytes. Wall-clock time of the public calls, median of 5 after a warm-up, with output buffers allocated once and reused (`Gpu::compress_into_blocking`, `HostCompressor`; in *fit + compress* the codebook's device memory too, `GpuCodebook::replace`; *one-shot* is `Gpu::compress_host_blocking`, which allocates its buffers, 3 × 128 MiB of device memory and 64 MiB pinned, on every call); every configuration was first compared byte for byte with the CPU encoder (`compress_packed`, `compress_fixed`) and the GPU fit with the CPU fit. Rates are input bytes per second.\n\n- *fit all*: `Gpu::fit_blocking` counting and weighing every tensor; *fit 1/16*: on the sample of every 16th tensor (`Sample::Fraction(1/16)`), which the CPU fit accepts too and which chooses the same codebook here.\n- *device*: the rows in device memory; `Gpu::compress_blocking` to the packed layout, output in device memory; *compress fixed*: to the fixed-stride layout (rows of whole 4-byte words written straight into their slots by `ibp_encode_slots_c*`, nothing measured first; others measured, zeroed and encoded), checked also in a buffer reused from a packed run.\n- *host*: the rows in pinned host memory; `Gpu::compress_host_blocking` (64 MiB batches, each read once, by DMA into a device batch buffer (`HostRead::Dma`, the default) or zero-copy by the size kernel (`HostRead::ZeroCopy`); three batches in flight; compressed batches copied back to pinned memory and handed to a callback that does nothing else). *registered*: the same from ordinary (pageable) memory registered for the call with `Registered`, registration included.\n- *CPU*: `ibp::fit::fit` plus `compress_packed` on this machine's CPU ({} threads), one run.\n- PCIe on this machine: pinned host-to-device copy {:.1} GB/s, zero-copy kernel read {:.1} GB/s.\n",
         real_bytes,
         rayon::current_num_threads(),
         h2d / 1e9,
@@ -257,21 +257,28 @@ pub fn measure(gpu: &Gpu, big: &[u8], l: usize) -> Result<Times> {
         dev_out.to_fixed_blocking()? == f,
         "device compression (fixed, into a reused buffer)",
     )?;
+    // Fit and compress as a loop that does it again and again would: the
+    // codebook's device memory reused too (`GpuCodebook::replace`).
+    let mut fitted = GpuCodebook::new(&g.codebook)?;
     let d_total = median(5, || {
         let fit = gpu.fit_blocking(&device, l, &part)?;
-        let gcb = GpuCodebook::new(&fit.codebook)?;
-        gpu.compress_into_blocking(&gcb, &device, Layout::Packed, &mut dev_out)
+        fitted.replace(&fit.codebook)?;
+        gpu.compress_into_blocking(&fitted, &device, Layout::Packed, &mut dev_out)
     })?;
     let d_total_fixed = median(5, || {
         let fit = gpu.fit_blocking(&device, l, &part)?;
-        let gcb = GpuCodebook::new(&fit.codebook)?;
-        gpu.compress_into_blocking(&gcb, &device, Layout::FixedStride, &mut dev_out)
+        fitted.replace(&fit.codebook)?;
+        gpu.compress_into_blocking(&fitted, &device, Layout::FixedStride, &mut dev_out)
     })?;
     let d_total_all = median(5, || {
         let fit = gpu.fit_blocking(&device, l, &all)?;
-        let gcb = GpuCodebook::new(&fit.codebook)?;
-        gpu.compress_into_blocking(&gcb, &device, Layout::Packed, &mut dev_out)
+        fitted.replace(&fit.codebook)?;
+        gpu.compress_into_blocking(&fitted, &device, Layout::Packed, &mut dev_out)
     })?;
+    check(
+        dev_out.to_packed_blocking()? == cpu_packed,
+        "device fit and compression through a replaced codebook",
+    )?;
     let h_fit = median(5, || gpu.fit_blocking(&pinned, l, &part).map(drop))?;
     let h_comp = median(5, || {
         hc.compress_blocking(gpu, &gcb, &pinned, |_| Ok(()))
@@ -288,14 +295,14 @@ pub fn measure(gpu: &Gpu, big: &[u8], l: usize) -> Result<Times> {
     })?;
     let h_total = median(5, || {
         let fit = gpu.fit_blocking(&pinned, l, &part)?;
-        let gcb = GpuCodebook::new(&fit.codebook)?;
-        hc.compress_blocking(gpu, &gcb, &pinned, |_| Ok(()))
+        fitted.replace(&fit.codebook)?;
+        hc.compress_blocking(gpu, &fitted, &pinned, |_| Ok(()))
             .map(drop)
     })?;
     let h_total_all = median(5, || {
         let fit = gpu.fit_blocking(&pinned, l, &all)?;
-        let gcb = GpuCodebook::new(&fit.codebook)?;
-        hc.compress_blocking(gpu, &gcb, &pinned, |_| Ok(()))
+        fitted.replace(&fit.codebook)?;
+        hc.compress_blocking(gpu, &fitted, &pinned, |_| Ok(()))
             .map(drop)
     })?;
     let reg = median(5, || {

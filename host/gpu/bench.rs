@@ -502,6 +502,15 @@ impl Gpu {
             "fit 1/16: the rest on the host (choice, tables)",
             median(|p| p.host),
         ));
+        out.push((
+            "the codebook to the GPU: GpuCodebook::new (allocate, upload, free the old one)",
+            time(&mut || GpuCodebook::new(&gcb.cb).map(drop))?,
+        ));
+        let mut replaced = GpuCodebook::new(&gcb.cb)?;
+        out.push((
+            "the codebook to the GPU: GpuCodebook::replace (upload into its buffer)",
+            time(&mut || replaced.replace(&gcb.cb))?,
+        ));
         let mut counts = DeviceBuffer::<u64>::zeroed(8 * l).map_err(cuda_err("allocating"))?;
         out.push((
             "count bits",

@@ -15,7 +15,7 @@
 //! output is byte-identical to [`crate::layout::compress_packed`] and
 //! [`crate::layout::compress_fixed`].
 
-use cust::memory::{DeviceBuffer, DeviceSlice};
+use cust::memory::{CopyDestination, DeviceBuffer, DeviceSlice};
 use cust::stream::Stream;
 use ibp_kernels::params::{
     ClearParams, EncodeParams, MeasureParams, SCAN_BLOCK, SCAN_TILE, ScanParams,
@@ -81,6 +81,32 @@ impl GpuCodebook {
                 .map_err(cuda_err("uploading the codebook"))?,
             flags: encoder_flags(cb),
         })
+    }
+
+    /// Make this the GPU form of `cb`, in the device memory it already
+    /// holds when that is large enough (no allocation and no free: what a
+    /// loop that fits and compresses again and again pays is one copy of
+    /// the tables). No compression may still be running with it: the
+    /// blocking calls it was passed to have returned.
+    ///
+    /// Q: what does this save over [`GpuCodebook::new`]?
+    /// A: an allocation and the free of the old buffer, which waits for
+    /// the device (`ibp bench --section compress --stages` times both;
+    /// `docs/PERF-NOTES.md` has the numbers).
+    pub fn replace(&mut self, cb: &Codebook) -> Result<()> {
+        let book = encoder_book(cb);
+        if self.book.len() >= book.len() {
+            self.book
+                .index(..book.len())
+                .copy_from(&book)
+                .map_err(cuda_err("uploading the codebook"))?;
+        } else {
+            self.book =
+                DeviceBuffer::from_slice(&book).map_err(cuda_err("uploading the codebook"))?;
+        }
+        self.cb = cb.clone();
+        self.flags = encoder_flags(cb);
+        Ok(())
     }
 
     /// The codebook.

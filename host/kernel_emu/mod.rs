@@ -777,7 +777,15 @@ fn emulated_size_and_encode_equal_the_cpu_encoder() {
 
 #[test]
 fn emulated_evaluation_equals_the_cpu_fit() {
-    for (l, n, sample) in [(5usize, 40usize, 40u64), (24, 33, 11), (70, 20, 20)] {
+    // Rows of one batch of 128 words a warp and of three (1100, 2100
+    // bytes), every row or a sample.
+    for (l, n, sample) in [
+        (5usize, 40usize, 40u64),
+        (24, 33, 11),
+        (70, 20, 20),
+        (1100, 14, 14),
+        (2100, 30, 7),
+    ] {
         let data = dataset(n, l, l as u64);
         let rows = Rows::new(&data, l).unwrap();
         let opts = FitOptions::default().with_sample(crate::fit::Sample::Count(sample));
@@ -795,7 +803,7 @@ fn emulated_evaluation_equals_the_cpu_fit() {
             .collect();
         let book = eval_book(&books);
         let src = Aligned::from(&data);
-        let totals = vec![0u64; 64];
+        let mut totals = vec![0u64; 64];
         let p = MeasureParams {
             src: src.addr(),
             stride: l as u64,
@@ -803,12 +811,17 @@ fn emulated_evaluation_equals_the_cpu_fit() {
             sample: plan.len(),
             row_bytes: l as u64,
             book: book.as_ptr() as u64,
-            totals: totals.as_ptr() as u64,
+            // Written by the kernel: a pointer taken from `&mut`.
+            totals: totals.as_mut_ptr() as u64,
             nt: books.len() as u32,
             ..Default::default()
         };
-        // SAFETY: buffers sized as MeasureParams requires.
-        run_warp(|w| unsafe { encode::eval(w, &EmuMem, &p, 0, 1) });
+        // Three warps (a warp's next tensor loaded across its last
+        // batch), the last first.
+        for wid in (0..3).rev() {
+            // SAFETY: buffers sized as MeasureParams requires.
+            run_warp(|w| unsafe { encode::eval(w, &EmuMem, &p, wid, 3) });
+        }
         for cand in &cpu.candidates {
             let t = opts
                 .thresholds
