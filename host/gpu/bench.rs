@@ -516,6 +516,13 @@ impl Gpu {
             "count bits",
             time(&mut || self.count_bits(src, l, &mut counts, &stream))?,
         ));
+        // The timed runs added up their counts: count once more, from zero,
+        // for the books the evaluation weighs (with the sums of several
+        // runs every bit looked invariant, no word matched, and the timed
+        // pass was not the fit's).
+        let mut counts = DeviceBuffer::<u64>::zeroed(8 * l).map_err(cuda_err("allocating"))?;
+        self.count_bits(src, l, &mut counts, &stream)?;
+        sync(&stream, "counting bits")?;
         let cpu_counts = copy_to_host_blocking(&counts)?;
         let books: Vec<(Vec<u8>, Vec<u8>)> = crate::codebook::Threshold::default_sweep()
             .iter()
