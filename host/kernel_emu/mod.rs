@@ -4,8 +4,8 @@
 //! on machines without one (CI), and compares it with the CPU encoder byte
 //! for byte. The same comparisons run on the GPU in `tests/gpu_compress.rs`.
 
-use std::sync::Barrier;
 use std::sync::atomic::{AtomicU8, AtomicU16, AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::{Condvar, Mutex};
 
 use ibp_kernels::encode::{self, WarpWriter};
 use ibp_kernels::params::{ClearParams, EncodeParams, MeasureParams};
@@ -42,9 +42,73 @@ macro_rules! with_chunk_const {
     };
 }
 
+/// A barrier for the lane threads that a panicking lane breaks: every lane
+/// waiting at it, or arriving later, then panics too, so an emulated kernel
+/// that fails (an assertion, an overflow in a lane) fails its test instead
+/// of leaving the other 31 lanes waiting for it forever.
+///
+/// Q: why not `std::sync::Barrier`?
+/// A: it cannot be broken; a mutation test whose kernel overflowed in one
+/// lane hung (found 2026-11-27).
+struct LaneBarrier {
+    n: usize,
+    /// Lanes arrived in this round, the round's number, broken.
+    state: Mutex<(usize, u64, bool)>,
+    turned: Condvar,
+}
+
+impl LaneBarrier {
+    fn new(n: usize) -> Self {
+        LaneBarrier {
+            n,
+            state: Mutex::new((0, 0, false)),
+            turned: Condvar::new(),
+        }
+    }
+
+    fn wait(&self) {
+        let mut g = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        assert!(!g.2, "another lane of the emulated block panicked");
+        let round = g.1;
+        g.0 += 1;
+        if g.0 == self.n {
+            (g.0, g.1) = (0, round + 1);
+            self.turned.notify_all();
+            return;
+        }
+        while g.1 == round && !g.2 {
+            g = self.turned.wait(g).unwrap_or_else(|p| p.into_inner());
+        }
+        assert!(g.1 != round, "another lane of the emulated block panicked");
+    }
+
+    /// Break the barrier (a lane panicked).
+    fn break_it(&self) {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).2 = true;
+        self.turned.notify_all();
+    }
+}
+
+/// Breaks every barrier of the block when its lane thread unwinds.
+struct BreakOnPanic<'a> {
+    exs: &'a [Exchange],
+    block: &'a LaneBarrier,
+}
+
+impl Drop for BreakOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.block.break_it();
+            for ex in self.exs {
+                ex.barrier.break_it();
+            }
+        }
+    }
+}
+
 /// The shuffle exchange shared by the 32 lane threads.
 struct Exchange {
-    barrier: Barrier,
+    barrier: LaneBarrier,
     slots: [AtomicU32; 32],
 }
 
@@ -56,7 +120,7 @@ struct EmuLane<'a> {
     lane: u32,
     ex: &'a Exchange,
     /// The block's barrier (every lane thread of every warp of the block).
-    block: &'a Barrier,
+    block: &'a LaneBarrier,
     /// Host address of the warp's shared memory (0: none).
     smem: u64,
     /// This lane's asynchronous copies not yet landed: committed groups in
@@ -385,16 +449,17 @@ fn run_warp_with(smem: u64, body: impl Fn(&EmuLane<'_>) + Sync) {
 fn run_block(warps: u32, smem: u64, body: impl Fn(&EmuLane<'_>, u32) + Sync) {
     let exs: Vec<Exchange> = (0..warps)
         .map(|_| Exchange {
-            barrier: Barrier::new(32),
+            barrier: LaneBarrier::new(32),
             slots: std::array::from_fn(|_| AtomicU32::new(0)),
         })
         .collect();
-    let block = Barrier::new(32 * warps as usize);
+    let block = LaneBarrier::new(32 * warps as usize);
     std::thread::scope(|s| {
         for (warp, ex) in exs.iter().enumerate() {
             for lane in 0..32 {
-                let (block, body) = (&block, &body);
+                let (block, body, all) = (&block, &body, &exs[..]);
                 s.spawn(move || {
+                    let _guard = BreakOnPanic { exs: all, block };
                     body(
                         &EmuLane {
                             lane,
