@@ -328,65 +328,24 @@ pub unsafe fn eval<W: Lanes, M: Mem>(w: &W, m: &M, p: &MeasureParams, wid: u64, 
         return;
     }
     let (mut stored, mut encoded) = (0u64, 0u64);
-    // Q: why one loop over every (tensor, batch of four words a lane)?
-    // A: so that each batch's words are loaded one batch ahead, across the
-    // end of a tensor too (as in `size`): a word's thresholds stop at the
-    // first it matches under, so the work per batch is short and a warp
-    // that waited for each batch's loads would run at the memory's
-    // latency (the whole-table pass: 2.6 ms for 1 GiB, loading as it went).
-    let batches = words.div_ceil(128);
-    let row_start = |i: u64| p.src + sample_row(i, p.rows, p.sample) * p.stride;
-    // SAFETY: (the loads below) row_word reads inside the tensor only.
-    let load = |start: u64, k: u64| unsafe {
-        let q = 128 * k + lane as u64;
-        // Written out, not looped, so that the words stay in registers.
-        [
-            row_word(m, start, l, q),
-            row_word(m, start, l, q + 32),
-            row_word(m, start, l, q + 64),
-            row_word(m, start, l, q + 96),
-        ]
-    };
-    let (mut i, mut k) = (wid, 0u64);
-    let mut start = row_start(i);
-    let mut x = load(start, 0);
     let mut acc = [0u32; 32];
-    loop {
-        let (ni, nk) = if k + 1 < batches {
-            (i, k + 1)
-        } else {
-            (i + nwarps, 0)
-        };
-        let nstart = if nk == 0 && ni < p.sample {
-            row_start(ni)
-        } else {
-            start
-        };
-        let xn = if ni < p.sample {
-            load(nstart, nk)
-        } else {
-            [0; 4]
-        };
-        let q = 128 * k + lane as u64;
-        // SAFETY: (each) the book holds 1 + nt fields of `words` u64.
-        unsafe {
+    // SAFETY: (each_batch) MeasureParams' contract; (add_word) the book
+    // holds 1 + nt fields of `words` u64.
+    unsafe {
+        each_batch(m, p, wid, nwarps, lane as u64, |_, k, x, last| {
+            let q = 128 * k + lane as u64;
             add_word(m, &mut acc, p.book, words, nt, q, x[0]);
             add_word(m, &mut acc, p.book, words, nt, q + 32, x[1]);
             add_word(m, &mut acc, p.book, words, nt, q + 64, x[2]);
             add_word(m, &mut acc, p.book, words, nt, q + 96, x[3]);
-        }
-        if nk == 0 {
-            // Tensor i is done.
-            let saved = all - reduce_scatter(w, &acc) as u64;
-            let s = stored_len(l, chunks, saved);
-            stored += s;
-            encoded += (s < l) as u64;
-            acc = [0; 32];
-            if ni >= p.sample {
-                break;
+            if last {
+                let saved = all - reduce_scatter(w, &acc) as u64;
+                let s = stored_len(l, chunks, saved);
+                stored += s;
+                encoded += (s < l) as u64;
+                acc = [0; 32];
             }
-        }
-        (i, k, start, x) = (ni, nk, nstart, xn);
+        });
     }
     if lane / 4 < nt {
         // SAFETY: totals holds 2 u64 per candidate lane.
@@ -482,13 +441,76 @@ pub unsafe fn measure_row<W: Lanes, M: Mem, const C: u32>(
     stored_len(l, chunks, warp_sum(w, saved) as u64)
 }
 
-/// The size query for one codebook of chunk size `C` (see [`MeasureParams`]).
+/// Visit the sampled tensors `wid, wid + nwarps, …` of `p` (warp-uniform)
+/// a batch of four words a lane at a time: `visit(i, k, x, last)` gets
+/// tensor `i`, batch `k` (this lane's words `128k + lane + 32j`, zero past
+/// the tensor's end) and whether it is the tensor's last batch. The size
+/// pass and the fit's evaluation share this loop.
 ///
-/// Q: why one loop over every (tensor, batch of four words a lane)?
-/// A: so that each batch's words are loaded one batch ahead, across the
-/// end of a tensor too: a warp that waits for its loads at every tensor
-/// runs at the memory's latency. Tensors under 1 KiB (MiniLM's rows) are
-/// one batch each, and were measured at 1.3–1.6 TB/s loading as they went.
+/// Q: why one loop over every (tensor, batch), each batch loaded one ahead?
+/// A: so that the next batch's loads are in flight, across the end of a
+/// tensor too, while this one is worked on: a warp that waits for its
+/// loads at every tensor runs at the memory's latency. Tensors under 1 KiB
+/// (MiniLM's rows) are one batch each, and were measured at 1.3–1.6 TB/s
+/// by the size pass loading as it went.
+///
+/// # Safety
+/// As [`MeasureParams`] states (the tensors are readable).
+#[inline(always)]
+unsafe fn each_batch<M: Mem>(
+    m: &M,
+    p: &MeasureParams,
+    wid: u64,
+    nwarps: u64,
+    lane: u64,
+    mut visit: impl FnMut(u64, u64, [u64; 4], bool),
+) {
+    let l = p.row_bytes;
+    let batches = l.div_ceil(8).div_ceil(128);
+    let start_of = |i: u64| p.src + sample_row(i, p.rows, p.sample) * p.stride;
+    // SAFETY: (the closure's body) row_word reads inside the tensor only.
+    let load = |start: u64, k: u64| unsafe {
+        let q = 128 * k + lane;
+        // Written out, not looped, so that the words stay in registers.
+        [
+            row_word(m, start, l, q),
+            row_word(m, start, l, q + 32),
+            row_word(m, start, l, q + 64),
+            row_word(m, start, l, q + 96),
+        ]
+    };
+    if wid >= p.sample {
+        return;
+    }
+    let (mut i, mut k) = (wid, 0);
+    let mut start = start_of(i);
+    let mut x = load(start, 0);
+    loop {
+        let (ni, nk) = if k + 1 < batches {
+            (i, k + 1)
+        } else {
+            (i + nwarps, 0)
+        };
+        let nstart = if nk == 0 && ni < p.sample {
+            start_of(ni)
+        } else {
+            start
+        };
+        let xn = if ni < p.sample {
+            load(nstart, nk)
+        } else {
+            [0; 4]
+        };
+        visit(i, k, x, nk == 0);
+        if nk == 0 && ni >= p.sample {
+            break;
+        }
+        (i, k, start, x) = (ni, nk, nstart, xn);
+    }
+}
+
+/// The size query for one codebook of chunk size `C` (see [`MeasureParams`]),
+/// over the tensors' batches as [`each_batch`] loads them.
 ///
 /// # Safety
 /// As [`MeasureParams`] states.
@@ -502,78 +524,40 @@ pub unsafe fn size<W: Lanes, M: Mem, const C: u32>(
     let l = p.row_bytes;
     let words = l.div_ceil(8);
     let chunks = l.div_ceil(C as u64);
-    let batches = words.div_ceil(128);
     let lane = w.lane() as u64;
     // Whole 8-byte stores into the staging rows when their stride allows.
     let whole = p.stage_stride.is_multiple_of(8) && p.stage_stride >= 8 * l.div_ceil(8);
-    let start_of = |i: u64| p.src + sample_row(i, p.rows, p.sample) * p.stride;
-    // SAFETY: (the closure's body) row_word reads inside the tensor only.
-    let load = |start: u64, b: u64| unsafe {
-        let q = 128 * b + lane;
-        [
-            row_word(m, start, l, q),
-            row_word(m, start, l, q + 32),
-            row_word(m, start, l, q + 64),
-            row_word(m, start, l, q + 96),
-        ]
-    };
-    if wid >= p.sample {
-        return;
-    }
-    let (mut i, mut b) = (wid, 0);
-    let mut start = start_of(i);
-    let mut x = load(start, 0);
     let mut saved = 0u32;
-    loop {
-        let (ni, nb) = if b + 1 < batches {
-            (i, b + 1)
-        } else {
-            (i + nwarps, 0)
-        };
-        let nstart = if nb == 0 && ni < p.sample {
-            start_of(ni)
-        } else {
-            start
-        };
-        let xn = if ni < p.sample {
-            load(nstart, nb)
-        } else {
-            [0; 4]
-        };
-        let stage = if p.stage == 0 {
-            0
-        } else {
-            p.stage + i * p.stage_stride
-        };
-        // Written out, not looped: `x` indexed by a variable would live in
-        // local memory.
-        let mut add = |q: u64, xj: u64| {
-            if q < words {
-                // SAFETY: q < words; the book and stage as MeasureParams
-                // states.
-                saved += unsafe { measure_word::<M, C>(m, p.book, words, l, q, xj, stage, whole) };
+    // SAFETY: (each_batch) MeasureParams' contract; (measure_word) q <
+    // words, the book and stage as MeasureParams states; (the store) sizes
+    // holds `sample` u64.
+    unsafe {
+        each_batch(m, p, wid, nwarps, lane, |i, b, x, last| {
+            let stage = if p.stage == 0 {
+                0
+            } else {
+                p.stage + i * p.stage_stride
+            };
+            // Written out, not looped: `x` indexed by a variable would live
+            // in local memory.
+            let mut add = |q: u64, xj: u64| {
+                if q < words {
+                    saved += measure_word::<M, C>(m, p.book, words, l, q, xj, stage, whole);
+                }
+            };
+            let q = 128 * b + lane;
+            add(q, x[0]);
+            add(q + 32, x[1]);
+            add(q + 64, x[2]);
+            add(q + 96, x[3]);
+            if last {
+                let stored = stored_len(l, chunks, warp_sum(w, saved) as u64);
+                if lane == 0 {
+                    m.st_u64(p.sizes + 8 * i, stored);
+                }
+                saved = 0;
             }
-        };
-        let q = 128 * b + lane;
-        add(q, x[0]);
-        add(q + 32, x[1]);
-        add(q + 64, x[2]);
-        add(q + 96, x[3]);
-        if nb == 0 {
-            let stored = stored_len(l, chunks, warp_sum(w, saved) as u64);
-            if lane == 0 {
-                // SAFETY: sizes holds `sample` u64.
-                unsafe { m.st_u64(p.sizes + 8 * i, stored) }
-            }
-            saved = 0;
-            if ni >= p.sample {
-                break;
-            }
-        }
-        i = ni;
-        b = nb;
-        start = nstart;
-        x = xn;
+        });
     }
 }
 
