@@ -5,13 +5,18 @@
 //!
 //! - [`eval`]: the fit's one pass. For every sampled tensor and every
 //!   candidate `(threshold, chunk size)` at once, the bits the codebook
-//!   saves; a warp reduce-scatter leaves candidate `l` in lane `l`, which adds
-//!   the tensor's stored length `min(E, L)` to its running total.
+//!   saves (the mask's bits less what mismatching chunks lose, each word's
+//!   thresholds weighed until one matches); a warp reduce-scatter leaves
+//!   candidate `l` in lane `l`, which adds the tensor's stored length
+//!   `min(E, L)` to its running total.
+//!
+//! `eval` and `size` walk their tensors with `each_batch`; `encode` has
+//! its own (row, step) loop, which carries a writer across steps.
 //! - [`size`]: the compressed-size query for one codebook: each tensor's
 //!   stored length, optionally copying the tensor to a staging buffer as it
 //!   goes (the host path reads pinned memory once this way).
 //! - [`encode`]: the stored form of each tensor (`docs/FORMAT.md` §2–§3),
-//!   written by a [`WarpWriter`].
+//!   written through a ring of shared memory ([`RingWriter`]).
 //!
 //! A lane owns 8 bytes of a tensor per step (`q = 32·step + lane`), so every
 //! chunk size 1, 2, 4, 8 divides a lane's share, and a lane's payload fits a
@@ -510,7 +515,7 @@ unsafe fn each_batch<M: Mem>(
 }
 
 /// The size query for one codebook of chunk size `C` (see [`MeasureParams`]),
-/// over the tensors' batches as [`each_batch`] loads them.
+/// over the tensors' batches as `each_batch` loads them.
 ///
 /// # Safety
 /// As [`MeasureParams`] states.
