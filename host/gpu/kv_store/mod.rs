@@ -380,26 +380,6 @@ impl KvStore {
         self.launch_index(gpu, segment, ids, out, status, false, stream)
     }
 
-    /// Benchmark baseline for [`KvStore::gather`] over rows `first ..
-    /// first + count` of a segment: read exactly the stored bytes with the
-    /// decoder's aligned line copies, decode nothing.
-    #[doc(hidden)]
-    #[allow(clippy::too_many_arguments)]
-    pub fn ideal_range(
-        &self,
-        gpu: &Gpu,
-        segment: usize,
-        first: u64,
-        count: u64,
-        out: &mut DeviceSlice<u8>,
-        status: &DecodeStatus,
-        stream: &Stream,
-    ) -> Result<()> {
-        let (dec, seg, via) = self.decoder(gpu, segment)?;
-        let target = Target::Range(first, count);
-        gpu.launch_decode(&dec, &seg.ds, target, out, status, true, via, stream)
-    }
-
     /// Benchmark baseline for [`KvStore::gather`] on the same rows: read
     /// exactly the stored bytes of rows `ids` of a segment with the
     /// decoder's fetches, decode nothing.
