@@ -841,6 +841,25 @@ fn emulated_size_and_encode_equal_the_cpu_encoder() {
 }
 
 #[test]
+fn a_lane_that_panics_fails_the_warp_instead_of_hanging_it() {
+    // Lane 5 panics before the shuffle the other 31 wait at; with a
+    // barrier that cannot be broken this test would never return.
+    let r = std::panic::catch_unwind(|| {
+        run_warp(|w| {
+            assert!(w.lane() != 5, "lane 5 fails");
+            w.shfl_idx(w.lane(), 0);
+        })
+    });
+    assert!(r.is_err(), "the warp's panic reaches its caller");
+    // A warp after it runs normally.
+    let sum = AtomicU32::new(0);
+    run_warp(|w| {
+        sum.fetch_add(w.shfl_idx(w.lane(), 31), Relaxed);
+    });
+    assert_eq!(sum.load(Relaxed), 32 * 31);
+}
+
+#[test]
 fn emulated_evaluation_equals_the_cpu_fit() {
     // Rows of one batch of 128 words a warp and of three (1100, 2100
     // bytes), every row or a sample.
