@@ -50,10 +50,13 @@ fn main() {
             // warps an SM). Since its 32-bit rewrite it needs 72–83, and
             // caps of 64 and 72 measured no faster. The size pass: 64
             // registers (from 78) hold 32 warps an SM, measured 5–14%
-            // faster, no spills (ptxas, sm_90). See docs/PERF-NOTES.md.
+            // faster, no spills (ptxas, sm_90). The fit's evaluation: 88
+            // (from 108: 22 warps an SM instead of 18; it is latency-bound
+            // at 25% occupancy; 80 and under spill). See docs/PERF-NOTES.md.
             .max_registers("ibp_encode_c", 96)
             .max_registers("ibp_encode_slots_c", 96)
             .max_registers("ibp_size", 64)
+            .max_registers("ibp_fit_eval", 88)
             .build()
             .unwrap_or_else(|e| fail(&format!("{e}. For ibp: {INSTALL_HINT}")));
     }

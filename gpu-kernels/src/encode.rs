@@ -24,7 +24,9 @@
 
 use crate::bits;
 use crate::pack::RingWriter;
-use crate::params::{ClearParams, ENCODE_TWO_RUNS, EncodeParams, MAX_THRESHOLDS, MeasureParams};
+use crate::params::{
+    ClearParams, ENCODE_SLOTS_SCRATCH, ENCODE_TWO_RUNS, EncodeParams, MAX_THRESHOLDS, MeasureParams,
+};
 use crate::simt::{Async, Lanes, Mem, Shared, exclusive_scan, warp_sum};
 use crate::table::steps;
 
@@ -1341,7 +1343,8 @@ unsafe fn clear_slot_groups<W: Lanes, M: Mem, S: Shared + Async>(
 
 /// Unmeasured slots, after tensor `i`'s stream (`bits` long, from the
 /// slot's first bit) went through the writer into its slot `dst`: when
-/// it fits (`⌈bits / 8⌉ < L`) zero the slot past the groups written, else
+/// it fits (`⌈bits / 8⌉ < L`) zero the slot past the groups written
+/// (unless the slots are scratch, [`ENCODE_SLOTS_SCRATCH`]), else
 /// store the tensor raw over it; record the stored length in `sizes[i]`.
 ///
 /// Q: how can a stream longer than the slot be written first?
@@ -1382,10 +1385,14 @@ unsafe fn finish_slot<W: Lanes, M: Mem, S: Shared + Async>(
     // 4-aligned ones (store_bytes picks the widths).
     unsafe {
         let stored = if e < l {
-            let mut g = (lo + bits as u64).div_ceil(128) + lane;
-            while 128 * (g + 1) <= hi {
-                m.st_v4(a0 + 16 * g, [0; 4]);
-                g += 32;
+            // Scratch slots (`ibp_compact` reads the stored form only):
+            // the tail stays as it is.
+            if p.flags & ENCODE_SLOTS_SCRATCH == 0 {
+                let mut g = (lo + bits as u64).div_ceil(128) + lane;
+                while 128 * (g + 1) <= hi {
+                    m.st_v4(a0 + 16 * g, [0; 4]);
+                    g += 32;
+                }
             }
             e
         } else {

@@ -6,9 +6,9 @@ use crate::arch;
 use crate::count::PosPopcnt32;
 use crate::hw::{GlobalBook, Hw, SharedBook};
 use crate::params::{
-    CacheParams, CandidatesParams, ClearParams, CountParams, CpAsyncTestParams, DecodeParams,
-    EncodeParams, KvAppendParams, MeasureParams, SCAN_PER_THREAD, SCAN_TILE, ScanParams,
-    WarpTestParams, workspace_bytes,
+    CacheParams, CandidatesParams, ClearParams, CompactParams, CountParams, CpAsyncTestParams,
+    DecodeParams, EncodeParams, KvAppendParams, MeasureParams, SCAN_PER_THREAD, SCAN_TILE,
+    ScanParams, WarpTestParams, workspace_bytes,
 };
 use crate::prelude::kernel;
 use crate::scan::{block_exclusive_scan, global_scan, thread_sizes};
@@ -732,6 +732,24 @@ pub unsafe fn ibp_encode_clear(p: ClearParams) {
         unsafe { crate::encode::clear_shared_groups(&Hw, &p, t) };
         t += threads;
     }
+}
+
+/// After `ibp_encode_slots_c*` into scratch slots and the scan: the
+/// packed layout, one warp a tensor.
+///
+/// # Safety
+/// As [`CompactParams`] states.
+#[kernel]
+pub unsafe fn ibp_compact(p: CompactParams) {
+    let (wid, nwarps) = arch::global_warp();
+    let p = CompactParams {
+        src: arch::to_global(p.src),
+        offsets: arch::to_global(p.offsets),
+        out: arch::to_global(p.out),
+        ..p
+    };
+    // SAFETY: forwarded contract.
+    unsafe { crate::compact::compact(&Hw, &Hw, &p, wid, nwarps) }
 }
 
 /// Scan, phase 1: each block sums its tile into `partials[tile]` and writes

@@ -15,6 +15,7 @@
 //! - [`simt`]: the lane and memory operations a kernel body needs, as traits,
 //!   so that [`encode`] runs on the GPU and, emulated, in host tests.
 //! - [`encode`]: the fit's evaluation pass, the size query and compression.
+//! - [`compact`]: the packed layout from stored forms written into slots.
 //! - [`book`]: the decode book (the codebook laid out for 16 output bytes
 //!   per lane) and the two-run expansion.
 //! - [`step`]: the decoder's inner loop (16 output bytes per lane) over the
@@ -52,6 +53,7 @@ pub mod bits;
 pub mod book;
 pub mod cache;
 pub mod candidates;
+pub mod compact;
 pub mod count;
 pub mod decode;
 pub mod device;

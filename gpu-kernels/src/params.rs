@@ -249,8 +249,9 @@ pub struct MeasureParams {
 /// measured first (`offsets` 0, `row_bytes` a multiple of 4, `out`
 /// 16-aligned and not zeroed): each tensor is encoded into its slot, stored
 /// raw over it when its stream outgrows it, and the slot's bytes past the
-/// stored form zeroed; the kernel *writes* each stored length to `sizes`
-/// (`rows` u64) instead of reading it.
+/// stored form zeroed (unless `flags` has [`ENCODE_SLOTS_SCRATCH`]); the
+/// kernel *writes* each stored length to `sizes` (`rows` u64) instead of
+/// reading it.
 ///
 /// The output must be zeroed first where writers meet: the 16-byte groups
 /// a tensor's first byte, its last byte and (encoded) the first payload
@@ -276,6 +277,34 @@ pub struct EncodeParams {
 
 /// [`EncodeParams::flags`]: every chunk's free bits form at most two runs.
 pub const ENCODE_TWO_RUNS: u64 = 1;
+
+/// [`EncodeParams::flags`], `ibp_encode_slots_c*` only: the slots are
+/// scratch for [`CompactParams`], so the bytes past each stored form are
+/// left as they are (not zeroed).
+pub const ENCODE_SLOTS_SCRATCH: u64 = 2;
+
+/// `ibp_compact`: the packed layout from stored forms that lie in slots,
+/// as `ibp_encode_slots_c*` writes them with [`ENCODE_SLOTS_SCRATCH`].
+/// Tensor `i`'s stored form is the first `offsets[i + 1] − offsets[i]`
+/// bytes of its slot at `src + i · stride`; it is copied to
+/// `out + offsets[i]` (`offsets`: `rows + 1` u64, an exclusive scan from
+/// 0, the last the total), and every byte of `out` from `offsets[rows]` up
+/// to `out_len` is zeroed (the padding the decoder reads with the last
+/// line). `src` and `stride` are multiples of 4, `out` 16-aligned and
+/// `out_len` a multiple of 16 holding the total. One warp a tensor; each
+/// 16-byte group of `out` is stored whole, by the warp of the tensor that
+/// holds the group's first byte (bytes past that tensor's stored form
+/// come from the next tensors'), so `out` need not be zeroed first.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CompactParams {
+    pub src: u64,
+    pub stride: u64,
+    pub rows: u64,
+    pub offsets: u64,
+    pub out: u64,
+    pub out_len: u64,
+}
 
 /// `ibp_encode_clear`: before `ibp_encode_c*` writes a packed output,
 /// zero the 16-byte groups of `out` where two of its writes meet (see

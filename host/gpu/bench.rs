@@ -14,10 +14,10 @@ use super::compress::{GpuCodebook, WARP_BLOCK, Work, encoder_out_bytes, row_coun
 use super::dataset::{GpuDataset, Residency};
 use super::decode::{DecodeOptions, DecodeStatus, Decoder};
 use super::driver::copy_to_host_blocking;
-use super::driver::{device_buffer, new_stream, sync, zero_async};
+use super::driver::{copy_elements, device_buffer, new_stream, sync, zero_async};
 use super::fit::FitPhases;
 use super::launch::kernels;
-use super::memory::GpuReadable;
+use super::memory::{GpuReadable, PinnedBuffer};
 use super::{Gpu, cuda_err};
 use crate::codebook::{ChunkSize, Codebook};
 use crate::dataset::Rows;
@@ -610,8 +610,37 @@ impl Gpu {
                         rows,
                         &work,
                         &data,
+                        false,
                         &stream,
                     )
+                })?,
+            ));
+            // Packed through scratch slots: the encoder leaves the slots'
+            // tails, the scan gives offsets, the compaction moves the bytes.
+            out.push((
+                "encode into scratch slots (packed through slots: no tails written)",
+                time(&mut || {
+                    self.enqueue_encode_slots(
+                        gcb,
+                        (src.device_addr(), l as u64),
+                        rows,
+                        &work,
+                        &data,
+                        true,
+                        &stream,
+                    )
+                })?,
+            ));
+            self.enqueue_scan(&work, rows, l, true, 0, &stream)?;
+            let mut total = PinnedBuffer::<u64>::zeroed(1)?;
+            copy_elements(&work.offsets, rows, &mut total, 1, &stream)?;
+            sync(&stream, "scanning")?;
+            let padded = encoder_out_bytes(total[0] as usize);
+            let packed = device_buffer::<u8>(padded, "allocating")?;
+            out.push((
+                "compact the slots' stored bytes (packed through slots)",
+                time(&mut || {
+                    self.enqueue_compact(rows, l, &work, &data, &packed, padded, &stream)
                 })?,
             ));
         }

@@ -9,21 +9,30 @@
 //! gpu.compress_host_blocking(&gcb, &pinned_rows, &HostOptions::default(), |batch| { ...; Ok(()) })?;
 //! ```
 //!
-//! The pipeline per dataset (or per batch) is four launches on one stream:
-//! `ibp_size` (stored length of every tensor), the three-kernel scan
-//! (offsets, flag bitmap), a memset of the output, and `ibp_encode_c*`. The
-//! output is byte-identical to [`crate::layout::compress_packed`] and
+//! The pipelines, on one stream:
+//! - packed, rows of whole 4-byte words, device memory to spare:
+//!   `ibp_encode_slots_c*` into scratch slots (each tensor's stored form and
+//!   length), the three-kernel scan (offsets, flag bitmap), `ibp_compact`
+//!   (the stored forms to their offsets);
+//! - packed otherwise, and per batch of host data: `ibp_size` (stored length
+//!   of every tensor), the scan, `ibp_encode_clear` and `ibp_encode_c*`;
+//! - fixed-stride: `ibp_encode_slots_c*` into the output's slots and the
+//!   scan's flag bitmap (rows of whole 4-byte words), or `ibp_size`, the
+//!   scan, a memset and `ibp_encode_c*`.
+//!
+//! The output is byte-identical to [`crate::layout::compress_packed`] and
 //! [`crate::layout::compress_fixed`].
 
 use cust::memory::{CopyDestination, DeviceBuffer, DeviceSlice};
 use cust::stream::Stream;
 use ibp_kernels::params::{
-    ClearParams, EncodeParams, MeasureParams, SCAN_BLOCK, SCAN_TILE, ScanParams,
+    ClearParams, CompactParams, ENCODE_SLOTS_SCRATCH, EncodeParams, MeasureParams, SCAN_BLOCK,
+    SCAN_TILE, ScanParams,
 };
 
 use super::driver::copy_to_host_blocking;
 use super::driver::{
-    copy_elements, copy_prefix, device_buffer, ensure, new_stream, sync, zero_async,
+    copy_elements, copy_prefix, device_buffer, ensure, new_stream, out_of_memory, sync, zero_async,
     zero_from_async,
 };
 use super::launch::{Kernel, kernels};
@@ -124,6 +133,10 @@ pub struct DeviceCompressed {
     pub(crate) work: Work,
     pub(crate) data: DeviceBuffer<u8>,
     pub(crate) data_len: usize,
+    /// Slots the packed layout is encoded into before `ibp_compact` moves
+    /// the stored forms to their offsets (as large as the input; kept for
+    /// the next compression into this result, freed with it).
+    pub(crate) scratch: DeviceBuffer<u8>,
     pub(crate) total: PinnedBuffer<u64>,
     pub(crate) stream: Stream,
 }
@@ -139,6 +152,7 @@ impl DeviceCompressed {
             work: Work::new(0)?,
             data: device_buffer(0, "allocating the compressed output")?,
             data_len: 0,
+            scratch: device_buffer(0, "allocating the compression's scratch")?,
             total: PinnedBuffer::zeroed(1)?,
             stream: new_stream()?,
         })
@@ -449,16 +463,19 @@ impl Gpu {
         // SAFETY: sizes (and offsets) were computed for these rows by the
         // size and scan kernels earlier on this stream, so every region lies
         // inside `out` (sized by the caller from them).
-        unsafe { self.enqueue_encode_at(gcb, src, rows, sizes, offsets, out, false, stream) }
+        unsafe { self.enqueue_encode_at(gcb, src, rows, sizes, offsets, out, None, stream) }
     }
 
     /// Enqueue `ibp_encode_slots_c*`, the fixed-stride layout with nothing
     /// measured first: each row encoded into its slot of
     /// `out` (`rows · L` bytes, need not be zeroed), stored raw when its
     /// stream outgrows the slot, the slot's bytes past the stored form
-    /// zeroed, and each stored length written to `work`'s sizes. `L` must
-    /// be a multiple of 4 (slots of whole 4-byte words: a 16-byte group two
-    /// slots share is written word by word, each word by its slot's warp).
+    /// zeroed (unless `scratch`: slots for [`Gpu::enqueue_compact`], whose
+    /// bytes past the stored forms are left as they were), and each stored
+    /// length written to `work`'s sizes. `L` must be a multiple of 4 (slots
+    /// of whole 4-byte words: a 16-byte group two slots share is written
+    /// word by word, each word by its slot's warp).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn enqueue_encode_slots(
         &self,
         gcb: &GpuCodebook,
@@ -466,6 +483,7 @@ impl Gpu {
         rows: usize,
         work: &Work,
         out: &DeviceSlice<u8>,
+        scratch: bool,
         stream: &Stream,
     ) -> Result<()> {
         let l = gcb.cb.row_bytes();
@@ -481,7 +499,54 @@ impl Gpu {
         // SAFETY: `out` holds every slot (checked), device allocations are
         // 256-aligned and L a multiple of 4 so every slot is 4-aligned;
         // `work.sizes` holds at least `rows` u64 (ensured by the caller).
-        unsafe { self.enqueue_encode_at(gcb, src, rows, sizes, 0, out, true, stream) }
+        unsafe { self.enqueue_encode_at(gcb, src, rows, sizes, 0, out, Some(scratch), stream) }
+    }
+
+    /// Enqueue `ibp_compact`: the packed layout in `out` (`padded` bytes,
+    /// zeroed past the stored ones) from the stored forms in `slots`
+    /// (`rows` slots of `L` bytes, as [`Gpu::enqueue_encode_slots`] wrote
+    /// them, its sizes scanned into `work`'s offsets earlier on `stream`).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn enqueue_compact(
+        &self,
+        rows: usize,
+        row_bytes: usize,
+        work: &Work,
+        slots: &DeviceSlice<u8>,
+        out: &DeviceSlice<u8>,
+        padded: usize,
+        stream: &Stream,
+    ) -> Result<()> {
+        if rows == 0 {
+            return Ok(());
+        }
+        if !row_bytes.is_multiple_of(4)
+            || slots.len() < rows * row_bytes
+            || !padded.is_multiple_of(16)
+            || padded > out.len()
+        {
+            return Err(Error::invalid(format!(
+                "compacting {rows} slots of {row_bytes} bytes ({} held) into {padded} bytes of {}",
+                slots.len(),
+                out.len()
+            )));
+        }
+        let p = CompactParams {
+            src: slots.as_device_ptr().as_raw(),
+            stride: row_bytes as u64,
+            rows: rows as u64,
+            offsets: work.offsets.as_device_ptr().as_raw(),
+            out: out.as_device_ptr().as_raw(),
+            out_len: padded as u64,
+        };
+        let grid = self.warp_grid(kernels::COMPACT, rows as u64)?;
+        // SAFETY: the slots hold `rows` slots of L bytes (checked; device
+        // allocations are 256-aligned and L a multiple of 4), the offsets
+        // were scanned from their stored lengths earlier on this stream
+        // (the caller's contract), and `out` holds `padded` bytes, a
+        // multiple of 16 that covers the total (the caller sized it from
+        // the offsets' last entry); CompactParams is the kernel's type.
+        unsafe { self.launch(kernels::COMPACT, grid, WARP_BLOCK, 0, stream, p) }
     }
 
     /// [`Gpu::enqueue_encode`] with every buffer given by its device
@@ -495,9 +560,9 @@ impl Gpu {
     /// `stream`; `out` is writable and zeroed over every region they give
     /// (`rows · L` bytes for the fixed-stride layout), or, packed, over the
     /// groups [`Gpu::enqueue_clear`] zeroes. With `slots`
-    /// ([`Gpu::enqueue_encode_slots`], `ibp_encode_slots_c*`) the kernel
-    /// writes `sizes` instead, and `out` holds `rows` 16-aligned slots, not
-    /// zeroed.
+    /// ([`Gpu::enqueue_encode_slots`], `ibp_encode_slots_c*`; `Some(true)`
+    /// for scratch slots) the kernel writes `sizes` instead, and `out`
+    /// holds `rows` 4-aligned slots, not zeroed.
     #[allow(clippy::too_many_arguments)]
     pub(crate) unsafe fn enqueue_encode_at(
         &self,
@@ -507,14 +572,14 @@ impl Gpu {
         sizes: u64,
         offsets: u64,
         out: u64,
-        slots: bool,
+        slots: Option<bool>,
         stream: &Stream,
     ) -> Result<()> {
         if rows == 0 {
             return Ok(());
         }
         let chunk = gcb.cb.chunk().bytes();
-        let kernel = if slots {
+        let kernel = if slots.is_some() {
             kernels::encode_slots(chunk)
         } else {
             kernels::encode(chunk)
@@ -529,7 +594,12 @@ impl Gpu {
             offsets,
             offset_base: 0,
             out,
-            flags: gcb.flags,
+            flags: gcb.flags
+                | if slots == Some(true) {
+                    ENCODE_SLOTS_SCRATCH
+                } else {
+                    0
+                },
         };
         let grid = self.warp_grid(kernel, rows as u64)?;
         // SAFETY: the caller's contract covers every address;
@@ -567,8 +637,11 @@ impl Gpu {
     /// device memory. Blocks until done. See [`Gpu::compress_into_blocking`] to reuse
     /// the output's buffers.
     ///
-    /// Reads `src` twice (sizes, then the stored forms): for host memory,
-    /// [`Gpu::compress_host_blocking`] reads it once.
+    /// Reads `src` once for rows of whole 4-byte words (into slots; packed,
+    /// a scratch buffer as large as `src` is allocated when the device has
+    /// the memory, and kept in the result for its reuse), else twice
+    /// (sizes, then the stored forms): for host memory,
+    /// [`Gpu::compress_host_blocking`] reads it once, in batches.
     pub fn compress_blocking<S: GpuReadable + ?Sized>(
         &self,
         gcb: &GpuCodebook,
@@ -604,6 +677,38 @@ impl Gpu {
         // the input instead of three (size, memset, encode). Slots of whole
         // 4-byte words only: the writer's stores are words or groups, so
         // a slot that ends inside a word would share it with the next.
+        // Q: why does the packed layout go through scratch slots?
+        // A: for the same reason: the packed encoder needs every offset
+        // before it writes, so a size pass (a second read of the input)
+        // and a clear of the groups where writes meet come first. Into
+        // slots the encoder needs neither; `ibp_compact` then moves the
+        // stored bytes, which at high savings are a small part of the
+        // input. It needs a scratch buffer as large as the input; without
+        // the memory for one, the measured path runs instead.
+        if packed && rows > 0 && l.is_multiple_of(4) && grow_scratch(&mut out.scratch, rows * l)? {
+            self.enqueue_encode_slots(
+                gcb,
+                (src.device_addr(), l as u64),
+                rows,
+                work,
+                &out.scratch,
+                true,
+                stream,
+            )?;
+            self.enqueue_scan(work, rows, l, true, 0, stream)?;
+            copy_elements(&work.offsets, rows, &mut out.total, 1, stream)?;
+            sync(stream, "compressing into slots")?;
+            let data_len = out.total[0] as usize;
+            let padded = encoder_out_bytes(data_len);
+            ensure(&mut out.data, padded, "allocating the compressed output")?;
+            self.enqueue_compact(rows, l, work, &out.scratch, &out.data, padded, stream)?;
+            sync(stream, "compacting")?;
+            out.layout = layout;
+            out.rows = rows;
+            out.row_bytes = l;
+            out.data_len = data_len;
+            return Ok(());
+        }
         let slots = !packed && l.is_multiple_of(4);
         if slots {
             let padded = encoder_out_bytes(rows * l);
@@ -615,6 +720,7 @@ impl Gpu {
                 rows,
                 work,
                 &out.data,
+                false,
                 stream,
             )?;
             // The flag bitmap from the sizes the encoder wrote.
@@ -662,5 +768,15 @@ impl Gpu {
         out.row_bytes = l;
         out.data_len = data_len;
         Ok(())
+    }
+}
+
+/// Grow `buf` to at least `len` bytes: false when the device has not the
+/// memory for it (the buffer is then left as it was).
+fn grow_scratch(buf: &mut DeviceBuffer<u8>, len: usize) -> Result<bool> {
+    match ensure(buf, len, "allocating the compression's scratch") {
+        Ok(()) => Ok(true),
+        Err(e) if out_of_memory(&e) => Ok(false),
+        Err(e) => Err(e),
     }
 }

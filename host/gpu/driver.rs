@@ -52,6 +52,11 @@ pub(crate) fn ensure<T: cust::memory::DeviceCopy>(
     Ok(())
 }
 
+/// Is this error the driver running out of device memory?
+pub(crate) fn out_of_memory(e: &Error) -> bool {
+    e.cuda_result() == Some(cu::CUresult::CUDA_ERROR_OUT_OF_MEMORY as u32)
+}
+
 pub(crate) fn new_stream() -> Result<Stream> {
     Stream::new(StreamFlags::NON_BLOCKING, None).map_err(cuda_err("creating a stream"))
 }

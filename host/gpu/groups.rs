@@ -14,12 +14,11 @@
 
 use cust::memory::DeviceBuffer;
 use cust::stream::Stream;
-use cust::sys as cu;
 
 use super::compress::{DeviceCompressed, GpuCodebook, MAX_ROW_BYTES};
 use super::dataset::GpuDataset;
 use super::decode::{DecodeOptions, DecodeStatus, Decoder};
-use super::driver::{device_buffer, new_stream};
+use super::driver::{device_buffer, new_stream, out_of_memory};
 use super::memory::Span;
 use super::staging::{Staging, equal};
 use super::{Gpu, cuda_err};
@@ -111,11 +110,6 @@ fn staging(s: &mut Option<Staging>) -> Result<&mut Staging> {
         *s = Some(Staging::new(STAGE)?);
     }
     Ok(s.as_mut().expect("allocated above"))
-}
-
-/// Is this error the driver running out of device memory?
-fn out_of_memory(e: &Error) -> bool {
-    e.cuda_result() == Some(cu::CUresult::CUDA_ERROR_OUT_OF_MEMORY as u32)
 }
 
 impl GroupDevice for GpuGroups<'_> {

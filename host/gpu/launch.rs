@@ -60,8 +60,8 @@ impl<P> Kernel<P> {
 /// Every kernel, by what it does.
 pub(crate) mod kernels {
     use ibp_kernels::params::{
-        CacheParams, CandidatesParams, ClearParams, CountParams, CpAsyncTestParams, DecodeParams,
-        EncodeParams, KvAppendParams, MeasureParams, ScanParams, WarpTestParams,
+        CacheParams, CandidatesParams, ClearParams, CompactParams, CountParams, CpAsyncTestParams,
+        DecodeParams, EncodeParams, KvAppendParams, MeasureParams, ScanParams, WarpTestParams,
     };
 
     use super::Kernel;
@@ -75,6 +75,7 @@ pub(crate) mod kernels {
     pub(crate) const SCAN_PARTIALS: Kernel<ScanParams> = Kernel::new("ibp_scan_partials");
     pub(crate) const SCAN_APPLY: Kernel<ScanParams> = Kernel::new("ibp_scan_apply");
     pub(crate) const ENCODE_CLEAR: Kernel<ClearParams> = Kernel::new("ibp_encode_clear");
+    pub(crate) const COMPACT: Kernel<CompactParams> = Kernel::new("ibp_compact");
     pub(crate) const DECODE_BATCH: Kernel<DecodeParams> = Kernel::new("ibp_decode");
     pub(crate) const DECODE_STREAM: Kernel<DecodeParams> = Kernel::new("ibp_decode_stream");
     pub(crate) const DECODE_CLUSTERED: Kernel<DecodeParams> = Kernel::new("ibp_decode_clustered");

@@ -8,7 +8,9 @@ use std::sync::atomic::{AtomicU8, AtomicU16, AtomicU32, AtomicU64, Ordering::Rel
 use std::sync::{Condvar, Mutex};
 
 use ibp_kernels::encode::{self, WarpWriter};
-use ibp_kernels::params::{ClearParams, EncodeParams, MeasureParams};
+use ibp_kernels::params::{
+    ClearParams, CompactParams, ENCODE_SLOTS_SCRATCH, EncodeParams, MeasureParams,
+};
 use ibp_kernels::simt::{Async, Block, Book, Lanes, Mem, Shared};
 
 use crate::codebook::{ChunkSize, Codebook, Threshold};
@@ -565,7 +567,8 @@ fn emu_sizes(cb: &Codebook, rows: Rows<'_>, stage: Option<&mut Aligned>) -> Vec<
 /// Run the emulated `encode` body (`SLOTS`: the unmeasured slots kernel)
 /// over `rows` under `cb`, with the stored lengths at `sizes` (read, or
 /// written when `SLOTS`), packed at `offsets` (minus its base) or
-/// fixed-stride, into the output at address `out`.
+/// fixed-stride, into the output at address `out`; `flags` added to the
+/// codebook's.
 ///
 /// # Safety
 /// `sizes` holds a u64 a row; `out` covers every region (and is zeroed,
@@ -576,6 +579,7 @@ unsafe fn run_encode<const SLOTS: bool>(
     sizes: u64,
     offsets: Option<(&[u64], u64)>,
     out: u64,
+    flags: u64,
 ) {
     let src = Aligned::from(rows.bytes());
     let book = encoder_book(cb);
@@ -589,7 +593,7 @@ unsafe fn run_encode<const SLOTS: bool>(
         offsets: offsets.map_or(0, |(o, _)| o.as_ptr() as u64),
         offset_base: offsets.map_or(0, |(_, b)| b),
         out,
-        flags: encoder_flags(cb),
+        flags: encoder_flags(cb) | flags,
     };
     let ring = Aligned::zeroed(ibp_kernels::pack::RING_BYTES as usize);
     // Three warps, the last first: a warp that wrote past its own rows
@@ -615,7 +619,7 @@ fn emu_encode(
     let out = Aligned::zeroed(out_len);
     // SAFETY: sizes holds a u64 a row; the zeroed output covers every
     // region.
-    unsafe { run_encode::<false>(cb, rows, sizes.as_ptr() as u64, offsets, out.addr()) };
+    unsafe { run_encode::<false>(cb, rows, sizes.as_ptr() as u64, offsets, out.addr(), 0) };
     out.bytes().to_vec()
 }
 
@@ -666,6 +670,7 @@ fn emu_encode_cleared(
             sizes.as_ptr() as u64,
             Some((offsets, 0)),
             out_addr,
+            0,
         )
     };
     let bytes: Vec<u8> = out.iter().flat_map(|s| s.0).collect();
@@ -673,11 +678,11 @@ fn emu_encode_cleared(
 }
 
 /// The emulated fixed-stride encode with nothing measured first
-/// (`ibp_encode_slots_c*`, `L` a multiple of 4): into slots full of stale
-/// bytes (0xa5) from a 16-aligned base; the bytes past the last slot must
-/// stay stale. Returns the slots and the stored lengths the
-/// kernel wrote.
-fn emu_encode_slots(cb: &Codebook, rows: Rows<'_>) -> (Vec<u8>, Vec<u64>) {
+/// (`ibp_encode_slots_c*`, `L` a multiple of 4; scratch slots when
+/// `flags` has `ENCODE_SLOTS_SCRATCH`): into slots full of stale bytes
+/// (0xa5) from a 16-aligned base; the bytes past the last slot must stay
+/// stale. Returns the slots and the stored lengths the kernel wrote.
+fn emu_encode_slots(cb: &Codebook, rows: Rows<'_>, flags: u64) -> (Vec<u8>, Vec<u64>) {
     let n = rows.rows();
     let bytes = n * rows.row_bytes();
     let mut out = vec![u128::from_le_bytes([0xa5; 16]); bytes.div_ceil(16)];
@@ -691,6 +696,7 @@ fn emu_encode_slots(cb: &Codebook, rows: Rows<'_>) -> (Vec<u8>, Vec<u64>) {
             sizes.as_mut_ptr() as u64,
             None,
             out.as_mut_ptr() as u64,
+            flags,
         )
     };
     let out: &[u8] = bytemuck::cast_slice(&out);
@@ -699,6 +705,40 @@ fn emu_encode_slots(cb: &Codebook, rows: Rows<'_>) -> (Vec<u8>, Vec<u64>) {
         "bytes past the last slot written"
     );
     (out[..bytes].to_vec(), sizes)
+}
+
+/// The packed layout as `Gpu::compress_into_blocking` builds it through
+/// scratch slots: the slots kernel with `ENCODE_SLOTS_SCRATCH` into stale
+/// slots, the offsets scanned from the lengths it wrote, then the emulated
+/// `compact` (three warps, run in the order `order` gives) into an output
+/// of stale bytes (0xa5) padded to 128 bytes. Returns the stored bytes and
+/// the padding after them.
+fn emu_compact(cb: &Codebook, rows: Rows<'_>, order: [u64; 3]) -> (Vec<u8>, Vec<u8>) {
+    let (slots, sizes) = emu_encode_slots(cb, rows, ENCODE_SLOTS_SCRATCH);
+    let slots = Aligned::from(&slots);
+    let mut offsets = vec![0u64];
+    for s in &sizes {
+        offsets.push(offsets.last().unwrap() + s);
+    }
+    let total = *offsets.last().unwrap() as usize;
+    let padded = total.next_multiple_of(128);
+    let mut out = vec![u128::from_le_bytes([0xa5; 16]); padded / 16];
+    let p = CompactParams {
+        src: slots.addr(),
+        stride: rows.row_bytes() as u64,
+        rows: rows.rows() as u64,
+        offsets: offsets.as_ptr() as u64,
+        out: out.as_mut_ptr() as u64,
+        out_len: padded as u64,
+    };
+    for wid in order {
+        // SAFETY: the slots hold every row's slot, offsets rows + 1 u64
+        // from 0, and the output `padded` bytes (a multiple of 16 covering
+        // the total) from a 16-aligned base.
+        run_warp(|w| unsafe { ibp_kernels::compact::compact(w, &EmuMem, &p, wid, 3) });
+    }
+    let bytes: &[u8] = bytemuck::cast_slice(&out);
+    (bytes[..total].to_vec(), bytes[total..].to_vec())
 }
 
 /// `n` rows of `l` bytes shaped like floats: in each 4-byte word the low
@@ -823,9 +863,17 @@ fn emulated_size_and_encode_equal_the_cpu_encoder() {
             let got = emu_encode(&cb, rows, &sizes, None, fixed.slots.len());
             assert_eq!(got, fixed.slots, "fixed {what}");
             if l.is_multiple_of(4) {
-                let (got, got_sizes) = emu_encode_slots(&cb, rows);
+                let (got, got_sizes) = emu_encode_slots(&cb, rows, 0);
                 assert_eq!(got_sizes, want.stored, "slots' sizes {what}");
                 assert_eq!(got, fixed.slots, "slots over stale bytes {what}");
+                // Packed through scratch slots, the warps in either order
+                // (a group stored by a warp that does not own it is then
+                // caught whichever runs first).
+                for order in [[0, 1, 2], [2, 1, 0]] {
+                    let (got, pad) = emu_compact(&cb, rows, order);
+                    assert_eq!(got, packed.payload, "packed through slots {what}");
+                    assert!(pad.iter().all(|&b| b == 0), "padding through slots {what}");
+                }
                 slots[(sizes.iter().any(|&s| s >= l as u64)) as usize] += 1;
             }
         }
