@@ -57,6 +57,9 @@ fn main() {
             .max_registers("ibp_encode_slots_c", 96)
             .max_registers("ibp_size", 64)
             .max_registers("ibp_fit_eval", 88)
+            // The compaction (packed through slots): 40 registers (from
+            // 48, no spills) hold 50 warps an SM; it waits on memory.
+            .max_registers("ibp_compact", 40)
             .build()
             .unwrap_or_else(|e| fail(&format!("{e}. For ibp: {INSTALL_HINT}")));
     }

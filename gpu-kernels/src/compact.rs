@@ -50,18 +50,31 @@ unsafe fn group_at<M: Mem>(m: &M, a: u64, sh: u32) -> [u32; 4] {
 }
 
 /// Byte `b` of the packed output: from tensor `i`'s stored form (region
-/// `[o, e)`) when `b < e`, else from the next tensor's that holds it, or 0
-/// past the last.
+/// `[o, e)`) when `b < e`, from the next one's (ending at `e2`) when
+/// `b < e2`, else from the first later one that holds it, or 0 past the
+/// last.
 ///
 /// # Safety
-/// As [`CompactParams`] states; `i < rows`, `o ≤ b` and `[o, e)` is
-/// tensor `i`'s region.
+/// As [`CompactParams`] states; `i < rows`, `o ≤ b`, `[o, e)` is tensor
+/// `i`'s region and `e2` the end of tensor `i + 1`'s (`e` when there is
+/// none).
 #[inline(always)]
-unsafe fn packed_byte<M: Mem>(m: &M, p: &CompactParams, mut i: u64, b: u64, o: u64, e: u64) -> u32 {
-    let (mut o, mut e) = (o, e);
+unsafe fn packed_byte<M: Mem>(m: &M, p: &CompactParams, i: u64, b: u64, r: [u64; 3]) -> u32 {
+    let [o, e, e2] = r;
     // SAFETY: (this block) offsets holds rows + 1 u64; byte b − o of slot
     // i is inside its stored form when o ≤ b < e.
     unsafe {
+        if b < e {
+            return m.ld_u8(p.src + i * p.stride + (b - o));
+        }
+        if i + 1 >= p.rows {
+            return 0;
+        }
+        if b < e2 {
+            return m.ld_u8(p.src + (i + 1) * p.stride + (b - e));
+        }
+        // Tensors of under 16 stored bytes: walk on.
+        let (mut i, mut o, mut e) = (i + 1, e, e2);
         loop {
             if b < e {
                 return m.ld_u8(p.src + i * p.stride + (b - o));
@@ -77,23 +90,25 @@ unsafe fn packed_byte<M: Mem>(m: &M, p: &CompactParams, mut i: u64, b: u64, o: u
 }
 
 /// The 16-byte groups of `out` whose first byte lies in tensor `i`'s
-/// region `[o, e)`: those inside it copied from its slot, four aligned
-/// words a lane, two groups a lane at a time; the one it ends in (if it
-/// starts inside) assembled byte by byte, lanes 0–15, with the next
-/// tensors' bytes or the padding's zeros.
+/// region `[o, e)` (`r = [o, e, e2]`, `e2` the end of the next tensor's):
+/// those inside it copied from its slot, four aligned words a lane; the
+/// one it ends in (if it starts inside) assembled byte by byte, lanes
+/// 0–15, with the next tensors' bytes or the padding's zeros.
 ///
-/// Q: why load the last group's bytes first, and two groups at a time?
+/// Q: why load the last group's bytes first?
 /// A: a warp's row is a chain of waits on memory (the region, the copy's
 /// loads, which cannot pass the stores before them, the last group's
-/// bytes); a stored form of 1–2 KB is a few loads a lane, so the number of
-/// waits in the chain, not the bytes, sets the time (MiniLM f32, 0.9 GB
-/// stored: 0.64 ms, 2.8 TB/s, with one group a lane at a time).
+/// bytes, and before them the next tensor's end); a stored form of
+/// 0.5–2 KB is one or two loads a lane, so the number of waits in the
+/// chain, not the bytes, sets the time. With the regions (and the next
+/// tensor's end) loaded a tensor ahead, a row is one wait.
 ///
 /// # Safety
-/// As [`CompactParams`] states; `i < rows`, `[o, e)` its region; every
-/// lane of the warp calls it with the same arguments.
+/// As [`CompactParams`] states; `i < rows`, `r` as above; every lane of
+/// the warp calls it with the same arguments.
 #[inline(always)]
-unsafe fn compact_row<W: Lanes, M: Mem>(w: &W, m: &M, p: &CompactParams, i: u64, o: u64, e: u64) {
+unsafe fn compact_row<W: Lanes, M: Mem>(w: &W, m: &M, p: &CompactParams, i: u64, r: [u64; 3]) {
+    let [o, e, _] = r;
     let lane = w.lane() as u64;
     // SAFETY: (this block) the bytes 16g.. of a group copied whole lie in
     // [o, e), so its aligned words lie in the slot (slots are whole 4-byte
@@ -102,7 +117,7 @@ unsafe fn compact_row<W: Lanes, M: Mem>(w: &W, m: &M, p: &CompactParams, i: u64,
         let last = e / 16;
         let partial = !e.is_multiple_of(16) && 16 * last >= o;
         let b = if partial && lane < 16 {
-            packed_byte(m, p, i, 16 * last + lane, o, e)
+            packed_byte(m, p, i, 16 * last + lane, r)
         } else {
             0
         };
@@ -110,15 +125,9 @@ unsafe fn compact_row<W: Lanes, M: Mem>(w: &W, m: &M, p: &CompactParams, i: u64,
         let from = (p.src + i * p.stride).wrapping_sub(o);
         let sh = 8 * (from % 4) as u32;
         let mut g = o.div_ceil(16) + lane;
-        while 16 * (g + 32) + 16 <= e {
-            let v0 = group_at(m, from.wrapping_add(16 * g), sh);
-            let v1 = group_at(m, from.wrapping_add(16 * (g + 32)), sh);
-            m.st_v4(p.out + 16 * g, v0);
-            m.st_v4(p.out + 16 * (g + 32), v1);
-            g += 64;
-        }
-        if 16 * g + 16 <= e {
+        while 16 * g + 16 <= e {
             m.st_v4(p.out + 16 * g, group_at(m, from.wrapping_add(16 * g), sh));
+            g += 32;
         }
         if partial {
             let q = 4 * (lane % 4) as u32;
@@ -134,8 +143,8 @@ unsafe fn compact_row<W: Lanes, M: Mem>(w: &W, m: &M, p: &CompactParams, i: u64,
 }
 
 /// Warp `wid` of `nwarps`: tensors `wid, wid + nwarps, …` (each one's
-/// region loaded a tensor ahead), and warp 0 also zeroes the whole groups
-/// of padding after the stored bytes.
+/// region, and the next tensor's end, loaded a tensor ahead), and warp 0
+/// also zeroes the whole groups of padding after the stored bytes.
 ///
 /// # Safety
 /// As [`CompactParams`] states.
@@ -154,18 +163,25 @@ pub unsafe fn compact<W: Lanes, M: Mem>(w: &W, m: &M, p: &CompactParams, wid: u6
         }
         let region = |i: u64| {
             if i < p.rows {
-                (m.ld_u64(p.offsets + 8 * i), m.ld_u64(p.offsets + 8 * i + 8))
+                let o = m.ld_u64(p.offsets + 8 * i);
+                let e = m.ld_u64(p.offsets + 8 * i + 8);
+                let e2 = if i + 1 < p.rows {
+                    m.ld_u64(p.offsets + 8 * i + 16)
+                } else {
+                    e
+                };
+                [o, e, e2]
             } else {
-                (0, 0)
+                [0; 3]
             }
         };
         let mut i = wid;
-        let mut oe = region(i);
+        let mut r = region(i);
         while i < p.rows {
             let next = region(i + nwarps);
-            compact_row(w, m, p, i, oe.0, oe.1);
+            compact_row(w, m, p, i, r);
             i += nwarps;
-            oe = next;
+            r = next;
         }
     }
 }
