@@ -356,6 +356,39 @@ fn reused_buffers_for_rows_of(gpu: &Gpu, l: usize) {
 }
 
 #[test]
+fn packed_compression_goes_through_slots_when_it_pays() {
+    let Some(gpu) = gpu_or_skip("packed_compression_goes_through_slots_when_it_pays") else {
+        return;
+    };
+    let mut rng = Rng(31);
+    let (l, n) = (320usize, 400usize);
+    // Rows around one base pattern (nearly every bit invariant) go through
+    // scratch slots and `ibp_compact`; random rows (nothing invariant) take
+    // the measured path and allocate no scratch.
+    let random: Vec<u8> = (0..l * n).map(|_| rng.next() as u8).collect();
+    for (data, through) in [(dataset(&mut rng, l, n, 0), true), (random, false)] {
+        let rows = Rows::new(&data, l).unwrap();
+        let cb = fit(rows, &FitOptions::default()).unwrap().codebook;
+        assert_eq!(
+            5 * cb.invariant_bits() >= 8 * l as u64,
+            through,
+            "invariant share of the codebook"
+        );
+        let gcb = GpuCodebook::new(&cb).unwrap();
+        let device = DeviceBuffer::from_slice(&data).unwrap();
+        let mut out = ibp::gpu::DeviceCompressed::empty().unwrap();
+        gpu.compress_into_blocking(&gcb, &device, Layout::Packed, &mut out)
+            .unwrap();
+        assert_eq!(
+            out.to_packed_blocking().unwrap(),
+            compress_packed(&cb, rows, &LayoutOptions::default()).unwrap(),
+            "through slots: {through}"
+        );
+        assert_eq!(out.scratch_bytes() >= n * l, through, "scratch held");
+    }
+}
+
+#[test]
 fn a_sink_error_stops_the_batches_and_the_compressor_still_works() {
     let Some(gpu) = gpu_or_skip("a_sink_error_stops_the_batches_and_the_compressor_still_works")
     else {

@@ -10,7 +10,8 @@
 //! ```
 //!
 //! The pipelines, on one stream:
-//! - packed, rows of whole 4-byte words, device memory to spare:
+//! - packed, rows of whole 4-byte words, a codebook at least a fifth
+//!   invariant, device memory to spare:
 //!   `ibp_encode_slots_c*` into scratch slots (each tensor's stored form and
 //!   length), the three-kernel scan (offsets, flag bitmap), `ibp_compact`
 //!   (the stored forms to their offsets);
@@ -166,6 +167,14 @@ impl DeviceCompressed {
     /// Number of tensors.
     pub fn rows(&self) -> usize {
         self.rows
+    }
+
+    /// Bytes of device memory held as scratch for packed compression
+    /// through slots (as large as the input once used; see
+    /// [`Gpu::compress_blocking`]).
+    #[doc(hidden)]
+    pub fn scratch_bytes(&self) -> usize {
+        self.scratch.len()
     }
 
     /// Bytes of payload (packed) or slots (fixed-stride).
@@ -638,8 +647,9 @@ impl Gpu {
     /// the output's buffers.
     ///
     /// Reads `src` once for rows of whole 4-byte words (into slots; packed,
-    /// a scratch buffer as large as `src` is allocated when the device has
-    /// the memory, and kept in the result for its reuse), else twice
+    /// when at least a fifth of the codebook's bits are invariant, through a
+    /// scratch buffer as large as `src`, allocated when the device has the
+    /// memory and kept in the result for its reuse), else twice
     /// (sizes, then the stored forms): for host memory,
     /// [`Gpu::compress_host_blocking`] reads it once, in batches.
     pub fn compress_blocking<S: GpuReadable + ?Sized>(
@@ -684,8 +694,14 @@ impl Gpu {
         // slots the encoder needs neither; `ibp_compact` then moves the
         // stored bytes, which at high savings are a small part of the
         // input. It needs a scratch buffer as large as the input; without
-        // the memory for one, the measured path runs instead.
-        if packed && rows > 0 && l.is_multiple_of(4) && grow_scratch(&mut out.scratch, rows * l)? {
+        // the memory for one, or for codebooks that can save little
+        // (`pays_through_slots`), the measured path runs instead.
+        if packed
+            && rows > 0
+            && l.is_multiple_of(4)
+            && pays_through_slots(&gcb.cb)
+            && grow_scratch(&mut out.scratch, rows * l)?
+        {
             self.enqueue_encode_slots(
                 gcb,
                 (src.device_addr(), l as u64),
@@ -769,6 +785,22 @@ impl Gpu {
         out.data_len = data_len;
         Ok(())
     }
+}
+
+/// Is packed compression through scratch slots worth it for this
+/// codebook: at least a fifth of its bits invariant?
+///
+/// Q: why a fifth?
+/// A: the compaction moves the stored bytes (about 0.62 ms a GiB of them
+/// on the H200), where the measured path pays the size pass and the clear
+/// (0.45–0.75 ms a GiB of input): they break even near 15% savings, and a
+/// codebook's invariant share runs about 5 points above what it saves (its
+/// participation bits, and tensors that miss the mask). MiniLM's f32
+/// embeddings (18.8% invariant, 12.8% saved) measured within ±2% either
+/// way; below the line the measured path also needs no scratch.
+/// `docs/PERF-NOTES.md` has the stage times.
+fn pays_through_slots(cb: &Codebook) -> bool {
+    5 * cb.invariant_bits() >= 8 * cb.row_bytes() as u64
 }
 
 /// Grow `buf` to at least `len` bytes: false when the device has not the
