@@ -600,37 +600,35 @@ impl Gpu {
             })?,
         ));
         if l.is_multiple_of(4) {
-            // Last: it writes the sizes the stages above read.
-            out.push((
-                "encode (fixed, nothing measured: the slot's tail and raw rows written by the encoder)",
-                time(&mut || {
-                    self.enqueue_encode_slots(
-                        gcb,
-                        (src.device_addr(), l as u64),
-                        rows,
-                        &work,
-                        &data,
-                        false,
-                        &stream,
-                    )
-                })?,
-            ));
-            // Packed through scratch slots: the encoder leaves the slots'
-            // tails, the scan gives offsets, the compaction moves the bytes.
-            out.push((
-                "encode into scratch slots (packed through slots: no tails written)",
-                time(&mut || {
-                    self.enqueue_encode_slots(
-                        gcb,
-                        (src.device_addr(), l as u64),
-                        rows,
-                        &work,
-                        &data,
-                        true,
-                        &stream,
-                    )
-                })?,
-            ));
+            // Last: they write the sizes the stages above read. Into the
+            // fixed-stride slots, then into scratch slots for the packed
+            // layout (the tails left as they are; the scan gives offsets,
+            // the compaction moves the bytes).
+            for (stage, scratch) in [
+                (
+                    "encode (fixed, nothing measured: the slot's tail and raw rows written by the encoder)",
+                    false,
+                ),
+                (
+                    "encode into scratch slots (packed through slots: no tails written)",
+                    true,
+                ),
+            ] {
+                out.push((
+                    stage,
+                    time(&mut || {
+                        self.enqueue_encode_slots(
+                            gcb,
+                            (src.device_addr(), l as u64),
+                            rows,
+                            &work,
+                            &data,
+                            scratch,
+                            &stream,
+                        )
+                    })?,
+                ));
+            }
             self.enqueue_scan(&work, rows, l, true, 0, &stream)?;
             let mut total = PinnedBuffer::<u64>::zeroed(1)?;
             copy_elements(&work.offsets, rows, &mut total, 1, &stream)?;
