@@ -11,11 +11,11 @@
 //! gives the offsets, and this pass moves the stored bytes, which at high
 //! savings are a small part of the input (Cora: 4%).
 //!
-//! Q: why does each 16-byte group belong to one tensor's lanes?
+//! Q: why does each 16-byte group belong to one warp?
 //! A: stored forms start at any byte, so two tensors meet inside a group.
-//! If each tensor's lanes wrote only its own bytes, the shared groups would
-//! need a clear first and OR-ed stores. Here the lanes of the tensor that
-//! hold a group's first byte write the whole group, taking the bytes past its
+//! If each warp wrote only its own bytes, the shared groups would need a
+//! clear first and OR-ed stores. Here the warp of the tensor that holds a
+//! group's first byte writes the whole group, taking the bytes past its
 //! own stored form from the next tensors' slots; every group is stored
 //! once, whole, and nothing needs zeroing first.
 
@@ -90,86 +90,66 @@ unsafe fn packed_byte<M: Mem>(m: &M, p: &CompactParams, i: u64, b: u64, r: [u64;
 }
 
 /// The 16-byte groups of `out` whose first byte lies in tensor `i`'s
-/// region `[o, e)` (`r = [o, e, e2]`, `e2` the end of the next tensor's),
-/// by the half-warp of this lane: those inside it copied from its slot,
-/// four aligned words a lane; the one it ends in (if it starts inside)
-/// assembled byte by byte, one a lane, with the next tensors' bytes or the
-/// padding's zeros. An inactive half (no tensor left) only joins the
-/// shuffles.
+/// region `[o, e)` (`r = [o, e, e2]`, `e2` the end of the next tensor's):
+/// those inside it copied from its slot, four aligned words a lane; the
+/// one it ends in (if it starts inside) assembled byte by byte, lanes
+/// 0–15, with the next tensors' bytes or the padding's zeros.
 ///
 /// Q: why load the last group's bytes first?
-/// A: a row is a chain of waits on memory (the region, the copy's loads,
-/// which cannot pass the stores before them, the last group's bytes, and
-/// before them the next tensor's end); a stored form of 0.5–2 KB is one or
-/// two loads a lane, so the number of waits in the chain, not the bytes,
-/// sets the time. With the regions (and the next tensor's end) loaded a
-/// tensor ahead, a row is one wait.
-///
-/// Q: why half a warp a tensor?
-/// A: the work of a row that does not scale with its bytes (the region,
-/// the last group, the shuffles, the loop's set-up) was most of the
-/// instructions for stored forms under ~1 KB (Nsight Compute: 177 warp
-/// instructions a 768-byte bf16 row with a warp a row); two rows a warp
-/// share it.
+/// A: a warp's row is a chain of waits on memory (the region, the copy's
+/// loads, which cannot pass the stores before them, the last group's
+/// bytes, and before them the next tensor's end); a stored form of
+/// 0.5–2 KB is one or two loads a lane, so the number of waits in the
+/// chain, not the bytes, sets the time. With the regions (and the next
+/// tensor's end) loaded a tensor ahead, a row is one wait.
 ///
 /// # Safety
-/// As [`CompactParams`] states; when `active`, `i < rows` and `r` as
-/// above; every lane of the warp calls it (each half with its own
-/// arguments).
+/// As [`CompactParams`] states; `i < rows`, `r` as above; every lane of
+/// the warp calls it with the same arguments.
 #[inline(always)]
-unsafe fn compact_row<W: Lanes, M: Mem>(
-    w: &W,
-    m: &M,
-    p: &CompactParams,
-    i: u64,
-    r: [u64; 3],
-    active: bool,
-) {
+unsafe fn compact_row<W: Lanes, M: Mem>(w: &W, m: &M, p: &CompactParams, i: u64, r: [u64; 3]) {
     let [o, e, _] = r;
-    let lane = w.lane();
-    let hl = (lane % 16) as u64;
+    let lane = w.lane() as u64;
     // SAFETY: (this block) the bytes 16g.. of a group copied whole lie in
     // [o, e), so its aligned words lie in the slot (slots are whole 4-byte
     // words); the stores are groups of `out` below out_len.
     unsafe {
         let last = e / 16;
-        let partial = active && !e.is_multiple_of(16) && 16 * last >= o;
-        let b = if partial {
-            packed_byte(m, p, i, 16 * last + hl, r)
+        let partial = !e.is_multiple_of(16) && 16 * last >= o;
+        let b = if partial && lane < 16 {
+            packed_byte(m, p, i, 16 * last + lane, r)
         } else {
             0
         };
-        if active {
-            // Slot byte for output byte b is b − o from the slot's start.
-            let from = (p.src + i * p.stride).wrapping_sub(o);
-            let sh = 8 * (from % 4) as u32;
-            let mut g = o.div_ceil(16) + hl;
-            while 16 * g + 16 <= e {
-                m.st_v4(p.out + 16 * g, group_at(m, from.wrapping_add(16 * g), sh));
-                g += 16;
-            }
+        // Slot byte for output byte b is b − o from the slot's start.
+        let from = (p.src + i * p.stride).wrapping_sub(o);
+        let sh = 8 * (from % 4) as u32;
+        let mut g = o.div_ceil(16) + lane;
+        while 16 * g + 16 <= e {
+            m.st_v4(p.out + 16 * g, group_at(m, from.wrapping_add(16 * g), sh));
+            g += 32;
         }
-        let q = (lane & 16) + 4 * (lane % 4);
-        let word = w.shfl_idx(b, q)
-            | w.shfl_idx(b, q + 1) << 8
-            | w.shfl_idx(b, q + 2) << 16
-            | w.shfl_idx(b, q + 3) << 24;
-        if partial && hl < 4 {
-            m.st_u32(p.out + 16 * last + 4 * hl, word);
+        if partial {
+            let q = 4 * (lane % 4) as u32;
+            let word = w.shfl_idx(b, q)
+                | w.shfl_idx(b, q + 1) << 8
+                | w.shfl_idx(b, q + 2) << 16
+                | w.shfl_idx(b, q + 3) << 24;
+            if lane < 4 {
+                m.st_u32(p.out + 16 * last + 4 * lane, word);
+            }
         }
     }
 }
 
-/// Warp `wid` of `nwarps`: tensors `2 wid, 2 wid + 1` (a half-warp each),
-/// then `2 (wid + nwarps), …` (each one's region, and the next tensor's
-/// end, loaded a round ahead); warp 0 also zeroes the whole groups of
-/// padding after the stored bytes.
+/// Warp `wid` of `nwarps`: tensors `wid, wid + nwarps, …` (each one's
+/// region, and the next tensor's end, loaded a tensor ahead), and warp 0
+/// also zeroes the whole groups of padding after the stored bytes.
 ///
 /// # Safety
 /// As [`CompactParams`] states.
 pub unsafe fn compact<W: Lanes, M: Mem>(w: &W, m: &M, p: &CompactParams, wid: u64, nwarps: u64) {
     let lane = w.lane() as u64;
-    let half = lane / 16;
     // SAFETY: (this block) offsets holds rows + 1 u64; the padding's
     // groups lie below out_len; the rest forwarded.
     unsafe {
@@ -195,12 +175,12 @@ pub unsafe fn compact<W: Lanes, M: Mem>(w: &W, m: &M, p: &CompactParams, wid: u6
                 [0; 3]
             }
         };
-        let mut j = 2 * wid;
-        let mut r = region(j + half);
-        while j < p.rows {
-            let next = region(j + 2 * nwarps + half);
-            compact_row(w, m, p, j + half, r, j + half < p.rows);
-            j += 2 * nwarps;
+        let mut i = wid;
+        let mut r = region(i);
+        while i < p.rows {
+            let next = region(i + nwarps);
+            compact_row(w, m, p, i, r);
+            i += nwarps;
             r = next;
         }
     }

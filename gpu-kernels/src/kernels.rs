@@ -735,7 +735,7 @@ pub unsafe fn ibp_encode_clear(p: ClearParams) {
 }
 
 /// After `ibp_encode_slots_c*` into scratch slots and the scan: the
-/// packed layout, half a warp a tensor.
+/// packed layout, one warp a tensor.
 ///
 /// # Safety
 /// As [`CompactParams`] states.

@@ -291,11 +291,10 @@ pub const ENCODE_SLOTS_SCRATCH: u64 = 2;
 /// 0, the last the total), and every byte of `out` from `offsets[rows]` up
 /// to `out_len` is zeroed (the padding the decoder reads with the last
 /// line). `src` and `stride` are multiples of 4, `out` 16-aligned and
-/// `out_len` a multiple of 16 holding the total. Half a warp a tensor
-/// (launch a warp for every two); each 16-byte group of `out` is stored
-/// whole, by the lanes of the tensor that holds the group's first byte
-/// (bytes past that tensor's stored form come from the next tensors'), so
-/// `out` need not be zeroed first.
+/// `out_len` a multiple of 16 holding the total. One warp a tensor; each
+/// 16-byte group of `out` is stored whole, by the warp of the tensor that
+/// holds the group's first byte (bytes past that tensor's stored form
+/// come from the next tensors'), so `out` need not be zeroed first.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CompactParams {

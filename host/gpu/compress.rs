@@ -548,8 +548,7 @@ impl Gpu {
             out: out.as_device_ptr().as_raw(),
             out_len: padded as u64,
         };
-        // Half a warp a tensor.
-        let grid = self.warp_grid(kernels::COMPACT, (rows as u64).div_ceil(2))?;
+        let grid = self.warp_grid(kernels::COMPACT, rows as u64)?;
         // SAFETY: the slots hold `rows` slots of L bytes (checked; device
         // allocations are 256-aligned and L a multiple of 4), the offsets
         // were scanned from their stored lengths earlier on this stream
