@@ -700,7 +700,11 @@ impl Gpu {
             && rows > 0
             && l.is_multiple_of(4)
             && pays_through_slots(&gcb.cb)
-            && grow_scratch(&mut out.scratch, rows * l)?
+            && grow(
+                &mut out.scratch,
+                rows * l,
+                "allocating the compression's scratch",
+            )?
         {
             self.enqueue_encode_slots(
                 gcb,
@@ -716,14 +720,18 @@ impl Gpu {
             sync(stream, "compressing into slots")?;
             let data_len = out.total[0] as usize;
             let padded = encoder_out_bytes(data_len);
-            ensure(&mut out.data, padded, "allocating the compressed output")?;
-            self.enqueue_compact(rows, l, work, &out.scratch, &out.data, padded, stream)?;
-            sync(stream, "compacting")?;
-            out.layout = layout;
-            out.rows = rows;
-            out.row_bytes = l;
-            out.data_len = data_len;
-            return Ok(());
+            if grow(&mut out.data, padded, "allocating the compressed output")? {
+                self.enqueue_compact(rows, l, work, &out.scratch, &out.data, padded, stream)?;
+                sync(stream, "compacting")?;
+                out.layout = layout;
+                out.rows = rows;
+                out.row_bytes = l;
+                out.data_len = data_len;
+                return Ok(());
+            }
+            // The output does not fit beside the scratch: free the scratch
+            // and compress again the measured way, which needs none.
+            out.scratch = device_buffer(0, "allocating the compression's scratch")?;
         }
         let slots = !packed && l.is_multiple_of(4);
         if slots {
@@ -805,8 +813,8 @@ fn pays_through_slots(cb: &Codebook) -> bool {
 
 /// Grow `buf` to at least `len` bytes: false when the device has not the
 /// memory for it (the buffer is then left as it was).
-fn grow_scratch(buf: &mut DeviceBuffer<u8>, len: usize) -> Result<bool> {
-    match ensure(buf, len, "allocating the compression's scratch") {
+fn grow(buf: &mut DeviceBuffer<u8>, len: usize, what: &str) -> Result<bool> {
+    match ensure(buf, len, what) {
         Ok(()) => Ok(true),
         Err(e) if out_of_memory(&e) => Ok(false),
         Err(e) => Err(e),
