@@ -1413,11 +1413,45 @@ unsafe fn finish_slot<W: Lanes, M: Mem, S: Shared + Async>(
     s.sync_warp();
 }
 
-/// The warp's rows `wid, wid + nwarps, …` written through its ring, two
-/// 8-byte lane words a step (words `64k + lane` and `64k + 32 + lane`), so
-/// one [`RingWriter::step`] serves 512 bytes. The participation bits are
-/// stored directly; the word they share with the payload is OR-ed by both
-/// sides.
+/// Lane words (8 bytes each) a step of the bulk encoder: `32 ·
+/// STEP_WORDS` words of a tensor, one [`RingWriter::step`].
+///
+/// Q: why three?
+/// A: a step's bookkeeping (the scans, the ring's copy-out and its two
+/// meetings of the warp, the loop) costs the same for any number of words,
+/// so more words a step is fewer instructions a byte; and MiniLM's and a
+/// KV cache's 768-byte bf16 rows (384 values) are one step of three,
+/// where steps of two took two steps, the second half empty. The ring
+/// holds three ([`crate::pack::RING_WORDS`]).
+const STEP_WORDS: usize = 3;
+
+/// Run `$body` for `$j` = 0, 1, 2 (each of a step's [`STEP_WORDS`] lane
+/// words) with `$j` a constant in each copy: the step's words live in small
+/// arrays, and a loop LLVM declines to unroll (the payload's body is large)
+/// would index them at run time, in local memory.
+macro_rules! each_step_word {
+    ($j:ident => $body:block) => {{
+        const _: () = assert!(STEP_WORDS == 3, "each_step_word! unrolls three copies");
+        {
+            let $j: usize = 0;
+            $body
+        }
+        {
+            let $j: usize = 1;
+            $body
+        }
+        {
+            let $j: usize = 2;
+            $body
+        }
+    }};
+}
+
+/// The warp's rows `wid, wid + nwarps, …` written through its ring,
+/// [`STEP_WORDS`] 8-byte lane words a step (words `96k + 32j + lane`,
+/// `j < 3`), so one [`RingWriter::step`] serves 768 bytes. The
+/// participation bits are stored directly; the word they share with the
+/// payload is OR-ed by both sides.
 ///
 /// Q: why one loop over every (row, step) rather than a loop per row?
 /// A: so that each step's words are loaded one step ahead, across the end
@@ -1449,9 +1483,11 @@ unsafe fn encode_rows<
     let l = p.row_bytes;
     let shape = LaneShape::new::<C>(l);
     let words = shape.words;
-    let steps = words.div_ceil(64);
+    let sw = STEP_WORDS as u32;
+    let steps = words.div_ceil(32 * sw);
     let g = 4 * C;
-    let per_half = 8 / C;
+    // Participation words of 32 lane words.
+    let per_words = 8 / C;
     // A row's writer, the word of its first bit (from the writer's base)
     // and that bit's place in it.
     let open = |(dst, len, encoded): (u64, u64, bool)| {
@@ -1479,13 +1515,13 @@ unsafe fn encode_rows<
             clear_slot_groups(w, m, s, region.0, region.1, shape.chunks);
         }
         let (mut wr, mut base, mut sh) = open(region);
-        let mut x = {
+        let mut x = [0u64; STEP_WORDS];
+        {
             let start = p.src + i * p.stride;
-            (
-                row_word(m, start, l, lane as u64),
-                row_word(m, start, l, lane as u64 + 32),
-            )
-        };
+            each_step_word!(j => {
+                x[j] = row_word(m, start, l, (32 * j as u32 + lane) as u64);
+            });
+        }
         let mut carry = 0u32;
         loop {
             let (ni, nk) = if k + 1 < steps {
@@ -1493,26 +1529,28 @@ unsafe fn encode_rows<
             } else {
                 (i + nwarps, 0)
             };
-            let xn = if ni < p.rows {
+            let mut xn = [0u64; STEP_WORDS];
+            if ni < p.rows {
                 let start = p.src + ni * p.stride;
-                let q = (64 * nk + lane) as u64;
-                (row_word(m, start, l, q), row_word(m, start, l, q + 32))
-            } else {
-                (0, 0)
-            };
+                each_step_word!(j => {
+                    let q = 32 * (sw * nk + j as u32) + lane;
+                    xn[j] = row_word(m, start, l, q as u64);
+                });
+            }
             let encoded = region.2;
-            let q0 = 64 * k + lane;
-            let q1 = q0 + 32;
-            let (mut part0, mut part1) = (0, 0);
+            let q0 = 32 * sw * k + lane;
+            let mut part = [0u32; STEP_WORDS];
             if encoded {
-                part0 = lane_participation::<M, C>(m, p.book, &shape, x.0, q0).0;
-                part1 = lane_participation::<M, C>(m, p.book, &shape, x.1, q1).0;
-                // The participation words of both halves, shifted by the
+                each_step_word!(j => {
+                    let q = q0 + 32 * j as u32;
+                    part[j] = lane_participation::<M, C>(m, p.book, &shape, x[j], q).0;
+                });
+                // The participation words of each lane word, shifted by the
                 // region's misalignment, each group's completed with the
                 // top of the one before it.
-                let mut half = 0;
-                while half < 2 {
-                    let word = group_word::<W, C>(w, if half == 0 { part0 } else { part1 });
+                each_step_word!(j => {
+                    let third = j as u32;
+                    let word = group_word::<W, C>(w, part[j]);
                     let prev = w.shfl_up(word, g);
                     let prev = if lane < g { carry } else { prev };
                     let out = if sh == 0 {
@@ -1520,30 +1558,26 @@ unsafe fn encode_rows<
                     } else {
                         (word << sh) | (prev >> (32 - sh))
                     };
-                    let pw = (2 * k + half) * per_half + lane / g;
+                    let pw = (sw * k + third) * per_words + lane / g;
                     if lane.is_multiple_of(g) {
                         wr.put(m, base + pw, out);
                     }
                     carry = w.shfl_idx(word, 31);
-                    half += 1;
-                }
+                });
             }
-            let seg0 = if q0 < words {
-                lane_payload::<M, C, RUNS>(m, p.book, &shape, x.0, q0, part0)
-            } else {
-                (0, 0)
-            };
-            let seg1 = if q1 < words {
-                lane_payload::<M, C, RUNS>(m, p.book, &shape, x.1, q1, part1)
-            } else {
-                (0, 0)
-            };
-            wr.step(w, s, m, seg0, seg1);
+            let mut seg = [(0u64, 0u32); STEP_WORDS];
+            each_step_word!(j => {
+                let q = q0 + 32 * j as u32;
+                if q < words {
+                    seg[j] = lane_payload::<M, C, RUNS>(m, p.book, &shape, x[j], q, part[j]);
+                }
+            });
+            wr.step(w, s, m, seg);
             if nk == 0 {
                 // The row's last step: the top bits of its last
                 // participation word go to the word after it.
                 if encoded && sh != 0 && lane == 0 {
-                    wr.put(m, base + 2 * steps * per_half, carry >> (32 - sh));
+                    wr.put(m, base + sw * steps * per_words, carry >> (32 - sh));
                 }
                 wr.finish(w, s, m);
                 if SLOTS {
@@ -1583,13 +1617,14 @@ unsafe fn encode_rows<
 /// Q: why not [`encode_row`], which the KV store's append uses?
 /// A: it writes through [`WarpWriter`], one 256-byte step per scan and a
 /// segmented OR-scan per step; for whole tables the ring writer's
-/// two-word step does the same work in fewer instructions. The KV append
-/// writes rows of a few hundred bytes as spans split over warps, which the
-/// register writer's span form serves.
+/// three-word step (768 bytes, two scans) does the same work in fewer
+/// instructions. The KV append writes rows of a few hundred bytes as spans
+/// split over warps, which the register writer's span form serves.
 ///
 /// # Safety
 /// As [`EncodeParams`] states; `ring` is the 16-aligned shared address of
 /// [`crate::pack::RING_BYTES`] bytes that belong to this warp.
+#[inline(always)]
 pub unsafe fn encode<W: Lanes, M: Mem, S: Shared + Async, const C: u32, const SLOTS: bool>(
     w: &W,
     m: &M,

@@ -8,8 +8,9 @@
 //! lane that ends it, 4 bytes a lane. Here each lane ORs the pieces of its
 //! segments into a ring of words in shared memory, where no lane needs to
 //! know which others touch a word, and the warp then copies the finished
-//! words out 16 bytes a lane. A lane lays two segments a step, so one scan
-//! serves 512 bytes of input where the register writer needs two.
+//! words out 16 bytes a lane. A lane lays up to three segments a step
+//! (the bulk encoder's 768 bytes of input) with two scans, where the
+//! register writer needs three steps of one scan each.
 //!
 //! The ring holds [`RING_WORDS`] words; word `k` of the stream (counted
 //! from the 16-aligned base `a0`) lives in slot `k mod RING_WORDS`. Between
@@ -17,9 +18,9 @@
 
 use crate::simt::{Async, Lanes, Mem, Shared, inclusive_scan};
 
-/// Words in a warp's ring. A step lays at most 128 words (64 segments of
-/// 64 bits) past the 4-word group being filled, so 256 never wraps onto
-/// words not yet copied out.
+/// Words in a warp's ring. A step of `N` segments a lane lays at most
+/// `64·N` words (`32·N` segments of 64 bits) past the 4-word group being
+/// filled, so 256 never wraps onto words not yet copied out for `N ≤ 3`.
 pub const RING_WORDS: u32 = 256;
 
 /// Bytes of shared memory a warp's ring takes (16-aligned).
@@ -172,40 +173,51 @@ impl RingWriter {
         }
     }
 
-    /// Append every lane's two segments, the low `n0` bits of `v0` and then
-    /// the low `n1` bits of `v1` (`n ≤ 64`, no bit at or above `n` set), in
-    /// the order: every lane's first segment, lane 0 first, then every
-    /// lane's second. Copies out the words this completes.
+    /// Append every lane's `N` segments (`N ≤ 3`, see [`RING_WORDS`]):
+    /// segment `j` is the low `n ≤ 64` bits of `v` (no bit at or above `n`
+    /// set), laid in the order: every lane's segment 0, lane 0 first, then
+    /// every lane's segment 1, and so on. Copies out the words this
+    /// completes.
     ///
     /// # Safety
     /// The ring is this warp's; the stream stays inside the region.
     #[inline(always)]
-    pub unsafe fn step<W: Lanes, S: Shared + Async, M: Mem>(
+    pub unsafe fn step<W: Lanes, S: Shared + Async, M: Mem, const N: usize>(
         &mut self,
         w: &W,
         s: &S,
         m: &M,
-        (v0, n0): (u64, u32),
-        (v1, n1): (u64, u32),
+        segs: [(u64, u32); N],
     ) {
-        // Q: how does one scan give both segments' offsets?
+        const { assert!(N >= 1 && 64 * N as u32 + 4 <= RING_WORDS) };
+        // Q: how does one scan give two segments' offsets?
         // A: the widths are packed as n0 + 2^16 n1 (each sum stays below
         // 2^16: 32 segments of at most 64 bits), so the low half of the
-        // scan is the first segments' and the high half the second's.
-        let packed = n0 | n1 << 16;
-        let incl = inclusive_scan(w, packed);
-        let excl = incl - packed;
-        let tot = w.shfl_idx(incl, 31);
-        let total0 = tot & 0xffff;
-        let p0 = self.pos + (excl & 0xffff);
-        let p1 = self.pos + total0 + (excl >> 16);
-        // SAFETY: (both) the ring is this warp's; the step's words stay
-        // within RING_WORDS − 4 of `next` (see RING_WORDS).
-        unsafe {
-            self.lay(s, p0, v0, n0);
-            self.lay(s, p1, v1, n1);
+        // scan is the first segments' and the high half the second's. A
+        // third segment takes a scan of its own; the two scans do not
+        // depend on each other.
+        let mut pos = self.pos;
+        let mut j = 0;
+        while j < N {
+            let (v0, n0) = segs[j];
+            let (v1, n1) = if j + 1 < N { segs[j + 1] } else { (0, 0) };
+            let packed = n0 | n1 << 16;
+            let incl = inclusive_scan(w, packed);
+            let excl = incl - packed;
+            let tot = w.shfl_idx(incl, 31);
+            let total0 = tot & 0xffff;
+            // SAFETY: (both) the ring is this warp's; the step's words stay
+            // within RING_WORDS − 4 of `next` (see RING_WORDS).
+            unsafe {
+                self.lay(s, pos + (excl & 0xffff), v0, n0);
+                if j + 1 < N {
+                    self.lay(s, pos + total0 + (excl >> 16), v1, n1);
+                }
+            }
+            pos += total0 + (tot >> 16);
+            j += 2;
         }
-        self.pos += total0 + (tot >> 16);
+        self.pos = pos;
         s.sync_warp();
         // SAFETY: the words below pos / 32 are complete.
         unsafe { self.copy_out(w, s, m, self.pos / 128) };
