@@ -1413,43 +1413,58 @@ unsafe fn finish_slot<W: Lanes, M: Mem, S: Shared + Async>(
     s.sync_warp();
 }
 
-/// Lane words (8 bytes each) a step of the bulk encoder: `32 ·
-/// STEP_WORDS` words of a tensor, one [`RingWriter::step`].
+/// Lane words (8 bytes each) a step of the bulk encoder with chunks of
+/// `c` bytes: `32 · step_words(c)` words of a tensor, one
+/// [`RingWriter::step`].
 ///
-/// Q: why three?
-/// A: a step's bookkeeping (the scans, the ring's copy-out and its two
-/// meetings of the warp, the loop) costs the same for any number of words,
-/// so more words a step is fewer instructions a byte; and MiniLM's and a
-/// KV cache's 768-byte bf16 rows (384 values) are one step of three,
-/// where steps of two took two steps, the second half empty. The ring
-/// holds three ([`crate::pack::RING_WORDS`]).
-const STEP_WORDS: usize = 3;
+/// Q: why three for chunks of 1 and 2 bytes, two for 4 and 8?
+/// A: measured (H200, docs/PERF-NOTES.md, "Three lane words a step"). A
+/// step's bookkeeping (the scans, the ring's copy-out and its two meetings
+/// of the warp, the loop) is the same for any number of words, and the
+/// 768-byte rows of bf16 tables and KV caches (384 values) are one step of
+/// three where steps of two took two, the second half empty: the bf16
+/// encoder ran 10% faster. With 4-byte chunks (Cora, MiniLM f32, the
+/// synthetic tables) three words a step ran 0–20% slower: more registers
+/// (fewer warps an SM) for a longer chain of waits a step.
+const fn step_words(c: u32) -> u32 {
+    if c <= 2 { 3 } else { 2 }
+}
 
-/// Run `$body` for `$j` = 0, 1, 2 (each of a step's [`STEP_WORDS`] lane
-/// words) with `$j` a constant in each copy: the step's words live in small
-/// arrays, and a loop LLVM declines to unroll (the payload's body is large)
-/// would index them at run time, in local memory.
+/// The most lane words a step ([`step_words`]): the size of the step's
+/// arrays. The ring holds three ([`crate::pack::RING_WORDS`]).
+const MAX_STEP_WORDS: usize = 3;
+
+/// Run `$body` for `$j` = 0, 1, … up to `$n` ≤ [`MAX_STEP_WORDS`] (each of
+/// a step's lane words; `$n` a constant) with `$j` a constant in each copy:
+/// the step's words live in small arrays, and a loop LLVM declines to
+/// unroll (the payload's body is large) would index them at run time, in
+/// local memory.
 macro_rules! each_step_word {
-    ($j:ident => $body:block) => {{
-        const _: () = assert!(STEP_WORDS == 3, "each_step_word! unrolls three copies");
+    ($n:expr, $j:ident => $body:block) => {{
+        const _: () = assert!(MAX_STEP_WORDS == 3, "each_step_word! unrolls three copies");
         {
             let $j: usize = 0;
             $body
         }
         {
             let $j: usize = 1;
-            $body
+            if ($j as u32) < $n {
+                $body
+            }
         }
         {
             let $j: usize = 2;
-            $body
+            if ($j as u32) < $n {
+                $body
+            }
         }
     }};
 }
 
 /// The warp's rows `wid, wid + nwarps, …` written through its ring,
-/// [`STEP_WORDS`] 8-byte lane words a step (words `96k + 32j + lane`,
-/// `j < 3`), so one [`RingWriter::step`] serves 768 bytes. The
+/// [`step_words`]`(C)` = `n` 8-byte lane words a step (words
+/// `32(nk + j) + lane`, `j < n`), so one [`RingWriter::step`] serves 256n
+/// bytes. The
 /// participation bits are stored directly; the word they share with the
 /// payload is OR-ed by both sides.
 ///
@@ -1483,7 +1498,7 @@ unsafe fn encode_rows<
     let l = p.row_bytes;
     let shape = LaneShape::new::<C>(l);
     let words = shape.words;
-    let sw = STEP_WORDS as u32;
+    let sw = step_words(C);
     let steps = words.div_ceil(32 * sw);
     let g = 4 * C;
     // Participation words of 32 lane words.
@@ -1515,10 +1530,10 @@ unsafe fn encode_rows<
             clear_slot_groups(w, m, s, region.0, region.1, shape.chunks);
         }
         let (mut wr, mut base, mut sh) = open(region);
-        let mut x = [0u64; STEP_WORDS];
+        let mut x = [0u64; MAX_STEP_WORDS];
         {
             let start = p.src + i * p.stride;
-            each_step_word!(j => {
+            each_step_word!(sw, j => {
                 x[j] = row_word(m, start, l, (32 * j as u32 + lane) as u64);
             });
         }
@@ -1529,26 +1544,26 @@ unsafe fn encode_rows<
             } else {
                 (i + nwarps, 0)
             };
-            let mut xn = [0u64; STEP_WORDS];
+            let mut xn = [0u64; MAX_STEP_WORDS];
             if ni < p.rows {
                 let start = p.src + ni * p.stride;
-                each_step_word!(j => {
+                each_step_word!(sw, j => {
                     let q = 32 * (sw * nk + j as u32) + lane;
                     xn[j] = row_word(m, start, l, q as u64);
                 });
             }
             let encoded = region.2;
             let q0 = 32 * sw * k + lane;
-            let mut part = [0u32; STEP_WORDS];
+            let mut part = [0u32; MAX_STEP_WORDS];
             if encoded {
-                each_step_word!(j => {
+                each_step_word!(sw, j => {
                     let q = q0 + 32 * j as u32;
                     part[j] = lane_participation::<M, C>(m, p.book, &shape, x[j], q).0;
                 });
                 // The participation words of each lane word, shifted by the
                 // region's misalignment, each group's completed with the
                 // top of the one before it.
-                each_step_word!(j => {
+                each_step_word!(sw, j => {
                     let third = j as u32;
                     let word = group_word::<W, C>(w, part[j]);
                     let prev = w.shfl_up(word, g);
@@ -1565,14 +1580,18 @@ unsafe fn encode_rows<
                     carry = w.shfl_idx(word, 31);
                 });
             }
-            let mut seg = [(0u64, 0u32); STEP_WORDS];
-            each_step_word!(j => {
+            let mut seg = [(0u64, 0u32); MAX_STEP_WORDS];
+            each_step_word!(sw, j => {
                 let q = q0 + 32 * j as u32;
                 if q < words {
                     seg[j] = lane_payload::<M, C, RUNS>(m, p.book, &shape, x[j], q, part[j]);
                 }
             });
-            wr.step(w, s, m, seg);
+            if sw == 3 {
+                wr.step(w, s, m, seg);
+            } else {
+                wr.step(w, s, m, [seg[0], seg[1]]);
+            }
             if nk == 0 {
                 // The row's last step: the top bits of its last
                 // participation word go to the word after it.
@@ -1617,8 +1636,8 @@ unsafe fn encode_rows<
 /// Q: why not [`encode_row`], which the KV store's append uses?
 /// A: it writes through [`WarpWriter`], one 256-byte step per scan and a
 /// segmented OR-scan per step; for whole tables the ring writer's
-/// three-word step (768 bytes, two scans) does the same work in fewer
-/// instructions. The KV append writes rows of a few hundred bytes as spans
+/// step of two or three words (512 or 768 bytes) does the same work in
+/// fewer instructions. The KV append writes rows of a few hundred bytes as spans
 /// split over warps, which the register writer's span form serves.
 ///
 /// # Safety
