@@ -53,6 +53,13 @@ fn main() {
             // faster, no spills (ptxas, sm_90). The fit's evaluation: 88
             // (from 108: 22 warps an SM instead of 18; it is latency-bound
             // at 25% occupancy; 80 and under spill). See docs/PERF-NOTES.md.
+            // Chunks of 1 and 2 bytes take three lane words a step (86–96
+            // registers uncapped); 80 holds twelve blocks an SM instead
+            // of ten, no spills (72 spills for 1-byte chunks).
+            .max_registers("ibp_encode_c1", 80)
+            .max_registers("ibp_encode_c2", 80)
+            .max_registers("ibp_encode_slots_c1", 80)
+            .max_registers("ibp_encode_slots_c2", 80)
             .max_registers("ibp_encode_c", 96)
             .max_registers("ibp_encode_slots_c", 96)
             .max_registers("ibp_size", 64)
