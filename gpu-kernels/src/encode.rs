@@ -1423,9 +1423,9 @@ unsafe fn finish_slot<W: Lanes, M: Mem, S: Shared + Async>(
 /// of the warp, the loop) is the same for any number of words, and the
 /// 768-byte rows of bf16 tables and KV caches (384 values) are one step of
 /// three where steps of two took two, the second half empty: the bf16
-/// encoder ran 10% faster. With 4-byte chunks (Cora, MiniLM f32, the
-/// synthetic tables) three words a step ran 0–20% slower: more registers
-/// (fewer warps an SM) for a longer chain of waits a step.
+/// encoder ran 10% faster. With 4- and 8-byte chunks (MiniLM f32; Cora
+/// and the synthetic tables) three words a step ran 0–20% slower: more
+/// registers (fewer warps an SM) for a longer chain of waits a step.
 const fn step_words(c: u32) -> u32 {
     if c <= 2 { 3 } else { 2 }
 }
