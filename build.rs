@@ -54,11 +54,13 @@ fn main() {
             // (from 108: 22 warps an SM instead of 18; it is latency-bound
             // at 25% occupancy; 80 and under spill). See docs/PERF-NOTES.md.
             // Chunks of 1 and 2 bytes take three lane words a step (86–96
-            // registers under the cap of 96); 80 holds twelve blocks an SM
-            // instead of ten, no spills (72 spills for 1-byte chunks),
-            // measured 1–3.5% faster on MiniLM bf16.
-            .max_registers("ibp_encode_c1", 80)
-            .max_registers("ibp_encode_c2", 80)
+            // registers under the cap of 96). The slots kernels at 80: twelve
+            // blocks an SM instead of ten, no spills for sm_80 or sm_90,
+            // measured 1–3.5% faster on MiniLM bf16. The measured path's
+            // at 88 (eleven blocks): at 80 they spill for sm_80 (4 and 20
+            // bytes), at 84 `_c1` still does.
+            .max_registers("ibp_encode_c1", 88)
+            .max_registers("ibp_encode_c2", 88)
             .max_registers("ibp_encode_slots_c1", 80)
             .max_registers("ibp_encode_slots_c2", 80)
             .max_registers("ibp_encode_c", 96)
