@@ -872,6 +872,10 @@ pub(crate) unsafe fn lane_payload<M: Mem, const C: u32, const RUNS: bool>(
     q: u32,
     part: u32,
 ) -> (u64, u32) {
+    if C <= 2 {
+        // SAFETY: forwarded (the move masks are in every book).
+        return unsafe { word_payload::<M, C>(m, book, shape, x, q, part) };
+    }
     let per = 8 / C;
     let have = shape.have::<C>(q);
     let a = book + 8 * q as u64;
@@ -951,6 +955,124 @@ pub(crate) unsafe fn lane_payload<M: Mem, const C: u32, const RUNS: bool>(
         n -= shape.cut;
     }
     (val, n)
+}
+
+/// Every bit of the word's chunk `c` (chunks of `C` ≤ 2 bytes) set where
+/// bit `c` of `bits` is, in the word's two 32-bit halves.
+///
+/// Q: why a multiply?
+/// A: each chunk's bit is first moved to the chunk's lowest bit (for
+/// 1-byte chunks by one multiply whose partial products never meet),
+/// then the product with the chunk's all-ones fills the chunk; no chunk
+/// carries into the next.
+#[inline(always)]
+fn chunk_fill<const C: u32>(bits: u32) -> [u32; 2] {
+    let spread = |b: u32| {
+        if C == 1 {
+            ((b & 0xf).wrapping_mul(0x0020_4081) & 0x0101_0101) * 0xff
+        } else {
+            ((b & 1) | ((b & 2) << 15)) * 0xffff
+        }
+    };
+    [spread(bits), spread(bits >> (4 / C))]
+}
+
+/// [`lane_payload`] for chunks of 1 and 2 bytes: all the word's chunks at
+/// once, in its two 32-bit halves (no chunk straddles them).
+///
+/// Q: how are four or eight chunks compressed at once?
+/// A: a round of the move masks (`bits::compress32`) moves bits only
+/// within their chunk, and the book holds each chunk's move masks at the
+/// chunk's place in the word, so one round on a half moves the bits of
+/// all its chunks. A chunk stored raw keeps every bit and takes the rounds
+/// with its move masks cleared. Each chunk's payload then sits at the
+/// bottom of its chunk; the payloads are closed up pairwise, lanes of `2s`
+/// bits at a time: a lane whose low `s` bits hold `a` payload bits moves
+/// its high half down by `s − a`, and every `a` is a popcount of the bits
+/// kept. For 2-byte chunks that is 4 rounds and one closing level a half,
+/// where the chunk-by-chunk form took a path of its own per chunk.
+///
+/// # Safety
+/// As [`lane_payload`] (the move masks are read, whatever `RUNS`).
+#[inline(always)]
+unsafe fn word_payload<M: Mem, const C: u32>(
+    m: &M,
+    book: u64,
+    shape: &LaneShape,
+    x: u64,
+    q: u32,
+    part: u32,
+) -> (u64, u32) {
+    let per = 8 / C;
+    let have = shape.have::<C>(q);
+    let a = book + 8 * q as u64;
+    let f = shape.field;
+    let mut mv = [0u64; 4];
+    // SAFETY: (loads) q < words, fields inside the book (the contract):
+    // the free bits, then move mask i in field 5 + i.
+    let free = unsafe { m.ld_ro_u64(a + 2 * f) };
+    let mut i = 0;
+    while i < steps(C) {
+        // SAFETY: as above.
+        mv[i as usize] = unsafe { m.ld_ro_u64(a + (5 + i as u64) * f) };
+        i += 1;
+    }
+    // Chunks wholly past the tensor's end count as matching (no free bits).
+    let hits = part | (((1u32 << per) - 1) & !((1u32 << have) - 1));
+    let (val, mut n) = pack_chunks::<C>(x, free, &mv, hits);
+    // A raw tail chunk keeps only its bytes inside the tensor.
+    if q + 1 == shape.words && (part >> (have - 1)) & 1 == 0 {
+        n -= shape.cut;
+    }
+    (val, n)
+}
+
+/// The payloads of the `8 / C` chunks of word `x` (`C` ≤ 2), laid end to
+/// end, and their total width: chunk `c` gives its bits at the set bits of
+/// `free` (chunk-wise `pext`) when bit `c` of `hits` is set, else all its
+/// `8C` bits. `mv` holds each chunk's move masks of its free bits
+/// (`bits::move_masks`) at the chunk's place. See [`word_payload`].
+#[inline(always)]
+pub fn pack_chunks<const C: u32>(x: u64, free: u64, mv: &[u64; 4], hits: u32) -> (u64, u32) {
+    let halves = |v: u64| [v as u32, (v >> 32) as u32];
+    let hit = chunk_fill::<C>(hits);
+    let (xs, free) = (halves(x), halves(free));
+    // The bits kept: a matching chunk's free bits, all of a raw one's.
+    let keep = [free[0] | !hit[0], free[1] | !hit[1]];
+    let mut y = [xs[0] & keep[0], xs[1] & keep[1]];
+    let mut i = 0;
+    while i < steps(C) {
+        let mvi = halves(mv[i as usize]);
+        let mut h = 0;
+        while h < 2 {
+            let t = y[h] & mvi[h] & hit[h];
+            y[h] = (y[h] ^ t) | (t >> (1u32 << i));
+            h += 1;
+        }
+        i += 1;
+    }
+    // Close up: lanes of 2s bits, each half moved down onto the other's
+    // payload.
+    let mut s = 8 * C;
+    while s < 32 {
+        let low = bits::low_mask(s) as u32;
+        let mut h = 0;
+        while h < 2 {
+            let mut r = 0;
+            let mut b = 0;
+            while b < 32 {
+                let lo = low << b;
+                let kept = (keep[h] & lo).count_ones();
+                r |= (y[h] & lo) | ((y[h] & (lo << s)) >> (s - kept));
+                b += 2 * s;
+            }
+            y[h] = r;
+            h += 1;
+        }
+        s *= 2;
+    }
+    let nl = keep[0].count_ones();
+    (y[0] as u64 | (y[1] as u64) << nl, nl + keep[1].count_ones())
 }
 
 /// This lane's 8 bytes `x` of a tensor (word `q`), their participation bits
@@ -1656,7 +1778,8 @@ pub unsafe fn encode<W: Lanes, M: Mem, S: Shared + Async, const C: u32, const SL
     // SAFETY: (this block) the ring is the warp's; the rest forwarded.
     unsafe {
         crate::pack::clear(w, s, ring);
-        if p.flags & ENCODE_TWO_RUNS != 0 {
+        // Chunks of 1 and 2 bytes take one payload path (`word_payload`).
+        if C > 2 && p.flags & ENCODE_TWO_RUNS != 0 {
             encode_rows::<W, M, S, C, true, SLOTS>(w, m, s, p, ring, wid, nwarps);
         } else {
             encode_rows::<W, M, S, C, false, SLOTS>(w, m, s, p, ring, wid, nwarps);
@@ -1666,7 +1789,8 @@ pub unsafe fn encode<W: Lanes, M: Mem, S: Shared + Async, const C: u32, const SL
 
 #[cfg(test)]
 mod tests {
-    use super::word_participation;
+    use super::{pack_chunks, word_participation};
+    use crate::bits::{low_mask, move_masks};
 
     /// Chunk by chunk, as FORMAT.md §2 states it.
     fn reference<const C: u32>(x: u64, v: u64, mask: u64) -> u32 {
@@ -1719,6 +1843,61 @@ mod tests {
             // Sparse differences, so that chunks match often.
             check(v ^ (x & next() & next() & next()), v, m);
             check(x, v, m & next() & next());
+        }
+    }
+
+    /// `pack_chunks::<C>` against one chunk at a time: its free bits gathered
+    /// bit by bit when it matches, all of it otherwise, laid end to end.
+    fn check_pack<const C: u32>(x: u64, free: u64, hits: u32) {
+        let w = 8 * C;
+        let (mut want, mut n) = (0u64, 0u32);
+        let mut mv = [0u64; 4];
+        for c in 0..8 / C {
+            let (xc, fc) = (x >> (w * c) & low_mask(w), free >> (w * c) & low_mask(w));
+            for (i, m) in move_masks(fc, w.trailing_zeros())
+                .iter()
+                .take(4)
+                .enumerate()
+            {
+                mv[i] |= m << (w * c);
+            }
+            if hits >> c & 1 == 0 {
+                want |= xc << n;
+                n += w;
+            } else {
+                for b in (0..w).filter(|b| fc >> b & 1 == 1) {
+                    want |= (xc >> b & 1) << n;
+                    n += 1;
+                }
+            }
+        }
+        assert_eq!(
+            pack_chunks::<C>(x, free, &mv, hits),
+            (want, n),
+            "C={C} x={x:#x} free={free:#x} hits={hits:#b}"
+        );
+    }
+
+    #[test]
+    fn chunks_packed_a_word_at_a_time_equal_a_chunk_by_chunk_pack() {
+        let mut s = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        };
+        for free in [0, u64::MAX, 0x00ff_ff00_0f0f_8001] {
+            for hits in 0..256 {
+                check_pack::<1>(next(), free, hits);
+                check_pack::<2>(next(), free, hits & 0xf);
+            }
+        }
+        for _ in 0..20000 {
+            let (x, free, hits) = (next(), next() & next(), next() as u32);
+            check_pack::<1>(x, free, hits & 0xff);
+            check_pack::<2>(x, free, hits & 0xf);
+            check_pack::<2>(x, free | next(), hits & 0xf);
         }
     }
 }
