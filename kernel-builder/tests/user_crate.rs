@@ -14,7 +14,14 @@ fn write(path: &Path, text: &str) {
 
 #[test]
 fn a_user_kernel_crate_builds_to_ptx_with_ibp_kernels() {
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    // Q: why the variable cargo sets when it runs the test, before the one
+    // compiled in?
+    // A: a target folder shared by two checkouts of the repository keeps a
+    // test binary built in the other one (its sources are no newer), and
+    // the compiled-in path then names that checkout, which may be gone.
+    let manifest =
+        std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into());
+    let repo = Path::new(&manifest).parent().unwrap();
     let dir = std::env::temp_dir().join(format!("ibp-user-kernels-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     write(
