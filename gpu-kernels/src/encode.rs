@@ -841,9 +841,10 @@ impl LaneShape {
     }
 }
 
-/// Payload of lane word `q < words` (8 bytes `x`, zero past the tensor's
-/// end): its chunks' payloads laid end to end, and their total width. Bit
-/// `c` of `part` says whether the word's chunk `c` matches.
+/// Payload of lane word `q` (8 bytes `x`, zero past the tensor's end):
+/// its chunks' payloads laid end to end, and their total width; `(0, 0)`
+/// for a word wholly past the end (`q ≥ words`). Bit `c` of `part` says
+/// whether the word's chunk `c` matches.
 ///
 /// The chunks' free bits, two-run fields and move masks come from the
 /// encoder book (`crate::params::EncodeParams::book`): each field is a byte
@@ -878,9 +879,9 @@ pub(crate) unsafe fn lane_payload<M: Mem, const C: u32, const RUNS: bool>(
     }
     let per = 8 / C;
     let have = shape.have::<C>(q);
-    let a = book + 8 * q as u64;
+    let a = book_word(book, shape, q);
     let f = shape.field;
-    // SAFETY: (loads) q < words, fields inside the book (the contract).
+    // SAFETY: (loads) fields inside the book (the contract).
     let free = unsafe { m.ld_ro_u64(a + 2 * f) };
     let (r1w, sdw) = if RUNS {
         // SAFETY: as above.
@@ -950,11 +951,21 @@ pub(crate) unsafe fn lane_payload<M: Mem, const C: u32, const RUNS: bool>(
         }
         c += 1;
     }
-    // A raw tail chunk keeps only its bytes inside the tensor.
-    if q + 1 == shape.words && (part >> (have - 1)) & 1 == 0 {
-        n -= shape.cut;
+    tail_cut(shape, q, part, have, val, n)
+}
+
+/// A lane word's payload `(val, n)` as stored: a raw tail chunk keeps only
+/// its bytes inside the tensor, and a word past the tensor's end (whose
+/// fields [`book_word`] read from the last word) has none.
+#[inline(always)]
+const fn tail_cut(shape: &LaneShape, q: u32, part: u32, have: u32, val: u64, n: u32) -> (u64, u32) {
+    if q >= shape.words {
+        (0, 0)
+    } else if q + 1 == shape.words && (part >> (have - 1)) & 1 == 0 {
+        (val, n - shape.cut)
+    } else {
+        (val, n)
     }
-    (val, n)
 }
 
 /// Every bit of the word's chunk `c` (chunks of `C` ≤ 2 bytes) set where
@@ -1005,11 +1016,11 @@ unsafe fn word_payload<M: Mem, const C: u32>(
 ) -> (u64, u32) {
     let per = 8 / C;
     let have = shape.have::<C>(q);
-    let a = book + 8 * q as u64;
+    let a = book_word(book, shape, q);
     let f = shape.field;
     let mut mv = [0u64; 4];
-    // SAFETY: (loads) q < words, fields inside the book (the contract):
-    // the free bits, then move mask i in field 5 + i.
+    // SAFETY: (loads) fields inside the book (the contract): the free
+    // bits, then move mask i in field 5 + i.
     let free = unsafe { m.ld_ro_u64(a + 2 * f) };
     let mut i = 0;
     while i < steps(C) {
@@ -1019,12 +1030,8 @@ unsafe fn word_payload<M: Mem, const C: u32>(
     }
     // Chunks wholly past the tensor's end count as matching (no free bits).
     let hits = part | (((1u32 << per) - 1) & !((1u32 << have) - 1));
-    let (val, mut n) = pack_chunks::<C>(x, free, &mv, hits);
-    // A raw tail chunk keeps only its bytes inside the tensor.
-    if q + 1 == shape.words && (part >> (have - 1)) & 1 == 0 {
-        n -= shape.cut;
-    }
-    (val, n)
+    let (val, n) = pack_chunks::<C>(x, free, &mv, hits);
+    tail_cut(shape, q, part, have, val, n)
 }
 
 /// The payloads of the `8 / C` chunks of word `x` (`C` ≤ 2), laid end to
@@ -1089,16 +1096,33 @@ pub(crate) unsafe fn lane_participation<M: Mem, const C: u32>(
     q: u32,
 ) -> (u32, u32) {
     let have = shape.have::<C>(q);
-    if have == 0 {
-        return (0, 0);
-    }
-    let a = book + 8 * q as u64;
-    // SAFETY: q < words.
-    let (v, mask) = unsafe { (m.ld_ro_u64(a), m.ld_ro_u64(a + shape.field)) };
+    // SAFETY: the word's fields (the last word's past the end: see
+    // `book_word`).
+    let (v, mask) = unsafe {
+        let a = book_word(book, shape, q);
+        (m.ld_ro_u64(a), m.ld_ro_u64(a + shape.field))
+    };
+    // No bits past the end (have = 0).
     (
         word_participation::<C>(x, v, mask) & ((1u32 << have) - 1),
         have,
     )
+}
+
+/// Address of lane word `q`'s entry in the first field of an encoder book
+/// of `shape`; the last word's for `q` past the tensor's end.
+///
+/// Q: why read a word that is not there, rather than branch around it?
+/// A: a step's two or three lane words are independent chains of loads and
+/// dependent arithmetic, and the bulk encoder waits on those chains
+/// (Nsight Compute: "wait" the first stall reason). A branch around each
+/// word (it may lie past the end in a row's last step) kept the words
+/// apart, so the compiler could not interleave them; past the end the
+/// results are masked off instead.
+#[inline(always)]
+const fn book_word(book: u64, shape: &LaneShape, q: u32) -> u64 {
+    let q = if q < shape.words { q } else { shape.words - 1 };
+    book + 8 * q as u64
 }
 
 /// Participation word of this lane's group: the 32 participation bits
@@ -1704,10 +1728,9 @@ unsafe fn encode_rows<
             }
             let mut seg = [(0u64, 0u32); MAX_STEP_WORDS];
             each_step_word!(sw, j => {
+                // Past the end: (0, 0), with no branch (see `book_word`).
                 let q = q0 + 32 * j as u32;
-                if q < words {
-                    seg[j] = lane_payload::<M, C, RUNS>(m, p.book, &shape, x[j], q, part[j]);
-                }
+                seg[j] = lane_payload::<M, C, RUNS>(m, p.book, &shape, x[j], q, part[j]);
             });
             if sw == 3 {
                 wr.step(w, s, m, seg);
