@@ -59,9 +59,10 @@ fn main() {
             // measured 1–3.5% faster on MiniLM bf16. The measured path's
             // at 88 (eleven blocks): at 80 they spill for sm_80 (4 and 20
             // bytes), at 84 `_c1` still does.
-            .max_registers("ibp_encode_c1", 104)
-            .max_registers("ibp_encode_slots_c1", 88)
-            .max_registers("ibp_encode_slots_c2", 88)
+            .max_registers("ibp_encode_c1", 88)
+            .max_registers("ibp_encode_c2", 88)
+            .max_registers("ibp_encode_slots_c1", 80)
+            .max_registers("ibp_encode_slots_c2", 80)
             .max_registers("ibp_encode_c", 96)
             .max_registers("ibp_encode_slots_c", 96)
             .max_registers("ibp_size", 64)

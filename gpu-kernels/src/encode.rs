@@ -1645,6 +1645,16 @@ unsafe fn encode_rows<
     let shape = LaneShape::new::<C>(l);
     let words = shape.words;
     let sw = step_words(C);
+    // Q: why are a step's words joined (no branch around a word past the
+    // tensor's end) only in the slots kernels of 8-byte chunks?
+    // A: joined, the words' chains of loads and arithmetic interleave
+    // (Nsight Compute: "wait" stalls fall, 8.1 → 6.5 cycles between a
+    // warp's issues), but the kernels need more registers (8 to 16) and
+    // lose a block of warps an SM. Measured on the H200
+    // (docs/PERF-NOTES.md, "A step's lane words without a branch each"):
+    // `ibp_encode_slots_c8` 5% faster (Cora), the 2-byte slots encoder 5%
+    // and the measured path's encoders 8–11% slower.
+    let joined = SLOTS && C == 8;
     let steps = words.div_ceil(32 * sw);
     let g = 4 * C;
     // Participation words of 32 lane words.
@@ -1704,7 +1714,9 @@ unsafe fn encode_rows<
             if encoded {
                 each_step_word!(sw, j => {
                     let q = q0 + 32 * j as u32;
-                    part[j] = lane_participation::<M, C>(m, p.book, &shape, x[j], q).0;
+                    if joined || q < words {
+                        part[j] = lane_participation::<M, C>(m, p.book, &shape, x[j], q).0;
+                    }
                 });
                 // The participation words of each lane word, shifted by the
                 // region's misalignment, each group's completed with the
@@ -1728,9 +1740,10 @@ unsafe fn encode_rows<
             }
             let mut seg = [(0u64, 0u32); MAX_STEP_WORDS];
             each_step_word!(sw, j => {
-                // Past the end: (0, 0), with no branch (see `book_word`).
                 let q = q0 + 32 * j as u32;
-                seg[j] = lane_payload::<M, C, RUNS>(m, p.book, &shape, x[j], q, part[j]);
+                if joined || q < words {
+                    seg[j] = lane_payload::<M, C, RUNS>(m, p.book, &shape, x[j], q, part[j]);
+                }
             });
             if sw == 3 {
                 wr.step(w, s, m, seg);
