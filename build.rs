@@ -63,8 +63,9 @@ fn main() {
             .max_registers("ibp_encode_c2", 88)
             .max_registers("ibp_encode_slots_c1", 80)
             .max_registers("ibp_encode_slots_c2", 80)
+            .max_registers("ibp_encode_slots_c4", 80)
+            .max_registers("ibp_encode_slots_c8", 80)
             .max_registers("ibp_encode_c", 96)
-            .max_registers("ibp_encode_slots_c", 96)
             .max_registers("ibp_size", 64)
             .max_registers("ibp_fit_eval", 88)
             // The compaction (packed through slots): 40 registers (from

@@ -1654,7 +1654,7 @@ unsafe fn encode_rows<
     // (docs/PERF-NOTES.md, "A step's lane words without a branch each"):
     // `ibp_encode_slots_c8` 5% faster (Cora), the 2-byte slots encoder 5%
     // and the measured path's encoders 8–11% slower.
-    let joined = SLOTS && C == 8;
+    let joined = SLOTS && C >= 4;
     let steps = words.div_ceil(32 * sw);
     let g = 4 * C;
     // Participation words of 32 lane words.
