@@ -1646,14 +1646,18 @@ unsafe fn encode_rows<
     let words = shape.words;
     let sw = step_words(C);
     // Q: why are a step's words joined (no branch around a word past the
-    // tensor's end) only in the slots kernels of 8-byte chunks?
+    // tensor's end) only in the slots kernels of 4- and 8-byte chunks?
     // A: joined, the words' chains of loads and arithmetic interleave
     // (Nsight Compute: "wait" stalls fall, 8.1 → 6.5 cycles between a
-    // warp's issues), but the kernels need more registers (8 to 16) and
-    // lose a block of warps an SM. Measured on the H200
-    // (docs/PERF-NOTES.md, "A step's lane words without a branch each"):
-    // `ibp_encode_slots_c8` 5% faster (Cora), the 2-byte slots encoder 5%
-    // and the measured path's encoders 8–11% slower.
+    // warp's issues), but the compiler then wants 8 to 16 more registers.
+    // A warp's registers come from one of four 16384-register partitions
+    // of the SM, so 88 or 92 hold five warps a partition where 80 hold
+    // six. Measured on the H200 (docs/PERF-NOTES.md, "A step's lane words
+    // without a branch each"): at their natural registers the measured
+    // path's encoders ran 8–11% slower and the 2-byte slots encoder 5%
+    // slower; the 4- and 8-byte slots encoders capped at 80 (build.rs; no
+    // spills) keep six warps a partition and ran 2–6% faster than with a
+    // branch a word (Cora, MiniLM f32). The 2-byte one spills at 80.
     let joined = SLOTS && C >= 4;
     let steps = words.div_ceil(32 * sw);
     let g = 4 * C;
