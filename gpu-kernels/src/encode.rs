@@ -1038,7 +1038,7 @@ unsafe fn word_payload<M: Mem, const C: u32>(
 /// end, and their total width: chunk `c` gives its bits at the set bits of
 /// `free` (chunk-wise `pext`) when bit `c` of `hits` is set, else all its
 /// `8C` bits. `mv` holds each chunk's move masks of its free bits
-/// (`bits::move_masks`) at the chunk's place. See [`word_payload`].
+/// (`bits::move_masks`) at the chunk's place. `word_payload` reads them from the encoder book.
 #[inline(always)]
 pub fn pack_chunks<const C: u32>(x: u64, free: u64, mv: &[u64; 4], hits: u32) -> (u64, u32) {
     let halves = |v: u64| [v as u32, (v >> 32) as u32];
