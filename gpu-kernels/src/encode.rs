@@ -898,7 +898,7 @@ pub(crate) unsafe fn lane_payload<M: Mem, const C: u32, const RUNS: bool>(
             i += 1;
         }
     }
-    let hit_all = part | (((1u32 << per) - 1) & !((1u32 << have) - 1));
+    let hit_all = matching::<C>(part, have);
     let (mut val, mut n) = (0u64, 0u32);
     let mut c = 0;
     while c < per {
@@ -952,6 +952,15 @@ pub(crate) unsafe fn lane_payload<M: Mem, const C: u32, const RUNS: bool>(
         c += 1;
     }
     tail_cut(shape, q, part, have, val, n)
+}
+
+/// The chunks of a lane word that take their payload as matching: those
+/// whose participation bit in `part` is set, and those past the word's
+/// `have` chunks inside the tensor (no free bits there, so they add
+/// nothing).
+#[inline(always)]
+const fn matching<const C: u32>(part: u32, have: u32) -> u32 {
+    part | (((1u32 << (8 / C)) - 1) & !((1u32 << have) - 1))
 }
 
 /// A lane word's payload `(val, n)` as stored: a raw tail chunk keeps only
@@ -1014,7 +1023,6 @@ unsafe fn word_payload<M: Mem, const C: u32>(
     q: u32,
     part: u32,
 ) -> (u64, u32) {
-    let per = 8 / C;
     let have = shape.have::<C>(q);
     let a = book_word(book, shape, q);
     let f = shape.field;
@@ -1028,9 +1036,7 @@ unsafe fn word_payload<M: Mem, const C: u32>(
         mv[i as usize] = unsafe { m.ld_ro_u64(a + (5 + i as u64) * f) };
         i += 1;
     }
-    // Chunks wholly past the tensor's end count as matching (no free bits).
-    let hits = part | (((1u32 << per) - 1) & !((1u32 << have) - 1));
-    let (val, n) = pack_chunks::<C>(x, free, &mv, hits);
+    let (val, n) = pack_chunks::<C>(x, free, &mv, matching::<C>(part, have));
     tail_cut(shape, q, part, have, val, n)
 }
 
@@ -1038,9 +1044,10 @@ unsafe fn word_payload<M: Mem, const C: u32>(
 /// end, and their total width: chunk `c` gives its bits at the set bits of
 /// `free` (chunk-wise `pext`) when bit `c` of `hits` is set, else all its
 /// `8C` bits. `mv` holds each chunk's move masks of its free bits
-/// (`bits::move_masks`) at the chunk's place. `word_payload` reads them from the encoder book.
+/// (`bits::move_masks`) at the chunk's place, as [`word_payload`] reads
+/// them from the encoder book.
 #[inline(always)]
-pub fn pack_chunks<const C: u32>(x: u64, free: u64, mv: &[u64; 4], hits: u32) -> (u64, u32) {
+pub(crate) fn pack_chunks<const C: u32>(x: u64, free: u64, mv: &[u64; 4], hits: u32) -> (u64, u32) {
     let halves = |v: u64| [v as u32, (v >> 32) as u32];
     let hit = chunk_fill::<C>(hits);
     let (xs, free) = (halves(x), halves(free));
