@@ -594,3 +594,58 @@ pub fn low_mask32(n: u32) -> u32 {
     };
     r
 }
+
+/// `atom.global.add.u32` (relaxed, GPU scope): add `v` to the u32 at
+/// `addr` and return the value it held before.
+///
+/// # Safety
+/// `addr` is a 4-aligned writable global address.
+#[inline(always)]
+pub unsafe fn atom_add_u32(addr: u64, v: u32) -> u32 {
+    let r: u32;
+    // SAFETY: the caller guarantees the address.
+    unsafe {
+        asm!(
+            "atom.relaxed.gpu.global.add.u32 {r}, [{a}], {v};",
+            r = out(reg32) r,
+            a = in(reg64) addr,
+            v = in(reg32) v
+        )
+    }
+    r
+}
+
+/// `fence.acq_rel.gpu`: this thread's memory accesses before it are
+/// ordered before those after it for every thread of the GPU that
+/// synchronises with it (through an atomic it observes, and a fence of
+/// its own).
+#[inline(always)]
+pub fn fence_gpu() {
+    // SAFETY: a fence has no operands.
+    unsafe { asm!("fence.acq_rel.gpu;") }
+}
+
+/// `ld.relaxed.gpu.global.u64`: a load that sees other blocks' stores as
+/// they reach L2 (never a stale L1 line), and that the compiler may not
+/// hoist out of a loop that waits for a change.
+///
+/// # Safety
+/// `addr` is an 8-aligned readable global address.
+#[inline(always)]
+pub unsafe fn ld_relaxed_u64(addr: u64) -> u64 {
+    let r: u64;
+    // SAFETY: the caller guarantees the address.
+    unsafe { asm!("ld.relaxed.gpu.global.u64 {r}, [{a}];", r = out(reg64) r, a = in(reg64) addr) }
+    r
+}
+
+/// `st.relaxed.gpu.global.u64`: a store other blocks' relaxed loads see
+/// whole.
+///
+/// # Safety
+/// `addr` is an 8-aligned writable global address.
+#[inline(always)]
+pub unsafe fn st_relaxed_u64(addr: u64, v: u64) {
+    // SAFETY: the caller guarantees the address.
+    unsafe { asm!("st.relaxed.gpu.global.u64 [{a}], {v};", a = in(reg64) addr, v = in(reg64) v) }
+}
