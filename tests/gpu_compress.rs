@@ -394,11 +394,13 @@ fn packed_compression_picks_its_pipeline_by_row_length_and_savings() {
             compress_packed(&cb, rows, &LayoutOptions::default()).unwrap(),
             "{what}"
         );
-        assert_eq!(
-            out.scratch_bytes() >= n * l,
-            pipeline == "through slots",
-            "{what}: scratch held"
-        );
+        // Scratch as large as the input only through slots; the one pass
+        // holds its blocks' slots and tile state, the measured path none.
+        match pipeline {
+            "through slots" => assert!(out.scratch_bytes() >= n * l, "{what}: scratch held"),
+            "measured" => assert!(out.scratch_bytes() < 16, "{what}: scratch held"),
+            _ => assert!(out.scratch_bytes() > 0, "{what}: scratch held"),
+        }
     }
 }
 

@@ -79,40 +79,45 @@ pub const fn state_layout(tiles: u64) -> StateLayout {
 }
 
 /// The fewest rows a tile of `l`-byte tensors with chunks of `c` bytes may
-/// hold: a multiple of 4 (so that a block's slots stay 16-aligned), and
+/// hold: an even number (a row for each of the block's two warps), and
 /// enough that the tile stores 16 bytes or more, since a stored form holds
 /// at least its participation bits, `⌈⌈L / C⌉ / 8⌉` bytes.
 pub const fn least_tile_rows(l: u64, c: u64) -> u64 {
     let least = l.div_ceil(c).div_ceil(8);
-    let mut rows = 4;
-    while rows * least < 16 {
-        rows += 4;
-    }
-    rows
+    16u64.div_ceil(least).next_multiple_of(2)
 }
 
-/// The offset of tile `t`, whose stored bytes are `agg`: the sum of the
-/// stored bytes of tiles `0 … t − 1`, from their status words (warp 0 of
-/// the tile's block, every lane). Publishes the tile's aggregate first and
-/// its inclusive offset last.
+/// Publish tile `t`'s stored bytes `agg` (lane 0): as its aggregate, or,
+/// for tile 0, as its inclusive offset.
+///
+/// # Safety
+/// `status` holds a status word a tile up to `t`.
+#[inline(always)]
+unsafe fn publish<W: Lanes, X: Coherent>(w: &W, x: &X, status: u64, t: u64, agg: u64) {
+    if w.lane() == 0 {
+        let flag = if t == 0 { INCLUSIVE } else { AGGREGATE };
+        // SAFETY: the contract.
+        unsafe { x.st_relaxed_u64(status + 8 * t, flag | agg) };
+    }
+}
+
+/// The offset of tile `t`, whose stored bytes are `agg` (published by
+/// [`publish`]): the sum of the stored bytes of tiles `0 … t − 1`, from
+/// their status words (warp 0 of the tile's block, every lane); then its
+/// inclusive offset published.
 ///
 /// # Safety
 /// `status` holds a status word a tile up to `t`, zero for tiles that have
-/// published nothing; every tile before `t` belongs to a running block.
+/// published nothing; every tile before `t` belongs to a block that
+/// publishes it without waiting on anything.
 #[inline(always)]
 unsafe fn look_back<W: Lanes, X: Coherent>(w: &W, x: &X, status: u64, t: u64, agg: u64) -> u64 {
     let lane = w.lane();
+    if t == 0 {
+        return 0;
+    }
     // SAFETY: (this block) status words of tiles 0 … t.
     unsafe {
-        if t == 0 {
-            if lane == 0 {
-                x.st_relaxed_u64(status, INCLUSIVE | agg);
-            }
-            return 0;
-        }
-        if lane == 0 {
-            x.st_relaxed_u64(status + 8 * t, AGGREGATE | agg);
-        }
         let mut before = 0u64;
         // Lane `l` reads tile `top − 1 − l`.
         let mut top = t;
@@ -201,16 +206,35 @@ unsafe fn meet<W: Lanes, M: Mem, X: Coherent>(
     }
 }
 
+/// The stored bytes of tile `t`'s `n` rows (their lengths in `p.sizes`),
+/// in every lane.
+///
+/// # Safety
+/// As [`OnePassParams`] states; the rows' sizes are written and visible to
+/// this warp.
+#[inline(always)]
+unsafe fn tile_bytes<W: Lanes, M: Mem>(w: &W, m: &M, p: &OnePassParams, t: u64, n: u64) -> u64 {
+    let sizes = p.sizes + 8 * t * p.tile_rows;
+    let mut own = 0;
+    let mut r = w.lane() as u64;
+    while r < n {
+        // SAFETY: the tile's sizes (the contract).
+        own += unsafe { m.ld_u64(sizes + 8 * r) };
+        r += 32;
+    }
+    warp_sum64(w, own)
+}
+
 /// Warp 0 of the block holding tile `t` (rows `first … first + n − 1`,
-/// their stored lengths in `p.sizes`): the tile's offset by
-/// [`look_back`] over the status words at `status`, and the offsets of its
-/// rows and of its end at `offs` (`n + 1` u64).
+/// their stored lengths in `p.sizes`, published by [`publish`]): the
+/// tile's offset by [`look_back`] over the status words at `status`, and
+/// the offsets of its rows and of its end at `offs` (`n + 1` u64).
 ///
 /// # Safety
 /// As [`OnePassParams`] states; the sizes of the tile's rows are written
 /// and visible to this warp.
-#[inline(always)]
 #[allow(clippy::too_many_arguments)]
+#[inline(always)]
 unsafe fn place_tile<W: Lanes, M: Mem, X: Coherent>(
     w: &W,
     m: &M,
@@ -226,13 +250,7 @@ unsafe fn place_tile<W: Lanes, M: Mem, X: Coherent>(
     // SAFETY: (this block) the tile's sizes; offs holds n + 1 u64; the
     // status words as `look_back` needs (the contract).
     unsafe {
-        let mut own = 0;
-        let mut r = lane;
-        while r < n {
-            own += m.ld_u64(sizes + 8 * r);
-            r += 32;
-        }
-        let agg = warp_sum64(w, own);
+        let agg = tile_bytes(w, m, p, t, n);
         let base = look_back(w, x, status, t, agg);
         let mut run = base;
         let mut k = 0;
@@ -252,9 +270,10 @@ unsafe fn place_tile<W: Lanes, M: Mem, X: Coherent>(
     }
 }
 
-/// Bytes of the block's shared record of its tile ([`encode_packed`]'s
-/// `meta`): the tile and the tile count, then the addresses every tile
-/// uses, read back from shared memory where they are needed.
+/// Bytes of the block's shared record ([`encode_packed`]'s `meta`): the
+/// tile of this round, the tile count and the tile of the round before,
+/// then the addresses every tile uses, read back from shared memory where
+/// they are needed.
 ///
 /// Q: why keep addresses in shared memory rather than in registers?
 /// A: the encoder's loop sits at the slots kernels' cap of 80 registers.
@@ -264,6 +283,9 @@ unsafe fn place_tile<W: Lanes, M: Mem, X: Coherent>(
 /// bytes at 80 (ptxas, sm_80 and sm_90). Loaded back after the encoder,
 /// they live only where they are used.
 pub const TILE_RECORD_BYTES: u32 = 80;
+
+/// The record's "no tile" (the round before the first).
+const NO_TILE: u32 = u32::MAX;
 
 /// Two u64 from a 16-byte shared load.
 #[inline(always)]
@@ -280,12 +302,30 @@ const fn words(a: u64, b: u64) -> [u32; 4] {
     [a as u32, (a >> 32) as u32, b as u32, (b >> 32) as u32]
 }
 
-/// Block `block` of the grid, warp `warp` of its `warps`: take tiles until
-/// none is left; encode each into the block's slots (rows `warp, warp +
-/// warps, …` of the tile, [`encode`]), place it ([`place_tile`]) and copy
-/// its stored forms to their offsets, the groups it shares with its
-/// neighbours through [`meet`]. `ring` is the warp's encoder ring and
-/// `meta` [`TILE_RECORD_BYTES`] (16-aligned) of the block's shared memory.
+/// Bytes from one of a block's two halves of slots to the next: a tile's
+/// slots rounded up to 16 (the slots encoder wants its first slot
+/// 16-aligned).
+pub const fn half_bytes(tile_rows: u64, row_bytes: u64) -> u64 {
+    (tile_rows * row_bytes).next_multiple_of(16)
+}
+
+/// Block `block` of the grid, warp `warp` of its `warps`, in rounds until
+/// no tile is left: take a tile and encode it into one half of the block's
+/// slots (rows `warp, warp + warps, …` of the tile, [`encode`]), publish
+/// its stored bytes; then place the tile of the round before
+/// ([`place_tile`]) and copy its stored forms from the other half to their
+/// offsets, the groups it shares with its neighbours through [`meet`].
+/// `ring` is the warp's encoder ring and `meta` [`TILE_RECORD_BYTES`]
+/// (16-aligned) of the block's shared memory.
+///
+/// Q: why place a tile a round late?
+/// A: a tile's offset needs every earlier tile's stored bytes, and the
+/// tiles taken just before it are still being encoded by other blocks
+/// when it is done. Placed at once (the first build), every block waited
+/// each round for the slowest of the blocks before it: Cora's compression
+/// took 1.58 ms a GiB against 1.08 for the slots encoder alone (H200).
+/// A round later, the tiles before it have had a whole tile's encoding
+/// to publish.
 ///
 /// # Safety
 /// As [`OnePassParams`] states; every thread of the block calls it with
@@ -315,22 +355,22 @@ pub unsafe fn encode_packed<
     let lane = w.lane();
     let l = p.row_bytes;
     let tr = p.tile_rows;
+    let half = half_bytes(tr, l);
+    let rows_of = |t: u64| if p.rows - t * tr < tr { p.rows - t * tr } else { tr };
     // SAFETY: (this block) the contract: the block's slots and offsets,
-    // the state's words, the output's groups at the tile's offsets; the
+    // the state's words, the output's groups at the tiles' offsets; the
     // record lies in the block's shared memory.
     unsafe {
         if warp == 0 && lane == 0 {
             let tiles = p.rows.div_ceil(tr);
             let st = state_layout(tiles);
-            s.sts_v4(meta, [0, tiles as u32, 0, 0]);
+            s.sts_v4(meta, [0, tiles as u32, NO_TILE, 0]);
             s.sts_v4(meta + 16, words(p.state, p.state + st.status));
             s.sts_v4(meta + 32, words(p.state + st.arrivals, p.state + st.hand));
-            s.sts_v4(
-                meta + 48,
-                words(p.slots + block * tr * l, p.offs + block * 8 * (tr + 1)),
-            );
+            s.sts_v4(meta + 48, words(p.slots + block * 2 * half, p.offs + block * 8 * (tr + 1)));
             s.sts_v4(meta + 64, words(p.out, 0));
         }
+        let mut round = 0u64;
         loop {
             if warp == 0 && lane == 0 {
                 let (counter, _) = pair(s.lds_v4(meta + 16));
@@ -338,83 +378,102 @@ pub unsafe fn encode_packed<
             }
             b.sync_threads();
             let rec = s.lds_v4(meta);
-            if rec[0] >= rec[1] {
-                break;
-            }
-            let first = rec[0] as u64 * tr;
-            let n = if p.rows - first < tr { p.rows - first } else { tr };
-            let enc = EncodeParams {
-                src: p.src + first * p.stride,
-                stride: p.stride,
-                rows: n,
-                row_bytes: l,
-                book: p.book,
-                sizes: p.sizes + 8 * first,
-                offsets: 0,
-                offset_base: 0,
-                out: pair(s.lds_v4(meta + 48)).0,
-                flags: p.flags | ENCODE_SLOTS_SCRATCH,
-            };
-            encode::<W, M, S, C, true>(w, m, s, &enc, ring, warp as u64, warps as u64);
-            b.sync_threads();
-            // Everything below from the record, read again.
-            let rec = s.lds_v4(meta);
             let (t, tiles) = (rec[0] as u64, rec[1] as u64);
-            let n = if p.rows - t * tr < tr { p.rows - t * tr } else { tr };
-            let (_, status) = pair(s.lds_v4(meta + 16));
-            let (arrivals, hand) = pair(s.lds_v4(meta + 32));
-            let (slots, offs) = pair(s.lds_v4(meta + 48));
-            let (out, _) = pair(s.lds_v4(meta + 64));
-            if warp == 0 {
-                place_tile(w, m, x, p, status, t, n, offs);
+            // Decided here: the record's tile changes once the round's
+            // last barrier is passed, possibly before a slower warp reads
+            // it again.
+            let done = t >= tiles;
+            if !done {
+                let first = t * tr;
+                let enc = EncodeParams {
+                    src: p.src + first * p.stride,
+                    stride: p.stride,
+                    rows: rows_of(t),
+                    row_bytes: l,
+                    book: p.book,
+                    sizes: p.sizes + 8 * first,
+                    offsets: 0,
+                    offset_base: 0,
+                    out: pair(s.lds_v4(meta + 48)).0 + (round % 2) * half,
+                    flags: p.flags | ENCODE_SLOTS_SCRATCH,
+                };
+                encode::<W, M, S, C, true>(w, m, s, &enc, ring, warp as u64, warps as u64);
+                b.sync_threads();
+                if warp == 0 {
+                    let t = s.lds_u32(meta) as u64;
+                    let (_, status) = pair(s.lds_v4(meta + 16));
+                    publish(w, x, status, t, tile_bytes(w, m, p, t, rows_of(t)));
+                }
             }
-            b.sync_threads();
-            let cp = CompactParams {
-                src: slots,
-                stride: l,
-                rows: n,
-                offsets: offs,
-                out,
-                out_len: 0,
-            };
-            let base = m.ld_u64(offs);
-            let end = m.ld_u64(offs + 8 * n);
-            let last = t + 1 == tiles;
-            let mut r = warp as u64;
-            while r < n {
-                if let (Some(g), word) = copy_row(w, m, &cp, r, region(m, &cp, r)) {
-                    if !last && g == end / 16 {
-                        // The group holding the tile's end (it ends inside
-                        // it): shared with the next tile.
-                        let k = t + 1;
-                        meet(w, m, x, hand + 32 * k, arrivals + 4 * k, 0, word, out + 16 * g);
-                    } else if lane < 4 {
-                        m.st_u32(out + 16 * g + 4 * lane as u64, word);
+            // The tile of the round before, from the record, read again.
+            let rec = s.lds_v4(meta);
+            if rec[2] != NO_TILE {
+                let (t, tiles) = (rec[2] as u64, rec[1] as u64);
+                let n = rows_of(t);
+                let (_, status) = pair(s.lds_v4(meta + 16));
+                let (arrivals, hand) = pair(s.lds_v4(meta + 32));
+                let (slots, offs) = pair(s.lds_v4(meta + 48));
+                let (out, _) = pair(s.lds_v4(meta + 64));
+                if warp == 0 {
+                    place_tile(w, m, x, p, status, t, n, offs);
+                }
+                b.sync_threads();
+                let cp = CompactParams {
+                    src: slots + ((round + 1) % 2) * half,
+                    stride: l,
+                    rows: n,
+                    offsets: offs,
+                    out,
+                    out_len: 0,
+                };
+                let base = m.ld_u64(offs);
+                let end = m.ld_u64(offs + 8 * n);
+                let last = t + 1 == tiles;
+                let mut r = warp as u64;
+                while r < n {
+                    if let (Some(g), word) = copy_row(w, m, &cp, r, region(m, &cp, r)) {
+                        if !last && g == end / 16 {
+                            // The group holding the tile's end (it ends
+                            // inside it): shared with the next tile.
+                            let k = t + 1;
+                            meet(w, m, x, hand + 32 * k, arrivals + 4 * k, 0, word, out + 16 * g);
+                        } else if lane < 4 {
+                            m.st_u32(out + 16 * g + 4 * lane as u64, word);
+                        }
+                    }
+                    r += warps as u64;
+                }
+                if warp + 1 == warps {
+                    if t > 0 && !base.is_multiple_of(16) {
+                        // The group holding the tile's first byte, shared
+                        // with the tile before: this tile's bytes of it
+                        // (and, for the last tile, the padding's zeros
+                        // after them).
+                        let g = base / 16;
+                        let at = 16 * g + lane as u64;
+                        let byte = if lane < 16 && at >= base {
+                            packed_byte(m, &cp, 0, at, region(m, &cp, 0))
+                        } else {
+                            0
+                        };
+                        let word = group_word(w, byte);
+                        meet(w, m, x, hand + 32 * t, arrivals + 4 * t, 1, word, out + 16 * g);
+                    }
+                    if last {
+                        zero_padding(w, m, out, end, end.next_multiple_of(128));
                     }
                 }
-                r += warps as u64;
             }
-            if warp + 1 == warps {
-                if t > 0 && !base.is_multiple_of(16) {
-                    // The group holding the tile's first byte, shared with
-                    // the tile before: this tile's bytes of it (and, for the
-                    // last tile, the padding's zeros after them).
-                    let g = base / 16;
-                    let at = 16 * g + lane as u64;
-                    let byte = if lane < 16 && at >= base {
-                        packed_byte(m, &cp, 0, at, region(m, &cp, 0))
-                    } else {
-                        0
-                    };
-                    let word = group_word(w, byte);
-                    meet(w, m, x, hand + 32 * t, arrivals + 4 * t, 1, word, out + 16 * g);
-                }
-                if last {
-                    zero_padding(w, m, out, end, end.next_multiple_of(128));
-                }
-            }
-            // The slots and offsets are the next tile's.
+            // The half just copied from, the offsets and the record are
+            // the next round's.
             b.sync_threads();
+            if done {
+                break;
+            }
+            if warp == 0 && lane == 0 {
+                s.sts_u32(meta + 8, s.lds_u32(meta));
+            }
+            round += 1;
         }
     }
 }

@@ -317,14 +317,14 @@ pub struct CompactParams {
 /// (16-aligned) need not be zeroed and must hold the worst case, `rows ·
 /// row_bytes` bytes rounded up to 128.
 ///
-/// Tensors go in tiles of `tile_rows` (a multiple of 4), tile `t` being
-/// rows `t · tile_rows …`; every tile but the last stores at least 16
-/// bytes. Block `b` of the grid encodes each tile it takes into its slots
-/// at `slots + b · tile_rows · row_bytes` and keeps the tile's offsets at
-/// `offs + 8 b (tile_rows + 1)`: `slots` is 16-aligned and `offs`
-/// 8-aligned, both as large as the grid needs. `state` (16-aligned) is
-/// laid out as `crate::one_pass::state_layout` says for the tile count, its
-/// first `zeroed` bytes zero at launch. Blocks of
+/// Tensors go in tiles of `tile_rows` (even), tile `t` being rows `t ·
+/// tile_rows …`; every tile but the last stores at least 16 bytes. Block
+/// `b` of the grid encodes the tiles it takes into its two halves of slots
+/// at `slots + b · 2h` (`h = crate::one_pass::half_bytes`) and keeps a
+/// tile's offsets at `offs + 8 b (tile_rows + 1)`: `slots` is 16-aligned
+/// and `offs` 8-aligned, both as large as the grid needs. `state`
+/// (16-aligned) is laid out as `crate::one_pass::state_layout` says for the
+/// tile count, its first `zeroed` bytes zero at launch. Blocks of
 /// `crate::pack::RING_WARPS` warps.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

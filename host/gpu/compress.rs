@@ -30,7 +30,7 @@
 
 use cust::memory::{CopyDestination, DeviceBuffer, DeviceSlice};
 use cust::stream::Stream;
-use ibp_kernels::one_pass::{least_tile_rows, state_layout};
+use ibp_kernels::one_pass::{half_bytes, least_tile_rows, state_layout};
 use ibp_kernels::params::{
     ClearParams, CompactParams, ENCODE_SLOTS_SCRATCH, EncodeParams, MeasureParams, OnePassParams,
     SCAN_BLOCK, SCAN_TILE, ScanParams,
@@ -105,19 +105,20 @@ impl OnePassPlan {
     /// The plan for `rows` rows of `l` bytes with chunks of `chunk` bytes
     /// on a grid of at most `resident` blocks.
     ///
-    /// Q: why about 16 KB of input a tile?
-    /// A: a tile pays a look-back (a few round trips to L2 by one warp) and
-    /// a copy's set-up; at 16 KB (twenty 768-byte bf16 rows, four 5.7 KB
-    /// Cora rows) that is a few percent of the tile's encoding, and all
-    /// resident blocks' slots stay near 25 MB, inside L2.
+    /// Q: why about 8 KB of input a tile?
+    /// A: a tile pays a look-back (a few round trips to L2 by one warp),
+    /// three block barriers and a copy's set-up; at 8 KB (ten 768-byte
+    /// bf16 rows, two 5.7 KB Cora rows) that is a few percent of the
+    /// tile's encoding, and all resident blocks' two halves of slots stay
+    /// near 25–35 MB, inside L2.
     pub(crate) fn new(rows: usize, l: usize, chunk: usize, resident: u32) -> OnePassPlan {
-        let tile_rows = ((16 << 10) / l)
-            .clamp(4, 256)
-            .next_multiple_of(4)
+        let tile_rows = ((8 << 10) / l)
+            .clamp(2, 256)
+            .next_multiple_of(2)
             .max(least_tile_rows(l as u64, chunk as u64) as usize);
         let tiles = rows.div_ceil(tile_rows);
         let grid = (resident as usize).min(tiles).max(1);
-        let slots = grid * tile_rows * l;
+        let slots = grid * 2 * half_bytes(tile_rows as u64, l as u64) as usize;
         let offs = slots.next_multiple_of(256);
         let state = (offs + 8 * grid * (tile_rows + 1)).next_multiple_of(256);
         let layout = state_layout(tiles as u64);

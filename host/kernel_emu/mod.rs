@@ -764,7 +764,8 @@ fn emu_compact(cb: &Codebook, rows: Rows<'_>, order: [u64; 3]) -> (Vec<u8>, Vec<
 }
 
 /// The emulated one-pass packed encode (`ibp_encode_packed_c*`): `blocks`
-/// blocks of `RING_WARPS` warps at once, tiles of `tile_rows` rows, into an
+/// blocks of `RING_WARPS` warps at once, tiles of `tile_rows` rows (two
+/// halves of slots a block), into an
 /// output of stale bytes (0xa5) as long as the rows (rounded up to 128)
 /// and 16 bytes more. Returns the stored bytes, the padding to the next
 /// multiple of 128, the rest (which must stay stale), and the stored
@@ -783,7 +784,8 @@ fn emu_one_pass(
     let stale = u128::from_le_bytes([0xa5; 16]);
     let worst = (n * l).next_multiple_of(128);
     let mut out = vec![stale; worst / 16 + 1];
-    let mut slots = vec![stale; (blocks as usize * tile_rows * l).div_ceil(16)];
+    let half = ibp_kernels::one_pass::half_bytes(tile_rows as u64, l as u64) as usize;
+    let mut slots = vec![stale; blocks as usize * 2 * half / 16];
     let mut offs = vec![u64::MAX; blocks as usize * (tile_rows + 1)];
     let layout = state_layout(n.div_ceil(tile_rows) as u64);
     // The counters zero, the hand-off slots stale.
