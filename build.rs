@@ -69,13 +69,6 @@ fn main() {
             .max_registers("ibp_encode_slots_c2", 80)
             .max_registers("ibp_encode_slots_c4", 80)
             .max_registers("ibp_encode_slots_c8", 80)
-            // The one-pass packed encoders hold the slots encoders' loop
-            // and their caps' reason; the tile's placement and copy need
-            // fewer registers than that loop.
-            .max_registers("ibp_encode_packed_c1", 80)
-            .max_registers("ibp_encode_packed_c2", 80)
-            .max_registers("ibp_encode_packed_c4", 80)
-            .max_registers("ibp_encode_packed_c8", 80)
             .max_registers("ibp_encode_c", 96)
             .max_registers("ibp_size", 64)
             .max_registers("ibp_fit_eval", 88)

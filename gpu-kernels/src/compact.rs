@@ -59,7 +59,7 @@ unsafe fn group_at<M: Mem>(m: &M, a: u64, sh: u32) -> [u32; 4] {
 /// `i`'s region and `e2` the end of tensor `i + 1`'s (`e` when there is
 /// none).
 #[inline(always)]
-pub(crate) unsafe fn packed_byte<M: Mem>(m: &M, p: &CompactParams, i: u64, b: u64, r: [u64; 3]) -> u32 {
+unsafe fn packed_byte<M: Mem>(m: &M, p: &CompactParams, i: u64, b: u64, r: [u64; 3]) -> u32 {
     let [o, e, e2] = r;
     // SAFETY: (this block) offsets holds rows + 1 u64; byte b − o of slot
     // i is inside its stored form when o ≤ b < e.
@@ -93,11 +93,7 @@ pub(crate) unsafe fn packed_byte<M: Mem>(m: &M, p: &CompactParams, i: u64, b: u6
 /// region `[o, e)` (`r = [o, e, e2]`, `e2` the end of the next tensor's):
 /// those inside it copied from its slot, four aligned words a lane; the
 /// one it ends in (if it starts inside) assembled byte by byte, lanes
-/// 0–15, with the next tensors' bytes or the padding's zeros, and
-/// returned instead of stored: `Some(g)` for group `g`, whose word `lane`
-/// lanes 0–3 hold in the second value. The caller stores it
-/// ([`compact_row`]) or hands it on (`crate::one_pass`, where the group
-/// may hold a later tile's bytes).
+/// 0–15, with the next tensors' bytes or the padding's zeros.
 ///
 /// Q: why load the last group's bytes first?
 /// A: a warp's row is a chain of waits on memory (the region, the copy's
@@ -111,13 +107,7 @@ pub(crate) unsafe fn packed_byte<M: Mem>(m: &M, p: &CompactParams, i: u64, b: u6
 /// As [`CompactParams`] states; `i < rows`, `r` as above; every lane of
 /// the warp calls it with the same arguments.
 #[inline(always)]
-pub(crate) unsafe fn copy_row<W: Lanes, M: Mem>(
-    w: &W,
-    m: &M,
-    p: &CompactParams,
-    i: u64,
-    r: [u64; 3],
-) -> (Option<u64>, u32) {
+unsafe fn compact_row<W: Lanes, M: Mem>(w: &W, m: &M, p: &CompactParams, i: u64, r: [u64; 3]) {
     let [o, e, _] = r;
     let lane = w.lane() as u64;
     // SAFETY: (this block) the bytes 16g.. of a group copied whole lie in
@@ -140,74 +130,15 @@ pub(crate) unsafe fn copy_row<W: Lanes, M: Mem>(
             g += 32;
         }
         if partial {
-            (Some(last), group_word(w, b))
-        } else {
-            (None, 0)
+            let q = 4 * (lane % 4) as u32;
+            let word = w.shfl_idx(b, q)
+                | w.shfl_idx(b, q + 1) << 8
+                | w.shfl_idx(b, q + 2) << 16
+                | w.shfl_idx(b, q + 3) << 24;
+            if lane < 4 {
+                m.st_u32(p.out + 16 * last + 4 * lane, word);
+            }
         }
-    }
-}
-
-/// Word `lane` of a 16-byte group whose byte `k` lane `k` holds (lanes
-/// 0–15), in lanes 0–3.
-#[inline(always)]
-pub(crate) fn group_word<W: Lanes>(w: &W, b: u32) -> u32 {
-    let q = 4 * (w.lane() % 4);
-    w.shfl_idx(b, q) | w.shfl_idx(b, q + 1) << 8 | w.shfl_idx(b, q + 2) << 16 | w.shfl_idx(b, q + 3) << 24
-}
-
-/// [`copy_row`], its last group stored.
-///
-/// # Safety
-/// As [`copy_row`].
-#[inline(always)]
-unsafe fn compact_row<W: Lanes, M: Mem>(w: &W, m: &M, p: &CompactParams, i: u64, r: [u64; 3]) {
-    // SAFETY: forwarded; the group lies below out_len.
-    unsafe {
-        if let (Some(g), word) = copy_row(w, m, p, i, r)
-            && w.lane() < 4
-        {
-            m.st_u32(p.out + 16 * g + 4 * w.lane() as u64, word);
-        }
-    }
-}
-
-/// Tensor `i`'s region `[o, e)` and the end of the next one's, `[o, e,
-/// e2]` (`e2 = e` for the last; all 0 for `i ≥ rows`).
-///
-/// # Safety
-/// As [`CompactParams`] states.
-#[inline(always)]
-pub(crate) unsafe fn region<M: Mem>(m: &M, p: &CompactParams, i: u64) -> [u64; 3] {
-    // SAFETY: (this block) offsets holds rows + 1 u64.
-    unsafe {
-        if i < p.rows {
-            let o = m.ld_u64(p.offsets + 8 * i);
-            let e = m.ld_u64(p.offsets + 8 * i + 8);
-            let e2 = if i + 1 < p.rows {
-                m.ld_u64(p.offsets + 8 * i + 16)
-            } else {
-                e
-            };
-            [o, e, e2]
-        } else {
-            [0; 3]
-        }
-    }
-}
-
-/// Zero the whole 16-byte groups of `out` from the one after byte
-/// `total − 1` up to byte `out_len` (a multiple of 16): the padding the
-/// decoder reads with the last line.
-///
-/// # Safety
-/// `out` is 16-aligned and writable up to `out_len`.
-#[inline(always)]
-pub(crate) unsafe fn zero_padding<W: Lanes, M: Mem>(w: &W, m: &M, out: u64, total: u64, out_len: u64) {
-    let mut g = total.div_ceil(16) + w.lane() as u64;
-    while 16 * g < out_len {
-        // SAFETY: below out_len (the contract).
-        unsafe { m.st_v4(out + 16 * g, [0; 4]) };
-        g += 32;
     }
 }
 
@@ -218,13 +149,32 @@ pub(crate) unsafe fn zero_padding<W: Lanes, M: Mem>(w: &W, m: &M, out: u64, tota
 /// # Safety
 /// As [`CompactParams`] states.
 pub unsafe fn compact<W: Lanes, M: Mem>(w: &W, m: &M, p: &CompactParams, wid: u64, nwarps: u64) {
+    let lane = w.lane() as u64;
     // SAFETY: (this block) offsets holds rows + 1 u64; the padding's
     // groups lie below out_len; the rest forwarded.
     unsafe {
         if wid == 0 {
-            zero_padding(w, m, p.out, m.ld_u64(p.offsets + 8 * p.rows), p.out_len);
+            let total = m.ld_u64(p.offsets + 8 * p.rows);
+            let mut g = total.div_ceil(16) + lane;
+            while 16 * g < p.out_len {
+                m.st_v4(p.out + 16 * g, [0; 4]);
+                g += 32;
+            }
         }
-        let region = |i: u64| region(m, p, i);
+        let region = |i: u64| {
+            if i < p.rows {
+                let o = m.ld_u64(p.offsets + 8 * i);
+                let e = m.ld_u64(p.offsets + 8 * i + 8);
+                let e2 = if i + 1 < p.rows {
+                    m.ld_u64(p.offsets + 8 * i + 16)
+                } else {
+                    e
+                };
+                [o, e, e2]
+            } else {
+                [0; 3]
+            }
+        };
         let mut i = wid;
         let mut r = region(i);
         while i < p.rows {

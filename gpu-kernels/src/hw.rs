@@ -4,7 +4,7 @@
 //! in the PTX.
 
 use crate::arch;
-use crate::simt::{Async, Block, Book, Coherent, Lanes, Mem, Shared};
+use crate::simt::{Async, Block, Book, Lanes, Mem, Shared};
 
 /// The real machine behind [`Lanes`], [`Mem`] and [`Shared`]: each method is
 /// one PTX instruction (global memory for `Mem`, shared memory for
@@ -205,25 +205,5 @@ impl Mem for Hw {
     #[inline(always)]
     unsafe fn add_u64(&self, a: u64, v: u64) {
         unsafe { arch::red_add_u64(a, v) }
-    }
-}
-
-// SAFETY (every method): forwarded to the caller, as `Coherent` documents.
-impl Coherent for Hw {
-    #[inline(always)]
-    unsafe fn atom_add_u32(&self, a: u64, v: u32) -> u32 {
-        unsafe { arch::atom_add_u32(a, v) }
-    }
-    #[inline(always)]
-    fn fence(&self) {
-        arch::fence_gpu()
-    }
-    #[inline(always)]
-    unsafe fn ld_relaxed_u64(&self, a: u64) -> u64 {
-        unsafe { arch::ld_relaxed_u64(a) }
-    }
-    #[inline(always)]
-    unsafe fn st_relaxed_u64(&self, a: u64, v: u64) {
-        unsafe { arch::st_relaxed_u64(a, v) }
     }
 }

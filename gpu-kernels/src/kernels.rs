@@ -7,7 +7,7 @@ use crate::count::PosPopcnt32;
 use crate::hw::{GlobalBook, Hw, SharedBook};
 use crate::params::{
     CacheParams, CandidatesParams, ClearParams, CompactParams, CountParams, CpAsyncTestParams,
-    DecodeParams, EncodeParams, KvAppendParams, MeasureParams, OnePassParams, SCAN_PER_THREAD, SCAN_TILE,
+    DecodeParams, EncodeParams, KvAppendParams, MeasureParams, SCAN_PER_THREAD, SCAN_TILE,
     ScanParams, WarpTestParams, workspace_bytes,
 };
 use crate::prelude::kernel;
@@ -711,87 +711,6 @@ pub unsafe fn ibp_encode_slots_c4(p: EncodeParams) {
 pub unsafe fn ibp_encode_slots_c8(p: EncodeParams) {
     // SAFETY: forwarded contract.
     unsafe { encode_entry::<8, true>(p) }
-}
-
-/// The packed layout in one pass: the body behind the four
-/// `ibp_encode_packed_c*` entry points (`crate::one_pass`).
-#[inline(always)]
-unsafe fn one_pass_entry<const C: u32>(p: OnePassParams) {
-    let p = OnePassParams {
-        src: arch::to_global(p.src),
-        book: arch::to_global(p.book),
-        sizes: arch::to_global(p.sizes),
-        out: arch::to_global(p.out),
-        slots: arch::to_global(p.slots),
-        offs: arch::to_global(p.offs),
-        state: arch::to_global(p.state),
-        ..p
-    };
-    let rings = crate::shared_array!(
-        ONE_PASS_RINGS: [u32; (crate::pack::RING_WARPS * crate::pack::RING_WORDS) as usize]
-    );
-    let meta = crate::shared_array!(
-        ONE_PASS_TILE: [u32; (crate::one_pass::TILE_RECORD_BYTES / 4) as usize]
-    );
-    let warp = arch::warp_in_block();
-    let ring = rings.addr() + warp * crate::pack::RING_BYTES;
-    // SAFETY: forwarded contract; the launch has RING_WARPS warps a block,
-    // so each warp's ring lies inside the array.
-    unsafe {
-        crate::one_pass::encode_packed::<Hw, Hw, Hw, Hw, Hw, C>(
-            &Hw,
-            &Hw,
-            &Hw,
-            &Hw,
-            &Hw,
-            &p,
-            ring,
-            meta.addr(),
-            warp,
-            crate::pack::RING_WARPS,
-            arch::block_idx() as u64,
-        )
-    }
-}
-
-/// The packed layout in one pass, 1-byte chunks.
-///
-/// # Safety
-/// As [`OnePassParams`] states.
-#[kernel]
-pub unsafe fn ibp_encode_packed_c1(p: OnePassParams) {
-    // SAFETY: forwarded contract.
-    unsafe { one_pass_entry::<1>(p) }
-}
-
-/// The packed layout in one pass, 2-byte chunks.
-///
-/// # Safety
-/// As [`OnePassParams`] states.
-#[kernel]
-pub unsafe fn ibp_encode_packed_c2(p: OnePassParams) {
-    // SAFETY: forwarded contract.
-    unsafe { one_pass_entry::<2>(p) }
-}
-
-/// The packed layout in one pass, 4-byte chunks.
-///
-/// # Safety
-/// As [`OnePassParams`] states.
-#[kernel]
-pub unsafe fn ibp_encode_packed_c4(p: OnePassParams) {
-    // SAFETY: forwarded contract.
-    unsafe { one_pass_entry::<4>(p) }
-}
-
-/// The packed layout in one pass, 8-byte chunks.
-///
-/// # Safety
-/// As [`OnePassParams`] states.
-#[kernel]
-pub unsafe fn ibp_encode_packed_c8(p: OnePassParams) {
-    // SAFETY: forwarded contract.
-    unsafe { one_pass_entry::<8>(p) }
 }
 
 /// Before a packed encode: zero the output's groups two writes share.

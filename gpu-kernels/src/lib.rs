@@ -59,7 +59,6 @@ pub mod decode;
 pub mod device;
 pub mod encode;
 pub mod kv;
-pub mod one_pass;
 pub mod pack;
 pub mod params;
 pub mod prelude;

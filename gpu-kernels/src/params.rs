@@ -308,41 +308,6 @@ pub struct CompactParams {
     pub out_len: u64,
 }
 
-/// `ibp_encode_packed_c{1,2,4,8}`: the packed layout in one pass over the
-/// input (`crate::one_pass`). `src`, `stride`, `rows`, `row_bytes`, `book`
-/// and `flags` as in [`EncodeParams`] (`row_bytes` a multiple of 4); each
-/// tensor's stored length is written to `sizes` (`rows` u64), its stored
-/// form to `out` at the sum of the stored lengths before it, and every byte
-/// from the total up to the next multiple of 128 is zeroed; `out`
-/// (16-aligned) need not be zeroed and must hold the worst case, `rows ·
-/// row_bytes` bytes rounded up to 128.
-///
-/// Tensors go in tiles of `tile_rows` (even), tile `t` being rows `t ·
-/// tile_rows …`; every tile but the last stores at least 16 bytes. Block
-/// `b` of the grid encodes the tiles it takes into its two halves of slots
-/// at `slots + b · 2h` (`h = crate::one_pass::half_bytes`) and keeps a
-/// tile's offsets at `offs + 8 b (tile_rows + 1)`: `slots` is 16-aligned
-/// and `offs` 8-aligned, both as large as the grid needs. `state`
-/// (16-aligned) is laid out as `crate::one_pass::state_layout` says for the
-/// tile count, its first `zeroed` bytes zero at launch. Blocks of
-/// `crate::pack::RING_WARPS` warps.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct OnePassParams {
-    pub src: u64,
-    pub stride: u64,
-    pub rows: u64,
-    pub row_bytes: u64,
-    pub book: u64,
-    pub sizes: u64,
-    pub out: u64,
-    pub flags: u64,
-    pub slots: u64,
-    pub offs: u64,
-    pub state: u64,
-    pub tile_rows: u64,
-}
-
 /// `ibp_encode_clear`: before `ibp_encode_c*` writes a packed output,
 /// zero the 16-byte groups of `out` where two of its writes meet (see
 /// [`EncodeParams`]): for tensor `i < rows` (stored length `sizes[i]`,

@@ -196,37 +196,6 @@ pub trait Block {
     fn sync_threads(&self);
 }
 
-/// What the blocks of a grid need to hand each other results through
-/// global memory while they all run (the one-pass packed encoder's
-/// look-back and its shared 16-byte groups, `crate::one_pass`).
-///
-/// # Safety
-/// Every memory method is `unsafe`: the address must be valid global
-/// memory, aligned to the access width.
-pub trait Coherent {
-    /// Atomically add `v` to a 4-aligned u32 and return its value before.
-    ///
-    /// # Safety
-    /// `a` writable and 4-aligned.
-    unsafe fn atom_add_u32(&self, a: u64, v: u32) -> u32;
-    /// Order this thread's memory accesses before the call before those
-    /// after it, for any thread that observes an atomic of this thread's
-    /// made after it and then fences too.
-    fn fence(&self);
-    /// Load an 8-aligned u64 another block may be storing: a value some
-    /// store wrote, whole, never a stale cached copy.
-    ///
-    /// # Safety
-    /// `a` readable and 8-aligned.
-    unsafe fn ld_relaxed_u64(&self, a: u64) -> u64;
-    /// Store an 8-aligned u64 that other blocks load with
-    /// [`Coherent::ld_relaxed_u64`].
-    ///
-    /// # Safety
-    /// `a` writable and 8-aligned.
-    unsafe fn st_relaxed_u64(&self, a: u64, v: u64);
-}
-
 /// A read-only table (the decode book), by byte offset from its start; it
 /// lives in shared memory when it fits, else in global memory.
 ///

@@ -641,25 +641,6 @@ impl Gpu {
                     self.enqueue_compact(rows, l, &work, &data, &packed, padded, &stream)
                 })?,
             ));
-            if l <= super::compress::ONE_PASS_MAX_ROW {
-                let plan = self.one_pass_plan(gcb, rows)?;
-                let scratch = device_buffer::<u8>(plan.bytes, "allocating")?;
-                out.push((
-                    "encode packed in one pass (the tile state zeroed, then `ibp_encode_packed_c*`)",
-                    time(&mut || {
-                        self.enqueue_encode_one_pass(
-                            gcb,
-                            (src.device_addr(), l as u64),
-                            rows,
-                            &work,
-                            &data,
-                            &scratch,
-                            &plan,
-                            &stream,
-                        )
-                    })?,
-                ));
-            }
         }
         Ok(out)
     }

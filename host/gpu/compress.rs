@@ -10,11 +10,7 @@
 //! ```
 //!
 //! The pipelines, on one stream:
-//! - packed, rows of whole 4-byte words up to [`ONE_PASS_MAX_ROW`] bytes:
-//!   `ibp_encode_packed_c*`, one pass (tiles of rows encoded into slots in
-//!   L2, placed by a look-back, copied to their offsets;
-//!   `ibp_kernels::one_pass`), then the scan (offsets, flag bitmap);
-//! - packed, longer rows of whole 4-byte words, a codebook at least a fifth
+//! - packed, rows of whole 4-byte words, a codebook at least a fifth
 //!   invariant, device memory to spare:
 //!   `ibp_encode_slots_c*` into scratch slots (each tensor's stored form and
 //!   length), the three-kernel scan (offsets, flag bitmap), `ibp_compact`
@@ -30,10 +26,9 @@
 
 use cust::memory::{CopyDestination, DeviceBuffer, DeviceSlice};
 use cust::stream::Stream;
-use ibp_kernels::one_pass::{half_bytes, least_tile_rows, state_layout};
 use ibp_kernels::params::{
-    ClearParams, CompactParams, ENCODE_SLOTS_SCRATCH, EncodeParams, MeasureParams, OnePassParams,
-    SCAN_BLOCK, SCAN_TILE, ScanParams,
+    ClearParams, CompactParams, ENCODE_SLOTS_SCRATCH, EncodeParams, MeasureParams, SCAN_BLOCK,
+    SCAN_TILE, ScanParams,
 };
 
 use super::driver::copy_to_host_blocking;
@@ -77,61 +72,6 @@ pub(crate) const fn encoder_out_bytes(len: usize) -> usize {
 /// Longest tensor the GPU fit and compression take: a lane's count of saved
 /// bits is a u32 (`8 L < 2^32`).
 pub const MAX_ROW_BYTES: usize = 1 << 28;
-
-/// Longest rows packed in one pass (`ibp_encode_packed_c*`); longer ones go
-/// through scratch slots or the size pass.
-///
-/// Q: why a limit?
-/// A: every resident block (about 1600 on an H200) holds a tile of at
-/// least four rows in its slots; at 16 KB rows that is 100 MB of slots,
-/// past what L2 keeps, and beyond it the slots' round trip through DRAM
-/// would be the two-kernel way's again.
-pub const ONE_PASS_MAX_ROW: usize = 16 << 10;
-
-/// How `ibp_encode_packed_c*` runs over `rows` rows of `l` bytes: blocks,
-/// rows a tile, and where its scratch buffer holds the blocks' slots, their
-/// tile offsets and the tiles' state ([`state_layout`]).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct OnePassPlan {
-    pub(crate) grid: u32,
-    pub(crate) tile_rows: usize,
-    pub(crate) offs: usize,
-    pub(crate) state: usize,
-    pub(crate) state_zeroed: usize,
-    pub(crate) bytes: usize,
-}
-
-impl OnePassPlan {
-    /// The plan for `rows` rows of `l` bytes with chunks of `chunk` bytes
-    /// on a grid of at most `resident` blocks.
-    ///
-    /// Q: why about 8 KB of input a tile?
-    /// A: a tile pays a look-back (a few round trips to L2 by one warp),
-    /// three block barriers and a copy's set-up; at 8 KB (ten 768-byte
-    /// bf16 rows, two 5.7 KB Cora rows) that is a few percent of the
-    /// tile's encoding, and all resident blocks' two halves of slots stay
-    /// near 25–35 MB, inside L2.
-    pub(crate) fn new(rows: usize, l: usize, chunk: usize, resident: u32) -> OnePassPlan {
-        let tile_rows = ((8 << 10) / l)
-            .clamp(2, 256)
-            .next_multiple_of(2)
-            .max(least_tile_rows(l as u64, chunk as u64) as usize);
-        let tiles = rows.div_ceil(tile_rows);
-        let grid = (resident as usize).min(tiles).max(1);
-        let slots = grid * 2 * half_bytes(tile_rows as u64, l as u64) as usize;
-        let offs = slots.next_multiple_of(256);
-        let state = (offs + 8 * grid * (tile_rows + 1)).next_multiple_of(256);
-        let layout = state_layout(tiles as u64);
-        OnePassPlan {
-            grid: grid as u32,
-            tile_rows,
-            offs,
-            state,
-            state_zeroed: layout.zeroed as usize,
-            bytes: state + layout.bytes as usize,
-        }
-    }
-}
 
 /// A codebook in device memory, as the size query and the encoder read it.
 pub struct GpuCodebook {
@@ -194,15 +134,12 @@ pub struct DeviceCompressed {
     pub(crate) work: Work,
     pub(crate) data: DeviceBuffer<u8>,
     pub(crate) data_len: usize,
-    /// The one-pass encoder's block slots and tile state, or the slots the
-    /// packed layout of long rows is encoded into before `ibp_compact`
-    /// moves the stored forms to their offsets (as large as the input);
-    /// kept for the next compression into this result, freed with it.
+    /// Slots the packed layout is encoded into before `ibp_compact` moves
+    /// the stored forms to their offsets (as large as the input; kept for
+    /// the next compression into this result, freed with it).
     pub(crate) scratch: DeviceBuffer<u8>,
     pub(crate) total: PinnedBuffer<u64>,
     pub(crate) stream: Stream,
-    /// The kernels the last compression ran ([`DeviceCompressed::pipeline`]).
-    pub(crate) pipeline: &'static str,
 }
 
 impl DeviceCompressed {
@@ -219,18 +156,7 @@ impl DeviceCompressed {
             scratch: device_buffer(0, "allocating the compression's scratch")?,
             total: PinnedBuffer::zeroed(1)?,
             stream: new_stream()?,
-            pipeline: "none",
         })
-    }
-
-    /// The kernels the last compression into this result ran: "one pass"
-    /// (`ibp_encode_packed_c*`), "through slots" (`ibp_encode_slots_c*`
-    /// into scratch, then `ibp_compact`), "slots" (fixed-stride, nothing
-    /// measured), "measured" (`ibp_size`, then `ibp_encode_c*`), or "none".
-    /// For tests and benchmarks.
-    #[doc(hidden)]
-    pub fn pipeline(&self) -> &'static str {
-        self.pipeline
     }
 
     /// The layout.
@@ -585,85 +511,6 @@ impl Gpu {
         unsafe { self.enqueue_encode_at(gcb, src, rows, sizes, 0, out, Some(scratch), stream) }
     }
 
-    /// The plan of `ibp_encode_packed_c*` for `rows` rows under `gcb`.
-    pub(crate) fn one_pass_plan(&self, gcb: &GpuCodebook, rows: usize) -> Result<OnePassPlan> {
-        let chunk = gcb.cb.chunk().bytes();
-        let resident = self.resident_blocks(kernels::encode_packed(chunk), WARP_BLOCK, 0)?;
-        Ok(OnePassPlan::new(rows, gcb.cb.row_bytes(), chunk as usize, resident))
-    }
-
-    /// Enqueue packed compression in one pass: each row's stored length to
-    /// `work`'s sizes, the stored forms to `out` packed (`out` as long as
-    /// the rows, rounded up to 128; zeroed from the total up to the next
-    /// multiple of 128), with `scratch` (at least `plan.bytes`) for the
-    /// blocks' slots and the tiles' state, whose counters it zeroes first.
-    /// `L` a multiple of 4 and at most [`ONE_PASS_MAX_ROW`]; `plan` from
-    /// [`Gpu::one_pass_plan`] for these rows.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn enqueue_encode_one_pass(
-        &self,
-        gcb: &GpuCodebook,
-        src: (u64, u64),
-        rows: usize,
-        work: &Work,
-        out: &DeviceSlice<u8>,
-        scratch: &DeviceSlice<u8>,
-        plan: &OnePassPlan,
-        stream: &Stream,
-    ) -> Result<()> {
-        let l = gcb.cb.row_bytes();
-        if !l.is_multiple_of(4)
-            || l > ONE_PASS_MAX_ROW
-            || out.len() < encoder_out_bytes(rows * l)
-            || scratch.len() < plan.bytes
-            || work.sizes.len() < rows
-        {
-            return Err(Error::invalid(format!(
-                "one-pass packing needs rows of a multiple of 4 bytes up to {ONE_PASS_MAX_ROW}, {} bytes of output and {} of scratch; have {l}-byte rows, {} and {}",
-                encoder_out_bytes(rows * l),
-                plan.bytes,
-                out.len(),
-                scratch.len()
-            )));
-        }
-        if rows == 0 {
-            return Ok(());
-        }
-        zero_from_async(scratch, plan.state, plan.state + plan.state_zeroed, stream)?;
-        let chunk = gcb.cb.chunk().bytes();
-        let base = scratch.as_device_ptr().as_raw();
-        let p = OnePassParams {
-            src: src.0,
-            stride: src.1,
-            rows: rows as u64,
-            row_bytes: l as u64,
-            book: gcb.book.as_device_ptr().as_raw(),
-            sizes: work.sizes.as_device_ptr().as_raw(),
-            out: out.as_device_ptr().as_raw(),
-            flags: gcb.flags,
-            slots: base,
-            offs: base + plan.offs as u64,
-            state: base + plan.state as u64,
-            tile_rows: plan.tile_rows as u64,
-        };
-        // SAFETY: `out` holds the worst case and `scratch` the plan's
-        // slots, offsets and state (checked), device allocations are
-        // 256-aligned and the plan's parts 256-aligned within it; the
-        // state's counters were zeroed above on this stream; the plan's
-        // tiles each store 16 bytes or more but the last; blocks of
-        // WARP_BLOCK threads are RING_WARPS warps.
-        unsafe {
-            self.launch(
-                kernels::encode_packed(chunk),
-                plan.grid,
-                WARP_BLOCK,
-                0,
-                stream,
-                p,
-            )
-        }
-    }
-
     /// Enqueue `ibp_compact`: the packed layout in `out` (`padded` bytes,
     /// zeroed past the stored ones) from the stored forms in `slots`
     /// (`rows` slots of `L` bytes, as [`Gpu::enqueue_encode_slots`] wrote
@@ -849,46 +696,9 @@ impl Gpu {
         // input. It needs a scratch buffer as large as the input; without
         // the memory for one, or for codebooks that can save little
         // (`pays_through_slots`), the measured path runs instead.
-        // Q: why is the packed layout of rows up to 16 KB made in one pass?
-        // A: the stored forms go from the encoder's slots to their offsets
-        // through L2 (`ibp_kernels::one_pass`), where the two-kernel way
-        // below writes them to a scratch buffer in DRAM, reads them back
-        // and writes them again, and the measured way reads the input
-        // twice. It needs the output's worst case (the rows' bytes) and
-        // tens of MB of scratch; without the memory, the ways below run.
-        if packed && rows > 0 && l.is_multiple_of(4) && l <= ONE_PASS_MAX_ROW {
-            let plan = self.one_pass_plan(gcb, rows)?;
-            if grow(
-                &mut out.data,
-                encoder_out_bytes(rows * l),
-                "allocating the compressed output",
-            )? && grow(&mut out.scratch, plan.bytes, "allocating the compression's scratch")?
-            {
-                self.enqueue_encode_one_pass(
-                    gcb,
-                    (src.device_addr(), l as u64),
-                    rows,
-                    work,
-                    &out.data,
-                    &out.scratch,
-                    &plan,
-                    stream,
-                )?;
-                self.enqueue_scan(work, rows, l, true, 0, stream)?;
-                copy_elements(&work.offsets, rows, &mut out.total, 1, stream)?;
-                sync(stream, "compressing in one pass")?;
-                out.pipeline = "one pass";
-                out.layout = layout;
-                out.rows = rows;
-                out.row_bytes = l;
-                out.data_len = out.total[0] as usize;
-                return Ok(());
-            }
-        }
         if packed
             && rows > 0
             && l.is_multiple_of(4)
-            && l > ONE_PASS_MAX_ROW
             && pays_through_slots(&gcb.cb)
             && grow(
                 &mut out.scratch,
@@ -913,7 +723,6 @@ impl Gpu {
             if grow(&mut out.data, padded, "allocating the compressed output")? {
                 self.enqueue_compact(rows, l, work, &out.scratch, &out.data, padded, stream)?;
                 sync(stream, "compacting")?;
-                out.pipeline = "through slots";
                 out.layout = layout;
                 out.rows = rows;
                 out.row_bytes = l;
@@ -941,7 +750,6 @@ impl Gpu {
             // The flag bitmap from the sizes the encoder wrote.
             self.enqueue_scan(work, rows, l, false, 0, stream)?;
             sync(stream, "compressing")?;
-            out.pipeline = "slots";
             out.layout = layout;
             out.rows = rows;
             out.row_bytes = l;
@@ -979,7 +787,6 @@ impl Gpu {
             stream,
         )?;
         sync(stream, "compressing")?;
-        out.pipeline = "measured";
         out.layout = layout;
         out.rows = rows;
         out.row_bytes = l;

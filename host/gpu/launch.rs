@@ -61,8 +61,7 @@ impl<P> Kernel<P> {
 pub(crate) mod kernels {
     use ibp_kernels::params::{
         CacheParams, CandidatesParams, ClearParams, CompactParams, CountParams, CpAsyncTestParams,
-        DecodeParams, EncodeParams, KvAppendParams, MeasureParams, OnePassParams, ScanParams,
-        WarpTestParams,
+        DecodeParams, EncodeParams, KvAppendParams, MeasureParams, ScanParams, WarpTestParams,
     };
 
     use super::Kernel;
@@ -104,16 +103,6 @@ pub(crate) mod kernels {
             2 => Kernel::new("ibp_encode_slots_c2"),
             4 => Kernel::new("ibp_encode_slots_c4"),
             _ => Kernel::new("ibp_encode_slots_c8"),
-        }
-    }
-
-    /// Packed compression in one pass for chunks of `chunk` bytes.
-    pub(crate) const fn encode_packed(chunk: u32) -> Kernel<OnePassParams> {
-        match chunk {
-            1 => Kernel::new("ibp_encode_packed_c1"),
-            2 => Kernel::new("ibp_encode_packed_c2"),
-            4 => Kernel::new("ibp_encode_packed_c4"),
-            _ => Kernel::new("ibp_encode_packed_c8"),
         }
     }
 

@@ -4,17 +4,14 @@
 //! on machines without one (CI), and compares it with the CPU encoder byte
 //! for byte. The same comparisons run on the GPU in `tests/gpu_compress.rs`.
 
-use std::sync::atomic::{
-    AtomicU8, AtomicU16, AtomicU32, AtomicU64,
-    Ordering::{Relaxed, SeqCst},
-};
+use std::sync::atomic::{AtomicU8, AtomicU16, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::{Condvar, Mutex};
 
 use ibp_kernels::encode::{self, WarpWriter};
 use ibp_kernels::params::{
-    ClearParams, CompactParams, ENCODE_SLOTS_SCRATCH, EncodeParams, MeasureParams, OnePassParams,
+    ClearParams, CompactParams, ENCODE_SLOTS_SCRATCH, EncodeParams, MeasureParams,
 };
-use ibp_kernels::simt::{Async, Block, Book, Coherent, Lanes, Mem, Shared};
+use ibp_kernels::simt::{Async, Block, Book, Lanes, Mem, Shared};
 
 use crate::codebook::{ChunkSize, Codebook, Threshold};
 use crate::dataset::Rows;
@@ -481,25 +478,6 @@ fn run_block(warps: u32, smem: u64, body: impl Fn(&EmuLane<'_>, u32) + Sync) {
     });
 }
 
-// SAFETY: (every method) the caller's addresses, as `Coherent` requires.
-impl Coherent for EmuLane<'_> {
-    unsafe fn atom_add_u32(&self, a: u64, v: u32) -> u32 {
-        // SAFETY: the caller's contract (this method's `# Safety`).
-        unsafe { AtomicU32::from_ptr(a as *mut u32) }.fetch_add(v, SeqCst)
-    }
-    fn fence(&self) {
-        std::sync::atomic::fence(SeqCst);
-    }
-    unsafe fn ld_relaxed_u64(&self, a: u64) -> u64 {
-        // SAFETY: the caller's contract (this method's `# Safety`).
-        unsafe { AtomicU64::from_ptr(a as *mut u64) }.load(SeqCst)
-    }
-    unsafe fn st_relaxed_u64(&self, a: u64, v: u64) {
-        // SAFETY: the caller's contract (this method's `# Safety`).
-        unsafe { AtomicU64::from_ptr(a as *mut u64) }.store(v, SeqCst)
-    }
-}
-
 impl Block for EmuLane<'_> {
     fn sync_threads(&self) {
         self.block.wait();
@@ -763,92 +741,6 @@ fn emu_compact(cb: &Codebook, rows: Rows<'_>, order: [u64; 3]) -> (Vec<u8>, Vec<
     (bytes[..total].to_vec(), bytes[total..].to_vec())
 }
 
-/// The emulated one-pass packed encode (`ibp_encode_packed_c*`): `blocks`
-/// blocks of `RING_WARPS` warps at once, tiles of `tile_rows` rows (two
-/// halves of slots a block), into an
-/// output of stale bytes (0xa5) as long as the rows (rounded up to 128)
-/// and 16 bytes more. Returns the stored bytes, the padding to the next
-/// multiple of 128, the rest (which must stay stale), and the stored
-/// lengths the kernel wrote.
-fn emu_one_pass(
-    cb: &Codebook,
-    rows: Rows<'_>,
-    blocks: u32,
-    tile_rows: usize,
-) -> (Vec<u8>, Vec<u8>, Vec<u8>, Vec<u64>) {
-    use ibp_kernels::one_pass::{TILE_RECORD_BYTES, encode_packed, state_layout};
-    use ibp_kernels::pack::{RING_BYTES, RING_WARPS};
-    let (n, l) = (rows.rows(), rows.row_bytes());
-    let src = Aligned::from(rows.bytes());
-    let book = encoder_book(cb);
-    let stale = u128::from_le_bytes([0xa5; 16]);
-    let worst = (n * l).next_multiple_of(128);
-    let mut out = vec![stale; worst / 16 + 1];
-    let half = ibp_kernels::one_pass::half_bytes(tile_rows as u64, l as u64) as usize;
-    let mut slots = vec![stale; blocks as usize * 2 * half / 16];
-    let mut offs = vec![u64::MAX; blocks as usize * (tile_rows + 1)];
-    let layout = state_layout(n.div_ceil(tile_rows) as u64);
-    // The counters zero, the hand-off slots stale.
-    let mut state = vec![stale; layout.bytes as usize / 16];
-    state[..layout.zeroed as usize / 16].fill(0);
-    let mut sizes = vec![u64::MAX; n];
-    let p = OnePassParams {
-        src: src.addr(),
-        stride: l as u64,
-        rows: n as u64,
-        row_bytes: l as u64,
-        book: book.as_ptr() as u64,
-        sizes: sizes.as_mut_ptr() as u64,
-        out: out.as_mut_ptr() as u64,
-        flags: encoder_flags(cb),
-        slots: slots.as_mut_ptr() as u64,
-        offs: offs.as_mut_ptr() as u64,
-        state: state.as_mut_ptr() as u64,
-        tile_rows: tile_rows as u64,
-    };
-    let smem = (RING_WARPS * RING_BYTES + TILE_RECORD_BYTES) as usize;
-    let shared: Vec<Vec<u128>> = (0..blocks).map(|_| vec![0; smem / 16]).collect();
-    std::thread::scope(|scope| {
-        for (block, sh) in shared.iter().enumerate() {
-            let p = &p;
-            scope.spawn(move || {
-                run_block(RING_WARPS, sh.as_ptr() as u64, |w, warp| {
-                    // SAFETY: the params' buffers as OnePassParams states
-                    // (the output the worst case, the slots and offsets a
-                    // tile a block, the state laid out and its counters
-                    // zero; every tile but the last stores 16 bytes, the
-                    // caller's tile_rows); the rings and the record in the
-                    // block's shared memory.
-                    unsafe {
-                        with_chunk_const!(cb.chunk(), C => encode_packed::<_, _, _, _, _, C>(
-                            w,
-                            &EmuMem,
-                            w,
-                            w,
-                            w,
-                            p,
-                            warp * RING_BYTES,
-                            RING_WARPS * RING_BYTES,
-                            warp,
-                            RING_WARPS,
-                            block as u64,
-                        ))
-                    }
-                });
-            });
-        }
-    });
-    let total: u64 = sizes.iter().sum();
-    let bytes: &[u8] = bytemuck::cast_slice(&out);
-    let (t, padded) = (total as usize, (total as usize).next_multiple_of(128));
-    (
-        bytes[..t].to_vec(),
-        bytes[t..padded].to_vec(),
-        bytes[padded..].to_vec(),
-        sizes,
-    )
-}
-
 /// `n` rows of `l` bytes shaped like floats: in each 4-byte word the low
 /// 21 bits vary (and the sign bit, when `sign`) and the others are the same
 /// in all rows but every eighth, so with enough rows (40: a varying bit is
@@ -994,61 +886,6 @@ fn emulated_size_and_encode_equal_the_cpu_encoder() {
         slots[0] > 0 && slots[1] > 0,
         "unmeasured slots with and without raw tensors: {slots:?}"
     );
-}
-
-#[test]
-fn emulated_one_pass_equals_the_cpu_encoder() {
-    // Tiles of the fewest rows allowed, so that tiles meet inside 16-byte
-    // groups at every alignment, on one block and on three at once (the
-    // look-back then waits on tiles still encoding, and either side of a
-    // shared group may come second).
-    let mut met = 0usize;
-    let mut raw = 0usize;
-    for (seed, (l, n, kind)) in [
-        (4usize, 70usize, 0),
-        (8, 64, 0),
-        (20, 40, 0),
-        (36, 40, 1),
-        (48, 40, 1),
-        (300, 30, 0),
-        (768, 30, 2),
-        (1204, 18, 0),
-        (5732, 7, 0),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let data = match kind {
-            0 => dataset(n, l, 31 + seed as u64),
-            k => float_like(n, l, 31 + seed as u64, k == 2),
-        };
-        let rows = Rows::new(&data, l).unwrap();
-        let counts = count_bits(rows);
-        for chunk in ChunkSize::ALL {
-            let t = Threshold::from_basis_points(8000).unwrap();
-            let cb = Codebook::from_counts(&counts, n as u64, t, chunk).unwrap();
-            let packed = compress_packed(&cb, rows, &LayoutOptions::default()).unwrap();
-            let want = size_query(&cb, rows).unwrap();
-            let least = ibp_kernels::one_pass::least_tile_rows(l as u64, chunk.bytes() as u64);
-            for (blocks, tile_rows) in [(1, least as usize), (3, least as usize), (2, 2 * least as usize)] {
-                let what = format!("L={l} C={chunk} blocks={blocks} tile={tile_rows}");
-                let (got, pad, rest, sizes) = emu_one_pass(&cb, rows, blocks, tile_rows);
-                assert_eq!(sizes, want.stored, "sizes {what}");
-                assert_eq!(got, packed.payload, "packed in one pass {what}");
-                assert!(pad.iter().all(|&b| b == 0), "padding {what}");
-                assert!(rest.iter().all(|&b| b == 0xa5), "bytes past the padding written {what}");
-                // Boundaries inside a group: tiles whose offset is not a
-                // multiple of 16.
-                met += (tile_rows..n)
-                    .step_by(tile_rows)
-                    .filter(|&r| !packed.offsets[r].is_multiple_of(16))
-                    .count();
-                raw += sizes.iter().filter(|&&s| s >= l as u64).count();
-            }
-        }
-    }
-    assert!(met > 100, "tiles meeting inside a group: {met}");
-    assert!(raw > 0, "raw tensors among the tiles: {raw}");
 }
 
 #[test]
