@@ -307,6 +307,15 @@ impl Gpu {
     pub(crate) fn warp_grid<P>(&self, kernel: Kernel<P>, tensors: u64) -> Result<u32> {
         let per_block = (WARP_BLOCK / 32) as u64;
         let want = tensors.div_ceil(per_block).max(1);
+        // EXPERIMENT (not to land as is): IBP_WARP_ROWS=r launches blocks
+        // for r tensors a warp instead of one resident wave.
+        if let Some(r) = std::env::var("IBP_WARP_ROWS")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .filter(|&r| r > 0)
+        {
+            return Ok(tensors.div_ceil(per_block * r).clamp(1, 1 << 30) as u32);
+        }
         let full = self.resident_blocks(kernel, WARP_BLOCK, 0)? as u64;
         Ok(want.min(full) as u32)
     }
