@@ -53,6 +53,10 @@ use crate::layout::{FixedStride, Layout, Packed, SizeReport, flag_bytes};
 /// it (more warps in flight to hide latency).
 pub(crate) const WARP_BLOCK: u32 = 64;
 
+/// Tensors a warp of the size kernel and the encoders
+/// ([`Gpu::wave_grid`]).
+pub(crate) const WAVE_TENSORS: u64 = 8;
+
 // The encoder gives each warp of its block a ring of shared memory, sized
 // for blocks of WARP_BLOCK threads.
 const _: () = assert!(WARP_BLOCK == 32 * ibp_kernels::pack::RING_WARPS);
@@ -307,17 +311,28 @@ impl Gpu {
     pub(crate) fn warp_grid<P>(&self, kernel: Kernel<P>, tensors: u64) -> Result<u32> {
         let per_block = (WARP_BLOCK / 32) as u64;
         let want = tensors.div_ceil(per_block).max(1);
-        // EXPERIMENT (not to land as is): IBP_WARP_ROWS=r launches blocks
-        // for r tensors a warp instead of one resident wave.
-        if let Some(r) = std::env::var("IBP_WARP_ROWS")
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok())
-            .filter(|&r| r > 0)
-        {
-            return Ok(tensors.div_ceil(per_block * r).clamp(1, 1 << 30) as u32);
-        }
         let full = self.resident_blocks(kernel, WARP_BLOCK, 0)? as u64;
         Ok(want.min(full) as u32)
+    }
+
+    /// Blocks for the size kernel and the encoders over `tensors` tensors:
+    /// [`WAVE_TENSORS`] tensors a warp, as many waves of blocks as that
+    /// takes, rather than one resident wave that loops over them all.
+    ///
+    /// Q: why many short-lived blocks?
+    /// A: measured on the H200 (docs/PERF-NOTES.md, "Short waves for the
+    /// encoders"): with one resident wave, each warp a fixed share of
+    /// ~380 rows, the slots encoders kept 21.3 warps an SM active of the
+    /// 24–28 launched (Nsight Compute), and ran 8–14% slower than blocks
+    /// of 8 rows a warp, which the block scheduler replaces as they finish.
+    /// 32 rows a warp came between the two. The fit's kernels, which pay a
+    /// warp's set-up (books, totals) per warp, ran slower that way and keep
+    /// [`Gpu::warp_grid`].
+    pub(crate) fn wave_grid(&self, tensors: u64) -> u32 {
+        let per_block = (WARP_BLOCK / 32) as u64;
+        tensors
+            .div_ceil(per_block * WAVE_TENSORS)
+            .clamp(1, i32::MAX as u64) as u32
     }
 
     /// Enqueue `ibp_size` over rows `src` (`rows` tensors, `stride` apart).
@@ -348,7 +363,7 @@ impl Gpu {
             chunk: gcb.cb.chunk().bytes(),
             ..Default::default()
         };
-        let grid = self.warp_grid(kernels::SIZE, rows as u64)?;
+        let grid = self.wave_grid(rows as u64);
         // SAFETY: `src` covers rows × L bytes, the book is this codebook's,
         // `sizes` holds `rows` u64 and the stage (when given) rows × stride
         // bytes (the callers' buffers); MeasureParams is the kernel's type.
@@ -619,7 +634,7 @@ impl Gpu {
                     0
                 },
         };
-        let grid = self.warp_grid(kernel, rows as u64)?;
+        let grid = self.wave_grid(rows as u64);
         // SAFETY: the caller's contract covers every address;
         // EncodeParams is the kernel's type; WARP_BLOCK is the kernel's
         // RING_WARPS warps (checked where WARP_BLOCK is defined).
