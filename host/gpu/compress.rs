@@ -322,12 +322,13 @@ impl Gpu {
     /// Q: why many short-lived blocks?
     /// A: measured on the H200 (docs/PERF-NOTES.md, "Short waves for the
     /// encoders"): with one resident wave, each warp a fixed share of
-    /// ~380 rows, the slots encoders kept 21.3 warps an SM active of the
-    /// 24–28 launched (Nsight Compute), and ran 8–14% slower than blocks
-    /// of 8 rows a warp, which the block scheduler replaces as they finish.
-    /// 32 rows a warp came between the two. The fit's kernels, which pay a
-    /// warp's set-up (books, totals) per warp, ran slower that way and keep
-    /// [`Gpu::warp_grid`].
+    /// ~380 rows, the bf16 slots encoder kept 21.3 warps an SM active of
+    /// the 28 launched (Nsight Compute): warps that had finished their
+    /// share. Blocks of 8 rows a warp, which the block scheduler replaces
+    /// as they finish, keep 27.6 active, and the encoders and the size
+    /// kernel run 7–14% faster; 32 rows a warp came between the two. The
+    /// fit's kernels, which pay a warp's set-up (books, totals) per warp,
+    /// ran slower that way and keep [`Gpu::warp_grid`].
     pub(crate) fn wave_grid(&self, tensors: u64) -> u32 {
         let per_block = (WARP_BLOCK / 32) as u64;
         tensors
