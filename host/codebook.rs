@@ -172,13 +172,33 @@ impl FromStr for Threshold {
 ///
 /// Invariants (checked on construction): `mask` and `bitval` have the same
 /// length `L ≥ 1`, and `bitval & !mask == 0`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+///
+/// The per-chunk tables ([`Codebook::tables`]) are built on first use, not
+/// by the constructor.
+///
+/// Q: why lazily? A: they take 80 bytes per chunk position, 40 times the
+/// mask and bit values they come from when chunks are one byte. Opening a
+/// container (`inspect`, listing, reading one raw group) needs none of them,
+/// so it costs about the file's size; a decoder asks for them through
+/// [`Codebook::try_tables`], which reports memory it cannot have as
+/// [`crate::ErrorKind::OutOfMemory`] instead of aborting.
+#[derive(Clone, Debug)]
 pub struct Codebook {
     chunk: ChunkSize,
     mask: Vec<u8>,
     bitval: Vec<u8>,
-    tables: ChunkTables,
+    tables: std::sync::OnceLock<ChunkTables>,
 }
+
+/// Two codebooks are equal when their chunk size, mask and bit values are:
+/// the tables follow from those, built or not.
+impl PartialEq for Codebook {
+    fn eq(&self, other: &Self) -> bool {
+        self.chunk == other.chunk && self.mask == other.mask && self.bitval == other.bitval
+    }
+}
+
+impl Eq for Codebook {}
 
 impl Codebook {
     /// A codebook from its parts. Errors with
@@ -203,12 +223,11 @@ impl Codebook {
                 bitval[i], mask[i]
             )));
         }
-        let tables = ChunkTables::build(chunk, &mask, &bitval);
         Ok(Self {
             chunk,
             mask,
             bitval,
-            tables,
+            tables: std::sync::OnceLock::new(),
         })
     }
 
@@ -242,7 +261,7 @@ impl Codebook {
             chunk,
             mask: self.mask.clone(),
             bitval: self.bitval.clone(),
-            tables: ChunkTables::build(chunk, &self.mask, &self.bitval),
+            tables: std::sync::OnceLock::new(),
         }
     }
 
@@ -258,7 +277,7 @@ impl Codebook {
 
     /// Number of chunks per tensor (`K = ⌈L / C⌉`).
     pub fn chunks(&self) -> usize {
-        self.tables.entries.len()
+        self.mask.len().div_ceil(self.chunk.bytes() as usize)
     }
 
     /// `Mask`: 1 for every invariant bit.
@@ -276,15 +295,32 @@ impl Codebook {
         self.mask.iter().map(|m| u64::from(m.count_ones())).sum()
     }
 
-    /// The per-chunk tables the encoder and decoders run on.
+    /// The per-chunk tables the encoder and decoders run on, built on the
+    /// first call ([`ChunkTables::bytes_for`] bytes). Where the codebook
+    /// came from input that may be large or hostile, call
+    /// [`Codebook::try_tables`] first: this one aborts the process, as any
+    /// failed allocation does, if the memory is not there.
     pub fn tables(&self) -> &ChunkTables {
-        &self.tables
+        self.tables
+            .get_or_init(|| ChunkTables::build(self.chunk, &self.mask, &self.bitval))
+    }
+
+    /// [`Codebook::tables`], or [`crate::ErrorKind::OutOfMemory`] when the
+    /// memory for them cannot be allocated.
+    pub fn try_tables(&self) -> Result<&ChunkTables> {
+        if let Some(t) = self.tables.get() {
+            return Ok(t);
+        }
+        let built = ChunkTables::try_build(self.chunk, &self.mask, &self.bitval)?;
+        // Another thread may have built them meanwhile; either copy is the
+        // same, and the one kept is returned.
+        Ok(self.tables.get_or_init(|| built))
     }
 }
 
 impl AsRef<ChunkTables> for Codebook {
     fn as_ref(&self) -> &ChunkTables {
-        &self.tables
+        self.tables()
     }
 }
 
@@ -320,30 +356,55 @@ pub struct ChunkTables {
 }
 
 impl ChunkTables {
+    /// Bytes the tables of a codebook of `row_bytes`-byte rows and `chunk`
+    /// take: one 80-byte [`ChunkTable`] per chunk position.
+    pub const fn bytes_for(row_bytes: usize, chunk: ChunkSize) -> usize {
+        row_bytes
+            .div_ceil(chunk.bytes() as usize)
+            .saturating_mul(size_of::<ChunkTable>())
+    }
+
     fn build(chunk: ChunkSize, mask: &[u8], bitval: &[u8]) -> Self {
+        let mut entries = Vec::with_capacity(mask.len().div_ceil(chunk.bytes() as usize));
+        Self::fill(chunk, mask, bitval, &mut entries)
+    }
+
+    /// [`ChunkTables::build`] with a fallible allocation.
+    fn try_build(chunk: ChunkSize, mask: &[u8], bitval: &[u8]) -> Result<Self> {
+        let k = mask.len().div_ceil(chunk.bytes() as usize);
+        let mut entries = Vec::new();
+        entries.try_reserve_exact(k).map_err(|_| {
+            Error::out_of_memory(
+                Self::bytes_for(mask.len(), chunk),
+                &format!(
+                    "the codebook tables of {}-byte rows in {chunk}-byte chunks",
+                    mask.len()
+                ),
+            )
+        })?;
+        Ok(Self::fill(chunk, mask, bitval, &mut entries))
+    }
+
+    fn fill(chunk: ChunkSize, mask: &[u8], bitval: &[u8], entries: &mut Vec<ChunkTable>) -> Self {
         let c = chunk.bytes() as usize;
         let steps = chunk.steps();
-        let entries = mask
-            .chunks(c)
-            .zip(bitval.chunks(c))
-            .map(|(m, b)| {
-                let width = 8 * m.len() as u32;
-                let (mask, bitval) = (le_u64(m), le_u64(b));
-                let free = !mask & bits::low_mask(width);
-                ChunkTable {
-                    mask,
-                    bitval,
-                    free,
-                    width,
-                    free_bits: free.count_ones(),
-                    mv: bits::move_masks(free, steps),
-                }
-            })
-            .collect();
+        entries.extend(mask.chunks(c).zip(bitval.chunks(c)).map(|(m, b)| {
+            let width = 8 * m.len() as u32;
+            let (mask, bitval) = (le_u64(m), le_u64(b));
+            let free = !mask & bits::low_mask(width);
+            ChunkTable {
+                mask,
+                bitval,
+                free,
+                width,
+                free_bits: free.count_ones(),
+                mv: bits::move_masks(free, steps),
+            }
+        }));
         Self {
             row_bytes: mask.len(),
             chunk,
-            entries,
+            entries: std::mem::take(entries),
             total_width: 8 * mask.len() as u64,
         }
     }

@@ -23,6 +23,9 @@ pub enum ErrorKind {
     Cuda,
     /// Reading or writing a file failed.
     Io,
+    /// The memory the input needs could not be allocated. The message says
+    /// how much and for what; nothing was written.
+    OutOfMemory,
 }
 
 impl ErrorKind {
@@ -34,6 +37,7 @@ impl ErrorKind {
             ErrorKind::Corrupt | ErrorKind::Truncated => 4,
             ErrorKind::Unsupported => 5,
             ErrorKind::Cuda => 6,
+            ErrorKind::OutOfMemory => 7,
         }
     }
 }
@@ -122,6 +126,17 @@ impl Error {
         Self::new(ErrorKind::Cuda, message)
     }
 
+    /// An [`ErrorKind::OutOfMemory`] error: `bytes` could not be allocated
+    /// for `what`.
+    pub fn out_of_memory(bytes: impl fmt::Display, what: &str) -> Self {
+        Self::new(
+            ErrorKind::OutOfMemory,
+            format!(
+                "cannot allocate {bytes} bytes for {what}; free some memory or raise the process's memory limit"
+            ),
+        )
+    }
+
     /// An I/O error about `path`.
     pub fn io(context: impl Into<String>, err: std::io::Error) -> Self {
         let context = context.into();
@@ -138,6 +153,7 @@ impl fmt::Display for Error {
             ErrorKind::Unsupported => "unsupported",
             ErrorKind::Cuda => "CUDA",
             ErrorKind::Io => "I/O",
+            ErrorKind::OutOfMemory => "out of memory",
         };
         write!(f, "{kind}: {}", self.message)
     }
@@ -151,7 +167,7 @@ impl std::error::Error for Error {
     }
 }
 
-/// `len` copies of `value`, or an [`ErrorKind::Unsupported`] error naming
+/// `len` copies of `value`, or an [`ErrorKind::OutOfMemory`] error naming
 /// `what` when the memory cannot be had.
 ///
 /// Q: why not `vec![value; len]`? A: a failed allocation aborts the process
@@ -163,12 +179,8 @@ pub(crate) fn try_vec<T: bytemuck::Pod>(len: usize, value: T, what: &str) -> Res
         return try_zeroed_vec(len, what);
     }
     let mut v = Vec::new();
-    v.try_reserve_exact(len).map_err(|_| {
-        Error::unsupported(format!(
-            "cannot allocate {} bytes for {what}; free some memory or raise the process's memory limit",
-            len.saturating_mul(size_of::<T>())
-        ))
-    })?;
+    v.try_reserve_exact(len)
+        .map_err(|_| Error::out_of_memory(len.saturating_mul(size_of::<T>()), what))?;
     v.resize(len, value);
     Ok(v)
 }
@@ -181,12 +193,7 @@ pub(crate) fn try_vec<T: bytemuck::Pod>(len: usize, value: T, what: &str) -> Res
 /// (a packed payload is tens of MB, written again by the encoder), which is
 /// what `vec![0; n]` avoids and a fallible allocation should too.
 fn try_zeroed_vec<T: bytemuck::Zeroable>(len: usize, what: &str) -> Result<Vec<T>> {
-    let fail = || {
-        Error::unsupported(format!(
-            "cannot allocate {} bytes for {what}; free some memory or raise the process's memory limit",
-            len.saturating_mul(size_of::<T>())
-        ))
-    };
+    let fail = || Error::out_of_memory(len.saturating_mul(size_of::<T>()), what);
     let layout = std::alloc::Layout::array::<T>(len).map_err(|_| fail())?;
     // SAFETY: `layout` has a non-zero size (len > 0 and T is not zero-sized,
     // checked by the caller).
@@ -207,7 +214,7 @@ mod tests {
     #[test]
     fn an_allocation_too_large_is_an_error_not_an_abort() {
         let e = try_vec(usize::MAX / 2, 0u8, "a test buffer").unwrap_err();
-        assert_eq!(e.kind(), ErrorKind::Unsupported);
+        assert_eq!(e.kind(), ErrorKind::OutOfMemory);
         assert!(e.message().contains("a test buffer"), "{e}");
         assert_eq!(try_vec(3, 7u16, "three").unwrap(), [7, 7, 7]);
     }

@@ -306,3 +306,109 @@ fn inspecting_a_container_of_many_small_parts_is_bounded() {
         );
     }
 }
+
+/// Issue 38, finding 1: a valid container whose codebook tables cost far
+/// more than the file (1-byte chunks of long rows: 80 bytes of tables per
+/// chunk position against 2 bytes of mask and bit value in the file).
+/// Two 4 MiB rows that match an all-ones mask: about 9 MiB of file, 320 MiB
+/// of tables.
+fn tables_heavy_container(dir: &Scratch) -> (std::path::PathBuf, Vec<u8>, usize) {
+    use ibp::codebook::{ChunkSize, Codebook};
+    use ibp::layout::PackedRef;
+    let l = 4 << 20;
+    let data = vec![0x5au8; 2 * l];
+    let cb = Codebook::new(ChunkSize::One, vec![0xff; l], vec![0x5a; l]).unwrap();
+    // Every chunk matches and has no free bits: a row is its L participation
+    // bits, all ones.
+    let stored = (l / 8) as u64;
+    let payload = vec![0xffu8; 2 * l / 8];
+    let packed = PackedRef::new(
+        l,
+        2,
+        &[0b11],
+        std::borrow::Cow::Owned(vec![0, stored, 2 * stored]),
+        &payload,
+    )
+    .unwrap();
+    let mut w = ContainerWriter::new(Vec::new()).unwrap();
+    let g = w
+        .add_group(
+            GroupMeta::new("t", DType::U8, vec![2, l as u64], 2, l as u64, &data),
+            ibp::container::GroupData::Packed {
+                codebook: &cb,
+                threshold: None,
+                packed,
+            },
+        )
+        .unwrap();
+    w.set_source(Some(ibp::container::SourceInfo::new(
+        ibp::io::SourceFormat::Raw,
+        ibp::io::Fingerprint::of(&data),
+    )));
+    let (bytes, _) = w.finish(&[Segment::Group(g as usize)]).unwrap();
+    let n = bytes.len();
+    (dir.write("tables.ibp", &bytes), data, n)
+}
+
+#[test]
+fn inspecting_a_container_does_not_build_its_codebook_tables() {
+    let dir = Scratch::new("tables-inspect");
+    let base = baseline_kib(&dir);
+    let (container, _, file) = tables_heavy_container(&dir);
+    for args in [
+        args!["inspect", &container].to_vec(),
+        args!["inspect", &container, "--json"].to_vec(),
+    ] {
+        let (code, kib) = peak_kib(&args);
+        assert_eq!(code, Some(0), "{args:?}");
+        let extra = (kib - base) * 1024;
+        assert!(
+            extra < 8 * file as i64,
+            "{args:?}: {file} bytes of container took {extra} bytes"
+        );
+    }
+}
+
+#[test]
+fn tables_that_do_not_fit_a_memory_limit_are_a_typed_error_not_an_abort() {
+    use std::os::unix::process::CommandExt;
+    let dir = Scratch::new("tables-limit");
+    let (container, data, _) = tables_heavy_container(&dir);
+    let mut cmd = bin();
+    cmd.args(args!["decompress", &container, "-o", dir.path("out")])
+        .env("MALLOC_ARENA_MAX", "2")
+        .env("RAYON_NUM_THREADS", "2");
+    // SAFETY: setrlimit is async-signal-safe and touches only the child.
+    unsafe {
+        cmd.pre_exec(|| {
+            // 160 MiB of address space: room for the binary, the mapped
+            // file and the output, not for 320 MiB of tables.
+            let lim = libc::rlimit {
+                rlim_cur: 160 << 20,
+                rlim_max: 160 << 20,
+            };
+            if libc::setrlimit(libc::RLIMIT_AS, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let o = cmd.output().unwrap();
+    let err = text(&o.stderr);
+    assert_eq!(o.status.signal(), None, "{err}");
+    assert_eq!(
+        o.status.code(),
+        Some(ibp::ErrorKind::OutOfMemory.exit_code()),
+        "{err}"
+    );
+    assert!(
+        err.contains("out of memory") && err.contains("codebook tables"),
+        "{err}"
+    );
+    assert!(
+        !dir.path("out").exists(),
+        "a failed decompress left its output"
+    );
+    // With the memory there, the same container restores exactly.
+    restores_to(&dir, &container, &data);
+}

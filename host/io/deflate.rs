@@ -55,11 +55,8 @@ pub(crate) fn inflate_exact(compressed: &[u8], expected: u64, what: &str) -> Res
     let cap = usize::try_from(expected)
         .map_err(|_| Error::unsupported(format!("{what}: too large for this machine")))?;
     let mut out = Vec::new();
-    out.try_reserve_exact(cap).map_err(|_| {
-        Error::unsupported(format!(
-            "{what}: cannot allocate {expected} bytes to inflate it"
-        ))
-    })?;
+    out.try_reserve_exact(cap)
+        .map_err(|_| Error::out_of_memory(expected, &format!("inflating {what}")))?;
     let mut d = Decompress::new(false);
     loop {
         let consumed = d.total_in() as usize;
@@ -67,7 +64,7 @@ pub(crate) fn inflate_exact(compressed: &[u8], expected: u64, what: &str) -> Res
         // Ask for one byte more than expected so that overlong streams show.
         if out.len() == out.capacity() {
             out.try_reserve_exact(1)
-                .map_err(|_| Error::unsupported(format!("{what}: out of memory")))?;
+                .map_err(|_| Error::out_of_memory(1, &format!("inflating {what}")))?;
         }
         let status = d
             .decompress_vec(

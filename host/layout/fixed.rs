@@ -161,7 +161,7 @@ pub fn compress_fixed(
 ) -> Result<FixedStride> {
     check_rows(cb, rows.row_bytes())?;
     let (l, n) = (rows.row_bytes(), rows.rows());
-    let t = cb.tables();
+    let t = cb.try_tables()?;
     let mut slots = try_vec(rows.bytes().len(), 0u8, "the fixed-stride slots")?;
     let mut flags = try_vec(flag_bytes(n), 0u8, "the flag bitmap")?;
     let br = block_rows(l);
@@ -212,7 +212,7 @@ pub fn decompress_fixed(cb: &Codebook, fixed: &FixedStrideRef<'_>, out: &mut [u8
     check_out(out, fixed.rows, l)?;
     fixed.check_shape()?;
     check_flags(fixed.flags, fixed.rows)?;
-    let t = cb.tables();
+    let t = cb.try_tables()?;
     let br = block_rows(l);
     out.par_chunks_mut(br * l)
         .enumerate()
@@ -233,7 +233,7 @@ pub fn decompress_fixed_row(
 ) -> Result<()> {
     check_rows(cb, fixed.row_bytes)?;
     check_out(out, 1, fixed.row_bytes)?;
-    decode_slot(cb.tables(), fixed, i, out)
+    decode_slot(cb.try_tables()?, fixed, i, out)
 }
 
 fn decode_slot(

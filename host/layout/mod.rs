@@ -144,7 +144,7 @@ pub struct SizeReport {
 /// the codebook's length.
 pub fn size_query(cb: &Codebook, rows: Rows<'_>) -> Result<SizeReport> {
     check_rows(cb, rows.row_bytes())?;
-    let t = cb.tables();
+    let t = cb.try_tables()?;
     let l = rows.row_bytes() as u64;
     let mut stored = try_vec(rows.rows(), 0u64, "the stored size of every tensor")?;
     stored

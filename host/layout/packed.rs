@@ -268,7 +268,7 @@ impl<'a> PackedRef<'a> {
 pub fn compress_packed(cb: &Codebook, rows: Rows<'_>, opts: &LayoutOptions<'_>) -> Result<Packed> {
     let sizes = size_query(cb, rows)?;
     let (l, n) = (rows.row_bytes(), rows.rows());
-    let t = cb.tables();
+    let t = cb.try_tables()?;
     let mut offsets = try_vec(n + 1, 0u64, "the offsets table")?;
     let mut end = 0u64;
     for (o, &s) in offsets[1..].iter_mut().zip(&sizes.stored) {
@@ -335,7 +335,7 @@ pub fn decompress_packed(cb: &Codebook, packed: &PackedRef<'_>, out: &mut [u8]) 
     check_rows(cb, l)?;
     check_out(out, packed.rows, l)?;
     packed.check_ends()?;
-    let t = cb.tables();
+    let t = cb.try_tables()?;
     let br = block_rows(l);
     out.par_chunks_mut(br * l)
         .enumerate()
@@ -357,7 +357,7 @@ pub fn decompress_packed_row(
 ) -> Result<()> {
     check_rows(cb, packed.row_bytes)?;
     check_out(out, 1, packed.row_bytes)?;
-    decode_stored(cb.tables(), packed, i, out)
+    decode_stored(cb.try_tables()?, packed, i, out)
 }
 
 fn decode_stored(t: &ChunkTables, packed: &PackedRef<'_>, i: usize, out: &mut [u8]) -> Result<()> {

@@ -658,11 +658,8 @@ fn alloc(len: u64, name: &str) -> Result<Vec<u8>> {
     let n = usize::try_from(len)
         .map_err(|_| Error::unsupported(format!("group {name:?} is too large for this machine")))?;
     let mut v = Vec::new();
-    v.try_reserve_exact(n).map_err(|_| {
-        Error::unsupported(format!(
-            "cannot allocate {len} bytes to decompress group {name:?}"
-        ))
-    })?;
+    v.try_reserve_exact(n)
+        .map_err(|_| Error::out_of_memory(len, &format!("decompressing group {name:?}")))?;
     v.resize(n, 0);
     Ok(v)
 }
