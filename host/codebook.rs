@@ -188,6 +188,23 @@ pub struct Codebook {
     mask: Vec<u8>,
     bitval: Vec<u8>,
     tables: std::sync::OnceLock<ChunkTables>,
+    /// Held while [`Codebook::try_tables`] builds the tables.
+    building: BuildLock,
+}
+
+/// A lock that one thread holds while it builds a codebook's tables.
+///
+/// Q: why, when `OnceLock` already runs one initialiser? A: its fallible
+/// form (`get_or_try_init`) is not stable, and without a lock every thread
+/// of a parallel decode that asks first would build its own copy, as much
+/// memory as the tables a thread.
+#[derive(Debug, Default)]
+struct BuildLock(std::sync::Mutex<()>);
+
+impl Clone for BuildLock {
+    fn clone(&self) -> Self {
+        BuildLock::default()
+    }
 }
 
 /// Two codebooks are equal when their chunk size, mask and bit values are:
@@ -228,6 +245,7 @@ impl Codebook {
             mask,
             bitval,
             tables: std::sync::OnceLock::new(),
+            building: BuildLock::default(),
         })
     }
 
@@ -262,6 +280,7 @@ impl Codebook {
             mask: self.mask.clone(),
             bitval: self.bitval.clone(),
             tables: std::sync::OnceLock::new(),
+            building: BuildLock::default(),
         }
     }
 
@@ -311,9 +330,16 @@ impl Codebook {
         if let Some(t) = self.tables.get() {
             return Ok(t);
         }
+        let _building = self
+            .building
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(t) = self.tables.get() {
+            // Built by the thread that held the lock before.
+            return Ok(t);
+        }
         let built = ChunkTables::try_build(self.chunk, &self.mask, &self.bitval)?;
-        // Another thread may have built them meanwhile; either copy is the
-        // same, and the one kept is returned.
         Ok(self.tables.get_or_init(|| built))
     }
 }
