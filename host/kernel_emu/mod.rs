@@ -1,11 +1,11 @@
 //! The GPU fit and compression kernel bodies (`ibp_kernels::encode`), run on
-//! the CPU by an emulated warp: 32 threads, one per lane, that meet at a
-//! barrier for every shuffle. Slow, but it runs the very code the GPU runs,
+//! the CPU by an emulated warp: 32 lanes, coroutines on one thread, that
+//! meet at a barrier for every shuffle. Slow, but it runs the very code the GPU runs,
 //! on machines without one (CI), and compares it with the CPU encoder byte
 //! for byte. The same comparisons run on the GPU in `tests/gpu_compress.rs`.
 
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU8, AtomicU16, AtomicU32, AtomicU64, Ordering::Relaxed};
-use std::sync::{Condvar, Mutex};
 
 use ibp_kernels::encode::{self, WarpWriter};
 use ibp_kernels::params::{
@@ -44,85 +44,62 @@ macro_rules! with_chunk_const {
     };
 }
 
-/// A barrier for the lane threads that a panicking lane breaks: every lane
-/// waiting at it, or arriving later, then panics too, so an emulated kernel
-/// that fails (an assertion, an overflow in a lane) fails its test instead
-/// of leaving the other 31 lanes waiting for it forever.
-///
-/// Q: why not `std::sync::Barrier`?
-/// A: it cannot be broken; a mutation test whose kernel overflowed in one
-/// lane hung (found 2026-11-27).
+/// A barrier of `n` emulated lanes. Lanes are coroutines on one thread
+/// (see [`run_block`]): a lane that arrives suspends itself until the last
+/// one arrives and the round turns.
 struct LaneBarrier {
     n: usize,
-    /// Lanes arrived in this round, the round's number, broken.
-    state: Mutex<(usize, u64, bool)>,
-    turned: Condvar,
+    /// Lanes arrived in this round, the round's number.
+    state: Mutex<(usize, u64)>,
 }
 
 impl LaneBarrier {
     fn new(n: usize) -> Self {
         LaneBarrier {
             n,
-            state: Mutex::new((0, 0, false)),
-            turned: Condvar::new(),
+            state: Mutex::new((0, 0)),
         }
     }
 
-    fn wait(&self) {
+    /// Arrive at the barrier and return the round to wait for the end of
+    /// (`None`: this lane was the last one, the round has turned).
+    fn arrive(&self) -> Option<u64> {
         let mut g = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        assert!(!g.2, "another lane of the emulated block panicked");
         let round = g.1;
         g.0 += 1;
         if g.0 == self.n {
-            (g.0, g.1) = (0, round + 1);
-            self.turned.notify_all();
-            return;
+            *g = (0, round + 1);
+            return None;
         }
-        while g.1 == round && !g.2 {
-            g = self.turned.wait(g).unwrap_or_else(|p| p.into_inner());
-        }
-        assert!(g.1 != round, "another lane of the emulated block panicked");
+        Some(round)
     }
 
-    /// Break the barrier (a lane panicked).
-    fn break_it(&self) {
-        self.state.lock().unwrap_or_else(|p| p.into_inner()).2 = true;
-        self.turned.notify_all();
+    /// Whether round `round` has ended.
+    fn turned(&self, round: u64) -> bool {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).1 != round
     }
 }
 
-/// Breaks every barrier of the block when its lane thread unwinds.
-struct BreakOnPanic<'a> {
-    exs: &'a [Exchange],
-    block: &'a LaneBarrier,
-}
-
-impl Drop for BreakOnPanic<'_> {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            self.block.break_it();
-            for ex in self.exs {
-                ex.barrier.break_it();
-            }
-        }
-    }
-}
-
-/// The shuffle exchange shared by the 32 lane threads.
+/// The shuffle exchange shared by the 32 lanes of a warp.
 struct Exchange {
     barrier: LaneBarrier,
     slots: [AtomicU32; 32],
 }
 
-/// One lane of the emulated warp.
 /// A group of asynchronous copies: (shared destination, 16 bytes).
 type CopyGroup = Vec<(u32, [u32; 4])>;
 
+/// One lane of the emulated warp.
 struct EmuLane<'a> {
     lane: u32,
     ex: &'a Exchange,
-    /// The block's barrier (every lane thread of every warp of the block).
+    /// The block's barrier (every lane of every warp of the block).
     block: &'a LaneBarrier,
+    /// Suspends this lane's coroutine, handing the thread to the next lane.
+    yielder: &'a corosensei::Yielder<(), ()>,
+    /// Counts barrier arrivals and finished lanes, for [`run_block`]'s
+    /// deadlock check.
+    progress: &'a AtomicU64,
     /// Host address of the warp's shared memory (0: none).
     smem: u64,
     /// This lane's asynchronous copies not yet landed: committed groups in
@@ -133,10 +110,20 @@ struct EmuLane<'a> {
 impl EmuLane<'_> {
     fn exchange(&self, x: u32, src: u32) -> u32 {
         self.ex.slots[self.lane as usize].store(x, Relaxed);
-        self.ex.barrier.wait();
+        self.wait(&self.ex.barrier);
         let r = self.ex.slots[src as usize].load(Relaxed);
-        self.ex.barrier.wait();
+        self.wait(&self.ex.barrier);
         r
+    }
+
+    /// Wait at `barrier`: suspend until every lane it counts has arrived.
+    fn wait(&self, barrier: &LaneBarrier) {
+        self.progress.fetch_add(1, Relaxed);
+        if let Some(round) = barrier.arrive() {
+            while !barrier.turned(round) {
+                self.yielder.suspend(());
+            }
+        }
     }
 }
 
@@ -176,8 +163,10 @@ impl Lanes for EmuLane<'_> {
     }
 }
 
-/// Host memory through atomics (lanes are threads; a word two lanes OR into
-/// must not be a data race).
+/// Host memory through atomics. Q: why atomics, when the lanes share one
+/// thread? A: the kernel bodies take memory as `Mem`, whose contract is the
+/// GPU's: two lanes may OR into one word; relaxed atomics keep that defined
+/// here whatever the schedule.
 struct EmuMem;
 
 // SAFETY: (every method) the caller passes addresses of live, aligned host
@@ -421,7 +410,7 @@ impl Async for EmuLane<'_> {
         self.land(done.into_iter());
     }
     fn sync_warp(&self) {
-        self.ex.barrier.wait();
+        self.wait(&self.ex.barrier);
     }
 }
 
@@ -435,7 +424,7 @@ impl EmuLane<'_> {
     }
 }
 
-/// Run `body` as one warp (32 lane threads).
+/// Run `body` as one warp (32 lanes).
 fn run_warp(body: impl Fn(&EmuLane<'_>) + Sync) {
     run_warp_with(0, body)
 }
@@ -445,10 +434,22 @@ fn run_warp_with(smem: u64, body: impl Fn(&EmuLane<'_>) + Sync) {
     run_block(1, smem, |w, _| body(w))
 }
 
-/// Run `body` as a block of `warps` warps (32 lane threads each, all at
-/// once: they meet at the block's barrier) whose shared memory is the host
-/// buffer at `smem`; `body` gets the warp's index in the block.
+/// Run `body` as a block of `warps` warps (32 lanes each, all at once:
+/// they meet at the block's barrier) whose shared memory is the host buffer
+/// at `smem`; `body` gets the warp's index in the block.
+///
+/// Q: why coroutines and not a thread a lane? A: a lane waits at a barrier
+/// for every shuffle; with threads each wait is a sleep and a wake-up in the
+/// kernel, and 32 threads a warp on a 2-core CI machine spent minutes doing
+/// little else (the emulated encoder test alone took 316 s). A coroutine
+/// switch is a few register moves. Lanes run in turn on the calling thread,
+/// each until it waits at a barrier or ends; the schedule changes nothing a
+/// kernel may rely on, since lanes only meet at barriers.
+///
+/// A lane that panics ends the block: the panic reaches the caller at once,
+/// and the other lanes are unwound where they wait.
 fn run_block(warps: u32, smem: u64, body: impl Fn(&EmuLane<'_>, u32) + Sync) {
+    use corosensei::{Coroutine, CoroutineResult, Yielder, stack::DefaultStack};
     let exs: Vec<Exchange> = (0..warps)
         .map(|_| Exchange {
             barrier: LaneBarrier::new(32),
@@ -456,31 +457,53 @@ fn run_block(warps: u32, smem: u64, body: impl Fn(&EmuLane<'_>, u32) + Sync) {
         })
         .collect();
     let block = LaneBarrier::new(32 * warps as usize);
-    std::thread::scope(|s| {
-        for (warp, ex) in exs.iter().enumerate() {
-            for lane in 0..32 {
-                let (block, body, all) = (&block, &body, &exs[..]);
-                s.spawn(move || {
-                    let _guard = BreakOnPanic { exs: all, block };
-                    body(
-                        &EmuLane {
-                            lane,
-                            ex,
-                            block,
-                            smem,
-                            pending: Default::default(),
-                        },
-                        warp as u32,
-                    )
-                });
-            }
+    let progress = AtomicU64::new(0);
+    let (body, block, progress) = (&body, &block, &progress);
+    let mut lanes: Vec<Coroutine<(), (), ()>> = Vec::new();
+    for (warp, ex) in exs.iter().enumerate() {
+        for lane in 0..32 {
+            let run = move |yielder: &Yielder<(), ()>, ()| {
+                body(
+                    &EmuLane {
+                        lane,
+                        ex,
+                        block,
+                        yielder,
+                        progress,
+                        smem,
+                        pending: Default::default(),
+                    },
+                    warp as u32,
+                );
+                progress.fetch_add(1, Relaxed);
+            };
+            // 2 MiB, as a thread gets: the kernel bodies are deep in a
+            // debug build.
+            let stack = DefaultStack::new(2 << 20).expect("a lane's stack");
+            // SAFETY: `run` borrows `exs`, `body`, `block` and `progress`,
+            // which are declared before `lanes` and so outlive it; every
+            // coroutine in `lanes` is dropped (run to its end, or unwound
+            // by `Coroutine`'s drop) when `lanes` is, at the end of this
+            // function or while a lane's panic unwinds through it; none is
+            // forgotten.
+            lanes.push(unsafe { Coroutine::with_stack_unchecked(stack, run) });
         }
-    });
+    }
+    let mut live: Vec<usize> = (0..lanes.len()).collect();
+    while !live.is_empty() {
+        let before = progress.load(Relaxed);
+        live.retain(|&i| matches!(lanes[i].resume(()), CoroutineResult::Yield(())));
+        assert!(
+            live.is_empty() || progress.load(Relaxed) != before,
+            "the emulated block is stuck: {} lanes wait at barriers that the others never reach",
+            live.len()
+        );
+    }
 }
 
 impl Block for EmuLane<'_> {
     fn sync_threads(&self) {
-        self.block.wait();
+        self.wait(self.block);
     }
 }
 
