@@ -35,9 +35,20 @@ fn main() {
     let manifest_dir = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("set by cargo"));
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("set by cargo"));
     let kernels = manifest_dir.join("gpu-kernels");
-    // OUT_DIR is <target>/<profile>/build/ibp-<hash>/out; keep the nested
-    // build beside the outer one so it is reused across profiles.
-    let target_root = out_dir.ancestors().nth(4).unwrap_or(&out_dir).to_path_buf();
+    // Keep the nested build in the outer target folder, beside the
+    // profiles, so that every profile (dev, test, release) reuses one PTX
+    // build. Q: why look for CACHEDIR.TAG instead of counting folders up
+    // from OUT_DIR? A: cargo's layout of OUT_DIR changed (<profile>/build/
+    // ibp-<hash>/out became <profile>/build/ibp/<hash>/out), and a fixed
+    // count then landed inside one profile's folder, so each profile
+    // compiled the kernels again; cargo marks its target folder's root
+    // with that file.
+    let target_root = out_dir
+        .ancestors()
+        .skip(1)
+        .find(|d| d.join("CACHEDIR.TAG").is_file())
+        .unwrap_or(&out_dir)
+        .to_path_buf();
     let profile = env::var("IBP_KERNEL_PROFILE").unwrap_or_else(|_| "release".into());
     for arch in ARCHES {
         KernelBuilder::new(&kernels)

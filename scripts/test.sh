@@ -10,9 +10,21 @@
 # CUDA at all.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Each step's seconds, printed as a table at the end (issue 36: CI's time
+# by step).
+t_last=$(date +%s)
+t_name="set-up (scripts/setup.sh)"
+t_rows=()
+step() {
+  local now
+  now=$(date +%s)
+  t_rows+=("$(printf '%5d s  %s' $((now - t_last)) "$t_name")")
+  t_last=$now
+  t_name="$*"
+  printf '\n=== %s\n' "$*"
+}
 bash scripts/setup.sh
 source scripts/env.sh
-step() { printf '\n=== %s\n' "$*"; }
 cuda=0
 case ",$IBP_FEATURES," in *,cuda,*) cuda=1 ;; esac
 if [ "$cuda" = 0 ]; then
@@ -127,3 +139,5 @@ if [ -x scripts/fuzz-smoke.sh ]; then
   bash scripts/fuzz-smoke.sh "${IBP_FUZZ_SECONDS:-20}"
 fi
 step "all checks passed"
+printf '\nseconds by step:\n'
+printf '%s\n' "${t_rows[@]}"
