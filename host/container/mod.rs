@@ -92,7 +92,7 @@ pub struct CompressOptions<'a> {
 /// Q: why 64 MiB? A: large enough that each batch keeps every core busy
 /// (the codec splits a batch into 64 KiB blocks) and the per-batch costs
 /// (three short passes, a write) vanish; small enough that a batch, its
-/// stored sizes and offsets stay far below the 512 MiB the README promises.
+/// stored sizes and offsets stay far below the 512 MiB docs/GUARANTEES.md promises.
 pub const DEFAULT_BATCH_BYTES: usize = 64 << 20;
 
 impl Default for CompressOptions<'_> {
