@@ -131,3 +131,10 @@ mod progress;
 pub use dataset::Rows;
 pub use error::{Error, ErrorKind, Result};
 pub use progress::Progress;
+
+/// The Rust examples of `docs/GPU.md`, each a complete program, compiled as
+/// doctests (`cargo test --features cuda --doc`) so that the page cannot
+/// drift from the API. Only rustdoc's doctest pass sees this item.
+#[cfg(all(doctest, feature = "cuda"))]
+#[doc = include_str!("../docs/GPU.md")]
+pub struct GpuGuideExamples;
