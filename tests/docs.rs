@@ -369,6 +369,62 @@ fn every_option_cli_md_gives_a_subcommand_exists() {
     );
 }
 
+/// The code spans of a line (the text between backticks).
+fn code_spans(line: &str) -> Vec<&str> {
+    line.split('`').skip(1).step_by(2).collect()
+}
+
+#[test]
+fn every_option_the_other_documents_give_ibp_exists() {
+    // README.md, BENCHMARKS.md, GPU.md, …: console lines that run `ibp SUB`,
+    // and code spans that start with `ibp SUB`. (docs/CLI.md has its own
+    // checks above.)
+    let subs = subcommands();
+    let mut known: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut unknown = Vec::new();
+    for doc in checked_documents() {
+        if doc == "docs/CLI.md" {
+            continue;
+        }
+        let text = read(&doc);
+        let mut fenced = false;
+        for (i, line) in text.lines().enumerate() {
+            if line.trim_start().starts_with("```") {
+                fenced = !fenced;
+                continue;
+            }
+            let mut uses: Vec<(String, String)> = Vec::new();
+            if fenced {
+                if let Some(sub) = runs(line, &subs) {
+                    uses.extend(named_options(line).into_iter().map(|o| (sub.clone(), o)));
+                }
+            } else {
+                for span in code_spans(line) {
+                    if let Some(sub) = runs(span, &subs).filter(|_| span.starts_with("ibp ")) {
+                        uses.extend(named_options(span).into_iter().map(|o| (sub.clone(), o)));
+                    }
+                }
+            }
+            for (sub, opt) in uses {
+                let opts = known
+                    .entry(sub.clone())
+                    .or_insert_with(|| long_options(&sub));
+                if opt != "help" && opt != "version" && !opts.contains(&opt) {
+                    unknown.push(format!(
+                        "{doc}:{}: `ibp {sub} --{opt}`: no such option",
+                        i + 1
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        unknown.is_empty(),
+        "documents name options the binary does not have:\n{}",
+        unknown.join("\n")
+    );
+}
+
 #[test]
 fn every_results_file_benchmarks_md_cites_exists() {
     let text = read("docs/BENCHMARKS.md");
