@@ -167,6 +167,33 @@ impl std::error::Error for Error {
     }
 }
 
+/// A cust error as an [`ErrorKind::Cuda`] error, the driver's result code
+/// kept ([`Error::cuda_result`]), so that `?` works on cust calls (device
+/// buffers, streams) in a function that returns [`Result`].
+///
+/// Q: why, when ibp's own calls already return [`Error`]?
+/// A: a host app mixes them with cust's: it makes the stream and the
+/// buffers a gather writes into. Without this, each of those calls needs a
+/// `map_err`, and the README's GPU quick start did not compile as pasted.
+/// ibp's own calls still say what they were doing; a bare cust error can
+/// only say which call failed from the caller's `?`.
+#[cfg(feature = "cuda")]
+impl From<cust::error::CudaError> for Error {
+    fn from(e: cust::error::CudaError) -> Self {
+        let code = e as u32;
+        let hint = if code == CUDA_ERROR_NO_DEVICE {
+            "; no CUDA-capable device is usable here"
+        } else {
+            ""
+        };
+        Error::cuda_code(
+            format!("a CUDA call failed: {e} (CUresult {code}){hint}"),
+            code,
+        )
+        .with_source(e)
+    }
+}
+
 /// `len` copies of `value`, or an [`ErrorKind::OutOfMemory`] error naming
 /// `what` when the memory cannot be had.
 ///
@@ -210,6 +237,29 @@ fn try_zeroed_vec<T: bytemuck::Zeroable>(len: usize, what: &str) -> Result<Vec<T
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `?` on a cust call in a function returning ibp's `Result`.
+    #[cfg(feature = "cuda")]
+    fn cust_call(e: cust::error::CudaError) -> Result<()> {
+        let r: std::result::Result<(), cust::error::CudaError> = Err(e);
+        r?;
+        Ok(())
+    }
+
+    #[cfg(feature = "cuda")]
+    #[test]
+    fn a_cust_error_converts_to_a_cuda_error_with_its_code() {
+        use cust::error::CudaError;
+        let e = cust_call(CudaError::OutOfMemory).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Cuda);
+        assert_eq!(e.cuda_result(), Some(2));
+        assert!(e.message().contains("CUresult 2"), "{e}");
+        assert!(std::error::Error::source(&e).is_some());
+        let e = cust_call(CudaError::NoDevice).unwrap_err();
+        assert_eq!(e.cuda_result(), Some(CUDA_ERROR_NO_DEVICE));
+        assert!(e.message().contains("no CUDA-capable device"), "{e}");
+        assert_eq!(e.kind().exit_code(), 6);
+    }
 
     #[test]
     fn an_allocation_too_large_is_an_error_not_an_abort() {

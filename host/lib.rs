@@ -1,12 +1,115 @@
-#![doc = include_str!("../README.md")]
+//! Invariant Bit Packing: lossless compression of ML tensors (GNN features,
+//! embedding tables, LLM weights and KV caches) with decompression on NVIDIA
+//! GPUs, in kernels written in Rust.
+//!
+//! IBP looks at one bit position across many equal-length tensors (*rows*).
+//! Positions that hold the same value in most rows are invariant: a
+//! [`codebook::Codebook`] stores them once, and every chunk of a row that
+//! agrees with it drops those bits. Decompression returns the original bits,
+//! on the CPU or the GPU, from the same bytes. The project's documents (the
+//! command line, the GPU guide, the format, benchmarks) are in its `docs/`
+//! folder; `docs/FORMAT.md` specifies every bit.
+//!
+//! # Two tiers
+//!
+//! - **The CPU codec** (default features): fit, encode, the two layouts, the
+//!   `.ibp` container and the input formats. Stable Rust, no CUDA, no
+//!   command-line dependencies.
+//! - **The GPU path** (feature `cuda`): the `gpu` module decodes, fits and
+//!   compresses on an NVIDIA GPU (A100, H100/H200 and later), producing and
+//!   reading the CPU codec's bytes exactly. It needs the pinned nightly
+//!   toolchain (the kernels are compiled by rustc's NVPTX backend) and a
+//!   `libcuda.so` to link; `cust::error::CudaError` converts into [`Error`].
+//!
+//! The `ibp` command line is the feature `cli` and is not part of this API.
+//!
+//! # Module map
+//!
+//! The modules follow the pipeline: fit → codebook → encode → layout →
+//! container.
+//!
+//! | module | what for |
+//! | --- | --- |
+//! | [`fit`] | count the bits of a dataset and choose the threshold and chunk size ([`fit::fit`]); clustered fits |
+//! | [`codebook`] | the [`codebook::Codebook`]: mask, bit values, chunk size, and the tables the codec runs on |
+//! | [`encode`] | one row: [`encode::encode_row`], [`encode::decode_row`], stored sizes |
+//! | [`layout`] | a dataset of rows: the packed layout (smallest) and the fixed-stride layout (a slot per row) |
+//! | [`cluster`] | one codebook per cluster of rows, in memory |
+//! | [`container`] | the `.ibp` file: [`container::compress_document`] writes it, [`container::IbpFile`] reads and restores it |
+//! | [`io`] | the user's formats (safetensors, npy, npz, raw) parsed into a [`io::Document`] and restored byte for byte |
+//! | [`kv`] | real KV-cache test data: a MiniLM forward pass (used by `ibp kv-data` and the benchmarks) |
+//! | [`Rows`], [`Error`], [`ErrorKind`], [`Progress`] | a dataset of equal-length rows; the one error type and its kinds; the progress hook of long operations |
+#![cfg_attr(
+    feature = "cuda",
+    doc = "| [`gpu`] (feature `cuda`) | the GPU path: datasets in pinned or device memory, the [`gpu::Decoder`] (ranges and gathers, zero-copy or DMA), fit and compression, the feature cache, the KV store |"
+)]
+#![cfg_attr(
+    not(feature = "cuda"),
+    doc = "| `gpu` (feature `cuda`, not in this build) | the GPU path: datasets in pinned or device memory, the decoder (ranges and gathers, zero-copy or DMA), fit and compression, the feature cache, the KV store |"
+)]
+//!
+//! # A dataset in memory
+//!
+//! ```
+//! use ibp::Rows;
+//! use ibp::fit::{FitOptions, fit};
+//! use ibp::layout::{LayoutOptions, compress_packed, decompress_packed_row};
+//!
+//! // 1000 rows of 64 f32 values that share their sign and exponent bits.
+//! let values: Vec<f32> = (0..64_000).map(|i| 1.0 + (i % 97) as f32 / 128.0).collect();
+//! let rows = Rows::of(&values, 64)?;
+//!
+//! let fitted = fit(rows, &FitOptions::default())?;
+//! let packed = compress_packed(&fitted.codebook, rows, &LayoutOptions::default())?;
+//! assert!(packed.payload.len() < rows.bytes().len());
+//!
+//! // Any row alone, without touching the others.
+//! let mut row = vec![0u8; rows.row_bytes()];
+//! decompress_packed_row(&fitted.codebook, &packed.view(), 999, &mut row)?;
+//! assert_eq!(row, rows.row(999));
+//! # Ok::<(), ibp::Error>(())
+//! ```
+//!
+//! # A file, through the container
+//!
+//! [`io::parse`] reads the user's format, [`container::compress_document`]
+//! writes an `.ibp` file, and [`container::IbpFile`] restores the original
+//! bytes, checked against the hashes the file records.
+//!
+//! ```
+//! use ibp::container::{CompressOptions, IbpFile, compress_document};
+//! use ibp::io::{self, DType, ParseOptions, SourceFormat};
+//!
+//! // Raw little-endian f32, 512 rows of 128 values.
+//! let values: Vec<f32> = (0..65_536).map(|i| (i % 7) as f32).collect();
+//! let original: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+//! let opts = ParseOptions::default().with_raw(DType::F32, Some(vec![512, 128]));
+//! let doc = io::parse(&original, SourceFormat::Raw, &opts)?;
+//!
+//! let (ibp_bytes, report) = compress_document(&doc, &CompressOptions::default(), Vec::new())?;
+//! assert!(ibp_bytes.len() < original.len());
+//!
+//! let file = IbpFile::from_bytes(&ibp_bytes)?;
+//! assert_eq!(file.restore_to_vec()?, original);
+//! # let _ = report;
+//! # Ok::<(), ibp::Error>(())
+//! ```
+//!
+//! # Errors
+//!
+//! Every fallible call returns [`Result`]: an [`Error`] with a message for
+//! people and an [`ErrorKind`] to branch on (corrupt or truncated data, an
+//! invalid argument, unsupported input, CUDA, I/O). No input makes the
+//! library panic; corrupt data is refused with `Corrupt` or `Truncated`.
+#![cfg_attr(
+    feature = "cuda",
+    doc = "\n# On the GPU\n\nThe [`gpu`] module's documentation has a complete example: the rows \
+above placed in pinned host memory and gathered on the device."
+)]
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
-// The modules follow the pipeline: fit (count, choose a threshold) ->
-// codebook -> encode (one tensor) -> layout (a dataset) -> container (a file);
-// cluster holds one codebook per cluster of tensors;
-// io reads and restores the user's formats; gpu launches the kernels;
-// kv makes real KV-cache test data (MiniLM run by a forward pass of ours).
+// The modules follow the pipeline (the crate doc's module map above).
 pub mod cluster;
 pub mod codebook;
 pub mod container;
@@ -28,3 +131,10 @@ mod progress;
 pub use dataset::Rows;
 pub use error::{Error, ErrorKind, Result};
 pub use progress::Progress;
+
+/// The Rust examples of `docs/GPU.md`, each a complete program, compiled as
+/// doctests (`cargo test --features cuda --doc`) so that the page cannot
+/// drift from the API. Only rustdoc's doctest pass sees this item.
+#[cfg(all(doctest, feature = "cuda"))]
+#[doc = include_str!("../docs/GPU.md")]
+pub struct GpuGuideExamples;

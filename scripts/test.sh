@@ -111,7 +111,7 @@ if [ "$cuda" = 1 ]; then
   # The one spill allowed: ibp_decode_clustered on sm_80 keeps a
   # loop-invariant address in local memory (4 bytes, stored and loaded once
   # per batch of tensors, outside the decode step), at the 128-register cap
-  # that ibp_decode itself reaches there; sm_90 has none. docs/PERF-NOTES.md,
+  # that ibp_decode itself reaches there; sm_90 has none. docs/archive/PERF-NOTES-2026-11-28.md,
   # "Clustered datasets on the GPU".
   allowed_spill() { [ "$1 $2" = "ibp_decode_clustered sm_80" ] && [ "$3" -le 8 ]; }
   for ptx in "$ptx_dir"/*.ptx; do

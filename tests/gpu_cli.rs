@@ -1,7 +1,7 @@
 //! The `ibp` binary on a GPU: `compress --device gpu` writes byte for byte
 //! the container `--device cpu` writes (Cora, MiniLM's embeddings; packed
 //! and fixed) and says it used the GPU; Ctrl-C during a GPU run leaves no
-//! `.partial` file; the GPU run stays under the README's 512 MiB of
+//! `.partial` file; the GPU run stays under docs/GUARANTEES.md's 512 MiB of
 //! anonymous memory; `ibp bench FILE --json` parses and reports every
 //! measurement bit-exact. Prints `skipped: no CUDA device` without a GPU (a
 //! failure with `IBP_REQUIRE_GPU=1`).

@@ -1571,7 +1571,7 @@ unsafe fn finish_slot<W: Lanes, M: Mem, S: Shared + Async>(
 /// [`RingWriter::step`].
 ///
 /// Q: why three for chunks of 1 and 2 bytes, two for 4 and 8?
-/// A: measured (H200, docs/PERF-NOTES.md, "Three lane words a step"). A
+/// A: measured (H200, docs/archive/PERF-NOTES-2026-11-28.md, "Three lane words a step"). A
 /// step's bookkeeping (the scans, the ring's copy-out and its two meetings
 /// of the warp, the loop) is the same for any number of words, and the
 /// 768-byte rows of bf16 tables and KV caches (384 values) are one step of
@@ -1659,7 +1659,7 @@ unsafe fn encode_rows<
     // warp's issues), but the compiler then wants 8 to 16 more registers.
     // A warp's registers come from one of four 16384-register partitions
     // of the SM, so 88 or 92 hold five warps a partition where 80 hold
-    // six. Measured on the H200 (docs/PERF-NOTES.md, "A step's lane words
+    // six. Measured on the H200 (docs/archive/PERF-NOTES-2026-11-28.md, "A step's lane words
     // without a branch each"): at their natural registers the measured
     // path's encoders ran 8–11% slower and the 2-byte slots encoder 5%
     // slower; the 4- and 8-byte slots encoders capped at 80 (build.rs; no

@@ -59,7 +59,7 @@ pub const MAX_CLUSTERS: usize = 4096;
 ///
 /// Q: why a limit? A: the clustered writer holds the group's compressed
 /// form in memory (the packed writer streams it in batches); 256 MiB keeps
-/// compression within the memory the README promises. Streaming clustered
+/// compression within the memory docs/GUARANTEES.md promises. Streaming clustered
 /// groups is left for later.
 pub const MAX_CLUSTERED_GROUP_BYTES: u64 = 256 << 20;
 

@@ -11,6 +11,31 @@
 //!   (fit, compress, verify, write); [`IbpFile::restore`] writes the
 //!   original file back byte for byte.
 //!
+//! # Example
+//!
+//! ```
+//! use ibp::container::{CompressOptions, GroupLayout, IbpFile, RestoreOptions, compress_document};
+//! use ibp::io::{self, DType, ParseOptions, SourceFormat};
+//!
+//! // A raw file of little-endian f32: 512 rows of 128 values.
+//! let values: Vec<f32> = (0..65_536).map(|i| (i % 7) as f32).collect();
+//! let raw: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+//! let opts = ParseOptions::default().with_raw(DType::F32, Some(vec![512, 128]));
+//! let doc = io::parse(&raw, SourceFormat::Raw, &opts)?;
+//! let (bytes, _report) = compress_document(&doc, &CompressOptions::default(), Vec::new())?;
+//!
+//! let file = IbpFile::from_bytes(&bytes)?; // every section checked here
+//! let group = file.group(0).expect("one group");
+//! assert_eq!((group.rows(), group.row_bytes()), (512, 512));
+//! assert!(matches!(group.layout(), GroupLayout::Coded(_)));
+//! assert_eq!(group.decompress()?, raw); // one group's tensors
+//!
+//! let mut restored = Vec::new(); // the whole original file, hash checked
+//! file.restore(&mut restored, &RestoreOptions::default())?;
+//! assert_eq!(restored, raw);
+//! # Ok::<(), ibp::Error>(())
+//! ```
+//!
 //! Q: why a trailer with the directory at the end, like zip?
 //! A: it lets the writer stream: section sizes are not known until each
 //! group is compressed, and a header-first directory would need seeking or a
@@ -92,7 +117,7 @@ pub struct CompressOptions<'a> {
 /// Q: why 64 MiB? A: large enough that each batch keeps every core busy
 /// (the codec splits a batch into 64 KiB blocks) and the per-batch costs
 /// (three short passes, a write) vanish; small enough that a batch, its
-/// stored sizes and offsets stay far below the 512 MiB the README promises.
+/// stored sizes and offsets stay far below the 512 MiB docs/GUARANTEES.md promises.
 pub const DEFAULT_BATCH_BYTES: usize = 64 << 20;
 
 impl Default for CompressOptions<'_> {

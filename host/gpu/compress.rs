@@ -106,7 +106,7 @@ impl GpuCodebook {
     /// Q: what does this save over [`GpuCodebook::new`]?
     /// A: an allocation and the free of the old buffer, which waits for
     /// the device (`ibp bench --section compress --stages` times both;
-    /// `docs/PERF-NOTES.md` has the numbers).
+    /// `docs/archive/PERF-NOTES-2026-11-28.md` has the numbers).
     pub fn replace(&mut self, cb: &Codebook) -> Result<()> {
         let book = encoder_book(cb);
         if self.book.len() >= book.len() {
@@ -320,7 +320,7 @@ impl Gpu {
     /// takes, rather than one resident wave that loops over them all.
     ///
     /// Q: why many short-lived blocks?
-    /// A: measured on the H200 (docs/PERF-NOTES.md, "Short waves for the
+    /// A: measured on the H200 (docs/archive/PERF-NOTES-2026-11-28.md, "Short waves for the
     /// encoders"): with one resident wave, each warp a fixed share of
     /// ~380 rows, the bf16 slots encoder kept 21.3 warps an SM active of
     /// the 28 launched (Nsight Compute): warps that had finished their
@@ -831,7 +831,7 @@ impl Gpu {
 /// participation bits, and tensors that miss the mask). MiniLM's f32
 /// embeddings (18.8% invariant, 12.8% saved) measured within ±2% either
 /// way; below the line the measured path also needs no scratch.
-/// `docs/PERF-NOTES.md` has the stage times.
+/// `docs/archive/PERF-NOTES-2026-11-28.md` has the stage times.
 fn pays_through_slots(cb: &Codebook) -> bool {
     5 * cb.invariant_bits() >= 8 * cb.row_bytes() as u64
 }

@@ -25,7 +25,7 @@ use crate::fit::{Fit, FitOptions, SamplePlan};
 /// sample buffer, whose free waits for the device, the counters, books,
 /// totals and a stream) was a sizeable part of the rest: keeping them took
 /// MiniLM bf16's fit of 1/16 from 0.58 to 0.47–0.50 ms (H100). What is
-/// left is not yet explained (`docs/PERF-NOTES.md`, "The device encoder").
+/// left is not yet explained (`docs/archive/PERF-NOTES-2026-11-28.md`, "The device encoder").
 pub(crate) struct FitScratch {
     stream: Stream,
     sample: DeviceBuffer<u8>,

@@ -5,6 +5,45 @@
 //! The kernels are Rust (`gpu-kernels/`), compiled to PTX by `build.rs` with
 //! rustc's NVPTX backend and loaded once per [`Gpu`].
 //!
+//! # Example
+//!
+//! Rows compressed on the CPU, placed in pinned host memory (read by the
+//! kernels over PCIe, zero-copy) and gathered on the device in any order.
+//! [`Decoder::gather`] only enqueues work on the stream; corrupt input is
+//! reported by [`DecodeStatus::check_blocking`]. cust's errors convert into
+//! [`Error`], so `?` works on the stream and the buffers too.
+//!
+//! ```no_run
+//! use ibp::gpu::cust::memory::DeviceBuffer;
+//! use ibp::gpu::cust::stream::{Stream, StreamFlags};
+//! use ibp::gpu::{DecodeOptions, DecodeStatus, Decoder, Gpu, GpuDataset, Residency};
+//! use ibp::gpu::copy_to_host_blocking;
+//! use ibp::{Rows, fit::{FitOptions, fit}, layout::{LayoutOptions, compress_packed}};
+//!
+//! fn main() -> Result<(), ibp::Error> {
+//!     let values: Vec<f32> = (0..64_000).map(|i| 1.0 + (i % 97) as f32 / 128.0).collect();
+//!     let rows = Rows::of(&values, 64)?;
+//!     let fitted = fit(rows, &FitOptions::default())?;
+//!     let packed = compress_packed(&fitted.codebook, rows, &LayoutOptions::default())?;
+//!
+//!     let gpu = Gpu::first()?;
+//!     let ds = GpuDataset::upload_packed(&gpu, &fitted.codebook, &packed.view(), Residency::Pinned)?;
+//!     // The decoder borrows its dataset: it is sized for it.
+//!     let decoder = Decoder::new(&gpu, &ds, &DecodeOptions::default())?;
+//!     let mut status = DecodeStatus::new()?;
+//!     let stream = Stream::new(StreamFlags::NON_BLOCKING, None)?;
+//!     let index = DeviceBuffer::from_slice(&[999u64, 0, 7])?; // any rows, repeats allowed
+//!     let mut out = DeviceBuffer::<u8>::zeroed(3 * rows.row_bytes())?;
+//!     decoder.gather(&gpu, &index, &mut out, &status, &stream)?;
+//!     stream.synchronize()?;
+//!     status.check_blocking()?;
+//!     assert_eq!(copy_to_host_blocking(&out)?[..rows.row_bytes()], *rows.row(999));
+//!     Ok(())
+//! }
+//! ```
+//!
+//! # Calls that wait and calls that enqueue
+//!
 //! The rule for GPU calls: a call that takes a stream only enqueues work
 //! on it, into caller-owned buffers, and allocates nothing
 //! ([`Decoder::gather`], [`Decoder::gather_strided`], [`Decoder::range`],

@@ -11,6 +11,24 @@
 //! would reproduce exactly; keeping their bytes verbatim makes restoration
 //! trivially exact and independent of what the readers understood.
 //!
+//! # Example
+//!
+//! ```
+//! use ibp::io::{self, DType, ParseOptions, SourceFormat};
+//!
+//! // Raw bytes need their dtype (and a shape); npy, npz and safetensors
+//! // files describe themselves (`SourceFormat::detect` names the format).
+//! let raw: Vec<u8> = (0..4096u32).flat_map(|v| (v as f32).to_le_bytes()).collect();
+//! let opts = ParseOptions::default().with_raw(DType::F32, Some(vec![32, 128]));
+//! let doc = io::parse(&raw, SourceFormat::Raw, &opts)?;
+//!
+//! let g = &doc.groups[0];
+//! assert_eq!((g.dtype.clone(), g.shape.clone()), (DType::F32, vec![32, 128]));
+//! assert_eq!(g.row_shape(None)?.row_bytes, 512); // a row per index of the first axis
+//! assert_eq!(doc.restore_to_vec()?, raw); // the envelope puts the file back
+//! # Ok::<(), ibp::Error>(())
+//! ```
+//!
 //! Every parser here treats its input as hostile: sizes are checked against
 //! the input length before anything is allocated or sliced, and failures are
 //! typed ([`crate::ErrorKind::Corrupt`], [`crate::ErrorKind::Truncated`],

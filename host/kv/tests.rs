@@ -164,7 +164,7 @@ fn kv_cache_rows_are_per_token_and_per_layer() {
 
 /// The model card through the model: thousands of tokens, every table
 /// fitted and one compressed and restored bit for bit. Prints the savings
-/// (the README's numbers come from `ibp analyze` on `ibp kv-data` output,
+/// (docs/BENCHMARKS.md's numbers come from `ibp analyze` on `ibp kv-data` output,
 /// which fits the same way).
 #[test]
 fn kv_cache_of_the_model_card_compresses_losslessly() {
