@@ -228,6 +228,11 @@ pub struct CompressReport {
     pub output_bytes: u64,
     /// The document's notes (members kept verbatim and why).
     pub notes: Vec<String>,
+    /// Tensors under [`TINY_TENSOR_BYTES`] kept verbatim in the envelope
+    /// (no group, no report of their own).
+    pub verbatim_tensors: u64,
+    /// Their bytes.
+    pub verbatim_bytes: u64,
 }
 
 /// Compress `doc` into a container written to `out`; returns `out` and a
@@ -270,9 +275,10 @@ fn compress_document_inner<W: Write>(
         done: 0,
         total,
         progress: opts.progress,
-        reports: vec![None; doc.groups.len()],
+        reports: std::collections::BTreeMap::new(),
         ids: vec![None; doc.groups.len()],
         device,
+        verbatim: (0, 0),
     };
     let envelope = state.segments(doc, &doc.envelope, opts)?;
     if let Some(g) = state.ids.iter().position(Option::is_none) {
@@ -282,10 +288,12 @@ fn compress_document_inner<W: Write>(
     }
     let (out, output_bytes) = state.w.finish(&envelope)?;
     let report = CompressReport {
-        groups: state.reports.into_iter().flatten().collect(),
+        groups: state.reports.into_values().collect(),
         input_bytes: doc.original.len,
         output_bytes,
         notes: doc.notes.clone(),
+        verbatim_tensors: state.verbatim.0,
+        verbatim_bytes: state.verbatim.1,
     };
     Ok((out, report))
 }
@@ -295,10 +303,34 @@ struct State<'p, 'd, W: Write> {
     done: u64,
     total: u64,
     progress: Option<Progress<'p>>,
-    reports: Vec<Option<GroupReport>>,
+    /// By group index, for the groups written (not the tensors kept
+    /// verbatim): a report is some hundred bytes, so no slot is held for
+    /// a tensor that has none.
+    reports: std::collections::BTreeMap<usize, GroupReport>,
     ids: Vec<Option<u32>>,
     device: Option<&'d mut dyn GroupDevice>,
+    /// Tensors kept verbatim in the envelope for their size, and their
+    /// bytes.
+    verbatim: (u64, u64),
 }
+
+/// Tensors smaller than this are kept verbatim in the envelope, with the
+/// raw bytes around them, instead of becoming groups.
+///
+/// Q: why? A: a group costs a manifest entry, a directory entry per
+/// section and padding to 64 bytes, about 300 bytes of file and as much of
+/// memory while compressing, while a tensor this small cannot save that
+/// much (its codebook alone is twice a row). A safetensors file of a
+/// million tiny tensors became a container 3.7 times its size, and its
+/// compression held 2.3 GiB (issue 38).
+pub const TINY_TENSOR_BYTES: u64 = 256;
+
+/// Parts of one envelope piece at most (raw bytes and tiny tensors in a
+/// row), so that a run of a million tiny tensors is not one list.
+const MAX_RUN_PARTS: usize = 4096;
+
+/// The group id of a tensor kept verbatim (no group).
+const VERBATIM: u32 = u32::MAX;
 
 impl<W: Write> State<'_, '_, W> {
     fn segments(
@@ -307,42 +339,79 @@ impl<W: Write> State<'_, '_, W> {
         segs: &[Segment<std::borrow::Cow<'_, [u8]>>],
         opts: &CompressOptions,
     ) -> Result<Vec<Segment<u32>>> {
-        segs.iter()
-            .map(|s| {
-                Ok(match s {
-                    Segment::Raw(bytes) => {
-                        let id = self.w.add_piece(bytes)?;
-                        self.done += bytes.len() as u64;
-                        notify(self.progress, self.done, self.total);
-                        Segment::Raw(id)
+        let mut out = Vec::new();
+        // Raw bytes and tiny tensors in a row, written as one piece.
+        let mut run: Vec<&[u8]> = Vec::new();
+        for s in segs {
+            match s {
+                Segment::Raw(bytes) => self.run_push(&mut run, &mut out, bytes)?,
+                Segment::Group(i) => {
+                    if *i >= doc.groups.len() {
+                        return Err(Error::invalid(format!(
+                            "the document's envelope names group {i}, which does not exist"
+                        )));
                     }
-                    Segment::Group(i) => {
-                        if *i >= doc.groups.len() {
-                            return Err(Error::invalid(format!(
-                                "the document's envelope names group {i}, which does not exist"
-                            )));
-                        }
-                        if self.ids[*i].is_some() {
-                            return Err(Error::invalid(format!(
-                                "the document's envelope uses group {i} twice"
-                            )));
-                        }
-                        // A deferred npz member is inflated here and
-                        // dropped once written: one member in memory at a
-                        // time.
-                        let g = doc.group_with_data(*i)?;
-                        let (id, report) = self.group(&g, opts)?;
-                        self.ids[*i] = Some(id);
-                        self.reports[*i] = Some(report);
-                        Segment::Group(id as usize)
+                    if self.ids[*i].is_some() {
+                        return Err(Error::invalid(format!(
+                            "the document's envelope uses group {i} twice"
+                        )));
                     }
-                    Segment::Deflate { level, inner } => Segment::Deflate {
+                    let g = &doc.groups[*i];
+                    if doc.is_inflated(*i) && (g.data.len() as u64) < TINY_TENSOR_BYTES {
+                        self.ids[*i] = Some(VERBATIM);
+                        self.verbatim.0 += 1;
+                        self.verbatim.1 += g.data.len() as u64;
+                        self.run_push(&mut run, &mut out, &g.data)?;
+                        continue;
+                    }
+                    self.run_flush(&mut run, &mut out)?;
+                    // A deferred npz member is inflated here and
+                    // dropped once written: one member in memory at a
+                    // time.
+                    let g = doc.group_with_data(*i)?;
+                    let (id, report) = self.group(&g, opts)?;
+                    self.ids[*i] = Some(id);
+                    self.reports.insert(*i, report);
+                    out.push(Segment::Group(id as usize));
+                }
+                Segment::Deflate { level, inner } => {
+                    self.run_flush(&mut run, &mut out)?;
+                    let inner = self.segments(doc, inner, opts)?;
+                    out.push(Segment::Deflate {
                         level: *level,
-                        inner: self.segments(doc, inner, opts)?,
-                    },
-                })
-            })
-            .collect()
+                        inner,
+                    });
+                }
+            }
+        }
+        self.run_flush(&mut run, &mut out)?;
+        Ok(out)
+    }
+
+    /// Add `bytes` to the run of raw bytes; a run of [`MAX_RUN_PARTS`]
+    /// parts is written out.
+    fn run_push<'b>(
+        &mut self,
+        run: &mut Vec<&'b [u8]>,
+        out: &mut Vec<Segment<u32>>,
+        bytes: &'b [u8],
+    ) -> Result<()> {
+        if run.len() == MAX_RUN_PARTS {
+            self.run_flush(run, out)?;
+        }
+        run.push(bytes);
+        self.done += bytes.len() as u64;
+        notify(self.progress, self.done, self.total);
+        Ok(())
+    }
+
+    /// Write the run of raw bytes as one piece.
+    fn run_flush(&mut self, run: &mut Vec<&[u8]>, out: &mut Vec<Segment<u32>>) -> Result<()> {
+        if !run.is_empty() {
+            out.push(Segment::Raw(self.w.add_piece_parts(run)?));
+            run.clear();
+        }
+        Ok(())
     }
 
     fn group(&mut self, g: &TensorGroup<'_>, opts: &CompressOptions) -> Result<(u32, GroupReport)> {

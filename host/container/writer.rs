@@ -146,8 +146,14 @@ impl<W: Write> ContainerWriter<W> {
     /// Store raw envelope bytes; returns the piece number for
     /// [`Segment::Raw`] in the envelope.
     pub fn add_piece(&mut self, bytes: &[u8]) -> Result<u32> {
+        self.add_piece_parts(&[bytes])
+    }
+
+    /// [`ContainerWriter::add_piece`] of the concatenation of `parts`,
+    /// without copying them together first.
+    pub fn add_piece_parts(&mut self, parts: &[&[u8]]) -> Result<u32> {
         let id = self.pieces;
-        self.section(SectionKind::Piece, id, &[bytes])?;
+        self.section(SectionKind::Piece, id, parts)?;
         self.pieces += 1;
         Ok(id)
     }

@@ -293,6 +293,11 @@ impl<'a> Document<'a> {
         }
     }
 
+    /// Whether group `i`'s data is in [`TensorGroup::data`] (not deferred).
+    pub fn is_inflated(&self, i: usize) -> bool {
+        !self.deferred.iter().any(|d| d.group == i)
+    }
+
     /// Group `i` with its data ([`Document::group_data`]).
     pub fn group_with_data(&self, i: usize) -> Result<TensorGroup<'_>> {
         let data = self.group_data(i)?;
