@@ -27,7 +27,7 @@ mod peers;
 mod plot;
 mod table;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 /// Invariant Bit Packing: lossless compression of ML tensors, decompressed on
 /// the GPU.
@@ -78,7 +78,12 @@ enum Command {
 pub fn run() -> i32 {
     // Before anything starts a thread (see interrupt's notes).
     interrupt::install();
-    let cli = Cli::parse();
+    let version = version();
+    let matches = Cli::command()
+        .version(version)
+        .long_version(version)
+        .get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let result = match cli.command {
         Command::Analyze(a) => analyze::run(a),
         Command::Compress(a) => compress::run(a),
@@ -96,6 +101,25 @@ pub fn run() -> i32 {
             e.kind().exit_code()
         }
     }
+}
+
+/// What `ibp --version` prints after the name: the package version, the
+/// commit it was built from (`IBP_GIT_COMMIT`, set by build.rs inside the
+/// repository; "commit unknown" for a build outside git, such as a
+/// published crate), and whether the build has the GPU path.
+///
+/// Q: why leaked? A: clap (without its `string` feature) keeps `&'static
+/// str`; the string is built once per process.
+fn version() -> &'static str {
+    let commit = option_env!("IBP_GIT_COMMIT")
+        .map(|c| format!("commit {c}"))
+        .unwrap_or_else(|| "commit unknown: built outside a git checkout".into());
+    let gpu = if cfg!(feature = "cuda") {
+        "GPU path: built in (the cuda feature)"
+    } else {
+        "GPU path: not built, CPU only (rebuild with --features cli,cuda)"
+    };
+    Box::leak(format!("{} ({commit}); {gpu}", env!("CARGO_PKG_VERSION")).into_boxed_str())
 }
 
 #[cfg(feature = "cuda")]

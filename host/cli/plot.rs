@@ -169,8 +169,10 @@ fn draw_error(e: impl std::fmt::Display) -> Error {
 
 /// (lo, hi) of `v`, padded by 5% of the span, or `fallback` when empty.
 fn span(v: impl Iterator<Item = f64>, fallback: (f64, f64)) -> (f64, f64) {
+    // Q: why drop huge values? A: an axis to 1e308 has no finite span
+    // for its ticks; no chart of ibp's has a value past 1e15.
     let (lo, hi) = v
-        .filter(|x| x.is_finite())
+        .filter(|x| x.is_finite() && x.abs() <= 1e15)
         .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), x| {
             (l.min(x), h.max(x))
         });
