@@ -412,7 +412,7 @@ fn raw_lines(groups: &[GroupSummary], verbose: bool) -> String {
         let more = names.len().saturating_sub(SHOWN);
         let _ = writeln!(
             s,
-            "stored raw ({kind}): {}{}",
+            "stored raw, {kind}: {}{}",
             names[..names.len().min(SHOWN)].join(", "),
             if more > 0 {
                 format!(" and {more} more (--verbose lists them)")

@@ -280,7 +280,36 @@ fn open_direct(target: &Target) -> Result<Box<dyn Write>> {
     }
 }
 
-/// Fail unless descriptor 1 is open.
+/// Whether descriptor 1 was closed when the process started, recorded
+/// before Rust's runtime starts.
+///
+/// Q: why before the runtime? A: the runtime opens `/dev/null` on any of
+/// descriptors 0–2 that is closed, before `main`; after that a closed
+/// standard output looks like `>/dev/null`, and the output vanished while
+/// ibp reported success.
+static STDOUT_CLOSED_AT_START: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+/// Records [`STDOUT_CLOSED_AT_START`]; run by the C runtime from
+/// `.init_array`, before Rust's own start-up.
+#[cfg(target_os = "linux")]
+extern "C" fn record_stdout_at_start() {
+    // SAFETY: F_GETFD only reads the descriptor's flags; no memory is
+    // passed, and nothing else runs yet.
+    if unsafe { libc::fcntl(1, libc::F_GETFD) } == -1 {
+        STDOUT_CLOSED_AT_START.store(true, Ordering::Relaxed);
+    }
+}
+
+// SAFETY: `.init_array` holds pointers to `extern "C" fn()` that the C
+// runtime calls once before `main`; this one only makes one system call
+// and stores an atomic.
+#[cfg(target_os = "linux")]
+#[used]
+#[unsafe(link_section = ".init_array")]
+static RECORD_STDOUT_AT_START: extern "C" fn() = record_stdout_at_start;
+
+/// Fail unless descriptor 1 is open (and was when the process started).
 ///
 /// Q: why ask? A: Rust's standard output treats a closed descriptor 1
 /// (`>&-`) as a sink that accepts everything, so `decompress -o - >&-`
@@ -288,7 +317,8 @@ fn open_direct(target: &Target) -> Result<Box<dyn Write>> {
 fn stdout_is_open() -> Result<()> {
     // SAFETY: F_GETFD only reads the descriptor's flags; no memory is
     // passed.
-    if unsafe { libc::fcntl(1, libc::F_GETFD) } == -1 {
+    let closed_now = unsafe { libc::fcntl(1, libc::F_GETFD) } == -1;
+    if closed_now || STDOUT_CLOSED_AT_START.load(Ordering::Relaxed) {
         return Err(Error::io(
             "writing to standard output (it is closed; redirect it to a file or pipe, or give -o FILE)",
             std::io::Error::last_os_error(),
