@@ -373,7 +373,11 @@ fn text(r: &Report, format: SourceFormat, verbose: bool, started: std::time::Ins
         device_line(&r.device, r.input_bytes, started.elapsed().as_secs_f64())
     );
     if let Some(why) = &r.device.fallback_reason {
-        let _ = writeln!(s, "note: compressed on the CPU: {why}");
+        let _ = writeln!(
+            s,
+            "note: --device {} used the CPU: {why}",
+            r.device.requested
+        );
     }
     s
 }
@@ -460,7 +464,7 @@ fn device_line(d: &DeviceReport, input_bytes: u64, end_to_end: f64) -> String {
         format!("CPU ({})", d.name.trim_start_matches("CPU, "))
     };
     format!(
-        "device: {used}: compressed {} at {:.1} MB/s (fit, compress and write: {:.2} s); {:.2} s end to end, {:.1} MB/s, with reading and the final check",
+        "device: {used}: compressed {} at {:.2} MB/s (fit, compress and write: {:.2} s); {:.2} s end to end, {:.2} MB/s, with reading and the final check",
         human(input_bytes),
         d.compress_gb_per_s * 1e3,
         d.compress_seconds,

@@ -7,6 +7,7 @@ mod bench;
 #[cfg(feature = "cuda")]
 mod bench_cache;
 mod bench_compress;
+mod bench_cpu;
 mod bench_file;
 #[cfg(feature = "cuda")]
 mod bench_graph;
@@ -84,6 +85,11 @@ pub fn run() -> i32 {
         .long_version(version)
         .get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    // Every subcommand's `--json`, by its argument id.
+    let json = matches
+        .subcommand()
+        .and_then(|(_, m)| m.try_get_one::<bool>("json").ok().flatten().copied())
+        .unwrap_or(false);
     let result = match cli.command {
         Command::Analyze(a) => analyze::run(a),
         Command::Compress(a) => compress::run(a),
@@ -98,9 +104,33 @@ pub fn run() -> i32 {
         Ok(()) => 0,
         Err(e) => {
             eprintln!("ibp: {e}");
+            if json {
+                // A script reading `--json` gets JSON on failure too; the
+                // message stays on stderr for people.
+                println!("{}", error_json(&e));
+            }
             e.kind().exit_code()
         }
     }
+}
+
+/// `{"error": {"kind": "invalid argument", "exit_code": 2, "message":
+/// "..."}}`: what a failed command prints on stdout under `--json`. `kind`
+/// is the words the stderr message starts with.
+fn error_json(e: &ibp::Error) -> String {
+    let shown = e.to_string();
+    let kind = shown
+        .strip_suffix(e.message())
+        .and_then(|k| k.strip_suffix(": "))
+        .unwrap_or("error");
+    serde_json::json!({
+        "error": {
+            "kind": kind,
+            "exit_code": e.kind().exit_code(),
+            "message": e.message(),
+        }
+    })
+    .to_string()
 }
 
 /// What `ibp --version` prints after the name: the package version, the
