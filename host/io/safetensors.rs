@@ -196,6 +196,12 @@ pub fn write(
     Ok(out)
 }
 
+/// A byte count for messages: the number, or "more than 2^64" when it
+/// overflowed (not Rust's `Some(4160)`).
+fn bytes_needed(n: Option<u64>) -> String {
+    n.map_or_else(|| "more than 2^64".to_string(), |n| n.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -233,10 +239,4 @@ mod tests {
         bad[1].name = "layer.0.key".into();
         assert!(write(&bad, &meta).is_err());
     }
-}
-
-/// A byte count for messages: the number, or "more than 2^64" when it
-/// overflowed (not Rust's `Some(4160)`).
-fn bytes_needed(n: Option<u64>) -> String {
-    n.map_or_else(|| "more than 2^64".to_string(), |n| n.to_string())
 }
