@@ -111,7 +111,8 @@ impl Counter {
         match ibp::gpu::Gpu::first() {
             Ok(g) => Ok(Counter::Gpu(g)),
             Err(e) if !required => {
-                eprintln!("ibp: no usable GPU ({}); counting on the CPU", e.message());
+                // One level of parentheses: the driver's message has its own.
+                eprintln!("ibp: counting on the CPU: no usable GPU: {}", e.message());
                 Ok(Counter::Cpu)
             }
             Err(e) => Err(e),
