@@ -110,6 +110,10 @@ pub fn run(args: &Args, file: &str, doc: &Document<'_>, why: &str) -> Result<()>
             continue;
         }
         budget -= bytes;
+        if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+            // A fit of a large tensor takes a while on a CPU; say which.
+            eprintln!("bench: {name} ({}) on the CPU...", human(bytes));
+        }
         let g = doc.group_with_data(i)?;
         let rows = Rows::new(&g.data, shape.row_bytes as usize)?;
         let t = Instant::now();

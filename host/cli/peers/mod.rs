@@ -184,7 +184,7 @@ pub fn compare(
     let started = std::time::Instant::now();
     for (i, codec) in codecs.into_iter().enumerate() {
         let spent = started.elapsed();
-        if i > 0 && spent >= peers.budget {
+        if !may_start(i, spent, peers.budget) {
             rows.push(measure::Row {
                 codec: codec.name(),
                 failures: vec![format!(
@@ -203,15 +203,15 @@ pub fn compare(
         }
         eprintln!("  [{}/{n}] {}...", i + 1, codec.name());
         let r = measure::measure_codec(gpu, &peers.nvcomp, stream, codec, data, row)?;
-        let spent = started.elapsed().as_secs_f64();
-        let left = (n - i - 1) as f64 * spent / (i + 1) as f64;
+        let spent = started.elapsed();
         eprintln!(
-            "  [{}/{n}] {}: ratio {:.3}, device {:.0} GB/s; {spent:.0} s so far, about {:.0} s left",
+            "  [{}/{n}] {}: ratio {:.3}, device {:.0} GB/s; {:.0} s so far, about {:.0} s left",
             i + 1,
             r.codec,
             r.ratio,
             r.device.unwrap_or(0.0),
-            left.min(peers.budget.as_secs_f64() - spent).max(0.0)
+            spent.as_secs_f64(),
+            time_left(i + 1, n, spent, peers.budget).as_secs_f64()
         );
         for f in &r.failures {
             eprintln!("  {}: {} failed: {f}", t.name, r.codec);
@@ -219,6 +219,28 @@ pub fn compare(
         rows.push(r);
     }
     Ok(rows)
+}
+
+/// Whether codec number `i` (from 0) may start when the codecs before it
+/// took `spent` of `budget`: the first always does, so every table has one
+/// peer row.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+fn may_start(i: usize, spent: std::time::Duration, budget: std::time::Duration) -> bool {
+    i == 0 || spent < budget
+}
+
+/// The time the remaining codecs will take, at the average of the `done`
+/// of `n` so far, within what is left of `budget`.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+fn time_left(
+    done: usize,
+    n: usize,
+    spent: std::time::Duration,
+    budget: std::time::Duration,
+) -> std::time::Duration {
+    let per_codec = spent / done.max(1) as u32;
+    let rest = per_codec * n.saturating_sub(done) as u32;
+    rest.min(budget.saturating_sub(spent))
 }
 
 /// Element width and whether floats, from a real table's name ("... f32",
@@ -468,5 +490,27 @@ mod tests {
         assert_eq!(names(1, false), ["ANS", "Bitcomp", "Cascaded", "LZ4"]);
         assert_eq!(element_of("MiniLM word embeddings bf16"), (2, true));
         assert_eq!(element_of("Cora features f32"), (4, true));
+    }
+}
+
+#[cfg(test)]
+mod budget_tests {
+    use super::*;
+    use std::time::Duration;
+
+    const S: fn(u64) -> Duration = Duration::from_secs;
+
+    #[test]
+    fn the_budget_bounds_what_starts_and_the_estimate() {
+        // The first codec always runs; later ones only within the budget.
+        assert!(may_start(0, S(1000), S(300)));
+        assert!(may_start(3, S(299), S(300)));
+        assert!(!may_start(3, S(300), S(300)));
+        // Two of six took 40 s: four more take about 80 s...
+        assert_eq!(time_left(2, 6, S(40), S(300)), S(80));
+        // ...unless the budget ends sooner.
+        assert_eq!(time_left(2, 6, S(250), S(300)), S(50));
+        assert_eq!(time_left(6, 6, S(40), S(300)), S(0));
+        assert_eq!(time_left(1, 6, S(400), S(300)), S(0));
     }
 }
