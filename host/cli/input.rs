@@ -21,7 +21,9 @@ pub struct InputArgs {
     /// --shape; `-` reads standard input. Omit to use the embedded Cora
     /// features.
     pub file: Option<PathBuf>,
-    /// Only these tensors (safetensors keys or npz members; repeatable).
+    /// Only these tensors (safetensors keys or npz members; repeatable). A
+    /// .npy or raw file holds one tensor, named `array`; any other name is
+    /// an error.
     #[arg(long = "tensor", value_name = "NAME")]
     pub tensors: Vec<String>,
     /// Element type of a raw input file (f32, bf16, f16, i8, ...).
