@@ -240,7 +240,7 @@ fn bad_arguments_are_invalid() {
     assert!(err.contains("directory"), "{err}");
     // clap's own usage errors keep clap's exit code.
     for args in [
-        args!["compress", "x.npz"].to_vec(),
+        args!["compress"].to_vec(),
         args!["compress", "x.npz", "-o", "y", "--layout", "zigzag"].to_vec(),
         args!["inspect"].to_vec(),
     ] {
@@ -316,4 +316,154 @@ fn failed_restore_leaves_no_output() {
     let err = fails(&args!["decompress", &ibp_file, "-o", &out,], EXIT_CORRUPT);
     assert!(err.contains("differs from the original"), "{err}");
     assert_eq!(dir.listing(), ["lying.ibp"]);
+}
+
+/// Issue 36: without -o, `compress FILE` writes FILE.ibp and `decompress
+/// FILE.ibp` writes FILE, neither overwriting without --force; a name that
+/// gives nothing to go by needs -o.
+#[test]
+fn output_names_default_to_the_input_s() {
+    let dir = Scratch::new("default-names");
+    let input = dir.write("x.npy", &npy_f32(&[64, 16], &features(64, 16, 9)));
+    let c = ok_json(&args!["compress", &input, "--json"]);
+    let packed = dir.path("x.npy.ibp");
+    assert_eq!(c["output"], json!(packed.display().to_string()));
+    assert!(packed.exists());
+    // Neither default replaces an existing file.
+    let err = fails(&args!["compress", &input], EXIT_INVALID);
+    assert!(
+        err.contains("x.npy.ibp") && err.contains("--force"),
+        "{err}"
+    );
+    let err = fails(&args!["decompress", &packed], EXIT_INVALID);
+    assert!(err.contains("x.npy") && err.contains("--force"), "{err}");
+    let original = std::fs::read(&input).unwrap();
+    std::fs::remove_file(&input).unwrap();
+    let d = ok(&args!["decompress", &packed]);
+    assert!(d.contains("verified"), "{d}");
+    assert_eq!(std::fs::read(&input).unwrap(), original);
+    // A container not named .ibp, and standard input, need -o.
+    let other = dir.path("x.bin");
+    std::fs::copy(&packed, &other).unwrap();
+    let err = fails(&args!["decompress", &other], EXIT_INVALID);
+    assert!(
+        err.contains("does not end in .ibp") && err.contains("-o"),
+        "{err}"
+    );
+    let o = bin()
+        .args(args!["compress", "-", "--dtype", "f32"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(EXIT_INVALID), "{}", stderr(&o));
+    assert!(stderr(&o).contains("-o"), "{}", stderr(&o));
+    assert_eq!(dir.listing(), ["x.bin", "x.npy", "x.npy.ibp"]);
+}
+
+/// Issue 35: `--version` names the commit (or says it is unknown) and
+/// whether the build has the GPU path.
+#[test]
+fn version_names_the_commit_and_the_gpu_path() {
+    let v = ok(&args!["--version"]);
+    assert!(v.starts_with("ibp 0."), "{v}");
+    assert!(v.contains("commit "), "{v}");
+    let gpu = if cfg!(feature = "cuda") {
+        "GPU path: built in"
+    } else {
+        "GPU path: not built"
+    };
+    assert!(v.contains(gpu), "{v}");
+}
+
+/// Issue 36: `compress --help` says that `-` reads standard input.
+#[test]
+fn compress_help_names_standard_input() {
+    let h = ok(&args!["compress", "--help"]);
+    assert!(h.contains("`-` reads standard input"), "{h}");
+}
+
+/// A safetensors file of `n` small 2-D tensors and two 1-D ones.
+fn many_tensors(dir: &Scratch, n: usize) -> std::path::PathBuf {
+    let mut tensors: Vec<(String, &str, Vec<u64>, Vec<u8>)> = (0..n)
+        .map(|i| {
+            let rows = 200 + 20 * i;
+            (
+                format!("layer{i:02}.weight"),
+                "F32",
+                vec![rows as u64, 32],
+                f32_bytes(&features(rows, 32, i as u64 + 1)),
+            )
+        })
+        .collect();
+    tensors.push(("a.bias".into(), "F32", vec![8], f32_bytes(&[1.0; 8])));
+    tensors.push(("b.bias".into(), "F32", vec![8], f32_bytes(&[2.0; 8])));
+    let refs: Vec<(&str, &str, &[u64], Vec<u8>)> = tensors
+        .iter()
+        .map(|(n, d, s, b)| (n.as_str(), *d, s.as_slice(), b.clone()))
+        .collect();
+    dir.write("many.safetensors", &safetensors(&refs))
+}
+
+/// Issue 36: `compress` and `inspect` print a summary by default (the ten
+/// largest tensors, sections counted by kind) and everything with
+/// --verbose; tensors stored raw are named, once per kind of reason.
+#[test]
+fn reports_summarise_unless_verbose() {
+    let dir = Scratch::new("summaries");
+    let input = many_tensors(&dir, 14);
+    let out = dir.path("many.ibp");
+    let t = ok(&args!["compress", &input, "-o", &out]);
+    assert!(t.contains("the 10 largest of 16 tensors"), "{t}");
+    assert!(
+        t.contains("6 more tensors") && t.contains("--verbose"),
+        "{t}"
+    );
+    // The largest first; the smallest are left to --verbose.
+    assert!(
+        t.contains("layer13.weight") && !t.contains("layer00.weight"),
+        "{t}"
+    );
+    let raw: Vec<&str> = t.lines().filter(|l| l.starts_with("stored raw")).collect();
+    assert_eq!(
+        raw,
+        ["stored raw, 1-D tensor (one row): a.bias, b.bias"],
+        "{t}"
+    );
+    // The rate is labelled, and the end-to-end time is given beside it.
+    let device = t.lines().find(|l| l.starts_with("device: ")).unwrap();
+    assert!(
+        device.contains("MB/s (fit, compress and write") && device.contains("end to end"),
+        "{device}"
+    );
+    let gpu_notes = t.matches("no usable GPU").count() + t.matches("without the `cuda`").count();
+    assert!(gpu_notes <= 1, "{t}");
+    let v = ok(&args![
+        "compress",
+        &input,
+        "-o",
+        &out,
+        "--force",
+        "--verbose"
+    ]);
+    for i in 0..14 {
+        assert!(v.contains(&format!("layer{i:02}.weight")), "{v}");
+    }
+    assert!(
+        v.contains("stored raw: a.bias: 1-D tensor (one row)"),
+        "{v}"
+    );
+
+    let i = ok(&args!["inspect", &out]);
+    assert!(i.contains("the 10 largest of 16 tensors"), "{i}");
+    assert!(
+        i.contains("sections (") && i.contains("--verbose lists them"),
+        "{i}"
+    );
+    assert!(!i.contains("required"), "no section table by default:\n{i}");
+    let iv = ok(&args!["inspect", &out, "--verbose"]);
+    assert!(
+        iv.contains("layer00.weight") && iv.contains("required"),
+        "{iv}"
+    );
+    assert!(iv.lines().count() > i.lines().count() + 20, "{iv}");
 }

@@ -331,3 +331,66 @@ fn analyze_clusters_plot_draws_the_sweep() {
     assert!(s.contains("Net space savings against number of clusters"));
     assert!(s.contains("clusters k (log scale)"));
 }
+
+/// Issue 36: `--plot` starts with the savings of every tensor weighted by
+/// its bytes, and draws the candidates of the tensors that hold the bytes,
+/// largest first (it drew the first 16 by name, an 864-byte one first).
+#[test]
+fn analyze_plot_draws_the_largest_tensors_first() {
+    let dir = Scratch::new("analyze-plot-bytes");
+    let input = dir.write(
+        "m.safetensors",
+        &safetensors(&[
+            ("a_small", "F32", &[24, 8], f32_bytes(&features(24, 8, 1))),
+            ("b_big", "F32", &[400, 64], f32_bytes(&features(400, 64, 2))),
+            ("c_mid", "F32", &[100, 32], f32_bytes(&features(100, 32, 3))),
+            ("d.bias", "F32", &[64], f32_bytes(&features(1, 64, 4))),
+        ]),
+    );
+    let out = dir.path("m.svg");
+    ok(&args!["analyze", &input, "--device", "cpu", "--plot", &out]);
+    let s = svg(&out);
+    let at = |t: &str| {
+        s.find(t)
+            .unwrap_or_else(|| panic!("{t} missing from the plot"))
+    };
+    // The bar chart first, then the candidates by size.
+    let bars = at("savings per tensor, largest first");
+    assert!(bars < at("b_big: savings per (threshold, chunk)"));
+    assert!(at("b_big: savings per") < at("c_mid: savings per"));
+    assert!(at("c_mid: savings per") < at("a_small: savings per"));
+    assert!(s.contains("all tensors: ") && s.contains("% saved"));
+    // Bars are labelled with their tensors' names (the widest ones).
+    let bar_labels = &s[bars..at("b_big: savings per")];
+    assert!(
+        bar_labels.contains(">b_big<") || bar_labels.contains(">\nb_big"),
+        "{bar_labels}"
+    );
+}
+
+/// Issue 36: `--cast bf16` says beside its figures that no command writes
+/// that bf16 file.
+#[test]
+fn analyze_cast_says_no_command_writes_the_cast_file() {
+    let dir = Scratch::new("analyze-cast");
+    let input = dir.write(
+        "w.safetensors",
+        &safetensors(&[("w", "F32", &[200, 32], f32_bytes(&features(200, 32, 5)))]),
+    );
+    let t = ok(&args![
+        "analyze", &input, "--device", "cpu", "--cast", "bf16"
+    ]);
+    assert!(t.contains("no ibp command writes"), "{t}");
+    let j = ok_json(&args![
+        "analyze", &input, "--device", "cpu", "--cast", "bf16", "--json"
+    ]);
+    assert!(
+        j["cast_note"]
+            .as_str()
+            .unwrap()
+            .contains("no ibp command writes"),
+        "{j}"
+    );
+    let plain = ok(&args!["analyze", &input, "--device", "cpu"]);
+    assert!(!plain.contains("no ibp command writes"), "{plain}");
+}

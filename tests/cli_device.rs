@@ -1,9 +1,9 @@
 //! `--device` of `ibp compress` and the errors of `ibp bench FILE`, on a
 //! machine without a usable GPU (CI's): the CPU path works and says so,
 //! `auto` falls back to it and names the reason, `--device gpu` is a typed
-//! error; `ibp bench FILE` refuses a missing file, an unknown tensor (listing
-//! the names) and, with a readable file, the missing GPU. The GPU side is
-//! `tests/gpu_cli.rs`.
+//! error; `ibp bench FILE` refuses a missing file and an unknown tensor
+//! (listing the names) and, with a readable file, measures the CPU and says
+//! the GPU part was skipped. The GPU side is `tests/gpu_cli.rs`.
 
 mod common;
 #[macro_use]
@@ -77,10 +77,21 @@ fn device_cpu_and_auto_write_the_same_container_and_say_where() {
             .lines()
             .find(|l| l.starts_with("device: "))
             .unwrap_or_else(|| panic!("no device line:\n{report}"));
-        assert!(line.contains("GB/s"), "{line}");
+        // One unit (MB/s), the work's rate and the end-to-end one labelled.
+        assert!(line.contains("MB/s (fit, compress and write"), "{line}");
+        assert!(line.contains("end to end"), "{line}");
         if !has_gpu() {
             assert!(line.starts_with("device: CPU"), "{line}");
-            assert!(line.contains("--device auto: "), "{line}");
+            // Why the CPU, said once, on a line of its own.
+            let notes: Vec<&str> = report
+                .lines()
+                .filter(|l| l.starts_with("note: --device auto used the CPU: "))
+                .collect();
+            assert_eq!(notes.len(), 1, "{report}");
+            let reasons = report.matches("no usable GPU").count()
+                + report.matches("without the `cuda`").count();
+            assert_eq!(reasons, 1, "{report}");
+            assert!(!line.contains("GPU"), "{line}");
             assert!(
                 std::fs::read(&cpu).unwrap() == std::fs::read(&auto).unwrap(),
                 "--device auto ({layout}) wrote other bytes than --device cpu"
@@ -132,9 +143,76 @@ fn bench_file_errors_are_typed() {
     std::fs::write(&junk, b"not a tensor file").unwrap();
     let err = fails(&args!["bench", &junk], 5);
     assert!(err.contains("--dtype"), "{err}");
-    if !has_gpu() {
-        let err = fails(&args!["bench", cora()], EXIT_NO_GPU);
-        assert!(err.contains("GPU"), "{err}");
+    // --json errors are JSON on stdout too (and the message on stderr).
+    let o = ibp(&args!["bench", &missing, "--json"]);
+    assert_eq!(o.status.code(), Some(EXIT_IO));
+    let j: Value = serde_json::from_slice(&o.stdout).expect("a JSON error");
+    assert_eq!(j["error"]["exit_code"], 3, "{j}");
+    assert!(
+        j["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("missing.safetensors"),
+        "{j}"
+    );
+    assert!(text(&o.stderr).starts_with("ibp: I/O"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 36: `ibp bench FILE` without a GPU gives the CPU's numbers for the
+/// file (it was an error), per tensor, and says the GPU part was skipped.
+#[test]
+fn bench_file_without_a_gpu_measures_the_cpu() {
+    if has_gpu() {
+        common::notice("skipped: a GPU is usable (tests/gpu_cli.rs covers bench FILE there)");
+        return;
     }
+    let dir = scratch("bench-cpu");
+    let input = dir.join("m.safetensors");
+    std::fs::write(
+        &input,
+        safetensors(&[
+            ("w", "F32", &[300, 32], f32_bytes(&features(300, 32, 1))),
+            ("e", "BF16", &[200, 16], bf16_bytes(&features(200, 16, 2))),
+            ("b", "F32", &[32], f32_bytes(&features(1, 32, 3))),
+        ]),
+    )
+    .unwrap();
+    let j = ok_json(&args!["bench", &input, "--json"]);
+    assert_eq!(j["schema"], "ibp-bench-file-cpu/1", "{j}");
+    let why = j["gpu_skipped"].as_str().unwrap();
+    assert!(why.contains("GPU") || why.contains("cuda"), "{why}");
+    let tensors = j["tensors"].as_array().unwrap();
+    let names: Vec<&str> = tensors
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["w", "e"]);
+    for t in tensors {
+        for k in [
+            "fit_mb_per_s",
+            "compress_mb_per_s",
+            "decompress_mb_per_s",
+            "ratio",
+        ] {
+            assert!(t[k].as_f64().unwrap() > 0.0, "{k}: {t}");
+        }
+        assert_eq!(t["bit_exact"], true);
+        let (b, s) = (
+            t["bytes"].as_f64().unwrap(),
+            t["stored_bytes"].as_f64().unwrap(),
+        );
+        assert!((t["ratio"].as_f64().unwrap() - b / s).abs() < 1e-9, "{t}");
+    }
+    assert_eq!(j["skipped"][0]["name"], "b");
+    let t = ok(&args!["bench", &input]);
+    assert!(t.contains("GPU:      skipped"), "{t}");
+    assert!(
+        t.contains("decompress MB/s") && t.contains("bit-exact"),
+        "{t}"
+    );
+    // --tensor picks.
+    let j = ok_json(&args!["bench", &input, "--json", "--tensor", "e"]);
+    assert_eq!(j["tensors"].as_array().unwrap().len(), 1);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -9,6 +9,7 @@ mod common;
 #[macro_use]
 mod guarantees_harness;
 
+use std::ffi::OsString;
 use std::io::{Read, Write};
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::os::unix::process::ExitStatusExt;
@@ -160,6 +161,9 @@ fn input_changed_during_compress_is_refused() {
     } else {
         assert_eq!(o.status.code(), Some(EXIT_IO), "{err}");
         assert!(err.contains("changed while ibp read it"), "{err}");
+        // Issue 38.8: a changed input is no ibp bug, and says so once.
+        assert!(!err.contains("ibp bug"), "{err}");
+        assert_eq!(err.matches("nothing was written").count(), 1, "{err}");
         assert!(!out.exists());
     }
     assert_eq!(dir.partials(), Vec::<String>::new());
@@ -489,4 +493,216 @@ fn container_without_the_original_fingerprint_does_not_restore() {
     assert!(err.contains("records no length and hash"), "{err}");
     assert!(!out.exists());
     assert_eq!(dir.partials(), Vec::<String>::new());
+}
+
+// Issue 38, findings 2, 3, 7 and 8.
+
+/// `sh -c` running ibp with `setup` (shell redirections, ulimits) first.
+fn sh_ibp(setup: &str, args: &[OsString]) -> Command {
+    let mut c = Command::new("sh");
+    c.arg("-c")
+        .arg(format!("{setup}; exec \"$0\" \"$@\""))
+        .arg(env!("CARGO_BIN_EXE_ibp"))
+        .args(args);
+    c
+}
+
+/// Finding 2: `kv-data --text` and `plot` refused devices and bounded what
+/// they read from a pipe (`/dev/zero` grew to 24 GB).
+#[test]
+fn text_inputs_refuse_devices_and_bound_pipes() {
+    let dir = Scratch::new("text-inputs");
+    let out = dir.path("kv.safetensors");
+    for args in [
+        args!["kv-data", "--text", "/dev/zero", "-o", &out].to_vec(),
+        args!["plot", "/dev/zero", "-o", dir.path("p.svg")].to_vec(),
+    ] {
+        let child = bin()
+            .args(&args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let o = finish(child, 30);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(EXIT_UNSUPPORTED), "{args:?}: {err}");
+        assert!(err.contains("is a device"), "{err}");
+    }
+    // An endless pipe: read up to the bound, then refused.
+    let mut child = bin()
+        .args(args!["plot", "/dev/stdin", "-o", dir.path("p.svg")])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let feeder = std::thread::spawn(move || {
+        let block = vec![b'|'; 1 << 16];
+        // Stops when ibp closes the pipe.
+        for _ in 0..(64 << 20) / block.len() {
+            if stdin.write_all(&block).is_err() {
+                break;
+            }
+        }
+    });
+    let o = finish(child, 60);
+    feeder.join().unwrap();
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(EXIT_INVALID), "{err}");
+    assert!(err.contains("larger than"), "{err}");
+    assert_eq!(dir.listing(), Vec::<String>::new());
+}
+
+/// Finding 3: a results file holding 1.7e308 made `ibp plot` spin forever;
+/// a 33 MB one made a 1.06 GB SVG.
+#[test]
+fn plot_bounds_values_and_output() {
+    let dir = Scratch::new("plot-bounds");
+    let head = "# ibp GPU benchmarks: X\n\n## Figure 7 grid\n\n| tensor | savings | packed GB/s | ideal (packed) GB/s |\n| --- | --- | --- | --- |\n";
+    let huge = dir.write(
+        "huge.md",
+        format!("{head}| 256 B | 12.5% | 1.7e308 | 54.9 |\n").as_bytes(),
+    );
+    let svg = dir.path("huge.svg");
+    let child = bin()
+        .args(args!["plot", &huge, "-o", &svg])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let o = finish(child, 30);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(EXIT_CORRUPT), "{err}");
+    assert!(err.contains("1.7e308"), "{err}");
+    assert!(!svg.exists());
+    // Many rows: refused, not drawn into a huge picture.
+    let mut md = head.to_string();
+    for i in 0..20_000u64 {
+        md.push_str(&format!("| {} B | 50.0% | 10.0 | 20.0 |\n", 256 + i));
+    }
+    let many = dir.write("many.md", md.as_bytes());
+    let svg = dir.path("many.svg");
+    let err = fails(&args!["plot", &many, "-o", &svg], EXIT_INVALID);
+    assert!(err.contains("rows"), "{err}");
+    assert!(!svg.exists());
+}
+
+/// Finding 7: `decompress -o - >&-` exited 0 and said "verified".
+#[test]
+fn closed_stdout_is_an_io_error() {
+    let dir = Scratch::new("closed-stdout");
+    let input = dir.write("x.f32", &features(64, 16, 3));
+    let packed = dir.path("x.ibp");
+    ok(&compress_raw(&input, 16, &packed));
+    for args in [
+        args!["decompress", &packed, "-o", "-"].to_vec(),
+        args![
+            "compress", &input, "--dtype", "f32", "--shape", "64,16", "-o", "-"
+        ]
+        .to_vec(),
+    ] {
+        let o = sh_ibp("exec >&-", &args).output().unwrap();
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(EXIT_IO), "{args:?}: {err}");
+        assert!(
+            err.contains("standard output") && err.contains("closed"),
+            "{err}"
+        );
+        assert!(!err.contains("verified"), "{err}");
+    }
+    assert_eq!(dir.partials(), Vec::<String>::new());
+}
+
+/// Finding 8: a full `$TMPDIR` (here, a file size limit) is named in the
+/// message, with what to do.
+#[test]
+fn a_full_spool_names_tmpdir() {
+    let dir = Scratch::new("full-spool");
+    let input = dir.write("x.f32", &features(1024, 256, 5));
+    let spool = dir.path("tmp");
+    std::fs::create_dir_all(&spool).unwrap();
+    let o = sh_ibp(
+        "trap '' XFSZ; ulimit -f 64",
+        &args![
+            "compress", &input, "--dtype", "f32", "--shape", "1024,256", "-o", "-"
+        ],
+    )
+    .env("TMPDIR", &spool)
+    .stdout(Stdio::null())
+    .output()
+    .unwrap();
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(EXIT_IO), "{err}");
+    assert!(
+        err.contains(&spool.display().to_string()) && err.contains("TMPDIR"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_dir(&spool).unwrap().count(), 0, "spool left");
+}
+
+/// Finding 8: exit codes and wording of bad inputs and arguments.
+#[test]
+fn bad_inputs_have_the_right_kind_and_words() {
+    let dir = Scratch::new("messages");
+    let out = dir.path("out.ibp");
+    // Invalid UTF-8 in a text input is bad data (4), not I/O (3).
+    let bad = dir.write("bad.md", b"# ibp GPU benchmarks: \xff\n");
+    let err = fails(&args!["plot", &bad, "-o", dir.path("b.svg")], EXIT_CORRUPT);
+    assert!(err.contains("UTF-8"), "{err}");
+    let err = fails(
+        &args!["kv-data", "--text", &bad, "-o", dir.path("kv.st")],
+        EXIT_CORRUPT,
+    );
+    assert!(err.contains("UTF-8"), "{err}");
+    // --tensor on a one-tensor input is refused, not ignored.
+    let raw = dir.write("x.f32", &features(64, 16, 3));
+    let err = fails(
+        &args![
+            "compress", &raw, "--dtype", "f32", "--tensor", "w", "-o", &out
+        ],
+        EXIT_INVALID,
+    );
+    assert!(err.contains("\"w\"") && err.contains("one tensor"), "{err}");
+    // A --shape whose element count overflows is a bad argument (2).
+    let err = fails(
+        &args![
+            "compress",
+            &raw,
+            "--dtype",
+            "f32",
+            "--shape",
+            "4294967296,4294967296,2",
+            "-o",
+            &out
+        ],
+        EXIT_INVALID,
+    );
+    assert!(err.contains("shape"), "{err}");
+    // An npy of version 0 is damaged, not "newer".
+    let mut npy = b"\x93NUMPY\x00\x00".to_vec();
+    npy.extend(118u16.to_le_bytes());
+    npy.extend(
+        format!(
+            "{:<117}\n",
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }"
+        )
+        .as_bytes(),
+    );
+    npy.extend([0u8; 8]);
+    let v0 = dir.write("v0.npy", &npy);
+    let err = fails(&args!["compress", &v0, "-o", &out], EXIT_CORRUPT);
+    assert!(!err.contains("newer"), "{err}");
+    // Sizes print as numbers, not `Some(…)`.
+    let header = r#"{"t":{"dtype":"F32","shape":[1040],"data_offsets":[0,16]}}"#;
+    let mut st = (header.len() as u64).to_le_bytes().to_vec();
+    st.extend(header.as_bytes());
+    st.extend([0u8; 16]);
+    let st = dir.write("short.safetensors", &st);
+    let err = fails(&args!["compress", &st, "-o", &out], EXIT_CORRUPT);
+    assert!(
+        err.contains("needs 4160 bytes") && !err.contains("Some("),
+        "{err}"
+    );
+    assert!(!out.exists());
 }

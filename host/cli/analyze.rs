@@ -37,10 +37,12 @@ pub struct Args {
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
-    /// Also draw an SVG here: savings per (threshold, chunk) candidate, one
-    /// line per chunk size and the chosen candidate marked, a panel per
-    /// fitted tensor (the first 16); with --clusters, net savings against
-    /// the number of clusters.
+    /// Also draw an SVG here: first the savings of every tensor weighted by
+    /// its bytes (a bar per tensor, largest first, as wide as its bytes),
+    /// then savings per (threshold, chunk) candidate, one line per chunk
+    /// size and the chosen candidate marked, a panel for each of the 16
+    /// largest fitted tensors; with --clusters, net savings against the
+    /// number of clusters.
     #[arg(long, value_name = "FILE.svg")]
     plot: Option<PathBuf>,
     #[command(flatten)]
@@ -109,7 +111,8 @@ impl Counter {
         match ibp::gpu::Gpu::first() {
             Ok(g) => Ok(Counter::Gpu(g)),
             Err(e) if !required => {
-                eprintln!("ibp: no usable GPU ({}); counting on the CPU", e.message());
+                // One level of parentheses: the driver's message has its own.
+                eprintln!("ibp: counting on the CPU: no usable GPU: {}", e.message());
                 Ok(Counter::Cpu)
             }
             Err(e) => Err(e),
@@ -198,24 +201,41 @@ pub fn run(args: Args) -> Result<()> {
     }
     bar.finish_and_clear();
     if let Some(path) = &args.plot {
-        plot::write(path, &candidate_charts(&reports))?;
+        let mut charts = vec![savings_chart(&source.display(), &reports)];
+        charts.extend(candidate_charts(&reports));
+        plot::write(path, &charts)?;
     }
+    let cast_note = cast.as_ref().map(cast_note);
     if args.json {
-        let out = serde_json::json!({
+        let mut out = serde_json::json!({
             "input": source.display(),
             "format": doc.format.name(),
             "counted_on": counter.name(),
             "tensors": reports,
         });
+        if let Some(note) = &cast_note {
+            out["cast_note"] = serde_json::json!(note);
+        }
         emit(&json(&out)?)
     } else {
-        emit(&table_text(
+        let mut t = table_text(
             &source.display(),
             &counter.name(),
             &reports,
             args.candidates,
-        ))
+        );
+        if let Some(note) = &cast_note {
+            let _ = writeln!(t, "note: {note}");
+        }
+        emit(&t)
     }
+}
+
+/// What `--cast` figures are: a prediction for a file ibp does not make.
+fn cast_note(to: &DType) -> String {
+    format!(
+        "--cast {to}: the savings above are for a {to} copy of the f32 tensors, which no ibp command writes (compress keeps the input's dtype); make the {to} file yourself to get them"
+    )
 }
 
 fn progress(n: u64) -> indicatif::ProgressBar {
@@ -331,13 +351,79 @@ fn analyze_group(
 /// Most panels `--plot` draws (one per fitted tensor).
 const MAX_PANELS: usize = 16;
 
+/// Most bars of [`savings_chart`]; smaller tensors share one last bar.
+const MAX_BARS: usize = 100;
+
+/// Savings per tensor weighted by its bytes: a bar per tensor, largest
+/// first, as wide as its raw bytes (MB) and as high as its savings with
+/// metadata (%), so that a bar's area is the bytes it saves; a dashed line
+/// at the savings of all tensors together.
+fn savings_chart(input: &str, reports: &[Report]) -> Chart {
+    let mut c = Chart::new(
+        format!(
+            "{input}: savings per tensor, largest first (bar width: its MB; area: bytes saved)"
+        ),
+        "MB of tensors, largest first",
+        "savings",
+    );
+    c.y_format = plot::percent;
+    let mut order: Vec<&Report> = reports.iter().collect();
+    order.sort_by_key(|r| std::cmp::Reverse(r.raw_bytes));
+    let mut x = 0.0;
+    let mut bar = |label: String, raw: u64, stored: u64| {
+        let w = raw as f64 / 1e6;
+        let y = if raw == 0 {
+            0.0
+        } else {
+            100.0 * (1.0 - stored as f64 / raw as f64)
+        };
+        c.bars.push(plot::Bar {
+            label: label.chars().take(32).collect(),
+            x0: x,
+            x1: x + w,
+            y,
+        });
+        x += w;
+    };
+    for r in order.iter().take(MAX_BARS) {
+        bar(r.name.clone(), r.raw_bytes, r.stored_with_metadata);
+    }
+    let rest = order.get(MAX_BARS..).unwrap_or_default();
+    if !rest.is_empty() {
+        bar(
+            format!("{} smaller tensors", rest.len()),
+            rest.iter().map(|r| r.raw_bytes).sum(),
+            rest.iter().map(|r| r.stored_with_metadata).sum(),
+        );
+    }
+    let raw: u64 = reports.iter().map(|r| r.raw_bytes).sum();
+    let stored: u64 = reports.iter().map(|r| r.stored_with_metadata).sum();
+    if raw > 0 {
+        let all = 100.0 * (1.0 - stored as f64 / raw as f64);
+        c.hlines.push(plot::HLine {
+            name: format!("all tensors: {all:.1}% saved"),
+            y: all,
+        });
+    }
+    // Headroom above the bars for their labels, written upwards.
+    let hi = c.bars.iter().map(|b| b.y).fold(0.0, f64::max).max(1.0);
+    let lo = c.bars.iter().map(|b| b.y).fold(0.0, f64::min);
+    c.y_range = Some((lo, hi * 1.8));
+    c.x_range = Some((0.0, x.max(1e-6)));
+    c
+}
+
 /// Savings (%) against threshold, one line per chunk size, the chosen
-/// candidate marked; a chart per fitted tensor (the first [`MAX_PANELS`]).
+/// candidate marked; a chart per fitted tensor, for the [`MAX_PANELS`]
+/// tensors that hold the most bytes (largest first).
 fn candidate_charts(reports: &[Report]) -> Vec<Chart> {
-    let fitted: Vec<&Report> = reports
+    let mut fitted: Vec<&Report> = reports
         .iter()
         .filter(|r| !r.candidates.is_empty())
         .collect();
+    // Q: why by bytes? A: in name order the first panel of a model was an
+    // 864-byte tensor; the tensors that hold the bytes decide the savings.
+    fitted.sort_by_key(|r| std::cmp::Reverse(r.raw_bytes));
     let mut charts = Vec::new();
     for r in fitted.iter().take(MAX_PANELS) {
         let mut c = Chart::new(
@@ -399,7 +485,7 @@ fn candidate_charts(reports: &[Report]) -> Vec<Chart> {
     }
     if fitted.len() > MAX_PANELS {
         eprintln!(
-            "ibp: --plot draws the first {MAX_PANELS} of {} fitted tensors",
+            "ibp: --plot draws the candidates of the {MAX_PANELS} largest of {} fitted tensors",
             fitted.len()
         );
     }

@@ -229,8 +229,27 @@ pub fn run(args: &Args) -> Result<()> {
     // before the GPU is looked for.
     let source = Source::open(&args.input)?;
     let doc = source.parse(&args.input)?;
+    if let Some(why) = no_gpu() {
+        // Q: why not an error, as before? A: the user asked how ibp does on
+        // their file; the CPU's numbers answer most of that, and the report
+        // says plainly that the GPU part was skipped and why.
+        return super::bench_cpu::run(args, &source.display(), &doc, &why);
+    }
     let sel = select(&doc, !args.input.tensors.is_empty(), args.real_bytes)?;
     measure(args, &source.display(), doc.format.name(), sel)
+}
+
+/// Why the GPU measurements cannot run here, if they cannot.
+#[cfg(feature = "cuda")]
+fn no_gpu() -> Option<String> {
+    ibp::gpu::Gpu::first()
+        .err()
+        .map(|e| format!("no usable GPU: {}", e.message()))
+}
+
+#[cfg(not(feature = "cuda"))]
+fn no_gpu() -> Option<String> {
+    Some("this ibp was built without the `cuda` feature (rebuild with --features cli,cuda)".into())
 }
 
 /// `--peers` for `bench FILE`: loaded before the GPU is looked for, so a
@@ -247,6 +266,7 @@ fn load_peers(args: &Args) -> Result<Option<super::peers::Peers>> {
 
 #[cfg(not(feature = "cuda"))]
 fn measure(_: &Args, _: &str, _: &'static str, _: Selection) -> Result<()> {
+    // `run` measures on the CPU instead in a build without `cuda`.
     Err(Error::unsupported(
         "ibp bench measures on a GPU: this ibp was built without the `cuda` feature; rebuild with --features cli,cuda",
     ))

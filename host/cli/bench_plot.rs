@@ -26,8 +26,7 @@ pub struct Args {
 
 /// `ibp plot`: draw a results file's decode tables.
 pub fn run(args: Args) -> Result<()> {
-    let md = std::fs::read_to_string(&args.results)
-        .map_err(|e| Error::io(format!("reading {}", args.results.display()), e))?;
+    let md = super::input::read_text(&args.results, MAX_RESULTS_BYTES, "a results file")?;
     let p = BenchPlot::parse(&md).map_err(|e| {
         Error::new(
             e.kind(),
@@ -39,6 +38,22 @@ pub fn run(args: Args) -> Result<()> {
     println!("{}", out.display());
     Ok(())
 }
+
+/// The largest results file `ibp plot` reads. `ibp bench` writes tens of
+/// kilobytes; the bound keeps `plot /dev/stdin` or a huge file from
+/// filling memory.
+const MAX_RESULTS_BYTES: u64 = 4 << 20;
+
+/// The most points a table may give the picture ([`BenchPlot::parse`]
+/// refuses more): a bench run writes 15 grid points and a few real tables,
+/// and the bound keeps the SVG to a few megabytes whatever the input.
+const MAX_POINTS: usize = 500;
+
+/// The largest rate (GB/s) or row length (bytes) a table may hold: well
+/// past any link or GPU, and small enough that the axes and their ticks
+/// stay finite numbers (a rate of 1.7e308 made the tick loop spin).
+const MAX_RATE: f64 = 1e6;
+const MAX_ROW_BYTES: u64 = 1 << 40;
 
 /// `docs/results/x.md` → `docs/results/x.svg`.
 pub fn svg_path(results: &Path) -> PathBuf {
@@ -101,22 +116,26 @@ impl BenchPlot {
         if let Some(t) = table(md, "## Figure 7 grid") {
             let [size, sav, packed, ideal] =
                 t.columns(["tensor", "savings", "packed GB/s", "ideal (packed) GB/s"])?;
+            too_many(t.rows.len())?;
             for r in &t.rows {
                 p.grid.push(GridPoint {
-                    row_bytes: bytes(&r.cells[size]).ok_or_else(|| r.bad(size))?,
-                    savings: fraction(&r.cells[sav]).ok_or_else(|| r.bad(sav))?,
-                    packed: r.number(packed)?,
-                    ideal: r.number(ideal)?,
+                    row_bytes: bytes(&r.cells[size])
+                        .filter(|&b| b <= MAX_ROW_BYTES)
+                        .ok_or_else(|| r.bad(size))?,
+                    savings: r.savings(sav)?,
+                    packed: r.rate(packed)?,
+                    ideal: r.rate(ideal)?,
                 });
             }
         }
         if let Some(t) = table(md, "## Real data") {
             let [name, sav, pinned] = t.columns(["data", "savings", "pinned GB/s"])?;
+            too_many(t.rows.len())?;
             for r in &t.rows {
                 p.real.push(RealPoint {
-                    name: strip_replicas(&r.cells[name]),
-                    savings: fraction(&r.cells[sav]).ok_or_else(|| r.bad(sav))?,
-                    pinned: r.number(pinned)?,
+                    name: strip_replicas(&r.cells[name]).chars().take(80).collect(),
+                    savings: r.savings(sav)?,
+                    pinned: r.rate(pinned)?,
                 });
             }
         }
@@ -212,6 +231,16 @@ fn rate_after(text: &str, label: &str) -> Option<f64> {
     rest.split_whitespace().next()?.parse().ok()
 }
 
+/// A table of more rows than [`MAX_POINTS`] is refused.
+fn too_many(rows: usize) -> Result<()> {
+    if rows > MAX_POINTS {
+        return Err(Error::invalid(format!(
+            "a table of {rows} rows; `ibp bench` writes a few dozen, and ibp plot draws at most {MAX_POINTS}"
+        )));
+    }
+    Ok(())
+}
+
 /// "256 B" → 256.
 fn bytes(cell: &str) -> Option<u64> {
     cell.strip_suffix(" B")?.trim().parse().ok()
@@ -246,8 +275,21 @@ impl Row {
         ))
     }
 
-    fn number(&self, col: usize) -> Result<f64> {
-        self.cells[col].parse().map_err(|_| self.bad(col))
+    /// A rate in GB/s: a finite number from 0 to [`MAX_RATE`].
+    fn rate(&self, col: usize) -> Result<f64> {
+        self.cells[col]
+            .parse::<f64>()
+            .ok()
+            .filter(|v| (0.0..=MAX_RATE).contains(v))
+            .ok_or_else(|| self.bad(col))
+    }
+
+    /// Savings as a fraction: at most 100%, and no lower than -1000% (a
+    /// container ten times its input; nothing ibp writes comes close).
+    fn savings(&self, col: usize) -> Result<f64> {
+        fraction(&self.cells[col])
+            .filter(|v| (-10.0..=1.0).contains(v))
+            .ok_or_else(|| self.bad(col))
     }
 }
 

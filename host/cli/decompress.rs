@@ -18,17 +18,24 @@ pub struct Args {
     /// The .ibp container (`-`: read it from standard input).
     input: PathBuf,
     /// Where to write the restored file (`-`: standard output; the report
-    /// then goes to stderr).
+    /// then goes to stderr). Default: the input's name without `.ibp`
+    /// (`model.safetensors.ibp` → `model.safetensors`), never overwritten
+    /// without --force; an input whose name does not end in `.ibp` (or `-`)
+    /// needs -o.
     #[arg(short, long, value_name = "FILE")]
-    output: PathBuf,
+    output: Option<PathBuf>,
     /// Overwrite FILE if it exists.
     #[arg(long)]
     force: bool,
 }
 
 pub fn run(args: Args) -> Result<()> {
+    let output = match &args.output {
+        Some(o) => o.clone(),
+        None => default_output(&args.input)?,
+    };
     let target = check_output(
-        &args.output,
+        &output,
         args.force,
         Some(args.input.as_path()).filter(|p| !is_stdin(p)),
     )?;
@@ -70,14 +77,14 @@ pub fn run(args: Args) -> Result<()> {
             args.input.display(),
             src.fingerprint.len,
             hex(src.fingerprint.xxh3),
-            args.output.display()
+            output.display()
         )));
     }
     written.commit()?;
 
     let s = format!(
         "restored {} ({}) from {}\nverified: {} bytes, xxh3 {}, equal to the original {} file recorded in the container\n",
-        args.output.display(),
+        output.display(),
         human(total),
         args.input.display(),
         got.len,
@@ -89,5 +96,30 @@ pub fn run(args: Args) -> Result<()> {
         Ok(())
     } else {
         emit(&s)
+    }
+}
+
+/// Where `ibp decompress FILE.ibp` writes without `-o`: FILE, the name
+/// `ibp compress FILE` started from.
+///
+/// Q: why not the name recorded in the container? A: a container records
+/// the original's format, length and hash, not its name; the name is all
+/// there is to go by, and a name without `.ibp` gives nothing to go by.
+fn default_output(input: &std::path::Path) -> Result<PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    let stem = input
+        .file_name()
+        .and_then(|n| n.as_bytes().strip_suffix(b".ibp"))
+        .filter(|s| !s.is_empty() && !is_stdin(input));
+    match stem {
+        Some(stem) => Ok(input.with_file_name(std::ffi::OsStr::from_bytes(stem))),
+        None => Err(Error::invalid(format!(
+            "cannot tell what to call the restored file: {} does not end in .ibp; give -o FILE (or -o - for standard output)",
+            if is_stdin(input) {
+                "standard input".to_string()
+            } else {
+                input.display().to_string()
+            }
+        ))),
     }
 }

@@ -56,7 +56,7 @@ impl Device {
             Err(e) if required => Err(ibp::Error::new(
                 e.kind(),
                 format!(
-                    "--device gpu: no usable GPU ({}); use --device cpu, or --device auto to fall back to the CPU",
+                    "--device gpu: no usable GPU: {}; use --device cpu, or --device auto to fall back to the CPU",
                     e.message()
                 ),
             )),

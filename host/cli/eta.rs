@@ -20,7 +20,11 @@ pub fn eta(elapsed: Duration, done: u64, total: u64) -> Option<Duration> {
     if done >= total {
         return Some(Duration::ZERO);
     }
-    if done == 0 || elapsed.is_zero() {
+    // Q: why wait for 2% of the bytes? A: the first group's fit reports
+    // nothing, and a few small raw tensors done before it make a rate of
+    // kilobytes a minute: the bar read 66–168 hours during the fit of a
+    // file that took minutes. Under 2% done, no rate is worth showing.
+    if done == 0 || elapsed.is_zero() || done < total / 50 {
         return None;
     }
     let left = elapsed.as_secs_f64() * (total - done) as f64 / done as f64;
@@ -41,7 +45,8 @@ pub fn label(eta: Option<Duration>) -> String {
     let _ = match s {
         0..60 => write!(out, "{s}s"),
         60..3600 => write!(out, "{}m{:02}s", s / 60, s % 60),
-        _ => write!(out, "{}h{:02}m", s / 3600, (s % 3600) / 60),
+        3600..86_400 => write!(out, "{}h{:02}m", s / 3600, (s % 3600) / 60),
+        _ => write!(out, "over a day"),
     };
     out
 }
@@ -92,7 +97,21 @@ mod tests {
 
     #[test]
     fn a_crawl_is_capped_at_a_week() {
-        assert_eq!(eta(S(1000), 1, u64::MAX), Some(S(7 * 86_400)));
+        assert_eq!(
+            eta(S(100_000), u64::MAX / 40, u64::MAX),
+            Some(S(7 * 86_400))
+        );
+        assert_eq!(label(Some(S(7 * 86_400))), "ETA over a day");
+    }
+
+    #[test]
+    fn no_estimate_from_the_first_two_percent() {
+        // Issue 36: 1 kB of raw tensors done in 60 s, then the first fit of
+        // a 500 MB file: the bar said 66-168 hours. Now it says nothing
+        // until 2% is done.
+        assert_eq!(eta(S(60), 1000, 500_000_000), None);
+        assert_eq!(eta(S(60), 9_999_999, 500_000_000), None);
+        assert_eq!(eta(S(60), 10_000_000, 500_000_000), Some(S(60 * 49)));
     }
 
     #[test]

@@ -8,7 +8,7 @@ use ibp::codebook::{ChunkSize, Threshold};
 use ibp::container::IbpFile;
 use ibp::fit::{ChunkChoice, FitOptions, Sample};
 use ibp::io::{self, DType, Document, ParseOptions};
-use ibp::{ErrorKind, Result};
+use ibp::{Error, ErrorKind, Result};
 
 /// The Cora node features (2708 × 1433 f32, binary bag-of-words), the
 /// default input when no file is given.
@@ -21,7 +21,9 @@ pub struct InputArgs {
     /// --shape; `-` reads standard input. Omit to use the embedded Cora
     /// features.
     pub file: Option<PathBuf>,
-    /// Only these tensors (safetensors keys or npz members; repeatable).
+    /// Only these tensors (safetensors keys or npz members; repeatable). A
+    /// .npy or raw file holds one tensor, named `array`; any other name is
+    /// an error.
     #[arg(long = "tensor", value_name = "NAME")]
     pub tensors: Vec<String>,
     /// Element type of a raw input file (f32, bf16, f16, i8, ...).
@@ -177,4 +179,86 @@ pub fn open_container(path: &Path) -> Result<IbpFile<'static>> {
         };
         ibp::Error::new(e.kind(), format!("{}; {hint}", e.message()))
     })
+}
+
+/// Read the text file `path` whole, refusing what `compress` refuses
+/// (character and block devices: `/dev/zero` never ends) and anything over
+/// `limit` bytes (a pipe can be endless too), for inputs that are text:
+/// `plot`'s results file, `kv-data --text`. `what` names the input in
+/// messages ("the results file").
+///
+/// Too large is an invalid argument; bytes that are not UTF-8 are corrupt
+/// data (the input is bad, not the disk); a file that cannot be read is an
+/// I/O error.
+pub fn read_text(path: &Path, limit: u64, what: &str) -> Result<String> {
+    use std::io::Read;
+    let ctx = || format!("reading {}", path.display());
+    let file = std::fs::File::open(path).map_err(|e| Error::io(ctx(), e))?;
+    let meta = file.metadata().map_err(|e| Error::io(ctx(), e))?;
+    let kind = meta.file_type();
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if kind.is_char_device() || kind.is_block_device() {
+            return Err(Error::unsupported(format!(
+                "{} is a device, not a file; give {what} as a regular file or a pipe",
+                path.display()
+            )));
+        }
+    }
+    if kind.is_dir() {
+        return Err(Error::invalid(format!(
+            "{} is a directory; give {what} as a file",
+            path.display()
+        )));
+    }
+    let too_big = || {
+        Error::invalid(format!(
+            "{} is larger than {}, the most ibp reads as {what}; give a smaller file",
+            path.display(),
+            super::table::human(limit)
+        ))
+    };
+    if kind.is_file() && meta.len() > limit {
+        return Err(too_big());
+    }
+    let mut bytes = Vec::new();
+    file.take(limit.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(|e| Error::io(ctx(), e))?;
+    if bytes.len() as u64 > limit {
+        return Err(too_big());
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        Error::corrupt(format!(
+            "{} is not UTF-8 text (byte {} is not valid); give {what} as UTF-8 text",
+            path.display(),
+            e.utf8_error().valid_up_to()
+        ))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_reads_are_bounded_and_typed() {
+        let dir = std::env::temp_dir().join(format!("ibp-read-text-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ok = dir.join("ok.txt");
+        std::fs::write(&ok, "héllo").unwrap();
+        assert_eq!(read_text(&ok, 6, "text").unwrap(), "héllo");
+        let e = read_text(&ok, 5, "text").unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+        let bad = dir.join("bad.txt");
+        std::fs::write(&bad, b"ab\xffcd").unwrap();
+        let e = read_text(&bad, 100, "text").unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Corrupt, "{e}");
+        assert!(e.message().contains("byte 2"), "{e}");
+        let e = read_text(Path::new("/dev/zero"), 100, "text").unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
+        let e = read_text(&dir, 100, "text").unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -13,7 +13,7 @@ use ibp::container::{FLAG_REQUIRED, IbpFile, NO_OWNER, SectionKind};
 use serde::Serialize;
 
 use super::input::open_container;
-use super::table::{GroupSummary, Table, Totals, emit_with, group_table, hex, human};
+use super::table::{GroupSummary, Table, Totals, emit_with, group_summary, hex, human};
 
 /// Arguments of `ibp inspect`.
 #[derive(clap::Args, Debug)]
@@ -23,6 +23,11 @@ pub struct Args {
     /// Print JSON instead of tables.
     #[arg(long)]
     json: bool,
+    /// List every tensor and every section (by default a file of more than
+    /// ten tensors shows its ten largest, and the sections are counted by
+    /// kind).
+    #[arg(short, long)]
+    verbose: bool,
 }
 
 /// What `--json` prints.
@@ -79,7 +84,7 @@ pub fn run(args: Args) -> Result<()> {
             serde_json::to_writer_pretty(&mut *out, &r)?;
             out.write_all(b"\n")
         } else {
-            write_text(&r, out)
+            write_text(&r, args.verbose, out)
         }
     })
 }
@@ -116,7 +121,7 @@ fn report(args: &Args, file: &IbpFile<'_>) -> Report {
     }
 }
 
-fn write_text(r: &Report, out: &mut dyn Write) -> std::io::Result<()> {
+fn write_text(r: &Report, verbose: bool, out: &mut dyn Write) -> std::io::Result<()> {
     writeln!(
         out,
         "file:     {} ({}, {} bytes)",
@@ -140,12 +145,33 @@ fn write_text(r: &Report, out: &mut dyn Write) -> std::io::Result<()> {
     if r.groups.is_empty() {
         writeln!(out, "no tensor groups: the whole file is stored as is")?;
     } else {
-        group_table(&r.groups).write_to(out)?;
+        out.write_all(group_summary(&r.groups, verbose).as_bytes())?;
         writeln!(out)?;
         writeln!(out, "{}", r.totals.line())?;
     }
 
     writeln!(out)?;
+    if !verbose {
+        // Counted by kind, in the order each kind first appears.
+        let mut kinds: Vec<(&str, usize)> = Vec::new();
+        for e in &r.sections {
+            match kinds.iter_mut().find(|(k, _)| *k == e.kind) {
+                Some((_, n)) => *n += 1,
+                None => kinds.push((e.kind, 1)),
+            }
+        }
+        let kinds: Vec<String> = kinds.iter().map(|(k, n)| format!("{k} ×{n}")).collect();
+        writeln!(
+            out,
+            "sections ({}): {}; --verbose lists them",
+            r.sections.len(),
+            kinds.join(", ")
+        )?;
+        for n in &r.notes {
+            writeln!(out, "note: {n}")?;
+        }
+        return Ok(());
+    }
     writeln!(out, "sections ({}):", r.sections.len())?;
     let mut t = Table::new(["#", "kind", "owner", "offset", "length", "xxh3", "flags"]);
     for e in &r.sections {

@@ -12,6 +12,10 @@ use ibp::{Error, Result};
 use super::output::{OutputFile, Unreadable, check_output};
 use super::table::human;
 
+/// The longest `--text` read: about three million tokens, hours of the
+/// forward pass on a CPU (and 24 GB of `/dev/zero` before it was bounded).
+const MAX_TEXT_BYTES: u64 = 16 << 20;
+
 /// Arguments of `ibp kv-data`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -55,8 +59,7 @@ pub fn run(args: Args) -> Result<()> {
     );
     let (text, source) = match &args.text {
         Some(p) => (
-            std::fs::read_to_string(p)
-                .map_err(|e| Error::io(format!("reading {}", p.display()), e))?,
+            super::input::read_text(p, MAX_TEXT_BYTES, "the text")?,
             p.display().to_string(),
         ),
         None => (files.card_text()?, files.card.display().to_string()),

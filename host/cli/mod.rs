@@ -7,6 +7,7 @@ mod bench;
 #[cfg(feature = "cuda")]
 mod bench_cache;
 mod bench_compress;
+mod bench_cpu;
 mod bench_file;
 #[cfg(feature = "cuda")]
 mod bench_graph;
@@ -27,7 +28,7 @@ mod peers;
 mod plot;
 mod table;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 /// Invariant Bit Packing: lossless compression of ML tensors, decompressed on
 /// the GPU.
@@ -78,7 +79,17 @@ enum Command {
 pub fn run() -> i32 {
     // Before anything starts a thread (see interrupt's notes).
     interrupt::install();
-    let cli = Cli::parse();
+    let version = version();
+    let matches = Cli::command()
+        .version(version)
+        .long_version(version)
+        .get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    // Every subcommand's `--json`, by its argument id.
+    let json = matches
+        .subcommand()
+        .and_then(|(_, m)| m.try_get_one::<bool>("json").ok().flatten().copied())
+        .unwrap_or(false);
     let result = match cli.command {
         Command::Analyze(a) => analyze::run(a),
         Command::Compress(a) => compress::run(a),
@@ -93,9 +104,52 @@ pub fn run() -> i32 {
         Ok(()) => 0,
         Err(e) => {
             eprintln!("ibp: {e}");
+            if json {
+                // A script reading `--json` gets JSON on failure too; the
+                // message stays on stderr for people.
+                println!("{}", error_json(&e));
+            }
             e.kind().exit_code()
         }
     }
+}
+
+/// `{"error": {"kind": "invalid argument", "exit_code": 2, "message":
+/// "..."}}`: what a failed command prints on stdout under `--json`. `kind`
+/// is the words the stderr message starts with.
+fn error_json(e: &ibp::Error) -> String {
+    let shown = e.to_string();
+    let kind = shown
+        .strip_suffix(e.message())
+        .and_then(|k| k.strip_suffix(": "))
+        .unwrap_or("error");
+    serde_json::json!({
+        "error": {
+            "kind": kind,
+            "exit_code": e.kind().exit_code(),
+            "message": e.message(),
+        }
+    })
+    .to_string()
+}
+
+/// What `ibp --version` prints after the name: the package version, the
+/// commit it was built from (`IBP_GIT_COMMIT`, set by build.rs inside the
+/// repository; "commit unknown" for a build outside git, such as a
+/// published crate), and whether the build has the GPU path.
+///
+/// Q: why leaked? A: clap (without its `string` feature) keeps `&'static
+/// str`; the string is built once per process.
+fn version() -> &'static str {
+    let commit = option_env!("IBP_GIT_COMMIT")
+        .map(|c| format!("commit {c}"))
+        .unwrap_or_else(|| "commit unknown: built outside a git checkout".into());
+    let gpu = if cfg!(feature = "cuda") {
+        "GPU path: built in (the cuda feature)"
+    } else {
+        "GPU path: not built, CPU only (rebuild with --features cli,cuda)"
+    };
+    Box::leak(format!("{} ({commit}); {gpu}", env!("CARGO_PKG_VERSION")).into_boxed_str())
 }
 
 #[cfg(feature = "cuda")]

@@ -141,6 +141,8 @@ fn is_stream_node(_: &std::fs::FileType) -> bool {
 /// not exist unless `force`.
 pub fn check_output(dest: &Path, force: bool, input: Option<&Path>) -> Result<Target> {
     if dest.as_os_str() == "-" || is_own_stdout(dest) {
+        // Refused before any work is done (and checked again when opened).
+        stdout_is_open()?;
         return Ok(Target::Stdout);
     }
     let Some(real) = resolve_symlinks(dest)? else {
@@ -249,7 +251,7 @@ enum Pending {
     },
     Spool {
         // Declared before `tmp`, so the file is closed before it is deleted.
-        writer: BufWriter<File>,
+        writer: SpoolWriter,
         tmp: TempPath,
         target: Target,
     },
@@ -262,7 +264,10 @@ enum Pending {
 /// in place (never created, truncated or replaced).
 fn open_direct(target: &Target) -> Result<Box<dyn Write>> {
     match target {
-        Target::Stdout => Ok(Box::new(std::io::stdout().lock())),
+        Target::Stdout => {
+            stdout_is_open()?;
+            Ok(Box::new(std::io::stdout().lock()))
+        }
         Target::Direct(p) => File::options()
             .write(true)
             .open(p)
@@ -272,6 +277,82 @@ fn open_direct(target: &Target) -> Result<Box<dyn Write>> {
             "{} is a regular file, not a stream",
             p.display()
         ))),
+    }
+}
+
+/// Whether descriptor 1 was closed when the process started, recorded
+/// before Rust's runtime starts.
+///
+/// Q: why before the runtime? A: the runtime opens `/dev/null` on any of
+/// descriptors 0–2 that is closed, before `main`; after that a closed
+/// standard output looks like `>/dev/null`, and the output vanished while
+/// ibp reported success.
+static STDOUT_CLOSED_AT_START: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+/// Records [`STDOUT_CLOSED_AT_START`]; run by the C runtime from
+/// `.init_array`, before Rust's own start-up.
+#[cfg(target_os = "linux")]
+extern "C" fn record_stdout_at_start() {
+    // SAFETY: F_GETFD only reads the descriptor's flags; no memory is
+    // passed, and nothing else runs yet.
+    if unsafe { libc::fcntl(1, libc::F_GETFD) } == -1 {
+        STDOUT_CLOSED_AT_START.store(true, Ordering::Relaxed);
+    }
+}
+
+// SAFETY: `.init_array` holds pointers to `extern "C" fn()` that the C
+// runtime calls once before `main`; this one only makes one system call
+// and stores an atomic.
+#[cfg(target_os = "linux")]
+#[used]
+#[unsafe(link_section = ".init_array")]
+static RECORD_STDOUT_AT_START: extern "C" fn() = record_stdout_at_start;
+
+/// Fail unless descriptor 1 is open (and was when the process started).
+///
+/// Q: why ask? A: Rust's standard output treats a closed descriptor 1
+/// (`>&-`) as a sink that accepts everything, so `decompress -o - >&-`
+/// wrote nothing, exited 0 and said "verified".
+fn stdout_is_open() -> Result<()> {
+    // SAFETY: F_GETFD only reads the descriptor's flags; no memory is
+    // passed.
+    let closed_now = unsafe { libc::fcntl(1, libc::F_GETFD) } == -1;
+    if closed_now || STDOUT_CLOSED_AT_START.load(Ordering::Relaxed) {
+        return Err(Error::io(
+            "writing to standard output (it is closed; redirect it to a file or pipe, or give -o FILE)",
+            std::io::Error::last_os_error(),
+        ));
+    }
+    Ok(())
+}
+
+/// The writer of a spool: a write that fails (a full disk) names the
+/// folder, which is `$TMPDIR`'s, and what to do.
+struct SpoolWriter {
+    inner: BufWriter<File>,
+    dir: PathBuf,
+}
+
+impl SpoolWriter {
+    fn explain(&self, e: std::io::Error) -> std::io::Error {
+        std::io::Error::new(
+            e.kind(),
+            format!(
+                "{e}; the output is spooled in {} until it is checked: set TMPDIR to a folder with room for the container",
+                self.dir.display()
+            ),
+        )
+    }
+}
+
+impl Write for SpoolWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.inner.write(buf).map_err(|e| self.explain(e))
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush().map_err(|e| self.explain(e))
     }
 }
 
@@ -292,7 +373,10 @@ fn spool(target: &Target) -> Result<OutputFile> {
             Ok(f) => {
                 return Ok(OutputFile {
                     inner: Pending::Spool {
-                        writer: BufWriter::with_capacity(1 << 20, f),
+                        writer: SpoolWriter {
+                            inner: BufWriter::with_capacity(1 << 20, f),
+                            dir: dir.clone(),
+                        },
                         tmp: TempPath {
                             path,
                             renamed: false,
@@ -689,6 +773,15 @@ fn rename_exclusive(from: &Path, to: &Path) -> std::io::Result<Moved> {
     std::fs::hard_link(from, to).map(|()| Moved::Linked)
 }
 
+/// The template of [`ByteProgress`]'s bar: decimal units (MB, 10^6
+/// bytes), as the reports count them (the bar counted MiB while the report
+/// said MB).
+fn bar_template(verb: &str) -> String {
+    format!(
+        "{{spinner}} {verb} [{{wide_bar}}] {{decimal_bytes}}/{{decimal_total_bytes}} {{ibp_eta}}"
+    )
+}
+
 /// A bar of bytes done on stderr, drawn only when stderr is a terminal,
 /// fed from the library's `(done, total)` progress hooks.
 pub struct ByteProgress {
@@ -711,8 +804,7 @@ impl ByteProgress {
             };
         }
         let bar = indicatif::ProgressBar::new(total);
-        let template =
-            format!("{{spinner}} {verb} [{{wide_bar}}] {{bytes}}/{{total_bytes}} {{ibp_eta}}");
+        let template = bar_template(verb);
         if let Ok(style) = indicatif::ProgressStyle::with_template(&template) {
             // The run's average rate, not indicatif's recent one (see eta.rs).
             bar.set_style(
@@ -761,6 +853,23 @@ mod tests {
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).unwrap();
         d
+    }
+
+    #[test]
+    fn the_bar_counts_in_the_reports_units() {
+        let t = bar_template("compressing");
+        assert!(t.contains("{decimal_bytes}/{decimal_total_bytes}"), "{t}");
+        assert!(
+            !t.contains("{bytes}") && !t.contains("{total_bytes}"),
+            "{t}"
+        );
+        // What the bar's key prints for a count is what the report prints.
+        for n in [15_520_000u64, 1_234_000_000] {
+            assert_eq!(
+                indicatif::DecimalBytes(n).to_string(),
+                super::super::table::human(n)
+            );
+        }
     }
 
     #[test]

@@ -48,6 +48,16 @@ pub struct Labelled {
     pub y: f64,
 }
 
+/// A bar from `x0` to `x1`, from 0 up to `y`, labelled above when it is
+/// wide enough.
+#[derive(Debug, Clone)]
+pub struct Bar {
+    pub label: String,
+    pub x0: f64,
+    pub x1: f64,
+    pub y: f64,
+}
+
 /// What to draw in one panel.
 #[derive(Debug, Clone)]
 pub struct Chart {
@@ -67,6 +77,8 @@ pub struct Chart {
     pub labelled_name: Option<String>,
     /// Legend in the lower right corner instead of the upper left.
     pub legend_lower_right: bool,
+    /// Bars, drawn first (under the lines).
+    pub bars: Vec<Bar>,
 }
 
 impl Chart {
@@ -85,6 +97,7 @@ impl Chart {
             labelled: Vec::new(),
             labelled_name: None,
             legend_lower_right: false,
+            bars: Vec::new(),
         }
     }
 
@@ -94,6 +107,7 @@ impl Chart {
             .iter()
             .flat_map(|s| s.points.iter().map(|p| p.0));
         s.chain(self.labelled.iter().map(|p| p.x))
+            .chain(self.bars.iter().flat_map(|b| [b.x0, b.x1]))
     }
 
     fn ys(&self) -> impl Iterator<Item = f64> + '_ {
@@ -103,6 +117,7 @@ impl Chart {
             .flat_map(|s| s.points.iter().map(|p| p.1));
         s.chain(self.labelled.iter().map(|p| p.y))
             .chain(self.hlines.iter().map(|h| h.y))
+            .chain(self.bars.iter().map(|b| b.y))
     }
 }
 
@@ -169,8 +184,10 @@ fn draw_error(e: impl std::fmt::Display) -> Error {
 
 /// (lo, hi) of `v`, padded by 5% of the span, or `fallback` when empty.
 fn span(v: impl Iterator<Item = f64>, fallback: (f64, f64)) -> (f64, f64) {
+    // Q: why drop huge values? A: an axis to 1e308 has no finite span
+    // for its ticks; no chart of ibp's has a value past 1e15.
     let (lo, hi) = v
-        .filter(|x| x.is_finite())
+        .filter(|x| x.is_finite() && x.abs() <= 1e15)
         .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), x| {
             (l.min(x), h.max(x))
         });
@@ -207,6 +224,43 @@ fn draw(c: &Chart, area: &DrawingArea<SVGBackend<'_>, Shift>) -> Result<()> {
         .label_style(("sans-serif", 13))
         .draw()
         .map_err(draw_error)?;
+    if !c.bars.is_empty() {
+        let fill = PALETTE[0].mix(0.55);
+        chart
+            .draw_series(
+                c.bars
+                    .iter()
+                    .map(|b| Rectangle::new([(b.x0, 0.0), (b.x1, b.y)], fill.filled())),
+            )
+            .map_err(draw_error)?;
+        chart
+            .draw_series(
+                c.bars
+                    .iter()
+                    .map(|b| Rectangle::new([(b.x0, 0.0), (b.x1, b.y)], WHITE.stroke_width(1))),
+            )
+            .map_err(draw_error)?;
+        // Labels only on bars of at least 4% of the width, so they do not
+        // run into each other.
+        let min_w = 0.04 * (x1 - x0);
+        let style = TextStyle::from(("sans-serif", 11).into_font())
+            .pos(Pos::new(HPos::Left, VPos::Center))
+            .transform(FontTransform::Rotate270);
+        chart
+            .draw_series(
+                c.bars
+                    .iter()
+                    .filter(|b| b.x1 - b.x0 >= min_w && !b.label.is_empty())
+                    .map(|b| {
+                        Text::new(
+                            b.label.clone(),
+                            ((b.x0 + b.x1) / 2.0, b.y.max(0.0)),
+                            style.clone(),
+                        )
+                    }),
+            )
+            .map_err(draw_error)?;
+    }
     for (i, h) in c.hlines.iter().enumerate() {
         let color = CEILINGS[i % CEILINGS.len()];
         let style = ShapeStyle::from(color).stroke_width(1);

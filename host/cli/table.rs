@@ -234,7 +234,7 @@ impl GroupSummary {
 }
 
 /// The group table both commands print.
-pub fn group_table(groups: &[GroupSummary]) -> Table {
+pub fn group_table<'g>(groups: impl IntoIterator<Item = &'g GroupSummary>) -> Table {
     let mut t = Table::new([
         "tensor",
         "dtype",
@@ -335,6 +335,37 @@ pub fn emit_with(write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>) -> R
         }
         _ => Ok(()),
     }
+}
+
+/// Groups a report lists without `--verbose`: up to this many (a file of
+/// more shows its largest ones, and one line for the rest).
+pub const SUMMARY_GROUPS: usize = 10;
+
+/// The group table of a report: every group with `verbose` or when there
+/// are at most [`SUMMARY_GROUPS`] (in file order), else the largest
+/// [`SUMMARY_GROUPS`] by raw bytes (largest first) and a line for the rest.
+pub fn group_summary(groups: &[GroupSummary], verbose: bool) -> String {
+    if verbose || groups.len() <= SUMMARY_GROUPS {
+        return group_table(groups).render();
+    }
+    let mut order: Vec<&GroupSummary> = groups.iter().collect();
+    order.sort_by_key(|g| std::cmp::Reverse(g.raw_bytes));
+    let (shown, rest) = order.split_at(SUMMARY_GROUPS);
+    let raw: u64 = rest.iter().map(|g| g.raw_bytes).sum();
+    let stored: u64 = rest.iter().map(|g| g.stored_bytes).sum();
+    let as_raw = rest.iter().filter(|g| g.layout == "raw").count();
+    let mut s = format!(
+        "the {SUMMARY_GROUPS} largest of {} tensors:\n",
+        groups.len()
+    );
+    s.push_str(&group_table(shown.iter().copied()).render());
+    s.push_str(&format!(
+        "... and {} more tensors, {} -> {} ({as_raw} of them stored raw); --verbose lists every tensor\n",
+        rest.len(),
+        human(raw),
+        human(stored)
+    ));
+    s
 }
 
 /// `value` as pretty JSON with a final newline, for `--json`.

@@ -592,17 +592,33 @@ pub fn parse<'a>(
     format: SourceFormat,
     opts: &ParseOptions,
 ) -> Result<Document<'a>> {
-    match format {
-        SourceFormat::Npy => npy::parse(bytes, opts),
-        SourceFormat::Npz => npz::parse(bytes, opts),
-        SourceFormat::Safetensors => safetensors::parse(bytes, opts),
+    let doc = match format {
+        SourceFormat::Npy => npy::parse(bytes, opts)?,
+        SourceFormat::Npz => return npz::parse(bytes, opts),
+        SourceFormat::Safetensors => return safetensors::parse(bytes, opts),
         SourceFormat::Raw => {
             let dtype = opts.raw_dtype.clone().ok_or_else(|| {
                 Error::invalid("a raw file needs its dtype (and optionally its shape)")
             })?;
-            raw::parse(bytes, dtype, opts.raw_shape.as_deref(), opts.array_name())
+            raw::parse(bytes, dtype, opts.raw_shape.as_deref(), opts.array_name())?
         }
-    }
+    };
+    // One tensor, whose name is ibp's: a selection must name it, or it
+    // would be ignored (as it was) and everything compressed.
+    opts.selection()
+        .check_found(doc.groups.iter().map(|g| g.name.as_str()))
+        .map_err(|e| {
+            Error::invalid(format!(
+                "{}; a{} file holds one tensor, so --tensor is not needed",
+                e.message(),
+                if format == SourceFormat::Npy {
+                    "n .npy"
+                } else {
+                    " raw"
+                }
+            ))
+        })?;
+    Ok(doc)
 }
 
 /// Bounds-checked slicing for the parsers: `bytes[start..start+len]`, or a

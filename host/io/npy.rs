@@ -67,6 +67,12 @@ pub fn read_header(bytes: &[u8]) -> Result<NpyHeader> {
     let (len_bytes, text_start) = match version.0 {
         1 => (2u64, 10u64),
         2 | 3 => (4, 12),
+        0 => {
+            return Err(Error::corrupt(format!(
+                "npy format version 0.{} does not exist (numpy writes 1.0-3.0); the file is damaged",
+                version.1
+            )));
+        }
         v => {
             return Err(Error::unsupported(format!(
                 "npy format version {v}.{} is newer than this reader (1.0-3.0)",

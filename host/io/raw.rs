@@ -18,7 +18,11 @@ pub fn parse<'a>(
     let size = dtype.size();
     let shape = match shape {
         Some(s) => {
-            let want = element_count(s)?.checked_mul(size);
+            // The shape is the caller's (`--shape`), not the file's: an
+            // overflow is a bad argument, not corrupt data.
+            let want = element_count(s)
+                .map_err(|e| Error::invalid(e.message()))?
+                .checked_mul(size);
             if want != Some(bytes.len() as u64) {
                 return Err(Error::invalid(format!(
                     "shape {s:?} of {dtype} needs {} bytes but the file has {}",

@@ -123,9 +123,10 @@ pub fn parse<'a>(bytes: &'a [u8], opts: &ParseOptions) -> Result<Document<'a>> {
             let want = element_count(&info.shape)?.checked_mul(d.size());
             if want != Some(end - begin) {
                 return Err(Error::corrupt(format!(
-                    "safetensors tensor {name:?}: shape {:?} of {} needs {want:?} bytes, data_offsets give {}",
+                    "safetensors tensor {name:?}: shape {:?} of {} needs {} bytes, data_offsets give {}",
                     info.shape,
                     info.dtype,
+                    bytes_needed(want),
                     end - begin
                 )));
             }
@@ -211,10 +212,11 @@ pub fn write(
         let want = element_count(&t.shape)?.checked_mul(t.dtype.size());
         if want != Some(t.data.len() as u64) {
             return Err(Error::invalid(format!(
-                "tensor {:?}: shape {:?} of {} needs {want:?} bytes, not {}",
+                "tensor {:?}: shape {:?} of {} needs {} bytes, not {}",
                 t.name,
                 t.shape,
                 t.dtype,
+                bytes_needed(want),
                 t.data.len()
             )));
         }
@@ -239,6 +241,12 @@ pub fn write(
         out.extend_from_slice(&t.data);
     }
     Ok(out)
+}
+
+/// A byte count for messages: the number, or "more than 2^64" when it
+/// overflowed (not Rust's `Some(4160)`).
+fn bytes_needed(n: Option<u64>) -> String {
+    n.map_or_else(|| "more than 2^64".to_string(), |n| n.to_string())
 }
 
 #[cfg(test)]

@@ -153,6 +153,30 @@ impl Bert {
                 config.heads
             )));
         }
+        // The vocabulary size is the one tensor dimension the config does
+        // not fix.
+        let vocab = match tensors.get("embeddings.word_embeddings.weight") {
+            // Q: why check the width before `get`? A: with the vocabulary
+            // read off the first axis, a transposed table ([384, 30522])
+            // was asked to be [384, 384], when [30522, 384] is meant.
+            Some(g) if g.shape.len() == 2 && g.shape[1] != h as u64 => {
+                return Err(Error::unsupported(format!(
+                    "tensor \"embeddings.word_embeddings.weight\" is {} {:?}; the forward pass needs f32 [vocabulary, {h}], one row of {h} per token{}",
+                    g.dtype,
+                    g.shape,
+                    if g.shape[0] == h as u64 {
+                        format!(
+                            " (this one looks transposed: [{}, {h}] is meant)",
+                            g.shape[1]
+                        )
+                    } else {
+                        String::new()
+                    }
+                )));
+            }
+            Some(g) => g.shape.first().map_or(0, |&rows| rows as usize),
+            None => 0,
+        };
         let mut layers = Vec::with_capacity(config.layers);
         for i in 0..config.layers {
             let p = format!("encoder.layer.{i}");
@@ -167,12 +191,6 @@ impl Bert {
                 ff_norm: norm(&format!("{p}.output.LayerNorm"))?,
             });
         }
-        // The vocabulary size is the one tensor dimension the config does
-        // not fix.
-        let vocab = tensors
-            .get("embeddings.word_embeddings.weight")
-            .and_then(|g| g.shape.first())
-            .map_or(0, |&rows| rows as usize);
         let word = get("embeddings.word_embeddings.weight", &[vocab, h])?;
         Ok(Bert {
             config,

@@ -232,3 +232,26 @@ fn token_major_interleaves_rows_token_by_token() {
     assert!(super::token_major(&[&a], 4).is_err());
     assert!(super::token_major(&[], 2).is_err());
 }
+
+/// A transposed word-embedding table is named as transposed, with the
+/// shape that is meant ([30522, 384]), not [384, 384]. Needs no data.
+#[test]
+fn a_transposed_embedding_table_is_named_so() {
+    let (rows, cols) = (384u64, 40u64);
+    let header = format!(
+        r#"{{"embeddings.word_embeddings.weight":{{"dtype":"F32","shape":[{rows},{cols}],"data_offsets":[0,{}]}}}}"#,
+        rows * cols * 4
+    );
+    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+    bytes.extend(header.as_bytes());
+    bytes.resize(bytes.len() + (rows * cols * 4) as usize, 0);
+    let path = std::env::temp_dir().join(format!("ibp-kv-transposed-{}.st", std::process::id()));
+    std::fs::write(&path, &bytes).unwrap();
+    let e = Bert::load(&path, BertConfig::MINILM_L6).err().unwrap();
+    let _ = std::fs::remove_file(&path);
+    assert!(
+        e.message().contains("[40, 384] is meant") && !e.message().contains("[384, 384]"),
+        "{}",
+        e.message()
+    );
+}

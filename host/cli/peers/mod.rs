@@ -38,12 +38,19 @@ pub struct PeerArgs {
     /// $IBP_NVCOMP, then .tools/nvcomp).
     #[arg(long, value_name = "PATH")]
     pub nvcomp: Option<PathBuf>,
+    /// Seconds the peers may take per table: a codec that would start after
+    /// them is skipped (and listed as skipped in the table). Progress and
+    /// an estimate of the time left are printed after each codec.
+    #[arg(long, value_name = "SECONDS", default_value_t = 300)]
+    pub peers_budget: u64,
 }
 
 /// The peers of one run, loaded.
 #[cfg(feature = "cuda")]
 pub struct Peers {
     nvcomp: nvcomp::Nvcomp,
+    /// `--peers-budget`.
+    budget: std::time::Duration,
 }
 
 #[cfg(feature = "cuda")]
@@ -73,7 +80,10 @@ impl Peers {
         let nv = nvcomp::Nvcomp::find(args.nvcomp.as_deref())?;
         let (a, b, c) = nv.version();
         eprintln!("nvCOMP {a}.{b}.{c} from {}", nv.path().display());
-        Ok(Some(Self { nvcomp: nv }))
+        Ok(Some(Self {
+            nvcomp: nv,
+            budget: std::time::Duration::from_secs(args.peers_budget),
+        }))
     }
 }
 
@@ -109,6 +119,7 @@ pub fn compare(
     use measure::{GATHER_BATCHES, GatherRates, Row};
 
     let (data, row, cb) = (t.data, t.row_bytes, t.codebook);
+    eprintln!("  {}: ibp...", t.name);
     let m = |r| {
         measure_decode(
             gpu,
@@ -159,14 +170,48 @@ pub fn compare(
     } else {
         1
     };
-    for codec in nvcomp::Codec::for_elements(elem, t.float) {
+    let codecs = nvcomp::Codec::for_elements(elem, t.float);
+    let n = codecs.len();
+    eprintln!(
+        "  {}: {n} nvCOMP codecs on {:.1} MB, each compressed twice and decoded 4 ways and by {} gathers; at most {} s (--peers-budget)",
+        t.name,
+        data.len() as f64 / 1e6,
+        2 * GATHER_BATCHES.len(),
+        peers.budget.as_secs()
+    );
+    // Q: why a budget? A: on a 49 MB table the peers ran past 150 s with
+    // nothing printed; the run must end in a time the user can plan on.
+    let started = std::time::Instant::now();
+    for (i, codec) in codecs.into_iter().enumerate() {
+        let spent = started.elapsed();
+        if !may_start(i, spent, peers.budget) {
+            rows.push(measure::Row {
+                codec: codec.name(),
+                failures: vec![format!(
+                    "skipped: the peers had taken {:.0} s of the {} s of --peers-budget",
+                    spent.as_secs_f64(),
+                    peers.budget.as_secs()
+                )],
+                ..Default::default()
+            });
+            eprintln!(
+                "  [{}/{n}] {}: skipped (--peers-budget spent)",
+                i + 1,
+                codec.name()
+            );
+            continue;
+        }
+        eprintln!("  [{}/{n}] {}...", i + 1, codec.name());
         let r = measure::measure_codec(gpu, &peers.nvcomp, stream, codec, data, row)?;
+        let spent = started.elapsed();
         eprintln!(
-            "  {}: {} ratio {:.3}, device {:.0} GB/s",
-            t.name,
+            "  [{}/{n}] {}: ratio {:.3}, device {:.0} GB/s; {:.0} s so far, about {:.0} s left",
+            i + 1,
             r.codec,
             r.ratio,
-            r.device.unwrap_or(0.0)
+            r.device.unwrap_or(0.0),
+            spent.as_secs_f64(),
+            time_left(i + 1, n, spent, peers.budget).as_secs_f64()
         );
         for f in &r.failures {
             eprintln!("  {}: {} failed: {f}", t.name, r.codec);
@@ -174,6 +219,28 @@ pub fn compare(
         rows.push(r);
     }
     Ok(rows)
+}
+
+/// Whether codec number `i` (from 0) may start when the codecs before it
+/// took `spent` of `budget`: the first always does, so every table has one
+/// peer row.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+fn may_start(i: usize, spent: std::time::Duration, budget: std::time::Duration) -> bool {
+    i == 0 || spent < budget
+}
+
+/// The time the remaining codecs will take, at the average of the `done`
+/// of `n` so far, within what is left of `budget`.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+fn time_left(
+    done: usize,
+    n: usize,
+    spent: std::time::Duration,
+    budget: std::time::Duration,
+) -> std::time::Duration {
+    let per_codec = spent / done.max(1) as u32;
+    let rest = per_codec * n.saturating_sub(done) as u32;
+    rest.min(budget.saturating_sub(spent))
 }
 
 /// Element width and whether floats, from a real table's name ("... f32",
@@ -423,5 +490,27 @@ mod tests {
         assert_eq!(names(1, false), ["ANS", "Bitcomp", "Cascaded", "LZ4"]);
         assert_eq!(element_of("MiniLM word embeddings bf16"), (2, true));
         assert_eq!(element_of("Cora features f32"), (4, true));
+    }
+}
+
+#[cfg(test)]
+mod budget_tests {
+    use super::*;
+    use std::time::Duration;
+
+    const S: fn(u64) -> Duration = Duration::from_secs;
+
+    #[test]
+    fn the_budget_bounds_what_starts_and_the_estimate() {
+        // The first codec always runs; later ones only within the budget.
+        assert!(may_start(0, S(1000), S(300)));
+        assert!(may_start(3, S(299), S(300)));
+        assert!(!may_start(3, S(300), S(300)));
+        // Two of six took 40 s: four more take about 80 s...
+        assert_eq!(time_left(2, 6, S(40), S(300)), S(80));
+        // ...unless the budget ends sooner.
+        assert_eq!(time_left(2, 6, S(250), S(300)), S(50));
+        assert_eq!(time_left(6, 6, S(40), S(300)), S(0));
+        assert_eq!(time_left(1, 6, S(400), S(300)), S(0));
     }
 }
