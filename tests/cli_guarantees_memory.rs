@@ -467,3 +467,82 @@ fn many_tiny_tensors_cost_a_few_hundred_bytes_each_and_no_file_growth() {
     );
     restores_to(&dir, &out, &file);
 }
+
+#[test]
+fn a_cluster_sweep_holds_a_bounded_number_of_codebook_tables() {
+    // Issue 38, finding 5: `--clusters auto` swept up to 4096 clusters,
+    // each codebook with tables of 80 bytes a chunk: 657 MB for a 32 MiB
+    // tensor of 4 KiB rows. The sweep now stops where a clustering's tables
+    // would pass 64 MiB, so it holds about three times the tensor plus two
+    // clusterings' tables.
+    let dir = Scratch::new("cluster-sweep");
+    let base = baseline_kib(&dir);
+    let (rows, cols) = (8192usize, 1024usize);
+    let mut rng = common::Rng(7);
+    let centres: Vec<Vec<f32>> = (0..4)
+        .map(|_| {
+            (0..cols)
+                .map(|_| (rng.next() >> 40) as f32 / (1u64 << 22) as f32 - 2.0)
+                .collect()
+        })
+        .collect();
+    let data: Vec<u8> = (0..rows)
+        .flat_map(|r| {
+            let c = &centres[r % 4];
+            let noise = rng.next();
+            c.iter()
+                .enumerate()
+                .flat_map(|(j, &x)| {
+                    (x * (1.0 + ((noise >> (j % 48)) & 7) as f32 * 1e-4)).to_le_bytes()
+                })
+                .collect::<Vec<u8>>()
+        })
+        .collect();
+    let input = dir.write("clusters.f32", &data);
+    let out = dir.path("clusters.ibp");
+    let mut args = compress_raw(&input, cols, &out);
+    args.extend(args!["--clusters", "auto"].iter().cloned());
+    let (code, kib) = peak_kib(&args);
+    assert_eq!(code, Some(0));
+    let extra = (kib - base) * 1024;
+    let bound = 3 * data.len() as i64 + 2 * ibp::fit::CLUSTER_TABLES_BUDGET as i64;
+    assert!(
+        extra < bound,
+        "clustering a {}-byte tensor took {extra} bytes (bound {bound})",
+        data.len()
+    );
+    restores_to(&dir, &out, &data);
+}
+
+#[test]
+fn a_tensor_too_large_to_cluster_is_named_in_the_report() {
+    // Issue 38, finding 5: `--clusters` was silently ignored for tensors
+    // over the clustered size limit.
+    let dir = Scratch::new("cluster-too-large");
+    let cols = 4096usize;
+    let rows = (ibp::container::MAX_CLUSTERED_GROUP_BYTES as usize / cols) + 8;
+    let data: Vec<u8> = (0..rows * cols)
+        .map(|i| (i % cols) as u8 ^ (((i / cols) % 4) as u8) << 6)
+        .collect();
+    let input = dir.write("big.u8", &data);
+    let out = dir.path("big.ibp");
+    let shape = format!("{rows},{cols}");
+    let o = ok(&args![
+        "compress",
+        &input,
+        "--dtype",
+        "u8",
+        "--shape",
+        &shape,
+        "--clusters",
+        "4",
+        "-o",
+        &out
+    ]);
+    let report = text(&o.stdout);
+    assert!(
+        report.contains("tensor array: not clustered")
+            && report.contains("MiB a clustered tensor may have"),
+        "{report}"
+    );
+}

@@ -276,7 +276,24 @@ pub fn run(args: Args) -> Result<()> {
         clusters: args.clusters.clone(),
         totals: Totals::of(&groups),
         groups,
-        notes: report.notes,
+        notes: {
+            let mut notes = report.notes;
+            if report.verbatim_tensors > 0 {
+                notes.push(format!(
+                    "{} tensors under {} bytes ({} bytes in all) kept verbatim, not compressed: too small to pay for a codebook",
+                    report.verbatim_tensors,
+                    ibp::container::TINY_TENSOR_BYTES,
+                    report.verbatim_bytes
+                ));
+            }
+            notes.extend(
+                report
+                    .groups
+                    .iter()
+                    .filter_map(|g| Some(format!("tensor {}: {}", g.name, g.note.as_deref()?))),
+            );
+            notes
+        },
         device: DeviceReport {
             requested: args.device.name(),
             used: device.kind(),

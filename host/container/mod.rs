@@ -210,6 +210,9 @@ pub struct GroupReport {
     pub clusters: Option<usize>,
     /// Why it is stored raw, when it is.
     pub raw_reason: Option<String>,
+    /// What else a person should know about how it was stored: clustering
+    /// asked for but not done, or done with fewer clusters than asked.
+    pub note: Option<String>,
     /// Whether a [`GroupDevice`] fitted and compressed it
     /// ([`compress_document_on`]); the bytes are the same either way.
     pub on_device: bool,
@@ -466,6 +469,7 @@ impl<W: Write> State<'_, '_, W> {
             chunk: None,
             clusters: None,
             raw_reason,
+            note: None,
             on_device: false,
             device_seconds: None,
         };
@@ -558,9 +562,27 @@ impl<W: Write> State<'_, '_, W> {
                 }
                 let payload: u64 = totals.iter().sum();
                 let stored = cb_bytes + flag_len + 8 * (shape.rows + 1) + payload;
+                let group_bytes = shape.total_bytes();
                 let clustered = if opts.clusters == Clustering::Off {
                     None
+                } else if group_bytes > MAX_CLUSTERED_GROUP_BYTES {
+                    report.note = Some(format!(
+                        "not clustered: its {} MiB are over the {} MiB a clustered tensor may have (one codebook used)",
+                        group_bytes >> 20,
+                        MAX_CLUSTERED_GROUP_BYTES >> 20
+                    ));
+                    None
                 } else {
+                    if let Clustering::Fixed(k) = opts.clusters {
+                        let cap =
+                            crate::fit::max_clusters_for(shape.row_bytes as usize, opts.fit.chunk);
+                        if k > cap {
+                            report.note = Some(format!(
+                                "at most {cap} clusters for {}-byte rows (their codebook tables' memory), not {k}",
+                                shape.row_bytes
+                            ));
+                        }
+                    }
                     let copts = opts.cluster_options.clone().with_fit(opts.fit.clone());
                     clustered::choose(rows, opts.clusters, &copts)
                         .map_err(|e| in_group(e, &g.name))?

@@ -194,6 +194,29 @@ pub fn fit_clusters(rows: Rows<'_>, k: usize, opts: &ClusterOptions) -> Result<C
     fit_on_sample(sample, &bits, k, opts)
 }
 
+/// Bytes that the codebook tables of one clustering may take.
+///
+/// Q: why a budget? A: each cluster's codebook gets chunk tables of 80
+/// bytes per chunk position ([`crate::codebook::ChunkTables::bytes_for`]),
+/// so `k` codebooks of long rows cost `k` times that: a sweep up to 4096
+/// clusters of 4 KiB rows held 657 MB, twenty times a 32 MiB tensor
+/// (issue 38). A sweep holds its best clustering and the one it measures.
+pub const CLUSTER_TABLES_BUDGET: u64 = 64 << 20;
+
+/// The most clusters a clustering of `row_bytes`-byte rows may have, so
+/// that its codebook tables stay within [`CLUSTER_TABLES_BUDGET`] at the
+/// smallest chunk size `chunk` allows (at least 2).
+pub fn max_clusters_for(row_bytes: usize, chunk: ChunkChoice) -> usize {
+    let smallest = match chunk {
+        ChunkChoice::Auto => ChunkSize::One,
+        ChunkChoice::Fixed(c) => c,
+    };
+    let per = crate::codebook::ChunkTables::bytes_for(row_bytes, smallest).max(1) as u64;
+    usize::try_from(CLUSTER_TABLES_BUDGET / per)
+        .unwrap_or(usize::MAX)
+        .max(2)
+}
+
 fn fit_on_sample(
     sample: Rows<'_>,
     bits: &BitRows,
@@ -201,6 +224,7 @@ fn fit_on_sample(
     opts: &ClusterOptions,
 ) -> Result<Clusters> {
     let l = sample.row_bytes();
+    let k = k.min(max_clusters_for(l, opts.fit.chunk));
     let c = kmeans(bits, k, &opts.kmeans)?;
     let w = bits.words();
     let kk = c.k(w);
@@ -284,7 +308,8 @@ pub fn sweep_clusters_with(
     let eval_bits = BitRows::gather(eval_sample, eval_sample.rows(), |i| i);
     let mut points: Vec<ClusterPoint> = Vec::new();
     let mut best: Option<(usize, Clusters)> = None;
-    for k in sweep_ks(opts.max_clusters, fit_plan.len()) {
+    let top = opts.max_clusters.min(max_clusters_for(l, opts.fit.chunk));
+    for k in sweep_ks(top, fit_plan.len()) {
         let t0 = Instant::now();
         let clusters = fit_on_sample(fit_sample, &fit_bits, k, opts)?;
         let measured = clustered_payload(&clusters, &eval_bits, eval_sample);

@@ -20,7 +20,8 @@ pub use choose::{
     Candidate, ChunkChoice, Fit, FitOptions, Sample, SamplePlan, fit, fit_from_counts,
 };
 pub use cluster::{
-    ClusterOptions, ClusterPoint, ClusterSweep, fit_clusters, sweep_clusters, sweep_clusters_with,
+    CLUSTER_TABLES_BUDGET, ClusterOptions, ClusterPoint, ClusterSweep, fit_clusters,
+    max_clusters_for, sweep_clusters, sweep_clusters_with,
 };
 pub use count::{count_bits, count_bits_into};
 pub use kmeans::KMeansOptions;
