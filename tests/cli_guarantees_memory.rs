@@ -139,6 +139,31 @@ fn long_rows_fit_under_a_memory_limit() {
 }
 
 #[test]
+fn long_rows_cost_three_rows_plus_their_codebook_tables() {
+    // Issue 38, finding 6: a tensor of 32 MiB rows peaked at 12 times a
+    // row, where the guarantee said "about three times" and left out the
+    // codebook's chunk tables (80 bytes a chunk). The bound now says both;
+    // this holds it for 8 MiB rows in 4-byte chunks (3 × 8 MiB + 160 MiB).
+    let dir = Scratch::new("long-rows-tables");
+    let base = baseline_kib(&dir);
+    let l = 8usize << 20;
+    let input = dir.write("long.f32", &features(2, l / 4, 29));
+    let out = dir.path("long.ibp");
+    let mut args = compress_raw(&input, l / 4, &out);
+    args.extend(args!["--chunk", "4"].iter().cloned());
+    let (code, kib) = peak_kib(&args);
+    assert_eq!(code, Some(0));
+    let extra = (kib - base) * 1024;
+    let tables = ibp::codebook::ChunkTables::bytes_for(l, ibp::codebook::ChunkSize::Four);
+    let bound = (3 * l + tables + (16 << 20)) as i64;
+    eprintln!("rows of {l} bytes: {extra} bytes (bound {bound})");
+    assert!(
+        extra < bound,
+        "rows of {l} bytes took {extra} bytes (bound {bound})"
+    );
+}
+
+#[test]
 fn short_rows_do_not_multiply_memory() {
     // Rows of 2 bytes: the packed form (8 bytes of offset a row) can never
     // be smaller, and is no longer built only to be thrown away (it cost

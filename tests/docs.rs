@@ -477,3 +477,42 @@ fn the_link_and_option_parsers_read_what_they_should() {
         None
     );
 }
+
+#[test]
+fn every_test_guarantees_md_names_exists() {
+    // GUARANTEES.md promises only what a named test checks: every code span
+    // that looks like a test (`snake_case`, optionally `file.rs::name`) must
+    // be a test function in tests/.
+    let mut sources = String::new();
+    for e in std::fs::read_dir(root().join("tests")).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "rs") {
+            sources.push_str(&std::fs::read_to_string(&p).unwrap());
+        }
+    }
+    let text = read("docs/GUARANTEES.md");
+    let mut named = 0;
+    let mut missing = Vec::new();
+    for line in text.lines() {
+        for span in code_spans(line) {
+            let name = span.rsplit("::").next().unwrap_or(span);
+            let looks_like_a_test = name.contains('_')
+                && name.len() > 12
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+            if !looks_like_a_test {
+                continue;
+            }
+            named += 1;
+            if !sources.contains(&format!("fn {name}(")) {
+                missing.push(name.to_string());
+            }
+        }
+    }
+    assert!(named >= 20, "GUARANTEES.md names only {named} tests");
+    assert!(
+        missing.is_empty(),
+        "GUARANTEES.md names tests that do not exist: {missing:?}"
+    );
+}
