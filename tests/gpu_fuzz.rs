@@ -55,7 +55,7 @@ use ibp::cluster::{ClusterIds, compress_clustered_with_ids};
 use ibp::codebook::{ChunkSize, Codebook};
 use ibp::container::{Clustering, CompressOptions, GroupLayout, IbpFile, compress_document};
 use ibp::gpu::{
-    CacheOptions, DecodeOptions, DecodeStatus, Decoder, DmaScratch, Fetch, FeatureCache, Gpu,
+    CacheOptions, DecodeOptions, DecodeStatus, Decoder, DmaScratch, FeatureCache, Fetch, Gpu,
     GpuDataset, KvStore, KvStoreOptions, PageWrites, Residency, copy_to_host_blocking,
 };
 use ibp::io::{self, ParseOptions, SourceFormat};
@@ -438,10 +438,7 @@ fn generate(rng: &mut Rng) -> Case {
             l,
             n,
             cb,
-            what: format!(
-                "{name} fixed{}",
-                if lengths { "+lengths" } else { "" }
-            ),
+            what: format!("{name} fixed{}", if lengths { "+lengths" } else { "" }),
             store: Store::Fixed {
                 flags: f.flags,
                 slots: f.slots,
@@ -552,7 +549,9 @@ fn from_container(rng: &mut Rng) -> Result<Case, NoCase> {
 
 /// Rows of the store whose flag says encoded.
 fn encoded_rows(flags: &[u8], n: usize) -> Vec<usize> {
-    (0..n).filter(|&i| flags[i / 8] >> (i % 8) & 1 == 1).collect()
+    (0..n)
+        .filter(|&i| flags[i / 8] >> (i % 8) & 1 == 1)
+        .collect()
 }
 
 /// A codebook like `cb` with some mask and value bits changed (same
@@ -744,11 +743,13 @@ enum Want<'a> {
 fn wants<'a>(rows: &'a [Option<Vec<u8>>], index: &[u64]) -> Vec<Want<'a>> {
     index
         .iter()
-        .map(|&t| match usize::try_from(t).ok().and_then(|t| rows.get(t)) {
-            None => Want::BadIndex,
-            Some(Some(r)) => Want::Row(r),
-            Some(None) => Want::Corrupt,
-        })
+        .map(
+            |&t| match usize::try_from(t).ok().and_then(|t| rows.get(t)) {
+                None => Want::BadIndex,
+                Some(Some(r)) => Want::Row(r),
+                Some(None) => Want::Corrupt,
+            },
+        )
         .collect()
 }
 
@@ -888,6 +889,22 @@ impl Fuzz<'_> {
         cu(self.stream.synchronize(), "synchronising the stream")
     }
 
+    /// Wait for everything the context has enqueued, the legacy stream's
+    /// copies included, before a launch.
+    ///
+    /// Q: why, when every launch here is followed by a synchronisation?
+    /// A: buffers made by `DeviceBuffer::from_slice` (outputs, indices,
+    /// statuses, the uploads' tables) are filled by a synchronous copy
+    /// from pageable memory, which may return before its DMA lands, on
+    /// the legacy stream, which the non-blocking streams do not wait for.
+    /// A fuzzer must not report the harness's own race.
+    fn settle(&self) -> Result<(), Fail> {
+        cu(
+            cust::context::CurrentContext::synchronize(),
+            "synchronising the context",
+        )
+    }
+
     /// A poisoned output of `len` bytes (plus guard bytes unless exact).
     fn output(&self, len: usize) -> Result<DeviceBuffer<u8>, Fail> {
         let extra = if self.exact { 0 } else { GUARD };
@@ -1022,6 +1039,7 @@ impl Fuzz<'_> {
         let r = (|| {
             let mut out = self.output(count as usize * l)?;
             let mut status = must(DecodeStatus::new(), "a status")?;
+            self.settle()?;
             must(
                 dec.range(self.gpu, first, count, &mut out, &status, &self.stream),
                 "range",
@@ -1047,6 +1065,7 @@ impl Fuzz<'_> {
             let mut status = must(DecodeStatus::new(), "a status")?;
             if wide {
                 let d = cu(DeviceBuffer::from_slice(&index), "uploading the index")?;
+                self.settle()?;
                 must(
                     dec.gather_strided(self.gpu, &d, &mut out, stride, &status, &self.stream),
                     "gather",
@@ -1055,6 +1074,7 @@ impl Fuzz<'_> {
             } else {
                 let narrow: Vec<u32> = index.iter().map(|&t| t as u32).collect();
                 let d = cu(DeviceBuffer::from_slice(&narrow), "uploading the index")?;
+                self.settle()?;
                 must(
                     dec.gather_strided(self.gpu, &d, &mut out, stride, &status, &self.stream),
                     "gather",
@@ -1062,7 +1082,13 @@ impl Fuzz<'_> {
                 self.sync()?;
             }
             let host = must(copy_to_host_blocking(&out), "copying back")?;
-            judge(&host, l, stride, &wants(rows, &index), status.check_blocking())
+            judge(
+                &host,
+                l,
+                stride,
+                &wants(rows, &index),
+                status.check_blocking(),
+            )
         })();
         self.record(gather_path, r)?;
         if !pinned || case.packed_ref().is_none() {
@@ -1076,6 +1102,7 @@ impl Fuzz<'_> {
         let r = (|| {
             let mut out = self.output(count as usize * l)?;
             let mut status = must(DecodeStatus::new(), "a status")?;
+            self.settle()?;
             must(
                 dec.range_dma(
                     self.gpu,
@@ -1097,6 +1124,7 @@ impl Fuzz<'_> {
         let r = (|| {
             let mut out = self.output(index.len() * l)?;
             let mut status = must(DecodeStatus::new(), "a status")?;
+            self.settle()?;
             if wide {
                 must(
                     dec.gather_dma_blocking(
@@ -1157,6 +1185,7 @@ impl Fuzz<'_> {
         let mut status = must(DecodeStatus::new(), "a status")?;
         if wide {
             let d = cu(DeviceBuffer::from_slice(&index), "uploading ids")?;
+            self.settle()?;
             must(
                 cache.gather(self.gpu, ds, &d, &mut out, &status, &self.stream),
                 "cache gather",
@@ -1165,6 +1194,7 @@ impl Fuzz<'_> {
         } else {
             let narrow: Vec<u32> = index.iter().map(|&t| t as u32).collect();
             let d = cu(DeviceBuffer::from_slice(&narrow), "uploading ids")?;
+            self.settle()?;
             must(
                 cache.gather(self.gpu, ds, &d, &mut out, &status, &self.stream),
                 "cache gather",
@@ -1271,6 +1301,7 @@ impl Fuzz<'_> {
             // limit, not the decoder's.
             Err(_) => return Ok(Outcome::Typed),
         };
+        self.settle()?;
         // SAFETY: BagParams for a bag kernel; the view is a live dataset's,
         // ids and starts hold `bags` and `bags + 1` u32, out `bags × dim`
         // f32, status `bags` u32, all live until the synchronisation below;
@@ -1300,7 +1331,9 @@ impl Fuzz<'_> {
             if let Some(Some(row)) = rows.get(t as usize) {
                 for e in 0..dim as usize {
                     let x = if bf16 {
-                        f32::from_bits((u16::from_le_bytes([row[2 * e], row[2 * e + 1]]) as u32) << 16)
+                        f32::from_bits(
+                            (u16::from_le_bytes([row[2 * e], row[2 * e + 1]]) as u32) << 16,
+                        )
                     } else {
                         f32::from_le_bytes(row[4 * e..4 * e + 4].try_into().unwrap())
                     };
@@ -1326,12 +1359,7 @@ impl Fuzz<'_> {
     /// `user_row_sums`: one warp a row decodes it into the sum of its
     /// bytes, written only when the row decodes (`u32::MAX` stays for a
     /// corrupt one).
-    fn user_row_sums(
-        &self,
-        mut view: DatasetView,
-        case: &Case,
-        rows: &[Option<Vec<u8>>],
-    ) -> Run {
+    fn user_row_sums(&self, mut view: DatasetView, case: &Case, rows: &[Option<Vec<u8>>]) -> Run {
         let module = self.user.as_ref().expect("the user module");
         let n = case.n;
         let shared = 8 * view.workspace_bytes();
@@ -1342,6 +1370,7 @@ impl Fuzz<'_> {
         let out = cu(DeviceBuffer::from_slice(&vec![u32::MAX; n]), "row sums")?;
         let mut o = out.as_device_ptr().as_raw();
         let f = cu(module.get_function("user_row_sums"), "user_row_sums")?;
+        self.settle()?;
         let args = [
             &mut view as *mut _ as *mut c_void,
             &mut o as *mut u64 as *mut c_void,
@@ -1388,7 +1417,16 @@ impl Fuzz<'_> {
         let chunk = chunk_of(rng);
         let book = random_codebook(rng, l, chunk);
         let p_match = [4, 7, 8][below(rng, 3) as usize];
-        let make_rows = |rng: &mut Rng, rows: usize| rows_from(rng, l, rows, std::slice::from_ref(&book), &vec![0; rows], p_match);
+        let make_rows = |rng: &mut Rng, rows: usize| {
+            rows_from(
+                rng,
+                l,
+                rows,
+                std::slice::from_ref(&book),
+                &vec![0; rows],
+                p_match,
+            )
+        };
         let prefill = 1 + below(rng, 40) as usize;
         let steps: Vec<usize> = (0..1 + below(rng, 5))
             .map(|_| 1 + below(rng, 30) as usize)
@@ -1413,6 +1451,7 @@ impl Fuzz<'_> {
         );
         let first = make_rows(rng, prefill);
         let d = cu(DeviceBuffer::from_slice(&first), "prefill")?;
+        self.settle()?;
         let capacity = pages * page_rows;
         if prefill as u64 > capacity {
             return match KvStore::create(self.gpu, &d, l, &opts) {
@@ -1434,11 +1473,13 @@ impl Fuzz<'_> {
         for (k, &rows) in steps.iter().enumerate() {
             let data = make_rows(rng, rows);
             let d = cu(DeviceBuffer::from_slice(&data), "a step's rows")?;
+            self.settle()?;
             if k == refit_at {
                 let next = store.rows();
                 match store.refit_blocking(self.gpu, &d) {
                     Ok(s) => {
-                        if s != segs.len() || store.segments()[s].first_row != next.next_multiple_of(8)
+                        if s != segs.len()
+                            || store.segments()[s].first_row != next.next_multiple_of(8)
                         {
                             return Err(Fail::Mismatch("a refit's segment is misplaced".into()));
                         }
@@ -1464,8 +1505,7 @@ impl Fuzz<'_> {
                     )));
                 }
                 Err(e)
-                    if e.kind() == ErrorKind::InvalidArgument
-                        && next + rows as u64 > capacity =>
+                    if e.kind() == ErrorKind::InvalidArgument && next + rows as u64 > capacity =>
                 {
                     typed = true;
                     if store.rows() != next {
@@ -1493,8 +1533,8 @@ impl Fuzz<'_> {
             // under the segment's codebook.
             if have > 0 {
                 let cb = store.codebook(s).unwrap().clone();
-                let fixed = compress_fixed(&cb, Rows::new(data, l).unwrap(), &Default::default())
-                    .unwrap();
+                let fixed =
+                    compress_fixed(&cb, Rows::new(data, l).unwrap(), &Default::default()).unwrap();
                 let at = info.first_row as usize * l;
                 if store.pages_host()[at..at + data.len()] != fixed.slots[..] {
                     return Err(Fail::Mismatch(format!(
@@ -1509,6 +1549,7 @@ impl Fuzz<'_> {
             let mut status = must(DecodeStatus::new(), "a status")?;
             if wide {
                 let d = cu(DeviceBuffer::from_slice(&index), "ids")?;
+                self.settle()?;
                 must(
                     store.gather(self.gpu, s, &d, &mut out, &status, &self.stream),
                     "kv gather",
@@ -1517,6 +1558,7 @@ impl Fuzz<'_> {
             } else {
                 let narrow: Vec<u32> = index.iter().map(|&t| t as u32).collect();
                 let d = cu(DeviceBuffer::from_slice(&narrow), "ids")?;
+                self.settle()?;
                 must(
                     store.gather(self.gpu, s, &d, &mut out, &status, &self.stream),
                     "kv gather",
@@ -1747,7 +1789,10 @@ fn fuzz_cases_build_and_the_oracle_judges_on_the_host() {
             }
         }
         if want.iter().all(|w| matches!(w, Want::Row(_))) {
-            assert!(matches!(judge(&host, l, l, &want, Ok(())), Ok(Outcome::Equal)));
+            assert!(matches!(
+                judge(&host, l, l, &want, Ok(())),
+                Ok(Outcome::Equal)
+            ));
             host[index.len() * l] ^= 1;
             assert!(matches!(
                 judge(&host, l, l, &want, Ok(())),
