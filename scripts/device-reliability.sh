@@ -28,7 +28,8 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/rel
 fuzz_cases() { sed -n 's/.*gpu_fuzz summary: seed [^,]*, \([0-9]*\) cases.*/\1/p' "$1" | tail -1; }
 # compute-sanitizer's own count ("ERROR SUMMARY: N errors").
 san_errors() { sed -n 's/.*ERROR SUMMARY: \([0-9]*\) error.*/\1/p' "$1" | tail -1; }
-verdict() { if [ "$1" = 0 ]; then echo PASS; else echo "FAIL (rc=$1)"; fi; }
+fail=0
+verdict() { if [ "$1" = 0 ]; then echo PASS; else fail=1; echo "FAIL (rc=$1)"; fi; }
 
 if [ "$what" = all ] || [ "$what" = fuzz ]; then
   [ -x "$bin/gpu_fuzz.test" ] || { echo "no $bin/gpu_fuzz.test: stage with scripts/stage-device.sh"; exit 1; }
@@ -41,7 +42,8 @@ if [ "$what" = all ] || [ "$what" = fuzz ]; then
   rc=$?
   errs=$(san_errors "$log")
   r=$(verdict $rc)
-  [ "${errs:-x}" = 0 ] || r="FAIL (rc=$rc)"
+  [ "$rc" = 0 ] || fail=1
+  [ "${errs:-x}" = 0 ] || { r="FAIL (rc=$rc)"; fail=1; }
   rows+=("fuzz, memcheck|$(fuzz_cases "$log")|${errs:-none reported}|$r")
   grep -E "gpu_fuzz (summary|FAIL)|panicked|Invalid|ERROR SUMMARY" "$log" | head -20
   # 2. Without the sanitizer: more cases, another seed.
@@ -49,6 +51,7 @@ if [ "$what" = all ] || [ "$what" = fuzz ]; then
   IBP_FUZZ_CASES=${FUZZ_CASES:-20000} IBP_FUZZ_MAX_SECONDS=${FUZZ_SECS:-120} IBP_FUZZ_SEED=0x5eed2 \
     timeout 200 "$bin/gpu_fuzz.test" --test-threads=1 gpu_decoders_match >"$log" 2>&1
   rc=$?
+  [ "$rc" = 0 ] || fail=1
   rows+=("fuzz|$(fuzz_cases "$log")|-|$(verdict $rc)")
   grep -E "gpu_fuzz (summary|FAIL)|panicked" "$log" | head -20
 fi
@@ -61,6 +64,7 @@ if [ "$what" = all ] || [ "$what" = stress ]; then
     timeout 150 "$bin/gpu_stress.test" --test-threads=1 >"$log" 2>&1
   rc=$?
   rounds=$(sed -n 's/.*gpu_stress summary: .* in [0-9.]* s: \([0-9]*\) rounds done.*/\1/p' "$log" | tail -1)
+  [ "$rc" = 0 ] || fail=1
   rows+=("stress ($(nvidia-smi -L | wc -l) GPU)|${rounds:-?} rounds|-|$(verdict $rc)")
   grep -E "gpu_stress (summary|FAIL)|panicked" "$log" | head -20
 fi
@@ -68,3 +72,4 @@ echo
 echo "| step | cases | sanitizer errors | result |"
 echo "|---|---:|---:|---|"
 for r in "${rows[@]}"; do echo "| ${r//|/ | } |"; done
+exit $fail

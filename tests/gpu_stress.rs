@@ -199,9 +199,9 @@ fn worker(
         .map(|_| ok(DecodeStatus::new(), "a status"))
         .collect::<Result<_, _>>()?;
     // The statuses' first words were written by synchronous copies from
-    // pageable memory: wait until they have landed (once, before the
-    // rounds; later clears are followed by a round's enqueues only after
-    // `check_blocking` returns).
+    // pageable memory, whose DMA may land late: wait for them once, before
+    // the rounds. (`check_blocking`'s clears between rounds could at worst
+    // hide a report, never invent one: valid rows make none.)
     cu(
         cust::context::CurrentContext::synchronize(),
         "waiting for the statuses",
