@@ -9,14 +9,16 @@
 # Usage: bash .device/device-reliability.sh [all|fuzz|stress]
 #   all (default): the three steps; fuzz: the two fuzz steps; stress: the
 #   stress test alone (e.g. on the 2-GPU machine).
-# Sizes (environment), chosen so that `all` fits one 10-minute command:
-#   FUZZ_SAN_CASES (600) and FUZZ_SAN_SECS (150): the sanitized run stops
+# Sizes (environment), chosen so that `all` fits one 10-minute command
+# (at most 220 + 170 + 120 s, by the timeouts; about 5 minutes as a rule):
+#   FUZZ_SAN_CASES (600) and FUZZ_SAN_SECS (140): the sanitized run stops
 #     starting cases after FUZZ_SAN_SECS; the table shows how many ran;
-#   FUZZ_CASES (20000) and FUZZ_SECS (120): the plain run, another seed;
+#   FUZZ_CASES (20000) and FUZZ_SECS (110): the plain run, another seed;
 #   STRESS_ROUNDS (25), STRESS_THREADS (4): per GPU, every GPU present.
 set -uo pipefail
 source .device/device-unpack.sh
 what=${1:-all}
+case $what in all|fuzz|stress) ;; *) echo "usage: $0 [all|fuzz|stress]"; exit 2 ;; esac
 out=${OUT:-/tmp/ibp-out}
 mkdir -p "$out"
 export IBP_REQUIRE_GPU=1 IBP_DATA_DIR="$PWD/.device/data"
@@ -36,8 +38,8 @@ if [ "$what" = all ] || [ "$what" = fuzz ]; then
   # 1. Under memcheck: every device access checked; the cases' outputs are
   # sized exactly on odd cases, so a write past a row is an error here.
   log=$out/fuzz-memcheck.log
-  IBP_FUZZ_CASES=${FUZZ_SAN_CASES:-600} IBP_FUZZ_MAX_SECONDS=${FUZZ_SAN_SECS:-150} \
-    timeout 240 compute-sanitizer --tool memcheck --print-limit 50 --error-exitcode 86 \
+  IBP_FUZZ_CASES=${FUZZ_SAN_CASES:-600} IBP_FUZZ_MAX_SECONDS=${FUZZ_SAN_SECS:-140} \
+    timeout 220 compute-sanitizer --tool memcheck --print-limit 50 --error-exitcode 86 \
     "$bin/gpu_fuzz.test" --test-threads=1 gpu_decoders_match >"$log" 2>&1
   rc=$?
   errs=$(san_errors "$log")
@@ -48,8 +50,8 @@ if [ "$what" = all ] || [ "$what" = fuzz ]; then
   grep -E "gpu_fuzz (summary|FAIL)|panicked|Invalid|ERROR SUMMARY" "$log" | head -20
   # 2. Without the sanitizer: more cases, another seed.
   log=$out/fuzz.log
-  IBP_FUZZ_CASES=${FUZZ_CASES:-20000} IBP_FUZZ_MAX_SECONDS=${FUZZ_SECS:-120} IBP_FUZZ_SEED=0x5eed2 \
-    timeout 200 "$bin/gpu_fuzz.test" --test-threads=1 gpu_decoders_match >"$log" 2>&1
+  IBP_FUZZ_CASES=${FUZZ_CASES:-20000} IBP_FUZZ_MAX_SECONDS=${FUZZ_SECS:-110} IBP_FUZZ_SEED=0x5eed2 \
+    timeout 170 "$bin/gpu_fuzz.test" --test-threads=1 gpu_decoders_match >"$log" 2>&1
   rc=$?
   [ "$rc" = 0 ] || fail=1
   rows+=("fuzz|$(fuzz_cases "$log")|-|$(verdict $rc)")
@@ -61,7 +63,7 @@ if [ "$what" = all ] || [ "$what" = stress ]; then
   # watchdog ends it (exit 101) if a thread stops making progress.
   log=$out/stress.log
   IBP_STRESS_ROUNDS=${STRESS_ROUNDS:-25} IBP_STRESS_THREADS=${STRESS_THREADS:-4} IBP_STRESS_WATCHDOG_SECS=60 \
-    timeout 150 "$bin/gpu_stress.test" --test-threads=1 >"$log" 2>&1
+    timeout 120 "$bin/gpu_stress.test" --test-threads=1 >"$log" 2>&1
   rc=$?
   rounds=$(sed -n 's/.*gpu_stress summary: .* in [0-9.]* s: \([0-9]*\) rounds done.*/\1/p' "$log" | tail -1)
   [ "$rc" = 0 ] || fail=1

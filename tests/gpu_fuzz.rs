@@ -1460,6 +1460,10 @@ impl Fuzz<'_> {
                 Ok(_) => Err(Fail::Mismatch("a prefill past the budget was taken".into())),
             };
         }
+        // The steps' rows must outlive their appends' kernels: declared
+        // before the store, they are dropped after it (its drop waits for
+        // the context), on every return.
+        let mut keep = Vec::new();
         let mut store = must(KvStore::create(self.gpu, &d, l, &opts), "KvStore::create")?;
         // Each segment's rows, in order.
         let mut segs: Vec<Vec<u8>> = vec![first];
@@ -1469,7 +1473,6 @@ impl Fuzz<'_> {
         } else {
             usize::MAX
         };
-        let mut keep = Vec::new();
         for (k, &rows) in steps.iter().enumerate() {
             let data = make_rows(rng, rows);
             let d = cu(DeviceBuffer::from_slice(&data), "a step's rows")?;
@@ -1514,11 +1517,9 @@ impl Fuzz<'_> {
                 }
                 Err(e) => return must(Err(e), "append"),
             }
-            // The step's rows must live until the append's kernel is done.
             keep.push(d);
         }
         self.sync()?;
-        drop(keep);
         let mut corrupt = false;
         for (s, data) in segs.iter().enumerate() {
             let have = (data.len() / l) as u64;
