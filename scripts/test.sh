@@ -79,7 +79,15 @@ if [ "$cuda" = 1 ]; then
   # of the library tests' time (the emulations minutes, the forward pass
   # over a minute, in a debug build on a small CI machine). The GPU's own
   # KV store is gpu::kv_store, which runs.
-  cargo test --features cli,cuda -- --skip kernel_emu:: --skip kv::
+  # Q: and why only these targets? A: the cuda feature changes the
+  # library's gpu module, the `ibp` binary's device choice and the GPU test
+  # files; the other integration tests (containers, corruption, formats,
+  # the guarantees, docs) hold no code of the feature and ran above. The
+  # GPU machine runs every GPU test binary (scripts/device-run.sh).
+  cargo test --features cli,cuda --lib --bins --test 'gpu_*' --test cli --test cli_device \
+    --test cli_peers --test memory_bound -- --skip kernel_emu:: --skip kv::
+  # The GPU API's doctests (docs/GPU.md, the README's GPU program): compiled.
+  cargo test --features cli,cuda --doc
 fi
 
 step "cargo install of the ibp command: CPU only on stable; with the GPU path on the pinned nightly"
