@@ -146,6 +146,16 @@ pub(crate) fn index_words(
     for &s in order.iter().rev() {
         for &(row, offset) in &slabs[s] {
             let len = stored(row).unwrap_or(0);
+            if len == 0 {
+                // Q: why leave it uncached? A: no row is stored in 0 bytes
+                // (a raw row is its L ≥ 1 bytes, an encoded one holds its
+                // participation bits), so the dataset is damaged there, and
+                // the index cannot name an empty copy. Uncached, the row is
+                // decoded from host memory when gathered, which reports it
+                // corrupt like every other path (found by tests/gpu_fuzz.rs:
+                // the cache used to refuse the whole dataset).
+                continue;
+            }
             let e = Entry {
                 slab: s as u32,
                 offset,
@@ -262,5 +272,17 @@ mod tests {
         let w = index_words(6, &slabs, &[0], enc, len).unwrap();
         assert_eq!(w[4], NOT_CACHED);
         assert_eq!(unpack(w[3]).unwrap().slab, 0);
+    }
+
+    #[test]
+    fn a_row_stored_in_no_bytes_is_left_uncached_not_refused() {
+        // A damaged dataset's row of 0 stored bytes: the index cannot name
+        // it, and the other rows are still cached.
+        let slabs = vec![vec![(0u64, 0u64), (1, 10), (2, 10)]];
+        let len = |r: u64| Some([10u64, 0, 7][r as usize]);
+        let w = index_words(3, &slabs, &[0], |_| true, len).unwrap();
+        assert_eq!(w[1], NOT_CACHED);
+        assert_eq!(unpack(w[0]).unwrap().len, 10);
+        assert_eq!(unpack(w[2]).unwrap().offset, 10);
     }
 }
