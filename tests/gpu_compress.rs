@@ -512,3 +512,32 @@ fn a_replaced_codebook_compresses_as_a_new_one() {
         );
     }
 }
+
+#[test]
+fn a_single_row_compresses_into_a_fresh_output() {
+    // Found by tests/gpu_stress.rs: one row into a new `DeviceCompressed`
+    // failed with "copy larger than its buffers" (its work buffers, sized
+    // for no rows, passed for one row but held no room for two offsets).
+    let Some(gpu) = gpu_or_skip("a_single_row_compresses_into_a_fresh_output") else {
+        return;
+    };
+    let mut rng = Rng(5);
+    for l in [4usize, 8, 100, 5732] {
+        let data = dataset(&mut rng, l, 9, 0);
+        let counts = ibp::fit::count_bits(Rows::new(&data, l).unwrap());
+        let t = Threshold::from_basis_points(9000).unwrap();
+        for chunk in ChunkSize::ALL {
+            let cb = Codebook::from_counts(&counts, 9, t, chunk).unwrap();
+            // Every single row, through every path check_compress takes.
+            for i in 0..3 {
+                check_compress(
+                    &gpu,
+                    &data[i * l..(i + 1) * l],
+                    l,
+                    &cb,
+                    &format!("one row, L={l} C={chunk}"),
+                );
+            }
+        }
+    }
+}

@@ -287,7 +287,12 @@ pub(crate) struct Work {
 impl Work {
     /// Grow every buffer to hold `rows` tensors.
     pub(crate) fn ensure(&mut self, rows: usize) -> Result<()> {
-        if self.sizes.len() < rows {
+        // Q: why test the offsets too? A: an empty `Work` still holds one
+        // element a buffer (`device_buffer` never allocates 0), so its sizes
+        // passed for one row while its offsets, which need `rows + 1`, did
+        // not: compressing a single row into a fresh output failed with
+        // "copy larger than its buffers" (found by tests/gpu_stress.rs).
+        if self.sizes.len() < rows || self.offsets.len() < rows + 1 {
             *self = Work::new(rows)?;
         }
         Ok(())
