@@ -58,9 +58,11 @@ fi
 # byte for byte? A: their crate depends on ibp-kernels by a path outside its
 # own workspace (../../gpu-kernels), and cargo then hashes that dependency's
 # absolute path into its -C metadata; the crates' stable ids change, and
-# with them LLVM's register numbering in places: a clone at another path
-# builds equivalent but different text (measured: the same sources at
-# /work/main and /work/wt-ptx, 288 lines of diff, register numbers only).
+# with them, in places, LLVM's register numbering: a clone at another path
+# may build equivalent but different text (measured: the same sources in
+# three folders built to two different texts, 288 lines of diff, register
+# numbers only; cargo's hashes of both crates differed in all three, while
+# gpu-kernels' hash, and its PTX, were the same in each).
 # gpu-kernels is its own workspace root with no path dependency outside it,
 # so the library's PTX is the same from any folder. The examples' PTX must
 # still build, and must have been regenerated since their sources changed.
