@@ -62,7 +62,7 @@ fi
 # may build equivalent but different text (measured: the same sources in
 # three folders built to two different texts, 288 lines of diff, register
 # numbers only; cargo's hashes of both crates differed in all three, while
-# gpu-kernels' hash, and its PTX, were the same in each).
+# gpu-kernels' hash, and its PTX, were the same in both folders that built it).
 # gpu-kernels is its own workspace root with no path dependency outside it,
 # so the library's PTX is the same from any folder. The examples' PTX must
 # still build, and must have been regenerated since their sources changed.
