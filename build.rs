@@ -125,6 +125,11 @@ fn main() {
     println!("cargo:rerun-if-changed=gpu-kernels/macros");
     println!("cargo:rerun-if-changed=examples/fused-kernels/src");
     println!("cargo:rerun-if-changed=examples/fused-kernels/Cargo.toml");
+    // The locks and the toolchain file pin what the nested builds compile
+    // with (the PTX changes with the nightly's LLVM).
+    println!("cargo:rerun-if-changed=gpu-kernels/Cargo.lock");
+    println!("cargo:rerun-if-changed=examples/fused-kernels/Cargo.lock");
+    println!("cargo:rerun-if-changed=rust-toolchain.toml");
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("set by cargo"));
     let kernels = manifest_dir.join("gpu-kernels");
     // Keep the nested build in the outer target folder, beside the
