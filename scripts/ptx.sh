@@ -26,10 +26,10 @@ target=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, 
 # Q: why `cargo check`? A: only the build script's work is wanted; checking
 # the host crates skips their code generation.
 IBP_BUILD_KERNELS=1 cargo check --quiet --lib --features cuda
-# The fused examples' sources (their crate and ibp-kernels): one SHA-256.
+# The fused examples' sources (their crate, ibp-kernels, the toolchain file): one SHA-256.
 fused_sources() {
   find examples/fused-kernels/src examples/fused-kernels/Cargo.toml examples/fused-kernels/Cargo.lock \
-    gpu-kernels/src gpu-kernels/macros gpu-kernels/Cargo.toml -type f -not -path '*/target/*' \
+    gpu-kernels/src gpu-kernels/macros gpu-kernels/Cargo.toml rust-toolchain.toml -type f -not -path '*/target/*' \
     | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -d' ' -f1
 }
 status=0
