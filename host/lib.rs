@@ -17,9 +17,10 @@
 //!   command-line dependencies.
 //! - **The GPU path** (feature `cuda`): the `gpu` module decodes, fits and
 //!   compresses on an NVIDIA GPU (A100, H100/H200 and later), producing and
-//!   reading the CPU codec's bytes exactly. It needs the pinned nightly
-//!   toolchain (the kernels are compiled by rustc's NVPTX backend) and a
-//!   `libcuda.so` to link; `cust::error::CudaError` converts into [`Error`].
+//!   reading the CPU codec's bytes exactly. It builds on stable Rust (the
+//!   kernels' PTX, compiled by rustc's NVPTX backend, ships with the crate)
+//!   and needs a `libcuda.so` to link and `libcuda.so.1` at run time;
+//!   `cust::error::CudaError` converts into [`Error`].
 //!
 //! The `ibp` command line is the feature `cli` and is not part of this API.
 //!

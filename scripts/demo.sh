@@ -37,10 +37,8 @@ fi
 
 if [[ ",$IBP_FEATURES," == *,cuda,* ]]; then
   step "building ibp with its GPU path (features $IBP_FEATURES)"
-  echo "A GPU is usable. A first build takes several minutes: after the Rust"
-  echo "dependencies, ibp's build script compiles its GPU kernels to PTX in a"
-  echo "nested cargo build (nightly's NVPTX backend) that prints nothing for"
-  echo "about 4 minutes on 2 cores."
+  echo "A GPU is usable. A first build takes a minute or two: the GPU kernels'"
+  echo "PTX ships with ibp (gpu-kernels/ptx/), nothing is compiled for the GPU."
 else
   step "building ibp for the CPU (features $IBP_FEATURES)"
   echo "No usable GPU (IBP_CPU_ONLY=1, or no GPU in /proc/driver/nvidia/gpus"
@@ -110,3 +108,9 @@ awk -v r="$raw" -v p="$packed" 'BEGIN { printf "Cora features: %.2f MB -> %.2f M
 # end, the whole process as a stopwatch sees it (start-up, reading, the
 # final check), the figure its report gives as "end to end". Both in MB/s.
 echo "${gpu_line}ibp compress at $(rate "$raw" "$t_compress") and ibp decompress at $(rate "$raw" "$t_decompress") end to end (each whole command: start, read, work, checks, write; $(nproc) CPU threads); byte for byte identical."
+# Q: why this check? A: a `cuda` build needs libcuda.so.1 at load time
+# (docs/GPU.md#set-up); where only .tools/cuda/lib64 has it, the binary
+# run from a fresh shell would stop with exit 127, so say so in one line.
+if [[ ",$IBP_FEATURES," == *,cuda,* ]] && ! env -u LD_LIBRARY_PATH "$ibp" --version >/dev/null 2>&1; then
+  echo "note: $ibp loads libcuda.so.1 at start, found here only in .tools/cuda/lib64: run \`source scripts/env.sh\` first in a new shell"
+fi

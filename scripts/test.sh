@@ -53,6 +53,11 @@ step "kernel builder: a user kernel crate outside the repository, on ibp's devic
 cargo clippy --manifest-path kernel-builder/Cargo.toml --all-targets -- -D warnings
 cargo test --manifest-path kernel-builder/Cargo.toml
 
+if [ "$cuda" = 1 ]; then
+  step "shipped PTX: gpu-kernels/ptx is byte for byte what the sources build, examples/fused-kernels/ptx built from the current sources (scripts/ptx.sh --check)"
+  bash scripts/ptx.sh --check
+fi
+
 step "docs build without warnings"
 RUSTDOCFLAGS="-D warnings" cargo doc --quiet --no-deps --features "$IBP_FEATURES"
 RUSTDOCFLAGS="-D warnings" cargo doc --quiet --no-deps --manifest-path gpu-kernels/Cargo.toml
@@ -90,7 +95,7 @@ if [ "$cuda" = 1 ]; then
   cargo test --features cli,cuda --doc
 fi
 
-step "cargo install of the ibp command: CPU only on stable; with the GPU path on the pinned nightly"
+step "cargo install of the ibp command on stable: CPU only, and with the GPU path (shipped PTX)"
 inst=$(mktemp -d)
 # Q: why --debug and these target folders? A: they hold this run's builds
 # with the same toolchain and profile, so the installs reuse them.
@@ -103,7 +108,7 @@ t = json.load(sys.stdin)["tensors"][0]
 assert t["name"] == "features" and t["savings"] > 0.95, t
 print("installed ibp (CPU, %s): Cora %.1f%% saved" % (sys.argv[1], 100 * t["savings"]))' "${stable[*]:-pinned toolchain}"
 if [ "$cuda" = 1 ]; then
-  cargo install --quiet --locked --debug --path . --features cli,cuda --root "$inst/gpu" --target-dir target
+  cargo "${stable[@]}" install --quiet --locked --debug --path . --features cli,cuda --root "$inst/gpu" --target-dir target/host-app
   "$inst/gpu/bin/ibp" analyze --json | python3 -c '
 import json, sys
 d = json.load(sys.stdin)

@@ -1,7 +1,8 @@
 //! The host side shared by the fused examples (`embedding_bag`,
-//! `gemv_stream`) and `tests/gpu_device_api.rs`: the examples' PTX (built
-//! from `examples/fused-kernels` by ibp's build.rs with
-//! `ibp-kernel-builder`), launches, launch sizes, the Zipf sampler and the
+//! `gemv_stream`) and `tests/gpu_device_api.rs`: the examples' PTX (shipped
+//! in `examples/fused-kernels/ptx/`, built from `examples/fused-kernels`
+//! with `ibp-kernel-builder` by `scripts/ptx.sh`; with `IBP_BUILD_KERNELS=1`
+//! ibp's build.rs builds it), launches, launch sizes, the Zipf sampler and the
 //! results table.
 #![allow(dead_code)] // each user takes what it needs
 
@@ -14,7 +15,7 @@ use ibp::gpu::{Gpu, cust, jit_max_registers};
 use ibp::{Error, Result};
 
 /// The examples' kernels, for sm_80 and later.
-pub const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/fused_kernels.ptx"));
+pub const PTX: &str = include_str!(env!("IBP_FUSED_PTX"));
 
 /// Threads per block of every example kernel (eight warps).
 pub const BLOCK: u32 = 256;

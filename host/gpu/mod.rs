@@ -108,8 +108,10 @@ pub use kv_store::{KvStore, KvStoreOptions, PageWrites, SegmentInfo};
 pub use memory::{GpuReadable, PinnedBuffer, Registered, Span};
 
 /// PTX for the `sm_80` baseline (A100, H100/H200 and later through the
-/// driver's JIT), embedded at build time.
-pub(crate) const PTX_SM80: &str = include_str!(concat!(env!("OUT_DIR"), "/ibp_kernels_sm_80.ptx"));
+/// driver's JIT), embedded at build time: the shipped
+/// `gpu-kernels/ptx/ibp_kernels_sm_80.ptx`, or with `IBP_BUILD_KERNELS=1`
+/// the PTX that build.rs compiled from `gpu-kernels/`.
+pub(crate) const PTX_SM80: &str = include_str!(env!("IBP_KERNELS_PTX_SM_80"));
 
 /// Register cap given to the driver's JIT for every kernel.
 ///
