@@ -188,7 +188,13 @@ impl KvStore {
         let half = || device_buffer::<u8>(piece_rows * row_bytes, "allocating a staging half");
         let mut store = KvStore {
             slots,
-            pages: PinnedBuffer::zeroed(slots.bytes() as usize)?,
+            // Q: why more than the slots? A: the decoder reads whole
+            // 128-byte lines (`ibp_kernels::decode`, as `Payload::new` pads a
+            // dataset's payload), so the last line of the last page must be
+            // inside the allocation: unpadded, a gather of the last rows
+            // read up to 8 bytes past it (compute-sanitizer memcheck under
+            // tests/gpu_fuzz.rs, on the H200).
+            pages: PinnedBuffer::zeroed((slots.bytes() as usize).max(1).next_multiple_of(128))?,
             flags: DeviceBuffer::zeroed(cap.div_ceil(32)).map_err(cuda_err("allocating flags"))?,
             lengths: DeviceBuffer::zeroed(cap).map_err(cuda_err("allocating lengths"))?,
             piece_rows,
@@ -492,7 +498,7 @@ impl KvStore {
     /// `[r·L, (r+1)·L)`, its stored form a prefix. Synchronise the streams
     /// of earlier appends first: the GPU writes these bytes.
     pub fn pages_host(&self) -> &[u8] {
-        &self.pages
+        &self.pages[..self.slots.bytes() as usize]
     }
 
     /// Bytes of one page (`page_rows · L`).
