@@ -127,17 +127,27 @@ if [ "$cuda" = 1 ]; then
   # that ibp_decode itself reaches there; sm_90 has none. docs/archive/PERF-NOTES-2026-11-28.md,
   # "Clustered datasets on the GPU".
   allowed_spill() { [ "$1 $2" = "ibp_decode_clustered sm_80" ] && [ "$3" -le 8 ]; }
+  # ptxas runs on one core: every (file, arch) at once, read in order after.
+  pids=()
   for ptx in "$ptx_dir"/*.ptx; do
     for arch in sm_80 sm_90; do
       # --maxrregcount matches the cap the driver's JIT gets (JIT_MAX_REGISTERS).
-      "$IBP_PTXAS" -arch="$arch" -v --maxrregcount=128 "$ptx" -o /dev/null 2>"$ptx_dir/report.txt" \
-        || { cat "$ptx_dir/report.txt"; echo "ptxas rejected $(basename "$ptx") for $arch"; exit 1; }
+      { "$IBP_PTXAS" -arch="$arch" -v --maxrregcount=128 "$ptx" -o /dev/null 2>"$ptx.$arch.txt"; echo $? >"$ptx.$arch.rc"; } &
+      pids+=("$!")
+    done
+  done
+  wait "${pids[@]}"
+  for ptx in "$ptx_dir"/*.ptx; do
+    for arch in sm_80 sm_90; do
+      report=$ptx.$arch.txt
+      [ "$(cat "$ptx.$arch.rc")" = 0 ] \
+        || { cat "$report"; echo "ptxas rejected $(basename "$ptx") for $arch"; exit 1; }
       while read -r kernel bytes; do
         allowed_spill "$kernel" "$arch" "$bytes" && continue
-        cat "$ptx_dir/report.txt"; echo "$kernel spills $bytes bytes on $arch ($(basename "$ptx"))"; exit 1
-      done < <(awk -F"'" '/Compiling entry function/ {k = $2} /bytes spill stores/ {n = split($0, a, " "); for (i = 3; i < n; i++) if (a[i] == "spill" && a[i+1] == "stores," && a[i-2] + 0 > 0) print k, a[i-2]}' "$ptx_dir/report.txt")
+        cat "$report"; echo "$kernel spills $bytes bytes on $arch ($(basename "$ptx"))"; exit 1
+      done < <(awk -F"'" '/Compiling entry function/ {k = $2} /bytes spill stores/ {n = split($0, a, " "); for (i = 3; i < n; i++) if (a[i] == "spill" && a[i+1] == "stores," && a[i-2] + 0 > 0) print k, a[i-2]}' "$report")
       printf '%s %s: ' "$(basename "$ptx")" "$arch"
-      grep -E "Used [0-9]+ registers" "$ptx_dir/report.txt" | sed 's/.*Used/used/' | sort | uniq -c | tr '\n' ';'
+      grep -E "Used [0-9]+ registers" "$report" | sed 's/.*Used/used/' | sort | uniq -c | tr '\n' ';'
       echo
     done
   done
