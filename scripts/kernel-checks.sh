@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The kernels' static checks, with no GPU: ptxas (sm_80 and sm_90) on the
-# shipped PTX, where a spill is an error but one (below), and the SASS
+# The kernels' static checks, with no GPU: the shipped PTX is what the
+# sources build (scripts/ptx.sh --check), ptxas (sm_80 and sm_90) on it,
+# where a spill is an error but one (below), and the SASS
 # instruction counts of the decode step's probe kernels against a budget
 # (scripts/sass.sh --steps, IBP_STEP_BUDGET, default 100 per 256 output
 # bytes).
@@ -21,11 +22,14 @@ source scripts/env.sh
 stamp=gpu-kernels/ptx/checked.sha256
 ptxs=(gpu-kernels/ptx/ibp_kernels_sm_80.ptx examples/fused-kernels/ptx/fused_kernels.ptx)
 
-# Everything the checks read: the kernels' sources (the probe build), the
-# shipped PTX, the toolchain, this script and sass.sh.
+# Everything the checks read: the kernels' sources (the library's, the fused
+# examples', the probe build), what builds them (build.rs with its register
+# caps, the kernel builder, the toolchain), the shipped PTX and the scripts.
 inputs_hash() {
   find gpu-kernels/src gpu-kernels/macros gpu-kernels/Cargo.toml gpu-kernels/Cargo.lock \
-    "${ptxs[@]}" rust-toolchain.toml scripts/kernel-checks.sh scripts/sass.sh \
+    examples/fused-kernels/src examples/fused-kernels/Cargo.toml examples/fused-kernels/Cargo.lock \
+    examples/fused-kernels/ptx/sources.sha256 build.rs kernel-builder/src kernel-builder/Cargo.toml \
+    "${ptxs[@]}" rust-toolchain.toml scripts/kernel-checks.sh scripts/sass.sh scripts/ptx.sh \
     -type f -not -path '*/target/*' | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -d' ' -f1
 }
 
@@ -33,6 +37,16 @@ case "${1:-}" in
   --stamped) [ -s "$stamp" ] && [ "$(cat "$stamp")" = "$(inputs_hash)" ]; exit ;;
   --stamp | "") ;;
   *) echo "usage: scripts/kernel-checks.sh [--stamp | --stamped]" >&2; exit 2 ;;
+esac
+
+case ",$IBP_FEATURES," in
+  *,cuda,*) bash scripts/ptx.sh --check ;;
+  *)
+    # ptx.sh checks through the cuda feature's build script, which needs a
+    # libcuda.so to link (scripts/setup.sh).
+    [ "${1:-}" = --stamp ] && { echo "kernel-checks: --stamp needs the cuda feature (no libcuda.so here)" >&2; exit 1; }
+    echo "kernel-checks: no libcuda.so to build the cuda feature: the shipped PTX is not compared with the sources here"
+    ;;
 esac
 
 # The one spill allowed: ibp_decode_clustered on sm_80 keeps a
