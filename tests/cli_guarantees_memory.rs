@@ -105,26 +105,21 @@ fn fit_memory_does_not_grow_with_row_length() {
     );
 }
 
-#[test]
-fn long_rows_fit_under_a_memory_limit() {
-    // Under a 64 MiB address-space limit the fit of two 512 KiB rows used
-    // to abort (SIGABRT: "memory allocation failed"); it needs a few MiB
-    // now. One arena and two threads keep the binary's own reservations
-    // small on machines with many cores.
+/// Run `ibp args` to the end with at most `bytes` of address space
+/// (`RLIMIT_AS`), one malloc arena and two worker threads, so that the
+/// binary's own reservations stay small on machines with many cores.
+fn limited(bytes: u64, args: &[OsString]) -> std::process::Output {
     use std::os::unix::process::CommandExt;
-    let dir = Scratch::new("memory-limit");
-    let input = dir.write("long.f32", &features(2, 1 << 17, 13));
-    let out = dir.path("long.ibp");
     let mut cmd = bin();
-    cmd.args(compress_raw(&input, 1 << 17, &out))
+    cmd.args(args)
         .env("MALLOC_ARENA_MAX", "2")
         .env("RAYON_NUM_THREADS", "2");
     // SAFETY: setrlimit is async-signal-safe and touches only the child.
     unsafe {
-        cmd.pre_exec(|| {
+        cmd.pre_exec(move || {
             let lim = libc::rlimit {
-                rlim_cur: 64 << 20,
-                rlim_max: 64 << 20,
+                rlim_cur: bytes,
+                rlim_max: bytes,
             };
             if libc::setrlimit(libc::RLIMIT_AS, &lim) != 0 {
                 return Err(std::io::Error::last_os_error());
@@ -132,7 +127,19 @@ fn long_rows_fit_under_a_memory_limit() {
             Ok(())
         });
     }
-    let o = cmd.output().unwrap();
+    cmd.output().unwrap()
+}
+
+#[test]
+fn long_rows_fit_under_a_memory_limit() {
+    // Under a 64 MiB address-space limit the fit of two 512 KiB rows used
+    // to abort (SIGABRT: "memory allocation failed"); it needs a few MiB
+    // now. One arena and two threads keep the binary's own reservations
+    // small on machines with many cores.
+    let dir = Scratch::new("memory-limit");
+    let input = dir.write("long.f32", &features(2, 1 << 17, 13));
+    let out = dir.path("long.ibp");
+    let o = limited(64 << 20, &compress_raw(&input, 1 << 17, &out));
     assert_eq!(o.status.signal(), None, "{}", text(&o.stderr));
     assert!(o.status.success(), "{}", text(&o.stderr));
     restores_to(&dir, &out, &std::fs::read(&input).unwrap());
@@ -396,29 +403,14 @@ fn inspecting_a_container_does_not_build_its_codebook_tables() {
 
 #[test]
 fn tables_that_do_not_fit_a_memory_limit_are_a_typed_error_not_an_abort() {
-    use std::os::unix::process::CommandExt;
     let dir = Scratch::new("tables-limit");
     let (container, data, _) = tables_heavy_container(&dir);
-    let mut cmd = bin();
-    cmd.args(args!["decompress", &container, "-o", dir.path("out")])
-        .env("MALLOC_ARENA_MAX", "2")
-        .env("RAYON_NUM_THREADS", "2");
-    // SAFETY: setrlimit is async-signal-safe and touches only the child.
-    unsafe {
-        cmd.pre_exec(|| {
-            // 160 MiB of address space: room for the binary, the mapped
-            // file and the output, not for 320 MiB of tables.
-            let lim = libc::rlimit {
-                rlim_cur: 160 << 20,
-                rlim_max: 160 << 20,
-            };
-            if libc::setrlimit(libc::RLIMIT_AS, &lim) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    let o = cmd.output().unwrap();
+    // 160 MiB of address space: room for the binary, the mapped file and
+    // the output, not for 320 MiB of tables.
+    let o = limited(
+        160 << 20,
+        &args!["decompress", &container, "-o", dir.path("out")],
+    );
     let err = text(&o.stderr);
     assert_eq!(o.status.signal(), None, "{err}");
     assert_eq!(
