@@ -26,6 +26,7 @@ mod kv_data;
 mod output;
 mod peers;
 mod plot;
+mod progress_bar;
 mod table;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
