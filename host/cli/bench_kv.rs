@@ -12,8 +12,8 @@ use cust::stream::Stream;
 use ibp::Rows;
 use ibp::gpu::bench::{measure_zero_copy_read, time_dtoh_copy, time_median};
 use ibp::gpu::{
-    DecodeOptions, DecodeStatus, Decoder, Gpu, GpuDataset, KvStore, KvStoreOptions, PageWrites,
-    Residency, Span, copy_to_host_blocking,
+    DecodeOptions, DecodeStatus, Decoder, Gpu, GpuDataset, KvStore, KvStoreOptions, Mode,
+    PageWrites, Request, Residency, Span, copy_to_host_blocking,
 };
 use ibp::io::DType;
 use ibp::kv::{KvOptions, KvPart, MiniLm, MiniLmFiles};
@@ -250,7 +250,8 @@ fn gather_sizes(
         })?;
         status.check_blocking()?;
         let read = time_median(stream, 2, 9, || {
-            big.ideal_gather(gpu, 0, &d_ids, &mut out, &status, stream)
+            let req = Request::gather(&d_ids).with_mode(Mode::Ideal);
+            big.enqueue(gpu, 0, &req, &mut out, &status, stream)
         })?;
         status.check_blocking()?;
         let zc_read = measure_zero_copy_read(gpu, stream, (stored as usize).max(1536))?;

@@ -12,7 +12,7 @@ use cust::stream::Stream;
 
 use super::compress::{GpuCodebook, WARP_BLOCK, Work, encoder_out_bytes, row_count};
 use super::dataset::{GpuDataset, Residency};
-use super::decode::{DecodeOptions, DecodeStatus, Decoder};
+use super::decode::{DecodeOptions, DecodeStatus, Decoder, Mode, Request};
 use super::driver::copy_to_host_blocking;
 use super::driver::{copy_elements, device_buffer, new_stream, sync, zero_async};
 use super::fit::FitPhases;
@@ -211,12 +211,10 @@ pub fn measure_decode(
             "benchmark decode differs from the original data",
         ));
     }
+    let mode = if ideal { Mode::Ideal } else { Mode::Decode };
+    let req = Request::range(0, n).with_mode(mode);
     let seconds = time_median(stream, 2, 9, || {
-        if ideal {
-            dec.ideal_range(gpu, 0, n, &mut out, &status, stream)
-        } else {
-            dec.range(gpu, 0, n, &mut out, &status, stream)
-        }
+        dec.enqueue(gpu, &req, &mut out, &status, stream)
     })?;
     status.check_blocking()?;
     Ok(DecodeMeasurement {

@@ -4,11 +4,12 @@
 
 use cust::memory::DeviceBuffer;
 
+use super::book::DeviceBook;
 use super::memory::{GpuReadable, PinnedBuffer};
+use super::rows_view::RowsView;
 use super::{Gpu, cuda_err};
 use crate::codebook::Codebook;
 use crate::error::{Error, Result};
-use crate::kernel_tables::{decode_book, decoder_table};
 use crate::layout::{FixedStrideRef, Layout, PackedRef};
 
 /// Where the compressed bytes live.
@@ -76,17 +77,14 @@ impl Payload {
 /// (packed layout) offsets in device memory; the compressed bytes pinned on
 /// the host or on the device.
 pub struct GpuDataset {
-    pub(crate) table: DeviceBuffer<u8>,
-    /// The batch decoder's book (`ibp_kernels::book`).
-    pub(crate) book: DeviceBuffer<u8>,
-    pub(crate) book_bytes: usize,
+    /// The codebook's tables (a clustered dataset's: every cluster's).
+    pub(crate) book: DeviceBook,
     pub(crate) flags: DeviceBuffer<u8>,
     pub(crate) offsets: Option<DeviceBuffer<u64>>,
     pub(crate) lengths: Option<DeviceBuffer<u32>>,
     pub(crate) payload: Payload,
     pub(crate) rows: u64,
     pub(crate) row_bytes: u64,
-    pub(crate) chunk: u32,
     pub(crate) stored_bytes: u64,
     /// The largest stored tensor whose length the kernel reads from a table
     /// (packed offsets, fixed-stride lengths); `row_bytes` where lengths come
@@ -107,7 +105,7 @@ pub struct GpuDataset {
     /// copies each requested tensor's bit into its piece).
     pub(crate) host_flags: Option<Vec<u8>>,
     /// A clustered dataset's cluster ids ([`GpuDataset::upload_clustered`]);
-    /// `book` and `table` then hold every cluster's, back to back.
+    /// `book` then holds every cluster's tables, back to back.
     pub(crate) clusters: Option<GpuClusters>,
 }
 
@@ -118,8 +116,6 @@ pub(crate) struct GpuClusters {
     pub(crate) ids: DeviceBuffer<u8>,
     /// Bits per id.
     pub(crate) bits: u32,
-    /// Clusters (`k`).
-    pub(crate) k: u32,
     /// The ids on the host too (the DMA gather stages each requested
     /// row's id into its piece).
     pub(crate) host: crate::cluster::ClusterIds,
@@ -137,13 +133,14 @@ impl GpuDataset {
         residency: Residency,
     ) -> Result<Self> {
         check_codebook(cb, packed.row_bytes())?;
+        Self::packed_with(DeviceBook::new(cb)?, packed, residency)
+    }
+
+    /// A packed dataset decoded with `book` (validated first).
+    fn packed_with(book: DeviceBook, packed: &PackedRef<'_>, residency: Residency) -> Result<Self> {
         packed.validate()?;
-        let table = decoder_table(cb);
-        let book = decode_book(cb);
         Ok(GpuDataset {
-            table: DeviceBuffer::from_slice(&table).map_err(cuda_err("uploading the codebook"))?,
-            book_bytes: book.len(),
-            book: DeviceBuffer::from_slice(&book).map_err(cuda_err("uploading the codebook"))?,
+            book,
             flags: upload_flags(packed.flags())?,
             offsets: Some(
                 DeviceBuffer::from_slice(packed.offsets())
@@ -156,7 +153,6 @@ impl GpuDataset {
             payload: Payload::new(packed.payload(), residency)?,
             rows: packed.rows() as u64,
             row_bytes: packed.row_bytes() as u64,
-            chunk: cb.chunk().bytes(),
             stored_bytes: packed.payload().len() as u64,
             fingerprint: Default::default(),
             clusters: None,
@@ -193,18 +189,8 @@ impl GpuDataset {
         packed: &PackedRef<'_>,
         residency: Residency,
     ) -> Result<Self> {
-        let first = codebooks
-            .first()
-            .ok_or_else(|| Error::invalid("no codebooks; a clustering has at least one"))?;
-        for (i, cb) in codebooks.iter().enumerate() {
+        for cb in codebooks {
             check_codebook(cb, packed.row_bytes())?;
-            if cb.chunk() != first.chunk() {
-                return Err(Error::invalid(format!(
-                    "codebook {i} has {}-byte chunks and codebook 0 {}-byte ones; a clustered dataset's codebooks share one chunk size",
-                    cb.chunk().bytes(),
-                    first.chunk().bytes()
-                )));
-            }
         }
         if ids.len() != packed.rows() {
             return Err(Error::invalid(format!(
@@ -220,25 +206,12 @@ impl GpuDataset {
                 ids.get(i)
             )));
         }
-        let mut ds = GpuDataset::upload_packed(_gpu, first, packed, residency)?;
-        let book: Vec<u8> = codebooks.iter().flat_map(decode_book).collect();
-        let table: Vec<u8> = codebooks.iter().flat_map(decoder_table).collect();
-        if u32::try_from(book.len()).is_err() || u32::try_from(table.len()).is_err() {
-            return Err(Error::unsupported(format!(
-                "{k} codebooks of {}-byte tensors need {} bytes of decode books; the GPU decoder addresses 4 GiB",
-                packed.row_bytes(),
-                book.len()
-            )));
-        }
+        let mut ds = Self::packed_with(DeviceBook::clustered(codebooks)?, packed, residency)?;
         let mut id_bytes = ids.as_bytes().to_vec();
         id_bytes.extend([0u8; 8]);
-        ds.book_bytes = book.len() / k;
-        ds.book = DeviceBuffer::from_slice(&book).map_err(cuda_err("uploading the codebooks"))?;
-        ds.table = DeviceBuffer::from_slice(&table).map_err(cuda_err("uploading the codebooks"))?;
         ds.clusters = Some(GpuClusters {
             ids: DeviceBuffer::from_slice(&id_bytes).map_err(cuda_err("uploading cluster ids"))?,
             bits: ids.bits(),
-            k: k as u32,
             host: ids.clone(),
         });
         Ok(ds)
@@ -283,7 +256,12 @@ impl GpuDataset {
     /// The number of clusters (codebooks) of a clustered dataset; `None`
     /// for a dataset of one codebook.
     pub fn clusters(&self) -> Option<usize> {
-        self.clusters.as_ref().map(|c| c.k as usize)
+        self.clusters.as_ref().map(|_| self.book.codebooks())
+    }
+
+    /// The codebook tables the dataset decodes with.
+    pub fn book(&self) -> &DeviceBook {
+        &self.book
     }
 
     /// Place a fixed-stride dataset: slots of `L` bytes, each tensor's
@@ -296,14 +274,10 @@ impl GpuDataset {
         residency: Residency,
     ) -> Result<Self> {
         check_codebook(cb, fixed.row_bytes())?;
-        let table = decoder_table(cb);
         let lengths = fixed_lengths(cb, fixed);
         let stored = lengths.iter().map(|&n| n as u64).sum();
-        let book = decode_book(cb);
         Ok(GpuDataset {
-            table: DeviceBuffer::from_slice(&table).map_err(cuda_err("uploading the codebook"))?,
-            book_bytes: book.len(),
-            book: DeviceBuffer::from_slice(&book).map_err(cuda_err("uploading the codebook"))?,
+            book: DeviceBook::new(cb)?,
             flags: upload_flags(fixed.flags())?,
             offsets: None,
             lengths: None,
@@ -313,42 +287,9 @@ impl GpuDataset {
             payload: Payload::new(fixed.slots(), residency)?,
             rows: fixed.rows() as u64,
             row_bytes: fixed.row_bytes() as u64,
-            chunk: cb.chunk().bytes(),
             stored_bytes: stored,
             // Lengths derived from participation bits: up to L - 1 bytes.
             max_stored: fixed.row_bytes() as u64,
-            fingerprint: Default::default(),
-            clusters: None,
-        })
-    }
-
-    /// The codebook tables of `cb` alone, for launches that bring their own
-    /// payload, flags, lengths and row count through [`LaunchVia`] (a KV
-    /// store's segments, `super::kv_store`). The placeholder payload is
-    /// pinned, so a decoder sized for it fetches as it does from pinned
-    /// host memory.
-    ///
-    /// [`LaunchVia`]: super::decode::LaunchVia
-    pub(crate) fn codebook_only(cb: &Codebook) -> Result<Self> {
-        let table = decoder_table(cb);
-        let book = decode_book(cb);
-        let l = cb.row_bytes() as u64;
-        Ok(GpuDataset {
-            table: DeviceBuffer::from_slice(&table).map_err(cuda_err("uploading the codebook"))?,
-            book_bytes: book.len(),
-            book: DeviceBuffer::from_slice(&book).map_err(cuda_err("uploading the codebook"))?,
-            flags: upload_flags(&[])?,
-            offsets: None,
-            lengths: None,
-            host_offsets: None,
-            host_flags: None,
-            host_lengths: None,
-            payload: Payload::new(&[], Residency::Pinned)?,
-            rows: 0,
-            row_bytes: l,
-            chunk: cb.chunk().bytes(),
-            stored_bytes: 0,
-            max_stored: l,
             fingerprint: Default::default(),
             clusters: None,
         })
@@ -399,13 +340,9 @@ impl GpuDataset {
             flags,
         } = dc.into_parts()?;
         check_codebook(cb, row_bytes)?;
-        let table = decoder_table(cb);
-        let book = decode_book(cb);
         let packed = layout == Layout::Packed;
         Ok(GpuDataset {
-            table: DeviceBuffer::from_slice(&table).map_err(cuda_err("uploading the codebook"))?,
-            book_bytes: book.len(),
-            book: DeviceBuffer::from_slice(&book).map_err(cuda_err("uploading the codebook"))?,
+            book: DeviceBook::new(cb)?,
             flags,
             offsets: packed.then_some(offsets),
             lengths: None,
@@ -417,7 +354,6 @@ impl GpuDataset {
             payload: Payload::Device(data),
             rows: rows as u64,
             row_bytes: row_bytes as u64,
-            chunk: cb.chunk().bytes(),
             // Fixed-stride: the slots' size (an upper bound of what a full
             // decode reads; the stored lengths stay on the device).
             stored_bytes: data_len as u64,
@@ -449,7 +385,12 @@ impl GpuDataset {
     /// [`GpuDataset::device_view`] without the check, for callers that
     /// refused clustered datasets themselves.
     pub(crate) fn view(&self) -> ibp_kernels::device::DatasetView {
-        ibp_kernels::device::DatasetView {
+        self.rows_view().view(&self.book)
+    }
+
+    /// Where the dataset's rows live, for a decode launch.
+    pub(crate) fn rows_view(&self) -> RowsView {
+        RowsView {
             src: self.payload.device_addr(),
             offsets: self
                 .offsets
@@ -460,12 +401,14 @@ impl GpuDataset {
                 .as_ref()
                 .map_or(0, |b| b.as_device_ptr().as_raw()),
             flags: self.flags.as_device_ptr().as_raw(),
-            book: self.book.as_device_ptr().as_raw(),
-            entries: self.table.as_device_ptr().as_raw(),
             rows: self.rows,
-            row_bytes: self.row_bytes,
-            book_bytes: self.book_bytes as u32,
-            chunk: self.chunk,
+            offset_base: 0,
+            clusters: self
+                .clusters
+                .as_ref()
+                .map(|c| (c.ids.as_device_ptr().as_raw(), c.bits)),
+            host: matches!(self.payload, Payload::Pinned(_)),
+            fetch: None,
         }
     }
 

@@ -73,11 +73,11 @@
 // must be `pub`, but it is no part of the library's API.
 #[doc(hidden)]
 pub mod bench;
+mod book;
 mod cache;
 mod compress;
 mod dataset;
 mod decode;
-mod dma;
 pub(crate) mod driver;
 mod fit;
 mod groups;
@@ -85,6 +85,7 @@ mod host_batches;
 mod kv_store;
 mod launch;
 mod memory;
+mod rows_view;
 mod staging;
 
 use std::ffi::c_int;
@@ -96,11 +97,14 @@ use cust::sys as cu;
 
 use crate::error::{Error, Result};
 
+pub use book::DeviceBook;
 pub use cache::{CacheOptions, CacheStats, FeatureCache, Placement, access_counts, top_k_by_score};
 pub use compress::{DeviceCompressed, GpuCodebook, MAX_ROW_BYTES};
 pub use dataset::{GpuDataset, Payload, Residency};
-pub use decode::{DecodeOptions, DecodeStatus, Decoder, Fetch, GatherIndex};
-pub use dma::{DEFAULT_DMA_PIECE_BYTES, DmaScratch};
+pub use decode::{
+    DEFAULT_DMA_PIECE_BYTES, DecodeOptions, DecodeStatus, Decoder, DmaScratch, Fetch, GatherIndex,
+    Mode, Request,
+};
 pub use driver::copy_to_host_blocking;
 pub use groups::GpuGroups;
 pub use host_batches::{CompressedBatch, HostCompressor, HostOptions, HostRead};

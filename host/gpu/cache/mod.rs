@@ -64,6 +64,7 @@
 //! rewritten.
 
 mod host_rows;
+mod launch;
 mod peer;
 mod plan;
 
@@ -245,7 +246,7 @@ impl FeatureCache {
         owner(gpus, src)?.make_current()?;
         let same_shape = src.rows == host[0].rows
             && src.row_bytes == host[0].row_bytes
-            && src.chunk == host[0].chunk;
+            && src.book.chunk == host[0].book.chunk;
         if !same_shape || book(src)? != book(host[0])? {
             return Err(Error::invalid(
                 "the slab rows and the host rows need the same rows, tensor length and codebook",
@@ -270,7 +271,7 @@ impl FeatureCache {
             gpu.make_current()?;
             let view = host[i].view();
             let (block, grid, shared, book_smem) =
-                gpu.cache_geometry(&view, opts.warps_per_block.unwrap_or(8))?;
+                launch::geometry(gpu, &view, opts.warps_per_block.unwrap_or(8))?;
             parts.push(Part {
                 ordinal: gpu.ordinal(),
                 slab: driver::device_buffer(slab_bytes as usize, "allocating a cache slab")?,
@@ -494,7 +495,7 @@ impl FeatureCache {
         };
         let warps = (part.block / 32) as u64;
         let grid = (part.grid as u64).min(count.div_ceil(warps)).max(1) as u32;
-        gpu.launch_cache_gather(p, grid, part.block, part.shared, stream)
+        launch::launch(gpu, p, grid, part.block, part.shared, stream)
     }
 
     /// What gathering `ids` on `gpu` reads: hits in its own slab, in
@@ -552,7 +553,7 @@ impl FeatureCache {
 
 /// The dataset's decode book, on the host.
 fn book(ds: &GpuDataset) -> Result<Vec<u8>> {
-    driver::copy_prefix(&ds.book, ds.book_bytes)
+    driver::copy_prefix(&ds.book.book, ds.book.book_bytes)
 }
 
 /// A hash of everything a dataset holds (shape, codebook, flags, layout
@@ -568,7 +569,7 @@ fn fingerprint(ds: &GpuDataset) -> Result<u64> {
     }
     let rows = HostRows::of(ds)?;
     let mut h = xxhash_rust::xxh3::Xxh3::new();
-    for v in [ds.rows, ds.row_bytes, ds.chunk as u64] {
+    for v in [ds.rows, ds.row_bytes, ds.book.chunk as u64] {
         h.update(&v.to_le_bytes());
     }
     h.update(&book(ds)?);

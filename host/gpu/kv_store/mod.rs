@@ -13,14 +13,15 @@ use ibp_kernels::params::KvAppendParams;
 use plan::Slots;
 pub use plan::{KvStoreOptions, PageWrites};
 
+use super::book::DeviceBook;
 use super::compress::{GpuCodebook, WARP_BLOCK, row_count};
-use super::dataset::GpuDataset;
-use super::decode::{DecodeOptions, DecodeStatus, Decoder, GatherIndex, LaunchVia, Target};
+use super::decode::{DecodeOptions, DecodeStatus, Decoder, GatherIndex, Request, Shape};
 use super::driver::{
     Event, check, copy_to_host_blocking, device_buffer, new_stream, sync, wait, zero_async,
 };
 use super::launch::kernels;
 use super::memory::{GpuReadable, PinnedBuffer};
+use super::rows_view::RowsView;
 use super::{Gpu, cuda_err};
 use crate::codebook::Codebook;
 use crate::error::{Error, Result};
@@ -35,9 +36,9 @@ struct Segment {
     rows: u64,
     fitted_savings: f64,
     gcb: GpuCodebook,
-    /// The codebook's decoder tables (payload, flags and lengths come from
-    /// the store at each gather).
-    ds: GpuDataset,
+    /// The codebook's decoder tables (the rows are the store's pages, flags
+    /// and lengths, from the segment's first row).
+    book: DeviceBook,
 }
 
 /// A segment as [`KvStore::segments`] reports it.
@@ -224,7 +225,7 @@ impl KvStore {
             rows: 0,
             fitted_savings: fit.savings(),
             gcb: GpuCodebook::new(&fit.codebook)?,
-            ds: GpuDataset::codebook_only(&fit.codebook)?,
+            book: DeviceBook::new(&fit.codebook)?,
         })
     }
 
@@ -383,64 +384,54 @@ impl KvStore {
         status: &DecodeStatus,
         stream: &Stream,
     ) -> Result<()> {
-        self.launch_index(gpu, segment, ids, out, status, false, stream)
+        self.enqueue(gpu, segment, &Request::gather(ids), out, status, stream)
     }
 
-    /// Benchmark baseline for [`KvStore::gather`] on the same rows: read
-    /// exactly the stored bytes of rows `ids` of a segment with the
-    /// decoder's fetches, decode nothing.
-    #[doc(hidden)]
-    pub fn ideal_gather<I: GatherIndex>(
+    /// Enqueue one decode of segment `segment`'s rows (row numbers within
+    /// the segment), as [`Decoder::enqueue`] does for a dataset: a gather
+    /// or a range, decoded or read as the ideal baseline
+    /// ([`super::Mode::Ideal`]). No allocation, no host synchronisation.
+    pub fn enqueue(
         &self,
         gpu: &Gpu,
         segment: usize,
-        ids: &DeviceSlice<I>,
+        req: &Request<'_>,
         out: &mut DeviceSlice<u8>,
         status: &DecodeStatus,
         stream: &Stream,
     ) -> Result<()> {
-        self.launch_index(gpu, segment, ids, out, status, true, stream)
-    }
-
-    /// [`KvStore::gather`] (`ideal` false) or its read-only baseline.
-    #[allow(clippy::too_many_arguments)]
-    fn launch_index<I: GatherIndex>(
-        &self,
-        gpu: &Gpu,
-        segment: usize,
-        ids: &DeviceSlice<I>,
-        out: &mut DeviceSlice<u8>,
-        status: &DecodeStatus,
-        ideal: bool,
-        stream: &Stream,
-    ) -> Result<()> {
-        let (dec, seg, via) = self.decoder(gpu, segment)?;
-        let target = Target::Index {
-            addr: ids.as_device_ptr().as_raw(),
-            len: ids.len() as u64,
-            wide: I::WIDE,
-        };
-        gpu.launch_decode(&dec, &seg.ds, target, out, status, ideal, via, stream)
-    }
-
-    /// A decoder for segment `segment` and the views of the store it reads.
-    fn decoder(&self, gpu: &Gpu, segment: usize) -> Result<(Decoder<'_>, &Segment, LaunchVia)> {
         let seg = self.segments.get(segment).ok_or_else(|| {
             Error::invalid(format!(
                 "segment {segment} of a KV store with {} segments",
                 self.segments.len()
             ))
         })?;
-        let dec = Decoder::new(gpu, &seg.ds, &DecodeOptions::default())?;
-        let via = LaunchVia {
-            src: Some(self.pages.device_addr() + self.slots.slot_offset(seg.first)),
-            flags: Some(self.flags.as_device_ptr().as_raw() + seg.first / 8),
-            lengths: Some(self.lengths.as_device_ptr().as_raw() + 4 * seg.first),
-            rows: Some(seg.rows),
-            host_src: Some(true),
-            ..LaunchVia::default()
+        let l = self.slots.row_bytes;
+        // Q: why size a decoder per call?
+        // A: it allocates nothing (an occupancy query), and a segment's
+        // rows grow with every append.
+        let shape = Shape {
+            max_stored: l,
+            host: true,
+            clustered: false,
         };
-        Ok((dec, seg, via))
+        let dec = Decoder::for_book(gpu, &seg.book, shape, &DecodeOptions::default())?;
+        // The segment's window of the store: its slots in the pinned pages
+        // (whole 128-byte lines, padded at creation), its lengths and its
+        // flags (segments start on a multiple of 8 rows, so on a byte of
+        // the bitmap: `plan`).
+        let rows = RowsView {
+            src: self.pages.device_addr() + self.slots.slot_offset(seg.first),
+            offsets: 0,
+            lengths: self.lengths.as_device_ptr().as_raw() + 4 * seg.first,
+            flags: self.flags.as_device_ptr().as_raw() + seg.first / 8,
+            rows: seg.rows,
+            offset_base: 0,
+            clusters: None,
+            host: true,
+            fetch: None,
+        };
+        dec.launch(gpu, &rows, req, 0, out, status, stream)
     }
 
     /// Fit a new codebook on `rows` (rows of the store's width, device

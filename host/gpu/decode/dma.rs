@@ -8,12 +8,14 @@
 use cust::memory::{DeviceBuffer, DeviceSlice};
 use cust::stream::{Stream, StreamFlags};
 
-use super::dataset::Payload;
-use super::decode::{DecodeStatus, Decoder, GatherIndex, LaunchVia, Target};
-use super::driver::{Event, wait};
-use super::memory::PinnedBuffer;
-use super::{Gpu, cuda_err};
+use super::request::{Request, Select};
+use super::{DecodeStatus, Decoder, Fetch, GatherIndex};
 use crate::error::{Error, Result};
+use crate::gpu::dataset::{GpuDataset, Payload};
+use crate::gpu::driver::{Event, wait};
+use crate::gpu::memory::PinnedBuffer;
+use crate::gpu::rows_view::RowsView;
+use crate::gpu::{Gpu, cuda_err};
 use crate::layout::PackedRef;
 use crate::layout::gather::{plan_piece, stage_piece};
 
@@ -51,7 +53,7 @@ impl<'ds> Decoder<'ds> {
         scratch: &mut DmaScratch,
         stream: &Stream,
     ) -> Result<()> {
-        let ds = self.ds;
+        let ds = self.dataset()?;
         let (Some(offsets), Payload::Pinned(payload)) = (&ds.host_offsets, &ds.payload) else {
             return Err(Error::invalid(
                 "the DMA path needs a packed dataset in pinned host memory (Residency::Pinned)",
@@ -122,23 +124,17 @@ impl<'ds> Decoder<'ds> {
             }
             scratch.copied[buf].record(&scratch.copy_stream)?;
             wait(stream, &scratch.copied[buf])?;
-            let via = LaunchVia {
-                src: Some(scratch.bufs[buf].as_device_ptr().as_raw()),
+            // The piece: the dataset's tables, its stored bytes from
+            // `base` on in device scratch.
+            let rows = RowsView {
+                src: scratch.bufs[buf].as_device_ptr().as_raw(),
                 offset_base: base,
-                out_skip_rows: a - first,
-                load_store: Some(false),
-                ..LaunchVia::default()
+                host: false,
+                fetch: Some(Fetch::CpAsync),
+                ..ds.rows_view()
             };
-            gpu.launch_decode(
-                self,
-                self.ds,
-                Target::Range(a, b - a),
-                out,
-                status,
-                false,
-                via,
-                stream,
-            )?;
+            let req = Request::range(a, b - a);
+            self.launch(gpu, &rows, &req, a - first, out, status, stream)?;
             scratch.decoded[buf].record(stream)?;
             a = b;
             k += 1;
@@ -161,7 +157,9 @@ impl<'ds> Decoder<'ds> {
     /// per-piece staging costs more than zero-copy reads. One measured
     /// point goes the other way: 4 KB at 90.6% savings, 473 against 497.
     pub fn prefers_dma(&self) -> bool {
-        let ds = self.ds;
+        let Some(ds) = self.ds else {
+            return false;
+        };
         let pinned_packed = ds.host_offsets.is_some() && matches!(ds.payload, Payload::Pinned(_));
         let mean_stored = ds.stored_bytes / ds.rows.max(1);
         pinned_packed && (ds.row_bytes >= 2048 || mean_stored >= 560)
@@ -224,7 +222,7 @@ impl<'ds> Decoder<'ds> {
     /// only the requested bytes, in large copies, at the cost of one host
     /// copy. `ibp bench` measures both on random gathers.
     ///
-    /// [`Residency::Pinned`]: super::Residency::Pinned
+    /// [`Residency::Pinned`]: crate::gpu::Residency::Pinned
     #[allow(clippy::too_many_arguments)]
     pub fn gather_dma_blocking<I: GatherIndex + Into<u64>>(
         &self,
@@ -235,7 +233,7 @@ impl<'ds> Decoder<'ds> {
         scratch: &mut DmaScratch,
         stream: &Stream,
     ) -> Result<()> {
-        let ds = self.ds;
+        let ds = self.dataset()?;
         // A clustered dataset's pieces carry each row's cluster id (the
         // pieces renumber the tensors).
         let ids = ds.clusters.as_ref().map(|c| &c.host);
@@ -310,26 +308,41 @@ impl<'ds> Decoder<'ds> {
             }
             scratch.copied[buf].record(&scratch.copy_stream)?;
             wait(stream, &scratch.copied[buf])?;
+            // The piece is a small packed dataset of its own in device
+            // scratch: offsets, flags, index, cluster ids and stored bytes
+            // (`crate::layout::gather::stage_piece`).
             let base = scratch.bufs[buf].as_device_ptr().as_raw();
-            let via = LaunchVia {
-                src: Some(base + piece.payload_at as u64),
-                offsets: Some(base),
-                flags: Some(base + piece.flags_at as u64),
-                rows: Some(rows as u64),
-                out_skip_rows: start as u64,
-                load_store: Some(false),
+            let view = RowsView {
+                src: base + piece.payload_at as u64,
+                offsets: base,
+                lengths: 0,
+                flags: base + piece.flags_at as u64,
+                rows: rows as u64,
+                offset_base: 0,
                 clusters: piece.ids_at.map(|at| (base + at as u64, 32)),
-                ..LaunchVia::default()
+                host: false,
+                fetch: Some(Fetch::CpAsync),
             };
-            let target = Target::Index {
+            let req = Request::of(Select::Index {
                 addr: base + piece.index_at as u64,
                 len: rows as u64,
                 wide: false,
-            };
-            gpu.launch_decode(self, self.ds, target, out, status, false, via, stream)?;
+            });
+            self.launch(gpu, &view, &req, start as u64, out, status, stream)?;
             scratch.decoded[buf].record(stream)?;
         }
         Ok(())
+    }
+}
+
+impl Decoder<'_> {
+    /// The dataset the DMA paths read (they need its host tables).
+    fn dataset(&self) -> Result<&GpuDataset> {
+        self.ds.ok_or_else(|| {
+            Error::invalid(
+                "the DMA paths decode a dataset; this decoder was sized for a book alone",
+            )
+        })
     }
 }
 

@@ -1,0 +1,153 @@
+//! GPU decompression: a decoder sized once for a dataset
+//! ([`super::GpuDataset`]), the one decode launch it makes for a
+//! [`Request`], the DMA paths over it, and a status word for corrupt input.
+//!
+//! ```text
+//! let ds = GpuDataset::upload_packed(&gpu, &codebook, &packed.view(), Residency::Pinned)?;
+//! let dec = Decoder::new(&gpu, &ds, &DecodeOptions::default())?;
+//! let status = DecodeStatus::new()?;
+//! dec.gather(&gpu, &index, &mut out, &status, &stream)?;   // enqueued, no sync
+//! stream.synchronize()?; status.check_blocking()?;
+//! ```
+
+mod decoder;
+mod dma;
+mod request;
+
+use cust::memory::DeviceBuffer;
+use ibp_kernels::params::{STATUS_BAD_INDEX, STATUS_CORRUPT};
+
+pub use decoder::Decoder;
+pub(crate) use decoder::Shape;
+pub use dma::{DEFAULT_DMA_PIECE_BYTES, DmaScratch};
+pub use request::{Mode, Request};
+
+use super::cuda_err;
+use crate::error::{Error, Result};
+
+/// Options of a [`Decoder`].
+#[derive(Clone, Debug, Default)]
+pub struct DecodeOptions {
+    /// Use at most this many SMs (the paper left 64 of an A100's 108 to the
+    /// model's own kernels). `None`: all.
+    pub max_sms: Option<u32>,
+    /// Bytes of each warp's line ring (rounded to a power of two of 128-byte
+    /// lines). `None`: sized from the tensor length.
+    pub ring_bytes: Option<u32>,
+    /// Warps per block. `None`: 8.
+    pub warps_per_block: Option<u32>,
+    /// How lines reach shared memory. `None`: by residency (see
+    /// [`Fetch`]).
+    pub fetch: Option<Fetch>,
+    /// Turn the batch decoder's fast paths off (every step expanded by move
+    /// masks, every step scanned): for tests and for measuring what the fast
+    /// paths are worth. Output is identical either way.
+    pub no_fast_paths: bool,
+}
+
+/// How the decoder moves source lines into shared memory.
+///
+/// Q: why not always `cp.async`, as the paper does?
+/// A: measured on an H200 (driver 580.159.04, PCIe Gen5): `cp.async.cg`
+/// reading mapped pinned host memory tops out at 29.5 GB/s, while 16-byte
+/// loads plus shared stores reach the link's 51 GB/s (the same kernel
+/// otherwise). From device memory `cp.async` is faster (its copies overlap
+/// the decode of the previous batch): 623 against 577 GB/s decoded for 4 KB
+/// tensors at 50% savings. So the default picks by residency.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fetch {
+    /// `cp.async.cg`, 16 bytes per lane (default for device memory).
+    CpAsync,
+    /// 16-byte loads and shared-memory stores (default for pinned host
+    /// memory).
+    LoadStore,
+}
+
+impl DecodeOptions {
+    /// Cap the SMs used.
+    pub fn with_max_sms(mut self, sms: u32) -> Self {
+        self.max_sms = Some(sms);
+        self
+    }
+
+    /// Set the ring size per warp.
+    pub fn with_ring_bytes(mut self, bytes: u32) -> Self {
+        self.ring_bytes = Some(bytes);
+        self
+    }
+
+    /// Set the warps per block.
+    pub fn with_warps_per_block(mut self, warps: u32) -> Self {
+        self.warps_per_block = Some(warps);
+        self
+    }
+
+    /// Choose how lines are fetched.
+    pub fn with_fetch(mut self, fetch: Fetch) -> Self {
+        self.fetch = Some(fetch);
+        self
+    }
+
+    /// Turn the fast paths on (the default) or off.
+    pub fn with_fast_paths(mut self, on: bool) -> Self {
+        self.no_fast_paths = !on;
+        self
+    }
+}
+
+/// Errors found by a decode, reported through device memory so that the
+/// launch itself needs no synchronisation. One per stream in flight.
+pub struct DecodeStatus {
+    pub(crate) words: DeviceBuffer<u64>,
+}
+
+impl DecodeStatus {
+    /// A cleared status, in two words of device memory it allocates.
+    pub fn new() -> Result<Self> {
+        let words = DeviceBuffer::from_slice(&[0u64, u64::MAX])
+            .map_err(cuda_err("allocating the status"))?;
+        Ok(Self { words })
+    }
+
+    /// Read (synchronously) and clear. Errors with
+    /// [`crate::ErrorKind::Corrupt`] naming the first failed output row, or
+    /// [`crate::ErrorKind::InvalidArgument`] for an index out of range.
+    pub fn check_blocking(&mut self) -> Result<()> {
+        let v = super::driver::copy_to_host_blocking(&self.words)?;
+        cust::memory::CopyDestination::copy_from(&mut *self.words, &[0u64, u64::MAX][..])
+            .map_err(cuda_err("clearing the status"))?;
+        if v[0] & STATUS_BAD_INDEX != 0 {
+            return Err(Error::invalid(format!(
+                "index out of range for output row {} (and possibly others); that row was zero-filled",
+                v[1]
+            )));
+        }
+        if v[0] & STATUS_CORRUPT != 0 {
+            return Err(Error::corrupt(format!(
+                "the tensor for output row {} (and possibly others) is corrupt: its bits disagree with its stored length or padding; the row was zero-filled",
+                v[1]
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// The integer types a gather takes its row numbers in.
+pub trait GatherIndex: cust::memory::DeviceCopy + sealed::Sealed {
+    /// 8 bytes (else 4).
+    const WIDE: bool;
+}
+
+impl GatherIndex for u32 {
+    const WIDE: bool = false;
+}
+
+impl GatherIndex for u64 {
+    const WIDE: bool = true;
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for u32 {}
+    impl Sealed for u64 {}
+}
