@@ -15,7 +15,7 @@ use cust::stream::{Stream, StreamFlags};
 use ibp::Rows;
 use ibp::codebook::{ChunkSize, Codebook};
 use ibp::gpu::copy_to_host_blocking;
-use ibp::gpu::{DecodeOptions, DecodeStatus, Decoder, Gpu, GpuDataset, Residency};
+use ibp::gpu::{DecodeOptions, DecodeStatus, Decoder, Gpu, GpuDataset, Mode, Request, Residency};
 use ibp::layout::{LayoutOptions, compress_fixed, compress_packed};
 
 const POISON: u8 = 0xA5;
@@ -732,4 +732,88 @@ fn dma_gather_reports_corrupt_tensors_and_refuses_what_it_cannot_serve() {
     // An empty gather does nothing.
     dec.gather_dma_blocking::<u64>(&gpu, &[], &mut out, &status, &mut scratch, &s)
         .unwrap();
+}
+
+/// `Decoder::enqueue` with each kind of request: a range from the middle, a
+/// u32 gather into strided rows (the bytes between rows untouched), and the
+/// ideal read (it needs stored lengths: refused on fixed-stride rows without
+/// a length table, and it writes no more than its rows).
+#[test]
+fn one_request_type_covers_ranges_gathers_strides_and_the_ideal_read() {
+    let Some(gpu) =
+        gpu_or_skip("one_request_type_covers_ranges_gathers_strides_and_the_ideal_read")
+    else {
+        return;
+    };
+    let mut rng = Rng(0x5e9);
+    let (l, n) = (1000usize, 400usize);
+    let (data, cb) = dataset(&mut rng, l, n, ChunkSize::Four, Mix::Mixed);
+    let rows = Rows::new(&data, l).unwrap();
+    let packed = compress_packed(&cb, rows, &LayoutOptions::default()).unwrap();
+    let fixed = compress_fixed(&cb, rows, &LayoutOptions::default()).unwrap();
+    let s = stream();
+    for residency in [Residency::Pinned, Residency::Device] {
+        let ds = GpuDataset::upload_packed(&gpu, &cb, &packed.view(), residency).unwrap();
+        let dec = Decoder::new(&gpu, &ds, &DecodeOptions::default()).unwrap();
+        let mut status = DecodeStatus::new().unwrap();
+        // A range from the middle.
+        let (first, count) = (123usize, 200usize);
+        let mut out = DeviceBuffer::from_slice(&vec![POISON; count * l + GUARD]).unwrap();
+        let req = Request::range(first as u64, count as u64);
+        dec.enqueue(&gpu, &req, &mut out, &status, &s).unwrap();
+        s.synchronize().unwrap();
+        status.check_blocking().unwrap();
+        let host = copy_to_host_blocking(&out).unwrap();
+        assert!(
+            host[..count * l] == data[first * l..(first + count) * l],
+            "{residency:?} range"
+        );
+        assert!(
+            host[count * l..].iter().all(|&b| b == POISON),
+            "{residency:?} range overran"
+        );
+        // A u32 gather into rows 1040 bytes apart.
+        let stride = l + 40;
+        let index: Vec<u32> = (0..300).map(|_| (rng.next() % n as u64) as u32).collect();
+        let d_index = DeviceBuffer::from_slice(&index).unwrap();
+        let mut out = DeviceBuffer::from_slice(&vec![POISON; index.len() * stride]).unwrap();
+        let req = Request::gather(&d_index).with_out_stride(stride);
+        dec.enqueue(&gpu, &req, &mut out, &status, &s).unwrap();
+        s.synchronize().unwrap();
+        status.check_blocking().unwrap();
+        let host = copy_to_host_blocking(&out).unwrap();
+        for (i, &t) in index.iter().enumerate() {
+            let row = &host[i * stride..][..stride];
+            assert!(
+                row[..l] == data[t as usize * l..][..l],
+                "{residency:?} strided row {i}"
+            );
+            assert!(
+                row[l..].iter().all(|&b| b == POISON),
+                "{residency:?} gap {i} written"
+            );
+        }
+        // The ideal read of the packed rows writes exactly its rows.
+        let mut out = DeviceBuffer::from_slice(&vec![POISON; count * l + GUARD]).unwrap();
+        let req = Request::range(0, count as u64).with_mode(Mode::Ideal);
+        dec.enqueue(&gpu, &req, &mut out, &status, &s).unwrap();
+        s.synchronize().unwrap();
+        status.check_blocking().unwrap();
+        let host = copy_to_host_blocking(&out).unwrap();
+        assert!(
+            host[count * l..].iter().all(|&b| b == POISON),
+            "{residency:?} ideal overran"
+        );
+        // Fixed-stride rows without a length table have no ideal read.
+        let fx = GpuDataset::upload_fixed(&gpu, &cb, &fixed.view(), residency).unwrap();
+        let dec = Decoder::new(&gpu, &fx, &DecodeOptions::default()).unwrap();
+        let err = dec.enqueue(&gpu, &req, &mut out, &status, &s).unwrap_err();
+        assert_eq!(err.kind(), ibp::ErrorKind::InvalidArgument, "{err}");
+        // An output too short for the request is refused before launch.
+        let mut short = DeviceBuffer::from_slice(&vec![0u8; l]).unwrap();
+        let err = dec
+            .enqueue(&gpu, &Request::range(0, 2), &mut short, &status, &s)
+            .unwrap_err();
+        assert_eq!(err.kind(), ibp::ErrorKind::InvalidArgument, "{err}");
+    }
 }

@@ -18,7 +18,9 @@ use common::{Rng, data_file, gpu_or_skip, notice};
 use cust::memory::DeviceBuffer;
 use cust::stream::{Stream, StreamFlags};
 use ibp::ErrorKind;
-use ibp::gpu::{DecodeStatus, Gpu, KvStore, KvStoreOptions, PageWrites, copy_to_host_blocking};
+use ibp::gpu::{
+    DecodeStatus, Gpu, KvStore, KvStoreOptions, PageWrites, Request, copy_to_host_blocking,
+};
 use ibp::io::DType;
 
 const POISON: u8 = 0xA5;
@@ -126,6 +128,21 @@ fn check_all(gpu: &Gpu, store: &KvStore, segment: usize, want: &[u8], rng: &mut 
             "segment {segment} row {i} of {n} differs"
         );
     }
+    // A range request reads the same rows as the gather of their ids.
+    let first = (rng.next() % n as u64) as usize;
+    let count = n - first;
+    let mut out = DeviceBuffer::from_slice(&vec![POISON; count * L]).unwrap();
+    let mut status = DecodeStatus::new().unwrap();
+    let req = Request::range(first as u64, count as u64);
+    store
+        .enqueue(gpu, segment, &req, &mut out, &status, s)
+        .unwrap();
+    s.synchronize().unwrap();
+    status.check_blocking().unwrap();
+    assert!(
+        copy_to_host_blocking(&out).unwrap() == want[first * L..],
+        "segment {segment}: the range from row {first} differs"
+    );
     let some: Vec<u32> = (0..(n / 3).max(1))
         .map(|_| (rng.next() % n as u64) as u32)
         .collect();
