@@ -115,6 +115,8 @@ pub mod cluster;
 pub mod codebook;
 pub mod container;
 mod dataset;
+#[cfg_attr(not(any(test, feature = "cuda")), allow(dead_code))]
+pub(crate) mod dma_pieces;
 pub mod encode;
 mod error;
 pub mod fit;

@@ -522,7 +522,7 @@ fn a_cluster_sweep_holds_a_bounded_number_of_codebook_tables() {
     let (code, kib) = peak_kib(&args);
     assert_eq!(code, Some(0));
     let extra = (kib - base) * 1024;
-    let bound = 3 * data.len() as i64 + 2 * ibp::fit::CLUSTER_TABLES_BUDGET as i64;
+    let bound = 3 * data.len() as i64 + 2 * ibp::cluster::CLUSTER_TABLES_BUDGET as i64;
     assert!(
         extra < bound,
         "clustering a {}-byte tensor took {extra} bytes (bound {bound})",

@@ -5,7 +5,8 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use ibp::fit::{ClusterOptions, ClusterPoint, FitOptions, sweep_clusters_with};
+use ibp::cluster::{ClusterOptions, ClusterPoint, sweep_clusters_with};
+use ibp::fit::FitOptions;
 use ibp::io::Document;
 use ibp::{Result, Rows};
 use serde::Serialize;

@@ -2,8 +2,9 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::ErrorKind;
+use crate::cluster::{ClusterOptions, fit_clusters, sweep_clusters};
 use crate::codebook::ChunkSize;
-use crate::fit::{ChunkChoice, ClusterOptions, FitOptions, fit_clusters, sweep_clusters};
+use crate::fit::{ChunkChoice, FitOptions};
 use crate::layout::{LayoutOptions, compress_packed};
 
 /// `n` rows of `l` bytes in `groups` groups; each group has its own fixed

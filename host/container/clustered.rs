@@ -7,10 +7,10 @@
 //! `i` is encoded with codebook `ids[i]`.
 
 use crate::cluster::{ClusterIds, Clusters, compress_clustered, decompress_clustered, id_bits};
+use crate::cluster::{ClusterOptions, fit_clusters, sweep_clusters};
 use crate::codebook::{ChunkSize, Codebook};
 use crate::dataset::Rows;
 use crate::error::{Error, Result};
-use crate::fit::{ClusterOptions, fit_clusters, sweep_clusters};
 use crate::layout::{PackedRef, decompress_packed_row};
 
 use super::format::align_up;
@@ -60,7 +60,7 @@ pub const MAX_CLUSTERS: usize = 4096;
 /// Q: why a limit? A: the clustered writer holds the group's compressed
 /// form in memory (the packed writer streams it in batches), and the sweep
 /// holds its fit and evaluation samples (each at most the group) and two
-/// clusterings' codebook tables ([`crate::fit::CLUSTER_TABLES_BUDGET`]
+/// clusterings' codebook tables ([`crate::cluster::CLUSTER_TABLES_BUDGET`]
 /// each): about three times the group plus 128 MiB, within the 512 MiB the
 /// command line promises for groups of 128 MiB. A larger group is
 /// compressed with one codebook, and the report says so. Streaming

@@ -65,11 +65,12 @@ pub use manifest::{GroupInfo, GroupLayout, SourceInfo};
 pub use reader::{DEFAULT_RESTORE_BLOCK_BYTES, GroupStats, GroupView, IbpFile, RestoreOptions};
 pub use writer::{ContainerWriter, GroupData, GroupMeta};
 
+use crate::cluster::ClusterOptions;
 use crate::codebook::Codebook;
 use crate::codebook::{ChunkSize, Threshold};
 use crate::dataset::Rows;
 use crate::error::{Error, Result};
-use crate::fit::{ClusterOptions, FitOptions, fit};
+use crate::fit::{FitOptions, fit};
 use crate::io::{Document, Segment, TensorGroup};
 use crate::layout::{
     Layout, LayoutOptions, compress_fixed, compress_packed, decompress_fixed_row,
@@ -574,8 +575,10 @@ impl<W: Write> State<'_, '_, W> {
                     None
                 } else {
                     if let Clustering::Fixed(k) = opts.clusters {
-                        let cap =
-                            crate::fit::max_clusters_for(shape.row_bytes as usize, opts.fit.chunk);
+                        let cap = crate::cluster::max_clusters_for(
+                            shape.row_bytes as usize,
+                            opts.fit.chunk,
+                        );
                         if k > cap {
                             report.note = Some(format!(
                                 "at most {cap} clusters for {}-byte rows (their codebook tables' memory), not {k}",

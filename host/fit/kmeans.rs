@@ -103,7 +103,7 @@ pub(crate) fn nearest(row: &[u64], centroids: &[u64], words: usize, first: usize
     best
 }
 
-/// Options of the k-means that [`crate::fit::fit_clusters`] runs over bit
+/// Options of the k-means that [`crate::cluster::fit_clusters`] runs over bit
 /// patterns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KMeansOptions {

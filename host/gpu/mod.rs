@@ -102,14 +102,15 @@ pub use cache::{CacheOptions, CacheStats, FeatureCache, Placement, access_counts
 pub use compress::{DeviceCompressed, GpuCodebook, MAX_ROW_BYTES};
 pub use dataset::{GpuDataset, Payload, Residency};
 pub use decode::{
-    DEFAULT_DMA_PIECE_BYTES, DecodeOptions, DecodeStatus, Decoder, DmaScratch, Fetch, GatherIndex,
-    Mode, Request,
+    DEFAULT_DMA_PIECE_BYTES, DecodeOptions, DecodeStatus, Decoder, DmaScratch, GatherIndex, Mode,
+    Request,
 };
 pub use driver::copy_to_host_blocking;
 pub use groups::GpuGroups;
 pub use host_batches::{CompressedBatch, HostCompressor, HostOptions, HostRead};
 pub use kv_store::{KvStore, KvStoreOptions, PageWrites, SegmentInfo};
 pub use memory::{GpuReadable, PinnedBuffer, Registered, Span};
+pub use rows_view::Fetch;
 
 /// PTX for the `sm_80` baseline (A100, H100/H200 and later through the
 /// driver's JIT), embedded at build time: the shipped

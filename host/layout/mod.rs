@@ -188,8 +188,6 @@ fn in_tensor(err: Error, i: usize) -> Error {
 }
 
 mod fixed;
-#[cfg_attr(not(any(test, feature = "cuda")), allow(dead_code))]
-pub(crate) mod gather;
 mod packed;
 
 pub use fixed::{

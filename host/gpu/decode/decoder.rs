@@ -9,12 +9,13 @@ use ibp_kernels::params::{
 };
 
 use super::request::{Mode, Request, Select};
-use super::{DecodeOptions, DecodeStatus, Fetch, GatherIndex};
+use super::{DecodeOptions, DecodeStatus, GatherIndex};
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::gpu::book::DeviceBook;
 use crate::gpu::dataset::GpuDataset;
 use crate::gpu::launch::kernels;
+use crate::gpu::rows_view::Fetch;
 use crate::gpu::rows_view::RowsView;
 
 /// A decoder for one dataset: launch geometry computed once, and the

@@ -2,22 +2,23 @@
 //! scratch, piece by piece, each piece decoded from device memory while the
 //! next one is copied. [`Decoder::range_dma`] copies a range's bytes as
 //! they lie; [`Decoder::gather_dma_blocking`] first restages the requested
-//! tensors on the host as small packed datasets (`crate::layout::gather`).
+//! tensors on the host as small packed datasets (`crate::dma_pieces`).
 //! Both launch the one decode kernel, through the one launch function.
 
 use cust::memory::{DeviceBuffer, DeviceSlice};
 use cust::stream::{Stream, StreamFlags};
 
 use super::request::{Request, Select};
-use super::{DecodeStatus, Decoder, Fetch, GatherIndex};
+use super::{DecodeStatus, Decoder, GatherIndex};
+use crate::dma_pieces::{plan_piece, stage_piece};
 use crate::error::{Error, Result};
 use crate::gpu::dataset::{GpuDataset, Payload};
 use crate::gpu::driver::{Event, wait};
 use crate::gpu::memory::PinnedBuffer;
+use crate::gpu::rows_view::Fetch;
 use crate::gpu::rows_view::RowsView;
 use crate::gpu::{Gpu, cuda_err};
 use crate::layout::PackedRef;
-use crate::layout::gather::{plan_piece, stage_piece};
 
 /// Bytes of each of a [`DmaScratch`]'s two pieces when you have no reason to
 /// pick another size: the size `ibp bench` measures the DMA paths with.
@@ -310,7 +311,7 @@ impl<'ds> Decoder<'ds> {
             wait(stream, &scratch.copied[buf])?;
             // The piece is a small packed dataset of its own in device
             // scratch: offsets, flags, index, cluster ids and stored bytes
-            // (`crate::layout::gather::stage_piece`).
+            // (`crate::dma_pieces::stage_piece`).
             let base = scratch.bufs[buf].as_device_ptr().as_raw();
             let view = RowsView {
                 src: base + piece.payload_at as u64,

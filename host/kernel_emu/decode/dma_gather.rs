@@ -2,14 +2,14 @@
 
 use super::*;
 
-/// The DMA gather's pieces (`crate::layout::gather`), each launched as the
+/// The DMA gather's pieces (`crate::dma_pieces`), each launched as the
 /// host launcher does (its own offsets, flags, u32 index and row count,
 /// output rows from the piece's first, failures reported as rows of the
 /// whole call), decode to the requested rows and report the first bad index.
 #[test]
 fn emulated_dma_gather_pieces_decode_the_requested_rows() {
     use crate::cluster::compress_clustered_with_ids;
-    use crate::layout::gather::{plan_piece, stage_piece};
+    use crate::dma_pieces::{plan_piece, stage_piece};
     use ibp_kernels::params::{DECODE_MODE_DECODE, DecodeParams, FETCH_CP_ASYNC, STATUS_BAD_INDEX};
     for clustered in [false, true] {
         for (l, n, chunk, capacity) in [

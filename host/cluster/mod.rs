@@ -6,9 +6,16 @@
 //! This module is the in-memory codec: [`Clusters`] (codebooks plus the
 //! centroids that assign tensors to them), [`ClusterIds`],
 //! [`compress_clustered`] and [`decompress_clustered`]. Fitting clusters is
-//! [`crate::fit::fit_clusters`] and [`crate::fit::sweep_clusters`]. The
+//! [`fit_clusters`] and [`sweep_clusters`]. The
 //! container stores clustered groups as `docs/FORMAT.md` §6.8 describes ([`crate::container::Clustering`]).
 #![forbid(unsafe_code)]
+
+mod fit;
+
+pub use fit::{
+    CLUSTER_TABLES_BUDGET, ClusterOptions, ClusterPoint, ClusterSweep, fit_clusters,
+    max_clusters_for, sweep_clusters, sweep_clusters_with,
+};
 
 use crate::codebook::Codebook;
 use crate::dataset::Rows;

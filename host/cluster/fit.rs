@@ -1,6 +1,6 @@
 //! Fitting clustered codebooks (paper §"Clustered Compression", Figure 15):
 //! k-means over a sample of tensors with Hamming distance
-//! ([`super::kmeans`]), one codebook per cluster fitted by the ordinary fit
+//! ([`crate::fit::KMeansOptions`]), one codebook per cluster fitted by the ordinary fit
 //! on that cluster's rows, and a sweep of `k` on a log scale that charges
 //! every clustering for its metadata (`k` codebooks and an id per tensor)
 //! and keeps clusters only when they pay for it.
@@ -8,13 +8,12 @@
 
 use std::time::Instant;
 
-use super::choose::{ChunkChoice, FitOptions, Sample, SamplePlan, fit};
-use super::count::count_bits;
-use super::kmeans::{BitRows, KMeansOptions, kmeans};
-use crate::cluster::{Clusters, clustered_payload, codebook_bytes, id_bytes};
+use super::{Clusters, clustered_payload, codebook_bytes, id_bytes};
 use crate::codebook::{ChunkSize, Codebook, Threshold};
 use crate::dataset::Rows;
 use crate::error::{Error, Result};
+use crate::fit::kmeans::{BitRows, KMeansOptions, kmeans};
+use crate::fit::{ChunkChoice, FitOptions, Sample, SamplePlan, count_bits, fit};
 
 /// Options of [`fit_clusters`] and [`sweep_clusters`].
 #[derive(Clone, Debug, PartialEq)]

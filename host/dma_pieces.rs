@@ -22,9 +22,9 @@
 //! A: one DMA per piece. Each copy has a start-up cost of microseconds; three
 //! copies per piece would triple it.
 
-use super::PackedRef;
 use crate::cluster::ClusterIds;
 use crate::error::{Error, Result};
+use crate::layout::PackedRef;
 
 /// Q: why is the payload 128-byte aligned?
 /// A: the decoder fetches whole aligned 128-byte lines; an aligned payload
@@ -174,7 +174,7 @@ pub(crate) fn stage_piece<I: Copy + Into<u64>>(
             }
             copies.push((at, a, len));
             at += len;
-            if super::flag(flags, t as usize) {
+            if crate::layout::flag(flags, t as usize) {
                 meta[piece.flags_at + j / 8] |= 1 << (j % 8);
             }
             j as u32
