@@ -77,7 +77,7 @@ pub use plan::{Placement, access_counts, top_k_by_score};
 use super::Gpu;
 use super::dataset::GpuDataset;
 use super::decode::{DecodeStatus, GatherIndex};
-use super::driver::{self, Event, check};
+use super::driver::{self, Event, copy};
 use super::memory::PinnedBuffer;
 use crate::error::{Error, Result};
 use host_rows::{HostRows, LINE, line_bytes};
@@ -428,8 +428,7 @@ impl FeatureCache {
                     // A: a copy from pageable memory may return before its
                     // DMA lands, and the caller's non-blocking streams are
                     // not ordered after the legacy stream it runs on.
-                    // SAFETY: no arguments; this GPU's context is current.
-                    check(unsafe { cust::sys::cuCtxSynchronize() }, "filling a cache")?;
+                    driver::device::context_synchronize("filling a cache")?;
                 }
             }
             part.host_index = words;
@@ -594,15 +593,7 @@ fn owner<'g>(gpus: &[&'g Gpu], ds: &GpuDataset) -> Result<&'g Gpu> {
 
 /// The ordinal of the device that holds `ds`'s device memory.
 fn device_of(ds: &GpuDataset) -> Result<i32> {
-    let mut ordinal: i32 = -1;
-    let out = &mut ordinal as *mut i32 as *mut std::ffi::c_void;
-    let attr = cust::sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL;
-    // SAFETY: valid out-pointer of the attribute's type (int); the pointer
-    // is a live device allocation of the dataset.
-    let r =
-        unsafe { cust::sys::cuPointerGetAttribute(out, attr, ds.flags.as_device_ptr().as_raw()) };
-    check(r, "asking where a dataset lives")?;
-    Ok(ordinal)
+    driver::device::pointer_device_ordinal(ds.flags.as_device_ptr().as_raw())
 }
 
 /// Refuse a dataset whose device memory is not on `gpu` (its reads would
@@ -635,13 +626,9 @@ fn copy_sync(dst: u64, src: &[u8]) -> Result<()> {
         return Ok(());
     }
     // SAFETY: `dst` is a device allocation at least `src.len()` long (the
-    // slab or the index); the copy completes before the call returns.
-    check(
-        unsafe {
-            cust::sys::cuMemcpyHtoD_v2(dst, src.as_ptr() as *const std::ffi::c_void, src.len())
-        },
-        "filling a cache",
-    )
+    // slab or the index) that nothing else uses while the cache fills; the
+    // copy completes before the call returns.
+    unsafe { copy::htod(dst, src.as_ptr(), src.len(), "filling a cache") }
 }
 
 /// Enqueue a copy of the first `bytes` bytes of pinned `src` to `dst`.
@@ -657,15 +644,5 @@ fn copy_async<T: bytemuck::Pod>(
     // SAFETY: `src` is pinned and holds `bytes` bytes, kept alive (in the
     // part's staging) until the event recorded after the copy; `dst` is a
     // device allocation at least that long (the slab or the index).
-    check(
-        unsafe {
-            cust::sys::cuMemcpyHtoDAsync_v2(
-                dst,
-                src.as_ptr() as *const std::ffi::c_void,
-                bytes,
-                s.as_inner(),
-            )
-        },
-        "filling a cache",
-    )
+    unsafe { copy::htod_async(dst, src.as_ptr() as *const u8, bytes, s, "filling a cache") }
 }

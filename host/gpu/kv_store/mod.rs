@@ -17,7 +17,7 @@ use super::compress::{GpuCodebook, WARP_BLOCK, row_count};
 use super::dataset::GpuDataset;
 use super::decode::{DecodeOptions, DecodeStatus, Decoder, GatherIndex, LaunchVia, Target};
 use super::driver::{
-    Event, check, copy_to_host_blocking, device_buffer, new_stream, sync, wait, zero_async,
+    self, Event, copy_to_host_blocking, device_buffer, new_stream, sync, wait, zero_async,
 };
 use super::launch::kernels;
 use super::memory::{GpuReadable, PinnedBuffer};
@@ -343,15 +343,15 @@ impl KvStore {
             // before `encoded[h]`, which the copy stream waits for; the half
             // is not written again before the copy is done (same stream, or
             // the wait on `copied[h]`, recorded after the copy).
-            let r = unsafe {
-                cust::sys::cuMemcpyDtoHAsync_v2(
-                    dst.as_mut_ptr() as *mut std::ffi::c_void,
+            unsafe {
+                driver::copy::dtoh_async(
+                    dst.as_mut_ptr(),
                     out,
                     bytes,
-                    copies.as_inner(),
-                )
+                    copies,
+                    "copying a step's slots to the pages",
+                )?
             };
-            check(r, "copying a step's slots to the pages")?;
             if overlap {
                 self.copied[h].record(&self.copies)?;
             }
@@ -545,9 +545,7 @@ impl KvStore {
     pub fn lengths_blocking(&self) -> Result<Vec<u32>> {
         // A synchronous copy waits only for the legacy stream, not for the
         // non-blocking streams appends run on.
-        // SAFETY: no arguments; waits for the current context.
-        let r = unsafe { cust::sys::cuCtxSynchronize() };
-        check(r, "waiting for appends")?;
+        driver::device::context_synchronize("waiting for appends")?;
         let mut v = copy_to_host_blocking(&self.lengths)?;
         v.truncate(self.next as usize);
         Ok(v)
@@ -581,7 +579,6 @@ impl Drop for KvStore {
         // or copy may still read or write them. A one-piece append's copy
         // runs on the caller's stream, which the store does not hold, so
         // wait for the whole context, not only the copy stream.
-        // SAFETY: no arguments; waits for the current context.
-        let _ = unsafe { cust::sys::cuCtxSynchronize() };
+        let _ = driver::device::context_synchronize("dropping a KV store");
     }
 }
