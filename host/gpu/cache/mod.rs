@@ -422,13 +422,25 @@ impl FeatureCache {
                 None => {
                     let mut image = vec![0u8; used as usize];
                     fill(&mut image);
-                    copy_sync(slab, &image)?;
-                    copy_sync(index, bytemuck::cast_slice(&words))?;
-                    // Q: why synchronise the context?
+                    // Q: why a stream and an event?
                     // A: a copy from pageable memory may return before its
                     // DMA lands, and the caller's non-blocking streams are
-                    // not ordered after the legacy stream it runs on.
-                    driver::device::context_synchronize("filling a cache")?;
+                    // not ordered after the legacy stream; the event
+                    // recorded after the two copies waits for exactly them,
+                    // not for the rest of the context's work.
+                    let s = driver::new_stream()?;
+                    let index_bytes: &[u8] = bytemuck::cast_slice(&words);
+                    // SAFETY: the slab and the index are this part's device
+                    // allocations of at least these lengths, which no
+                    // gather reads during a fill (`&mut self`); the host
+                    // bytes live until the event below is waited for.
+                    unsafe {
+                        copy_pageable_async(slab, &image, &s)?;
+                        copy_pageable_async(index, index_bytes, &s)?;
+                    }
+                    let done = Event::new()?;
+                    done.record(&s)?;
+                    done.synchronize()?;
                 }
             }
             part.host_index = words;
@@ -620,15 +632,18 @@ fn check_device(ds: &GpuDataset, gpu: &Gpu) -> Result<()> {
     Ok(())
 }
 
-/// Copy `src` to device address `dst` (synchronous).
-fn copy_sync(dst: u64, src: &[u8]) -> Result<()> {
+/// Enqueue a copy of `src` (pageable host memory) to device address
+/// `dst` on `s`.
+///
+/// # Safety
+/// `dst` is a device allocation at least `src.len()` long that nothing
+/// else uses until the copy is done, and `src` lives until then.
+unsafe fn copy_pageable_async(dst: u64, src: &[u8], s: &Stream) -> Result<()> {
     if src.is_empty() {
         return Ok(());
     }
-    // SAFETY: `dst` is a device allocation at least `src.len()` long (the
-    // slab or the index) that nothing else uses while the cache fills; the
-    // copy completes before the call returns.
-    unsafe { copy::htod(dst, src.as_ptr(), src.len(), "filling a cache") }
+    // SAFETY: the caller's obligations.
+    unsafe { copy::htod_async(dst, src.as_ptr(), src.len(), s, "filling a cache") }
 }
 
 /// Enqueue a copy of the first `bytes` bytes of pinned `src` to `dst`.

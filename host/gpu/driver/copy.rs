@@ -13,21 +13,6 @@ use cust::sys as cu;
 use super::check;
 use crate::error::Result;
 
-/// Copy `bytes` bytes from host memory `src` to device address `dst`;
-/// returns when the copy is done.
-///
-/// # Safety
-/// 1. `src` is valid for reads of `bytes` bytes.
-/// 2. `dst .. dst + bytes` is device memory of the current context that
-///    nothing else accesses during the copy.
-pub(crate) unsafe fn htod(dst: u64, src: *const u8, bytes: usize, what: &str) -> Result<()> {
-    // SAFETY: the caller's obligations 1–2 are the driver's.
-    check(
-        unsafe { cu::cuMemcpyHtoD_v2(dst, src as *const c_void, bytes) },
-        what,
-    )
-}
-
 /// Enqueue a copy of `bytes` bytes from host memory `src` to device address
 /// `dst` on `stream`.
 ///

@@ -74,10 +74,3 @@ pub(crate) fn pointer_device_ordinal(ptr: u64) -> Result<i32> {
     check(r, "asking where a buffer lives")?;
     Ok(ordinal)
 }
-
-/// Block until all work of the current context is done, on every stream.
-pub(crate) fn context_synchronize(what: &str) -> Result<()> {
-    // SAFETY: no arguments; without a current context the driver returns
-    // an error.
-    check(unsafe { cu::cuCtxSynchronize() }, what)
-}

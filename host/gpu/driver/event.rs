@@ -3,6 +3,8 @@
 //! over them.
 #![allow(clippy::disallowed_methods)]
 
+use std::sync::Mutex;
+
 use cust::stream::Stream;
 use cust::sys as cu;
 
@@ -47,6 +49,19 @@ pub(crate) unsafe fn synchronize(event: cu::CUevent) -> Result<()> {
         unsafe { cu::cuEventSynchronize(event) },
         "waiting for an event",
     )
+}
+
+/// Is the work recorded before `event` done (true also when it was never
+/// recorded)? Does not block.
+///
+/// # Safety
+/// `event` came from [`create`] and is not destroyed.
+pub(crate) unsafe fn query(event: cu::CUevent) -> Result<bool> {
+    // SAFETY: a live handle (the caller's obligation).
+    match unsafe { cu::cuEventQuery(event) } {
+        cu::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+        r => check(r, "asking whether an event is done").map(|()| true),
+    }
 }
 
 /// Make the work enqueued on `stream` after this call wait for `event`.
@@ -105,6 +120,12 @@ impl Event {
         unsafe { synchronize(self.0) }
     }
 
+    /// Is the work recorded before the event done? Does not block.
+    pub fn is_done(&self) -> Result<bool> {
+        // SAFETY: a live event (owned by `self`).
+        unsafe { query(self.0) }
+    }
+
     /// Make the work enqueued on `stream` from now on wait for this event.
     pub fn wait_on(&self, stream: &Stream) -> Result<()> {
         // SAFETY: a live event (owned by `self`).
@@ -123,3 +144,57 @@ impl Drop for Event {
 unsafe impl Send for Event {}
 // SAFETY: every method takes `&self` and is one thread-safe driver call.
 unsafe impl Sync for Event {}
+
+/// The last use of something (buffers that kernels and copies read or
+/// write) on each stream that used it: an event recorded after the work
+/// of each such stream. Waiting for them all waits for every use, and for
+/// nothing else of the context.
+///
+/// Q: why not `cuCtxSynchronize`?
+/// A: it waits for all the work of the context, on every stream, also
+/// other users' (a serving loop's next step); and the uses run on the
+/// caller's streams, which the owner does not hold.
+#[derive(Default)]
+pub(crate) struct LastUses {
+    /// (stream handle, event recorded on it after its latest use).
+    uses: Mutex<Vec<(usize, Event)>>,
+}
+
+impl LastUses {
+    /// Note a use just enqueued on `stream`.
+    pub(crate) fn record(&self, stream: &Stream) -> Result<()> {
+        let key = stream.as_inner() as usize;
+        let mut uses = self.uses.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, e)) = uses.iter().find(|(k, _)| *k == key) {
+            return e.record(stream);
+        }
+        // Streams come and go: forget the uses that are done before noting
+        // a new stream (a handle may be reused by a later stream, which is
+        // harmless: its entry is recorded again).
+        let mut kept = Vec::with_capacity(uses.len() + 1);
+        for (k, e) in uses.drain(..) {
+            // An entry whose state is unknown (an error) is kept.
+            if !matches!(e.is_done(), Ok(true)) {
+                kept.push((k, e));
+            }
+        }
+        *uses = kept;
+        let e = Event::new()?;
+        e.record(stream)?;
+        uses.push((key, e));
+        Ok(())
+    }
+
+    /// Block until every use noted so far is done.
+    pub(crate) fn synchronize(&self) -> Result<()> {
+        let uses = self.uses.lock().unwrap_or_else(|p| p.into_inner());
+        let mut first_err = Ok(());
+        for (_, e) in uses.iter() {
+            let r = e.synchronize();
+            if first_err.is_ok() {
+                first_err = r;
+            }
+        }
+        first_err
+    }
+}

@@ -16,6 +16,7 @@ pub use plan::{KvStoreOptions, PageWrites};
 use super::compress::{GpuCodebook, WARP_BLOCK, row_count};
 use super::dataset::GpuDataset;
 use super::decode::{DecodeOptions, DecodeStatus, Decoder, GatherIndex, LaunchVia, Target};
+use super::driver::event::LastUses;
 use super::driver::{
     self, Event, copy_to_host_blocking, device_buffer, new_stream, sync, wait, zero_async,
 };
@@ -162,6 +163,9 @@ pub struct KvStore {
     segments: Vec<Segment>,
     next: u64,
     closed: bool,
+    /// The last append and gather on each caller's stream, for the waits
+    /// of [`KvStore::lengths_blocking`] and of the drop.
+    uses: LastUses,
 }
 
 impl KvStore {
@@ -208,6 +212,7 @@ impl KvStore {
             segments: Vec::new(),
             next: 0,
             closed: false,
+            uses: LastUses::default(),
         };
         store.segments.push(store.segment(gpu, prefill, 0)?);
         let stream = new_stream()?;
@@ -237,6 +242,21 @@ impl KvStore {
     /// is not the store's, the bytes do not split into rows, the store is
     /// closed, or the rows would go past the page budget.
     pub fn append<S: GpuReadable + ?Sized>(
+        &mut self,
+        gpu: &Gpu,
+        rows: &S,
+        row_bytes: usize,
+        stream: &Stream,
+    ) -> Result<Range<u64>> {
+        let r = self.enqueue_append(gpu, rows, row_bytes, stream);
+        // Noted also after an error: what was enqueued before it still runs.
+        let noted = self.uses.record(stream);
+        let taken = r?;
+        noted.map(|()| taken)
+    }
+
+    /// [`KvStore::append`], without noting the use.
+    fn enqueue_append<S: GpuReadable + ?Sized>(
         &mut self,
         gpu: &Gpu,
         rows: &S,
@@ -383,7 +403,8 @@ impl KvStore {
         status: &DecodeStatus,
         stream: &Stream,
     ) -> Result<()> {
-        self.launch_index(gpu, segment, ids, out, status, false, stream)
+        self.launch_index(gpu, segment, ids, out, status, false, stream)?;
+        self.uses.record(stream)
     }
 
     /// Benchmark baseline for [`KvStore::gather`] on the same rows: read
@@ -399,7 +420,8 @@ impl KvStore {
         status: &DecodeStatus,
         stream: &Stream,
     ) -> Result<()> {
-        self.launch_index(gpu, segment, ids, out, status, true, stream)
+        self.launch_index(gpu, segment, ids, out, status, true, stream)?;
+        self.uses.record(stream)
     }
 
     /// [`KvStore::gather`] (`ideal` false) or its read-only baseline.
@@ -540,12 +562,12 @@ impl KvStore {
     }
 
     /// The stored length of every row in use, copied from the device
-    /// (waits for everything enqueued before on every stream of the
-    /// context).
+    /// (waits for the appends and gathers enqueued before, on every stream
+    /// they ran on, and for nothing else).
     pub fn lengths_blocking(&self) -> Result<Vec<u32>> {
         // A synchronous copy waits only for the legacy stream, not for the
         // non-blocking streams appends run on.
-        driver::device::context_synchronize("waiting for appends")?;
+        self.uses.synchronize()?;
         let mut v = copy_to_host_blocking(&self.lengths)?;
         v.truncate(self.next as usize);
         Ok(v)
@@ -577,8 +599,10 @@ impl Drop for KvStore {
     fn drop(&mut self) {
         // The pages and the staging halves are freed after this: no kernel
         // or copy may still read or write them. A one-piece append's copy
-        // runs on the caller's stream, which the store does not hold, so
-        // wait for the whole context, not only the copy stream.
-        let _ = driver::device::context_synchronize("dropping a KV store");
+        // and the gathers run on the callers' streams, which the store does
+        // not hold: wait for the last use on each (and for the copy stream,
+        // which an append that failed half-way may have left busy).
+        let _ = self.uses.synchronize();
+        let _ = self.copies.synchronize();
     }
 }
