@@ -96,20 +96,7 @@ impl Kernels {
                 self.max_shared
             )));
         }
-        if shared > 48 * 1024 {
-            // SAFETY: a valid function handle and attribute.
-            let r = unsafe {
-                cust::sys::cuFuncSetAttribute(
-                    f.to_raw(),
-                    cust::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                    shared as i32,
-                )
-            };
-            if r != cust::sys::CUresult::CUDA_SUCCESS {
-                return Err(Error::cuda(format!("{name}: shared memory opt-in: {r:?}")));
-            }
-        }
-        Ok(())
+        ibp::gpu::set_max_dynamic_shared(f, shared)
     }
 
     /// Enqueue kernel `name` on a full grid of [`BLOCK`] threads a block

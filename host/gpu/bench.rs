@@ -6,7 +6,7 @@
 //! warm-up, and every configuration is decoded once and compared with the
 //! original bytes before it is timed.
 
-use cust::event::{Event, EventFlags};
+use cust::event::{Event as TimingEvent, EventFlags};
 use cust::memory::DeviceBuffer;
 use cust::stream::Stream;
 
@@ -14,7 +14,7 @@ use super::compress::{GpuCodebook, WARP_BLOCK, Work, encoder_out_bytes, row_coun
 use super::dataset::{GpuDataset, Residency};
 use super::decode::{DecodeOptions, DecodeStatus, Decoder, Mode, Request};
 use super::driver::copy_to_host_blocking;
-use super::driver::{copy_elements, device_buffer, new_stream, sync, zero_async};
+use super::driver::{copy, copy_elements, device_buffer, new_stream, sync, zero_async};
 use super::fit::FitPhases;
 use super::launch::kernels;
 use super::memory::{GpuReadable, PinnedBuffer};
@@ -73,6 +73,23 @@ pub fn figure7_dataset(
     Ok((data, cb))
 }
 
+/// An event for ordering streams, for the measurement code outside the
+/// library (`ibp bench --peers`).
+pub use super::driver::Event;
+
+/// Enqueue a copy of `src` (host memory; pinned, for the copy to be
+/// asynchronous) to device address `dst` on `stream`: the DMA the
+/// measurement code outside the library times.
+///
+/// # Safety
+/// 1. `dst .. dst + src.len()` is device memory of the current context.
+/// 2. Both ranges stay allocated, `src` unwritten and `dst` untouched by
+///    other work, until the copy is done (the stream is synchronised).
+pub unsafe fn copy_to_device_async(dst: u64, src: &[u8], stream: &Stream) -> Result<()> {
+    // SAFETY: the caller's obligations 1–2 are the driver call's.
+    unsafe { copy::htod_async(dst, src.as_ptr(), src.len(), stream, "host-to-device copy") }
+}
+
 /// Median of event-timed repetitions of `f`, in seconds per call.
 pub fn time_median(
     stream: &Stream,
@@ -86,8 +103,8 @@ pub fn time_median(
     stream.synchronize().map_err(cuda_err("warm-up"))?;
     let mut times = Vec::with_capacity(reps);
     for _ in 0..reps {
-        let a = Event::new(EventFlags::DEFAULT).map_err(cuda_err("event"))?;
-        let b = Event::new(EventFlags::DEFAULT).map_err(cuda_err("event"))?;
+        let a = TimingEvent::new(EventFlags::DEFAULT).map_err(cuda_err("event"))?;
+        let b = TimingEvent::new(EventFlags::DEFAULT).map_err(cuda_err("event"))?;
         a.record(stream).map_err(cuda_err("event"))?;
         f()?;
         b.record(stream).map_err(cuda_err("event"))?;
@@ -233,19 +250,16 @@ pub fn measure_device_copy(stream: &Stream, bytes: usize) -> Result<f64> {
         // SAFETY: both buffers hold `bytes` bytes and stay alive until the
         // stream is synchronised inside time_median.
         let r = unsafe {
-            cust::sys::cuMemcpyDtoDAsync_v2(
+            copy::dtod_async(
                 dst.as_device_ptr().as_raw(),
                 src.as_device_ptr().as_raw(),
                 bytes,
-                stream.as_inner(),
+                stream,
+                "device copy",
             )
         };
         let _ = &mut dst;
-        if r == cust::sys::CUresult::CUDA_SUCCESS {
-            Ok(())
-        } else {
-            Err(Error::cuda_code(format!("device copy: {r:?}"), r as u32))
-        }
+        r
     })
 }
 
@@ -257,21 +271,14 @@ pub fn measure_h2d_copy(stream: &Stream, bytes: usize) -> Result<f64> {
     time_median(stream, 2, 9, || {
         // SAFETY: both buffers hold `bytes` bytes and outlive the copy (the
         // stream is synchronised inside time_median).
-        let r = unsafe {
-            cust::sys::cuMemcpyHtoDAsync_v2(
+        unsafe {
+            copy::htod_async(
                 dst.as_device_ptr().as_raw(),
-                src.as_ptr() as *const std::ffi::c_void,
+                src.as_ptr(),
                 bytes,
-                stream.as_inner(),
+                stream,
+                "host-to-device copy",
             )
-        };
-        if r == cust::sys::CUresult::CUDA_SUCCESS {
-            Ok(())
-        } else {
-            Err(Error::cuda_code(
-                format!("host-to-device copy: {r:?}"),
-                r as u32,
-            ))
         }
     })
 }

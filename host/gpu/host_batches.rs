@@ -4,11 +4,12 @@
 
 use cust::memory::DeviceBuffer;
 use cust::stream::Stream;
-use cust::sys as cu;
 
 use super::Gpu;
 use super::compress::{GpuCodebook, MAX_ROW_BYTES, Work, encoder_out_bytes, row_count};
-use super::driver::{Event, copy_to_pinned, device_buffer, new_stream, sync, wait, zero_async};
+use super::driver::{
+    Event, copy, copy_to_pinned, device_buffer, new_stream, sync, wait, zero_async,
+};
 use super::memory::{GpuReadable, PinnedBuffer};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
@@ -205,13 +206,15 @@ impl HostCompressor {
                 // SAFETY: both ranges lie in their buffers; the set's previous
                 // batch is finished (the host waited for it before reusing
                 // the set).
-                let r = unsafe { cu::cuMemcpyAsync(stage_addr, src_addr, n * l, h2d.as_inner()) };
-                if r != cu::CUresult::CUDA_SUCCESS {
-                    return Err(Error::cuda_code(
-                        format!("copying a batch to the device: {r:?}"),
-                        r as u32,
-                    ));
-                }
+                unsafe {
+                    copy::unified_async(
+                        stage_addr,
+                        src_addr,
+                        n * l,
+                        h2d,
+                        "copying a batch to the device",
+                    )?
+                };
                 set.copied.record(h2d)?;
                 wait(compute, &set.copied)?;
                 gpu.enqueue_size(gcb, stage_addr, n, &set.work.sizes, None, compute)?;

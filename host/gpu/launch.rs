@@ -16,7 +16,7 @@ use ibp_kernels::params::{CountParams, CpAsyncTestParams, WarpTestParams};
 use super::memory::{GpuReadable, PinnedBuffer, Span};
 use super::{Gpu, cuda_err};
 
-use super::driver::copy_to_host_blocking;
+use super::driver::{copy_to_host_blocking, function};
 use crate::dataset::Rows;
 use crate::error::{Error, Result};
 
@@ -144,24 +144,9 @@ impl Gpu {
             .module()
             .get_function(name)
             .map_err(cuda_err("finding a kernel"))?;
-        if shared_bytes > 48 * 1024 {
-            // Q: why an attribute?
-            // A: above 48 KiB of dynamic shared memory a kernel must opt in.
-            // SAFETY: valid function handle and attribute.
-            let r = unsafe {
-                cust::sys::cuFuncSetAttribute(
-                    f.to_raw(),
-                    cust::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                    shared_bytes as i32,
-                )
-            };
-            if r != cust::sys::CUresult::CUDA_SUCCESS {
-                return Err(Error::cuda_code(
-                    format!("{name}: cannot reserve {shared_bytes} bytes of shared memory: {r:?}"),
-                    r as u32,
-                ));
-            }
-        }
+        // Q: why an attribute?
+        // A: above 48 KiB of dynamic shared memory a kernel must opt in.
+        function::set_max_dynamic_shared(&f, shared_bytes)?;
         let mut p = params;
         let args = [&mut p as *mut P as *mut c_void];
         // SAFETY: the caller guarantees the parameter type and its addresses;
@@ -182,9 +167,7 @@ impl Gpu {
             .module()
             .get_function(k.name())
             .map_err(cuda_err("finding a kernel"))?;
-        let per_sm = f
-            .max_active_blocks_per_multiprocessor(block.into(), shared_bytes)
-            .map_err(cuda_err("querying occupancy"))?;
+        let per_sm = function::max_active_blocks(&f, block, shared_bytes)?;
         Ok(per_sm.max(1) * self.info().sm_count)
     }
 
@@ -285,26 +268,10 @@ impl Gpu {
             .module()
             .get_function(k.name())
             .map_err(cuda_err("finding a kernel"))?;
-        if shared > 48 * 1024 {
-            // SAFETY: valid function handle and attribute; the value is
-            // within the device's opt-in limit (checked by the caller).
-            let r = unsafe {
-                cust::sys::cuFuncSetAttribute(
-                    f.to_raw(),
-                    cust::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                    shared as i32,
-                )
-            };
-            if r != cust::sys::CUresult::CUDA_SUCCESS {
-                return Err(Error::cuda_code(
-                    format!("reserving {shared} bytes of shared memory: {r:?}"),
-                    r as u32,
-                ));
-            }
-        }
-        let n = f
-            .max_active_blocks_per_multiprocessor(block.into(), shared)
-            .map_err(cuda_err("querying occupancy"))?;
+        let bytes = u32::try_from(shared)
+            .map_err(|_| Error::invalid(format!("{shared} bytes of shared memory a block")))?;
+        function::set_max_dynamic_shared(&f, bytes)?;
+        let n = function::max_active_blocks(&f, block, shared)?;
         if n == 0 {
             return Err(Error::unsupported(format!(
                 "{} cannot run with {block} threads and {shared} bytes of shared memory per block",

@@ -1,13 +1,12 @@
 //! Memory the kernels can read: device buffers (cust's), and pinned host
 //! buffers mapped into the device's address space, read zero-copy over PCIe.
 
-use std::ffi::c_void;
 use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
 
 use cust::memory::{DeviceBuffer, DeviceCopy, DeviceSlice};
-use cust::sys as cu;
 
+use super::driver::host_memory;
 use crate::error::{Error, Result};
 
 /// Something a kernel can read: its device address and length in bytes.
@@ -67,34 +66,19 @@ impl<T: bytemuck::Pod> PinnedBuffer<T> {
             .ok_or_else(|| Error::invalid("pinned buffer size overflows usize"))?;
         // cuMemHostAlloc rejects 0 bytes; keep one byte so pointers stay valid.
         let alloc = bytes.max(1);
-        let mut p: *mut c_void = std::ptr::null_mut();
-        // SAFETY: valid out-pointer; flags are documented constants.
-        let r = unsafe {
-            cu::cuMemHostAlloc(
-                &mut p,
-                alloc,
-                cu::CU_MEMHOSTALLOC_DEVICEMAP | cu::CU_MEMHOSTALLOC_PORTABLE,
-            )
+        // SAFETY: freed once, in Drop (or below when the mapping fails).
+        let p = unsafe { host_memory::alloc_host_mapped(alloc)? };
+        // SAFETY: `p` came from alloc_host_mapped (mapped).
+        let d = match unsafe { host_memory::host_device_address(p) } {
+            Ok(d) => d,
+            Err(e) => {
+                // SAFETY: `p` is ours and not used after this.
+                unsafe { host_memory::free_host(p) };
+                return Err(e);
+            }
         };
-        if r != cu::CUresult::CUDA_SUCCESS || p.is_null() {
-            return Err(Error::cuda_code(
-                format!("allocating {bytes} bytes of pinned host memory: {r:?}"),
-                r as u32,
-            ));
-        }
-        let mut d: cu::CUdeviceptr = 0;
-        // SAFETY: `p` came from cuMemHostAlloc with DEVICEMAP.
-        let r = unsafe { cu::cuMemHostGetDevicePointer_v2(&mut d, p, 0) };
-        if r != cu::CUresult::CUDA_SUCCESS {
-            // SAFETY: `p` is ours and not used after this.
-            unsafe { cu::cuMemFreeHost(p) };
-            return Err(Error::cuda_code(
-                format!("mapping pinned host memory into the device: {r:?}"),
-                r as u32,
-            ));
-        }
         // SAFETY: `alloc` bytes are writable; zero them (Pod: all-zero is valid).
-        unsafe { std::ptr::write_bytes(p as *mut u8, 0, alloc) };
+        unsafe { std::ptr::write_bytes(p, 0, alloc) };
         Ok(Self {
             host: p as *mut T,
             device: d,
@@ -133,8 +117,11 @@ impl<T: bytemuck::Pod> DerefMut for PinnedBuffer<T> {
 
 impl<T: bytemuck::Pod> Drop for PinnedBuffer<T> {
     fn drop(&mut self) {
-        // SAFETY: allocated by cuMemHostAlloc in `zeroed`, freed once.
-        unsafe { cu::cuMemFreeHost(self.host as *mut c_void) };
+        // SAFETY: allocated by alloc_host_mapped in `zeroed`, freed once,
+        // after every host borrow; work that reads it on the device is
+        // waited for by its enqueuer before the buffer is dropped (as
+        // before this layer: the drop itself does not wait).
+        unsafe { host_memory::free_host(self.host as *mut u8) };
     }
 }
 
@@ -191,7 +178,7 @@ impl GpuReadable for Span<'_> {
 /// address space for as long as this lives: the kernels read the caller's
 /// own bytes zero-copy, with no pinned copy.
 pub struct Registered<'a> {
-    ptr: *mut c_void,
+    ptr: *const u8,
     device: u64,
     len: usize,
     _borrow: PhantomData<&'a [u8]>,
@@ -205,40 +192,34 @@ impl<'a> Registered<'a> {
         if bytes.is_empty() {
             return Err(Error::invalid("cannot register 0 bytes"));
         }
-        let ptr = bytes.as_ptr() as *mut c_void;
+        let ptr = bytes.as_ptr();
         // Q: why try read-only first?
         // A: the bytes may be a read-only mapping (a memory-mapped file);
         // registering those writable fails. Devices without read-only
         // registration take the plain flag.
-        let mut r = cu::CUresult::CUDA_ERROR_UNKNOWN;
+        let mut r = Ok(());
         for flags in [
-            cu::CU_MEMHOSTREGISTER_DEVICEMAP | cu::CU_MEMHOSTREGISTER_READ_ONLY,
-            cu::CU_MEMHOSTREGISTER_DEVICEMAP,
+            host_memory::REGISTER_MAPPED_READ_ONLY,
+            host_memory::REGISTER_MAPPED,
         ] {
             // SAFETY: `ptr .. ptr + len` is a live borrow for 'a; it is
-            // unregistered in Drop before the borrow ends.
-            r = unsafe { cu::cuMemHostRegister_v2(ptr, bytes.len(), flags) };
-            if r == cu::CUresult::CUDA_SUCCESS {
+            // unregistered in Drop before the borrow ends; ibp's kernels
+            // only read sources (the plain flag's device writes never come).
+            r = unsafe { host_memory::register_host(ptr, bytes.len(), flags) };
+            if r.is_ok() {
                 break;
             }
         }
-        if r != cu::CUresult::CUDA_SUCCESS {
-            return Err(Error::cuda_code(
-                format!("registering {} bytes of host memory: {r:?}", bytes.len()),
-                r as u32,
-            ));
-        }
-        let mut device: cu::CUdeviceptr = 0;
+        r?;
         // SAFETY: `ptr` is registered with DEVICEMAP.
-        let r = unsafe { cu::cuMemHostGetDevicePointer_v2(&mut device, ptr, 0) };
-        if r != cu::CUresult::CUDA_SUCCESS {
-            // SAFETY: registered above, not used after this.
-            unsafe { cu::cuMemHostUnregister(ptr) };
-            return Err(Error::cuda_code(
-                format!("mapping registered memory into the device: {r:?}"),
-                r as u32,
-            ));
-        }
+        let device = match unsafe { host_memory::host_device_address(ptr as *mut u8) } {
+            Ok(d) => d,
+            Err(e) => {
+                // SAFETY: registered above, not used after this.
+                unsafe { host_memory::unregister_host(ptr) };
+                return Err(e);
+            }
+        };
         Ok(Self {
             ptr,
             device,
@@ -251,7 +232,7 @@ impl<'a> Registered<'a> {
 impl Drop for Registered<'_> {
     fn drop(&mut self) {
         // SAFETY: registered in `new`, unregistered once.
-        unsafe { cu::cuMemHostUnregister(self.ptr) };
+        unsafe { host_memory::unregister_host(self.ptr) };
     }
 }
 

@@ -88,12 +88,9 @@ mod memory;
 mod rows_view;
 mod staging;
 
-use std::ffi::c_int;
-
 use cust::context::Context;
 use cust::device::{Device, DeviceAttribute};
 use cust::module::Module;
-use cust::sys as cu;
 
 use crate::error::{Error, Result};
 
@@ -106,6 +103,7 @@ pub use decode::{
     Request,
 };
 pub use driver::copy_to_host_blocking;
+pub use driver::function::{DEFAULT_MAX_DYNAMIC_SHARED, set_max_dynamic_shared};
 pub use groups::GpuGroups;
 pub use host_batches::{CompressedBatch, HostCompressor, HostOptions, HostRead};
 pub use kv_store::{KvStore, KvStoreOptions, PageWrites, SegmentInfo};
@@ -206,7 +204,7 @@ impl Gpu {
         if count == 0 {
             return Err(Error::cuda_code(
                 "no CUDA-capable device is detected",
-                crate::error::CUDA_ERROR_NO_DEVICE,
+                driver::code::NO_DEVICE,
             ));
         }
         if ordinal >= count {
@@ -264,14 +262,6 @@ impl Gpu {
         Device::num_devices().unwrap_or(0)
     }
 
-    pub(crate) fn device_raw(&self) -> cu::CUdevice {
-        self.device.as_raw()
-    }
-
-    pub(crate) fn context_raw(&self) -> cu::CUcontext {
-        self.context.as_raw()
-    }
-
     /// The device's properties.
     pub fn info(&self) -> &DeviceInfo {
         &self.info
@@ -288,21 +278,10 @@ fn device_info(device: Device) -> Result<DeviceInfo> {
             .get_attribute(a)
             .map_err(cuda_err("reading a device attribute"))
     };
-    let raw_attr = |a: cu::CUdevice_attribute| -> Result<i32> {
-        let mut v: c_int = 0;
-        // SAFETY: `v` is a valid out-pointer and `device` a valid handle.
-        let r = unsafe { cu::cuDeviceGetAttribute(&mut v, a, device.as_raw()) };
-        if r != cu::CUresult::CUDA_SUCCESS {
-            return Err(Error::cuda_code(
-                format!("reading device attribute {a:?}: {r:?}"),
-                r as u32,
-            ));
-        }
-        Ok(v)
-    };
-    let mut driver_version: c_int = 0;
-    // SAFETY: valid out-pointer.
-    unsafe { cu::cuDriverGetVersion(&mut driver_version) };
+    // Q: why not cust's DeviceAttribute for this one? A: cust 0.3 has no
+    // variant for the opt-in limit.
+    let opt_in =
+        driver::device::DeviceAttribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN;
     Ok(DeviceInfo {
         name: device.name().map_err(cuda_err("reading the device name"))?,
         compute_capability: (
@@ -310,11 +289,9 @@ fn device_info(device: Device) -> Result<DeviceInfo> {
             attr(DeviceAttribute::ComputeCapabilityMinor)?,
         ),
         sm_count: attr(DeviceAttribute::MultiprocessorCount)? as u32,
-        max_shared_per_block: raw_attr(
-            cu::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
-        )? as u32,
+        max_shared_per_block: driver::device::attribute(&device, opt_in)? as u32,
         shared_per_sm: attr(DeviceAttribute::MaxSharedMemoryPerMultiprocessor)? as u32,
-        driver_version,
+        driver_version: driver::device::driver_version()?,
         total_memory: device
             .total_memory()
             .map_err(cuda_err("reading the memory size"))?,
@@ -325,20 +302,30 @@ fn device_info(device: Device) -> Result<DeviceInfo> {
 /// to a failure on a device that exists). Tests use it to skip visibly.
 ///
 /// Q: which driver codes mean that?
-/// A: `CUDA_ERROR_NO_DEVICE` (100), `CUDA_ERROR_INSUFFICIENT_DRIVER` (35: no
-/// kernel driver, or an older one) and `CUDA_ERROR_STUB_LIBRARY` (34: the
-/// build-time stub of libcuda was found at run time).
+/// A: `CUDA_ERROR_NO_DEVICE`, `CUDA_ERROR_INSUFFICIENT_DRIVER` (no kernel
+/// driver, or an older one) and `CUDA_ERROR_STUB_LIBRARY` (the build-time
+/// stub of libcuda was found at run time).
 pub fn is_no_device(err: &Error) -> bool {
+    use driver::code::{INSUFFICIENT_DRIVER, NO_DEVICE, STUB_LIBRARY};
     err.kind() == crate::ErrorKind::Cuda
         && matches!(
             err.cuda_result(),
-            Some(crate::error::CUDA_ERROR_NO_DEVICE | 35 | 34)
+            Some(NO_DEVICE | INSUFFICIENT_DRIVER | STUB_LIBRARY)
         )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_error_module_names_the_drivers_no_device_code() {
+        // error.rs builds without cust, so it spells the number itself.
+        assert_eq!(crate::error::CUDA_ERROR_NO_DEVICE, driver::code::NO_DEVICE);
+        assert_eq!(driver::code::NO_DEVICE, 100);
+        assert_eq!(driver::code::INSUFFICIENT_DRIVER, 35);
+        assert_eq!(driver::code::STUB_LIBRARY, 34);
+    }
 
     #[test]
     fn no_device_is_told_by_the_driver_code_not_the_message() {

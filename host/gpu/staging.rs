@@ -16,10 +16,9 @@
 //! thread pool.
 
 use cust::stream::Stream;
-use cust::sys as cu;
 use rayon::prelude::*;
 
-use super::driver::{Event, check};
+use super::driver::{Event, copy};
 use super::memory::PinnedBuffer;
 use crate::error::Result;
 
@@ -96,15 +95,15 @@ impl Staging {
             // touched again before `done[i]` (recorded next) completes; the
             // destination range lies inside `dst .. dst + src.len()`
             // (`upload`'s contract).
-            let r = unsafe {
-                cu::cuMemcpyHtoDAsync_v2(
+            unsafe {
+                copy::htod_async(
                     dst + at as u64,
-                    buf.as_ptr() as *const std::ffi::c_void,
+                    buf.as_ptr(),
                     part.len(),
-                    stream.as_inner(),
-                )
+                    stream,
+                    "copying a group to the GPU",
+                )?
             };
-            check(r, "copying a group to the GPU")?;
             self.done[i].record(stream)?;
             at += part.len();
             progress(at as u64);
@@ -173,15 +172,7 @@ impl Staging {
         // SAFETY: the pinned piece holds `n` bytes and nothing reads it
         // before `done[i]` (recorded next) completes; the source range lies
         // inside the caller's (`download`'s contract).
-        let r = unsafe {
-            cu::cuMemcpyDtoHAsync_v2(
-                buf.as_mut_ptr() as *mut std::ffi::c_void,
-                src,
-                n,
-                stream.as_inner(),
-            )
-        };
-        check(r, "copying from the GPU")?;
+        unsafe { copy::dtoh_async(buf.as_mut_ptr(), src, n, stream, "copying from the GPU")? };
         self.done[i].record(stream)
     }
 

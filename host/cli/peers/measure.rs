@@ -15,16 +15,13 @@
 //!   *copy* (the host gathers the chunks into a pinned staging buffer, one
 //!   DMA, one decode; the host's part is inside the timing), *device*.
 
-use std::ffi::c_void;
-
-use ibp::gpu::bench::time_median;
+use ibp::gpu::bench::{Event, copy_to_device_async, time_median};
 use ibp::gpu::cust;
 use ibp::gpu::{Gpu, PinnedBuffer};
 use ibp::{Error, Result};
 
 use cust::memory::{CopyDestination, DeviceBuffer};
 use cust::stream::{Stream, StreamFlags};
-use cust::sys as cu;
 
 use super::nvcomp::{Chunks, Codec, DecodeJob, Nvcomp, to_host, upload, zeroed};
 
@@ -78,59 +75,14 @@ pub struct Row {
     pub failures: Vec<String>,
 }
 
-/// A CUDA event for stream-to-stream ordering (cust's `Stream::wait_event`
-/// consumes its event; the overlapped path reuses one per piece).
-struct RawEvent(cu::CUevent);
-
-impl RawEvent {
-    fn new() -> Result<Self> {
-        let mut e = std::ptr::null_mut();
-        // SAFETY: valid out-pointer; a context is current (the caller's Gpu).
-        let r =
-            unsafe { cu::cuEventCreate(&mut e, cu::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32) };
-        driver(r, "creating an event")?;
-        Ok(Self(e))
-    }
-
-    fn record(&self, s: &Stream) -> Result<()> {
-        // SAFETY: live event and stream.
-        driver(
-            unsafe { cu::cuEventRecord(self.0, s.as_inner()) },
-            "recording an event",
-        )
-    }
-
-    fn wait(&self, s: &Stream) -> Result<()> {
-        // SAFETY: live event and stream.
-        driver(
-            unsafe { cu::cuStreamWaitEvent(s.as_inner(), self.0, 0) },
-            "waiting for an event",
-        )
-    }
-}
-
-impl Drop for RawEvent {
-    fn drop(&mut self) {
-        // SAFETY: created by cuEventCreate and not used after this; the
-        // driver defers destruction until pending work on it completes.
-        unsafe { cu::cuEventDestroy_v2(self.0) };
-    }
-}
-
-fn driver(r: cu::CUresult, what: &str) -> Result<()> {
-    if r == cu::CUresult::CUDA_SUCCESS {
-        Ok(())
-    } else {
-        Err(Error::cuda_code(format!("{what}: {r:?}"), r as u32))
-    }
-}
-
-/// Enqueue a host-to-device copy of `bytes` from `src` (pinned) to `dst`.
-fn copy_h2d(dst: u64, src: *const u8, bytes: usize, s: &Stream) -> Result<()> {
-    // SAFETY: callers pass a device range and a pinned host range of at
-    // least `bytes` bytes, both alive until the stream is synchronised.
-    let r = unsafe { cu::cuMemcpyHtoDAsync_v2(dst, src as *const c_void, bytes, s.as_inner()) };
-    driver(r, "host-to-device copy")
+/// Enqueue a host-to-device copy of `src` (pinned) to device address `dst`.
+///
+/// # Safety
+/// `dst .. dst + src.len()` is device memory, and both ranges stay
+/// allocated (and `src` unwritten) until `s` is synchronised.
+unsafe fn copy_h2d(dst: u64, src: &[u8], s: &Stream) -> Result<()> {
+    // SAFETY: the caller's obligations are the helper's.
+    unsafe { copy_to_device_async(dst, src, s) }
 }
 
 fn sync(s: &Stream) -> Result<()> {
@@ -233,9 +185,9 @@ fn bulk_paths(nv: &Nvcomp, stream: &Stream, c: &Chunks, data: &[u8], row: &mut R
         .collect();
     let events = pieces
         .iter()
-        .map(|_| RawEvent::new())
+        .map(|_| Event::new())
         .collect::<Result<Vec<_>>>()?;
-    let start = RawEvent::new()?;
+    let start = Event::new()?;
     let dev_addr = dev_in.as_device_ptr().as_raw();
     let end_of = |k: usize| {
         if k == n {
@@ -247,19 +199,22 @@ fn bulk_paths(nv: &Nvcomp, stream: &Stream, c: &Chunks, data: &[u8], row: &mut R
     // Each path as an enqueue-only closure; `wipe` says whether it reads
     // `dev_in` after copying it (so the check poisons that too).
     let copy_decode = || -> Result<()> {
-        copy_h2d(dev_addr, pinned.as_ptr(), c.data.len(), stream)?;
+        // SAFETY: `dev_in` holds the chunks and `pinned` is their pinned
+        // copy; both outlive every timed call (synchronised inside).
+        unsafe { copy_h2d(dev_addr, &pinned[..c.data.len()], stream)? };
         nv.decode(&dev_job, 0..n, stream)
     };
     let overlapped = || -> Result<()> {
         start.record(stream)?;
-        start.wait(&copy_stream)?;
+        start.wait_on(&copy_stream)?;
         for (&(a, b), ev) in pieces.iter().zip(&events) {
             let (from, to) = (c.offsets[a], end_of(b));
-            // SAFETY: `from..to` lies inside the pinned buffer.
-            let src = unsafe { pinned.as_ptr().add(from as usize) };
-            copy_h2d(dev_addr + from, src, (to - from) as usize, &copy_stream)?;
+            let src = &pinned[from as usize..to as usize];
+            // SAFETY: as for the copy-then-decode path; `from..to` lies
+            // inside both buffers.
+            unsafe { copy_h2d(dev_addr + from, src, &copy_stream)? };
             ev.record(&copy_stream)?;
-            ev.wait(stream)?;
+            ev.wait_on(stream)?;
             nv.decode(&dev_job, a..b, stream)?;
         }
         Ok(())
@@ -415,7 +370,10 @@ fn gather_paths(
                     let (a, n) = (c.offsets[t] as usize, c.sizes[t] as usize);
                     staging[o as usize..o as usize + n].copy_from_slice(&c.data[a..a + n]);
                 }
-                copy_h2d(sd, staging.as_ptr(), *len as usize, stream)?;
+                // SAFETY: the device staging buffer holds the batch's
+                // chunks, the pinned one too, and both outlive the
+                // measurement (the stream is synchronised before reuse).
+                unsafe { copy_h2d(sd, &staging[..*len as usize], stream)? };
             }
             nv.decode(&jobs[k][p], 0..batch, stream)
         };

@@ -78,7 +78,7 @@ pub use plan::{Placement, access_counts, top_k_by_score};
 use super::Gpu;
 use super::dataset::GpuDataset;
 use super::decode::{DecodeStatus, GatherIndex};
-use super::driver::{self, Event, check};
+use super::driver::{self, Event, copy};
 use super::memory::PinnedBuffer;
 use crate::error::{Error, Result};
 use host_rows::{HostRows, LINE, line_bytes};
@@ -423,14 +423,25 @@ impl FeatureCache {
                 None => {
                     let mut image = vec![0u8; used as usize];
                     fill(&mut image);
-                    copy_sync(slab, &image)?;
-                    copy_sync(index, bytemuck::cast_slice(&words))?;
-                    // Q: why synchronise the context?
+                    // Q: why a stream and an event?
                     // A: a copy from pageable memory may return before its
                     // DMA lands, and the caller's non-blocking streams are
-                    // not ordered after the legacy stream it runs on.
-                    // SAFETY: no arguments; this GPU's context is current.
-                    check(unsafe { cust::sys::cuCtxSynchronize() }, "filling a cache")?;
+                    // not ordered after the legacy stream; the event
+                    // recorded after the two copies waits for exactly them,
+                    // not for the rest of the context's work.
+                    let s = driver::new_stream()?;
+                    let index_bytes: &[u8] = bytemuck::cast_slice(&words);
+                    // SAFETY: the slab and the index are this part's device
+                    // allocations of at least these lengths, which no
+                    // gather reads during a fill (`&mut self`); the host
+                    // bytes live until the event below is waited for.
+                    unsafe {
+                        copy_pageable_async(slab, &image, &s)?;
+                        copy_pageable_async(index, index_bytes, &s)?;
+                    }
+                    let done = Event::new()?;
+                    done.record(&s)?;
+                    done.synchronize()?;
                 }
             }
             part.host_index = words;
@@ -595,15 +606,7 @@ fn owner<'g>(gpus: &[&'g Gpu], ds: &GpuDataset) -> Result<&'g Gpu> {
 
 /// The ordinal of the device that holds `ds`'s device memory.
 fn device_of(ds: &GpuDataset) -> Result<i32> {
-    let mut ordinal: i32 = -1;
-    let out = &mut ordinal as *mut i32 as *mut std::ffi::c_void;
-    let attr = cust::sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL;
-    // SAFETY: valid out-pointer of the attribute's type (int); the pointer
-    // is a live device allocation of the dataset.
-    let r =
-        unsafe { cust::sys::cuPointerGetAttribute(out, attr, ds.flags.as_device_ptr().as_raw()) };
-    check(r, "asking where a dataset lives")?;
-    Ok(ordinal)
+    driver::device::pointer_device_ordinal(ds.flags.as_device_ptr().as_raw())
 }
 
 /// Refuse a dataset whose device memory is not on `gpu` (its reads would
@@ -630,19 +633,18 @@ fn check_device(ds: &GpuDataset, gpu: &Gpu) -> Result<()> {
     Ok(())
 }
 
-/// Copy `src` to device address `dst` (synchronous).
-fn copy_sync(dst: u64, src: &[u8]) -> Result<()> {
+/// Enqueue a copy of `src` (pageable host memory) to device address
+/// `dst` on `s`.
+///
+/// # Safety
+/// `dst` is a device allocation at least `src.len()` long that nothing
+/// else uses until the copy is done, and `src` lives until then.
+unsafe fn copy_pageable_async(dst: u64, src: &[u8], s: &Stream) -> Result<()> {
     if src.is_empty() {
         return Ok(());
     }
-    // SAFETY: `dst` is a device allocation at least `src.len()` long (the
-    // slab or the index); the copy completes before the call returns.
-    check(
-        unsafe {
-            cust::sys::cuMemcpyHtoD_v2(dst, src.as_ptr() as *const std::ffi::c_void, src.len())
-        },
-        "filling a cache",
-    )
+    // SAFETY: the caller's obligations.
+    unsafe { copy::htod_async(dst, src.as_ptr(), src.len(), s, "filling a cache") }
 }
 
 /// Enqueue a copy of the first `bytes` bytes of pinned `src` to `dst`.
@@ -658,15 +660,5 @@ fn copy_async<T: bytemuck::Pod>(
     // SAFETY: `src` is pinned and holds `bytes` bytes, kept alive (in the
     // part's staging) until the event recorded after the copy; `dst` is a
     // device allocation at least that long (the slab or the index).
-    check(
-        unsafe {
-            cust::sys::cuMemcpyHtoDAsync_v2(
-                dst,
-                src.as_ptr() as *const std::ffi::c_void,
-                bytes,
-                s.as_inner(),
-            )
-        },
-        "filling a cache",
-    )
+    unsafe { copy::htod_async(dst, src.as_ptr() as *const u8, bytes, s, "filling a cache") }
 }

@@ -1,10 +1,8 @@
 //! Peer access between the GPUs of one host: which GPU can read which
 //! other's memory, and turning that on.
 
-use cust::sys as cu;
-
 use super::super::Gpu;
-use super::super::driver::check;
+use super::super::driver::device;
 use crate::error::Result;
 
 /// `reach[i][j]`: GPU `i` of `gpus` can read GPU `j`'s memory (always for
@@ -28,23 +26,11 @@ pub(crate) fn enable_all(gpus: &[&Gpu]) -> Result<Vec<Vec<bool>>> {
                 reach[i][j] = true;
                 continue;
             }
-            let mut can = 0;
-            let (a, b) = (gpus[i].device_raw(), gpus[j].device_raw());
-            // SAFETY: valid out-pointer and device handles.
-            let r = unsafe { cu::cuDeviceCanAccessPeer(&mut can, a, b) };
-            check(r, "asking whether two GPUs can reach each other")?;
-            if can == 0 {
+            if !device::can_access_peer(&gpus[i].device, &gpus[j].device)? {
                 continue;
             }
-            // SAFETY: the peer's context is live (`gpus[j]`); flags must be 0.
-            let r = unsafe { cu::cuCtxEnablePeerAccess(gpus[j].context_raw(), 0) };
-            reach[i][j] = matches!(
-                r,
-                cu::CUresult::CUDA_SUCCESS | cu::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED
-            );
-            if !reach[i][j] {
-                check(r, "enabling peer access")?;
-            }
+            device::enable_peer_access(&gpus[j].context)?;
+            reach[i][j] = true;
         }
     }
     Ok(reach)

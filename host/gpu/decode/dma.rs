@@ -13,7 +13,7 @@ use super::{DecodeStatus, Decoder, GatherIndex};
 use crate::dma_pieces::{plan_piece, stage_piece};
 use crate::error::{Error, Result};
 use crate::gpu::dataset::{GpuDataset, Payload};
-use crate::gpu::driver::{Event, wait};
+use crate::gpu::driver::{self, Event, wait};
 use crate::gpu::memory::PinnedBuffer;
 use crate::gpu::rows_view::Fetch;
 use crate::gpu::rows_view::RowsView;
@@ -108,20 +108,15 @@ impl<'ds> Decoder<'ds> {
                 // piece_bytes >= len bytes; both outlive the copy (the
                 // scratch is borrowed for the call, and later calls wait on
                 // its events).
-                let r = unsafe {
-                    cust::sys::cuMemcpyHtoDAsync_v2(
+                unsafe {
+                    driver::copy::htod_async(
                         scratch.bufs[buf].as_device_ptr().as_raw(),
-                        payload.as_ptr().add(base as usize) as *const std::ffi::c_void,
+                        payload.as_ptr().add(base as usize),
                         len,
-                        scratch.copy_stream.as_inner(),
-                    )
+                        &scratch.copy_stream,
+                        "DMA copy of the compressed range",
+                    )?
                 };
-                if r != cust::sys::CUresult::CUDA_SUCCESS {
-                    return Err(Error::cuda_code(
-                        format!("DMA copy of the compressed range: {r:?}"),
-                        r as u32,
-                    ));
-                }
             }
             scratch.copied[buf].record(&scratch.copy_stream)?;
             wait(stream, &scratch.copied[buf])?;
@@ -293,20 +288,15 @@ impl<'ds> Decoder<'ds> {
             // buffer of at least piece_bytes bytes; both live in the
             // scratch, borrowed for the call, and later calls wait on its
             // events before touching either.
-            let r = unsafe {
-                cust::sys::cuMemcpyHtoDAsync_v2(
+            unsafe {
+                driver::copy::htod_async(
                     scratch.bufs[buf].as_device_ptr().as_raw(),
-                    scratch.staging[buf].as_ptr() as *const std::ffi::c_void,
+                    scratch.staging[buf].as_ptr(),
                     piece.len,
-                    scratch.copy_stream.as_inner(),
-                )
+                    &scratch.copy_stream,
+                    "DMA copy of a gather piece",
+                )?
             };
-            if r != cust::sys::CUresult::CUDA_SUCCESS {
-                return Err(Error::cuda_code(
-                    format!("DMA copy of a gather piece: {r:?}"),
-                    r as u32,
-                ));
-            }
             scratch.copied[buf].record(&scratch.copy_stream)?;
             wait(stream, &scratch.copied[buf])?;
             // The piece is a small packed dataset of its own in device

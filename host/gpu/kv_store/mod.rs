@@ -16,8 +16,9 @@ pub use plan::{KvStoreOptions, PageWrites};
 use super::book::DeviceBook;
 use super::compress::{GpuCodebook, WARP_BLOCK, row_count};
 use super::decode::{DecodeOptions, DecodeStatus, Decoder, GatherIndex, Request, Shape};
+use super::driver::event::LastUses;
 use super::driver::{
-    Event, check, copy_to_host_blocking, device_buffer, new_stream, sync, wait, zero_async,
+    self, Event, copy_to_host_blocking, device_buffer, new_stream, sync, wait, zero_async,
 };
 use super::launch::kernels;
 use super::memory::{GpuReadable, PinnedBuffer};
@@ -163,6 +164,9 @@ pub struct KvStore {
     segments: Vec<Segment>,
     next: u64,
     closed: bool,
+    /// The last append and gather on each caller's stream, for the waits
+    /// of [`KvStore::lengths_blocking`] and of the drop.
+    uses: LastUses,
 }
 
 impl KvStore {
@@ -209,6 +213,7 @@ impl KvStore {
             segments: Vec::new(),
             next: 0,
             closed: false,
+            uses: LastUses::default(),
         };
         store.segments.push(store.segment(gpu, prefill, 0)?);
         let stream = new_stream()?;
@@ -238,6 +243,21 @@ impl KvStore {
     /// is not the store's, the bytes do not split into rows, the store is
     /// closed, or the rows would go past the page budget.
     pub fn append<S: GpuReadable + ?Sized>(
+        &mut self,
+        gpu: &Gpu,
+        rows: &S,
+        row_bytes: usize,
+        stream: &Stream,
+    ) -> Result<Range<u64>> {
+        let r = self.enqueue_append(gpu, rows, row_bytes, stream);
+        // Noted also after an error: what was enqueued before it still runs.
+        let noted = self.uses.record(stream);
+        let taken = r?;
+        noted.map(|()| taken)
+    }
+
+    /// [`KvStore::append`], without noting the use.
+    fn enqueue_append<S: GpuReadable + ?Sized>(
         &mut self,
         gpu: &Gpu,
         rows: &S,
@@ -344,15 +364,15 @@ impl KvStore {
             // before `encoded[h]`, which the copy stream waits for; the half
             // is not written again before the copy is done (same stream, or
             // the wait on `copied[h]`, recorded after the copy).
-            let r = unsafe {
-                cust::sys::cuMemcpyDtoHAsync_v2(
-                    dst.as_mut_ptr() as *mut std::ffi::c_void,
+            unsafe {
+                driver::copy::dtoh_async(
+                    dst.as_mut_ptr(),
                     out,
                     bytes,
-                    copies.as_inner(),
-                )
+                    copies,
+                    "copying a step's slots to the pages",
+                )?
             };
-            check(r, "copying a step's slots to the pages")?;
             if overlap {
                 self.copied[h].record(&self.copies)?;
             }
@@ -431,7 +451,8 @@ impl KvStore {
             host: true,
             fetch: None,
         };
-        dec.launch(gpu, &rows, req, 0, out, status, stream)
+        dec.launch(gpu, &rows, req, 0, out, status, stream)?;
+        self.uses.record(stream)
     }
 
     /// Fit a new codebook on `rows` (rows of the store's width, device
@@ -531,14 +552,12 @@ impl KvStore {
     }
 
     /// The stored length of every row in use, copied from the device
-    /// (waits for everything enqueued before on every stream of the
-    /// context).
+    /// (waits for the appends and gathers enqueued before, on every stream
+    /// they ran on, and for nothing else).
     pub fn lengths_blocking(&self) -> Result<Vec<u32>> {
         // A synchronous copy waits only for the legacy stream, not for the
         // non-blocking streams appends run on.
-        // SAFETY: no arguments; waits for the current context.
-        let r = unsafe { cust::sys::cuCtxSynchronize() };
-        check(r, "waiting for appends")?;
+        self.uses.synchronize()?;
         let mut v = copy_to_host_blocking(&self.lengths)?;
         v.truncate(self.next as usize);
         Ok(v)
@@ -570,9 +589,10 @@ impl Drop for KvStore {
     fn drop(&mut self) {
         // The pages and the staging halves are freed after this: no kernel
         // or copy may still read or write them. A one-piece append's copy
-        // runs on the caller's stream, which the store does not hold, so
-        // wait for the whole context, not only the copy stream.
-        // SAFETY: no arguments; waits for the current context.
-        let _ = unsafe { cust::sys::cuCtxSynchronize() };
+        // and the gathers run on the callers' streams, which the store does
+        // not hold: wait for the last use on each (and for the copy stream,
+        // which an append that failed half-way may have left busy).
+        let _ = self.uses.synchronize();
+        let _ = self.copies.synchronize();
     }
 }
