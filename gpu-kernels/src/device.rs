@@ -32,55 +32,10 @@
 
 use crate::bits::WARP;
 use crate::book::Layout;
+pub use crate::params::DatasetView;
+use crate::params::LINE;
 use crate::simt::{Book, Machine, Shared, warp_sum64};
 use crate::step::{self, Contig, Geometry, Sink, shared_raw32};
-
-const LINE: u64 = 128;
-
-/// A compressed dataset as a kernel reads it; the host fills it
-/// (`ibp::gpu::GpuDataset::device_view`). Addresses are global ones (device
-/// memory, or mapped pinned host memory).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct DatasetView {
-    /// The stored bytes (payload or slots).
-    pub src: u64,
-    /// Packed layout: `rows + 1` u64 offsets; 0 for fixed-stride.
-    pub offsets: u64,
-    /// Fixed-stride, optional: one u32 stored length per row; 0 to derive
-    /// each length from its participation bits.
-    pub lengths: u64,
-    /// The flag bitmap (bit `t`: row `t` is stored encoded).
-    pub flags: u64,
-    /// The decode book (`crate::book`).
-    pub book: u64,
-    /// The per-chunk entry table (`crate::table`).
-    pub entries: u64,
-    /// Rows.
-    pub rows: u64,
-    /// Bytes per row (`L`).
-    pub row_bytes: u64,
-    /// Bytes of the decode book.
-    pub book_bytes: u32,
-    /// Chunk size in bytes.
-    pub chunk: u32,
-}
-
-impl DatasetView {
-    /// Chunks per row.
-    #[inline(always)]
-    pub const fn chunks(&self) -> u32 {
-        let shift = self.chunk.trailing_zeros() & 3;
-        ((self.row_bytes + (1 << shift) - 1) >> shift) as u32
-    }
-
-    /// Shared memory one warp needs for [`decode_row`]: the lines a row's
-    /// slot can touch at the worst alignment, and 16 bytes of padding.
-    #[inline(always)]
-    pub const fn workspace_bytes(&self) -> u32 {
-        (((self.row_bytes + 2 * LINE - 2) / LINE) * LINE + 16) as u32
-    }
-}
 
 impl DatasetView {
     /// The view with every address converted to a global one
@@ -99,13 +54,6 @@ impl DatasetView {
             entries: g(self.entries),
             ..self
         }
-    }
-
-    /// Bytes of shared memory a decoded row takes in
-    /// [`decode_row_to_shared`]: `L` rounded up to 16.
-    #[inline(always)]
-    pub const fn row_shared_bytes(&self) -> u32 {
-        ((self.row_bytes + 15) & !15) as u32
     }
 }
 

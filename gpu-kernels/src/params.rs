@@ -408,12 +408,12 @@ pub const SCAN_TILE: u64 = SCAN_BLOCK as u64 * SCAN_PER_THREAD;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CacheParams {
     /// The dataset the cache was built from.
-    pub view: crate::device::DatasetView,
+    pub view: DatasetView,
     /// `view.rows` index words (`crate::cache`), in this GPU's memory.
     pub index: u64,
     /// Base address of each slab as this GPU reaches it (its own, or a
     /// peer's through peer access); 0 for a slab it cannot reach.
-    pub slabs: [u64; crate::cache::MAX_SLABS],
+    pub slabs: [u64; MAX_SLABS],
     /// The requested row ids.
     pub ids: u64,
     /// Number of ids (output rows).
@@ -432,4 +432,64 @@ pub struct CacheParams {
     pub ws_bytes: u32,
     /// Unused (keeps the block a multiple of 8 bytes).
     pub _pad0: u32,
+}
+
+/// The decoders read whole lines of this many bytes.
+pub const LINE: u64 = 128;
+
+/// Slabs a feature-cache index can name (one per GPU of a host).
+pub const MAX_SLABS: usize = 8;
+
+/// A compressed dataset as a kernel reads it; the host fills it
+/// (`ibp::gpu::GpuDataset::device_view`). Addresses are global ones (device
+/// memory, or mapped pinned host memory).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DatasetView {
+    /// The stored bytes (payload or slots).
+    pub src: u64,
+    /// Packed layout: `rows + 1` u64 offsets; 0 for fixed-stride.
+    pub offsets: u64,
+    /// Fixed-stride, optional: one u32 stored length per row; 0 to derive
+    /// each length from its participation bits.
+    pub lengths: u64,
+    /// The flag bitmap (bit `t`: row `t` is stored encoded).
+    pub flags: u64,
+    /// The decode book (`crate::book`).
+    pub book: u64,
+    /// The per-chunk entry table (`crate::table`).
+    pub entries: u64,
+    /// Rows.
+    pub rows: u64,
+    /// Bytes per row (`L`).
+    pub row_bytes: u64,
+    /// Bytes of the decode book.
+    pub book_bytes: u32,
+    /// Chunk size in bytes.
+    pub chunk: u32,
+}
+
+impl DatasetView {
+    /// Chunks per row.
+    #[inline(always)]
+    pub const fn chunks(&self) -> u32 {
+        let shift = self.chunk.trailing_zeros() & 3;
+        ((self.row_bytes + (1 << shift) - 1) >> shift) as u32
+    }
+
+    /// Shared memory one warp needs for
+    /// [`decode_row`](crate::device::decode_row): the lines a row's slot can
+    /// touch at the worst alignment, and 16 bytes of padding.
+    #[inline(always)]
+    pub const fn workspace_bytes(&self) -> u32 {
+        (((self.row_bytes + 2 * LINE - 2) / LINE) * LINE + 16) as u32
+    }
+
+    /// Bytes of shared memory a decoded row takes in
+    /// [`decode_row_to_shared`](crate::device::decode_row_to_shared): `L`
+    /// rounded up to 16.
+    #[inline(always)]
+    pub const fn row_shared_bytes(&self) -> u32 {
+        ((self.row_bytes + 15) & !15) as u32
+    }
 }

@@ -45,7 +45,7 @@
 use crate::bits::WARP;
 use crate::book::Layout;
 use crate::params::{
-    DECODE_FLAG_TRIM, DECODE_MODE_IDEAL, DecodeParams, FETCH_LOAD_STORE, STATUS_BAD_INDEX,
+    DECODE_FLAG_TRIM, DECODE_MODE_IDEAL, DecodeParams, FETCH_LOAD_STORE, LINE, STATUS_BAD_INDEX,
     STATUS_CORRUPT,
 };
 use crate::simt::{Book, Machine, warp_sum64};
@@ -56,8 +56,6 @@ mod batch;
 mod ring;
 
 use ring::{Ring, Streamed};
-
-const LINE: u64 = 128;
 
 /// Where one warp works: its number among the grid's warps and its
 /// workspace (participation buffer, then ring) in shared memory.
