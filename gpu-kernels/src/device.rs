@@ -28,14 +28,14 @@
 //! The fetch is bounded by the row's slot (the 16-byte pieces that hold its
 //! bytes, never past them), a corrupt row is reported
 //! ([`RowError::Corrupt`]) and nothing outside its slot is read;
-//! the decode itself is the built-in kernels' step ([`crate::step`]).
+//! the decode itself is the built-in kernels' step ([`crate::detail::step`]).
 
-use crate::bits::WARP;
-use crate::book::Layout;
+use crate::detail::bits::WARP;
+use crate::detail::book::Layout;
+use crate::detail::step::{self, Contig, Geometry, Sink, shared_raw32};
 pub use crate::params::DatasetView;
 use crate::params::LINE;
 use crate::simt::{Book, Machine, Shared, warp_sum64};
-use crate::step::{self, Contig, Geometry, Sink, shared_raw32};
 
 impl DatasetView {
     /// The view with every address converted to a global one
@@ -273,7 +273,7 @@ fn checked_len(view: &DatasetView, slot: Slot) -> Result<u64, RowError> {
 /// Where one stored row is: its address, its stored length when known and
 /// whether it is stored encoded. A row of a dataset ([`decode_row`] finds
 /// it), or a copy of one elsewhere, e.g. in a GPU feature cache's slab
-/// (`crate::cache`).
+/// (`crate::detail::cache`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Slot {
     /// Global address of the row's first stored byte.
@@ -390,7 +390,7 @@ unsafe fn decode_resident<H: Machine, B: Book, K: Sink>(
                 if shared_raw32(h, base, c) & 1 == 1 {
                     // SAFETY: c < K, inside the book's PARAMS field.
                     let x = unsafe { book.ld_u32(layout.params + 4 * c) };
-                    saved += crate::book::saved_bits(x) as u64;
+                    saved += crate::detail::book::saved_bits(x) as u64;
                 }
                 c += WARP;
             }
