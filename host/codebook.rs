@@ -11,7 +11,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use ibp_kernels::bits;
+use ibp_kernels::detail::bits;
 
 use crate::error::{Error, Result};
 

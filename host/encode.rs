@@ -11,7 +11,7 @@
 
 use std::hint::select_unpredictable;
 
-use ibp_kernels::bits;
+use ibp_kernels::detail::bits;
 
 use crate::codebook::{ChunkSize, ChunkTable, ChunkTables};
 use crate::error::{Error, Result};

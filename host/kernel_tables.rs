@@ -3,14 +3,14 @@
 
 use crate::codebook::Codebook;
 use crate::fit::choose::le_word;
-use ibp_kernels::bits;
-use ibp_kernels::book::{lowest_run, params_two_runs};
+use ibp_kernels::detail::bits;
+use ibp_kernels::detail::book::{lowest_run, params_two_runs};
 
-/// Decoder table of a codebook (`ibp_kernels::table`): one entry per chunk,
+/// Decoder table of a codebook (`ibp_kernels::detail::table`): one entry per chunk,
 /// then one byte per chunk with the popcount of its mask. The encoder reads
 /// the same entries.
 pub fn decoder_table(cb: &Codebook) -> Vec<u8> {
-    use ibp_kernels::table::{Entry, entry_bytes, table_bytes};
+    use ibp_kernels::detail::table::{Entry, entry_bytes, table_bytes};
 
     let c = cb.chunk().bytes();
     let eb = entry_bytes(c) as usize;
@@ -25,11 +25,11 @@ pub fn decoder_table(cb: &Codebook) -> Vec<u8> {
     out
 }
 
-/// The decode book of a codebook (`ibp_kernels::book`): the fields the batch
+/// The decode book of a codebook (`ibp_kernels::detail::book`): the fields the batch
 /// decoder's 16-bytes-per-lane step reads, in chunk order, and the class and
 /// all-match prefix of every step.
 pub fn decode_book(cb: &Codebook) -> Vec<u8> {
-    use ibp_kernels::book::{
+    use ibp_kernels::detail::book::{
         CLASS_GENERAL, CLASS_NONE_FREE, CLASS_TWO_RUNS, Layout, params_general, step_chunks,
     };
 
@@ -50,7 +50,7 @@ pub fn decode_book(cb: &Codebook) -> Vec<u8> {
         put(&mut out, lay.free, t.free);
         let mut q = params_two_runs(t.free, t.width).unwrap_or(params_general(t.free, t.width));
         // 1- and 2-byte chunks expand in place in their output word: their
-        // shifts include the chunk's offset in it (`ibp_kernels::step`).
+        // shifts include the chunk's offset in it (`ibp_kernels::detail::step`).
         if c <= 2 {
             let sh = 8 * c * (k as u32 % (4 / c));
             q += sh | sh << 8;

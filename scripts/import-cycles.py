@@ -1,164 +1,261 @@
 #!/usr/bin/env python3
-"""Import circles between sibling modules of a Rust crate.
+"""Import circles between the modules of a Rust crate.
 
-    scripts/import-cycles.py SRC_ROOT [CRATE_NAME]
+    scripts/import-cycles.py SRC [SRC ...]   e.g. gpu-kernels/src host
 
-SRC_ROOT is the folder of the crate root (`host`, `gpu-kernels/src`); the
-root file is lib.rs or main.rs there. For every module with children, it
-draws an edge from child A to child B when any file of A (A's own file or
-one below it) names B by path: `super::B`, `crate::PATH::B` or, in the
-crate root's children, `crate::B`. Prints each circle (a strongly connected
-set of two or more siblings) with one line that closes it, and exits 1 when
-there is one; prints `no import circles` and exits 0 otherwise.
+SRC is a crate root file (lib.rs, main.rs) or a folder holding one or both.
+The modules are found by following `mod name;` from each root (a module per
+file; inline `mod x { ... }` blocks count as their file's). An edge A -> B is
+a path in A's code (comments left out) that names an item of B: `use`
+trees, and `crate::`, `super::` and `self::` paths anywhere in the code.
+Each path is resolved to the deepest module it names. An edge between a
+module and its own ancestor (a child naming `super::X`, or a parent
+re-exporting its child) is containment, not an import, and is left out
+unless `--with-parents` is given.
 
-Q: why siblings, not files?
-A: a parent and its own children always name each other (`mod x;` one way,
-`super::` the other); a circle that matters is two modules at one level
-each needing the other, which no reader can take in order.
+Prints every circle (a strongly connected set of modules, with the edges
+that close it) and exits 1 if there is one, 0 if there is none.
+`--edges` prints every edge as well; `--depth N` first merges each module
+into its ancestor N levels below the crate (`--depth 1`: top-level modules
+only).
 """
 
+import argparse
 import os
 import re
 import sys
 
 
-def module_files(root):
-    """Map module path (tuple of names; () is the crate root) -> file."""
-    mods = {}
-    root_file = next(
-        (os.path.join(root, f) for f in ("lib.rs", "main.rs") if os.path.exists(os.path.join(root, f))),
-        None,
-    )
-    if root_file is None:
-        sys.exit(f"no lib.rs or main.rs in {root}")
-    mods[()] = root_file
-    for dirpath, _, files in os.walk(root):
-        rel = os.path.relpath(dirpath, root)
-        parts = () if rel == "." else tuple(rel.split(os.sep))
-        for f in files:
-            if not f.endswith(".rs"):
-                continue
-            name = f[:-3]
-            if parts == () and name in ("lib", "main"):
-                continue
-            path = parts if name == "mod" else parts + (name,)
-            mods[path] = os.path.join(dirpath, f)
-    return mods
-
-
-STRIP = [
-    (re.compile(r"//.*"), ""),
-    (re.compile(r'"([^"\\]|\\.)*"'), '""'),
-]
-PATH = re.compile(r"\b((?:crate|super|self)(?:::(?:super|\w+))+)")
-USE_GROUP = re.compile(r"\buse\s+((?:crate|super|self)(?:::\w+)*)::\{([^;]*)\};", re.S)
-
-
-def paths_in(text):
-    """Every module path a file names, grouped uses expanded."""
-    for pat, rep in STRIP:
-        text = pat.sub(rep, text)
+def strip_comments_and_strings(text):
+    """The code of a Rust file with comments, strings and char literals blanked."""
     out = []
-    for m in USE_GROUP.finditer(text):
-        base = m.group(1)
-        for item in re.split(r"[,\s]+", m.group(2)):
-            item = item.strip("{} ")
-            if item and re.match(r"^\w+(::\w+)*$", item):
-                out.append(base + "::" + item)
-    out += [m.group(1) for m in PATH.finditer(text)]
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if text.startswith("//", i):
+            j = text.find("\n", i)
+            i = n if j < 0 else j
+        elif text.startswith("/*", i):
+            depth, i = 1, i + 2
+            while i < n and depth:
+                if text.startswith("/*", i):
+                    depth, i = depth + 1, i + 2
+                elif text.startswith("*/", i):
+                    depth, i = depth - 1, i + 2
+                else:
+                    i += 1
+            out.append(" ")
+        elif c == "r" and re.match(r'r#*"', text[i:i + 8]) and (i == 0 or not (text[i - 1].isalnum() or text[i - 1] == "_")):
+            m = re.match(r'r(#*)"', text[i:])
+            end = text.find('"' + m.group(1), i + len(m.group(0)))
+            i = n if end < 0 else end + 1 + len(m.group(1))
+            out.append('""')
+        elif c == '"':
+            i += 1
+            while i < n and text[i] != '"':
+                i += 2 if text[i] == "\\" else 1
+            i += 1
+            out.append('""')
+        elif c == "'" and re.match(r"'(\\.|[^\\'])'|'\\u\{[0-9a-fA-F]+\}'", text[i:i + 12]):
+            m = re.match(r"'(\\.|[^\\'])'|'\\u\{[0-9a-fA-F]+\}'", text[i:i + 12])
+            i += len(m.group(0))
+            out.append("' '")
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def find_modules(root_file, crate):
+    """{module path tuple: (file, code)} of every module reachable from the root."""
+    modules = {}
+    stack = [((), root_file)]
+    while stack:
+        path, f = stack.pop()
+        code = strip_comments_and_strings(open(f, encoding="utf-8").read())
+        modules[path] = (f, code)
+        base = os.path.dirname(f)
+        name = os.path.basename(f)
+        # A non-root, non-mod.rs file's children live in a folder of its name.
+        if path and name != "mod.rs":
+            base = os.path.join(base, name[:-3])
+        for m in re.finditer(r'(#\[path\s*=\s*""\]\s*)?\bmod\s+([a-z_][a-z0-9_]*)\s*;', code):
+            child = m.group(2)
+            if m.group(1):
+                # The path is in a string, which was blanked: read it again.
+                raw = open(f, encoding="utf-8").read()
+                p = re.search(r'#\[path\s*=\s*"([^"]+)"\]\s*(pub(\([^)]*\))?\s+)?mod\s+' + child + r"\s*;", raw)
+                cand = [os.path.join(os.path.dirname(f), p.group(1))] if p else []
+            else:
+                cand = [os.path.join(base, child + ".rs"), os.path.join(base, child, "mod.rs")]
+            for c in cand:
+                if os.path.isfile(c):
+                    stack.append((path + (child,), c))
+                    break
+    return modules
+
+
+def use_paths(tree, prefix=()):
+    """Expand a `use` tree (`a::{b, c::d as e, self}`) into segment tuples."""
+    tree = tree.strip()
+    out = []
+    depth, start, parts = 0, 0, []
+    # Split at top-level commas.
+    for i, ch in enumerate(tree):
+        if ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(tree[start:i])
+            start = i + 1
+    parts.append(tree[start:])
+    for part in parts:
+        part = part.strip()
+        if not part:
+            continue
+        brace = part.find("{")
+        if brace >= 0 and part.endswith("}"):
+            head = [s for s in part[:brace].split("::") if s.strip()]
+            out += use_paths(part[brace + 1:-1], prefix + tuple(s.strip() for s in head))
+        else:
+            part = re.sub(r"\s+as\s+\w+$", "", part)
+            segs = [s.strip() for s in part.split("::") if s.strip()]
+            if segs == ["self"]:
+                out.append(prefix)
+            else:
+                out.append(prefix + tuple(segs))
     return out
 
 
-def resolve(path, here):
-    """Absolute module path of `path` named from module `here`, or None."""
-    segs = path.split("::")
-    if segs[0] == "crate":
-        cur, segs = (), segs[1:]
-    elif segs[0] in ("super", "self"):
-        cur = here
-        while segs and segs[0] in ("super", "self"):
-            if segs[0] == "super":
-                cur = cur[:-1]
-            segs = segs[1:]
-    else:
+def resolve(here, segs, modules):
+    """The deepest module a path names, from module `here`; None if outside."""
+    if not segs:
         return None
-    return cur + tuple(segs)
+    first = segs[0]
+    if first == "crate":
+        base, rest = (), list(segs[1:])
+    elif first in ("super", "self"):
+        base, rest = here, list(segs)
+        while rest and rest[0] in ("super", "self"):
+            if rest[0] == "super":
+                base = base[:-1]
+            rest.pop(0)
+    elif here + (first,) in modules:
+        base, rest = here, list(segs)  # a child module named without self::
+    else:
+        return None  # another crate, or an item of this module
+    best = base
+    for s in rest:
+        if best + (s,) in modules:
+            best = best + (s,)
+        else:
+            break
+    return best
 
 
-def main():
-    if len(sys.argv) < 2:
-        sys.exit(__doc__)
-    root = sys.argv[1]
-    mods = module_files(root)
-    known = set(mods)
+def edges_of(modules):
     edges = {}
-    for mod, file in mods.items():
-        # A file inside a module folder is `mod.rs` or `name.rs`: the
-        # module it defines is `mod`.
-        text = open(file, encoding="utf-8", errors="replace").read()
-        for p in paths_in(text):
-            target = resolve(p, mod)
-            if target is None:
-                continue
-            # Trim to the longest known module.
-            while target and target not in known:
-                target = target[:-1]
-            if not target:
-                continue
-            # The level where the two part: siblings under a common parent.
-            k = 0
-            while k < min(len(mod), len(target)) and mod[k] == target[k]:
-                k += 1
-            if k >= len(mod) or k >= len(target):
-                continue  # one contains the other
-            a, b = mod[: k + 1], target[: k + 1]
-            edges.setdefault(a, {}).setdefault(b, (file, p))
-    cycles = sccs(edges)
-    if not cycles:
-        print(f"no import circles ({len(mods)} modules, {sum(len(v) for v in edges.values())} sibling edges)")
-        return 0
-    for c in cycles:
-        names = sorted("::".join(m) for m in c)
-        print("circle:", " <-> ".join(names))
-        for a in sorted(c):
-            for b, (file, p) in sorted(edges.get(a, {}).items()):
-                if b in c:
-                    print(f"  {'::'.join(a)} -> {'::'.join(b)}: {file} names {p}")
-    return 1
+    for path, (_, code) in modules.items():
+        found = set()
+        for m in re.finditer(r"\buse\s+([^;]+);", code):
+            for segs in use_paths(m.group(1)):
+                t = resolve(path, segs, modules)
+                if t is not None:
+                    found.add(t)
+        for m in re.finditer(r"\b(crate|super|self)((?:\s*::\s*[A-Za-z_][A-Za-z0-9_]*)+)", code):
+            segs = (m.group(1),) + tuple(s.strip() for s in m.group(2).split("::") if s.strip())
+            t = resolve(path, segs, modules)
+            if t is not None:
+                found.add(t)
+        found.discard(path)
+        edges[path] = found
+    return edges
 
 
-def sccs(edges):
-    """Tarjan's strongly connected components of two or more nodes."""
-    index, low, stack, on, out = {}, {}, [], set(), []
-    counter = [0]
+def sccs(nodes, edges):
+    """Tarjan's strongly connected components."""
+    index, low, on, stack, out, counter = {}, {}, set(), [], [], [0]
+    sys.setrecursionlimit(10000)
 
     def visit(v):
         index[v] = low[v] = counter[0]
         counter[0] += 1
         stack.append(v)
         on.add(v)
-        for w in edges.get(v, {}):
+        for w in sorted(edges.get(v, ())):
             if w not in index:
                 visit(w)
                 low[v] = min(low[v], low[w])
             elif w in on:
                 low[v] = min(low[v], index[w])
         if low[v] == index[v]:
-            comp = set()
+            comp = []
             while True:
                 w = stack.pop()
                 on.discard(w)
-                comp.add(w)
+                comp.append(w)
                 if w == v:
                     break
-            if len(comp) > 1:
-                out.append(comp)
+            out.append(sorted(comp))
 
-    sys.setrecursionlimit(10000)
-    for v in list(edges):
+    for v in sorted(nodes):
         if v not in index:
             visit(v)
     return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("src", nargs="+", help="a crate root file or a folder holding lib.rs and/or main.rs")
+    ap.add_argument("--edges", action="store_true", help="print every edge")
+    ap.add_argument("--depth", type=int, default=0, help="merge modules below this depth into their ancestor")
+    ap.add_argument("--with-parents", action="store_true", help="keep edges between a module and its ancestors")
+    a = ap.parse_args()
+    roots = []
+    for s in a.src:
+        if os.path.isdir(s):
+            found = [os.path.join(s, r) for r in ("lib.rs", "main.rs") if os.path.isfile(os.path.join(s, r))]
+            if not found:
+                ap.error(f"{s} holds no lib.rs or main.rs")
+            roots += found
+        else:
+            roots.append(s)
+    circles = 0
+    for root in roots:
+        modules = find_modules(root, root)
+        edges = edges_of(modules)
+
+        def merge(p):
+            return p[: a.depth] if a.depth else p
+
+        merged = {}
+        for v, ws in edges.items():
+            mv = merge(v)
+            merged.setdefault(mv, set())
+            for w in ws:
+                mw = merge(w)
+                related = mv[: len(mw)] == mw or mw[: len(mv)] == mv
+                if mw != mv and (a.with_parents or not related):
+                    merged[mv].add(mw)
+        name = lambda p: "::".join(("crate",) + p)  # noqa: E731
+        n_edges = sum(len(w) for w in merged.values())
+        print(f"{root}: {len(merged)} modules, {n_edges} edges")
+        if a.edges:
+            for v in sorted(merged):
+                for w in sorted(merged[v]):
+                    print(f"  {name(v)} -> {name(w)}")
+        for comp in sccs(merged.keys(), merged):
+            if len(comp) < 2:
+                continue
+            circles += 1
+            inside = set(comp)
+            print(f"  circle of {len(comp)}: " + ", ".join(name(c) for c in comp))
+            for v in comp:
+                for w in sorted(merged[v] & inside):
+                    print(f"    {name(v)} -> {name(w)}")
+    print(f"{circles} import circle(s)")
+    return 1 if circles else 0
 
 
 if __name__ == "__main__":

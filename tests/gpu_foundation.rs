@@ -13,7 +13,7 @@ use ibp::Rows;
 use ibp::fit::count_bits;
 use ibp::gpu::PinnedBuffer;
 use ibp::gpu::copy_to_host_blocking;
-use ibp_kernels::warp::EmulatedWarp;
+use ibp_kernels::detail::warp::EmulatedWarp;
 
 fn stream() -> Stream {
     Stream::new(StreamFlags::NON_BLOCKING, None).expect("stream")

@@ -28,59 +28,14 @@
 //! The fetch is bounded by the row's slot (the 16-byte pieces that hold its
 //! bytes, never past them), a corrupt row is reported
 //! ([`RowError::Corrupt`]) and nothing outside its slot is read;
-//! the decode itself is the built-in kernels' step ([`crate::step`]).
+//! the decode itself is the built-in kernels' step ([`crate::detail::step`]).
 
-use crate::bits::WARP;
-use crate::book::Layout;
+use crate::detail::bits::WARP;
+use crate::detail::book::Layout;
+use crate::detail::step::{self, Contig, Geometry, Sink, shared_raw32};
+pub use crate::params::DatasetView;
+use crate::params::LINE;
 use crate::simt::{Book, Machine, Shared, warp_sum64};
-use crate::step::{self, Contig, Geometry, Sink, shared_raw32};
-
-const LINE: u64 = 128;
-
-/// A compressed dataset as a kernel reads it; the host fills it
-/// (`ibp::gpu::GpuDataset::device_view`). Addresses are global ones (device
-/// memory, or mapped pinned host memory).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct DatasetView {
-    /// The stored bytes (payload or slots).
-    pub src: u64,
-    /// Packed layout: `rows + 1` u64 offsets; 0 for fixed-stride.
-    pub offsets: u64,
-    /// Fixed-stride, optional: one u32 stored length per row; 0 to derive
-    /// each length from its participation bits.
-    pub lengths: u64,
-    /// The flag bitmap (bit `t`: row `t` is stored encoded).
-    pub flags: u64,
-    /// The decode book (`crate::book`).
-    pub book: u64,
-    /// The per-chunk entry table (`crate::table`).
-    pub entries: u64,
-    /// Rows.
-    pub rows: u64,
-    /// Bytes per row (`L`).
-    pub row_bytes: u64,
-    /// Bytes of the decode book.
-    pub book_bytes: u32,
-    /// Chunk size in bytes.
-    pub chunk: u32,
-}
-
-impl DatasetView {
-    /// Chunks per row.
-    #[inline(always)]
-    pub const fn chunks(&self) -> u32 {
-        let shift = self.chunk.trailing_zeros() & 3;
-        ((self.row_bytes + (1 << shift) - 1) >> shift) as u32
-    }
-
-    /// Shared memory one warp needs for [`decode_row`]: the lines a row's
-    /// slot can touch at the worst alignment, and 16 bytes of padding.
-    #[inline(always)]
-    pub const fn workspace_bytes(&self) -> u32 {
-        (((self.row_bytes + 2 * LINE - 2) / LINE) * LINE + 16) as u32
-    }
-}
 
 impl DatasetView {
     /// The view with every address converted to a global one
@@ -99,13 +54,6 @@ impl DatasetView {
             entries: g(self.entries),
             ..self
         }
-    }
-
-    /// Bytes of shared memory a decoded row takes in
-    /// [`decode_row_to_shared`]: `L` rounded up to 16.
-    #[inline(always)]
-    pub const fn row_shared_bytes(&self) -> u32 {
-        ((self.row_bytes + 15) & !15) as u32
     }
 }
 
@@ -325,7 +273,7 @@ fn checked_len(view: &DatasetView, slot: Slot) -> Result<u64, RowError> {
 /// Where one stored row is: its address, its stored length when known and
 /// whether it is stored encoded. A row of a dataset ([`decode_row`] finds
 /// it), or a copy of one elsewhere, e.g. in a GPU feature cache's slab
-/// (`crate::cache`).
+/// (`crate::detail::cache`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Slot {
     /// Global address of the row's first stored byte.
@@ -442,7 +390,7 @@ unsafe fn decode_resident<H: Machine, B: Book, K: Sink>(
                 if shared_raw32(h, base, c) & 1 == 1 {
                     // SAFETY: c < K, inside the book's PARAMS field.
                     let x = unsafe { book.ld_u32(layout.params + 4 * c) };
-                    saved += crate::book::saved_bits(x) as u64;
+                    saved += crate::detail::book::saved_bits(x) as u64;
                 }
                 c += WARP;
             }

@@ -3,7 +3,8 @@
 //! declared with the prelude's `#[kernel]`, as a user kernel is.
 
 use crate::arch;
-use crate::count::PosPopcnt32;
+use crate::detail::count::PosPopcnt32;
+use crate::detail::scan::{block_exclusive_scan, global_scan, thread_sizes};
 use crate::hw::{GlobalBook, Hw, SharedBook};
 use crate::params::{
     CacheParams, CandidatesParams, ClearParams, CompactParams, CountParams, CpAsyncTestParams,
@@ -11,7 +12,6 @@ use crate::params::{
     ScanParams, WarpTestParams, workspace_bytes,
 };
 use crate::prelude::kernel;
-use crate::scan::{block_exclusive_scan, global_scan, thread_sizes};
 use crate::simt;
 
 /// Bit counting (paper §4.1): `counts[8 * row_bytes] += per-bit-position
@@ -277,7 +277,7 @@ pub unsafe fn ibp_test_cp_async(p: CpAsyncTestParams) {
     }
 }
 
-/// Decompression in batch mode (see `crate::decode` and [`DecodeParams`]).
+/// Decompression in batch mode (see `crate::detail::decode` and [`DecodeParams`]).
 ///
 /// Q: why two entry points for one kernel body?
 /// A: registers are allocated per kernel for its most demanding path; the
@@ -285,7 +285,7 @@ pub unsafe fn ibp_test_cp_async(p: CpAsyncTestParams) {
 /// per SM as its own path allows.
 ///
 /// # Safety
-/// As `crate::decode::run`; the launch provides `book_smem_bytes` plus
+/// As `crate::detail::decode::run`; the launch provides `book_smem_bytes` plus
 /// one workspace per warp of dynamic shared memory.
 #[kernel]
 pub unsafe fn ibp_decode(p: DecodeParams) {
@@ -303,20 +303,20 @@ pub unsafe fn ibp_decode(p: DecodeParams) {
     arch::sync_threads();
     let at = launch(&p, base + p.book_smem_bytes);
     // SAFETY: forwarded contract; the book is in shared memory at `base`.
-    unsafe { crate::decode::run::<_, _, false>(&Hw, &SharedBook(base), p, true, at) }
+    unsafe { crate::detail::decode::run::<_, _, false>(&Hw, &SharedBook(base), p, true, at) }
 }
 
 /// Decompression in streaming mode (large tensors).
 ///
 /// # Safety
-/// As `crate::decode::run`; the launch provides one workspace per warp of
+/// As `crate::detail::decode::run`; the launch provides one workspace per warp of
 /// dynamic shared memory.
 #[kernel]
 pub unsafe fn ibp_decode_stream(p: DecodeParams) {
     let p = global_decode(p);
     let at = launch(&p, arch::dyn_smem_base());
     // SAFETY: forwarded contract; the book is read from global memory.
-    unsafe { crate::decode::run::<_, _, false>(&Hw, &GlobalBook(p.book), p, false, at) }
+    unsafe { crate::detail::decode::run::<_, _, false>(&Hw, &GlobalBook(p.book), p, false, at) }
 }
 
 /// Decompression of a clustered dataset in batch mode: the `k` clusters'
@@ -325,7 +325,7 @@ pub unsafe fn ibp_decode_stream(p: DecodeParams) {
 /// fit), and each tensor decodes with its cluster's.
 ///
 /// # Safety
-/// As `crate::decode::run` with `CL`; the launch provides `book_smem_bytes`
+/// As `crate::detail::decode::run` with `CL`; the launch provides `book_smem_bytes`
 /// (all `k` books) plus one workspace per warp of dynamic shared memory.
 #[kernel]
 pub unsafe fn ibp_decode_clustered(p: DecodeParams) {
@@ -342,7 +342,7 @@ pub unsafe fn ibp_decode_clustered(p: DecodeParams) {
     arch::sync_threads();
     let at = launch(&p, base + p.book_smem_bytes);
     // SAFETY: forwarded contract; the books are in shared memory at `base`.
-    unsafe { crate::decode::run::<_, _, true>(&Hw, &SharedBook(base), p, true, at) }
+    unsafe { crate::detail::decode::run::<_, _, true>(&Hw, &SharedBook(base), p, true, at) }
 }
 
 /// Decompression of a clustered dataset in streaming mode (large tensors,
@@ -350,7 +350,7 @@ pub unsafe fn ibp_decode_clustered(p: DecodeParams) {
 /// memory through L1.
 ///
 /// # Safety
-/// As `crate::decode::run` with `CL`; the launch provides one workspace per
+/// As `crate::detail::decode::run` with `CL`; the launch provides one workspace per
 /// warp of dynamic shared memory and no book.
 #[kernel]
 pub unsafe fn ibp_decode_clustered_stream(p: DecodeParams) {
@@ -358,16 +358,16 @@ pub unsafe fn ibp_decode_clustered_stream(p: DecodeParams) {
     p.clusters = arch::to_global(p.clusters);
     let at = launch(&p, arch::dyn_smem_base());
     // SAFETY: forwarded contract; the books are read from global memory.
-    unsafe { crate::decode::run::<_, _, true>(&Hw, &GlobalBook(p.book), p, false, at) }
+    unsafe { crate::detail::decode::run::<_, _, true>(&Hw, &GlobalBook(p.book), p, false, at) }
 }
 
-/// The GPU feature cache's gather (`crate::cache::gather`): one warp per
+/// The GPU feature cache's gather (`crate::detail::cache::gather`): one warp per
 /// requested row, the decode book in shared memory once per block when the
 /// host gave it room (`book_smem_bytes`), read from global memory
 /// otherwise.
 ///
 /// # Safety
-/// As `crate::cache::gather`; the launch provides `book_smem_bytes` plus
+/// As `crate::detail::cache::gather`; the launch provides `book_smem_bytes` plus
 /// `ws_bytes` per warp of dynamic shared memory.
 #[kernel]
 pub unsafe fn ibp_cache_gather(p: CacheParams) {
@@ -406,20 +406,20 @@ pub unsafe fn ibp_cache_gather(p: CacheParams) {
         }
         arch::sync_threads();
         // SAFETY: forwarded contract; the book is in shared memory at `base`.
-        unsafe { crate::cache::gather(&Hw, &SharedBook(base), &p, ws, warp, warps) }
+        unsafe { crate::detail::cache::gather(&Hw, &SharedBook(base), &p, ws, warp, warps) }
     } else {
         // SAFETY: forwarded contract; the book is read from global memory.
-        unsafe { crate::cache::gather(&Hw, &GlobalBook(p.view.book), &p, ws, warp, warps) }
+        unsafe { crate::detail::cache::gather(&Hw, &GlobalBook(p.view.book), &p, ws, warp, warps) }
     }
 }
 
 /// This warp's place in the grid and its workspace after `first` (the
 /// block's workspaces follow each other).
 #[inline(always)]
-fn launch(p: &DecodeParams, first: u32) -> crate::decode::Launch {
+fn launch(p: &DecodeParams, first: u32) -> crate::detail::decode::Launch {
     let (warp, warps) = arch::global_warp();
     let ws = workspace_bytes(p.pbuf_words, p.ring_lines);
-    crate::decode::Launch {
+    crate::detail::decode::Launch {
         warp,
         warps,
         workspace: first + arch::warp_in_block() * ws,
@@ -461,7 +461,7 @@ fn global_measure(p: MeasureParams) -> MeasureParams {
     }
 }
 
-/// The fit's evaluation pass (`crate::encode::eval`).
+/// The fit's evaluation pass (`crate::detail::encode::eval`).
 ///
 /// # Safety
 /// As [`MeasureParams`] states.
@@ -469,11 +469,11 @@ fn global_measure(p: MeasureParams) -> MeasureParams {
 pub unsafe fn ibp_fit_eval(p: MeasureParams) {
     let (wid, nwarps) = arch::global_warp();
     // SAFETY: forwarded contract.
-    unsafe { crate::encode::eval(&Hw, &Hw, &global_measure(p), wid, nwarps) }
+    unsafe { crate::detail::encode::eval(&Hw, &Hw, &global_measure(p), wid, nwarps) }
 }
 
 /// The fit's candidate codebooks from the bit counts
-/// (`crate::candidates`).
+/// (`crate::detail::candidates`).
 ///
 /// # Safety
 /// As [`CandidatesParams`] states.
@@ -486,10 +486,10 @@ pub unsafe fn ibp_fit_candidates(p: CandidatesParams) {
         ..p
     };
     // SAFETY: forwarded contract.
-    unsafe { crate::candidates::candidates(&Hw, &Hw, &p, wid, nwarps) }
+    unsafe { crate::detail::candidates::candidates(&Hw, &Hw, &p, wid, nwarps) }
 }
 
-/// The size query (`crate::encode::size`).
+/// The size query (`crate::detail::encode::size`).
 ///
 /// # Safety
 /// As [`MeasureParams`] states.
@@ -500,10 +500,10 @@ pub unsafe fn ibp_size(p: MeasureParams) {
     // SAFETY: forwarded contract.
     unsafe {
         match p.chunk {
-            1 => crate::encode::size::<Hw, Hw, 1>(&Hw, &Hw, &p, wid, nwarps),
-            2 => crate::encode::size::<Hw, Hw, 2>(&Hw, &Hw, &p, wid, nwarps),
-            4 => crate::encode::size::<Hw, Hw, 4>(&Hw, &Hw, &p, wid, nwarps),
-            _ => crate::encode::size::<Hw, Hw, 8>(&Hw, &Hw, &p, wid, nwarps),
+            1 => crate::detail::encode::size::<Hw, Hw, 1>(&Hw, &Hw, &p, wid, nwarps),
+            2 => crate::detail::encode::size::<Hw, Hw, 2>(&Hw, &Hw, &p, wid, nwarps),
+            4 => crate::detail::encode::size::<Hw, Hw, 4>(&Hw, &Hw, &p, wid, nwarps),
+            _ => crate::detail::encode::size::<Hw, Hw, 8>(&Hw, &Hw, &p, wid, nwarps),
         }
     }
 }
@@ -528,13 +528,14 @@ unsafe fn kv_append_entry<const C: u32>(p: KvAppendParams) {
     };
     // The launch's shape follows the same test (the host calls
     // `kv::block_shape` too): a block per `R` rows, or a warp per row.
-    if p.zero_tail != 0 && crate::kv::block_shape(p.row_bytes).is_some() {
-        let totals = crate::shared_array!(KV_TOTALS: [u32; crate::kv::BLOCK_WARPS as usize]);
+    if p.zero_tail != 0 && crate::detail::kv::block_shape(p.row_bytes).is_some() {
+        let totals =
+            crate::shared_array!(KV_TOTALS: [u32; crate::detail::kv::BLOCK_WARPS as usize]);
         let warp = arch::thread_idx() / 32;
         // SAFETY: forwarded contract; `totals` holds BLOCK_WARPS u32, and
         // every thread of the block gets here.
         unsafe {
-            crate::kv::append_block::<Hw, Hw, Hw, C>(
+            crate::detail::kv::append_block::<Hw, Hw, Hw, C>(
                 &Hw,
                 &Hw,
                 &Hw,
@@ -547,7 +548,7 @@ unsafe fn kv_append_entry<const C: u32>(p: KvAppendParams) {
     } else {
         let (wid, nwarps) = arch::global_warp();
         // SAFETY: forwarded contract.
-        unsafe { crate::kv::append::<Hw, Hw, C>(&Hw, &Hw, &p, wid, nwarps) }
+        unsafe { crate::detail::kv::append::<Hw, Hw, C>(&Hw, &Hw, &p, wid, nwarps) }
     }
 }
 
@@ -591,7 +592,7 @@ pub unsafe fn ibp_kv_append_c8(p: KvAppendParams) {
     unsafe { kv_append_entry::<8>(p) }
 }
 
-/// Copy sampled tensors (`crate::encode::gather`).
+/// Copy sampled tensors (`crate::detail::encode::gather`).
 ///
 /// # Safety
 /// As [`MeasureParams`] states.
@@ -599,7 +600,7 @@ pub unsafe fn ibp_kv_append_c8(p: KvAppendParams) {
 pub unsafe fn ibp_gather(p: MeasureParams) {
     let (wid, nwarps) = arch::global_warp();
     // SAFETY: forwarded contract.
-    unsafe { crate::encode::gather(&Hw, &Hw, &global_measure(p), wid, nwarps) }
+    unsafe { crate::detail::encode::gather(&Hw, &Hw, &global_measure(p), wid, nwarps) }
 }
 
 /// Compression with chunks of `C` bytes: the body behind the four
@@ -625,12 +626,14 @@ unsafe fn encode_entry<const C: u32, const SLOTS: bool>(p: EncodeParams) {
         ..p
     };
     let rings = crate::shared_array!(
-        ENCODE_RINGS: [u32; (crate::pack::RING_WARPS * crate::pack::RING_WORDS) as usize]
+        ENCODE_RINGS: [u32; (crate::detail::pack::RING_WARPS * crate::detail::pack::RING_WORDS) as usize]
     );
-    let ring = rings.addr() + (arch::thread_idx() / 32) * crate::pack::RING_BYTES;
+    let ring = rings.addr() + (arch::thread_idx() / 32) * crate::detail::pack::RING_BYTES;
     // SAFETY: forwarded contract; the launch has RING_WARPS warps a block,
     // so each warp's ring lies inside the array.
-    unsafe { crate::encode::encode::<Hw, Hw, Hw, C, SLOTS>(&Hw, &Hw, &Hw, &p, ring, wid, nwarps) }
+    unsafe {
+        crate::detail::encode::encode::<Hw, Hw, Hw, C, SLOTS>(&Hw, &Hw, &Hw, &p, ring, wid, nwarps)
+    }
 }
 
 /// Compression, 1-byte chunks.
@@ -729,7 +732,7 @@ pub unsafe fn ibp_encode_clear(p: ClearParams) {
     let threads = arch::grid_threads();
     while t <= p.rows {
         // SAFETY: forwarded contract; t ≤ rows.
-        unsafe { crate::encode::clear_shared_groups(&Hw, &p, t) };
+        unsafe { crate::detail::encode::clear_shared_groups(&Hw, &p, t) };
         t += threads;
     }
 }
@@ -749,7 +752,7 @@ pub unsafe fn ibp_compact(p: CompactParams) {
         ..p
     };
     // SAFETY: forwarded contract.
-    unsafe { crate::compact::compact(&Hw, &Hw, &p, wid, nwarps) }
+    unsafe { crate::detail::compact::compact(&Hw, &Hw, &p, wid, nwarps) }
 }
 
 /// Scan, phase 1: each block sums its tile into `partials[tile]` and writes
@@ -862,9 +865,9 @@ pub unsafe fn ibp_scan_apply(p: ScanParams) {
 #[cfg(feature = "probe")]
 mod probe {
     use super::{Hw, SharedBook, kernel};
-    use crate::book::{CLASS_GENERAL, CLASS_NONE_FREE, CLASS_TWO_RUNS, Layout};
+    use crate::detail::book::{CLASS_GENERAL, CLASS_NONE_FREE, CLASS_TWO_RUNS, Layout};
+    use crate::detail::step::{Contig, Geometry, RowStore, decode_row_as};
     use crate::params::DecodeParams;
-    use crate::step::{Contig, Geometry, RowStore, decode_row_as};
 
     macro_rules! probe {
         ($name:ident, $c:literal, $class:expr, $prefix:literal) => {

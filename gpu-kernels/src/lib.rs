@@ -1,41 +1,37 @@
-//! Device side of ibp: the kernels, the few device intrinsics they need, and the
-//! lane/bit arithmetic that the host shares with them.
+//! Device side of ibp: the device API, by which a user's own Rust GPU
+//! kernel decodes ibp-compressed rows, and ibp's own kernels.
 //!
-//! Everything outside `arch`, `hw`, `scan` and `kernels` is plain integer code that
-//! compiles for the host as well as for `nvptx64-nvidia-cuda`, so the CPU codec
-//! and the GPU kernels run literally the same functions and the host can test
-//! them without a GPU.
+//! # The public surface (semver; docs/DEVICE-API.md, "Versions")
 //!
-//! Layout:
-//! - [`bits`]: geometry of chunks and the bit stream of one encoded tensor
-//!   (`docs/FORMAT.md`), and the expand/compress (pdep/pext) move masks.
-//! - [`count`]: the positional popcount (per-bit-position counter) used by the
-//!   fit's bit counting, as a carry-save accumulator.
-//! - [`warp`]: warp-scan lane arithmetic and a host emulation of a warp.
-//! - [`simt`]: the lane and memory operations a kernel body needs, as traits,
-//!   so that [`encode`] runs on the GPU and, emulated, in host tests.
-//! - [`encode`]: the fit's evaluation pass, the size query and compression.
-//! - [`compact`]: the packed layout from stored forms written into slots.
-//! - [`book`]: the decode book (the codebook laid out for 16 output bytes
-//!   per lane) and the two-run expansion.
-//! - [`step`]: the decoder's inner loop (16 output bytes per lane) over the
-//!   [`simt`] traits.
-//! - [`decode`]: the decode kernel's body (batch and streaming modes), over
-//!   the same traits.
 //! - [`device`]: decode inside your own kernel (a row at a time, into a
-//!   [`step::Sink`]).
-//! - [`cache`]: the GPU feature cache's index word and gather body (rows
-//!   from a cache slab or, on a miss, from the dataset in host memory).
-//! - [`kv`]: the appendable KV store's commit of stored lengths and
-//!   flags.
-//! - [`params`]: `#[repr(C)]` kernel parameter blocks, shared with the host.
+//!   [`step::Sink`]), and [`DatasetView`](device::DatasetView), the one
+//!   description of a compressed dataset that crosses to the device.
 //! - [`prelude`]: `cuda_std`'s names for user kernels (`#[kernel]`,
 //!   `thread`, `warp`, `shared_array!`), on the intrinsics of `arch`.
-//! - `arch` (nvptx only): thread ids, shuffles, ballot, shared memory, cp.async.
+//! - [`step`]: the decoder's consumer, [`step::Sink`], and ibp's own sink,
+//!   [`step::RowStore`].
+//! - [`simt`]: the lane and memory operations a kernel body needs, as
+//!   traits, so that a body runs on the GPU and, emulated, in host tests.
 //! - `hw` (nvptx only): the [`simt`] traits on the real machine, one PTX
 //!   instruction a method.
-//! - `scan` (nvptx only): the device-wide scan of stored lengths.
-//! - `kernels` (nvptx only): the thin `extern "ptx-kernel"` entry points.
+//! - `arch` (nvptx only): thread ids, shuffles, ballot, shared memory,
+//!   `cp.async`.
+//!
+//! # ibp's own, with no semver promise
+//!
+//! - [`params`]: the `#[repr(C)]` parameter blocks of ibp's kernels,
+//!   shared with ibp's host crate of the same release.
+//! - [`detail`]: the internals ibp's kernels and its host share (chunk
+//!   geometry, the decode book and step, the encoder, the feature cache's
+//!   and the KV store's bodies), public only so that the host runs the very
+//!   same functions on the CPU and tests the bodies emulated; as CUB's
+//!   `detail` namespace, they may change in any release.
+//! - `kernels` (nvptx, feature `builtin`): the thin entry points, private.
+//!
+//! Everything outside `arch`, `hw`, `detail::scan` and `kernels` is plain
+//! integer code that compiles for the host as well as for
+//! `nvptx64-nvidia-cuda`, so the CPU codec and the GPU kernels run
+//! literally the same functions and the host can test them without a GPU.
 #![cfg_attr(not(test), no_std)]
 #![cfg_attr(
     target_arch = "nvptx64",
@@ -49,23 +45,12 @@
 #![cfg_attr(all(target_arch = "nvptx64", feature = "builtin"), feature(abi_ptx))]
 #![deny(unsafe_op_in_unsafe_fn)]
 
-pub mod bits;
-pub mod book;
-pub mod cache;
-pub mod candidates;
-pub mod compact;
-pub mod count;
-pub mod decode;
+pub mod detail;
 pub mod device;
-pub mod encode;
-pub mod kv;
-pub mod pack;
 pub mod params;
 pub mod prelude;
 pub mod simt;
 pub mod step;
-pub mod table;
-pub mod warp;
 
 #[cfg(target_arch = "nvptx64")]
 pub mod arch;
@@ -73,8 +58,6 @@ pub mod arch;
 pub mod hw;
 #[cfg(all(target_arch = "nvptx64", feature = "builtin"))]
 mod kernels;
-#[cfg(all(target_arch = "nvptx64", feature = "builtin"))]
-mod scan;
 
 /// Q: why a trapping panic handler?
 /// A: the default machinery (formatting, unwinding) would drag thousands of

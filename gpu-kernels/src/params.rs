@@ -58,7 +58,7 @@ pub struct CpAsyncTestParams {
 /// tensor `t` is `src[offsets[t]..offsets[t+1]]`. Fixed-stride layout:
 /// `offsets` is 0 and tensor `t` is the prefix of `src[t·L..(t+1)·L]`.
 /// `flags` is the flag bitmap; `table` the per-chunk decoder table
-/// (`crate::table`), followed by one byte per chunk: the popcount of its mask.
+/// (`crate::detail::table`), followed by one byte per chunk: the popcount of its mask.
 ///
 /// Errors are reported in `status` (two u64: an OR of `STATUS_*` bits, and
 /// the smallest output row that failed, which the host initialises to
@@ -103,7 +103,7 @@ pub struct DecodeParams {
     /// Packed layout: subtracted from every offset, so `src` may point at a
     /// copy of part of the payload (the DMA path) starting at this offset.
     pub offset_base: u64,
-    /// Device address of the decode book (`crate::book`).
+    /// Device address of the decode book (`crate::detail::book`).
     pub book: u64,
     /// Bytes of the decode book copied into shared memory before the warps'
     /// workspaces (batch mode; 0 in streaming mode, which reads the book
@@ -120,7 +120,7 @@ pub struct DecodeParams {
     /// id per tensor as the container stores them (`docs/FORMAT.md` §6.8),
     /// readable 8 bytes past the last id's word. Tensor `t` decodes with
     /// book `book + id · B` and table `table + id · T` (`B` the book's
-    /// bytes, `T` [`crate::table::table_bytes`]).
+    /// bytes, `T` [`crate::detail::table::table_bytes`]).
     pub clusters: u64,
 }
 
@@ -132,7 +132,7 @@ pub const fn workspace_bytes(pbuf_words: u32, ring_lines: u32) -> u32 {
     pbuf_words * 4 + ring_lines * 128 + 16
 }
 
-/// Decode flag: treat every step as [`crate::book::CLASS_GENERAL`] (the
+/// Decode flag: treat every step as [`crate::detail::book::CLASS_GENERAL`] (the
 /// move-mask expansion), whatever its columns.
 pub const DECODE_FLAG_NO_CLASSES: u32 = 1;
 /// Decode flag: always scan the payload widths, even when every chunk of a
@@ -237,15 +237,15 @@ pub struct MeasureParams {
 /// chunk's value in its own `C` bytes: the bit values, the mask, the free
 /// bits (the mask's complement inside the tensor, 0 past its end), then
 /// two fields for chunks whose free bits form at most two runs
-/// (`crate::book::params_two_runs`): the lowest run, and `SD`, the first
+/// (`crate::detail::book::params_two_runs`): the lowest run, and `SD`, the first
 /// bit `s1` of that run and the shift `d2` of the second (a byte each from
 /// the chunk's first byte; a nibble each, `s1 | d2 << 4`, for 1-byte
 /// chunks), and last the `log2(8C)` move masks of the chunks' free bits
-/// (`crate::bits::move_masks`). `flags` bit [`ENCODE_TWO_RUNS`] says that
+/// (`crate::detail::bits::move_masks`). `flags` bit [`ENCODE_TWO_RUNS`] says that
 /// every chunk's free bits form at most two runs (the two-run fields are
 /// then used in place of the move masks by the kernels for 4- and 8-byte
 /// chunks; those for 1 and 2 bytes always use the move masks, on a whole
-/// lane word's chunks at once: `crate::encode::pack_chunks`).
+/// lane word's chunks at once: `crate::detail::encode::pack_chunks`).
 ///
 /// `ibp_encode_slots_c{1,2,4,8}`: the fixed-stride layout with nothing
 /// measured first (`offsets` 0, `row_bytes` a multiple of 4, `out`
@@ -317,7 +317,7 @@ pub struct CompactParams {
 /// payload bit); and every group from the one holding byte `data_len` up
 /// to `out_len` (the padding the decoder reads with the last line). A
 /// region's last group is then the next region's first, or the padding's,
-/// or stored whole (`crate::encode::clear_shared_groups`). Each group is
+/// or stored whole (`crate::detail::encode::clear_shared_groups`). Each group is
 /// zeroed with the rest of its 32-byte sector: `out` is 32-aligned and
 /// `out_len` a multiple of 32. One thread per tensor, and one more.
 #[repr(C)]
@@ -354,7 +354,7 @@ pub struct ScanParams {
 }
 
 /// `ibp_kv_append_c{1,2,4,8}`: the appendable KV store's append of one
-/// piece (`crate::kv`). Tensor `i < rows` (`row_bytes` bytes at
+/// piece (`crate::detail::kv`). Tensor `i < rows` (`row_bytes` bytes at
 /// `src + i · row_bytes`) is store row `first + i`: its stored length goes
 /// to `lengths[first + i]` (u32), its encoded flag is OR-ed into bit
 /// `first + i` of the bitmap at `flags` (32-bit words; bits are only ever
@@ -365,7 +365,7 @@ pub struct ScanParams {
 /// be; otherwise `out` must be zeroed first.
 ///
 /// `pages`, when not 0 (only with `zero_tail` 1 and rows a block takes,
-/// `crate::kv::block_shape`), is where the slots go in the end: the
+/// `crate::detail::kv::block_shape`), is where the slots go in the end: the
 /// mapped pinned pages of row `first`, `rows · row_bytes` bytes. Each
 /// block copies its finished slots there itself, and no copy is needed
 /// after the kernel.
@@ -394,7 +394,7 @@ pub const SCAN_PER_THREAD: u64 = 8;
 /// Tensors per scan tile (one block).
 pub const SCAN_TILE: u64 = SCAN_BLOCK as u64 * SCAN_PER_THREAD;
 
-/// `ibp_cache_gather`: the GPU feature cache's gather (`crate::cache`).
+/// `ibp_cache_gather`: the GPU feature cache's gather (`crate::detail::cache`).
 /// Output row `i` (at `out + i · out_stride`) receives row `ids[i]` (u32
 /// ids with `ids_u32`, else u64): decoded from the slab its `index` word
 /// names when `slabs` gives that slab an address, else from the dataset
@@ -408,12 +408,12 @@ pub const SCAN_TILE: u64 = SCAN_BLOCK as u64 * SCAN_PER_THREAD;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CacheParams {
     /// The dataset the cache was built from.
-    pub view: crate::device::DatasetView,
-    /// `view.rows` index words (`crate::cache`), in this GPU's memory.
+    pub view: DatasetView,
+    /// `view.rows` index words (`crate::detail::cache`), in this GPU's memory.
     pub index: u64,
     /// Base address of each slab as this GPU reaches it (its own, or a
     /// peer's through peer access); 0 for a slab it cannot reach.
-    pub slabs: [u64; crate::cache::MAX_SLABS],
+    pub slabs: [u64; MAX_SLABS],
     /// The requested row ids.
     pub ids: u64,
     /// Number of ids (output rows).
@@ -432,4 +432,64 @@ pub struct CacheParams {
     pub ws_bytes: u32,
     /// Unused (keeps the block a multiple of 8 bytes).
     pub _pad0: u32,
+}
+
+/// The decoders read whole lines of this many bytes.
+pub const LINE: u64 = 128;
+
+/// Slabs a feature-cache index can name (one per GPU of a host).
+pub const MAX_SLABS: usize = 8;
+
+/// A compressed dataset as a kernel reads it; the host fills it
+/// (`ibp::gpu::GpuDataset::device_view`). Addresses are global ones (device
+/// memory, or mapped pinned host memory).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DatasetView {
+    /// The stored bytes (payload or slots).
+    pub src: u64,
+    /// Packed layout: `rows + 1` u64 offsets; 0 for fixed-stride.
+    pub offsets: u64,
+    /// Fixed-stride, optional: one u32 stored length per row; 0 to derive
+    /// each length from its participation bits.
+    pub lengths: u64,
+    /// The flag bitmap (bit `t`: row `t` is stored encoded).
+    pub flags: u64,
+    /// The decode book (`crate::detail::book`).
+    pub book: u64,
+    /// The per-chunk entry table (`crate::detail::table`).
+    pub entries: u64,
+    /// Rows.
+    pub rows: u64,
+    /// Bytes per row (`L`).
+    pub row_bytes: u64,
+    /// Bytes of the decode book.
+    pub book_bytes: u32,
+    /// Chunk size in bytes.
+    pub chunk: u32,
+}
+
+impl DatasetView {
+    /// Chunks per row.
+    #[inline(always)]
+    pub const fn chunks(&self) -> u32 {
+        let shift = self.chunk.trailing_zeros() & 3;
+        ((self.row_bytes + (1 << shift) - 1) >> shift) as u32
+    }
+
+    /// Shared memory one warp needs for
+    /// [`decode_row`](crate::device::decode_row): the lines a row's slot can
+    /// touch at the worst alignment, and 16 bytes of padding.
+    #[inline(always)]
+    pub const fn workspace_bytes(&self) -> u32 {
+        (((self.row_bytes + 2 * LINE - 2) / LINE) * LINE + 16) as u32
+    }
+
+    /// Bytes of shared memory a decoded row takes in
+    /// [`decode_row_to_shared`](crate::device::decode_row_to_shared): `L`
+    /// rounded up to 16.
+    #[inline(always)]
+    pub const fn row_shared_bytes(&self) -> u32 {
+        ((self.row_bytes + 15) & !15) as u32
+    }
 }

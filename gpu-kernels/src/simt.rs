@@ -14,7 +14,7 @@
 //! shuffles use the full member mask); the host emulation deadlocks when a
 //! body breaks that rule, which its tests would catch.
 
-use crate::warp::{SCAN_DISTANCES, scan_step, scan_step64};
+use crate::detail::warp::{SCAN_DISTANCES, scan_step, scan_step64};
 
 /// One lane's view of its warp: its id and the `shfl.sync` family, with the
 /// semantics of the PTX instructions under a full member mask (out-of-range
@@ -226,7 +226,7 @@ pub trait Book {
 }
 
 /// Exclusive prefix sum over the warp and the warp's total: the Kogge–Stone
-/// rounds of [`crate::warp`] over `shfl_up`.
+/// rounds of [`crate::detail::warp`] over `shfl_up`.
 #[inline(always)]
 pub fn exclusive_scan<W: Lanes>(w: &W, x: u32) -> (u32, u32) {
     let s = inclusive_scan(w, x);

@@ -1,11 +1,11 @@
 //! Bit counting on the CPU (paper §4.1): for every bit position of a row, how
 //! many rows have it set. Multi-threaded with rayon; the per-word arithmetic
-//! is [`ibp_kernels::count::PosPopcnt64`], the same carry-save accumulator the
+//! is [`ibp_kernels::detail::count::PosPopcnt64`], the same carry-save accumulator the
 //! GPU kernel runs on 32-bit words, so the two agree by construction.
 
 use std::ops::Range;
 
-use ibp_kernels::count::PosPopcnt64;
+use ibp_kernels::detail::count::PosPopcnt64;
 use rayon::prelude::*;
 
 use crate::dataset::Rows;

@@ -1,4 +1,4 @@
-//! Fit and compression on the GPU (`ibp_kernels::encode`).
+//! Fit and compression on the GPU (`ibp_kernels::detail::encode`).
 //!
 //! ```text
 //! let fit = gpu.fit_blocking(&rows_on_gpu, row_bytes, &FitOptions::default())?;     // same codebook as ibp::fit::fit
@@ -59,7 +59,7 @@ pub(crate) const WAVE_TENSORS: u64 = 8;
 
 // The encoder gives each warp of its block a ring of shared memory, sized
 // for blocks of WARP_BLOCK threads.
-const _: () = assert!(WARP_BLOCK == 32 * ibp_kernels::pack::RING_WARPS);
+const _: () = assert!(WARP_BLOCK == 32 * ibp_kernels::detail::pack::RING_WARPS);
 
 /// Bytes to allocate, and zero, for `len` bytes of encoder output.
 ///

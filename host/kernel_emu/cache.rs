@@ -1,10 +1,10 @@
-//! The feature cache's gather body (`ibp_kernels::cache::gather`) on the
+//! The feature cache's gather body (`ibp_kernels::detail::cache::gather`) on the
 //! emulated warp: rows from a slab (compressed or raw), from the dataset on
 //! a miss (packed, or fixed-stride with a length table: line-aligned host
 //! rows), from raw host rows behind compressed slab rows, bad ids and a
 //! corrupt index entry, against the original bytes.
 
-use ibp_kernels::cache::{Entry, NOT_CACHED, gather, pack};
+use ibp_kernels::detail::cache::{Entry, NOT_CACHED, gather, pack};
 use ibp_kernels::device::DatasetView;
 use ibp_kernels::params::{CacheParams, STATUS_BAD_INDEX, STATUS_CORRUPT};
 

@@ -1,4 +1,4 @@
-//! The decode kernel's bodies (`ibp_kernels::step`, `ibp_kernels::decode`,
+//! The decode kernel's bodies (`ibp_kernels::detail::step`, `ibp_kernels::detail::decode`,
 //! `ibp_kernels::device`) run on the emulated warp and compared with the CPU
 //! decoder: the step alone, the whole kernel in both modes, gathers, sinks
 //! and the device API. This file holds the harness (test rows, emulated
@@ -82,7 +82,7 @@ impl EmuStorage {
     };
 }
 
-/// Run the whole decode kernel (`ibp_kernels::decode::run`) on the CPU, one
+/// Run the whole decode kernel (`ibp_kernels::detail::decode::run`) on the CPU, one
 /// emulated warp after another, as the host launcher would size it (batch
 /// mode unless `streaming`, or when tensors are too long for it). Returns
 /// the output rows (poisoned first) and the two status words.
@@ -245,7 +245,7 @@ fn emu_launch(
     half_lines: Option<u32>,
     clustered: bool,
 ) {
-    use ibp_kernels::decode::{Launch, run};
+    use ibp_kernels::detail::decode::{Launch, run};
     use ibp_kernels::params::workspace_bytes;
 
     let l = cb.row_bytes();

@@ -1,9 +1,9 @@
-//! The KV store's append body (`ibp_kernels::kv::append`) on the emulated
+//! The KV store's append body (`ibp_kernels::detail::kv::append`) on the emulated
 //! warp: successive appends of pieces that start anywhere in a bitmap word,
 //! against the CPU's fixed-stride layout (slots, flags) and size query
 //! (lengths).
 
-use ibp_kernels::kv::{BLOCK_WARPS, append, append_block, block_shape};
+use ibp_kernels::detail::kv::{BLOCK_WARPS, append, append_block, block_shape};
 use ibp_kernels::params::KvAppendParams;
 
 use super::*;

@@ -1,4 +1,4 @@
-//! The GPU fit and compression kernel bodies (`ibp_kernels::encode`), run on
+//! The GPU fit and compression kernel bodies (`ibp_kernels::detail::encode`), run on
 //! the CPU by an emulated warp ([`warp`]: 32 lanes, coroutines on one thread,
 //! that meet at a barrier for every shuffle). Slow, but it runs the very code the GPU runs,
 //! on machines without one (CI), and compares it with the CPU encoder byte
@@ -6,7 +6,7 @@
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 
-use ibp_kernels::encode::{self, WarpWriter};
+use ibp_kernels::detail::encode::{self, WarpWriter};
 use ibp_kernels::params::{
     ClearParams, CompactParams, ENCODE_SLOTS_SCRATCH, EncodeParams, MeasureParams,
 };
@@ -156,7 +156,7 @@ unsafe fn run_encode<const SLOTS: bool>(
         out,
         flags: encoder_flags(cb) | flags,
     };
-    let ring = Aligned::zeroed(ibp_kernels::pack::RING_BYTES as usize);
+    let ring = Aligned::zeroed(ibp_kernels::detail::pack::RING_BYTES as usize);
     // Three warps, the last first: a warp that wrote past its own rows
     // into a later row's would then be caught, not overwritten.
     for wid in (0..3).rev() {
@@ -296,7 +296,7 @@ fn emu_compact(cb: &Codebook, rows: Rows<'_>, order: [u64; 3]) -> (Vec<u8>, Vec<
         // SAFETY: the slots hold every row's slot, offsets rows + 1 u64
         // from 0, and the output `padded` bytes (a multiple of 16 covering
         // the total) from a 16-aligned base.
-        run_warp(|w| unsafe { ibp_kernels::compact::compact(w, &EmuMem, &p, wid, 3) });
+        run_warp(|w| unsafe { ibp_kernels::detail::compact::compact(w, &EmuMem, &p, wid, 3) });
     }
     let bytes: &[u8] = bytemuck::cast_slice(&out);
     (bytes[..total].to_vec(), bytes[total..].to_vec())
@@ -572,7 +572,7 @@ fn emulated_candidate_books_equal_the_host_rule() {
                 // SAFETY: counts of 8·L u64, a book of (1 + nt)·⌈L/8⌉ + 8
                 // u64, its trailer zeroed.
                 run_warp(|w| unsafe {
-                    ibp_kernels::candidates::candidates(w, &EmuMem, &p, wid, nwarps)
+                    ibp_kernels::detail::candidates::candidates(w, &EmuMem, &p, wid, nwarps)
                 });
             }
             assert_eq!(got, want, "L={l} N={n} warps={nwarps}");
@@ -646,7 +646,7 @@ fn warp_writer_lays_random_segments_end_to_end() {
 }
 
 fn crate_low_mask(n: u32) -> u64 {
-    ibp_kernels::bits::low_mask(n)
+    ibp_kernels::detail::bits::low_mask(n)
 }
 
 mod cache;

@@ -62,7 +62,7 @@ panic = "abort"
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn user_low_mask(out: *mut u64, n: u32) {
     // SAFETY: the caller's contract.
-    unsafe { *out = ibp_kernels::bits::low_mask(n) };
+    unsafe { *out = ibp_kernels::detail::bits::low_mask(n) };
 }
 
 /// The device prelude's names, as a `cuda_std` user writes them: a block

@@ -4,7 +4,7 @@
 //! Each GPU owns one contiguous *slab* of device memory of the caller's byte
 //! budget, holding hot rows back to back in their stored form (compressed,
 //! or raw where a row does not compress); an index of one u64 per row (see
-//! [`ibp_kernels::cache`]) says where a cached row is. One launch gathers
+//! [`ibp_kernels::detail::cache`]) says where a cached row is. One launch gathers
 //! any ids: each warp decodes its row from a slab when it is cached there
 //! (its own GPU's, or a peer's through peer access) and from the dataset in
 //! pinned host memory (zero-copy) otherwise, into a caller-owned buffer.
@@ -70,7 +70,7 @@ mod plan;
 
 use cust::memory::{DeviceBuffer, DeviceSlice};
 use cust::stream::Stream;
-use ibp_kernels::cache::{MAX_SLABS, NOT_CACHED, unpack};
+use ibp_kernels::detail::cache::{MAX_SLABS, NOT_CACHED, unpack};
 use ibp_kernels::params::CacheParams;
 
 pub use plan::{Placement, access_counts, top_k_by_score};

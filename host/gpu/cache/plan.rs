@@ -2,7 +2,7 @@
 //! (top-k by a score), where each hot row goes (which slab, which offset)
 //! and the index words each GPU reads. Plain code, tested without a GPU.
 
-use ibp_kernels::cache::{Entry, MAX_SLABS, MAX_SLOT_BYTES, NOT_CACHED, pack};
+use ibp_kernels::detail::cache::{Entry, MAX_SLABS, MAX_SLOT_BYTES, NOT_CACHED, pack};
 
 use crate::error::{Error, Result};
 
@@ -175,7 +175,7 @@ pub(crate) fn index_words(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ibp_kernels::cache::unpack;
+    use ibp_kernels::detail::cache::unpack;
 
     #[test]
     fn top_k_takes_the_highest_scores_ties_to_the_lower_row() {

@@ -7,7 +7,7 @@ use std::ops::Range;
 
 use cust::memory::{DeviceBuffer, DeviceSlice};
 use cust::stream::Stream;
-use ibp_kernels::kv;
+use ibp_kernels::detail::kv;
 use ibp_kernels::params::KvAppendParams;
 
 use plan::Slots;
@@ -194,7 +194,7 @@ impl KvStore {
         let mut store = KvStore {
             slots,
             // Q: why more than the slots? A: the decoder reads whole
-            // 128-byte lines (`ibp_kernels::decode`, as `Payload::new` pads a
+            // 128-byte lines (`ibp_kernels::detail::decode`, as `Payload::new` pads a
             // dataset's payload), so the last line of the last page must be
             // inside the allocation: unpadded, a gather of the last rows
             // read up to 8 bytes past it (compute-sanitizer memcheck under

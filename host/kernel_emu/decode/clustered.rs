@@ -3,7 +3,7 @@
 
 use super::*;
 
-/// Run the clustered decode kernel (`ibp_kernels::decode::run` with `CL`) on
+/// Run the clustered decode kernel (`ibp_kernels::detail::decode::run` with `CL`) on
 /// a clustered dataset, as the host launcher sizes it; returns the output
 /// rows and the status words.
 fn emu_clustered(

@@ -17,8 +17,8 @@ impl ibp_kernels::step::Sink for SumSink {
 
 #[test]
 fn a_sink_receives_the_row_in_registers() {
-    use ibp_kernels::book::Layout;
-    use ibp_kernels::step::{Contig, Geometry, decode_row};
+    use ibp_kernels::detail::book::Layout;
+    use ibp_kernels::detail::step::{Contig, Geometry, decode_row};
     for (l, chunk) in [
         (100usize, ChunkSize::Four),
         (1531, ChunkSize::Two),

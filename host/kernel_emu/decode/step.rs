@@ -1,10 +1,10 @@
-//! The batch decoder's step (`ibp_kernels::step::decode_row`) alone on the
+//! The batch decoder's step (`ibp_kernels::detail::step::decode_row`) alone on the
 //! emulated warp, against the CPU decoder, with its fast paths on and off.
 
 use super::*;
 
 /// Decode one stored (encoded) tensor with the emulated batch-decoder step
-/// (`ibp_kernels::step::decode_row`): the tensor sits at byte `shift` of a
+/// (`ibp_kernels::detail::step::decode_row`): the tensor sits at byte `shift` of a
 /// workspace of garbage, the output row at byte `out_shift` of a poisoned
 /// buffer. Returns the row, or `None` when the step reports corruption.
 fn emu_decode_row(
@@ -15,8 +15,8 @@ fn emu_decode_row(
     out_shift: usize,
     flags: u32,
 ) -> Option<Vec<u8>> {
-    use ibp_kernels::book::Layout;
-    use ibp_kernels::step::{Contig, Geometry, RowStore, decode_row};
+    use ibp_kernels::detail::book::Layout;
+    use ibp_kernels::detail::step::{Contig, Geometry, RowStore, decode_row};
 
     let l = cb.row_bytes();
     let mut ws = Aligned::from(&vec![0xa5u8; shift + stored.len() + 32]);

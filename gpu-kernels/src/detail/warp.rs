@@ -8,7 +8,7 @@
 //! (or its own value when `l < d`, the hardware's clamp) and adds it when
 //! `l >= d`.
 
-use crate::bits::WARP;
+use crate::detail::bits::WARP;
 
 /// Shuffle distances of the five scan rounds.
 pub const SCAN_DISTANCES: [u32; 5] = [1, 2, 4, 8, 16];

@@ -2,10 +2,10 @@
 //! double-buffered (see the module above).
 
 use super::{Ctx, LINE};
-use crate::bits::WARP;
+use crate::detail::bits::WARP;
+use crate::detail::step::Contig;
 use crate::params::{STATUS_BAD_INDEX, STATUS_CORRUPT};
 use crate::simt::{Book, Machine, inclusive_scan, shfl_idx64, warp_sum64};
-use crate::step::Contig;
 
 /// One tensor of a batch, held by one lane (lane `b` holds tensor `b`).
 ///

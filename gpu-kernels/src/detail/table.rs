@@ -3,7 +3,7 @@
 //!
 //! One entry per chunk position `k` of a tensor, built once per codebook on
 //! the host: the chunk's mask `m`, bit value `b`, free bits `f` and the
-//! [`crate::bits::move_masks`] of `f` (`steps = log2(8C)` of them), each field
+//! [`crate::detail::bits::move_masks`] of `f` (`steps = log2(8C)` of them), each field
 //! `C` bytes wide, little-endian, padded to a power of two:
 //!
 //! | chunk C | fields | entry bytes |
@@ -22,7 +22,7 @@
 //! an entry is one or two aligned vector loads; it fits in shared memory for
 //! tensors of a few KB and is read through L1 beyond that.
 
-use crate::bits;
+use crate::detail::bits;
 
 /// Bytes of the table of a tensor of `chunks` chunks of `chunk` bytes: the
 /// entries, one popcount byte per chunk, and 16 bytes of padding (a lane may

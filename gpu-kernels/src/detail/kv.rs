@@ -7,7 +7,7 @@
 //! stored form; otherwise it measures ([`measure_row`]) and encodes
 //! ([`encode_row`]) into a zeroed slot.
 //!
-//! Written over [`Lanes`] and [`Mem`] like `crate::encode`, whose row
+//! Written over [`Lanes`] and [`Mem`] like `crate::detail::encode`, whose row
 //! bodies it calls, so the host tests run it too.
 //!
 //! Q: why one kernel rather than the size kernel, a commit kernel and the
@@ -25,7 +25,7 @@
 //! OR on the bitmap's 32-bit word, a raw row leaves it clear. Rows of
 //! different appends, or of different warps, share words safely.
 
-use crate::encode::{
+use crate::detail::encode::{
     LaneShape, WarpWriter, encode_row, encode_slot, group_word, lane_participation, lane_payload,
     measure_row, row_word,
 };

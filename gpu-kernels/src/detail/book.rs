@@ -1,5 +1,5 @@
 //! The decode book: the codebook laid out for the batch decoder's step of
-//! 16 output bytes per lane ([`crate::step`]), built once per codebook on the
+//! 16 output bytes per lane ([`crate::detail::step`]), built once per codebook on the
 //! host and read by the kernels (and by their host emulation).
 //!
 //! A step of a warp covers `32 · 16 / C` consecutive chunks; lane `l` of
@@ -34,7 +34,7 @@
 //! column of three or more runs takes the general move-mask path
 //! ([`CLASS_GENERAL`]).
 
-use crate::bits;
+use crate::detail::bits;
 
 /// Output bytes one lane produces per step.
 pub const LANE_BYTES: u32 = 16;

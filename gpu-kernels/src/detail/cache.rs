@@ -37,16 +37,15 @@
 //! entries that end past 2^40. So a zeroed-then-filled index needs no
 //! separate valid bit.
 
-use crate::bits::WARP;
+use crate::detail::bits::WARP;
+use crate::detail::step::RowStore;
 use crate::device::{RowError, Slot, decode_row, decode_slot};
+pub use crate::params::MAX_SLABS;
 use crate::params::{CacheParams, STATUS_BAD_INDEX, STATUS_CORRUPT};
 use crate::simt::{Book, Machine};
-use crate::step::RowStore;
 
 /// The index word of a row that is not cached.
 pub const NOT_CACHED: u64 = u64::MAX;
-/// Slabs an index can name (one per GPU of a host).
-pub const MAX_SLABS: usize = 8;
 /// Largest stored row the index can describe, in bytes.
 pub const MAX_SLOT_BYTES: u64 = (1 << LEN_BITS) - 1;
 /// Largest slab, in bytes.
@@ -143,7 +142,7 @@ unsafe fn id<H: Machine>(h: &H, p: &CacheParams, i: u64) -> u64 {
 /// # Safety
 /// As [`gather`].
 #[inline(always)]
-pub unsafe fn fetch_row<H: Machine, B: Book, K: crate::step::Sink>(
+pub unsafe fn fetch_row<H: Machine, B: Book, K: crate::detail::step::Sink>(
     h: &H,
     book: &B,
     p: &CacheParams,

@@ -2,10 +2,10 @@
 //! 128-byte lines, ahead of the step that reads them.
 
 use super::LINE;
-use crate::bits::WARP;
+use crate::detail::bits::WARP;
+use crate::detail::step::{Source, shared_raw32};
+use crate::detail::table::{window32, window64};
 use crate::simt::Machine;
-use crate::step::{Source, shared_raw32};
-use crate::table::{window32, window64};
 
 /// A warp's view of one tensor's bytes `[src, src + len)` in the source, and
 /// of the ring lines that hold them.

@@ -20,7 +20,7 @@
 //! 2. for the fixed-stride layout, computes the encoded length `E` from the
 //!    participation bits alone (a warp reduction of the saved bits), so every
 //!    later read is bounded by `E`;
-//! 3. decodes it with the same step as batch mode ([`crate::step`], 16
+//! 3. decodes it with the same step as batch mode ([`crate::detail::step`], 16
 //!    output bytes per lane), reading the stream through the ring, which is
 //!    refilled ahead with `cp.async` as the steps advance.
 //!
@@ -42,22 +42,20 @@
 //! it is issued; a tensor whose bits disagree with its slot is reported in
 //! the status word and its output row is zeroed, never decoded into garbage.
 
-use crate::bits::WARP;
-use crate::book::Layout;
+use crate::detail::bits::WARP;
+use crate::detail::book::Layout;
+use crate::detail::step::{self, Geometry, RowStore, Source};
+use crate::detail::table::{table_bytes, window32};
 use crate::params::{
-    DECODE_FLAG_TRIM, DECODE_MODE_IDEAL, DecodeParams, FETCH_LOAD_STORE, STATUS_BAD_INDEX,
+    DECODE_FLAG_TRIM, DECODE_MODE_IDEAL, DecodeParams, FETCH_LOAD_STORE, LINE, STATUS_BAD_INDEX,
     STATUS_CORRUPT,
 };
 use crate::simt::{Book, Machine, warp_sum64};
-use crate::step::{self, Geometry, RowStore, Source};
-use crate::table::{table_bytes, window32};
 
 mod batch;
 mod ring;
 
 use ring::{Ring, Streamed};
-
-const LINE: u64 = 128;
 
 /// Where one warp works: its number among the grid's warps and its
 /// workspace (participation buffer, then ring) in shared memory.
@@ -113,7 +111,7 @@ impl<H: Machine, B: Book, const CL: bool> Ctx<'_, H, B, CL> {
     fn saved(&self, k: u32) -> u32 {
         // SAFETY: k < K, inside the book's PARAMS field.
         let x = unsafe { self.book.ld_u32(self.geo.layout.params + 4 * k) };
-        crate::book::saved_bits(x)
+        crate::detail::book::saved_bits(x)
     }
 
     /// The tensor that output row `i < count` receives.

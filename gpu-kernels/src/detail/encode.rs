@@ -22,13 +22,13 @@
 //! chunk size 1, 2, 4, 8 divides a lane's share, and a lane's payload fits a
 //! `u64`.
 
-use crate::bits;
-use crate::pack::RingWriter;
+use crate::detail::bits;
+use crate::detail::pack::RingWriter;
+use crate::detail::table::steps;
 use crate::params::{
     ClearParams, ENCODE_SLOTS_SCRATCH, ENCODE_TWO_RUNS, EncodeParams, MAX_THRESHOLDS, MeasureParams,
 };
 use crate::simt::{Async, Lanes, Mem, Shared, exclusive_scan, warp_sum};
-use crate::table::steps;
 
 /// Row `i` of a sample of `sample` of `rows` rows: `⌊i · rows / sample⌋`
 /// (`docs/FORMAT.md` §4). The host guarantees `i · rows` fits in a u64
@@ -1584,7 +1584,7 @@ const fn step_words(c: u32) -> u32 {
 }
 
 /// The most lane words a step ([`step_words`]): the size of the step's
-/// arrays. The ring holds three ([`crate::pack::RING_WORDS`]).
+/// arrays. The ring holds three ([`crate::detail::pack::RING_WORDS`]).
 const MAX_STEP_WORDS: usize = 3;
 
 /// Run `$body` for `$j` = 0, 1, … up to `$n` ≤ [`MAX_STEP_WORDS`] (each of
@@ -1792,7 +1792,7 @@ unsafe fn encode_rows<
 }
 
 /// Compression with chunks of `C` bytes (see [`EncodeParams`]), each warp
-/// writing through its ring of shared memory at `ring` ([`crate::pack`]).
+/// writing through its ring of shared memory at `ring` ([`crate::detail::pack`]).
 /// `SLOTS`: the fixed-stride layout with nothing measured first (the
 /// `ibp_encode_slots_c*` kernels; see [`EncodeParams`]).
 ///
@@ -1811,7 +1811,7 @@ unsafe fn encode_rows<
 ///
 /// # Safety
 /// As [`EncodeParams`] states; `ring` is the 16-aligned shared address of
-/// [`crate::pack::RING_BYTES`] bytes that belong to this warp.
+/// [`crate::detail::pack::RING_BYTES`] bytes that belong to this warp.
 #[inline(always)]
 pub unsafe fn encode<W: Lanes, M: Mem, S: Shared + Async, const C: u32, const SLOTS: bool>(
     w: &W,
@@ -1824,7 +1824,7 @@ pub unsafe fn encode<W: Lanes, M: Mem, S: Shared + Async, const C: u32, const SL
 ) {
     // SAFETY: (this block) the ring is the warp's; the rest forwarded.
     unsafe {
-        crate::pack::clear(w, s, ring);
+        crate::detail::pack::clear(w, s, ring);
         // Chunks of 1 and 2 bytes take one payload path (`word_payload`).
         if C > 2 && p.flags & ENCODE_TWO_RUNS != 0 {
             encode_rows::<W, M, S, C, true, SLOTS>(w, m, s, p, ring, wid, nwarps);
@@ -1837,7 +1837,7 @@ pub unsafe fn encode<W: Lanes, M: Mem, S: Shared + Async, const C: u32, const SL
 #[cfg(test)]
 mod tests {
     use super::{pack_chunks, word_participation};
-    use crate::bits::{low_mask, move_masks};
+    use crate::detail::bits::{low_mask, move_masks};
 
     /// Chunk by chunk, as FORMAT.md §2 states it.
     fn reference<const C: u32>(x: u64, v: u64, mask: u64) -> u32 {

@@ -1,7 +1,7 @@
 //! A warp's bit stream packed through shared memory: the writer of the bulk
-//! encoder ([`RingWriter`], used by `crate::encode::encode`).
+//! encoder ([`RingWriter`], used by `crate::detail::encode::encode`).
 //!
-//! Q: why through shared memory, when [`crate::encode::WarpWriter`]
+//! Q: why through shared memory, when [`crate::detail::encode::WarpWriter`]
 //! assembles the words in registers?
 //! A: in registers, a word that several lanes' segments share is put
 //! together by a segmented OR-scan (ten shuffles a step) and stored by the

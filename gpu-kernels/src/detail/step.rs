@@ -1,0 +1,569 @@
+//! The batch decoder's inner loop: one encoded tensor, resident contiguously
+//! in shared memory, decoded by one warp into its output row, 16 output
+//! bytes per lane per step (paper §4.3, with the step widened and the work
+//! per chunk cut).
+//!
+//! Written over the [`crate::simt`] traits, so the kernels and the host
+//! emulation (`host/kernel_emu/`) run this very body; the tests compare it
+//! with the CPU decoder with every fast path forced on and forced off.
+//!
+//! A step, per lane:
+//! 1. its `16/C` participation bits (one shared-memory word);
+//! 2. its chunks' payload widths from the book's `PARAMS` (`pw` when the
+//!    chunk matches, `fw` otherwise) and their sum;
+//! 3. its first payload bit: an exclusive warp scan of the sums, or, when
+//!    every chunk of the step matches (one ballot), the book's precomputed
+//!    `PREFIX`, which needs no shuffle at all;
+//! 4. each chunk's payload (two or three shared-memory words and a funnel
+//!    shift), expanded by the step's class (see [`crate::detail::book`]): nothing to
+//!    expand when the step's columns have no free bits, two shifts and two
+//!    logic operations when their free bits form at most two runs, the
+//!    move-mask rounds otherwise;
+//! 5. one 16-byte store.
+//!
+//! Q: why 16 bytes per lane rather than one chunk?
+//! A: the scan (five dependent shuffles), the participation read and the
+//! loop overhead are paid once per 16 output bytes instead of once per
+//! chunk, and the output leaves in one 16-byte store per lane (a 512-byte
+//! warp store) when the row is aligned.
+
+use crate::detail::bits::{low_mask, low_mask32};
+use crate::detail::book::{
+    CLASS_GENERAL, CLASS_NONE_FREE, CLASS_TWO_RUNS, Layout, chunks_per_lane, expand2_32, expand2_64,
+};
+use crate::detail::table::{self, Entry, entry_bytes, window64};
+use crate::params::{DECODE_FLAG_NO_CLASSES, DECODE_FLAG_NO_PREFIX};
+use crate::simt::{Book, Lanes, Mem, Shared, exclusive_scan};
+
+/// Run `$body` for `$j` = 0, 1, … 15 with `$j` a constant in each copy.
+///
+/// Q: why a macro rather than a loop?
+/// A: the per-chunk values live in small arrays; a loop LLVM declines to
+/// unroll (its bodies are large for 1-byte chunks) indexes them at run time,
+/// which moves them to local memory. Sixteen constant copies, the ones past
+/// `16/C` folded away, keep every index constant.
+macro_rules! each_chunk {
+    ($j:ident => $body:block) => {
+        each_chunk!(@ $j $body 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15)
+    };
+    (@ $j:ident $body:block $($n:literal)*) => {
+        $( { let $j: u32 = $n; $body } )*
+    };
+}
+
+/// What the step needs to know about the tensors of a launch.
+#[derive(Clone, Copy, Debug)]
+pub struct Geometry {
+    /// Chunks per tensor (`K`).
+    pub chunks: u32,
+    /// Bytes per tensor (`L`).
+    pub row_bytes: u32,
+    /// The decode book's layout.
+    pub layout: Layout,
+    /// Global address of the per-chunk entry table (`crate::detail::table`), read
+    /// only by [`CLASS_GENERAL`] steps.
+    pub entries: u64,
+    /// `DECODE_FLAG_*` bits (fast paths forced off, for tests).
+    pub flags: u32,
+}
+
+/// Where the step puts each lane's decoded bytes.
+///
+/// Q: why a sink rather than a store?
+/// A: a consumer kernel can take the row in registers, 16 bytes a lane a
+/// step (reduce it, convert it, multiply it), without writing it to memory
+/// and reading it back; ibp's own kernels use [`RowStore`]. Every lane calls
+/// [`Sink::put`] once a step, so a sink may use shuffles.
+pub trait Sink {
+    /// Row bytes `[ob, ob + n)` are in `w` (little-endian, byte `i` of the
+    /// lane's 16 in byte `i % 4` of word `i / 4`); `n` is 16 inside the
+    /// row, less in its last step, and 0 for lanes past its end (their
+    /// `w` is meaningless).
+    fn put(&mut self, ob: u32, w: [u32; 4], n: u32);
+}
+
+/// A sink that stores the row at a global address.
+pub struct RowStore<'a, M> {
+    m: &'a M,
+    out: u64,
+    align: u32,
+}
+
+impl<'a, M: Mem> RowStore<'a, M> {
+    /// The row at global address `out`.
+    ///
+    /// # Safety
+    /// `out .. out + L` is writable global memory for the whole decode.
+    #[inline(always)]
+    pub unsafe fn new(m: &'a M, out: u64) -> Self {
+        let low = (out as u32) & 15;
+        let align = if low == 0 {
+            16
+        } else {
+            1 << low.trailing_zeros()
+        };
+        RowStore { m, out, align }
+    }
+}
+
+impl<M: Mem> Sink for RowStore<'_, M> {
+    #[inline(always)]
+    fn put(&mut self, ob: u32, w: [u32; 4], n: u32) {
+        if n == 16 {
+            store16(self.m, self.out + ob as u64, w, self.align);
+        } else if n > 0 {
+            // SAFETY: the row's last bytes, [ob, ob + n) (`RowStore::new`).
+            unsafe { store_tail(self.m, self.out + ob as u64, w[0], w[1], w[2], w[3], n) };
+        }
+    }
+}
+
+/// Where the step reads one tensor's encoded stream: contiguous in shared
+/// memory (batch mode, [`Contig`]) or streamed through a ring of lines
+/// (streaming mode). Every call is warp-uniform in control flow.
+///
+/// Q: why do the reads return whole windows, unmasked?
+/// A: masking to a width costs as much as the read; the step masks only
+/// where stray high bits could land in another chunk's bytes (chunks of 1
+/// or 2 bytes, the participation bits, the padding).
+pub trait Source {
+    /// 32 participation bits from chunk `k0` (`k0 < K`; bits past `K` are
+    /// unspecified).
+    fn pbits(&self, k0: u32) -> u32;
+    /// 32 stream bits from `bit` (inside what [`Source::ready`] made
+    /// resident, or within 8 bytes past the stored bytes); bits past the
+    /// stored bytes are unspecified.
+    fn raw32(&self, bit: u32) -> u32;
+    /// 64 stream bits from `bit`, likewise.
+    fn raw64(&self, bit: u32) -> u64;
+    /// Make stream bits `[start, end)` resident (`end ≤ 8E`); bits before
+    /// `start` are not read again.
+    fn ready(&mut self, start: u32, end: u32);
+}
+
+/// 32 bits from bit `bit` of the bytes at shared address `base`.
+#[inline(always)]
+pub fn shared_raw32<S: Shared>(s: &S, base: u32, bit: u32) -> u32 {
+    let a = base * 8 + bit;
+    let w = (a >> 5) << 2;
+    // SAFETY: the caller's (every user reads inside its region plus the
+    // 16 bytes of padding after it).
+    let (w0, w1) = unsafe { (s.lds_u32(w), s.lds_u32(w + 4)) };
+    (((w1 as u64) << 32 | w0 as u64) >> (a & 31)) as u32
+}
+
+/// A tensor's stored bytes held contiguously in shared memory.
+pub struct Contig<'a, S> {
+    s: &'a S,
+    base: u32,
+}
+
+impl<'a, S: Shared> Contig<'a, S> {
+    /// The stored bytes at shared address `base`.
+    ///
+    /// # Safety
+    /// `base .. base + E + 16` is readable shared memory (the 16 bytes past
+    /// the stored bytes are what a bit window may touch).
+    #[inline(always)]
+    pub unsafe fn new(s: &'a S, base: u32) -> Self {
+        Contig { s, base }
+    }
+}
+
+impl<S: Shared> Source for Contig<'_, S> {
+    #[inline(always)]
+    fn pbits(&self, k0: u32) -> u32 {
+        self.raw32(k0)
+    }
+    #[inline(always)]
+    fn raw32(&self, bit: u32) -> u32 {
+        shared_raw32(self.s, self.base, bit)
+    }
+    #[inline(always)]
+    fn raw64(&self, bit: u32) -> u64 {
+        let a = self.base * 8 + bit;
+        let w = (a >> 5) << 2;
+        // SAFETY: inside the stored bytes plus padding (`Contig::new`).
+        let (w0, w1, w2) = unsafe {
+            (
+                self.s.lds_u32(w),
+                self.s.lds_u32(w + 4),
+                self.s.lds_u32(w + 8),
+            )
+        };
+        window64(w0, w1, w2, a & 31, 64)
+    }
+    #[inline(always)]
+    fn ready(&mut self, _: u32, _: u32) {}
+}
+
+/// Field of chunk `j ∈ {0, 1}` for 8-byte chunks.
+#[inline(always)]
+fn field64(w: &[u32; 4], j: u32) -> u64 {
+    (w[(2 * j) as usize] as u64) | ((w[(2 * j + 1) as usize] as u64) << 32)
+}
+
+/// Payload width of chunk `j` of a lane from its `PARAMS` word `x` and the
+/// lane's participation bits `p`.
+#[inline(always)]
+fn width(x: u32, p: u32, j: u32) -> u32 {
+    if (p >> j) & 1 == 1 {
+        (x >> 16) & 0xff
+    } else {
+        x >> 24
+    }
+}
+
+/// Load the lane's `PARAMS` words for chunks of 4 or 8 bytes (`16/C` of
+/// them; the rest are 0).
+#[inline(always)]
+fn load_params<const C: u32, B: Book>(b: &B, off: u32) -> [u32; 16] {
+    let mut p = [0u32; 16];
+    // SAFETY: (all loads) inside the book's PARAMS field (whole steps),
+    // aligned to the load width (`off` is a multiple of 4·16/C bytes).
+    unsafe {
+        match C {
+            8 => {
+                let x = b.ld_v2(off);
+                p[0] = x[0];
+                p[1] = x[1];
+            }
+            _ => p[..4].copy_from_slice(&b.ld_v4(off)),
+        }
+    }
+    p
+}
+
+/// Four `PARAMS` words at book offset `off` (16-aligned).
+#[inline(always)]
+fn param4<B: Book>(b: &B, off: u32) -> [u32; 4] {
+    // SAFETY: inside the PARAMS field (whole steps), 16-aligned.
+    unsafe { b.ld_v4(off) }
+}
+
+/// Entry of chunk `k` from the global entry table (general path).
+#[inline(always)]
+fn entry<const C: u32, M: Mem>(m: &M, entries: u64, k: u32) -> Entry {
+    let a = entries + k as u64 * entry_bytes(C) as u64;
+    let mut w = [0u32; 18];
+    let mut i = 0;
+    while i < 9 {
+        if i * 8 < entry_bytes(C) {
+            // SAFETY: inside entry k of the table (k < K), 8-aligned.
+            let x = unsafe { m.ld_ro_u64(a + 8 * i as u64) };
+            w[2 * i as usize] = x as u32;
+            w[2 * i as usize + 1] = (x >> 32) as u32;
+        }
+        i += 1;
+    }
+    Entry::from_words::<C>(&w)
+}
+
+/// Store the lane's 16 output bytes at `a`; `align` is the largest power of
+/// two (at most 16) dividing `a`.
+///
+/// Q: why three widths?
+/// A: a row whose length is not a multiple of 16 (Cora's 5732 bytes) leaves
+/// most rows 4- or 8-aligned; two 8-byte or four 4-byte stores are still far
+/// cheaper than byte stores, which only the tail of a row and rows at odd
+/// addresses need ([`store_tail`], kept out of line).
+#[inline(always)]
+fn store16<M: Mem>(m: &M, a: u64, w: [u32; 4], align: u32) {
+    // SAFETY: (all stores) the caller owns bytes [a, a + 16) of the output
+    // row; each store is aligned to its width by `align`.
+    unsafe {
+        if align >= 16 {
+            m.st_v4(a, w);
+        } else if align >= 8 {
+            m.st_u64(a, (w[0] as u64) | ((w[1] as u64) << 32));
+            m.st_u64(a + 8, (w[2] as u64) | ((w[3] as u64) << 32));
+        } else if align >= 4 {
+            m.st_u32(a, w[0]);
+            m.st_u32(a + 4, w[1]);
+            m.st_u32(a + 8, w[2]);
+            m.st_u32(a + 12, w[3]);
+        } else {
+            store_tail(m, a, w[0], w[1], w[2], w[3], 16);
+        }
+    }
+}
+
+/// Store bytes `[0, n)` of the lane's output at `a`, one byte at a time.
+///
+/// Q: why four words rather than an array or a tuple?
+/// A: an aggregate argument of a function that is not inlined travels
+/// through local memory (a stack frame); four scalars stay in registers.
+///
+/// # Safety
+/// The caller owns bytes `[a, a + n)`.
+#[inline(never)]
+unsafe fn store_tail<M: Mem>(m: &M, a: u64, w0: u32, w1: u32, w2: u32, w3: u32, n: u32) {
+    let mut b = 0;
+    while b < n && b < 16 {
+        let x = match b / 4 {
+            0 => w0,
+            1 => w1,
+            2 => w2,
+            _ => w3,
+        };
+        // SAFETY: inside [a, a + n).
+        unsafe { m.st_u8(a + b as u64, x >> (8 * (b % 4))) };
+        b += 1;
+    }
+}
+
+/// Decode the encoded tensor of `e_bytes` stored bytes read through `s`,
+/// handing its row to `sink` 16 bytes a lane a step. Returns false when its bits disagree with its
+/// length or padding (corrupt); nothing outside the stored bytes (plus the
+/// region's padding) is read either way.
+///
+/// Every lane calls this with the same arguments (warp-uniform control).
+///
+/// # Safety
+/// `s` holds the tensor's `e_bytes` stored bytes; the book `b` holds a
+/// [`Layout`] of `g.layout`; `g.entries` holds `K` entries; `e_bytes ≥
+/// ⌈K/8⌉`.
+#[inline(always)]
+pub unsafe fn decode_row<const C: u32, W: Lanes, S: Source, B: Book, M: Mem, K: Sink>(
+    w: &W,
+    s: &mut S,
+    b: &B,
+    m: &M,
+    g: &Geometry,
+    e_bytes: u32,
+    sink: &mut K,
+) -> bool {
+    // SAFETY: forwarded.
+    unsafe { decode_row_as::<C, ANY, ANY, true, W, S, B, M, K>(w, s, b, m, g, e_bytes, sink) }
+}
+
+/// `CLASS` / `PREFIX` value of [`decode_row_as`]: decided at run time.
+pub const ANY: u8 = u8::MAX;
+
+/// [`decode_row`] with the step class and the all-match shortcut fixed at
+/// compile time, for counting one path's instructions (`scripts/sass.sh`
+/// reads the probe kernels built from this): `CLASS` is a `CLASS_*` or
+/// [`ANY`]; `PREFIX` is 1 (every step matches: prefix, no scan), 0 (always
+/// scan) or [`ANY`]; `TAIL` false drops the store of a row's last partial
+/// 16 bytes (which the steady state never takes). Only [`ANY`]/[`ANY`]/true
+/// decodes every input correctly.
+///
+/// # Safety
+/// As [`decode_row`].
+#[inline(always)]
+#[allow(unused_assignments)] // the last chunk's `bit +=` is never read
+pub unsafe fn decode_row_as<
+    const C: u32,
+    const CLASS: u8,
+    const PREFIX: u8,
+    const TAIL: bool,
+    W: Lanes,
+    S: Source,
+    B: Book,
+    M: Mem,
+    K: Sink,
+>(
+    w: &W,
+    s: &mut S,
+    b: &B,
+    m: &M,
+    g: &Geometry,
+    e_bytes: u32,
+    sink: &mut K,
+) -> bool {
+    let cpl = chunks_per_lane(C);
+    let k_total = g.chunks;
+    let lay = g.layout;
+    let lane = w.lane();
+    let limit = e_bytes * 8;
+    let classes = g.flags & DECODE_FLAG_NO_CLASSES == 0;
+    let prefix = g.flags & DECODE_FLAG_NO_PREFIX == 0;
+    let mut pos = k_total;
+    let mut step = 0;
+    while step < lay.steps {
+        let k0 = (step * 32 + lane) * cpl;
+        let nvalid = if k0 >= k_total {
+            0
+        } else if k_total - k0 < cpl {
+            k_total - k0
+        } else {
+            cpl
+        };
+        let vmask = if nvalid == cpl {
+            low_mask(cpl) as u32
+        } else {
+            low_mask32(nvalid)
+        };
+        // Bits past K are payload, not participation: masked off.
+        let p = if nvalid > 0 { s.pbits(k0) & vmask } else { 0 };
+        // Q: why are 1- and 2-byte chunks' PARAMS loaded twice, four at a
+        // time?
+        // A: sixteen (or eight) words held from the widths to the expansion
+        // push the kernel past its register cap (it spilled); two 16-byte
+        // shared loads per group cost less than the spill.
+        let prm = if C >= 4 {
+            load_params::<C, B>(b, lay.params + 4 * k0)
+        } else {
+            [0; 16]
+        };
+        let mut grp = [0u32; 4];
+        let mut tot = 0;
+        each_chunk!(j => {
+            if j < cpl {
+                if C <= 2 && j.is_multiple_of(4) {
+                    grp = param4(b, lay.params + 4 * (k0 + j));
+                }
+                let x = if C <= 2 { grp[(j % 4) as usize] } else { prm[j as usize] };
+                tot += width(x, p, j);
+            }
+        });
+        let vote = w.ballot(p == vmask);
+        let all_match = match PREFIX {
+            ANY => vote == u32::MAX,
+            x => x == 1,
+        };
+        let (excl, sum) = if all_match && prefix {
+            let row = lay.prefix + 128 * step;
+            // SAFETY: inside the book's PREFIX field (step < steps).
+            let (incl, sum) = unsafe { (b.ld_u32(row + 4 * lane), b.ld_u32(row + 124)) };
+            (incl.wrapping_sub(tot), sum)
+        } else {
+            exclusive_scan(w, tot)
+        };
+        if sum > limit || pos > limit - sum {
+            return false;
+        }
+        s.ready(pos, pos + sum);
+        let class = if CLASS != ANY {
+            CLASS
+        } else if classes {
+            // SAFETY: inside the CLASS field.
+            unsafe { b.ld_u8(lay.class + step) as u8 }
+        } else {
+            CLASS_GENERAL
+        };
+        let ob = k0 * C;
+        // SAFETY: inside the BITVAL field, 16-aligned.
+        let bv = unsafe { b.ld_v4(lay.bitval + ob) };
+        let mut bit = pos + excl;
+        let mut o = [0u32; 4];
+        if class == CLASS_NONE_FREE && all_match {
+            o = bv;
+        } else if C == 8 {
+            let (r1, fr) = if class == CLASS_TWO_RUNS {
+                // SAFETY: inside the RUN1 and FREE fields, 16-aligned.
+                unsafe { (b.ld_v4(lay.run1 + ob), b.ld_v4(lay.free + ob)) }
+            } else {
+                ([0; 4], [0; 4])
+            };
+            each_chunk!(j => {
+              if j < 2 {
+                let wj = width(prm[j as usize], p, j);
+                let v = s.raw64(bit);
+                bit += wj;
+                let x = if (p >> j) & 1 == 0 {
+                    v
+                } else if class == CLASS_NONE_FREE {
+                    field64(&bv, j)
+                } else if class == CLASS_TWO_RUNS {
+                    let q = prm[j as usize];
+                    expand2_64(
+                        v,
+                        q & 0xff,
+                        (q >> 8) & 0xff,
+                        field64(&r1, j),
+                        field64(&fr, j),
+                        field64(&bv, j),
+                    )
+                } else {
+                    let e = entry::<8, M>(m, g.entries, k0 + j);
+                    table::decode_entry::<8>(&e, true, v)
+                };
+                o[2 * j as usize] = x as u32;
+                o[2 * j as usize + 1] = (x >> 32) as u32;
+              }
+            });
+        } else {
+            let (r1, fr) = if class == CLASS_TWO_RUNS {
+                // SAFETY: as above.
+                unsafe { (b.ld_v4(lay.run1 + ob), b.ld_v4(lay.free + ob)) }
+            } else {
+                ([0; 4], [0; 4])
+            };
+            let mut win = 0u32;
+            each_chunk!(j => {
+                if j < cpl {
+                    if C <= 2 && j.is_multiple_of(4) {
+                        grp = param4(b, lay.params + 4 * (k0 + j));
+                    }
+                    let q = if C <= 2 { grp[(j % 4) as usize] } else { prm[j as usize] };
+                    let wj = width(q, p, j);
+                    // Q: why one read per 4 bytes of chunks?
+                    // A: chunks of 1 or 2 bytes have payloads of at most
+                    // 8 or 16 bits, so the 4/C chunks of one output word
+                    // fit one 32-bit read; each then shifts its bits out
+                    // (two instructions instead of a read's eight).
+                    let v = if C == 4 {
+                        let v = s.raw32(bit);
+                        bit += wj;
+                        v
+                    } else {
+                        let per_word = 4 / C;
+                        if j.is_multiple_of(per_word) {
+                            let mut gw = 0;
+                            each_chunk!(i => {
+                                if i < per_word {
+                                    gw += width(grp[((j + i) % 4) as usize], p, (j + i) % 16);
+                                }
+                            });
+                            win = s.raw32(bit);
+                            bit += gw;
+                        }
+                        let v = win & low_mask32(wj);
+                        win >>= wj & 31;
+                        v
+                    };
+                    // Q: why expand in place in the output word?
+                    // A: the book's `s1` and `d2` of a 1- or 2-byte chunk
+                    // already include the chunk's offset in its output
+                    // word, and a chunk's shifted payload never leaves its
+                    // own bytes, so the word's whole RUN1 and FREE words
+                    // serve every chunk in it: no per-chunk field
+                    // extraction, no repacking.
+                    let byte = j * C;
+                    let wi = (byte / 4) as usize;
+                    let sh = (byte % 4) * 8;
+                    let own = if C == 4 {
+                        u32::MAX
+                    } else {
+                        (low_mask(C * 8) as u32) << sh
+                    };
+                    let x = if (p >> j) & 1 == 0 {
+                        v << sh
+                    } else if class == CLASS_NONE_FREE {
+                        bv[wi] & own
+                    } else if class == CLASS_TWO_RUNS {
+                        expand2_32(v, q & 0xff, (q >> 8) & 0xff, r1[wi], fr[wi], bv[wi] & own)
+                    } else if k0 + j < k_total {
+                        let e = entry::<C, M>(m, g.entries, k0 + j);
+                        (table::decode_entry::<C>(&e, true, v as u64) as u32) << sh
+                    } else {
+                        0
+                    };
+                    o[wi] |= x;
+                }
+            });
+        }
+        let n = if !TAIL {
+            16
+        } else {
+            g.row_bytes.saturating_sub(ob).min(16)
+        };
+        sink.put(ob, o, n);
+        pos += sum;
+        step += 1;
+    }
+    // The stream must end exactly at E, with zero padding.
+    let pad = (8 - pos % 8) % 8;
+    pos.div_ceil(8) == e_bytes && s.raw32(pos) & low_mask32(pad) == 0
+}
