@@ -18,7 +18,7 @@ fn bench(c: &mut Criterion) {
     use cust::memory::DeviceBuffer;
     use cust::stream::{Stream, StreamFlags};
     use ibp::Rows;
-    use ibp::gpu::{Gpu, PinnedBuffer};
+    use ibp::gpu::{Fitter, Gpu, PinnedBuffer};
 
     let gpu = match Gpu::first() {
         Ok(g) => g,
@@ -28,6 +28,7 @@ fn bench(c: &mut Criterion) {
         }
     };
     let stream = Stream::new(StreamFlags::NON_BLOCKING, None).unwrap();
+    let fitter = Fitter::new(&gpu);
     let mut group = c.benchmark_group(format!("count_bits/{}", gpu.info().name));
     group
         .sample_size(10)
@@ -48,7 +49,8 @@ fn bench(c: &mut Criterion) {
         let check = &bytes[..l * 1000];
         let want = ibp::fit::count_bits(Rows::new(check, l).unwrap());
         assert_eq!(
-            gpu.count_bits_blocking(Rows::new(check, l).unwrap(), 1 << 20)
+            fitter
+                .count_bits_blocking(Rows::new(check, l).unwrap(), 1 << 20)
                 .unwrap(),
             want
         );
@@ -65,7 +67,7 @@ fn bench(c: &mut Criterion) {
             );
             a.record(&stream).unwrap();
             for _ in 0..iters {
-                gpu.count_bits(src, l, &mut counts, &stream).unwrap();
+                fitter.count_bits(src, l, &mut counts, &stream).unwrap();
             }
             b.record(&stream).unwrap();
             b.synchronize().unwrap();

@@ -31,13 +31,13 @@ if [ -n "${IBP_STAGE_WORKTREE:-}" ]; then
   export CARGO_TARGET_DIR="$src-target"
   cp -r .tools "$src/" 2>/dev/null || true
 fi
-# The binary needs `cli`; the same features for all three keep one build of the
-# library per profile.
+# The binary needs `cli`, tests/gpu_foundation.rs `testing`; the same
+# features for all four keep one build of the library per profile.
 { cd "$src"
-  cargo test --release --features cli,cuda --no-run --message-format=json
-  cargo bench --features cli,cuda --no-run --message-format=json
-  cargo build --release --features cli,cuda --bin ibp --message-format=json
-  cargo build --release --features cli,cuda --example embedding_bag --example gemv_stream --message-format=json
+  cargo test --release --features cli,cuda,testing --no-run --message-format=json
+  cargo bench --features cli,cuda,testing --no-run --message-format=json
+  cargo build --release --features cli,cuda,testing --bin ibp --message-format=json
+  cargo build --release --features cli,cuda,testing --example embedding_bag --example gemv_stream --message-format=json
   cd "$root"; } 2>/dev/null | python3 -c '
 import json, os, sys
 for line in sys.stdin:

@@ -42,7 +42,8 @@ cargo fmt --manifest-path gpu-kernels/Cargo.toml --all --check
 
 step "clippy (the command line, the cuda feature, the kernel crate on the host)"
 cargo clippy --all-targets --features cli -- -D warnings
-if [ "$cuda" = 1 ]; then cargo clippy --all-targets --features cli,cuda -- -D warnings; fi
+# `testing`: the GPU foundation's test kernels (tests/gpu_foundation.rs).
+if [ "$cuda" = 1 ]; then cargo clippy --all-targets --features cli,cuda,testing -- -D warnings; fi
 cargo clippy --manifest-path gpu-kernels/Cargo.toml --all-targets -- -D warnings
 
 step "kernel crate: lane and bit arithmetic on the CPU"
@@ -83,10 +84,11 @@ if [ "$cuda" = 1 ]; then
   # files; the other integration tests (containers, corruption, formats,
   # the guarantees, docs) hold no code of the feature and ran above. The
   # GPU machine runs every GPU test binary (scripts/device-run.sh).
-  cargo test --features cli,cuda --lib --bins --test 'gpu_*' --test cli --test cli_device \
+  # `testing` brings tests/gpu_foundation.rs (the test kernels) in.
+  cargo test --features cli,cuda,testing --lib --bins --test 'gpu_*' --test cli --test cli_device \
     --test cli_peers --test memory_bound -- --skip kernel_emu:: --skip kv::
   # The GPU API's doctests (docs/GPU.md, the README's GPU program): compiled.
-  cargo test --features cli,cuda --doc
+  cargo test --features cli,cuda,testing --doc
 fi
 
 step "cargo install of the ibp command on stable (with the GPU path where it builds)"

@@ -15,7 +15,7 @@ use cust::memory::DeviceBuffer;
 use ibp::Rows;
 use ibp::codebook::{ChunkSize, Codebook, Threshold};
 use ibp::fit::{ChunkChoice, Fit, FitOptions, Sample, fit};
-use ibp::gpu::{Gpu, GpuCodebook, HostOptions, HostRead, PinnedBuffer, Registered};
+use ibp::gpu::{Compressor, Fitter, Gpu, HostOptions, HostRead, PinnedBuffer, Registered};
 use ibp::layout::{Layout, LayoutOptions, compress_fixed, compress_packed, size_query};
 
 /// `n` rows of `l` bytes: a noisy base pattern (most rows compress), every
@@ -42,32 +42,28 @@ fn check_compress(gpu: &Gpu, data: &[u8], l: usize, cb: &Codebook, what: &str) {
     let rows = Rows::new(data, l).unwrap();
     let cpu_packed = compress_packed(cb, rows, &LayoutOptions::default()).unwrap();
     let cpu_fixed = compress_fixed(cb, rows, &LayoutOptions::default()).unwrap();
-    let gcb = GpuCodebook::new(cb).unwrap();
+    let comp = Compressor::new(gpu, cb).unwrap();
     let device = DeviceBuffer::from_slice(data).unwrap();
     let pinned = PinnedBuffer::from_slice(data).unwrap();
 
-    let sizes = gpu.size_query_blocking(&gcb, &device).unwrap();
+    let sizes = comp.size_query_blocking(&device).unwrap();
     assert_eq!(sizes, size_query(cb, rows).unwrap(), "{what}: size query");
 
-    let p = gpu
-        .compress_blocking(&gcb, &device, Layout::Packed)
-        .unwrap();
+    let p = comp.compress_blocking(&device, Layout::Packed).unwrap();
     assert_eq!(
         p.to_packed_blocking().unwrap(),
         cpu_packed,
         "{what}: device, packed"
     );
-    let f = gpu
-        .compress_blocking(&gcb, &device, Layout::FixedStride)
+    let f = comp
+        .compress_blocking(&device, Layout::FixedStride)
         .unwrap();
     assert_eq!(
         f.to_fixed_blocking().unwrap(),
         cpu_fixed,
         "{what}: device, fixed"
     );
-    let p = gpu
-        .compress_blocking(&gcb, &pinned, Layout::Packed)
-        .unwrap();
+    let p = comp.compress_blocking(&pinned, Layout::Packed).unwrap();
     assert_eq!(
         p.to_packed_blocking().unwrap(),
         cpu_packed,
@@ -77,18 +73,12 @@ fn check_compress(gpu: &Gpu, data: &[u8], l: usize, cb: &Codebook, what: &str) {
     // The batched host path, with batches small enough that there are
     // several (and a short last one).
     let batch = (data.len() / 3).max(1);
-    let hp = gpu
-        .compress_host_packed_blocking(&gcb, &pinned, batch)
-        .unwrap();
+    let hp = comp.compress_host_packed_blocking(&pinned, batch).unwrap();
     assert_eq!(hp, cpu_packed, "{what}: host batches, packed");
-    let hf = gpu
-        .compress_host_fixed_blocking(&gcb, &pinned, batch)
-        .unwrap();
+    let hf = comp.compress_host_fixed_blocking(&pinned, batch).unwrap();
     assert_eq!(hf, cpu_fixed, "{what}: host batches, fixed");
     let reg = Registered::new(data).unwrap();
-    let hr = gpu
-        .compress_host_packed_blocking(&gcb, &reg, batch)
-        .unwrap();
+    let hr = comp.compress_host_packed_blocking(&reg, batch).unwrap();
     assert_eq!(hr, cpu_packed, "{what}: registered pageable memory");
     // Zero-copy reads instead of DMA, batch by batch.
     for layout in [Layout::Packed, Layout::FixedStride] {
@@ -99,8 +89,8 @@ fn check_compress(gpu: &Gpu, data: &[u8], l: usize, cb: &Codebook, what: &str) {
         };
         let (mut flags, mut out, mut sizes) = (Vec::new(), Vec::new(), Vec::new());
         let mut next = 0u64;
-        let total = gpu
-            .compress_host_blocking(&gcb, &pinned, &opts, |b| {
+        let total = comp
+            .compress_host_blocking(&pinned, &opts, |b| {
                 assert_eq!(b.first_row, next, "{what}: batches in order");
                 next += b.rows as u64;
                 flags.extend_from_slice(b.flags);
@@ -222,12 +212,12 @@ fn gpu_fit_chooses_the_cpu_codebook() {
             let cpu = fit(rows, &opts).unwrap();
             let what = format!("L={l} N={n} {name}");
             assert_same_fit(
-                &gpu.fit_blocking(&device, l, &opts).unwrap(),
+                &Fitter::new(&gpu).fit_blocking(&device, l, &opts).unwrap(),
                 &cpu,
                 &format!("{what}, device"),
             );
             assert_same_fit(
-                &gpu.fit_blocking(&pinned, l, &opts).unwrap(),
+                &Fitter::new(&gpu).fit_blocking(&pinned, l, &opts).unwrap(),
                 &cpu,
                 &format!("{what}, pinned"),
             );
@@ -244,17 +234,17 @@ fn bad_arguments_are_typed_errors() {
     let device = DeviceBuffer::from_slice(&data).unwrap();
     let kind = |r: ibp::Result<Fit>| r.unwrap_err().kind();
     assert_eq!(
-        kind(gpu.fit_blocking(&device, 0, &FitOptions::default())),
+        kind(Fitter::new(&gpu).fit_blocking(&device, 0, &FitOptions::default())),
         ibp::ErrorKind::InvalidArgument
     );
     assert_eq!(
-        kind(gpu.fit_blocking(&device, 7, &FitOptions::default())),
+        kind(Fitter::new(&gpu).fit_blocking(&device, 7, &FitOptions::default())),
         ibp::ErrorKind::InvalidArgument
     );
     let cb = Codebook::new(ChunkSize::One, vec![0xff; 4], vec![1; 4]).unwrap();
-    let gcb = GpuCodebook::new(&cb).unwrap();
-    let err = gpu
-        .compress_blocking(&gcb, &device, Layout::Packed)
+    let comp = Compressor::new(&gpu, &cb).unwrap();
+    let err = comp
+        .compress_blocking(&device, Layout::Packed)
         .err()
         .unwrap();
     assert_eq!(err.kind(), ibp::ErrorKind::InvalidArgument);
@@ -275,7 +265,7 @@ fn real_tables_fit_and_compress_like_the_cpu() {
             FitOptions::default().with_sample(Sample::Fraction(1.0 / 16.0)),
         ] {
             let cpu = fit(rows, &opts).unwrap();
-            let g = gpu.fit_blocking(&device, *l, &opts).unwrap();
+            let g = Fitter::new(&gpu).fit_blocking(&device, *l, &opts).unwrap();
             assert_same_fit(&g, &cpu, &format!("{name} {:?}", opts.sample));
         }
         let cb = fit(rows, &FitOptions::default()).unwrap().codebook;
@@ -315,10 +305,10 @@ fn reused_buffers_for_rows_of(gpu: &Gpu, l: usize) {
         let data = dataset(&mut rng, l, n, raw_every);
         let rows = Rows::new(&data, l).unwrap();
         let cb = fit(rows, &FitOptions::default()).unwrap().codebook;
-        let gcb = GpuCodebook::new(&cb).unwrap();
+        let comp = Compressor::new(gpu, &cb).unwrap();
         let device = DeviceBuffer::from_slice(&data).unwrap();
         for layout in [Layout::Packed, Layout::FixedStride] {
-            gpu.compress_into_blocking(&gcb, &device, layout, &mut dev_out)
+            comp.compress_into_blocking(&device, layout, &mut dev_out)
                 .unwrap();
             match layout {
                 Layout::Packed => {
@@ -338,7 +328,7 @@ fn reused_buffers_for_rows_of(gpu: &Gpu, l: usize) {
         let pinned = PinnedBuffer::from_slice(&data).unwrap();
         let mut payload = Vec::new();
         let mut batches = 0;
-        hc.compress_blocking(gpu, &gcb, &pinned, |b| {
+        hc.compress_blocking(&comp, &pinned, |b| {
             payload.extend_from_slice(b.data);
             batches += 1;
             Ok(())
@@ -374,10 +364,10 @@ fn packed_compression_goes_through_slots_when_it_pays() {
             through,
             "invariant share of the codebook"
         );
-        let gcb = GpuCodebook::new(&cb).unwrap();
+        let comp = Compressor::new(&gpu, &cb).unwrap();
         let device = DeviceBuffer::from_slice(&data).unwrap();
         let mut out = ibp::gpu::DeviceCompressed::empty().unwrap();
-        gpu.compress_into_blocking(&gcb, &device, Layout::Packed, &mut out)
+        comp.compress_into_blocking(&device, Layout::Packed, &mut out)
             .unwrap();
         assert_eq!(
             out.to_packed_blocking().unwrap(),
@@ -399,7 +389,7 @@ fn a_sink_error_stops_the_batches_and_the_compressor_still_works() {
     let data = dataset(&mut rng, l, 400, 6);
     let rows = Rows::new(&data, l).unwrap();
     let cb = fit(rows, &FitOptions::default()).unwrap().codebook;
-    let gcb = GpuCodebook::new(&cb).unwrap();
+    let comp = Compressor::new(&gpu, &cb).unwrap();
     let mut hc = ibp::gpu::HostCompressor::new(
         l,
         &HostOptions {
@@ -414,7 +404,7 @@ fn a_sink_error_stops_the_batches_and_the_compressor_still_works() {
         let reg = Registered::new(&data).unwrap();
         let mut seen = 0;
         let err = hc
-            .compress_blocking(&gpu, &gcb, &reg, |_| {
+            .compress_blocking(&comp, &reg, |_| {
                 seen += 1;
                 Err(ibp::Error::invalid("the sink gives up"))
             })
@@ -424,7 +414,7 @@ fn a_sink_error_stops_the_batches_and_the_compressor_still_works() {
     }
     let pinned = PinnedBuffer::from_slice(&data).unwrap();
     let mut payload = Vec::new();
-    hc.compress_blocking(&gpu, &gcb, &pinned, |b| {
+    hc.compress_blocking(&comp, &pinned, |b| {
         payload.extend_from_slice(b.data);
         Ok(())
     })
@@ -447,10 +437,10 @@ fn device_compressed_output_decodes_in_place() {
         let data = dataset(&mut rng, l, n, 9);
         let rows = Rows::new(&data, l).unwrap();
         let cb = fit(rows, &FitOptions::default()).unwrap().codebook;
-        let gcb = GpuCodebook::new(&cb).unwrap();
+        let comp = Compressor::new(&gpu, &cb).unwrap();
         let device = DeviceBuffer::from_slice(&data).unwrap();
         for layout in [Layout::Packed, Layout::FixedStride] {
-            let dc = gpu.compress_blocking(&gcb, &device, layout).unwrap();
+            let dc = comp.compress_blocking(&device, layout).unwrap();
             let ds = ibp::gpu::GpuDataset::from_device_compressed(&gpu, &cb, dc).unwrap();
             let dec = ibp::gpu::Decoder::new(&gpu, &ds, &Default::default()).unwrap();
             let mut out = DeviceBuffer::from_slice(&vec![0x5au8; n * l]).unwrap();
@@ -472,7 +462,7 @@ fn a_replaced_codebook_compresses_as_a_new_one() {
         return;
     };
     let mut rng = Rng(0x5e7);
-    let mut gcb: Option<GpuCodebook> = None;
+    let mut comp: Option<Compressor<'_>> = None;
     let mut dev_out = ibp::gpu::DeviceCompressed::empty().unwrap();
     // Longer rows (a larger book: the buffer grows), shorter ones (the
     // book copied into the front of the larger buffer), another chunk
@@ -491,14 +481,14 @@ fn a_replaced_codebook_compresses_as_a_new_one() {
             ..Default::default()
         };
         let cb = fit(rows, &opts).unwrap().codebook;
-        match gcb.as_mut() {
+        match comp.as_mut() {
             Some(g) => g.replace(&cb).unwrap(),
-            None => gcb = Some(GpuCodebook::new(&cb).unwrap()),
+            None => comp = Some(Compressor::new(&gpu, &cb).unwrap()),
         }
-        let g = gcb.as_ref().unwrap();
+        let g = comp.as_ref().unwrap();
         assert_eq!(g.codebook(), &cb);
         let device = DeviceBuffer::from_slice(&data).unwrap();
-        gpu.compress_into_blocking(g, &device, Layout::Packed, &mut dev_out)
+        g.compress_into_blocking(&device, Layout::Packed, &mut dev_out)
             .unwrap();
         assert_eq!(
             dev_out.to_packed_blocking().unwrap(),
@@ -506,7 +496,7 @@ fn a_replaced_codebook_compresses_as_a_new_one() {
             "L={l} C={chunk:?}"
         );
         assert_eq!(
-            gpu.size_query_blocking(g, &device).unwrap(),
+            g.size_query_blocking(&device).unwrap(),
             size_query(&cb, rows).unwrap(),
             "sizes L={l} C={chunk:?}"
         );

@@ -11,8 +11,8 @@ use cust::memory::DeviceBuffer;
 use cust::stream::{Stream, StreamFlags};
 use ibp::Rows;
 use ibp::fit::count_bits;
-use ibp::gpu::PinnedBuffer;
 use ibp::gpu::copy_to_host_blocking;
+use ibp::gpu::{Fitter, PinnedBuffer, testing};
 use ibp_kernels::detail::warp::EmulatedWarp;
 
 fn stream() -> Stream {
@@ -38,7 +38,7 @@ fn warp_helpers_match_the_emulated_warp() {
     let d_in = DeviceBuffer::from_slice(&input).unwrap();
     let mut d_out = DeviceBuffer::<u32>::zeroed(input.len() * 8).unwrap();
     let s = stream();
-    gpu.test_warp(&d_in, &mut d_out, &s).unwrap();
+    testing::warp(&gpu, &d_in, &mut d_out, &s).unwrap();
     s.synchronize().unwrap();
     let out = copy_to_host_blocking(&d_out).unwrap();
     for w in 0..warps {
@@ -86,7 +86,7 @@ fn cp_async_copies_bit_exactly_through_shared_memory() {
         // From device memory.
         let src = DeviceBuffer::from_slice(&data).unwrap();
         let mut dst = DeviceBuffer::<u8>::zeroed(data.len()).unwrap();
-        gpu.test_cp_async(&src, &mut dst, bytes, width, &s).unwrap();
+        testing::cp_async(&gpu, &src, &mut dst, bytes, width, &s).unwrap();
         s.synchronize().unwrap();
         assert_eq!(
             copy_to_host_blocking(&dst).unwrap(),
@@ -96,8 +96,7 @@ fn cp_async_copies_bit_exactly_through_shared_memory() {
         // From pinned host memory, zero-copy.
         let pinned = PinnedBuffer::from_slice(&data).unwrap();
         let mut dst = DeviceBuffer::<u8>::zeroed(data.len()).unwrap();
-        gpu.test_cp_async(&pinned, &mut dst, bytes, width, &s)
-            .unwrap();
+        testing::cp_async(&gpu, &pinned, &mut dst, bytes, width, &s).unwrap();
         s.synchronize().unwrap();
         assert_eq!(
             copy_to_host_blocking(&dst).unwrap(),
@@ -110,12 +109,13 @@ fn cp_async_copies_bit_exactly_through_shared_memory() {
 /// GPU counts of `bytes` (rows of `l`) from device and pinned memory.
 fn gpu_counts(gpu: &ibp::gpu::Gpu, bytes: &[u8], l: usize) -> (Vec<u64>, Vec<u64>) {
     let s = stream();
+    let fitter = Fitter::new(gpu);
     let dev = DeviceBuffer::from_slice(bytes).unwrap();
     let mut c1 = DeviceBuffer::<u64>::zeroed(8 * l).unwrap();
-    gpu.count_bits(&dev, l, &mut c1, &s).unwrap();
+    fitter.count_bits(&dev, l, &mut c1, &s).unwrap();
     let pinned = PinnedBuffer::from_slice(bytes).unwrap();
     let mut c2 = DeviceBuffer::<u64>::zeroed(8 * l).unwrap();
-    gpu.count_bits(&pinned, l, &mut c2, &s).unwrap();
+    fitter.count_bits(&pinned, l, &mut c2, &s).unwrap();
     s.synchronize().unwrap();
     (
         copy_to_host_blocking(&c1).unwrap(),
@@ -159,7 +159,9 @@ fn gpu_counts_accumulate_across_batches_and_reject_bad_sizes() {
     let mut counts = DeviceBuffer::<u64>::zeroed(8 * l).unwrap();
     for part in bytes.chunks(l * 700) {
         let d = DeviceBuffer::from_slice(part).unwrap();
-        gpu.count_bits(&d, l, &mut counts, &s).unwrap();
+        Fitter::new(&gpu)
+            .count_bits(&d, l, &mut counts, &s)
+            .unwrap();
     }
     s.synchronize().unwrap();
     assert_eq!(
@@ -168,16 +170,22 @@ fn gpu_counts_accumulate_across_batches_and_reject_bad_sizes() {
     );
     let d = DeviceBuffer::from_slice(&bytes[..l * 2 + 1]).unwrap();
     assert_eq!(
-        gpu.count_bits(&d, l, &mut counts, &s).unwrap_err().kind(),
+        Fitter::new(&gpu)
+            .count_bits(&d, l, &mut counts, &s)
+            .unwrap_err()
+            .kind(),
         ibp::ErrorKind::InvalidArgument
     );
     let mut short = DeviceBuffer::<u64>::zeroed(8).unwrap();
     assert_eq!(
-        gpu.count_bits(&d, l, &mut short, &s).unwrap_err().kind(),
+        Fitter::new(&gpu)
+            .count_bits(&d, l, &mut short, &s)
+            .unwrap_err()
+            .kind(),
         ibp::ErrorKind::InvalidArgument
     );
     // The blocking host path, with batches smaller than the data.
-    let host = gpu
+    let host = Fitter::new(&gpu)
         .count_bits_blocking(Rows::new(&bytes, l).unwrap(), 64 * 1024)
         .unwrap();
     assert_eq!(host, count_bits(Rows::new(&bytes, l).unwrap()));
@@ -222,7 +230,9 @@ fn a_span_of_pinned_memory_is_a_kernel_source() {
     let (a, b) = (37 * l, 201 * l);
     let span = pinned.span(a..b).unwrap();
     let mut counts = DeviceBuffer::<u64>::zeroed(8 * l).unwrap();
-    gpu.count_bits(&span, l, &mut counts, &s).unwrap();
+    Fitter::new(&gpu)
+        .count_bits(&span, l, &mut counts, &s)
+        .unwrap();
     s.synchronize().unwrap();
     let want = count_bits(Rows::new(&bytes[a..b], l).unwrap());
     assert_eq!(copy_to_host_blocking(&counts).unwrap(), want);

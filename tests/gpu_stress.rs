@@ -32,7 +32,7 @@ use cust::stream::{Stream, StreamFlags};
 use ibp::Rows;
 use ibp::codebook::{ChunkSize, Codebook};
 use ibp::gpu::{
-    CacheOptions, DecodeOptions, DecodeStatus, Decoder, DmaScratch, FeatureCache, Gpu, GpuCodebook,
+    CacheOptions, Compressor, DecodeOptions, DecodeStatus, Decoder, DmaScratch, FeatureCache, Gpu,
     GpuDataset, KvStore, KvStoreOptions, PinnedBuffer, Residency, Span, copy_to_host_blocking,
 };
 use ibp::layout::{Layout, LayoutOptions, compress_fixed, compress_packed};
@@ -79,7 +79,7 @@ struct PerGpu<'g> {
     gpu: &'g Gpu,
     pinned: GpuDataset,
     device: GpuDataset,
-    gcb: GpuCodebook,
+    comp: Compressor<'g>,
     d_rows: DeviceBuffer<u8>,
     p_rows: PinnedBuffer<u8>,
     cache: Mutex<FeatureCache>,
@@ -311,10 +311,10 @@ fn worker(
         let src = Span::of(&me.d_rows, a * L, rows * L).ok_or("a device span")?;
         if round % 2 == 0 {
             let c = ok(
-                gpu.compress_blocking(&me.gcb, &src, Layout::Packed),
+                me.comp.compress_blocking(&src, Layout::Packed),
                 "compress (packed)",
             )?;
-            let want = compress_packed(me.gcb.codebook(), cpu, &LayoutOptions::default()).unwrap();
+            let want = compress_packed(me.comp.codebook(), cpu, &LayoutOptions::default()).unwrap();
             if ok(c.to_packed_blocking(), "to_packed")? != want {
                 return Err(format!(
                     "compressed rows {a}+{rows} (packed) differ from the CPU's"
@@ -322,10 +322,10 @@ fn worker(
             }
         } else {
             let c = ok(
-                gpu.compress_blocking(&me.gcb, &src, Layout::FixedStride),
+                me.comp.compress_blocking(&src, Layout::FixedStride),
                 "compress (fixed)",
             )?;
-            let want = compress_fixed(me.gcb.codebook(), cpu, &LayoutOptions::default()).unwrap();
+            let want = compress_fixed(me.comp.codebook(), cpu, &LayoutOptions::default()).unwrap();
             if ok(c.to_fixed_blocking(), "to_fixed")? != want {
                 return Err(format!(
                     "compressed rows {a}+{rows} (fixed) differ from the CPU's"
@@ -337,10 +337,11 @@ fn worker(
             .span(a * L..(a + rows) * L)
             .ok_or("a pinned span")?;
         let got = ok(
-            gpu.compress_host_packed_blocking(&me.gcb, &host, (rows * L / 3).max(L)),
+            me.comp
+                .compress_host_packed_blocking(&host, (rows * L / 3).max(L)),
             "compress (host batches)",
         )?;
-        let want = compress_packed(me.gcb.codebook(), cpu, &LayoutOptions::default()).unwrap();
+        let want = compress_packed(me.comp.codebook(), cpu, &LayoutOptions::default()).unwrap();
         if got != want {
             return Err(format!(
                 "host-batch compression of rows {a}+{rows} differs from the CPU's"
@@ -405,7 +406,7 @@ fn threads_and_streams_on_every_gpu_decode_gather_append_and_compress_bit_exactl
                 .expect("a feature cache");
             PerGpu {
                 gpu: g,
-                gcb: GpuCodebook::new(&cb).unwrap(),
+                comp: Compressor::new(g, &cb).unwrap(),
                 d_rows: DeviceBuffer::from_slice(&data).unwrap(),
                 p_rows: PinnedBuffer::from_slice(&data).unwrap(),
                 cache: Mutex::new(cache),

@@ -87,19 +87,31 @@ struct CandidateReport {
     chosen: bool,
 }
 
+/// The GPU a [`Counter`] counts on, owned by the caller (the counter's
+/// fitter borrows it); nothing without the `cuda` feature.
+#[cfg(feature = "cuda")]
+type GpuSlot = Option<ibp::gpu::Gpu>;
+#[cfg(not(feature = "cuda"))]
+type GpuSlot = ();
+
 /// Where bits get counted.
-enum Counter {
+enum Counter<'g> {
     Cpu,
+    /// One fitter for every tensor: its device buffers stay warm.
     #[cfg(feature = "cuda")]
-    Gpu(ibp::gpu::Gpu),
+    Gpu(ibp::gpu::Fitter<'g>),
+    #[cfg(not(feature = "cuda"))]
+    #[allow(dead_code)]
+    Never(std::marker::PhantomData<&'g ()>),
 }
 
-impl Counter {
-    fn pick(device: &str) -> Result<Self> {
+impl<'g> Counter<'g> {
+    /// The counter for `--device`; a GPU it opens goes into `slot`.
+    fn pick(device: &str, slot: &'g mut GpuSlot) -> Result<Self> {
         match device {
             "cpu" => Ok(Counter::Cpu),
-            "gpu" => Self::gpu(true),
-            "auto" => Self::gpu(false),
+            "gpu" => Self::gpu(true, slot),
+            "auto" => Self::gpu(false, slot),
             other => Err(ibp::Error::invalid(format!(
                 "--device {other}: use auto, gpu or cpu"
             ))),
@@ -107,9 +119,9 @@ impl Counter {
     }
 
     #[cfg(feature = "cuda")]
-    fn gpu(required: bool) -> Result<Self> {
+    fn gpu(required: bool, slot: &'g mut GpuSlot) -> Result<Self> {
         match ibp::gpu::Gpu::first() {
-            Ok(g) => Ok(Counter::Gpu(g)),
+            Ok(g) => Ok(Counter::Gpu(ibp::gpu::Fitter::new(slot.insert(g)))),
             Err(e) if !required => {
                 // One level of parentheses: the driver's message has its own.
                 eprintln!("ibp: counting on the CPU: no usable GPU: {}", e.message());
@@ -120,7 +132,7 @@ impl Counter {
     }
 
     #[cfg(not(feature = "cuda"))]
-    fn gpu(required: bool) -> Result<Self> {
+    fn gpu(required: bool, _slot: &'g mut GpuSlot) -> Result<Self> {
         if required {
             return Err(ibp::Error::unsupported(
                 "this ibp was built without the `cuda` feature; rebuild with --features cuda or use --device cpu",
@@ -133,7 +145,10 @@ impl Counter {
         match self {
             Counter::Cpu => format!("CPU ({} threads)", rayon::current_num_threads()),
             #[cfg(feature = "cuda")]
-            Counter::Gpu(g) => g.info().name.clone(),
+            Counter::Gpu(f) => f.gpu().info().name.clone(),
+            // Never built (the variant only carries the lifetime).
+            #[cfg(not(feature = "cuda"))]
+            Counter::Never(_) => format!("CPU ({} threads)", rayon::current_num_threads()),
         }
     }
 
@@ -142,7 +157,7 @@ impl Counter {
         match self {
             Counter::Cpu => fit::fit(rows, opts),
             #[cfg(feature = "cuda")]
-            Counter::Gpu(g) => {
+            Counter::Gpu(f) => {
                 // The whole fit on the GPU (count, weigh every candidate,
                 // sample included), reading the rows where they are:
                 // registered in place, or a pinned copy when the memory
@@ -152,12 +167,15 @@ impl Counter {
                     return fit::fit(rows, opts);
                 }
                 match ibp::gpu::Registered::new(rows.bytes()) {
-                    Ok(r) => g.fit_blocking(&r, l, opts),
+                    Ok(r) => f.fit_blocking(&r, l, opts),
                     Err(_) => {
-                        g.fit_blocking(&ibp::gpu::PinnedBuffer::from_slice(rows.bytes())?, l, opts)
+                        f.fit_blocking(&ibp::gpu::PinnedBuffer::from_slice(rows.bytes())?, l, opts)
                     }
                 }
             }
+            // Never built (the variant only carries the lifetime).
+            #[cfg(not(feature = "cuda"))]
+            Counter::Never(_) => format!("CPU ({} threads)", rayon::current_num_threads()),
         }
     }
 }
@@ -177,7 +195,8 @@ pub fn run(args: Args) -> Result<()> {
             args.json,
         );
     }
-    let counter = Counter::pick(&args.device)?;
+    let mut gpu = GpuSlot::default();
+    let counter = Counter::pick(&args.device, &mut gpu)?;
     let cast = args.cast.as_deref().map(DType::parse).transpose()?;
     if let Some(c) = &cast
         && *c != DType::BF16
@@ -283,7 +302,7 @@ fn analyze_group(
     g: &TensorGroup<'_>,
     fit_args: &FitArgs,
     opts: &FitOptions,
-    counter: &Counter,
+    counter: &Counter<'_>,
 ) -> Result<Report> {
     let shape = g.row_shape(fit_args.row_len)?;
     let raw_bytes = shape.total_bytes();

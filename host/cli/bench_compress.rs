@@ -11,7 +11,7 @@ use std::time::Instant;
 use cust::memory::DeviceBuffer;
 use ibp::fit::{FitOptions, Sample};
 use ibp::gpu::{
-    DeviceCompressed, Gpu, GpuCodebook, HostCompressor, HostOptions, HostRead, PinnedBuffer,
+    Compressor, DeviceCompressed, Fitter, Gpu, HostCompressor, HostOptions, HostRead, PinnedBuffer,
     Registered,
 };
 use ibp::layout::Layout;
@@ -51,11 +51,11 @@ pub fn section(
     md: &mut String,
 ) -> Result<()> {
     let mut stage_md = String::from(
-        "\n### Stages on device-resident data\n\nThe sampled fit's phases first (wall-clock time inside `Gpu::fit_blocking` with a sample of 1/16, median of 5; its \"rest on the host\" is the fit's time less the other two), then each kernel launched alone and synchronised (median of 5).\n\n| data | stage | ms | input GB/s |\n| --- | --- | --- | --- |\n",
+        "\n### Stages on device-resident data\n\nThe sampled fit's phases first (wall-clock time inside `Fitter::fit_blocking` with a sample of 1/16, median of 5; its \"rest on the host\" is the fit's time less the other two), then each kernel launched alone and synchronised (median of 5).\n\n| data | stage | ms | input GB/s |\n| --- | --- | --- | --- |\n",
     );
     let _ = writeln!(
         md,
-        "## Fit and compression\n\nEach table is replicated to at least {} bytes. Wall-clock time of the public calls, median of 5 after a warm-up, with output buffers allocated once and reused (`Gpu::compress_into_blocking`, `HostCompressor`; in *fit + compress* the codebook's device memory too, `GpuCodebook::replace`; *one-shot* is `Gpu::compress_host_blocking`, which allocates its buffers, 3 × 128 MiB of device memory and 64 MiB pinned, on every call); every configuration was first compared byte for byte with the CPU encoder (`compress_packed`, `compress_fixed`) and the GPU fit with the CPU fit. Rates are input bytes per second.\n\n- *fit all*: `Gpu::fit_blocking` counting and weighing every tensor; *fit 1/16*: on the sample of every 16th tensor (`Sample::Fraction(1/16)`), which the CPU fit accepts too and which chooses the same codebook here.\n- *device*: the rows in device memory; `Gpu::compress_blocking` to the packed layout, output in device memory (rows of whole 4-byte words under a codebook at least a fifth invariant: encoded into scratch slots, nothing measured first, then moved to their offsets by `ibp_compact`; others measured, cleared where writes meet and encoded); *compress fixed*: to the fixed-stride layout (rows of whole 4-byte words written straight into their slots by `ibp_encode_slots_c*`, nothing measured first; others measured, zeroed and encoded), checked also in a buffer reused from a packed run.\n- *host*: the rows in pinned host memory; `Gpu::compress_host_blocking` (64 MiB batches, each read once, by DMA into a device batch buffer (`HostRead::Dma`, the default) or zero-copy by the size kernel (`HostRead::ZeroCopy`); three batches in flight; compressed batches copied back to pinned memory and handed to a callback that does nothing else). *registered*: the same from ordinary (pageable) memory registered for the call with `Registered`, registration included.\n- *CPU*: `ibp::fit::fit` plus `compress_packed` on this machine's CPU ({} threads), one run.\n- PCIe on this machine: pinned host-to-device copy {:.1} GB/s, zero-copy kernel read {:.1} GB/s.\n",
+        "## Fit and compression\n\nEach table is replicated to at least {} bytes. Wall-clock time of the public calls, median of 5 after a warm-up, with output buffers allocated once and reused (`Compressor::compress_into_blocking`, `HostCompressor`; in *fit + compress* the codebook's device memory too, `Compressor::replace`; *one-shot* is `Compressor::compress_host_blocking`, which allocates its buffers, 3 × 128 MiB of device memory and 64 MiB pinned, on every call); every configuration was first compared byte for byte with the CPU encoder (`compress_packed`, `compress_fixed`) and the GPU fit with the CPU fit. Rates are input bytes per second.\n\n- *fit all*: `Fitter::fit_blocking` counting and weighing every tensor; *fit 1/16*: on the sample of every 16th tensor (`Sample::Fraction(1/16)`), which the CPU fit accepts too and which chooses the same codebook here.\n- *device*: the rows in device memory; `Compressor::compress_blocking` to the packed layout, output in device memory (rows of whole 4-byte words under a codebook at least a fifth invariant: encoded into scratch slots, nothing measured first, then moved to their offsets by `ibp_compact`; others measured, cleared where writes meet and encoded); *compress fixed*: to the fixed-stride layout (rows of whole 4-byte words written straight into their slots by `ibp_encode_slots_c*`, nothing measured first; others measured, zeroed and encoded), checked also in a buffer reused from a packed run.\n- *host*: the rows in pinned host memory; `Compressor::compress_host_blocking` (64 MiB batches, each read once, by DMA into a device batch buffer (`HostRead::Dma`, the default) or zero-copy by the size kernel (`HostRead::ZeroCopy`); three batches in flight; compressed batches copied back to pinned memory and handed to a callback that does nothing else). *registered*: the same from ordinary (pageable) memory registered for the call with `Registered`, registration included.\n- *CPU*: `ibp::fit::fit` plus `compress_packed` on this machine's CPU ({} threads), one run.\n- PCIe on this machine: pinned host-to-device copy {:.1} GB/s, zero-copy kernel read {:.1} GB/s.\n",
         real_bytes,
         rayon::current_num_threads(),
         h2d / 1e9,
@@ -107,8 +107,8 @@ pub fn section(
         if stages {
             let device = DeviceBuffer::from_slice(&big).map_err(|e| Error::cuda(e.to_string()))?;
             let cb = ibp::fit::fit(Rows::new(&big, l)?, &FitOptions::default())?.codebook;
-            let gcb = GpuCodebook::new(&cb)?;
-            for (stage, t) in gpu.profile_stages(&gcb, &device, 5)? {
+            let comp = Compressor::new(gpu, &cb)?;
+            for (stage, t) in comp.profile_stages(&device, 5)? {
                 let _ = writeln!(
                     stage_md,
                     "| {name} | {stage} | {:.3} | {} |",
@@ -182,6 +182,8 @@ pub struct Times {
 /// measures, each checked byte for byte against the CPU first (an error of
 /// kind `Corrupt` when one differs).
 pub fn measure(gpu: &Gpu, big: &[u8], l: usize) -> Result<Times> {
+    // One fitter for every fit: its buffers stay warm, as a loop's would.
+    let fitter = Fitter::new(gpu);
     let sample = Sample::Fraction(1.0 / 16.0);
     let n = big.len() as f64;
     let rows = Rows::new(big, l)?;
@@ -204,29 +206,29 @@ pub fn measure(gpu: &Gpu, big: &[u8], l: usize) -> Result<Times> {
     let part = FitOptions::default().with_sample(sample);
 
     // Self-checks.
-    let g = gpu.fit_blocking(&device, l, &all)?;
+    let g = fitter.fit_blocking(&device, l, &all)?;
     check(
         g.codebook == cpu_fit.codebook && g.candidates == cpu_fit.candidates,
         "fit (device)",
     )?;
-    let g = gpu.fit_blocking(&pinned, l, &part)?;
+    let g = fitter.fit_blocking(&pinned, l, &part)?;
     check(
         g.codebook == cpu_sample_fit.codebook,
         "sampled fit (pinned)",
     )?;
-    let gcb = GpuCodebook::new(cb)?;
-    let p = gpu
-        .compress_blocking(&gcb, &device, Layout::Packed)?
+    let comp = Compressor::new(gpu, cb)?;
+    let p = comp
+        .compress_blocking(&device, Layout::Packed)?
         .to_packed_blocking()?;
     check(p == cpu_packed, "device compression (packed)")?;
-    let f = gpu
-        .compress_blocking(&gcb, &device, Layout::FixedStride)?
+    let f = comp
+        .compress_blocking(&device, Layout::FixedStride)?
         .to_fixed_blocking()?;
     check(
         f == ibp::layout::compress_fixed(cb, rows, &ibp::layout::LayoutOptions::default())?,
         "device compression (fixed)",
     )?;
-    let h = gpu.compress_host_packed_blocking(&gcb, &pinned, 64 << 20)?;
+    let h = comp.compress_host_packed_blocking(&pinned, 64 << 20)?;
     check(h == cpu_packed, "host compression")?;
     let savings = 1.0 - cpu_packed.payload.len() as f64 / n;
 
@@ -240,74 +242,71 @@ pub fn measure(gpu: &Gpu, big: &[u8], l: usize) -> Result<Times> {
     };
     let mut hc = HostCompressor::new(l, &host_opts)?;
     let mut hc_zc = HostCompressor::new(l, &zc_opts)?;
-    let d_fit_all = median(5, || gpu.fit_blocking(&device, l, &all).map(drop))?;
-    let d_fit_part = median(5, || gpu.fit_blocking(&device, l, &part).map(drop))?;
+    let d_fit_all = median(5, || fitter.fit_blocking(&device, l, &all).map(drop))?;
+    let d_fit_part = median(5, || fitter.fit_blocking(&device, l, &part).map(drop))?;
     let d_packed = median(5, || {
-        gpu.compress_into_blocking(&gcb, &device, Layout::Packed, &mut dev_out)
+        comp.compress_into_blocking(&device, Layout::Packed, &mut dev_out)
     })?;
     let d_fixed = median(5, || {
-        gpu.compress_into_blocking(&gcb, &device, Layout::FixedStride, &mut dev_out)
+        comp.compress_into_blocking(&device, Layout::FixedStride, &mut dev_out)
     })?;
     // The fixed-stride output written over the packed one's stale bytes
     // (no memset before it when rows are whole 4-byte words) is checked
     // too.
-    gpu.compress_into_blocking(&gcb, &device, Layout::Packed, &mut dev_out)?;
-    gpu.compress_into_blocking(&gcb, &device, Layout::FixedStride, &mut dev_out)?;
+    comp.compress_into_blocking(&device, Layout::Packed, &mut dev_out)?;
+    comp.compress_into_blocking(&device, Layout::FixedStride, &mut dev_out)?;
     check(
         dev_out.to_fixed_blocking()? == f,
         "device compression (fixed, into a reused buffer)",
     )?;
     // Fit and compress as a loop that does it again and again would: the
-    // codebook's device memory reused too (`GpuCodebook::replace`).
-    let mut fitted = GpuCodebook::new(&g.codebook)?;
+    // codebook's device memory reused too (`Compressor::replace`).
+    let mut fitted = Compressor::new(gpu, &g.codebook)?;
     let d_total = median(5, || {
-        let fit = gpu.fit_blocking(&device, l, &part)?;
+        let fit = fitter.fit_blocking(&device, l, &part)?;
         fitted.replace(&fit.codebook)?;
-        gpu.compress_into_blocking(&fitted, &device, Layout::Packed, &mut dev_out)
+        fitted.compress_into_blocking(&device, Layout::Packed, &mut dev_out)
     })?;
     let d_total_fixed = median(5, || {
-        let fit = gpu.fit_blocking(&device, l, &part)?;
+        let fit = fitter.fit_blocking(&device, l, &part)?;
         fitted.replace(&fit.codebook)?;
-        gpu.compress_into_blocking(&fitted, &device, Layout::FixedStride, &mut dev_out)
+        fitted.compress_into_blocking(&device, Layout::FixedStride, &mut dev_out)
     })?;
     let d_total_all = median(5, || {
-        let fit = gpu.fit_blocking(&device, l, &all)?;
+        let fit = fitter.fit_blocking(&device, l, &all)?;
         fitted.replace(&fit.codebook)?;
-        gpu.compress_into_blocking(&fitted, &device, Layout::Packed, &mut dev_out)
+        fitted.compress_into_blocking(&device, Layout::Packed, &mut dev_out)
     })?;
     check(
         dev_out.to_packed_blocking()? == cpu_packed,
         "device fit and compression through a replaced codebook",
     )?;
-    let h_fit = median(5, || gpu.fit_blocking(&pinned, l, &part).map(drop))?;
+    let h_fit = median(5, || fitter.fit_blocking(&pinned, l, &part).map(drop))?;
     let h_comp = median(5, || {
-        hc.compress_blocking(gpu, &gcb, &pinned, |_| Ok(()))
-            .map(drop)
+        hc.compress_blocking(&comp, &pinned, |_| Ok(())).map(drop)
     })?;
     let h_comp_zc = median(5, || {
         hc_zc
-            .compress_blocking(gpu, &gcb, &pinned, |_| Ok(()))
+            .compress_blocking(&comp, &pinned, |_| Ok(()))
             .map(drop)
     })?;
     let h_once = median(5, || {
-        gpu.compress_host_blocking(&gcb, &pinned, &host_opts, |_| Ok(()))
+        comp.compress_host_blocking(&pinned, &host_opts, |_| Ok(()))
             .map(drop)
     })?;
     let h_total = median(5, || {
-        let fit = gpu.fit_blocking(&pinned, l, &part)?;
+        let fit = fitter.fit_blocking(&pinned, l, &part)?;
         fitted.replace(&fit.codebook)?;
-        hc.compress_blocking(gpu, &fitted, &pinned, |_| Ok(()))
-            .map(drop)
+        hc.compress_blocking(&fitted, &pinned, |_| Ok(())).map(drop)
     })?;
     let h_total_all = median(5, || {
-        let fit = gpu.fit_blocking(&pinned, l, &all)?;
+        let fit = fitter.fit_blocking(&pinned, l, &all)?;
         fitted.replace(&fit.codebook)?;
-        hc.compress_blocking(gpu, &fitted, &pinned, |_| Ok(()))
-            .map(drop)
+        hc.compress_blocking(&fitted, &pinned, |_| Ok(())).map(drop)
     })?;
     let reg = median(5, || {
         let r = Registered::new(big)?;
-        hc.compress_blocking(gpu, &gcb, &r, |_| Ok(())).map(drop)
+        hc.compress_blocking(&comp, &r, |_| Ok(())).map(drop)
     })?;
     Ok(Times {
         chunk_bytes: cb.chunk().bytes(),

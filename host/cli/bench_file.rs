@@ -442,14 +442,14 @@ fn measure(args: &Args, file: &str, format: &'static str, sel: Selection) -> Res
             let dev = n / t.d_total_all / 1e9;
             out.push(row(
                 "compress_host",
-                "GPU fit of every row plus packed compression, rows in pinned host memory (Gpu::fit_blocking, HostCompressor)".into(),
+                "GPU fit of every row plus packed compression, rows in pinned host memory (Fitter::fit_blocking, HostCompressor)".into(),
                 "h2d_dma_copy",
                 ceilings.h2d_dma_copy_gb_per_s,
                 Ok((host, Some(host))),
             )?);
             out.push(row(
                 "compress_device",
-                "GPU fit of every row plus packed compression, rows in device memory (Gpu::fit_blocking, Gpu::compress_into_blocking)".into(),
+                "GPU fit of every row plus packed compression, rows in device memory (Fitter::fit_blocking, Compressor::compress_into_blocking)".into(),
                 "device_copy",
                 ceilings.device_copy_gb_per_s,
                 Ok((dev, Some(dev * (2.0 - savings)))),

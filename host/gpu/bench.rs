@@ -10,12 +10,14 @@ use cust::event::{Event as TimingEvent, EventFlags};
 use cust::memory::DeviceBuffer;
 use cust::stream::Stream;
 
-use super::compress::{GpuCodebook, WARP_BLOCK, Work, encoder_out_bytes, row_count};
+use super::compress::{
+    Compressor, GpuCodebook, WARP_BLOCK, Work, encoder_out_bytes, row_count, warp_grid,
+};
 use super::dataset::{GpuDataset, Residency};
 use super::decode::{DecodeOptions, DecodeStatus, Decoder, Mode, Request};
 use super::driver::copy_to_host_blocking;
 use super::driver::{copy, copy_elements, device_buffer, new_stream, sync, zero_async};
-use super::fit::FitPhases;
+use super::fit::{FitPhases, Fitter};
 use super::launch::kernels;
 use super::memory::{GpuReadable, PinnedBuffer};
 use super::{Gpu, cuda_err};
@@ -290,8 +292,9 @@ pub fn measure_zero_copy_read(gpu: &Gpu, stream: &Stream, bytes: usize) -> Resul
     let l = 1536;
     let src = super::PinnedBuffer::<u8>::zeroed(bytes / l * l)?;
     let mut counts = DeviceBuffer::<u64>::zeroed(8 * l).map_err(cuda_err("allocating"))?;
+    let fitter = Fitter::new(gpu);
     time_median(stream, 2, 9, || {
-        gpu.count_bits(&src, l, &mut counts, stream)
+        fitter.count_bits(&src, l, &mut counts, stream)
     })
 }
 
@@ -457,19 +460,20 @@ fn measure_gather_by(
     })
 }
 
-impl Gpu {
+impl Compressor<'_> {
     /// Time each stage of fitting and compressing the rows in `src` on its
     /// own (median of `reps` runs, each launch followed by a synchronisation):
     /// `(stage, seconds)`. For `ibp bench --stages`; the stages run
-    /// back-to-back in [`Gpu::fit_blocking`] and [`Gpu::compress_blocking`].
+    /// back-to-back in [`Fitter::fit_blocking`] and
+    /// [`Compressor::compress_blocking`].
     #[doc(hidden)]
     pub fn profile_stages<S: GpuReadable + ?Sized>(
         &self,
-        gcb: &GpuCodebook,
         src: &S,
         reps: usize,
     ) -> Result<Vec<(&'static str, f64)>> {
-        let l = gcb.cb.row_bytes();
+        let l = self.codebook().row_bytes();
+        let fitter = Fitter::new(self.gpu());
         let rows = row_count(src, l)?;
         let stream = new_stream()?;
         let time = |f: &mut dyn FnMut() -> Result<()>| -> Result<f64> {
@@ -488,10 +492,10 @@ impl Gpu {
         let mut out = Vec::new();
         // The sampled fit's phases, each the median of `reps` fits.
         let opts = FitOptions::default().with_sample(Sample::Fraction(1.0 / 16.0));
-        self.fit_phased(src, l, &opts)?;
+        fitter.fit_phased(src, l, &opts)?;
         let mut phases = Vec::with_capacity(reps);
         for _ in 0..reps.max(1) {
-            phases.push(self.fit_phased(src, l, &opts)?.1);
+            phases.push(fitter.fit_phased(src, l, &opts)?.1);
         }
         let median = |f: fn(&FitPhases) -> f64| {
             let mut t: Vec<f64> = phases.iter().map(f).collect();
@@ -509,24 +513,24 @@ impl Gpu {
         ));
         out.push((
             "the codebook to the GPU: GpuCodebook::new (allocate, upload, free the old one)",
-            time(&mut || GpuCodebook::new(&gcb.cb).map(drop))?,
+            time(&mut || GpuCodebook::new(self.codebook()).map(drop))?,
         ));
-        let mut replaced = GpuCodebook::new(&gcb.cb)?;
+        let mut replaced = GpuCodebook::new(self.codebook())?;
         out.push((
             "the codebook to the GPU: GpuCodebook::replace (upload into its buffer)",
-            time(&mut || replaced.replace(&gcb.cb))?,
+            time(&mut || replaced.replace(self.codebook()))?,
         ));
         let mut counts = DeviceBuffer::<u64>::zeroed(8 * l).map_err(cuda_err("allocating"))?;
         out.push((
             "count bits",
-            time(&mut || self.count_bits(src, l, &mut counts, &stream))?,
+            time(&mut || fitter.count_bits(src, l, &mut counts, &stream))?,
         ));
         // The timed runs added up their counts: count once more, from zero,
         // for the books the evaluation weighs (with the sums of several
         // runs every bit looked invariant, no word matched, and the timed
         // pass was not the fit's).
         let mut counts = DeviceBuffer::<u64>::zeroed(8 * l).map_err(cuda_err("allocating"))?;
-        self.count_bits(src, l, &mut counts, &stream)?;
+        fitter.count_bits(src, l, &mut counts, &stream)?;
         sync(&stream, "counting bits")?;
         let cpu_counts = copy_to_host_blocking(&counts)?;
         let books: Vec<(Vec<u8>, Vec<u8>)> = crate::codebook::Threshold::default_sweep()
@@ -546,21 +550,20 @@ impl Gpu {
             nt: books.len() as u32,
             ..Default::default()
         };
-        let grid = self.warp_grid(kernels::FIT_EVAL, rows as u64)?;
+        let grid = warp_grid(self.gpu(), kernels::FIT_EVAL, rows as u64)?;
         out.push((
             "evaluate 6 thresholds",
             // SAFETY: as in fit_counted.
             time(&mut || unsafe {
-                self.launch(kernels::FIT_EVAL, grid, WARP_BLOCK, 0, &stream, p)
+                self.gpu()
+                    .launch(kernels::FIT_EVAL, grid, WARP_BLOCK, 0, &stream, p)
             })?,
         ));
         let mut work = Work::new(rows)?;
         work.ensure(rows)?;
         out.push((
             "size",
-            time(&mut || {
-                self.enqueue_size(gcb, src.device_addr(), rows, &work.sizes, None, &stream)
-            })?,
+            time(&mut || self.enqueue_size(src.device_addr(), rows, &work.sizes, None, &stream))?,
         ));
         out.push((
             "scan",
@@ -574,13 +577,12 @@ impl Gpu {
         let padded = encoder_out_bytes(rows * l);
         out.push((
             "clear where writes meet (packed)",
-            time(&mut || self.enqueue_clear(gcb, rows, &work, padded, &data, padded, &stream))?,
+            time(&mut || self.enqueue_clear(rows, &work, padded, &data, padded, &stream))?,
         ));
         out.push((
             "encode (packed)",
             time(&mut || {
                 self.enqueue_encode(
-                    gcb,
                     (src.device_addr(), l as u64),
                     rows,
                     &work,
@@ -594,7 +596,6 @@ impl Gpu {
             "encode (fixed)",
             time(&mut || {
                 self.enqueue_encode(
-                    gcb,
                     (src.device_addr(), l as u64),
                     rows,
                     &work,
@@ -623,7 +624,6 @@ impl Gpu {
                     stage,
                     time(&mut || {
                         self.enqueue_encode_slots(
-                            gcb,
                             (src.device_addr(), l as u64),
                             rows,
                             &work,

@@ -1,12 +1,12 @@
 //! Fit and compression on the GPU (`ibp_kernels::detail::encode`).
 //!
 //! ```text
-//! let fit = gpu.fit_blocking(&rows_on_gpu, row_bytes, &FitOptions::default())?;     // same codebook as ibp::fit::fit
-//! let gcb = GpuCodebook::new(&fit.codebook)?;
-//! let packed = gpu.compress_blocking(&gcb, &rows_on_gpu, Layout::Packed)?;   // stays on the device
-//! let host: Packed = packed.to_packed_blocking()?;                                   // byte-identical to the CPU's
+//! let fit = Fitter::new(&gpu).fit_blocking(&rows_on_gpu, row_bytes, &FitOptions::default())?; // same codebook as ibp::fit::fit
+//! let comp = Compressor::new(&gpu, &fit.codebook)?;
+//! let packed = comp.compress_blocking(&rows_on_gpu, Layout::Packed)?;        // stays on the device
+//! let host: Packed = packed.to_packed_blocking()?;                             // byte-identical to the CPU's
 //! // Host data: read zero-copy in batches, compressed batches handed back as they land.
-//! gpu.compress_host_blocking(&gcb, &pinned_rows, &HostOptions::default(), |batch| { ...; Ok(()) })?;
+//! comp.compress_host_blocking(&pinned_rows, &HostOptions::default(), |batch| { ...; Ok(()) })?;
 //! ```
 //!
 //! The pipelines, on one stream:
@@ -53,8 +53,7 @@ use crate::layout::{FixedStride, Layout, Packed, SizeReport, flag_bytes};
 /// it (more warps in flight to hide latency).
 pub(crate) const WARP_BLOCK: u32 = 64;
 
-/// Tensors a warp of the size kernel and the encoders
-/// ([`Gpu::wave_grid`]).
+/// Tensors a warp of the size kernel and the encoders ([`wave_grid`]).
 pub(crate) const WAVE_TENSORS: u64 = 8;
 
 // The encoder gives each warp of its block a ring of shared memory, sized
@@ -77,7 +76,8 @@ pub(crate) const fn encoder_out_bytes(len: usize) -> usize {
 /// bits is a u32 (`8 L < 2^32`).
 pub const MAX_ROW_BYTES: usize = 1 << 28;
 
-/// A codebook in device memory, as the size query and the encoder read it.
+/// A codebook in device memory, as the size query and the encoder read it
+/// (what a [`Compressor`] holds).
 pub struct GpuCodebook {
     pub(crate) cb: Codebook,
     pub(crate) book: DeviceBuffer<u64>,
@@ -129,8 +129,8 @@ impl GpuCodebook {
     }
 }
 
-/// A dataset compressed on the device (by [`Gpu::compress_blocking`] or
-/// [`Gpu::compress_into_blocking`], which reuses its buffers).
+/// A dataset compressed on the device (by [`Compressor::compress_blocking`]
+/// or [`Compressor::compress_into_blocking`], which reuses its buffers).
 pub struct DeviceCompressed {
     pub(crate) layout: Layout,
     pub(crate) rows: usize,
@@ -175,7 +175,7 @@ impl DeviceCompressed {
 
     /// Bytes of device memory held as scratch for packed compression
     /// through slots (as large as the input once used; see
-    /// [`Gpu::compress_blocking`]).
+    /// [`Compressor::compress_blocking`]).
     #[doc(hidden)]
     pub fn scratch_bytes(&self) -> usize {
         self.scratch.len()
@@ -311,41 +311,81 @@ impl Work {
     }
 }
 
-impl Gpu {
-    /// Blocks for a warp-per-tensor kernel over `tensors` tensors.
-    pub(crate) fn warp_grid<P>(&self, kernel: Kernel<P>, tensors: u64) -> Result<u32> {
-        let per_block = (WARP_BLOCK / 32) as u64;
-        let want = tensors.div_ceil(per_block).max(1);
-        let full = self.resident_blocks(kernel, WARP_BLOCK, 0)? as u64;
-        Ok(want.min(full) as u32)
+/// Blocks for a warp-per-tensor kernel over `tensors` tensors.
+pub(crate) fn warp_grid<P>(gpu: &Gpu, kernel: Kernel<P>, tensors: u64) -> Result<u32> {
+    let per_block = (WARP_BLOCK / 32) as u64;
+    let want = tensors.div_ceil(per_block).max(1);
+    let full = kernel.resident_blocks(gpu, WARP_BLOCK, 0)? as u64;
+    Ok(want.min(full) as u32)
+}
+
+/// Blocks for the size kernel and the encoders over `tensors` tensors:
+/// [`WAVE_TENSORS`] tensors a warp, as many waves of blocks as that
+/// takes, rather than one resident wave that loops over them all.
+///
+/// Q: why many short-lived blocks?
+/// A: measured on the H200 (docs/archive/PERF-NOTES-2026-11-28.md, "Short waves for the
+/// encoders"): with one resident wave, each warp a fixed share of
+/// ~380 rows, the bf16 slots encoder kept 21.3 warps an SM active of
+/// the 28 launched (Nsight Compute): warps that had finished their
+/// share. Blocks of 8 rows a warp, which the block scheduler replaces
+/// as they finish, keep 27.6 active, and the encoders and the size
+/// kernel run 7–14% faster; 32 rows a warp came between the two. The
+/// fit's kernels, which pay a warp's set-up (books, totals) per warp,
+/// ran slower that way and keep [`warp_grid`].
+pub(crate) fn wave_grid(tensors: u64) -> u32 {
+    let per_block = (WARP_BLOCK / 32) as u64;
+    tensors
+        .div_ceil(per_block * WAVE_TENSORS)
+        .clamp(1, i32::MAX as u64) as u32
+}
+
+/// Compression on one GPU under one codebook: the size query, the
+/// compression of rows in device memory (or host memory the GPU reads),
+/// and of host rows in batches. Holds the codebook's device tables
+/// ([`GpuCodebook`]); the output's buffers are the caller's
+/// ([`DeviceCompressed`], [`HostCompressor`](super::HostCompressor)).
+///
+/// Every call allocates what it needs on its own stream and returns when
+/// done (`_blocking`); several threads may compress with one `Compressor`.
+pub struct Compressor<'g> {
+    gpu: &'g Gpu,
+    book: GpuCodebook,
+}
+
+impl<'g> Compressor<'g> {
+    /// A compressor for `codebook` on `gpu` (uploads its tables; `gpu`'s
+    /// context must be current).
+    pub fn new(gpu: &'g Gpu, codebook: &Codebook) -> Result<Self> {
+        Ok(Self::with_book(gpu, GpuCodebook::new(codebook)?))
     }
 
-    /// Blocks for the size kernel and the encoders over `tensors` tensors:
-    /// [`WAVE_TENSORS`] tensors a warp, as many waves of blocks as that
-    /// takes, rather than one resident wave that loops over them all.
-    ///
-    /// Q: why many short-lived blocks?
-    /// A: measured on the H200 (docs/archive/PERF-NOTES-2026-11-28.md, "Short waves for the
-    /// encoders"): with one resident wave, each warp a fixed share of
-    /// ~380 rows, the bf16 slots encoder kept 21.3 warps an SM active of
-    /// the 28 launched (Nsight Compute): warps that had finished their
-    /// share. Blocks of 8 rows a warp, which the block scheduler replaces
-    /// as they finish, keep 27.6 active, and the encoders and the size
-    /// kernel run 7–14% faster; 32 rows a warp came between the two. The
-    /// fit's kernels, which pay a warp's set-up (books, totals) per warp,
-    /// ran slower that way and keep [`Gpu::warp_grid`].
-    pub(crate) fn wave_grid(&self, tensors: u64) -> u32 {
-        let per_block = (WARP_BLOCK / 32) as u64;
-        tensors
-            .div_ceil(per_block * WAVE_TENSORS)
-            .clamp(1, i32::MAX as u64) as u32
+    /// A compressor over tables already on the device (uploaded while
+    /// `gpu`'s context was current).
+    pub fn with_book(gpu: &'g Gpu, book: GpuCodebook) -> Self {
+        Self { gpu, book }
+    }
+
+    /// Compress under `cb` from now on, reusing the tables' device memory
+    /// when it is large enough ([`GpuCodebook::replace`]).
+    pub fn replace(&mut self, cb: &Codebook) -> Result<()> {
+        self.book.replace(cb)
+    }
+
+    /// The codebook.
+    pub fn codebook(&self) -> &Codebook {
+        &self.book.cb
+    }
+
+    /// The GPU.
+    pub fn gpu(&self) -> &'g Gpu {
+        self.gpu
     }
 
     /// Enqueue `ibp_size` over rows `src` (`rows` tensors, `stride` apart).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn enqueue_size(
         &self,
-        gcb: &GpuCodebook,
         src: u64,
         rows: usize,
         sizes: &DeviceSlice<u64>,
@@ -355,25 +395,28 @@ impl Gpu {
         if rows == 0 {
             return Ok(());
         }
-        let l = gcb.cb.row_bytes() as u64;
+        let l = self.book.cb.row_bytes() as u64;
         let p = MeasureParams {
             src,
             stride: l,
             rows: rows as u64,
             sample: rows as u64,
             row_bytes: l,
-            book: gcb.book.as_device_ptr().as_raw(),
+            book: self.book.book.as_device_ptr().as_raw(),
             sizes: sizes.as_device_ptr().as_raw(),
             stage: stage.map_or(0, |s| s.0),
             stage_stride: stage.map_or(0, |s| s.1),
-            chunk: gcb.cb.chunk().bytes(),
+            chunk: self.book.cb.chunk().bytes(),
             ..Default::default()
         };
-        let grid = self.wave_grid(rows as u64);
+        let grid = wave_grid(rows as u64);
         // SAFETY: `src` covers rows × L bytes, the book is this codebook's,
         // `sizes` holds `rows` u64 and the stage (when given) rows × stride
         // bytes (the callers' buffers); MeasureParams is the kernel's type.
-        unsafe { self.launch(kernels::SIZE, grid, WARP_BLOCK, 0, stream, p) }
+        unsafe {
+            self.gpu
+                .launch(kernels::SIZE, grid, WARP_BLOCK, 0, stream, p)
+        }
     }
 
     /// Enqueue the scan of `rows` sizes: flags always, offsets when
@@ -406,7 +449,7 @@ impl Gpu {
         // ScanParams is the kernels' type; 33 u64 of shared memory as the
         // block scan needs.
         unsafe {
-            self.launch(
+            self.gpu.launch(
                 kernels::SCAN_TILES,
                 tiles as u32,
                 SCAN_BLOCK,
@@ -415,8 +458,9 @@ impl Gpu {
                 p,
             )?;
             if offsets {
-                self.launch(kernels::SCAN_PARTIALS, 1, SCAN_BLOCK, smem, stream, p)?;
-                self.launch(
+                self.gpu
+                    .launch(kernels::SCAN_PARTIALS, 1, SCAN_BLOCK, smem, stream, p)?;
+                self.gpu.launch(
                     kernels::SCAN_APPLY,
                     tiles as u32,
                     SCAN_BLOCK,
@@ -443,7 +487,6 @@ impl Gpu {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn enqueue_clear(
         &self,
-        gcb: &GpuCodebook,
         rows: usize,
         work: &Work,
         data_len: usize,
@@ -462,8 +505,8 @@ impl Gpu {
             offsets: work.offsets.as_device_ptr().as_raw(),
             offset_base: 0,
             rows: rows as u64,
-            row_bytes: gcb.cb.row_bytes() as u64,
-            chunk: gcb.cb.chunk().bytes() as u64,
+            row_bytes: self.book.cb.row_bytes() as u64,
+            chunk: self.book.cb.chunk().bytes() as u64,
             out: out.as_device_ptr().as_raw(),
             data_len: data_len as u64,
             out_len: padded as u64,
@@ -475,16 +518,18 @@ impl Gpu {
         // the first `data_len ≤ padded` bytes of `out`, which holds `padded`
         // (a multiple of 32) bytes (checked above) from a 256-aligned
         // allocation; ClearParams is the kernel's type.
-        unsafe { self.launch(kernels::ENCODE_CLEAR, grid, 256, 0, stream, p) }
+        unsafe {
+            self.gpu
+                .launch(kernels::ENCODE_CLEAR, grid, 256, 0, stream, p)
+        }
     }
 
     /// Enqueue `ibp_encode_c*` into `out` (zeroed where writes meet, see
-    /// [`Gpu::enqueue_clear`]; wholly for the fixed-stride layout), packed
+    /// [`Compressor::enqueue_clear`]; wholly for the fixed-stride layout), packed
     /// when `offsets`.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn enqueue_encode(
         &self,
-        gcb: &GpuCodebook,
         src: (u64, u64),
         rows: usize,
         work: &Work,
@@ -502,14 +547,14 @@ impl Gpu {
         // SAFETY: sizes (and offsets) were computed for these rows by the
         // size and scan kernels earlier on this stream, so every region lies
         // inside `out` (sized by the caller from them).
-        unsafe { self.enqueue_encode_at(gcb, src, rows, sizes, offsets, out, None, stream) }
+        unsafe { self.enqueue_encode_at(src, rows, sizes, offsets, out, None, stream) }
     }
 
     /// Enqueue `ibp_encode_slots_c*`, the fixed-stride layout with nothing
     /// measured first: each row encoded into its slot of
     /// `out` (`rows · L` bytes, need not be zeroed), stored raw when its
     /// stream outgrows the slot, the slot's bytes past the stored form
-    /// zeroed (unless `scratch`: slots for [`Gpu::enqueue_compact`], whose
+    /// zeroed (unless `scratch`: slots for [`Compressor::enqueue_compact`], whose
     /// bytes past the stored forms are left as they were), and each stored
     /// length written to `work`'s sizes. `L` must be a multiple of 4 (slots
     /// of whole 4-byte words: a 16-byte group two slots share is written
@@ -517,7 +562,6 @@ impl Gpu {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn enqueue_encode_slots(
         &self,
-        gcb: &GpuCodebook,
         src: (u64, u64),
         rows: usize,
         work: &Work,
@@ -525,7 +569,7 @@ impl Gpu {
         scratch: bool,
         stream: &Stream,
     ) -> Result<()> {
-        let l = gcb.cb.row_bytes();
+        let l = self.book.cb.row_bytes();
         if !l.is_multiple_of(4) || out.len() < rows * l {
             return Err(Error::invalid(format!(
                 "unmeasured slots need rows of a multiple of 4 bytes and {} bytes of output; have {l}-byte rows and {}",
@@ -538,12 +582,12 @@ impl Gpu {
         // SAFETY: `out` holds every slot (checked), device allocations are
         // 256-aligned and L a multiple of 4 so every slot is 4-aligned;
         // `work.sizes` holds at least `rows` u64 (ensured by the caller).
-        unsafe { self.enqueue_encode_at(gcb, src, rows, sizes, 0, out, Some(scratch), stream) }
+        unsafe { self.enqueue_encode_at(src, rows, sizes, 0, out, Some(scratch), stream) }
     }
 
     /// Enqueue `ibp_compact`: the packed layout in `out` (`padded` bytes,
     /// zeroed past the stored ones) from the stored forms in `slots`
-    /// (`rows` slots of `L` bytes, as [`Gpu::enqueue_encode_slots`] wrote
+    /// (`rows` slots of `L` bytes, as [`Compressor::enqueue_encode_slots`] wrote
     /// them, its sizes scanned into `work`'s offsets earlier on `stream`).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn enqueue_compact(
@@ -578,34 +622,36 @@ impl Gpu {
             out: out.as_device_ptr().as_raw(),
             out_len: padded as u64,
         };
-        let grid = self.warp_grid(kernels::COMPACT, rows as u64)?;
+        let grid = warp_grid(self.gpu, kernels::COMPACT, rows as u64)?;
         // SAFETY: the slots hold `rows` slots of L bytes (checked; device
         // allocations are 256-aligned and L a multiple of 4), the offsets
         // were scanned from their stored lengths earlier on this stream
         // (the caller's contract), and `out` holds `padded` bytes, a
         // multiple of 16 that covers the total (the caller sized it from
         // the offsets' last entry); CompactParams is the kernel's type.
-        unsafe { self.launch(kernels::COMPACT, grid, WARP_BLOCK, 0, stream, p) }
+        unsafe {
+            self.gpu
+                .launch(kernels::COMPACT, grid, WARP_BLOCK, 0, stream, p)
+        }
     }
 
-    /// [`Gpu::enqueue_encode`] with every buffer given by its device
+    /// [`Compressor::enqueue_encode`] with every buffer given by its device
     /// address: `sizes` (`rows` u64), `offsets` (`rows + 1` u64, or 0 for
     /// the fixed-stride layout) and `out` (device memory or mapped pinned
     /// host memory).
     ///
     /// # Safety
     /// `src` holds `rows` tensors `src.1` bytes apart; `sizes` (and
-    /// `offsets`) were computed for these rows under `gcb` earlier on
+    /// `offsets`) were computed for these rows under the codebook earlier on
     /// `stream`; `out` is writable and zeroed over every region they give
     /// (`rows · L` bytes for the fixed-stride layout), or, packed, over the
-    /// groups [`Gpu::enqueue_clear`] zeroes. With `slots`
-    /// ([`Gpu::enqueue_encode_slots`], `ibp_encode_slots_c*`; `Some(true)`
+    /// groups [`Compressor::enqueue_clear`] zeroes. With `slots`
+    /// ([`Compressor::enqueue_encode_slots`], `ibp_encode_slots_c*`; `Some(true)`
     /// for scratch slots) the kernel writes `sizes` instead, and `out`
     /// holds `rows` 4-aligned slots, not zeroed.
     #[allow(clippy::too_many_arguments)]
     pub(crate) unsafe fn enqueue_encode_at(
         &self,
-        gcb: &GpuCodebook,
         src: (u64, u64),
         rows: usize,
         sizes: u64,
@@ -617,7 +663,7 @@ impl Gpu {
         if rows == 0 {
             return Ok(());
         }
-        let chunk = gcb.cb.chunk().bytes();
+        let chunk = self.book.cb.chunk().bytes();
         let kernel = if slots.is_some() {
             kernels::encode_slots(chunk)
         } else {
@@ -627,41 +673,37 @@ impl Gpu {
             src: src.0,
             stride: src.1,
             rows: rows as u64,
-            row_bytes: gcb.cb.row_bytes() as u64,
-            book: gcb.book.as_device_ptr().as_raw(),
+            row_bytes: self.book.cb.row_bytes() as u64,
+            book: self.book.book.as_device_ptr().as_raw(),
             sizes,
             offsets,
             offset_base: 0,
             out,
-            flags: gcb.flags
+            flags: self.book.flags
                 | if slots == Some(true) {
                     ENCODE_SLOTS_SCRATCH
                 } else {
                     0
                 },
         };
-        let grid = self.wave_grid(rows as u64);
+        let grid = wave_grid(rows as u64);
         // SAFETY: the caller's contract covers every address;
         // EncodeParams is the kernel's type; WARP_BLOCK is the kernel's
         // RING_WARPS warps (checked where WARP_BLOCK is defined).
-        unsafe { self.launch(kernel, grid, WARP_BLOCK, 0, stream, p) }
+        unsafe { self.gpu.launch(kernel, grid, WARP_BLOCK, 0, stream, p) }
     }
 
-    /// Stored length of every tensor of `src` under `gcb`. Allocates the
+    /// Stored length of every tensor of `src` under the codebook. Allocates the
     /// sizes and blocks until they are on the host.
-    pub fn size_query_blocking<S: GpuReadable + ?Sized>(
-        &self,
-        gcb: &GpuCodebook,
-        src: &S,
-    ) -> Result<SizeReport> {
-        let rows = row_count(src, gcb.cb.row_bytes())?;
+    pub fn size_query_blocking<S: GpuReadable + ?Sized>(&self, src: &S) -> Result<SizeReport> {
+        let rows = row_count(src, self.book.cb.row_bytes())?;
         let stream = new_stream()?;
         let sizes = device_buffer::<u64>(rows, "allocating sizes")?;
-        self.enqueue_size(gcb, src.device_addr(), rows, &sizes, None, &stream)?;
+        self.enqueue_size(src.device_addr(), rows, &sizes, None, &stream)?;
         sync(&stream, "measuring sizes")?;
         let mut stored = copy_to_host_blocking(&sizes)?;
         stored.truncate(rows);
-        let l = gcb.cb.row_bytes() as u64;
+        let l = self.book.cb.row_bytes() as u64;
         let encoded_rows = stored.iter().filter(|&&s| s < l).count() as u64;
         Ok(SizeReport {
             total_stored: stored.iter().sum(),
@@ -673,7 +715,7 @@ impl Gpu {
 
     /// Compress the rows in `src` (device memory, or host memory the GPU
     /// can read: a [`PinnedBuffer`] or [`Registered`](super::Registered)) into `layout`, in
-    /// device memory. Blocks until done. See [`Gpu::compress_into_blocking`] to reuse
+    /// device memory. Blocks until done. See [`Compressor::compress_into_blocking`] to reuse
     /// the output's buffers.
     ///
     /// Reads `src` once for rows of whole 4-byte words (into slots; packed,
@@ -681,30 +723,28 @@ impl Gpu {
     /// scratch buffer as large as `src`, allocated when the device has the
     /// memory and kept in the result for its reuse), else twice
     /// (sizes, then the stored forms): for host memory,
-    /// [`Gpu::compress_host_blocking`] reads it once, in batches.
+    /// [`Compressor::compress_host_blocking`] reads it once, in batches.
     pub fn compress_blocking<S: GpuReadable + ?Sized>(
         &self,
-        gcb: &GpuCodebook,
         src: &S,
         layout: Layout,
     ) -> Result<DeviceCompressed> {
         let mut out = DeviceCompressed::empty()?;
-        self.compress_into_blocking(gcb, src, layout, &mut out)?;
+        self.compress_into_blocking(src, layout, &mut out)?;
         Ok(out)
     }
 
-    /// [`Gpu::compress_blocking`] into `out`, whose device buffers are reused when
+    /// [`Compressor::compress_blocking`] into `out`, whose device buffers are reused when
     /// they are large enough (and grown otherwise), on `out`'s own stream.
     /// Blocks until done (the sizes come back to the host to size the
     /// output).
     pub fn compress_into_blocking<S: GpuReadable + ?Sized>(
         &self,
-        gcb: &GpuCodebook,
         src: &S,
         layout: Layout,
         out: &mut DeviceCompressed,
     ) -> Result<()> {
-        let l = gcb.cb.row_bytes();
+        let l = self.book.cb.row_bytes();
         let rows = row_count(src, l)?;
         let stream = &out.stream;
         let packed = layout == Layout::Packed;
@@ -729,7 +769,7 @@ impl Gpu {
         if packed
             && rows > 0
             && l.is_multiple_of(4)
-            && pays_through_slots(&gcb.cb)
+            && pays_through_slots(&self.book.cb)
             && grow(
                 &mut out.scratch,
                 rows * l,
@@ -737,7 +777,6 @@ impl Gpu {
             )?
         {
             self.enqueue_encode_slots(
-                gcb,
                 (src.device_addr(), l as u64),
                 rows,
                 work,
@@ -769,7 +808,6 @@ impl Gpu {
             ensure(&mut out.data, padded, "allocating the compressed output")?;
             zero_from_async(&out.data, rows * l, padded, stream)?;
             self.enqueue_encode_slots(
-                gcb,
                 (src.device_addr(), l as u64),
                 rows,
                 work,
@@ -786,7 +824,7 @@ impl Gpu {
             out.data_len = rows * l;
             return Ok(());
         }
-        self.enqueue_size(gcb, src.device_addr(), rows, &work.sizes, None, stream)?;
+        self.enqueue_size(src.device_addr(), rows, &work.sizes, None, stream)?;
         self.enqueue_scan(work, rows, l, packed, 0, stream)?;
         let data_len = if packed {
             if rows == 0 {
@@ -803,12 +841,11 @@ impl Gpu {
         ensure(&mut out.data, padded, "allocating the compressed output")?;
         if packed {
             // Only where writes meet: the rest is stored whole.
-            self.enqueue_clear(gcb, rows, work, data_len, &out.data, padded, stream)?;
+            self.enqueue_clear(rows, work, data_len, &out.data, padded, stream)?;
         } else {
             zero_async(&out.data, padded, stream)?;
         }
         self.enqueue_encode(
-            gcb,
             (src.device_addr(), l as u64),
             rows,
             &out.work,

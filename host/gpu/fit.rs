@@ -1,32 +1,37 @@
 //! The fit on the GPU: bit counting and the threshold sweep's evaluation
 //! pass, choosing exactly the codebook the CPU fit chooses.
 
+use std::sync::Mutex;
+
 use cust::memory::{DeviceBuffer, DeviceSlice};
 use cust::stream::Stream;
-use ibp_kernels::params::{CandidatesParams, MAX_THRESHOLDS, MeasureParams};
+use ibp_kernels::params::{CandidatesParams, CountParams, MAX_THRESHOLDS, MeasureParams};
 
-use super::Gpu;
-use super::compress::{WARP_BLOCK, row_count};
-use super::driver::{copy_to_host_blocking, device_buffer, ensure, new_stream, sync, zero_async};
+use super::compress::{WARP_BLOCK, row_count, warp_grid};
+use super::driver::{
+    Event, copy_to_host_blocking, device_buffer, ensure, new_stream, sync, zero_async,
+};
 use super::launch::kernels;
-use super::memory::{GpuReadable, Span};
+use super::memory::{GpuReadable, PinnedBuffer, Span};
+use super::{Gpu, cuda_err};
 use crate::codebook::threshold_bounds;
+use crate::dataset::Rows;
 use crate::error::{Error, Result};
 use crate::fit::choose::{Totals, choose_evaluated};
 use crate::fit::{Fit, FitOptions, SamplePlan};
 
-/// What [`Gpu::fit_blocking`] keeps between calls: its stream and device
-/// buffers, grown when a call needs more, so that a warm fit allocates no
-/// device memory.
+/// What [`Fitter::fit_blocking`] keeps between calls: its stream and
+/// device buffers, grown when a call needs more, so that a warm fit
+/// allocates no device memory.
 ///
-/// Q: why keep them in the [`Gpu`]?
+/// Q: why keep them in the [`Fitter`]?
 /// A: a sampled fit of 1 GiB runs about a quarter of a millisecond of
 /// kernels, and allocating and freeing these on every call (a 64 MiB
 /// sample buffer, whose free waits for the device, the counters, books,
 /// totals and a stream) was a sizeable part of the rest: keeping them took
 /// MiniLM bf16's fit of 1/16 from 0.58 to 0.47–0.50 ms (H100). What is
 /// left is not yet explained (`docs/archive/PERF-NOTES-2026-11-28.md`, "The device encoder").
-pub(crate) struct FitScratch {
+struct FitScratch {
     stream: Stream,
     sample: DeviceBuffer<u8>,
     counts: DeviceBuffer<u64>,
@@ -46,8 +51,8 @@ impl FitScratch {
     }
 }
 
-/// Wall-clock seconds of the phases of one [`Gpu::fit_blocking`], for
-/// `ibp bench --stages` (`Gpu::profile_stages`).
+/// Wall-clock seconds of the phases of one [`Fitter::fit_blocking`], for
+/// `ibp bench --stages` (`Compressor::profile_stages`).
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct FitPhases {
     /// Gathering the sample and counting its bits (kernels, synchronised
@@ -69,6 +74,9 @@ impl FitPhases {
     }
 }
 
+/// Threads per block of the bit-counting kernel.
+const COUNT_BLOCK: u32 = 256;
+
 /// Enqueue a zero fill of `buf`.
 fn zero<T: cust::memory::DeviceCopy>(buf: &DeviceSlice<T>, stream: &Stream) -> Result<()> {
     let bytes = buf.len() * size_of::<T>();
@@ -77,7 +85,118 @@ fn zero<T: cust::memory::DeviceCopy>(buf: &DeviceSlice<T>, stream: &Stream) -> R
     zero_async(&raw, bytes, stream)
 }
 
-impl Gpu {
+/// The fit on one GPU, and the bit counting it rests on: chooses the
+/// codebook [`crate::fit::fit`] chooses, on rows the GPU reads. Keeps its
+/// stream and device buffers between fits (keep one `Fitter` for many
+/// fits); fits on one `Fitter` from several threads take turns.
+pub struct Fitter<'g> {
+    gpu: &'g Gpu,
+    scratch: Mutex<Option<FitScratch>>,
+}
+
+impl<'g> Fitter<'g> {
+    /// A fitter on `gpu`; allocates nothing until the first fit.
+    pub fn new(gpu: &'g Gpu) -> Self {
+        Self {
+            gpu,
+            scratch: Mutex::new(None),
+        }
+    }
+
+    /// The GPU.
+    pub fn gpu(&self) -> &'g Gpu {
+        self.gpu
+    }
+
+    /// Add the per-bit-position counts of the rows in `src` (device memory, or
+    /// a [`PinnedBuffer`] read zero-copy) to `counts` (`8 * row_bytes` u64).
+    ///
+    /// Enqueued on `stream`; counts accumulate, so a dataset may be counted
+    /// in batches into the same `counts`.
+    pub fn count_bits<S: GpuReadable + ?Sized>(
+        &self,
+        src: &S,
+        row_bytes: usize,
+        counts: &mut DeviceSlice<u64>,
+        stream: &Stream,
+    ) -> Result<()> {
+        if row_bytes == 0 {
+            return Err(Error::invalid("row length is 0 bytes"));
+        }
+        if !src.byte_len().is_multiple_of(row_bytes) {
+            return Err(Error::invalid(format!(
+                "{} source bytes do not split into rows of {row_bytes} bytes",
+                src.byte_len()
+            )));
+        }
+        if counts.len() != 8 * row_bytes {
+            return Err(Error::invalid(format!(
+                "counts has {} entries; rows of {row_bytes} bytes need {}",
+                counts.len(),
+                8 * row_bytes
+            )));
+        }
+        let rows = (src.byte_len() / row_bytes) as u64;
+        if rows == 0 {
+            return Ok(());
+        }
+        let cols = row_bytes.div_ceil(4) as u64;
+        let wanted = (cols * rows).div_ceil(COUNT_BLOCK as u64);
+        let grid = wanted.min(kernels::COUNT_BITS.resident_blocks(self.gpu, COUNT_BLOCK, 0)? as u64)
+            as u32;
+        let p = CountParams {
+            data: src.device_addr(),
+            rows,
+            row_bytes: row_bytes as u64,
+            counts: counts.as_device_ptr().as_raw(),
+        };
+        // SAFETY: `data` covers rows * row_bytes readable bytes and `counts`
+        // 8 * row_bytes u64 (both checked above); CountParams is the kernel's
+        // parameter type.
+        unsafe {
+            self.gpu
+                .launch(kernels::COUNT_BITS, grid, COUNT_BLOCK, 0, stream, p)
+        }
+    }
+
+    /// Count the bits of host rows on the GPU: the rows are staged through
+    /// two pinned buffers of `batch_bytes` (rounded to whole rows) that the
+    /// kernel reads zero-copy, so the copy of one batch overlaps the counting
+    /// of the previous. Allocates its staging buffers and synchronises: use
+    /// [`Fitter::count_bits`] with your own buffers on a hot path.
+    pub fn count_bits_blocking(&self, rows: Rows<'_>, batch_bytes: usize) -> Result<Vec<u64>> {
+        let l = rows.row_bytes();
+        let batch_rows = (batch_bytes / l).max(1).min(rows.rows().max(1));
+        let stream = new_stream()?;
+        let mut counts =
+            DeviceBuffer::<u64>::zeroed(8 * l).map_err(cuda_err("allocating counters"))?;
+        let mut staging = [
+            PinnedBuffer::<u8>::zeroed(batch_rows * l)?,
+            PinnedBuffer::<u8>::zeroed(batch_rows * l)?,
+        ];
+        let mut done: [Option<Event>; 2] = [None, None];
+        let mut start = 0;
+        let mut k = 0;
+        while start < rows.rows() {
+            let end = (start + batch_rows).min(rows.rows());
+            if let Some(ev) = done[k].take() {
+                ev.synchronize()?;
+            }
+            let bytes = rows.slice(start, end).bytes();
+            staging[k][..bytes.len()].copy_from_slice(bytes);
+            let view = Span::of(&staging[k], 0, bytes.len())
+                .ok_or_else(|| Error::invalid("batch larger than its staging buffer"))?;
+            self.count_bits(&view, l, &mut counts, &stream)?;
+            let ev = Event::new()?;
+            ev.record(&stream)?;
+            done[k] = Some(ev);
+            start = end;
+            k ^= 1;
+        }
+        sync(&stream, "counting bits")?;
+        copy_to_host_blocking(&counts)
+    }
+
     /// Choose a codebook for the rows in `src` (device memory, or host
     /// memory the GPU can read) by the rule of `docs/FORMAT.md` §4: the same
     /// [`Fit`] as [`crate::fit::fit`] on the same rows and options. Counts
@@ -87,8 +206,8 @@ impl Gpu {
     ///
     /// Runs on a stream of its own and returns when done. Its stream and
     /// device buffers (the gathered sample, the counters, the candidates'
-    /// books and totals) stay with the `Gpu` for the next fit, grown when
-    /// one needs more; fits on one `Gpu` from several threads take turns.
+    /// books and totals) stay with the `Fitter` for the next fit, grown when
+    /// one needs more; fits on one `Fitter` from several threads take turns.
     pub fn fit_blocking<S: GpuReadable + ?Sized>(
         &self,
         src: &S,
@@ -99,7 +218,7 @@ impl Gpu {
             .map(|(fit, _)| fit)
     }
 
-    /// [`Gpu::fit_blocking`], with the time of each of its phases.
+    /// [`Fitter::fit_blocking`], with the time of each of its phases.
     pub(crate) fn fit_phased<S: GpuReadable + ?Sized>(
         &self,
         src: &S,
@@ -125,7 +244,7 @@ impl Gpu {
         let l = row_bytes as u64;
         // A fit that panicked left the buffers as they were: still usable.
         let mut guard = self
-            .fit_scratch
+            .scratch
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         let sc = match &mut *guard {
@@ -154,10 +273,13 @@ impl Gpu {
             stage_stride: l,
             ..Default::default()
         };
-        let grid = self.warp_grid(kernels::GATHER, plan.len())?;
+        let grid = warp_grid(self.gpu, kernels::GATHER, plan.len())?;
         // SAFETY: the source holds n rows, the buffer `sample` rows of L
         // bytes; MeasureParams is the kernel's type.
-        unsafe { self.launch(kernels::GATHER, grid, WARP_BLOCK, 0, &sc.stream, p)? };
+        unsafe {
+            self.gpu
+                .launch(kernels::GATHER, grid, WARP_BLOCK, 0, &sc.stream, p)?
+        };
         // Q: why a raw view, not a `Span` of `sc.sample`?
         // A: the span would borrow the scratch, which the counting and
         // weighing below need mutably; the buffer is neither moved nor
@@ -236,11 +358,14 @@ impl Gpu {
                     (c.one_above[i], c.zero_below[i]) = threshold_bounds(s, t);
                 }
                 let stream = &sc.stream;
-                let grid = self.warp_grid(kernels::FIT_CANDIDATES, words as u64)?;
+                let grid = warp_grid(self.gpu, kernels::FIT_CANDIDATES, words as u64)?;
                 // SAFETY: the counters hold 8·L counts (count_sample), the
                 // book (1 + nt)·⌈L/8⌉ + 8 u64, its trailer zeroed;
                 // CandidatesParams is the kernel's type.
-                unsafe { self.launch(kernels::FIT_CANDIDATES, grid, WARP_BLOCK, 0, stream, c)? };
+                unsafe {
+                    self.gpu
+                        .launch(kernels::FIT_CANDIDATES, grid, WARP_BLOCK, 0, stream, c)?
+                };
                 let p = MeasureParams {
                     src: sample.device_addr(),
                     stride: row_bytes as u64,
@@ -252,11 +377,14 @@ impl Gpu {
                     nt: nt as u32,
                     ..Default::default()
                 };
-                let grid = self.warp_grid(kernels::FIT_EVAL, s)?;
+                let grid = warp_grid(self.gpu, kernels::FIT_EVAL, s)?;
                 // SAFETY: the sample holds s rows of L bytes, the book 1 + nt
                 // u64 per 8-byte word and its trailer, totals 64 u64;
                 // MeasureParams is the kernel's type.
-                unsafe { self.launch(kernels::FIT_EVAL, grid, WARP_BLOCK, 0, stream, p)? };
+                unsafe {
+                    self.gpu
+                        .launch(kernels::FIT_EVAL, grid, WARP_BLOCK, 0, stream, p)?
+                };
                 sync(stream, "weighing candidates")?;
                 let words_back = copy_to_host_blocking(&whole)?;
                 let t = &words_back[trailer..];

@@ -5,8 +5,8 @@
 //!
 //! Per group: the rows are copied into device memory a piece at a time
 //! (host memory holds nothing more than the caller's rows and two pinned
-//! pieces), fitted by [`Gpu::fit_blocking`] and compressed by
-//! [`Gpu::compress_into_blocking`]; the sections are copied back a piece at
+//! pieces), fitted by [`Fitter::fit_blocking`](super::Fitter::fit_blocking) and compressed by
+//! [`Compressor::compress_into_blocking`](super::Compressor::compress_into_blocking); the sections are copied back a piece at
 //! a time as the container writes them, and the compressed rows are decoded
 //! on the device and compared with the input. Every copy goes through
 //! [`Staging`], the next piece in flight while the host fills, writes or
@@ -15,10 +15,11 @@
 use cust::memory::DeviceBuffer;
 use cust::stream::Stream;
 
-use super::compress::{DeviceCompressed, GpuCodebook, MAX_ROW_BYTES};
+use super::compress::{Compressor, DeviceCompressed, MAX_ROW_BYTES};
 use super::dataset::GpuDataset;
 use super::decode::{DecodeOptions, DecodeStatus, Decoder};
 use super::driver::{device_buffer, new_stream, out_of_memory};
+use super::fit::Fitter;
 use super::memory::Span;
 use super::staging::{Staging, equal};
 use super::{Gpu, cuda_err};
@@ -48,6 +49,8 @@ const HEADROOM: u64 = 256 << 20;
 /// [`GroupDevice`] on one [`Gpu`]: see the module notes.
 pub struct GpuGroups<'g> {
     gpu: &'g Gpu,
+    /// Every group's fit (its buffers kept from one group to the next).
+    fitter: Fitter<'g>,
     stream: Stream,
     /// The loaded rows (`rows · row_bytes` bytes) and their shape.
     input: Option<(DeviceBuffer<u8>, usize, usize)>,
@@ -65,6 +68,7 @@ impl<'g> GpuGroups<'g> {
         gpu.make_current()?;
         Ok(GpuGroups {
             gpu,
+            fitter: Fitter::new(gpu),
             stream: new_stream()?,
             input: None,
             out: None,
@@ -157,7 +161,7 @@ impl GroupDevice for GpuGroups<'_> {
         let (buf, n, l) = self.loaded()?;
         let rows =
             Span::of(buf, 0, n * l).ok_or_else(|| Error::invalid("group outside its buffer"))?;
-        self.gpu.fit_blocking(&rows, l, opts)
+        self.fitter.fit_blocking(&rows, l, opts)
     }
 
     fn compress(&mut self, cb: &Codebook, layout: GroupLayout) -> Result<u64> {
@@ -177,9 +181,7 @@ impl GroupDevice for GpuGroups<'_> {
         let (buf, n, l) = self.loaded()?;
         let rows =
             Span::of(buf, 0, n * l).ok_or_else(|| Error::invalid("group outside its buffer"))?;
-        let gcb = GpuCodebook::new(cb)?;
-        self.gpu
-            .compress_into_blocking(&gcb, &rows, layout, &mut out)?;
+        Compressor::new(self.gpu, cb)?.compress_into_blocking(&rows, layout, &mut out)?;
         let len = out.data_len() as u64;
         self.out = Some((out, cb.clone()));
         Ok(len)

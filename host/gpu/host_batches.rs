@@ -5,8 +5,7 @@
 use cust::memory::DeviceBuffer;
 use cust::stream::Stream;
 
-use super::Gpu;
-use super::compress::{GpuCodebook, MAX_ROW_BYTES, Work, encoder_out_bytes, row_count};
+use super::compress::{Compressor, MAX_ROW_BYTES, Work, encoder_out_bytes, row_count};
 use super::driver::{
     Event, copy, copy_to_pinned, device_buffer, new_stream, sync, wait, zero_async,
 };
@@ -15,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::layout::Layout;
 use crate::layout::{FixedStride, Packed, flag_bytes};
 
-/// Batch buffers in flight in [`Gpu::compress_host_blocking`].
+/// Batch buffers in flight in [`Compressor::compress_host_blocking`].
 const SETS: usize = 3;
 
 /// Device buffers of one batch in flight.
@@ -27,7 +26,7 @@ struct BatchSet {
     done: Event,
 }
 
-/// How [`Gpu::compress_host_blocking`] reads a batch of host rows (once, either way).
+/// How [`Compressor::compress_host_blocking`] reads a batch of host rows (once, either way).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum HostRead {
     /// A DMA copy into a device batch buffer, overlapped with the
@@ -40,7 +39,7 @@ pub enum HostRead {
     ZeroCopy,
 }
 
-/// Options of [`Gpu::compress_host_blocking`].
+/// Options of [`Compressor::compress_host_blocking`].
 #[derive(Clone, Debug)]
 pub struct HostOptions {
     /// Layout of the batches.
@@ -62,7 +61,7 @@ impl Default for HostOptions {
     }
 }
 
-/// One compressed batch of [`Gpu::compress_host_blocking`], in pinned host memory.
+/// One compressed batch of [`Compressor::compress_host_blocking`], in pinned host memory.
 #[derive(Debug)]
 pub struct CompressedBatch<'a> {
     /// Index of the batch's first tensor in the dataset.
@@ -163,16 +162,15 @@ impl HostCompressor {
     /// one has been handed over.
     pub fn compress_blocking<S: GpuReadable + ?Sized>(
         &mut self,
-        gpu: &Gpu,
-        gcb: &GpuCodebook,
+        comp: &Compressor<'_>,
         src: &S,
         mut sink: impl FnMut(CompressedBatch<'_>) -> Result<()>,
     ) -> Result<u64> {
         let l = self.row_bytes;
-        if gcb.cb.row_bytes() != l {
+        if comp.codebook().row_bytes() != l {
             return Err(Error::invalid(format!(
                 "the codebook is for {}-byte tensors, this compressor for {l}-byte tensors",
-                gcb.cb.row_bytes()
+                comp.codebook().row_bytes()
             )));
         }
         let rows = row_count(src, l)?;
@@ -217,10 +215,9 @@ impl HostCompressor {
                 };
                 set.copied.record(h2d)?;
                 wait(compute, &set.copied)?;
-                gpu.enqueue_size(gcb, stage_addr, n, &set.work.sizes, None, compute)?;
+                comp.enqueue_size(stage_addr, n, &set.work.sizes, None, compute)?;
             } else {
-                gpu.enqueue_size(
-                    gcb,
+                comp.enqueue_size(
                     src_addr,
                     n,
                     &set.work.sizes,
@@ -233,10 +230,9 @@ impl HostCompressor {
             } else {
                 0
             };
-            gpu.enqueue_scan(&set.work, n, l, packed, total, compute)?;
+            comp.enqueue_scan(&set.work, n, l, packed, total, compute)?;
             zero_async(&set.out, encoder_out_bytes(n * l), compute)?;
-            gpu.enqueue_encode(
-                gcb,
+            comp.enqueue_encode(
                 (stage_addr, stride as u64),
                 n,
                 &set.work,
@@ -296,7 +292,7 @@ impl HostCompressor {
     }
 }
 
-impl Gpu {
+impl Compressor<'_> {
     /// Compress rows in host memory the GPU can read (a [`PinnedBuffer`] or
     /// [`Registered`](super::Registered)) without a device copy of the dataset: see
     /// [`HostCompressor`], which this creates for the call (keep one to
@@ -304,28 +300,26 @@ impl Gpu {
     /// compressor's buffers and blocks until done.
     pub fn compress_host_blocking<S: GpuReadable + ?Sized>(
         &self,
-        gcb: &GpuCodebook,
         src: &S,
         opts: &HostOptions,
         sink: impl FnMut(CompressedBatch<'_>) -> Result<()>,
     ) -> Result<u64> {
-        let rows = row_count(src, gcb.cb.row_bytes())?;
+        let rows = row_count(src, self.codebook().row_bytes())?;
         let mut opts = opts.clone();
         // No larger buffers than the dataset needs.
         opts.batch_bytes = opts
             .batch_bytes
-            .min(rows.next_multiple_of(8) * gcb.cb.row_bytes());
-        HostCompressor::new(gcb.cb.row_bytes(), &opts)?.compress_blocking(self, gcb, src, sink)
+            .min(rows.next_multiple_of(8) * self.codebook().row_bytes());
+        HostCompressor::new(self.codebook().row_bytes(), &opts)?.compress_blocking(self, src, sink)
     }
 
-    /// [`Gpu::compress_host_blocking`] into one [`Packed`] on the host.
+    /// [`Compressor::compress_host_blocking`] into one [`Packed`] on the host.
     pub fn compress_host_packed_blocking<S: GpuReadable + ?Sized>(
         &self,
-        gcb: &GpuCodebook,
         src: &S,
         batch_bytes: usize,
     ) -> Result<Packed> {
-        let l = gcb.cb.row_bytes();
+        let l = self.codebook().row_bytes();
         let rows = row_count(src, l)?;
         let mut out = Packed {
             row_bytes: l,
@@ -339,7 +333,7 @@ impl Gpu {
             batch_bytes,
             ..Default::default()
         };
-        self.compress_host_blocking(gcb, src, &opts, |b| {
+        self.compress_host_blocking(src, &opts, |b| {
             let base = out.payload.len() as u64;
             out.offsets
                 .extend(b.offsets[..b.rows].iter().map(|o| o + base));
@@ -351,14 +345,13 @@ impl Gpu {
         Ok(out)
     }
 
-    /// [`Gpu::compress_host_blocking`] into one [`FixedStride`] on the host.
+    /// [`Compressor::compress_host_blocking`] into one [`FixedStride`] on the host.
     pub fn compress_host_fixed_blocking<S: GpuReadable + ?Sized>(
         &self,
-        gcb: &GpuCodebook,
         src: &S,
         batch_bytes: usize,
     ) -> Result<FixedStride> {
-        let l = gcb.cb.row_bytes();
+        let l = self.codebook().row_bytes();
         let rows = row_count(src, l)?;
         let mut out = FixedStride {
             row_bytes: l,
@@ -371,7 +364,7 @@ impl Gpu {
             batch_bytes,
             ..Default::default()
         };
-        self.compress_host_blocking(gcb, src, &opts, |b| {
+        self.compress_host_blocking(src, &opts, |b| {
             out.flags.extend_from_slice(b.flags);
             out.slots.extend_from_slice(b.data);
             Ok(())

@@ -47,16 +47,17 @@
 //! The rule for GPU calls: a call that takes a stream only enqueues work
 //! on it, into caller-owned buffers, and allocates nothing
 //! ([`Decoder::gather`], [`Decoder::gather_strided`], [`Decoder::range`],
-//! [`Decoder::range_dma`], [`Decoder::range_auto`], [`Gpu::count_bits`],
+//! [`Decoder::range_dma`], [`Decoder::range_auto`], [`Fitter::count_bits`],
 //! [`FeatureCache::gather`], [`KvStore::append`], [`KvStore::gather`]). A call that allocates or waits for the GPU
 //! ends in `_blocking` and says what it does in its first lines: fit and
-//! compression of a whole dataset ([`Gpu::fit_blocking`],
-//! [`Gpu::size_query_blocking`], [`Gpu::compress_blocking`],
-//! [`Gpu::compress_into_blocking`], [`Gpu::compress_host_blocking`] and its
-//! `_packed`/`_fixed` forms, [`HostCompressor::compress_blocking`]), copies
+//! compression of a whole dataset ([`Fitter::fit_blocking`],
+//! [`Compressor::size_query_blocking`], [`Compressor::compress_blocking`],
+//! [`Compressor::compress_into_blocking`],
+//! [`Compressor::compress_host_blocking`] and its `_packed`/`_fixed` forms,
+//! [`HostCompressor::compress_blocking`]), copies
 //! back to the host ([`DeviceCompressed::to_packed_blocking`],
 //! [`DeviceCompressed::to_fixed_blocking`], [`copy_to_host_blocking`],
-//! [`DecodeStatus::check_blocking`]), and [`Gpu::count_bits_blocking`],
+//! [`DecodeStatus::check_blocking`]), and [`Fitter::count_bits_blocking`],
 //! [`Decoder::gather_dma_blocking`], [`FeatureCache::refill_blocking`].
 //! Constructors allocate by nature and say so in their docs: [`Gpu::new`],
 //! [`GpuDataset::upload_packed`], [`GpuDataset::upload_fixed`] and
@@ -64,6 +65,7 @@
 //! [`GpuDataset::from_device_compressed`] (one stream synchronisation),
 //! [`DecodeStatus::new`], [`DmaScratch::new`],
 //! [`PinnedBuffer::zeroed`], [`Registered::new`], [`GpuCodebook::new`],
+//! [`Compressor::new`],
 //! [`DeviceCompressed::empty`], [`HostCompressor::new`], [`GpuGroups::new`]
 //! and [`FeatureCache::new`].
 
@@ -87,6 +89,8 @@ mod launch;
 mod memory;
 mod rows_view;
 mod staging;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 use cust::context::Context;
 use cust::device::{Device, DeviceAttribute};
@@ -96,7 +100,7 @@ use crate::error::{Error, Result};
 
 pub use book::DeviceBook;
 pub use cache::{CacheOptions, CacheStats, FeatureCache, Placement, access_counts, top_k_by_score};
-pub use compress::{DeviceCompressed, GpuCodebook, MAX_ROW_BYTES};
+pub use compress::{Compressor, DeviceCompressed, GpuCodebook, MAX_ROW_BYTES};
 pub use dataset::{GpuDataset, Payload, Residency};
 pub use decode::{
     DEFAULT_DMA_PIECE_BYTES, DecodeOptions, DecodeStatus, Decoder, DmaScratch, GatherIndex, Mode,
@@ -104,6 +108,7 @@ pub use decode::{
 };
 pub use driver::copy_to_host_blocking;
 pub use driver::function::{DEFAULT_MAX_DYNAMIC_SHARED, set_max_dynamic_shared};
+pub use fit::Fitter;
 pub use groups::GpuGroups;
 pub use host_batches::{CompressedBatch, HostCompressor, HostOptions, HostRead};
 pub use kv_store::{KvStore, KvStoreOptions, PageWrites, SegmentInfo};
@@ -176,9 +181,7 @@ pub struct DeviceInfo {
 /// thread that creates the `Gpu`. To use it from another thread, call
 /// [`Gpu::make_current`] there first.
 pub struct Gpu {
-    // Field order matters for drop order: device buffers and the module
-    // before the context.
-    fit_scratch: std::sync::Mutex<Option<fit::FitScratch>>,
+    // Field order matters for drop order: the module before the context.
     module: Module,
     info: DeviceInfo,
     ordinal: u32,
@@ -229,7 +232,6 @@ impl Gpu {
         )
         .map_err(cuda_err("loading ibp's PTX"))?;
         Ok(Self {
-            fit_scratch: std::sync::Mutex::new(None),
             module,
             info,
             ordinal,
@@ -265,10 +267,6 @@ impl Gpu {
     /// The device's properties.
     pub fn info(&self) -> &DeviceInfo {
         &self.info
-    }
-
-    pub(crate) fn module(&self) -> &Module {
-        &self.module
     }
 }
 

@@ -189,7 +189,7 @@ fn emu_encode(
 #[repr(C, align(32))]
 struct Sector([u8; 32]);
 
-/// The emulated packed encode as `Gpu::compress_into_blocking` runs it:
+/// The emulated packed encode as `Compressor::compress_into_blocking` runs it:
 /// into an output full of stale bytes (0xa5), 32-aligned and padded to 128
 /// bytes, of which only the sectors `clear_shared_groups` names are zeroed
 /// first. Returns the stored bytes and the padding after them.
@@ -268,7 +268,7 @@ fn emu_encode_slots(cb: &Codebook, rows: Rows<'_>, flags: u64) -> (Vec<u8>, Vec<
     (out[..bytes].to_vec(), sizes)
 }
 
-/// The packed layout as `Gpu::compress_into_blocking` builds it through
+/// The packed layout as `Compressor::compress_into_blocking` builds it through
 /// scratch slots: the slots kernel with `ENCODE_SLOTS_SCRATCH` into stale
 /// slots, the offsets scanned from the lengths it wrote, then the emulated
 /// `compact` (three warps, run in the order `order` gives) into an output

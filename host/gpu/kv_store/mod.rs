@@ -14,12 +14,13 @@ use plan::Slots;
 pub use plan::{KvStoreOptions, PageWrites};
 
 use super::book::DeviceBook;
-use super::compress::{GpuCodebook, WARP_BLOCK, row_count};
+use super::compress::{GpuCodebook, WARP_BLOCK, row_count, warp_grid};
 use super::decode::{DecodeOptions, DecodeStatus, Decoder, GatherIndex, Request, Shape};
 use super::driver::event::LastUses;
 use super::driver::{
     self, Event, copy_to_host_blocking, device_buffer, new_stream, sync, wait, zero_async,
 };
+use super::fit::Fitter;
 use super::launch::kernels;
 use super::memory::{GpuReadable, PinnedBuffer};
 use super::rows_view::RowsView;
@@ -224,7 +225,7 @@ impl KvStore {
 
     /// Fit a codebook on `rows` and make a segment of it at `first`.
     fn segment<S: GpuReadable + ?Sized>(&self, gpu: &Gpu, rows: &S, first: u64) -> Result<Segment> {
-        let fit = gpu.fit_blocking(rows, self.slots.row_bytes as usize, &self.fit)?;
+        let fit = Fitter::new(gpu).fit_blocking(rows, self.slots.row_bytes as usize, &self.fit)?;
         Ok(Segment {
             first,
             rows: 0,
@@ -329,7 +330,7 @@ impl KvStore {
                         .map_err(|_| Error::invalid("too many rows in one append piece"))?,
                     (32 * per_row * rows_per_block) as u32,
                 ),
-                _ => (gpu.warp_grid(kernel, n)?, WARP_BLOCK),
+                _ => (warp_grid(gpu, kernel, n)?, WARP_BLOCK),
             };
             // SAFETY: `src` holds n rows of L bytes (row_count via `take`);
             // rows at .. at + n lie inside the store (`take`), so the length
