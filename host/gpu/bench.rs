@@ -476,62 +476,48 @@ impl Compressor<'_> {
         let fitter = Fitter::new(self.gpu());
         let rows = row_count(src, l)?;
         let stream = new_stream()?;
-        let time = |f: &mut dyn FnMut() -> Result<()>| -> Result<f64> {
-            f()?;
-            sync(&stream, "profiling")?;
-            let mut t = Vec::with_capacity(reps);
-            for _ in 0..reps.max(1) {
-                let s = std::time::Instant::now();
-                f()?;
-                sync(&stream, "profiling")?;
-                t.push(s.elapsed().as_secs_f64());
-            }
-            t.sort_by(f64::total_cmp);
-            Ok(t[t.len() / 2])
+        let t = Timer {
+            stream: &stream,
+            reps,
         };
-        let mut out = Vec::new();
-        // The sampled fit's phases, each the median of `reps` fits.
-        let opts = FitOptions::default().with_sample(Sample::Fraction(1.0 / 16.0));
-        fitter.fit_phased(src, l, &opts)?;
-        let mut phases = Vec::with_capacity(reps);
-        for _ in 0..reps.max(1) {
-            phases.push(fitter.fit_phased(src, l, &opts)?.1);
-        }
-        let median = |f: fn(&FitPhases) -> f64| {
-            let mut t: Vec<f64> = phases.iter().map(f).collect();
-            t.sort_by(f64::total_cmp);
-            t[t.len() / 2]
-        };
-        out.push(("fit 1/16: gather and count the sample", median(|p| p.count)));
-        out.push((
-            "fit 1/16: weigh the candidates (book built on the GPU, kernel, totals and book back)",
-            median(|p| p.evaluate),
-        ));
-        out.push((
-            "fit 1/16: the rest on the host (choice, tables)",
-            median(|p| p.host),
-        ));
+        let mut out = fit_phases(&fitter, src, l, reps)?;
         out.push((
             "the codebook to the GPU: GpuCodebook::new (allocate, upload, free the old one)",
-            time(&mut || GpuCodebook::new(self.codebook()).map(drop))?,
+            t.time(&mut || GpuCodebook::new(self.codebook()).map(drop))?,
         ));
         let mut replaced = GpuCodebook::new(self.codebook())?;
         out.push((
             "the codebook to the GPU: GpuCodebook::replace (upload into its buffer)",
-            time(&mut || replaced.replace(self.codebook()))?,
+            t.time(&mut || replaced.replace(self.codebook()))?,
         ));
         let mut counts = DeviceBuffer::<u64>::zeroed(8 * l).map_err(cuda_err("allocating"))?;
         out.push((
             "count bits",
-            time(&mut || fitter.count_bits(src, l, &mut counts, &stream))?,
+            t.time(&mut || fitter.count_bits(src, l, &mut counts, &stream))?,
         ));
+        self.profile_eval(&fitter, src, rows, &t, &mut out)?;
+        self.profile_encode(src, rows, &t, &mut out)?;
+        Ok(out)
+    }
+
+    /// The fit's evaluation of 6 thresholds, on counts of `src` from zero.
+    fn profile_eval<S: GpuReadable + ?Sized>(
+        &self,
+        fitter: &Fitter<'_>,
+        src: &S,
+        rows: usize,
+        t: &Timer<'_>,
+        out: &mut Vec<(&'static str, f64)>,
+    ) -> Result<()> {
+        let l = self.codebook().row_bytes();
+        let stream = t.stream;
         // The timed runs added up their counts: count once more, from zero,
         // for the books the evaluation weighs (with the sums of several
         // runs every bit looked invariant, no word matched, and the timed
         // pass was not the fit's).
         let mut counts = DeviceBuffer::<u64>::zeroed(8 * l).map_err(cuda_err("allocating"))?;
-        fitter.count_bits(src, l, &mut counts, &stream)?;
-        sync(&stream, "counting bits")?;
+        fitter.count_bits(src, l, &mut counts, stream)?;
+        sync(stream, "counting bits")?;
         let cpu_counts = copy_to_host_blocking(&counts)?;
         let books: Vec<(Vec<u8>, Vec<u8>)> = crate::codebook::Threshold::default_sweep()
             .iter()
@@ -554,54 +540,69 @@ impl Compressor<'_> {
         out.push((
             "evaluate 6 thresholds",
             // SAFETY: as in fit_counted.
-            time(&mut || unsafe {
+            t.time(&mut || unsafe {
                 self.gpu()
-                    .launch(kernels::FIT_EVAL, grid, WARP_BLOCK, 0, &stream, p)
+                    .launch(kernels::FIT_EVAL, grid, WARP_BLOCK, 0, stream, p)
             })?,
         ));
+        Ok(())
+    }
+
+    /// The compression's stages, each on its own: size, scan, zero, clear,
+    /// the encoders, and (rows of whole words) the slot encoders and the
+    /// compaction.
+    fn profile_encode<S: GpuReadable + ?Sized>(
+        &self,
+        src: &S,
+        rows: usize,
+        t: &Timer<'_>,
+        out: &mut Vec<(&'static str, f64)>,
+    ) -> Result<()> {
+        let l = self.codebook().row_bytes();
+        let stream = t.stream;
         let mut work = Work::new(rows)?;
         work.ensure(rows)?;
         out.push((
             "size",
-            time(&mut || self.enqueue_size(src.device_addr(), rows, &work.sizes, None, &stream))?,
+            t.time(&mut || self.enqueue_size(src.device_addr(), rows, &work.sizes, None, stream))?,
         ));
         out.push((
             "scan",
-            time(&mut || self.enqueue_scan(&work, rows, l, true, 0, &stream))?,
+            t.time(&mut || self.enqueue_scan(&work, rows, l, true, 0, stream))?,
         ));
         let data = device_buffer::<u8>(encoder_out_bytes(rows * l), "allocating")?;
         out.push((
             "zero the output (fixed)",
-            time(&mut || zero_async(&data, rows * l, &stream))?,
+            t.time(&mut || zero_async(&data, rows * l, stream))?,
         ));
         let padded = encoder_out_bytes(rows * l);
         out.push((
             "clear where writes meet (packed)",
-            time(&mut || self.enqueue_clear(rows, &work, padded, &data, padded, &stream))?,
+            t.time(&mut || self.enqueue_clear(rows, &work, padded, &data, padded, stream))?,
         ));
         out.push((
             "encode (packed)",
-            time(&mut || {
+            t.time(&mut || {
                 self.enqueue_encode(
                     (src.device_addr(), l as u64),
                     rows,
                     &work,
                     true,
                     &data,
-                    &stream,
+                    stream,
                 )
             })?,
         ));
         out.push((
             "encode (fixed)",
-            time(&mut || {
+            t.time(&mut || {
                 self.enqueue_encode(
                     (src.device_addr(), l as u64),
                     rows,
                     &work,
                     false,
                     &data,
-                    &stream,
+                    stream,
                 )
             })?,
         ));
@@ -622,32 +623,32 @@ impl Compressor<'_> {
             ] {
                 out.push((
                     stage,
-                    time(&mut || {
+                    t.time(&mut || {
                         self.enqueue_encode_slots(
                             (src.device_addr(), l as u64),
                             rows,
                             &work,
                             &data,
                             scratch,
-                            &stream,
+                            stream,
                         )
                     })?,
                 ));
             }
-            self.enqueue_scan(&work, rows, l, true, 0, &stream)?;
+            self.enqueue_scan(&work, rows, l, true, 0, stream)?;
             let mut total = PinnedBuffer::<u64>::zeroed(1)?;
-            copy_elements(&work.offsets, rows, &mut total, 1, &stream)?;
-            sync(&stream, "scanning")?;
+            copy_elements(&work.offsets, rows, &mut total, 1, stream)?;
+            sync(stream, "scanning")?;
             let padded = encoder_out_bytes(total[0] as usize);
             let packed = device_buffer::<u8>(padded, "allocating")?;
             out.push((
                 "compact the slots' stored bytes (packed through slots)",
-                time(&mut || {
-                    self.enqueue_compact(rows, l, &work, &data, &packed, padded, &stream)
+                t.time(&mut || {
+                    self.enqueue_compact(rows, l, &work, &data, &packed, padded, stream)
                 })?,
             ));
         }
-        Ok(out)
+        Ok(())
     }
 }
 
@@ -663,4 +664,59 @@ pub fn raw_packed(data: Vec<u8>, row_bytes: usize) -> Result<crate::layout::Pack
         offsets: (0..=rows as u64).map(|i| i * row_bytes as u64).collect(),
         payload: data,
     })
+}
+
+/// Times a stage: the median of `reps` runs after one warm-up, each
+/// synchronised on `stream`.
+struct Timer<'s> {
+    stream: &'s Stream,
+    reps: usize,
+}
+
+impl Timer<'_> {
+    fn time(&self, f: &mut dyn FnMut() -> Result<()>) -> Result<f64> {
+        f()?;
+        sync(self.stream, "profiling")?;
+        let mut t = Vec::with_capacity(self.reps);
+        for _ in 0..self.reps.max(1) {
+            let s = std::time::Instant::now();
+            f()?;
+            sync(self.stream, "profiling")?;
+            t.push(s.elapsed().as_secs_f64());
+        }
+        t.sort_by(f64::total_cmp);
+        Ok(t[t.len() / 2])
+    }
+}
+
+/// The sampled fit's phases, each the median of `reps` fits.
+fn fit_phases<S: GpuReadable + ?Sized>(
+    fitter: &Fitter<'_>,
+    src: &S,
+    l: usize,
+    reps: usize,
+) -> Result<Vec<(&'static str, f64)>> {
+    let mut out = Vec::new();
+    // The sampled fit's phases, each the median of `reps` fits.
+    let opts = FitOptions::default().with_sample(Sample::Fraction(1.0 / 16.0));
+    fitter.fit_phased(src, l, &opts)?;
+    let mut phases = Vec::with_capacity(reps);
+    for _ in 0..reps.max(1) {
+        phases.push(fitter.fit_phased(src, l, &opts)?.1);
+    }
+    let median = |f: fn(&FitPhases) -> f64| {
+        let mut t: Vec<f64> = phases.iter().map(f).collect();
+        t.sort_by(f64::total_cmp);
+        t[t.len() / 2]
+    };
+    out.push(("fit 1/16: gather and count the sample", median(|p| p.count)));
+    out.push((
+        "fit 1/16: weigh the candidates (book built on the GPU, kernel, totals and book back)",
+        median(|p| p.evaluate),
+    ));
+    out.push((
+        "fit 1/16: the rest on the host (choice, tables)",
+        median(|p| p.host),
+    ));
+    Ok(out)
 }

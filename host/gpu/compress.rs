@@ -746,10 +746,8 @@ impl<'g> Compressor<'g> {
     ) -> Result<()> {
         let l = self.book.cb.row_bytes();
         let rows = row_count(src, l)?;
-        let stream = &out.stream;
-        let packed = layout == Layout::Packed;
         out.work.ensure(rows)?;
-        let work = &out.work;
+        let src = (src.device_addr(), l as u64);
         // Q: why does the fixed-stride layout skip the size pass?
         // A: a row's slot is known before its size, so the encoder writes
         // each row into its slot as it goes, stores it raw when it turns
@@ -766,65 +764,95 @@ impl<'g> Compressor<'g> {
         // input. It needs a scratch buffer as large as the input; without
         // the memory for one, or for codebooks that can save little
         // (`pays_through_slots`), the measured path runs instead.
-        if packed
-            && rows > 0
-            && l.is_multiple_of(4)
-            && pays_through_slots(&self.book.cb)
-            && grow(
+        let data_len = match layout {
+            Layout::Packed if rows > 0 && l.is_multiple_of(4) => {
+                match self.packed_through_slots(src, rows, out)? {
+                    Some(n) => n,
+                    None => self.measured(src, rows, true, out)?,
+                }
+            }
+            Layout::Packed => self.measured(src, rows, true, out)?,
+            Layout::FixedStride if l.is_multiple_of(4) => self.fixed_into_slots(src, rows, out)?,
+            Layout::FixedStride => self.measured(src, rows, false, out)?,
+        };
+        out.layout = layout;
+        out.rows = rows;
+        out.row_bytes = l;
+        out.data_len = data_len;
+        Ok(())
+    }
+
+    /// The packed layout through scratch slots and `ibp_compact`, when the
+    /// codebook pays for it and the memory allows: the stored bytes, or
+    /// `None` for the measured path (the scratch is freed again when the
+    /// output does not fit beside it).
+    fn packed_through_slots(
+        &self,
+        src: (u64, u64),
+        rows: usize,
+        out: &mut DeviceCompressed,
+    ) -> Result<Option<usize>> {
+        let l = src.1 as usize;
+        let stream = &out.stream;
+        if !pays_through_slots(&self.book.cb)
+            || !grow(
                 &mut out.scratch,
                 rows * l,
                 "allocating the compression's scratch",
             )?
         {
-            self.enqueue_encode_slots(
-                (src.device_addr(), l as u64),
-                rows,
-                work,
-                &out.scratch,
-                true,
-                stream,
-            )?;
-            self.enqueue_scan(work, rows, l, true, 0, stream)?;
-            copy_elements(&work.offsets, rows, &mut out.total, 1, stream)?;
-            sync(stream, "compressing into slots")?;
-            let data_len = out.total[0] as usize;
-            let padded = encoder_out_bytes(data_len);
-            if grow(&mut out.data, padded, "allocating the compressed output")? {
-                self.enqueue_compact(rows, l, work, &out.scratch, &out.data, padded, stream)?;
-                sync(stream, "compacting")?;
-                out.layout = layout;
-                out.rows = rows;
-                out.row_bytes = l;
-                out.data_len = data_len;
-                return Ok(());
-            }
-            // The output does not fit beside the scratch: free the scratch
-            // and compress again the measured way, which needs none.
-            out.scratch = device_buffer(0, "allocating the compression's scratch")?;
+            return Ok(None);
         }
-        let slots = !packed && l.is_multiple_of(4);
-        if slots {
-            let padded = encoder_out_bytes(rows * l);
-            ensure(&mut out.data, padded, "allocating the compressed output")?;
-            zero_from_async(&out.data, rows * l, padded, stream)?;
-            self.enqueue_encode_slots(
-                (src.device_addr(), l as u64),
-                rows,
-                work,
-                &out.data,
-                false,
-                stream,
-            )?;
-            // The flag bitmap from the sizes the encoder wrote.
-            self.enqueue_scan(work, rows, l, false, 0, stream)?;
-            sync(stream, "compressing")?;
-            out.layout = layout;
-            out.rows = rows;
-            out.row_bytes = l;
-            out.data_len = rows * l;
-            return Ok(());
+        let work = &out.work;
+        self.enqueue_encode_slots(src, rows, work, &out.scratch, true, stream)?;
+        self.enqueue_scan(work, rows, l, true, 0, stream)?;
+        copy_elements(&work.offsets, rows, &mut out.total, 1, stream)?;
+        sync(stream, "compressing into slots")?;
+        let data_len = out.total[0] as usize;
+        let padded = encoder_out_bytes(data_len);
+        if grow(&mut out.data, padded, "allocating the compressed output")? {
+            self.enqueue_compact(rows, l, work, &out.scratch, &out.data, padded, stream)?;
+            sync(stream, "compacting")?;
+            return Ok(Some(data_len));
         }
-        self.enqueue_size(src.device_addr(), rows, &work.sizes, None, stream)?;
+        // The output does not fit beside the scratch: free the scratch
+        // and compress again the measured way, which needs none.
+        out.scratch = device_buffer(0, "allocating the compression's scratch")?;
+        Ok(None)
+    }
+
+    /// Fixed-stride slots of whole words, written by the encoder in one
+    /// pass; the flag bitmap from the sizes it wrote.
+    fn fixed_into_slots(
+        &self,
+        src: (u64, u64),
+        rows: usize,
+        out: &mut DeviceCompressed,
+    ) -> Result<usize> {
+        let l = src.1 as usize;
+        let stream = &out.stream;
+        let padded = encoder_out_bytes(rows * l);
+        ensure(&mut out.data, padded, "allocating the compressed output")?;
+        zero_from_async(&out.data, rows * l, padded, stream)?;
+        self.enqueue_encode_slots(src, rows, &out.work, &out.data, false, stream)?;
+        self.enqueue_scan(&out.work, rows, l, false, 0, stream)?;
+        sync(stream, "compressing")?;
+        Ok(rows * l)
+    }
+
+    /// The measured path: a size pass, a scan, the output cleared where
+    /// writes meet (packed) or zeroed (fixed-stride), then the encoder.
+    fn measured(
+        &self,
+        src: (u64, u64),
+        rows: usize,
+        packed: bool,
+        out: &mut DeviceCompressed,
+    ) -> Result<usize> {
+        let l = src.1 as usize;
+        let stream = &out.stream;
+        let work = &out.work;
+        self.enqueue_size(src.0, rows, &work.sizes, None, stream)?;
         self.enqueue_scan(work, rows, l, packed, 0, stream)?;
         let data_len = if packed {
             if rows == 0 {
@@ -841,24 +869,13 @@ impl<'g> Compressor<'g> {
         ensure(&mut out.data, padded, "allocating the compressed output")?;
         if packed {
             // Only where writes meet: the rest is stored whole.
-            self.enqueue_clear(rows, work, data_len, &out.data, padded, stream)?;
+            self.enqueue_clear(rows, &out.work, data_len, &out.data, padded, stream)?;
         } else {
             zero_async(&out.data, padded, stream)?;
         }
-        self.enqueue_encode(
-            (src.device_addr(), l as u64),
-            rows,
-            &out.work,
-            packed,
-            &out.data,
-            stream,
-        )?;
+        self.enqueue_encode(src, rows, &out.work, packed, &out.data, stream)?;
         sync(stream, "compressing")?;
-        out.layout = layout;
-        out.rows = rows;
-        out.row_bytes = l;
-        out.data_len = data_len;
-        Ok(())
+        Ok(data_len)
     }
 }
 

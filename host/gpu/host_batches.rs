@@ -195,52 +195,24 @@ impl HostCompressor {
         let (h2d, compute, d2h) = (&*h2d, &*compute, &*d2h);
         let batches = rows.div_ceil(batch);
         let batch_rows = |k: usize| (rows - k * batch).min(batch);
+        let plan = BatchPlan {
+            l,
+            stride,
+            packed,
+            dma,
+        };
         let enqueue = |k: usize| -> Result<()> {
-            let set = &sets[k % SETS];
-            let n = batch_rows(k);
+            let total = totals.device_ptr() + 8 * (k % SETS) as u64;
             let src_addr = src.device_addr() + (k * batch * l) as u64;
-            let stage_addr = set.stage.as_device_ptr().as_raw();
-            if dma {
-                // SAFETY: both ranges lie in their buffers; the set's previous
-                // batch is finished (the host waited for it before reusing
-                // the set).
-                unsafe {
-                    copy::unified_async(
-                        stage_addr,
-                        src_addr,
-                        n * l,
-                        h2d,
-                        "copying a batch to the device",
-                    )?
-                };
-                set.copied.record(h2d)?;
-                wait(compute, &set.copied)?;
-                comp.enqueue_size(stage_addr, n, &set.work.sizes, None, compute)?;
-            } else {
-                comp.enqueue_size(
-                    src_addr,
-                    n,
-                    &set.work.sizes,
-                    Some((stage_addr, stride as u64)),
-                    compute,
-                )?;
-            }
-            let total = if packed {
-                totals.device_ptr() + 8 * (k % SETS) as u64
-            } else {
-                0
-            };
-            comp.enqueue_scan(&set.work, n, l, packed, total, compute)?;
-            zero_async(&set.out, encoder_out_bytes(n * l), compute)?;
-            comp.enqueue_encode(
-                (stage_addr, stride as u64),
-                n,
-                &set.work,
-                packed,
-                &set.out,
+            plan.enqueue(
+                comp,
+                &sets[k % SETS],
+                src_addr,
+                batch_rows(k),
+                total,
+                h2d,
                 compute,
-            )?;
-            set.done.record(compute)
+            )
         };
         let mut written = 0u64;
         let mut run = || -> Result<()> {
@@ -370,5 +342,54 @@ impl Compressor<'_> {
             Ok(())
         })?;
         Ok(out)
+    }
+}
+
+/// What every batch of one [`HostCompressor::compress_blocking`] call
+/// shares.
+struct BatchPlan {
+    l: usize,
+    stride: usize,
+    packed: bool,
+    dma: bool,
+}
+
+impl BatchPlan {
+    /// Enqueue batch `n` rows at `src` into `set`: the copy (DMA) or the
+    /// size pass reading zero-copy, the scan (the packed total into
+    /// `total`, pinned), and the encoder; `set.done` is recorded after.
+    #[allow(clippy::too_many_arguments)]
+    fn enqueue(
+        &self,
+        comp: &Compressor<'_>,
+        set: &BatchSet,
+        src: u64,
+        n: usize,
+        total: u64,
+        h2d: &Stream,
+        compute: &Stream,
+    ) -> Result<()> {
+        let l = self.l;
+        let stage = set.stage.as_device_ptr().as_raw();
+        if self.dma {
+            // SAFETY: both ranges lie in their buffers; the set's previous
+            // batch is finished (the host waited for it before reusing
+            // the set).
+            unsafe {
+                copy::unified_async(stage, src, n * l, h2d, "copying a batch to the device")?
+            };
+            set.copied.record(h2d)?;
+            wait(compute, &set.copied)?;
+            comp.enqueue_size(stage, n, &set.work.sizes, None, compute)?;
+        } else {
+            let staged = Some((stage, self.stride as u64));
+            comp.enqueue_size(src, n, &set.work.sizes, staged, compute)?;
+        }
+        let total = if self.packed { total } else { 0 };
+        comp.enqueue_scan(&set.work, n, l, self.packed, total, compute)?;
+        zero_async(&set.out, encoder_out_bytes(n * l), compute)?;
+        let staged = (stage, self.stride as u64);
+        comp.enqueue_encode(staged, n, &set.work, self.packed, &set.out, compute)?;
+        set.done.record(compute)
     }
 }

@@ -9,10 +9,10 @@
 use std::ffi::c_void;
 use std::marker::PhantomData;
 
-use cust::stream::Stream;
 use super::driver::function;
 use super::{Gpu, cuda_err};
 use crate::error::{Error, Result};
+use cust::stream::Stream;
 
 /// A kernel of the embedded PTX and the parameter block it takes
 /// (`ibp_kernels::params`).

@@ -273,14 +273,16 @@ impl KvStore {
         let taken = self.slots.take(self.next, rows.byte_len(), row_bytes)?;
         let seg = self
             .segments
-            .last_mut()
+            .last()
             .ok_or_else(|| Error::invalid("a KV store without a segment"))?;
+        let book = seg.gcb.book.as_device_ptr().as_raw();
+        let chunk = seg.gcb.cb.chunk().bytes();
         let l = self.slots.row_bytes;
         // Slots of a width that is a multiple of 4 are whole words: the
         // kernel writes every byte of them. Otherwise neighbours share a
         // word, which the kernel ORs into a zeroed half.
         let zero_tail = l.is_multiple_of(4);
-        let kernel = kernels::kv_append(seg.gcb.cb.chunk().bytes());
+        let kernel = kernels::kv_append(chunk);
         // One piece (a decode step) runs wholly on the caller's stream: no
         // event and no second stream in its path. Several pieces overlap:
         // the copy of one on `copies` with the encode of the next.
@@ -312,7 +314,7 @@ impl KvStore {
                 src,
                 rows: n,
                 row_bytes: l,
-                book: seg.gcb.book.as_device_ptr().as_raw(),
+                book,
                 lengths: self.lengths.as_device_ptr().as_raw(),
                 flags: self.flags.as_device_ptr().as_raw(),
                 first: at,
@@ -348,35 +350,7 @@ impl KvStore {
                 at += n;
                 continue;
             }
-            let copies = if overlap {
-                self.encoded[h].record(stream)?;
-                wait(&self.copies, &self.encoded[h])?;
-                &self.copies
-            } else {
-                stream
-            };
-            let dst = &mut self.pages[self.slots.slot_offset(at) as usize..][..bytes];
-            // SAFETY: `dst` is `bytes` bytes of the pinned pages (the slots
-            // at .. at + n, inside the store by `take`), written by no one
-            // else: each slot is appended once, and readers order themselves
-            // after the append (the copy is on the caller's stream, or the
-            // caller's stream waits for it below). The half's first `bytes`
-            // bytes were encoded before the copy: on the same stream, or
-            // before `encoded[h]`, which the copy stream waits for; the half
-            // is not written again before the copy is done (same stream, or
-            // the wait on `copied[h]`, recorded after the copy).
-            unsafe {
-                driver::copy::dtoh_async(
-                    dst.as_mut_ptr(),
-                    out,
-                    bytes,
-                    copies,
-                    "copying a step's slots to the pages",
-                )?
-            };
-            if overlap {
-                self.copied[h].record(&self.copies)?;
-            }
+            self.copy_to_pages(h, at, out, bytes, overlap, stream)?;
             self.half ^= 1;
             at += n;
         }
@@ -385,9 +359,56 @@ impl KvStore {
         if overlap {
             wait(stream, &self.copied[self.half ^ 1])?;
         }
-        seg.rows += taken.end - taken.start;
+        if let Some(seg) = self.segments.last_mut() {
+            seg.rows += taken.end - taken.start;
+        }
         self.next = taken.end;
         Ok(taken)
+    }
+
+    /// Copy the `bytes` bytes of staging half `h` (device address `out`)
+    /// into the pages' slots from store row `at` on: on the caller's
+    /// stream, or (`overlap`) on the store's copy stream after the encode,
+    /// recording `copied[h]`.
+    fn copy_to_pages(
+        &mut self,
+        h: usize,
+        at: u64,
+        out: u64,
+        bytes: usize,
+        overlap: bool,
+        stream: &Stream,
+    ) -> Result<()> {
+        let copies = if overlap {
+            self.encoded[h].record(stream)?;
+            wait(&self.copies, &self.encoded[h])?;
+            &self.copies
+        } else {
+            stream
+        };
+        let dst = &mut self.pages[self.slots.slot_offset(at) as usize..][..bytes];
+        // SAFETY: `dst` is `bytes` bytes of the pinned pages (the slots
+        // from `at` on, inside the store by `take`), written by no one
+        // else: each slot is appended once, and readers order themselves
+        // after the append (the copy is on the caller's stream, or the
+        // caller's stream waits for it at the end of the append). The
+        // half's first `bytes` bytes were encoded before the copy: on the
+        // same stream, or before `encoded[h]`, which the copy stream waits
+        // for; the half is not written again before the copy is done (same
+        // stream, or the wait on `copied[h]`, recorded after the copy).
+        unsafe {
+            driver::copy::dtoh_async(
+                dst.as_mut_ptr(),
+                out,
+                bytes,
+                copies,
+                "copying a step's slots to the pages",
+            )?
+        };
+        if overlap {
+            self.copied[h].record(&self.copies)?;
+        }
+        Ok(())
     }
 
     /// Enqueue on `stream`: output row `i` of `out` (`ids.len()` rows of
