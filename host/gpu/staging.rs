@@ -64,9 +64,16 @@ impl Staging {
         progress: &mut dyn FnMut(u64),
     ) -> Result<()> {
         let r = self.upload_inner(src, dst, stream, progress);
-        // Never return (and let the pieces be freed or refilled) while a
-        // copy may still read one; after a failed event record, the events
-        // do not cover the last copy, the stream does.
+        self.settle(r, stream)
+    }
+
+    /// Wait for both pieces' copies before returning `r`.
+    ///
+    /// Q: why wait on an error too?
+    /// A: never return (and let the pieces be freed, refilled or handed
+    /// out) while a copy may still read or write one; after a failed event
+    /// record the events do not cover the last copy, the stream does.
+    fn settle(&mut self, r: Result<()>, stream: &Stream) -> Result<()> {
         if r.is_err() {
             let _ = stream.synchronize();
         }
@@ -128,13 +135,7 @@ impl Staging {
         sink: &mut dyn FnMut(&[u8]) -> Result<()>,
     ) -> Result<()> {
         let r = self.download_inner(src, len, stream, sink);
-        // Never return while a copy may still write a piece we hand out
-        // next (after an error, the stream covers what the events may not).
-        if r.is_err() {
-            let _ = stream.synchronize();
-        }
-        let w = self.wait_both();
-        r.and(w)
+        self.settle(r, stream)
     }
 
     fn download_inner(
