@@ -88,11 +88,11 @@ struct CandidateReport {
 }
 
 /// The GPU a [`Counter`] counts on, owned by the caller (the counter's
-/// fitter borrows it); nothing without the `cuda` feature.
+/// fitter borrows it); always empty without the `cuda` feature.
 #[cfg(feature = "cuda")]
 type GpuSlot = Option<ibp::gpu::Gpu>;
 #[cfg(not(feature = "cuda"))]
-type GpuSlot = ();
+type GpuSlot = Option<std::convert::Infallible>;
 
 /// Where bits get counted.
 enum Counter<'g> {
@@ -175,7 +175,7 @@ impl<'g> Counter<'g> {
             }
             // Never built (the variant only carries the lifetime).
             #[cfg(not(feature = "cuda"))]
-            Counter::Never(_) => format!("CPU ({} threads)", rayon::current_num_threads()),
+            Counter::Never(_) => fit::fit(rows, opts),
         }
     }
 }
