@@ -395,77 +395,21 @@ fn table(
     let saved = 1.0 - comp.payload.len() as f64 / total as f64;
     let table = format!("{name} ({:.1}% saved)", 100.0 * saved);
     for w in workloads {
-        // Ids on every GPU.
-        let mut ids: Vec<Vec<DeviceBuffer<u32>>> = Vec::new();
-        for lane in &lanes {
-            lane.gpu.make_current()?;
-            ids.push(
-                w.batches
-                    .iter()
-                    .map(|b| DeviceBuffer::from_slice(b).map_err(cuda("ids")))
-                    .collect::<Result<_>>()?,
-            );
-        }
-        let check_rows = rows_of(&w.batches[0][..w.batches[0].len().min(2048)]);
+        let run = WorkloadRun {
+            name,
+            sets: &sets,
+            w,
+            ids: &ids_on_every_gpu(&lanes, w)?,
+            check_rows: &rows_of(&w.batches[0][..w.batches[0].len().min(2048)]),
+        };
         let mut uncached = std::collections::HashMap::new();
         for pct in BUDGETS {
-            let budget = total * pct / 100;
             for n in 1..=lanes.len() {
                 if n > 1 && n != lanes.len() {
                     continue;
                 }
-                let mut points: Vec<Point> = Vec::new();
-                for (vi, var) in VARIANTS.iter().enumerate() {
-                    // Without a cache the budget does not matter: measured
-                    // once per workload and GPU count.
-                    if !var.on
-                        && let Some(p) = uncached.get(&(vi, n))
-                    {
-                        points.push(*p);
-                        continue;
-                    }
-                    let ls = &mut lanes[..n];
-                    let (hot, budget) = if var.on {
-                        (&w.hot[..], budget)
-                    } else {
-                        (&[][..], 0)
-                    };
-                    let p = measure(ls, &sets, var, hot, budget, w, &ids, &check_rows).map_err(
-                        |e| Error::invalid(format!("{name} {} {pct}% {}: {e}", w.name, var.name)),
-                    )?;
-                    if !var.on {
-                        uncached.insert((vi, n), p);
-                    }
-                    points.push(p);
-                }
-                let base = points[BASELINE];
-                for (p, var) in points.iter().zip(&VARIANTS) {
-                    let ratio = p.rate / base.rate;
-                    let ideal = if p.stats.host_bytes == 0 || base.stats.host_bytes == 0 {
-                        "—".to_string()
-                    } else {
-                        format!(
-                            "{:.2}",
-                            base.stats.host_bytes as f64 / p.stats.host_bytes as f64
-                        )
-                    };
-                    let _ = writeln!(
-                        md,
-                        "| {table} | {} | {pct}% | {} | {n} | {:.1} | {ratio:.2} | {ideal} | {:.3} | {:.2} |",
-                        w.name,
-                        var.name,
-                        p.rate / 1e9,
-                        p.stats.hit_rate(),
-                        p.stats.host_bytes as f64 / 1e9
-                    );
-                    eprintln!(
-                        "  {} {pct}% {} x{n}: {:.1} GB/s (x{ratio:.2}, ideal {ideal}), hit rate {:.3}",
-                        w.name,
-                        var.name,
-                        p.rate / 1e9,
-                        p.stats.hit_rate()
-                    );
-                }
+                let points = run.points(&mut lanes[..n], pct, total, &mut uncached)?;
+                write_points(md, &table, w.name, pct, n, &points);
                 groups.push(Group {
                     table: table.clone(),
                     workload: w.name,
@@ -478,6 +422,119 @@ fn table(
     }
     gpus[0].make_current()?;
     Ok(())
+}
+
+/// A workload's batches of ids on every GPU.
+fn ids_on_every_gpu(lanes: &[Lane<'_>], w: &Workload) -> Result<Vec<Vec<DeviceBuffer<u32>>>> {
+    let mut ids = Vec::new();
+    for lane in lanes {
+        lane.gpu.make_current()?;
+        ids.push(
+            w.batches
+                .iter()
+                .map(|b| DeviceBuffer::from_slice(b).map_err(cuda("ids")))
+                .collect::<Result<_>>()?,
+        );
+    }
+    Ok(ids)
+}
+
+/// One workload on one table, uploaded to every GPU, ready to measure.
+struct WorkloadRun<'a> {
+    /// The table's name (for errors).
+    name: &'a str,
+    sets: &'a [Uploads],
+    w: &'a Workload,
+    ids: &'a [Vec<DeviceBuffer<u32>>],
+    /// The rows of the first batch's first ids, to check each cache.
+    check_rows: &'a [u8],
+}
+
+impl WorkloadRun<'_> {
+    /// Every variant's point on `lanes` with a cache of `pct`% of the
+    /// table's `total` bytes. Without a cache the budget does not matter:
+    /// those points are measured once per workload and GPU count, kept in
+    /// `uncached`.
+    fn points(
+        &self,
+        lanes: &mut [Lane<'_>],
+        pct: u64,
+        total: u64,
+        uncached: &mut std::collections::HashMap<(usize, usize), Point>,
+    ) -> Result<Vec<Point>> {
+        let (w, n) = (self.w, lanes.len());
+        let budget = total * pct / 100;
+        let mut points: Vec<Point> = Vec::new();
+        for (vi, var) in VARIANTS.iter().enumerate() {
+            if !var.on
+                && let Some(p) = uncached.get(&(vi, n))
+            {
+                points.push(*p);
+                continue;
+            }
+            let (hot, budget) = if var.on {
+                (&w.hot[..], budget)
+            } else {
+                (&[][..], 0)
+            };
+            let p = measure(
+                lanes,
+                self.sets,
+                var,
+                hot,
+                budget,
+                w,
+                self.ids,
+                self.check_rows,
+            )
+            .map_err(|e| {
+                Error::invalid(format!("{} {} {pct}% {}: {e}", self.name, w.name, var.name))
+            })?;
+            if !var.on {
+                uncached.insert((vi, n), p);
+            }
+            points.push(p);
+        }
+        Ok(points)
+    }
+}
+
+/// The table's rows (and a line on stderr) for every variant's point of
+/// one (workload, budget, GPU count), each against the baseline's.
+fn write_points(
+    md: &mut String,
+    table: &str,
+    workload: &str,
+    pct: u64,
+    n: usize,
+    points: &[Point],
+) {
+    let base = points[BASELINE];
+    for (p, var) in points.iter().zip(&VARIANTS) {
+        let ratio = p.rate / base.rate;
+        let ideal = if p.stats.host_bytes == 0 || base.stats.host_bytes == 0 {
+            "—".to_string()
+        } else {
+            format!(
+                "{:.2}",
+                base.stats.host_bytes as f64 / p.stats.host_bytes as f64
+            )
+        };
+        let _ = writeln!(
+            md,
+            "| {table} | {workload} | {pct}% | {} | {n} | {:.1} | {ratio:.2} | {ideal} | {:.3} | {:.2} |",
+            var.name,
+            p.rate / 1e9,
+            p.stats.hit_rate(),
+            p.stats.host_bytes as f64 / 1e9
+        );
+        eprintln!(
+            "  {workload} {pct}% {} x{n}: {:.1} GB/s (x{ratio:.2}, ideal {ideal}), hit rate {:.3}",
+            var.name,
+            p.rate / 1e9,
+            p.stats.hit_rate()
+        );
+    }
 }
 
 /// Build one variant's cache over `lanes`, check a batch, and time passes
