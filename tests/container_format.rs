@@ -7,10 +7,8 @@ mod common;
 use ibp::ErrorKind;
 use ibp::Rows;
 use ibp::codebook::Codebook;
-use ibp::container::{
-    CompressOptions, ContainerWriter, GroupData, GroupMeta, IbpFile, SectionKind, SourceInfo,
-};
-use ibp::io::{self, DType, Fingerprint, ParseOptions, Segment, SourceFormat};
+use ibp::container::{ContainerWriter, GroupData, GroupMeta, IbpFile, SectionKind, SourceInfo};
+use ibp::io::{self, DType, Fingerprint, Segment, SourceFormat};
 use ibp::layout::{LayoutOptions, compress_packed};
 
 use common::container::*;
@@ -80,14 +78,7 @@ fn a_shape_of_a_million_dimensions_is_refused() {
     // Ones do not change the element count, so only a limit on the number
     // of dimensions stops a small manifest from costing gigabytes to read
     // and print (issue 15: 37.7 MB took 1.34 GB to inspect).
-    let original = mixed_file();
-    let doc = io::parse(
-        &original,
-        SourceFormat::Safetensors,
-        &ParseOptions::default(),
-    )
-    .unwrap();
-    let (bytes, _) = compress(&doc, &CompressOptions::default());
+    let (original, bytes) = mixed_container();
     let mut secs = sections_of(&bytes);
     let mi = secs
         .iter()
@@ -123,14 +114,7 @@ fn a_shape_of_a_million_dimensions_is_refused() {
 
 #[test]
 fn hand_assembled_files_and_forward_compatibility() {
-    let original = mixed_file();
-    let doc = io::parse(
-        &original,
-        SourceFormat::Safetensors,
-        &ParseOptions::default(),
-    )
-    .unwrap();
-    let (bytes, _) = compress(&doc, &CompressOptions::default());
+    let (original, bytes) = mixed_container();
     let secs = sections_of(&bytes);
     // Reassembling the same sections per the spec gives the same file.
     assert!(assemble(1, &secs) == bytes);

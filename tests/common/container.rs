@@ -2,10 +2,15 @@
 //! noisy tensors, a safetensors file by hand, and the round-trip check.
 
 use ibp::container::{self, CompressOptions, IbpFile};
-use ibp::io::Document;
+use ibp::io::{self, Document, ParseOptions, SourceFormat};
 
 /// Rows of f32 features with invariant high bits (compressible), seeded.
 pub fn features(rows: usize, cols: usize, seed: u64) -> Vec<u8> {
+    features_of(rows, cols, seed, 64)
+}
+
+/// [`features`] whose nonzero values take `levels` steps in [1, 2).
+pub fn features_of(rows: usize, cols: usize, seed: u64, levels: u64) -> Vec<u8> {
     let mut s = seed | 1;
     let mut out = Vec::with_capacity(rows * cols * 4);
     for _ in 0..rows * cols {
@@ -15,7 +20,7 @@ pub fn features(rows: usize, cols: usize, seed: u64) -> Vec<u8> {
         let v = if s % 5 < 3 {
             0.0f32
         } else {
-            1.0 + (s % 64) as f32 / 64.0
+            1.0 + (s % levels) as f32 / levels as f32
         };
         out.extend(v.to_le_bytes());
     }
@@ -73,6 +78,18 @@ pub fn mixed_file() -> Vec<u8> {
             (0..80u64).flat_map(|i| (i % 9).to_le_bytes()).collect(),
         ),
     ])
+}
+
+/// `bytes` parsed as safetensors with the default options.
+pub fn parse_safetensors(bytes: &[u8]) -> Document<'_> {
+    io::parse(bytes, SourceFormat::Safetensors, &ParseOptions::default()).unwrap()
+}
+
+/// [`mixed_file`] and its container under the default options.
+pub fn mixed_container() -> (Vec<u8>, Vec<u8>) {
+    let original = mixed_file();
+    let (bytes, _) = compress(&parse_safetensors(&original), &CompressOptions::default());
+    (original, bytes)
 }
 
 pub fn compress(
