@@ -30,38 +30,22 @@ use std::process::ExitCode;
 
 use cust::memory::DeviceBuffer;
 use cust::stream::{Stream, StreamFlags};
-use fused_host::{BLOCK, Block, Kernels, Measured, bags, report};
-use fused_kernels::{BagParams, OK, ReadParams};
+use fused_host::{
+    BLOCK, Block, Kernels, Measured, arg, bags, bf16_of_f32, cu, data_dir, exit_code, report,
+    time_payload_read,
+};
+use fused_kernels::{BagParams, OK};
 use ibp::gpu::bench::time_median;
 use ibp::gpu::{
     DecodeOptions, DecodeStatus, Decoder, Gpu, GpuDataset, GpuReadable, PinnedBuffer, Residency,
-    copy_to_host_blocking, cust, is_no_device,
+    copy_to_host_blocking, cust,
 };
-use ibp::layout::{LayoutOptions, compress_packed};
+use ibp::layout::{LayoutOptions, Packed, compress_packed};
 use ibp::{Error, Result, Rows};
+use ibp_kernels::device::DatasetView;
 
 fn main() -> ExitCode {
-    match run() {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) if is_no_device(&e) => {
-            eprintln!("embedding_bag: no usable CUDA device ({})", e.message());
-            ExitCode::from(10)
-        }
-        Err(e) => {
-            eprintln!("embedding_bag: {}", e.message());
-            ExitCode::FAILURE
-        }
-    }
-}
-
-/// `--name VALUE` from the command line.
-fn arg(name: &str, default: usize) -> usize {
-    let a: Vec<String> = std::env::args().collect();
-    a.iter()
-        .position(|x| x == name)
-        .and_then(|i| a.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
+    exit_code("embedding_bag", run())
 }
 
 fn run() -> Result<()> {
@@ -93,10 +77,6 @@ fn run() -> Result<()> {
     Ok(())
 }
 
-fn cu(e: cust::error::CudaError) -> Error {
-    Error::cuda(e.to_string())
-}
-
 /// A table: its name, its rows, the bytes of a row, and whether it is bf16.
 type TableData = (String, Vec<u8>, usize, bool);
 
@@ -112,10 +92,7 @@ fn tables() -> Result<Vec<TableData>> {
         g.row_shape(None)?.row_bytes as usize,
         false,
     )];
-    let dir = std::env::var_os("IBP_DATA_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| ".tools/data".into());
-    let path = dir.join("model.safetensors");
+    let path = data_dir().join("model.safetensors");
     if !path.is_file() {
         eprintln!("MiniLM skipped: {} not found", path.display());
         return Ok(out);
@@ -125,13 +102,7 @@ fn tables() -> Result<Vec<TableData>> {
     let doc = ibp::io::parse(f.bytes(), ibp::io::SourceFormat::Safetensors, &opts)?;
     let g = &doc.groups[0];
     let row = g.row_shape(None)?.row_bytes as usize;
-    let bf16: Vec<u8> = g
-        .data
-        .as_chunks::<4>()
-        .0
-        .iter()
-        .flat_map(|b| half::bf16::from_f32(f32::from_le_bytes(*b)).to_le_bytes())
-        .collect();
+    let bf16: Vec<u8> = bf16_of_f32(&g.data).collect();
     out.push((
         "MiniLM word embeddings f32".into(),
         g.data.to_vec(),
@@ -184,6 +155,55 @@ impl Table<'_> {
         out
     }
 
+    /// The rows replicated to at least `table_mb` MB, compressed under the
+    /// base rows' codebook (the replicas add nothing new) and uploaded
+    /// pinned, and the same rows uncompressed in pinned memory.
+    fn upload(&self, gpu: &Gpu, table_mb: usize) -> Result<Uploaded> {
+        let l = self.row_bytes;
+        let reps = (table_mb * 1_000_000).div_ceil(self.base.len()).max(1);
+        let data = self.base.repeat(reps);
+        let cb = ibp::fit::fit(Rows::new(self.base, l)?, &Default::default())?.codebook;
+        let packed = compress_packed(&cb, Rows::new(&data, l)?, &LayoutOptions::default())?;
+        let ds = GpuDataset::upload_packed(gpu, &cb, &packed.view(), Residency::Pinned)?;
+        let plain_rows = PinnedBuffer::from_slice(&data)?;
+        Ok(Uploaded {
+            rows: self.base.len() / l * reps,
+            reps,
+            packed,
+            ds,
+            plain_rows,
+        })
+    }
+
+    /// Runs `f`, then compares the sums in `out` with the CPU's `want` and
+    /// every bag's status with OK; prints what differs. Whether all match.
+    fn sums_match(
+        &self,
+        what: &str,
+        stream: &Stream,
+        (out, status): (&DeviceBuffer<f32>, &DeviceBuffer<u32>),
+        want: &[u32],
+        f: &mut dyn FnMut() -> Result<()>,
+    ) -> Result<bool> {
+        f()?;
+        stream.synchronize().map_err(cu)?;
+        let st = copy_to_host_blocking(status)?;
+        let got: Vec<u32> = copy_to_host_blocking(out)?
+            .iter()
+            .map(|x| x.to_bits())
+            .collect();
+        let bad = got.iter().zip(want).filter(|(a, b)| a != b).count();
+        if st.iter().any(|&s| s != OK) || bad != 0 {
+            eprintln!(
+                "{}: {what}: {bad} elements differ, status {:?}",
+                self.name,
+                st.iter().find(|&&s| s != OK)
+            );
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
     fn measure(
         &self,
         gpu: &Gpu,
@@ -194,59 +214,20 @@ impl Table<'_> {
     ) -> Result<(String, bool)> {
         let l = self.row_bytes;
         let base_rows = self.base.len() / l;
-        let reps = (table_mb * 1_000_000).div_ceil(self.base.len()).max(1);
-        let data = self.base.repeat(reps);
-        let rows = base_rows * reps;
         let dim = (l / if self.bf16 { 2 } else { 4 }) as u32;
-        // The codebook from the base rows (the replicas add nothing new).
-        let cb = ibp::fit::fit(Rows::new(self.base, l)?, &Default::default())?.codebook;
-        let packed = compress_packed(&cb, Rows::new(&data, l)?, &LayoutOptions::default())?;
-        let ds = GpuDataset::upload_packed(gpu, &cb, &packed.view(), Residency::Pinned)?;
+        let up = self.upload(gpu, table_mb)?;
+        let (rows, ds) = (up.rows, &up.ds);
         let view = ds.device_view()?;
-        let plain_rows = PinnedBuffer::from_slice(&data)?;
-        drop(data);
         let (ids, starts) = bags(rows, n_bags, 0x1bad_5eed ^ l as u64);
         let total = ids.len();
         let want = self.cpu_sums(&ids, &starts, base_rows);
-        let compressed: u64 = ids
-            .iter()
-            .map(|&t| packed.offsets[t as usize + 1] - packed.offsets[t as usize])
-            .sum();
-        let delivered = (total * l) as u64;
-        let d_ids = DeviceBuffer::from_slice(&ids).map_err(cu)?;
-        let d_starts = DeviceBuffer::from_slice(&starts).map_err(cu)?;
-        let out = DeviceBuffer::<f32>::zeroed(n_bags * dim as usize).map_err(cu)?;
-        let status = DeviceBuffer::<u32>::zeroed(n_bags).map_err(cu)?;
-        let mut gathered = DeviceBuffer::<u8>::zeroed(total * l).map_err(cu)?;
-        let xor = DeviceBuffer::<u32>::zeroed(n_bags).map_err(cu)?;
+        let mut b = BagBuffers::new(&ids, &starts, dim, l)?;
         if view.book_bytes % 4 != 0 {
             return Err(Error::invalid("decode book not a whole number of words"));
         }
-        // Kernels by row form: sums in registers up to 2 (bf16) or 3 (f32)
-        // steps of 512 bytes, in shared memory beyond.
-        let (fused, plain, acc) = match (self.bf16, l) {
-            (true, ..=1024) => ("bag_fused_bf16_s2", "bag_plain_bf16_s2", 0),
-            (false, ..=1536) => ("bag_fused_f32_s3", "bag_plain_f32_s3", 0),
-            (false, _) => (
-                "bag_fused_f32_smem",
-                "bag_plain_f32_smem",
-                (4 * dim).next_multiple_of(16),
-            ),
-            (true, _) => return Err(Error::unsupported("bf16 rows over 1024 bytes")),
-        };
+        let (fused, plain, acc) = bag_kernels(self.bf16, l, dim)?;
         let ws = view.workspace_bytes() + acc;
-        let p = BagParams {
-            view,
-            plain: plain_rows.device_addr(),
-            ids: d_ids.as_device_ptr().as_raw(),
-            bag_starts: d_starts.as_device_ptr().as_raw(),
-            out: out.as_device_ptr().as_raw(),
-            status: status.as_device_ptr().as_raw(),
-            bags: n_bags as u32,
-            dim,
-            book_smem: view.book_bytes,
-            ws_bytes: ws,
-        };
+        let p = b.params(view, up.plain_rows.device_addr(), dim, ws);
         let book16 = view.book_bytes.next_multiple_of(16);
         let fused_block = k.block_for(fused, book16, ws)?;
         let eight = Block {
@@ -257,19 +238,19 @@ impl Table<'_> {
         let plain_shared = 8 * acc;
         // After the gather: rows in id order, ids = positions.
         let after = BagParams {
-            plain: gathered.as_device_ptr().as_raw(),
+            plain: b.gathered.as_device_ptr().as_raw(),
             ids: 0,
-            view: ibp_kernels::device::DatasetView {
+            view: DatasetView {
                 rows: total as u64,
                 ..view
             },
             ..plain_p
         };
         let ideal_p = BagParams {
-            out: xor.as_device_ptr().as_raw(),
+            out: b.xor.as_device_ptr().as_raw(),
             ..p
         };
-        let dec = Decoder::new(gpu, &ds, &DecodeOptions::default())?;
+        let dec = Decoder::new(gpu, ds, &DecodeOptions::default())?;
         let mut dstatus = DecodeStatus::new()?;
         // SAFETY (every launch below): each parameter block is its kernel's
         // type; every address is a live buffer of the sizes BagParams
@@ -284,29 +265,14 @@ impl Table<'_> {
         // SAFETY: as stated above.
         let run_ideal = || unsafe { k.launch("bag_read", 0, stream, ideal_p) };
         let mut run_decode_then = || -> Result<()> {
-            dec.gather(gpu, &d_ids, &mut gathered, &dstatus, stream)?;
+            dec.gather(gpu, &b.ids, &mut b.gathered, &dstatus, stream)?;
             // SAFETY: as above.
             unsafe { k.launch(plain, plain_shared, stream, after) }
         };
         // Correctness first: each variant's sums against the CPU's.
         let mut ok = true;
         let mut check = |what: &str, f: &mut dyn FnMut() -> Result<()>| -> Result<()> {
-            f()?;
-            stream.synchronize().map_err(cu)?;
-            let st = copy_to_host_blocking(&status)?;
-            let got: Vec<u32> = copy_to_host_blocking(&out)?
-                .iter()
-                .map(|x| x.to_bits())
-                .collect();
-            let bad = got.iter().zip(&want).filter(|(a, b)| a != b).count();
-            if st.iter().any(|&s| s != OK) || bad != 0 {
-                eprintln!(
-                    "{}: {what}: {bad} elements differ, status {:?}",
-                    self.name,
-                    st.iter().find(|&&s| s != OK)
-                );
-                ok = false;
-            }
+            ok &= self.sums_match(what, stream, (&b.out, &b.status), &want, f)?;
             Ok(())
         };
         check("fused", &mut || run_fused())?;
@@ -330,10 +296,10 @@ impl Table<'_> {
         let t_ideal = time_median(stream, 2, 9, run_ideal)?;
         // The gathers' status (sticky: any corrupt row of any run).
         dstatus.check_blocking()?;
-        let seq = sequential_read(k, stream, &ds)?;
+        let seq = ds.stored_bytes() as f64 / time_payload_read(k, stream, ds)? / 1e9;
         let m = Measured {
-            compressed,
-            delivered,
+            compressed: up.stored_bytes(&ids),
+            delivered: (total * l) as u64,
             fused: t_fused,
             fused_other,
             decode_then: t_dc,
@@ -342,9 +308,10 @@ impl Table<'_> {
             sequential_gbps: seq,
         };
         let title = format!(
-            "{}: {} rows of {l} B ({reps}× replicated), {total} ids in {n_bags} bags, fused in blocks of {} warps{}",
+            "{}: {} rows of {l} B ({}× replicated), {total} ids in {n_bags} bags, fused in blocks of {} warps{}",
             self.name,
             rows,
+            up.reps,
             fused_block.threads / 32,
             if ok {
                 ", sums bit-exact"
@@ -356,17 +323,83 @@ impl Table<'_> {
     }
 }
 
-/// The sequential zero-copy read rate of the dataset's payload, GB/s.
-fn sequential_read(k: &Kernels, stream: &Stream, ds: &GpuDataset) -> Result<f64> {
-    let xor = DeviceBuffer::<u32>::zeroed(1).map_err(cu)?;
-    let p = ReadParams {
-        src: ds.payload().device_addr(),
-        bytes: ds.stored_bytes(),
-        out: xor.as_device_ptr().as_raw(),
-    };
-    // SAFETY: the payload holds stored_bytes readable bytes; one u32 out.
-    let s = time_median(stream, 2, 9, || unsafe {
-        k.launch("read_bytes", 0, stream, p)
-    })?;
-    Ok(ds.stored_bytes() as f64 / s / 1e9)
+/// The device buffers of one table's bags: the ids and where each bag
+/// starts, the sums and each bag's status, the gathered rows (decode, then
+/// sum) and the ideal's word a bag.
+struct BagBuffers {
+    ids: DeviceBuffer<u32>,
+    starts: DeviceBuffer<u32>,
+    out: DeviceBuffer<f32>,
+    status: DeviceBuffer<u32>,
+    gathered: DeviceBuffer<u8>,
+    xor: DeviceBuffer<u32>,
+}
+
+impl BagBuffers {
+    /// Buffers for the bags `ids[starts[b]..starts[b + 1]]` of rows of `l`
+    /// bytes, `dim` elements each.
+    fn new(ids: &[u32], starts: &[u32], dim: u32, l: usize) -> Result<Self> {
+        let n_bags = starts.len() - 1;
+        Ok(BagBuffers {
+            ids: DeviceBuffer::from_slice(ids).map_err(cu)?,
+            starts: DeviceBuffer::from_slice(starts).map_err(cu)?,
+            out: DeviceBuffer::<f32>::zeroed(n_bags * dim as usize).map_err(cu)?,
+            status: DeviceBuffer::<u32>::zeroed(n_bags).map_err(cu)?,
+            gathered: DeviceBuffer::<u8>::zeroed(ids.len() * l).map_err(cu)?,
+            xor: DeviceBuffer::<u32>::zeroed(n_bags).map_err(cu)?,
+        })
+    }
+
+    /// The fused kernel's parameters over these buffers: the dataset's
+    /// `view`, the uncompressed rows at `plain`, a workspace of `ws` bytes
+    /// a warp.
+    fn params(&self, view: DatasetView, plain: u64, dim: u32, ws: u32) -> BagParams {
+        BagParams {
+            view,
+            plain,
+            ids: self.ids.as_device_ptr().as_raw(),
+            bag_starts: self.starts.as_device_ptr().as_raw(),
+            out: self.out.as_device_ptr().as_raw(),
+            status: self.status.as_device_ptr().as_raw(),
+            bags: self.status.len() as u32,
+            dim,
+            book_smem: view.book_bytes,
+            ws_bytes: ws,
+        }
+    }
+}
+
+/// A table on the GPU: its rows replicated, packed and pinned, and
+/// uncompressed in pinned memory.
+struct Uploaded {
+    rows: usize,
+    reps: usize,
+    packed: Packed,
+    ds: GpuDataset,
+    plain_rows: PinnedBuffer<u8>,
+}
+
+impl Uploaded {
+    /// The stored bytes of the rows `ids` (repeats counted each time).
+    fn stored_bytes(&self, ids: &[u32]) -> u64 {
+        let o = &self.packed.offsets;
+        ids.iter().map(|&t| o[t as usize + 1] - o[t as usize]).sum()
+    }
+}
+
+/// The fused and the plain bag kernel for rows of `l` bytes (`dim`
+/// elements), and the shared accumulator bytes a warp of them needs: sums
+/// in registers up to 2 (bf16) or 3 (f32) steps of 512 bytes, in shared
+/// memory beyond.
+fn bag_kernels(bf16: bool, l: usize, dim: u32) -> Result<(&'static str, &'static str, u32)> {
+    Ok(match (bf16, l) {
+        (true, ..=1024) => ("bag_fused_bf16_s2", "bag_plain_bf16_s2", 0),
+        (false, ..=1536) => ("bag_fused_f32_s3", "bag_plain_f32_s3", 0),
+        (false, _) => (
+            "bag_fused_f32_smem",
+            "bag_plain_f32_smem",
+            (4 * dim).next_multiple_of(16),
+        ),
+        (true, _) => return Err(Error::unsupported("bf16 rows over 1024 bytes")),
+    })
 }

@@ -32,12 +32,14 @@ use std::process::ExitCode;
 
 use cust::memory::DeviceBuffer;
 use cust::stream::{Stream, StreamFlags};
-use fused_host::{Kernels, Measured, Rng, report};
-use fused_kernels::{GemvParams, OK, ReadParams};
+use fused_host::{
+    Kernels, Measured, Rng, arg, bf16_of_f32, cu, data_dir, exit_code, report, time_payload_read,
+};
+use fused_kernels::{GemvParams, OK};
 use ibp::gpu::bench::time_median;
 use ibp::gpu::{
     DecodeOptions, DecodeStatus, Decoder, Gpu, GpuDataset, GpuReadable, PinnedBuffer, Residency,
-    copy_to_host_blocking, cust, is_no_device,
+    copy_to_host_blocking,
 };
 use ibp::layout::{LayoutOptions, compress_packed};
 use ibp::{Error, Result, Rows};
@@ -46,29 +48,13 @@ use ibp::{Error, Result, Rows};
 const COLS: usize = 384;
 
 fn main() -> ExitCode {
-    match run() {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) if is_no_device(&e) => {
-            eprintln!("gemv_stream: no usable CUDA device ({})", e.message());
-            ExitCode::from(10)
-        }
-        Err(e) => {
-            eprintln!("gemv_stream: {}", e.message());
-            ExitCode::FAILURE
-        }
-    }
-}
-
-fn cu(e: cust::error::CudaError) -> Error {
-    Error::cuda(e.to_string())
+    exit_code("gemv_stream", run())
 }
 
 /// MiniLM's layer matrices as bf16 rows of [`COLS`] elements, and where
 /// they came from.
 fn layer_rows() -> Result<(Vec<u8>, String)> {
-    let dir = std::env::var_os("IBP_DATA_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| ".tools/data".into());
+    let dir = data_dir();
     let sample = dir.join("minilm-layers-bf16.safetensors");
     let full = dir.join("model.safetensors");
     let is_layer = |n: &str| n.starts_with("encoder.layer.") && n.ends_with(".weight");
@@ -88,13 +74,7 @@ fn layer_rows() -> Result<(Vec<u8>, String)> {
                 continue;
             }
             n += 1;
-            out.extend(
-                g.data
-                    .as_chunks::<4>()
-                    .0
-                    .iter()
-                    .flat_map(|b| half::bf16::from_f32(f32::from_le_bytes(*b)).to_le_bytes()),
-            );
+            out.extend(bf16_of_f32(&g.data));
         }
         if n > 0 {
             return Ok((out, format!("{n} layer matrices of {}", full.display())));
@@ -117,15 +97,6 @@ fn layer_rows() -> Result<(Vec<u8>, String)> {
         "no MiniLM layer weights in {} (model.safetensors or minilm-layers-bf16.safetensors; scripts/setup.sh downloads the model)",
         dir.display()
     )))
-}
-
-fn arg(name: &str, default: f64) -> f64 {
-    let a: Vec<String> = std::env::args().collect();
-    a.iter()
-        .position(|x| x == name)
-        .and_then(|i| a.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
 }
 
 fn run() -> Result<()> {
@@ -156,19 +127,7 @@ fn run() -> Result<()> {
     }
     let mut rng = Rng(0x5eed_9e37);
     let x: Vec<f32> = (0..COLS).map(|_| (2.0 * rng.unit() - 1.0) as f32).collect();
-    // The CPU reference: f64 sums and the bound of each base row.
-    let (want, bound): (Vec<f64>, Vec<f64>) = base
-        .chunks(l)
-        .map(|row| {
-            let (mut s, mut b) = (0f64, 0f64);
-            for (e, xe) in x.iter().enumerate() {
-                let w = half::bf16::from_le_bytes([row[2 * e], row[2 * e + 1]]).to_f32() as f64;
-                s += w * *xe as f64;
-                b += (w * *xe as f64).abs();
-            }
-            (s, b)
-        })
-        .unzip();
+    let reference = Reference::of(&base, &x);
     let d_x = DeviceBuffer::from_slice(&x).map_err(cu)?;
     let y = DeviceBuffer::<f32>::zeroed(rows).map_err(cu)?;
     let status = DeviceBuffer::<u32>::zeroed(1).map_err(cu)?;
@@ -208,24 +167,10 @@ fn run() -> Result<()> {
         unsafe { k.launch("gemv_plain_s2", 0, &stream, after) }
     };
     let mut ok = true;
-    let tol = COLS as f64 * (-24f64).exp2();
     let mut check = |what: &str, f: &mut dyn FnMut() -> Result<()>| -> Result<()> {
         f()?;
         stream.synchronize().map_err(cu)?;
-        let got = copy_to_host_blocking(&y)?;
-        let st = copy_to_host_blocking(&status)?[0];
-        let bad = got
-            .iter()
-            .enumerate()
-            .filter(|&(r, &v)| {
-                let b = r % base_rows;
-                (v as f64 - want[b]).abs() > tol * bound[b] + f64::MIN_POSITIVE
-            })
-            .count();
-        if bad != 0 || st != OK {
-            eprintln!("{what}: {bad} of {rows} outputs outside the bound, status {st}");
-            ok = false;
-        }
+        ok &= reference.holds(what, &y, &status)?;
         Ok(())
     };
     check("fused", &mut || run_fused())?;
@@ -236,16 +181,7 @@ fn run() -> Result<()> {
     let t_one = time_median(&stream, 2, 9, run_one)?;
     let t_dc = time_median(&stream, 2, 9, &mut run_decode_then)?;
     let t_plain = time_median(&stream, 2, 9, run_plain)?;
-    let xor = DeviceBuffer::<u32>::zeroed(1).map_err(cu)?;
-    let rp = ReadParams {
-        src: ds.payload().device_addr(),
-        bytes: ds.stored_bytes(),
-        out: xor.as_device_ptr().as_raw(),
-    };
-    // SAFETY: the payload holds stored_bytes bytes; one u32 out.
-    let t_ideal = time_median(&stream, 2, 9, || unsafe {
-        k.launch("read_bytes", 0, &stream, rp)
-    })?;
+    let t_ideal = time_payload_read(&k, &stream, &ds)?;
     let m = Measured {
         compressed: ds.stored_bytes(),
         delivered: (rows * l) as u64,
@@ -269,4 +205,53 @@ fn run() -> Result<()> {
         return Err(Error::corrupt("a GEMV result is outside the bound"));
     }
     Ok(())
+}
+
+/// The CPU's GEMV of the base rows, in f64: each row's sum and the bound
+/// on its f32 error (Σ|w·x|).
+struct Reference {
+    want: Vec<f64>,
+    bound: Vec<f64>,
+}
+
+impl Reference {
+    fn of(base: &[u8], x: &[f32]) -> Reference {
+        let (want, bound) = base
+            .chunks(2 * COLS)
+            .map(|row| {
+                let (mut s, mut b) = (0f64, 0f64);
+                for (e, xe) in x.iter().enumerate() {
+                    let w = half::bf16::from_le_bytes([row[2 * e], row[2 * e + 1]]).to_f32() as f64;
+                    s += w * *xe as f64;
+                    b += (w * *xe as f64).abs();
+                }
+                (s, b)
+            })
+            .unzip();
+        Reference { want, bound }
+    }
+
+    /// Whether every `y` (replicas of the base rows) is within
+    /// n·2⁻²⁴·Σ|wx| of the reference and the status is OK; prints what is
+    /// not.
+    fn holds(&self, what: &str, y: &DeviceBuffer<f32>, status: &DeviceBuffer<u32>) -> Result<bool> {
+        let tol = COLS as f64 * (-24f64).exp2();
+        let got = copy_to_host_blocking(y)?;
+        let st = copy_to_host_blocking(status)?[0];
+        let base_rows = self.want.len();
+        let bad = got
+            .iter()
+            .enumerate()
+            .filter(|&(r, &v)| {
+                let b = r % base_rows;
+                (v as f64 - self.want[b]).abs() > tol * self.bound[b] + f64::MIN_POSITIVE
+            })
+            .count();
+        if bad != 0 || st != OK {
+            let rows = got.len();
+            eprintln!("{what}: {bad} of {rows} outputs outside the bound, status {st}");
+            return Ok(false);
+        }
+        Ok(true)
+    }
 }

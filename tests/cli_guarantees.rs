@@ -22,6 +22,37 @@ use ibp::io::{DType, Segment};
 
 use guarantees_harness::*;
 
+/// `ibp ARGS` started with stdout and stderr piped.
+fn start<S: AsRef<std::ffi::OsStr>>(args: impl IntoIterator<Item = S>) -> Child {
+    bin()
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// [`start`] with stdin piped too.
+fn start_fed<S: AsRef<std::ffi::OsStr>>(args: impl IntoIterator<Item = S>) -> Child {
+    bin()
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// [`start`] with stdout discarded.
+fn start_quiet<S: AsRef<std::ffi::OsStr>>(args: impl IntoIterator<Item = S>) -> Child {
+    bin()
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 #[test]
 fn piped_input_is_read_in_full() {
     let dir = Scratch::new("pipe");
@@ -30,15 +61,9 @@ fn piped_input_is_read_in_full() {
     for input in ["/dev/stdin", "-"] {
         let out = dir.path("piped.ibp");
         let _ = std::fs::remove_file(&out);
-        let mut child = bin()
-            .args(args![
-                "compress", input, "--dtype", "f32", "--shape", shape, "-o", &out
-            ])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut child = start_fed(args![
+            "compress", input, "--dtype", "f32", "--shape", shape, "-o", &out
+        ]);
         let mut stdin = child.stdin.take().unwrap();
         let feed = data.clone();
         let writer = std::thread::spawn(move || stdin.write_all(&feed));
@@ -58,14 +83,9 @@ fn fifo_input_is_read_in_full() {
     // SAFETY: a valid NUL-terminated path.
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
     let out = dir.path("fifo.ibp");
-    let child = bin()
-        .args(args![
-            "compress", &fifo, "--dtype", "f32", "--shape", "256,16", "-o", &out
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = start(args![
+        "compress", &fifo, "--dtype", "f32", "--shape", "256,16", "-o", &out
+    ]);
     let feed = data.clone();
     let path = fifo.clone();
     let writer = std::thread::spawn(move || std::fs::write(path, feed));
@@ -122,12 +142,7 @@ fn very_long_names_do_not_panic() {
 fn start_slow_compress(dir: &Scratch) -> (PathBuf, PathBuf, Child) {
     let input = dir.write("big.f32", &features(4096, 1024, 4));
     let out = dir.path("big.ibp");
-    let child = bin()
-        .args(compress_raw(&input, 1024, &out))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = start(compress_raw(&input, 1024, &out));
     assert!(
         wait_for(30, || !dir.partials().is_empty()),
         "no temporary output appeared"
@@ -209,13 +224,7 @@ fn output_to_stdout_is_the_container() {
     assert!(text(&o.stderr).contains("groups:"));
     assert!(!dir.path("-").exists());
     // And back: container on stdin, restored file on stdout.
-    let mut child = bin()
-        .args(args!["decompress", "-", "-o", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = start_fed(args!["decompress", "-", "-o", "-"]);
     let mut stdin = child.stdin.take().unwrap();
     let container = o.stdout.clone();
     let feed = std::thread::spawn(move || stdin.write_all(&container));
@@ -291,12 +300,7 @@ fn output_to_a_fifo_is_written_not_replaced() {
         .unwrap();
     let mut args = compress_raw(&input, 64, &fifo);
     args.push("--force".into());
-    let mut child = bin()
-        .args(&args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = start_quiet(&args);
     let mut got = Vec::new();
     let mut buf = vec![0u8; 1 << 16];
     let end = Instant::now() + Duration::from_secs(60);
@@ -406,12 +410,7 @@ fn stale_partial_files_are_removed_by_the_next_run() {
     );
     let other = dir.write(&format!(".y.ibp.{dead}.partial"), b"another output");
     // A run still going keeps its file while the next run goes ahead.
-    let running = bin()
-        .args(compress_raw(&input, 1024, &dir.path("live.ibp")))
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let running = start_quiet(compress_raw(&input, 1024, &dir.path("live.ibp")));
     let live_partial = || dir.partials().iter().any(|p| p.starts_with(".live.ibp."));
     assert!(wait_for(30, live_partial));
     let small = dir.write("small.f32", &features(64, 16, 10));
@@ -445,14 +444,7 @@ fn concurrent_runs_without_force_one_wins() {
     for round in 0..8 {
         let _ = std::fs::remove_file(&out);
         let children: Vec<Child> = (0..8)
-            .map(|_| {
-                bin()
-                    .args(compress_raw(&input, 16, &out))
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::piped())
-                    .spawn()
-                    .unwrap()
-            })
+            .map(|_| start_quiet(compress_raw(&input, 16, &out)))
             .collect();
         let codes: Vec<Option<i32>> = children
             .into_iter()
@@ -517,25 +509,14 @@ fn text_inputs_refuse_devices_and_bound_pipes() {
         args!["kv-data", "--text", "/dev/zero", "-o", &out].to_vec(),
         args!["plot", "/dev/zero", "-o", dir.path("p.svg")].to_vec(),
     ] {
-        let child = bin()
-            .args(&args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let child = start(&args);
         let o = finish(child, 30);
         let err = text(&o.stderr);
         assert_eq!(o.status.code(), Some(EXIT_UNSUPPORTED), "{args:?}: {err}");
         assert!(err.contains("is a device"), "{err}");
     }
     // An endless pipe: read up to the bound, then refused.
-    let mut child = bin()
-        .args(args!["plot", "/dev/stdin", "-o", dir.path("p.svg")])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = start_fed(args!["plot", "/dev/stdin", "-o", dir.path("p.svg")]);
     let mut stdin = child.stdin.take().unwrap();
     let feeder = std::thread::spawn(move || {
         let block = vec![b'|'; 1 << 16];
@@ -565,12 +546,7 @@ fn plot_bounds_values_and_output() {
         format!("{head}| 256 B | 12.5% | 1.7e308 | 54.9 |\n").as_bytes(),
     );
     let svg = dir.path("huge.svg");
-    let child = bin()
-        .args(args!["plot", &huge, "-o", &svg])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = start(args!["plot", &huge, "-o", &svg]);
     let o = finish(child, 30);
     let err = text(&o.stderr);
     assert_eq!(o.status.code(), Some(EXIT_CORRUPT), "{err}");

@@ -243,17 +243,7 @@ fn npz(members: &[(&str, Vec<u8>)]) -> Vec<u8> {
 
 /// A version-1.0 npy file of little-endian f32 `rows × cols`.
 fn npy_f32(rows: usize, cols: usize, data: &[u8]) -> Vec<u8> {
-    let mut dict =
-        format!("{{'descr': '<f4', 'fortran_order': False, 'shape': ({rows}, {cols}), }}");
-    while !(10 + dict.len() + 1).is_multiple_of(64) {
-        dict.push(' ');
-    }
-    dict.push('\n');
-    let mut out = b"\x93NUMPY\x01\x00".to_vec();
-    out.extend((dict.len() as u16).to_le_bytes());
-    out.extend(dict.as_bytes());
-    out.extend(data);
-    out
+    common::npy("<f4", &format!("({rows}, {cols})"), data)
 }
 
 #[test]

@@ -26,12 +26,7 @@ use common::data_file;
 #[test]
 fn packed_roundtrip_with_mixed_groups() {
     let original = mixed_file();
-    let doc = io::parse(
-        &original,
-        SourceFormat::Safetensors,
-        &ParseOptions::default(),
-    )
-    .unwrap();
+    let doc = parse_safetensors(&original);
     let (bytes, report) = compress(&doc, &CompressOptions::default());
     assert_eq!(report.output_bytes, bytes.len() as u64);
     assert_eq!(report.input_bytes, original.len() as u64);
@@ -118,12 +113,7 @@ fn packed_roundtrip_with_mixed_groups() {
 #[test]
 fn fixed_stride_and_raw_layouts() {
     let original = mixed_file();
-    let doc = io::parse(
-        &original,
-        SourceFormat::Safetensors,
-        &ParseOptions::default(),
-    )
-    .unwrap();
+    let doc = parse_safetensors(&original);
     for layout in [GroupLayout::Coded(Layout::FixedStride), GroupLayout::Raw] {
         let (bytes, report) = compress(&doc, &CompressOptions::default().with_layout(layout));
         let file = IbpFile::from_bytes(&bytes).unwrap();
@@ -192,12 +182,7 @@ fn row_length_override_and_verify_off() {
 #[test]
 fn progress_reaches_the_total() {
     let original = mixed_file();
-    let doc = io::parse(
-        &original,
-        SourceFormat::Safetensors,
-        &ParseOptions::default(),
-    )
-    .unwrap();
+    let doc = parse_safetensors(&original);
     let max = AtomicU64::new(0);
     let total = AtomicU64::new(0);
     let hook = |d: u64, t: u64| {
@@ -226,14 +211,7 @@ fn progress_reaches_the_total() {
 
 #[test]
 fn mmap_and_unaligned_buffers() {
-    let original = mixed_file();
-    let doc = io::parse(
-        &original,
-        SourceFormat::Safetensors,
-        &ParseOptions::default(),
-    )
-    .unwrap();
-    let (bytes, _) = compress(&doc, &CompressOptions::default());
+    let (original, bytes) = mixed_container();
 
     let dir = std::env::temp_dir().join(format!("ibp-container-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -376,12 +354,7 @@ fn deferred_npz_members_give_the_same_container() {
 #[test]
 fn batch_size_does_not_change_the_container() {
     let original = mixed_file();
-    let doc = io::parse(
-        &original,
-        SourceFormat::Safetensors,
-        &ParseOptions::default(),
-    )
-    .unwrap();
+    let doc = parse_safetensors(&original);
     for layout in [
         GroupLayout::Coded(Layout::Packed),
         GroupLayout::Coded(Layout::FixedStride),

@@ -4,6 +4,8 @@
 //! that does not know the feature reacts, hostile input, and the clustered
 //! golden file.
 
+mod common;
+
 use std::borrow::Cow;
 
 use ibp::cluster::{ClusterIds, compress_clustered_with_ids};
@@ -14,6 +16,8 @@ use ibp::container::{
 };
 use ibp::io::{DType, Document, Fingerprint, Segment, SourceFormat, TensorGroup};
 use ibp::{ErrorKind, Rows};
+
+use common::container::{Sections, assemble, sections_of};
 
 /// xorshift64 step.
 fn next(s: &mut u64) -> u64 {
@@ -172,65 +176,6 @@ fn a_fixed_number_of_clusters_is_used_as_asked() {
 
 // ------------------------------------------------------------ by hand
 
-/// Sections of a container: (kind, flags, owner, bytes).
-type Sections = Vec<(u32, u16, u32, Vec<u8>)>;
-
-fn sections_of(bytes: &[u8]) -> Sections {
-    let t = &bytes[bytes.len() - 64..];
-    let u64_at = |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap());
-    let (dir, n) = (u64_at(t, 8) as usize, u64_at(t, 16) as usize);
-    (0..n)
-        .map(|i| {
-            let e = &bytes[dir + 48 * i..dir + 48 * (i + 1)];
-            let (off, len) = (u64_at(e, 16) as usize, u64_at(e, 24) as usize);
-            let kind = u32::from_le_bytes(e[0..4].try_into().unwrap());
-            let flags = u16::from_le_bytes(e[4..6].try_into().unwrap());
-            let owner = u32::from_le_bytes(e[8..12].try_into().unwrap());
-            (kind, flags, owner, bytes[off..off + len].to_vec())
-        })
-        .collect()
-}
-
-/// Assemble a version-1 container from sections, following §6 only.
-fn assemble(sections: &Sections) -> Vec<u8> {
-    use xxhash_rust::xxh3::xxh3_64;
-    let pad = |v: &mut Vec<u8>| v.resize(v.len().next_multiple_of(64), 0);
-    let mut out = vec![0u8; 64];
-    out[..8].copy_from_slice(b"\x89IBP\r\n\x1a\n");
-    out[8..10].copy_from_slice(&1u16.to_le_bytes());
-    out[10..12].copy_from_slice(&64u16.to_le_bytes());
-    let h = xxh3_64(&out[..56]);
-    out[56..64].copy_from_slice(&h.to_le_bytes());
-    let mut dir = Vec::new();
-    for (kind, flags, owner, body) in sections {
-        let off = out.len() as u64;
-        out.extend(body);
-        pad(&mut out);
-        let mut e = [0u8; 48];
-        e[0..4].copy_from_slice(&kind.to_le_bytes());
-        e[4..6].copy_from_slice(&flags.to_le_bytes());
-        e[8..12].copy_from_slice(&owner.to_le_bytes());
-        e[16..24].copy_from_slice(&off.to_le_bytes());
-        e[24..32].copy_from_slice(&(body.len() as u64).to_le_bytes());
-        e[32..40].copy_from_slice(&xxh3_64(body).to_le_bytes());
-        dir.extend(e);
-    }
-    let dir_off = out.len() as u64;
-    out.extend(&dir);
-    pad(&mut out);
-    let mut t = [0u8; 64];
-    t[0..8].copy_from_slice(b"\x89IBPEND\n");
-    t[8..16].copy_from_slice(&dir_off.to_le_bytes());
-    t[16..24].copy_from_slice(&(sections.len() as u64).to_le_bytes());
-    t[24..32].copy_from_slice(&xxh3_64(&dir).to_le_bytes());
-    t[32..40].copy_from_slice(&(out.len() as u64 + 64).to_le_bytes());
-    t[40..42].copy_from_slice(&1u16.to_le_bytes());
-    let h = xxh3_64(&t[..56]);
-    t[56..64].copy_from_slice(&h.to_le_bytes());
-    out.extend(t);
-    out
-}
-
 fn index_of(secs: &Sections, kind: SectionKind) -> usize {
     secs.iter().position(|s| s.0 == kind as u32).unwrap()
 }
@@ -242,7 +187,7 @@ fn with_group(secs: &Sections, f: impl Fn(&mut serde_json::Value)) -> Vec<u8> {
     let mut json: serde_json::Value = serde_json::from_slice(&secs[mi].3).unwrap();
     f(&mut json["groups"][0]);
     secs[mi].3 = serde_json::to_vec(&json).unwrap();
-    assemble(&secs)
+    assemble(1, &secs)
 }
 
 #[track_caller]
@@ -254,13 +199,13 @@ fn open_err(bytes: &[u8]) -> ibp::Error {
 fn damaged_ids_and_codebook_counts_are_corrupt_and_older_readers_refuse() {
     let (bytes, _) = golden_build();
     let secs = sections_of(&bytes);
-    assert!(assemble(&secs) == bytes);
+    assert!(assemble(1, &secs) == bytes);
     let ii = index_of(&secs, SectionKind::ClusterIds);
 
     // k = 3 in 2-bit ids: id 3 is out of range.
     let mut bad_id = secs.clone();
     bad_id[ii].3[0] |= 0b11;
-    let e = open_err(&assemble(&bad_id));
+    let e = open_err(&assemble(1, &bad_id));
     assert_eq!(e.kind(), ErrorKind::Corrupt, "{e}");
     assert!(e.message().contains("cluster id 3"), "{e}");
 
@@ -270,7 +215,7 @@ fn damaged_ids_and_codebook_counts_are_corrupt_and_older_readers_refuse() {
         let mut short = secs.clone();
         short[ii].3.resize(len, 0);
         assert_eq!(
-            open_err(&assemble(&short)).kind(),
+            open_err(&assemble(1, &short)).kind(),
             ErrorKind::Corrupt,
             "{len}"
         );
@@ -294,13 +239,13 @@ fn damaged_ids_and_codebook_counts_are_corrupt_and_older_readers_refuse() {
     assert_eq!(e.kind(), ErrorKind::Corrupt);
     let mut no_ids = secs.clone();
     no_ids.remove(ii);
-    assert_eq!(open_err(&assemble(&no_ids)).kind(), ErrorKind::Corrupt);
+    assert_eq!(open_err(&assemble(1, &no_ids)).kind(), ErrorKind::Corrupt);
     // A codebook section cut by one codebook.
     let mut cut = secs.clone();
     let ci = index_of(&cut, SectionKind::Codebook);
     let l2 = cut[ci].3.len() / 3;
     cut[ci].3.truncate(2 * l2);
-    assert_eq!(open_err(&assemble(&cut)).kind(), ErrorKind::Corrupt);
+    assert_eq!(open_err(&assemble(1, &cut)).kind(), ErrorKind::Corrupt);
 
     // How a reader that does not know clustered groups reacts: the ids
     // section's kind is one it does not know, marked required, and the
@@ -309,7 +254,7 @@ fn damaged_ids_and_codebook_counts_are_corrupt_and_older_readers_refuse() {
     // reader.)
     let mut unknown = secs.clone();
     unknown[ii].0 = 77;
-    let e = open_err(&assemble(&unknown));
+    let e = open_err(&assemble(1, &unknown));
     assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
     assert!(e.message().contains("required"), "{e}");
     let e = open_err(&with_group(&secs, |g| g["layout"] = "clustered2".into()));

@@ -14,7 +14,6 @@ use ibp::container::{
     self, CompressOptions, GroupDevice, GroupLayout, IbpFile, SectionKind, compress_document_on,
 };
 use ibp::fit::{Fit, FitOptions, fit};
-use ibp::io::{self, ParseOptions, SourceFormat};
 use ibp::layout::{
     Layout, LayoutOptions, compress_fixed, compress_packed, decompress_fixed, decompress_packed,
 };
@@ -236,7 +235,7 @@ fn opts(layout: Layout) -> CompressOptions<'static> {
 #[test]
 fn the_device_path_writes_the_cpu_paths_bytes_in_any_pieces() {
     let data = original();
-    let doc = io::parse(&data, SourceFormat::Safetensors, &ParseOptions::default()).unwrap();
+    let doc = parse_safetensors(&data);
     for layout in [Layout::Packed, Layout::FixedStride] {
         let (want, _) = compress(&doc, &opts(layout));
         for own in [None, Some(1), Some(777), Some(1 << 20)] {
@@ -268,7 +267,7 @@ fn the_device_path_writes_the_cpu_paths_bytes_in_any_pieces() {
 #[test]
 fn a_group_the_device_declines_is_compressed_on_the_cpu() {
     let data = original();
-    let doc = io::parse(&data, SourceFormat::Safetensors, &ParseOptions::default()).unwrap();
+    let doc = parse_safetensors(&data);
     let (want, _) = compress(&doc, &opts(Layout::Packed));
     let mut dev = CpuDevice::new();
     dev.max_rows = 500;
@@ -290,7 +289,7 @@ fn a_group_the_device_declines_is_compressed_on_the_cpu() {
 #[test]
 fn a_failed_check_fails_the_compression() {
     let data = original();
-    let doc = io::parse(&data, SourceFormat::Safetensors, &ParseOptions::default()).unwrap();
+    let doc = parse_safetensors(&data);
     let mut dev = CpuDevice::new();
     dev.corrupt = true;
     // The payload written is not the one the device checks: the device's

@@ -7,87 +7,20 @@ mod common;
 use ibp::ErrorKind;
 use ibp::Rows;
 use ibp::codebook::Codebook;
-use ibp::container::{
-    CompressOptions, ContainerWriter, GroupData, GroupMeta, IbpFile, SectionKind, SourceInfo,
-};
-use ibp::io::{self, DType, Fingerprint, ParseOptions, Segment, SourceFormat};
+use ibp::container::{ContainerWriter, GroupData, GroupMeta, IbpFile, SectionKind, SourceInfo};
+use ibp::io::{self, DType, Fingerprint, Segment, SourceFormat};
 use ibp::layout::{LayoutOptions, compress_packed};
 
 use common::container::*;
 
 // ------------------------------------------------------------ by hand
 
-/// Parse the directory of a container as §6 describes it.
-fn sections_of(bytes: &[u8]) -> Vec<(u32, u16, u32, Vec<u8>)> {
-    let t = &bytes[bytes.len() - 64..];
-    let dir_off = u64::from_le_bytes(t[8..16].try_into().unwrap()) as usize;
-    let n = u64::from_le_bytes(t[16..24].try_into().unwrap()) as usize;
-    (0..n)
-        .map(|i| {
-            let e = &bytes[dir_off + 48 * i..dir_off + 48 * (i + 1)];
-            let off = u64::from_le_bytes(e[16..24].try_into().unwrap()) as usize;
-            let len = u64::from_le_bytes(e[24..32].try_into().unwrap()) as usize;
-            let kind = u32::from_le_bytes(e[0..4].try_into().unwrap());
-            let flags = u16::from_le_bytes(e[4..6].try_into().unwrap());
-            let owner = u32::from_le_bytes(e[8..12].try_into().unwrap());
-            (kind, flags, owner, bytes[off..off + len].to_vec())
-        })
-        .collect()
-}
-
-/// Assemble a container from sections, following §6 only.
-fn assemble(version: u16, sections: &[(u32, u16, u32, Vec<u8>)]) -> Vec<u8> {
-    use xxhash_rust::xxh3::xxh3_64;
-    let pad = |v: &mut Vec<u8>| v.resize(v.len().next_multiple_of(64), 0);
-    let mut out = vec![0u8; 64];
-    out[..8].copy_from_slice(b"\x89IBP\r\n\x1a\n");
-    out[8..10].copy_from_slice(&version.to_le_bytes());
-    out[10..12].copy_from_slice(&64u16.to_le_bytes());
-    let h = xxh3_64(&out[..56]);
-    out[56..64].copy_from_slice(&h.to_le_bytes());
-    let mut dir = Vec::new();
-    for (kind, flags, owner, body) in sections {
-        let off = out.len() as u64;
-        out.extend(body);
-        pad(&mut out);
-        let mut e = [0u8; 48];
-        e[0..4].copy_from_slice(&kind.to_le_bytes());
-        e[4..6].copy_from_slice(&flags.to_le_bytes());
-        e[8..12].copy_from_slice(&owner.to_le_bytes());
-        e[16..24].copy_from_slice(&off.to_le_bytes());
-        e[24..32].copy_from_slice(&(body.len() as u64).to_le_bytes());
-        e[32..40].copy_from_slice(&xxh3_64(body).to_le_bytes());
-        dir.extend(e);
-    }
-    let dir_off = out.len() as u64;
-    out.extend(&dir);
-    pad(&mut out);
-    let mut t = [0u8; 64];
-    t[0..8].copy_from_slice(b"\x89IBPEND\n");
-    t[8..16].copy_from_slice(&dir_off.to_le_bytes());
-    t[16..24].copy_from_slice(&(sections.len() as u64).to_le_bytes());
-    t[24..32].copy_from_slice(&xxh3_64(&dir).to_le_bytes());
-    t[32..40].copy_from_slice(&(out.len() as u64 + 64).to_le_bytes());
-    t[40..42].copy_from_slice(&version.to_le_bytes());
-    let h = xxh3_64(&t[..56]);
-    t[56..64].copy_from_slice(&h.to_le_bytes());
-    out.extend(t);
-    out
-}
-
 #[test]
 fn a_shape_of_a_million_dimensions_is_refused() {
     // Ones do not change the element count, so only a limit on the number
     // of dimensions stops a small manifest from costing gigabytes to read
     // and print (issue 15: 37.7 MB took 1.34 GB to inspect).
-    let original = mixed_file();
-    let doc = io::parse(
-        &original,
-        SourceFormat::Safetensors,
-        &ParseOptions::default(),
-    )
-    .unwrap();
-    let (bytes, _) = compress(&doc, &CompressOptions::default());
+    let (original, bytes) = mixed_container();
     let mut secs = sections_of(&bytes);
     let mi = secs
         .iter()
@@ -123,14 +56,7 @@ fn a_shape_of_a_million_dimensions_is_refused() {
 
 #[test]
 fn hand_assembled_files_and_forward_compatibility() {
-    let original = mixed_file();
-    let doc = io::parse(
-        &original,
-        SourceFormat::Safetensors,
-        &ParseOptions::default(),
-    )
-    .unwrap();
-    let (bytes, _) = compress(&doc, &CompressOptions::default());
+    let (original, bytes) = mixed_container();
     let secs = sections_of(&bytes);
     // Reassembling the same sections per the spec gives the same file.
     assert!(assemble(1, &secs) == bytes);

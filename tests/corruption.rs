@@ -3,9 +3,12 @@
 //! never a silently different file. The input readers get the same
 //! treatment: whatever they accept, they must restore exactly.
 
+mod common;
+
 use std::borrow::Cow;
 use std::io::Write;
 
+use common::npy;
 use ibp::ErrorKind;
 use ibp::Rows;
 use ibp::container::{ContainerWriter, GroupData, GroupMeta, IbpFile, RestoreOptions, SourceInfo};
@@ -14,21 +17,9 @@ use ibp::io::{self, DType, Fingerprint, ParseOptions, Segment, SourceFormat};
 use ibp::layout::{LayoutOptions, compress_fixed, compress_packed};
 use proptest::prelude::*;
 
+/// The container tests' features, in 16 steps.
 fn features(rows: usize, cols: usize, seed: u64) -> Vec<u8> {
-    let mut s = seed | 1;
-    let mut out = Vec::with_capacity(rows * cols * 4);
-    for _ in 0..rows * cols {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        let v = if s % 5 < 3 {
-            0.0f32
-        } else {
-            1.0 + (s % 16) as f32 / 16.0
-        };
-        out.extend(v.to_le_bytes());
-    }
-    out
+    common::container::features_of(rows, cols, seed, 16)
 }
 
 fn deflate(parts: &[&[u8]], level: u32) -> Vec<u8> {
@@ -189,19 +180,6 @@ fn errors_name_the_damaged_section() {
 }
 
 // ------------------------------------------------------------- readers
-
-fn npy(descr: &str, shape: &str, data: &[u8]) -> Vec<u8> {
-    let mut dict = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
-    while (10 + dict.len() + 1) % 64 != 0 {
-        dict.push(' ');
-    }
-    dict.push('\n');
-    let mut out = b"\x93NUMPY\x01\x00".to_vec();
-    out.extend((dict.len() as u16).to_le_bytes());
-    out.extend(dict.as_bytes());
-    out.extend(data);
-    out
-}
 
 fn crc(data: &[u8]) -> u32 {
     let mut c = flate2::Crc::new();

@@ -134,6 +134,26 @@ fn big_input(dir: &Path, rows: usize) -> PathBuf {
     p
 }
 
+/// `ibp compress` of [`big_input`]'s `rows` to `out` on the GPU, with
+/// `extra` flags, started (stdout discarded, stderr piped).
+fn start_gpu_compress(
+    input: &Path,
+    rows: usize,
+    out: &Path,
+    extra: &[&str],
+) -> std::process::Child {
+    let shape = format!("{rows},1024");
+    Command::new(bin())
+        .args(args![
+            "compress", input, "--dtype", "f32", "--shape", shape, "-o", out, "--device", "gpu"
+        ])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 #[test]
 fn ctrl_c_during_a_gpu_run_leaves_no_partial_file() {
     let Some(_gpu) = gpu_or_skip("ctrl_c_during_a_gpu_run_leaves_no_partial_file") else {
@@ -150,23 +170,7 @@ fn ctrl_c_during_a_gpu_run_leaves_no_partial_file() {
             .filter(|e| e.file_name().to_string_lossy().contains(".partial"))
             .count()
     };
-    let mut child = Command::new(bin())
-        .args(args![
-            "compress",
-            &input,
-            "--dtype",
-            "f32",
-            "--shape",
-            format!("{rows},1024"),
-            "-o",
-            &out,
-            "--device",
-            "gpu"
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = start_gpu_compress(&input, rows, &out, &[]);
     let start = Instant::now();
     while partials() == 0 && start.elapsed() < Duration::from_secs(60) {
         std::thread::sleep(Duration::from_millis(1));
@@ -192,26 +196,7 @@ fn a_gpu_run_stays_under_the_memory_bound() {
     let input = big_input(&dir, rows);
     let out = dir.join("big.ibp");
     for layout in ["packed", "fixed"] {
-        let mut child = Command::new(bin())
-            .args(args![
-                "compress",
-                &input,
-                "--dtype",
-                "f32",
-                "--shape",
-                format!("{rows},1024"),
-                "-o",
-                &out,
-                "--force",
-                "--device",
-                "gpu",
-                "--layout",
-                layout
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut child = start_gpu_compress(&input, rows, &out, &["--force", "--layout", layout]);
         let status_file = format!("/proc/{}/status", child.id());
         let mut peak_kib = 0u64;
         let status = loop {

@@ -35,7 +35,7 @@ use ibp::gpu::{
     CacheOptions, Compressor, DecodeOptions, DecodeStatus, Decoder, DmaScratch, FeatureCache, Gpu,
     GpuDataset, KvStore, KvStoreOptions, PinnedBuffer, Residency, Span, copy_to_host_blocking,
 };
-use ibp::layout::{Layout, LayoutOptions, compress_fixed, compress_packed};
+use ibp::layout::{Layout, LayoutOptions, Packed, compress_fixed, compress_packed};
 
 const POISON: u8 = 0xA5;
 /// Rows of each GPU's table, and their length (bf16 rows of 384).
@@ -170,146 +170,244 @@ fn same_rows(got: &[u8], data: &[u8], index: &[u64], what: &str) -> Result<(), S
     Ok(())
 }
 
-/// One worker: `rounds` rounds of every operation, on its GPU's shared
-/// data, with its own streams, statuses, DMA scratch and KV store.
-#[allow(clippy::too_many_arguments)]
-fn worker(
-    me: &PerGpu<'_>,
-    data: &[u8],
-    multi: Option<(&Mutex<FeatureCache>, &GpuDataset)>,
-    seed: u64,
-    rounds: u64,
-    tally: &Tally,
-    beat: &Beat,
-) -> Result<(), String> {
-    let gpu = me.gpu;
-    ok(gpu.make_current(), "make_current")?;
-    let mut rng = Rng(seed | 1);
-    let (sa, sb, sc, sd) = (stream()?, stream()?, stream()?, stream()?);
-    let zc = ok(
-        Decoder::new(gpu, &me.pinned, &DecodeOptions::default()),
-        "a decoder (pinned)",
-    )?;
-    let dev = ok(
-        Decoder::new(gpu, &me.device, &DecodeOptions::default()),
-        "a decoder (device)",
-    )?;
-    let mut scratch = ok(DmaScratch::new(64 * 1024), "DMA scratch")?;
-    let mut st: Vec<DecodeStatus> = (0..6)
-        .map(|_| ok(DecodeStatus::new(), "a status"))
-        .collect::<Result<_, _>>()?;
-    // The statuses' first words were written by synchronous copies from
-    // pageable memory, whose DMA may land late: wait for them once, before
-    // the rounds. (`check_blocking`'s clears between rounds could at worst
-    // hide a report, never invent one: valid rows make none.)
-    cu(
-        cust::context::CurrentContext::synchronize(),
-        "waiting for the statuses",
-    )?;
-    // The KV store: prefilled with 40 rows of the table from a random
-    // place, then a step of 1 to 24 rows from another place a round;
-    // `kv_rows` holds every row appended, in order.
-    let at = (rng.next() % (N as u64 - 40)) as usize;
-    let mut kv_rows = data[at * L..(at + 40) * L].to_vec();
-    // The store appends its prefill on a stream of its own: the upload is
-    // done first.
-    let prefill = upload_on(&kv_rows, &sd)?;
-    cu(sd.synchronize(), "uploading the prefill")?;
-    let opts = KvStoreOptions::default()
-        .with_page_rows(64)
-        .with_page_budget((40 + 24 * rounds).div_ceil(64) + 1)
-        .with_step_rows(16);
-    let mut kv = ok(KvStore::create(gpu, &prefill, L, &opts), "KvStore::create")?;
-    for round in 0..rounds {
-        // Enqueue everything on four streams, then wait for all of it.
+/// A worker's own streams, decoders, statuses, DMA scratch and KV store,
+/// on its GPU's shared data.
+struct Worker<'a, 'g> {
+    me: &'a PerGpu<'g>,
+    data: &'a [u8],
+    sa: Stream,
+    sb: Stream,
+    sc: Stream,
+    sd: Stream,
+    zc: Decoder<'a>,
+    dev: Decoder<'a>,
+    scratch: DmaScratch,
+    st: Vec<DecodeStatus>,
+    kv: KvStore,
+    /// Every row appended to `kv`, in order.
+    kv_rows: Vec<u8>,
+    rng: Rng,
+}
+
+/// What one round enqueued: the requests, the device buffers they read
+/// (kept until the streams are done) and the outputs to check.
+struct Round {
+    ix: Vec<u32>,
+    first: u64,
+    count: u64,
+    step: usize,
+    kv_ix: Vec<u64>,
+    _ids: [DeviceBuffer<u32>; 2],
+    _step: DeviceBuffer<u8>,
+    _kv_ids: DeviceBuffer<u64>,
+    out_zc: DeviceBuffer<u8>,
+    out_dev: DeviceBuffer<u8>,
+    out_cache: DeviceBuffer<u8>,
+    out_multi: DeviceBuffer<u8>,
+    out_kv: DeviceBuffer<u8>,
+    out_dma: DeviceBuffer<u8>,
+}
+
+impl<'a, 'g> Worker<'a, 'g> {
+    /// Streams, decoders and statuses of its own on `me`'s GPU, and a KV
+    /// store with room for `rounds` steps.
+    fn start(me: &'a PerGpu<'g>, data: &'a [u8], seed: u64, rounds: u64) -> Result<Self, String> {
+        let gpu = me.gpu;
+        ok(gpu.make_current(), "make_current")?;
+        let mut rng = Rng(seed | 1);
+        let (sa, sb, sc, sd) = (stream()?, stream()?, stream()?, stream()?);
+        let zc = ok(
+            Decoder::new(gpu, &me.pinned, &DecodeOptions::default()),
+            "a decoder (pinned)",
+        )?;
+        let dev = ok(
+            Decoder::new(gpu, &me.device, &DecodeOptions::default()),
+            "a decoder (device)",
+        )?;
+        let scratch = ok(DmaScratch::new(64 * 1024), "DMA scratch")?;
+        let st: Vec<DecodeStatus> = (0..6)
+            .map(|_| ok(DecodeStatus::new(), "a status"))
+            .collect::<Result<_, _>>()?;
+        // The statuses' first words were written by synchronous copies from
+        // pageable memory, whose DMA may land late: wait for them once, before
+        // the rounds. (`check_blocking`'s clears between rounds could at worst
+        // hide a report, never invent one: valid rows make none.)
+        cu(
+            cust::context::CurrentContext::synchronize(),
+            "waiting for the statuses",
+        )?;
+        // The KV store: prefilled with 40 rows of the table from a random
+        // place, then a step of 1 to 24 rows from another place a round;
+        // `kv_rows` holds every row appended, in order.
+        let at = (rng.next() % (N as u64 - 40)) as usize;
+        let kv_rows = data[at * L..(at + 40) * L].to_vec();
+        // The store appends its prefill on a stream of its own: the upload is
+        // done first.
+        let prefill = upload_on(&kv_rows, &sd)?;
+        cu(sd.synchronize(), "uploading the prefill")?;
+        let opts = KvStoreOptions::default()
+            .with_page_rows(64)
+            .with_page_budget((40 + 24 * rounds).div_ceil(64) + 1)
+            .with_step_rows(16);
+        let kv = ok(KvStore::create(gpu, &prefill, L, &opts), "KvStore::create")?;
+        Ok(Worker {
+            me,
+            data,
+            sa,
+            sb,
+            sc,
+            sd,
+            zc,
+            dev,
+            scratch,
+            st,
+            kv,
+            kv_rows,
+            rng,
+        })
+    }
+
+    /// Enqueues a round's decodes, gathers and KV append on four streams.
+    fn enqueue(
+        &mut self,
+        multi: Option<(&Mutex<FeatureCache>, &GpuDataset)>,
+    ) -> Result<Round, String> {
+        let (gpu, data, me) = (self.me.gpu, self.data, self.me);
+        let (sa, sb, sc, sd, st) = (&self.sa, &self.sb, &self.sc, &self.sd, &self.st);
+        let rng = &mut self.rng;
         let ix: Vec<u32> = (0..1 + rng.next() % 1500)
             .map(|_| (rng.next() % N as u64) as u32)
             .collect();
-        let ix64: Vec<u64> = ix.iter().map(|&t| t as u64).collect();
-        let d_ix = upload_on(&ix, &sa)?;
-        let mut out_zc = poisoned(ix.len() * L, &sa)?;
+        let d_ix = upload_on(&ix, sa)?;
+        let mut out_zc = poisoned(ix.len() * L, sa)?;
         ok(
-            zc.gather(gpu, &d_ix, &mut out_zc, &st[0], &sa),
+            self.zc.gather(gpu, &d_ix, &mut out_zc, &st[0], sa),
             "zero-copy gather",
         )?;
         let first = rng.next() % N as u64;
         let count = 1 + rng.next() % (N as u64 - first).min(1200);
-        let mut out_dev = poisoned(count as usize * L, &sb)?;
+        let mut out_dev = poisoned(count as usize * L, sb)?;
         ok(
-            dev.range(gpu, first, count, &mut out_dev, &st[1], &sb),
+            self.dev.range(gpu, first, count, &mut out_dev, &st[1], sb),
             "device range",
         )?;
-        let d_ix_c = upload_on(&ix, &sc)?;
-        let mut out_cache = poisoned(ix.len() * L, &sc)?;
+        let d_ix_c = upload_on(&ix, sc)?;
+        let mut out_cache = poisoned(ix.len() * L, sc)?;
         {
             let cache = me.cache.lock().unwrap();
             ok(
-                cache.gather(gpu, &me.pinned, &d_ix_c, &mut out_cache, &st[2], &sc),
+                cache.gather(gpu, &me.pinned, &d_ix_c, &mut out_cache, &st[2], sc),
                 "cache gather",
             )?;
         }
-        let mut out_multi = poisoned(ix.len() * L, &sc)?;
+        let mut out_multi = poisoned(ix.len() * L, sc)?;
         if let Some((cache, ds)) = multi {
             let cache = cache.lock().unwrap();
             ok(
-                cache.gather(gpu, ds, &d_ix_c, &mut out_multi, &st[3], &sc),
+                cache.gather(gpu, ds, &d_ix_c, &mut out_multi, &st[3], sc),
                 "multi-GPU cache gather",
             )?;
         }
         let step = 1 + (rng.next() % 24) as usize;
         let from = (rng.next() % (N - step) as u64) as usize;
-        let d_step = upload_on(&data[from * L..(from + step) * L], &sd)?;
-        let got = ok(kv.append(gpu, &d_step, L, &sd), "KV append")?;
-        let before = (kv_rows.len() / L) as u64;
+        let d_step = upload_on(&data[from * L..(from + step) * L], sd)?;
+        let got = ok(self.kv.append(gpu, &d_step, L, sd), "KV append")?;
+        let before = (self.kv_rows.len() / L) as u64;
         if got != (before..before + step as u64) {
             return Err(format!("KV append took {got:?}; rows {before}.. expected"));
         }
-        kv_rows.extend_from_slice(&data[from * L..(from + step) * L]);
+        self.kv_rows
+            .extend_from_slice(&data[from * L..(from + step) * L]);
         let kv_ix: Vec<u64> = (0..before + step as u64).collect();
-        let d_kv_ix = upload_on(&kv_ix, &sd)?;
-        let mut out_kv = poisoned(kv_ix.len() * L, &sd)?;
+        let d_kv_ix = upload_on(&kv_ix, sd)?;
+        let mut out_kv = poisoned(kv_ix.len() * L, sd)?;
         ok(
-            kv.gather(gpu, 0, &d_kv_ix, &mut out_kv, &st[4], &sd),
+            self.kv.gather(gpu, 0, &d_kv_ix, &mut out_kv, &st[4], sd),
             "KV gather",
         )?;
         // The DMA gather blocks this thread while it stages; the other
         // streams run meanwhile.
-        let mut out_dma = poisoned(ix.len() * L, &sa)?;
+        let mut out_dma = poisoned(ix.len() * L, sa)?;
         ok(
-            zc.gather_dma_blocking(gpu, &ix, &mut out_dma, &st[5], &mut scratch, &sa),
+            self.zc
+                .gather_dma_blocking(gpu, &ix, &mut out_dma, &st[5], &mut self.scratch, sa),
             "DMA gather",
         )?;
-        for (s, name) in [(&sa, "a"), (&sb, "b"), (&sc, "c"), (&sd, "d")] {
+        Ok(Round {
+            ix,
+            first,
+            count,
+            step,
+            kv_ix,
+            _ids: [d_ix, d_ix_c],
+            _step: d_step,
+            _kv_ids: d_kv_ix,
+            out_zc,
+            out_dev,
+            out_cache,
+            out_multi,
+            out_kv,
+            out_dma,
+        })
+    }
+
+    /// Waits for the four streams, checks the statuses, then compares
+    /// every output of round `r` with the rows asked for.
+    fn check(&mut self, r: &Round, multi: bool, tally: &Tally) -> Result<(), String> {
+        for (s, name) in [
+            (&self.sa, "a"),
+            (&self.sb, "b"),
+            (&self.sc, "c"),
+            (&self.sd, "d"),
+        ] {
             cu(s.synchronize(), &format!("stream {name}"))?;
         }
-        for (i, s) in st.iter_mut().enumerate() {
+        for (i, s) in self.st.iter_mut().enumerate() {
             ok(s.check_blocking(), &format!("status {i}"))?;
         }
+        let data = self.data;
+        let ix64: Vec<u64> = r.ix.iter().map(|&t| t as u64).collect();
         let back = |b: &DeviceBuffer<u8>, what: &str| ok(copy_to_host_blocking(b), what);
-        same_rows(&back(&out_zc, "zc")?, data, &ix64, "zero-copy gather")?;
-        tally.add(&tally.zero_copy, ix.len());
-        let range: Vec<u64> = (first..first + count).collect();
-        same_rows(&back(&out_dev, "dev")?, data, &range, "device range")?;
+        same_rows(&back(&r.out_zc, "zc")?, data, &ix64, "zero-copy gather")?;
+        tally.add(&tally.zero_copy, r.ix.len());
+        let range: Vec<u64> = (r.first..r.first + r.count).collect();
+        same_rows(&back(&r.out_dev, "dev")?, data, &range, "device range")?;
         tally.add(&tally.device, range.len());
-        same_rows(&back(&out_cache, "cache")?, data, &ix64, "cache gather")?;
-        tally.add(&tally.cache, ix.len());
-        if multi.is_some() {
-            same_rows(&back(&out_multi, "multi")?, data, &ix64, "multi-GPU cache")?;
-            tally.add(&tally.multi_cache, ix.len());
+        same_rows(&back(&r.out_cache, "cache")?, data, &ix64, "cache gather")?;
+        tally.add(&tally.cache, r.ix.len());
+        if multi {
+            same_rows(
+                &back(&r.out_multi, "multi")?,
+                data,
+                &ix64,
+                "multi-GPU cache",
+            )?;
+            tally.add(&tally.multi_cache, r.ix.len());
         }
-        same_rows(&back(&out_kv, "kv")?, &kv_rows, &kv_ix, "KV gather")?;
-        tally.add(&tally.kv_gathered, kv_ix.len());
-        tally.add(&tally.kv_appended, step);
-        same_rows(&back(&out_dma, "dma")?, data, &ix64, "DMA gather")?;
-        tally.add(&tally.dma, ix.len());
-        // Compression of a slice of the table, from device memory (both
-        // layouts) and from pinned memory in batches, against the CPU.
-        let a = (rng.next() % (N as u64 - 1)) as usize;
-        let rows = 1 + (rng.next() % (N - a).min(800) as u64) as usize;
+        same_rows(
+            &back(&r.out_kv, "kv")?,
+            &self.kv_rows,
+            &r.kv_ix,
+            "KV gather",
+        )?;
+        tally.add(&tally.kv_gathered, r.kv_ix.len());
+        tally.add(&tally.kv_appended, r.step);
+        same_rows(&back(&r.out_dma, "dma")?, data, &ix64, "DMA gather")?;
+        tally.add(&tally.dma, r.ix.len());
+        Ok(())
+    }
+
+    /// Compression of a slice of the table, from device memory (packed on
+    /// even rounds, fixed on odd ones) and from pinned memory in batches,
+    /// against the CPU.
+    fn compress(&mut self, round: u64, tally: &Tally) -> Result<(), String> {
+        let (me, data) = (self.me, self.data);
+        let a = (self.rng.next() % (N as u64 - 1)) as usize;
+        let rows = 1 + (self.rng.next() % (N - a).min(800) as u64) as usize;
         let slice = &data[a * L..(a + rows) * L];
         let cpu = Rows::new(slice, L).unwrap();
         let src = Span::of(&me.d_rows, a * L, rows * L).ok_or("a device span")?;
-        if round % 2 == 0 {
+        if round.is_multiple_of(2) {
             let c = ok(
                 me.comp.compress_blocking(&src, Layout::Packed),
                 "compress (packed)",
@@ -348,27 +446,116 @@ fn worker(
             ));
         }
         tally.add(&tally.compressed, 2 * rows);
+        Ok(())
+    }
+
+    /// Nothing lost: every appended row is in the store, and its pages are
+    /// the CPU's compression of them under the store's codebook.
+    fn check_kv(&self) -> Result<(), String> {
+        let (kv, kv_rows) = (&self.kv, &self.kv_rows);
+        let want_rows = (kv_rows.len() / L) as u64;
+        if kv.rows() != want_rows || kv.segments()[0].rows != want_rows {
+            return Err(format!(
+                "the KV store holds {} rows; {want_rows} were appended",
+                kv.rows()
+            ));
+        }
+        cu(self.sd.synchronize(), "stream d")?;
+        let cb = kv.codebook(0).unwrap().clone();
+        let rows = Rows::new(kv_rows, L).unwrap();
+        let fixed = compress_fixed(&cb, rows, &LayoutOptions::default()).unwrap();
+        if kv.pages_host()[..fixed.slots.len()] != fixed.slots[..] {
+            return Err("the KV pages differ from the CPU's compression".into());
+        }
+        Ok(())
+    }
+}
+
+/// One worker: `rounds` rounds of every operation, on its GPU's shared
+/// data, with its own streams, statuses, DMA scratch and KV store.
+fn worker(
+    me: &PerGpu<'_>,
+    data: &[u8],
+    multi: Option<(&Mutex<FeatureCache>, &GpuDataset)>,
+    seed: u64,
+    rounds: u64,
+    tally: &Tally,
+    beat: &Beat,
+) -> Result<(), String> {
+    let mut w = Worker::start(me, data, seed, rounds)?;
+    for round in 0..rounds {
+        // Enqueue everything on four streams, then wait for all of it.
+        let r = w.enqueue(multi)?;
+        w.check(&r, multi.is_some(), tally)?;
+        w.compress(round, tally)?;
         tally.rounds.fetch_add(1, Ordering::Relaxed);
         *beat.at.lock().unwrap() = Instant::now();
         beat.round.store(round + 1, Ordering::Relaxed);
     }
-    // Nothing lost: every appended row is in the store, and its pages are
-    // the CPU's compression of them under the store's codebook.
-    let want_rows = (kv_rows.len() / L) as u64;
-    if kv.rows() != want_rows || kv.segments()[0].rows != want_rows {
-        return Err(format!(
-            "the KV store holds {} rows; {want_rows} were appended",
-            kv.rows()
-        ));
+    w.check_kv()
+}
+
+/// Each GPU's shared data (uploads, codebook, rows, a feature cache over
+/// `hot` within `budget`) and, with two or more GPUs, one cache over all.
+fn per_gpu<'g>(
+    gpus: &'g [Gpu],
+    data: &[u8],
+    (cb, packed): (&Codebook, &Packed),
+    hot: &[u64],
+    budget: u64,
+) -> (Vec<PerGpu<'g>>, Option<Mutex<FeatureCache>>) {
+    let per: Vec<PerGpu<'_>> = gpus
+        .iter()
+        .map(|g| {
+            g.make_current().unwrap();
+            let pinned =
+                GpuDataset::upload_packed(g, cb, &packed.view(), Residency::Pinned).unwrap();
+            let device =
+                GpuDataset::upload_packed(g, cb, &packed.view(), Residency::Device).unwrap();
+            let cache = FeatureCache::new(&[g], &[&pinned], hot, &CacheOptions::new(budget))
+                .expect("a feature cache");
+            PerGpu {
+                gpu: g,
+                comp: Compressor::new(g, cb).unwrap(),
+                d_rows: DeviceBuffer::from_slice(data).unwrap(),
+                p_rows: PinnedBuffer::from_slice(data).unwrap(),
+                cache: Mutex::new(cache),
+                pinned,
+                device,
+            }
+        })
+        .collect();
+    // With two or more GPUs, one cache over all of them.
+    let multi = (gpus.len() >= 2).then(|| {
+        let refs: Vec<&Gpu> = gpus.iter().collect();
+        let hosts: Vec<&GpuDataset> = per.iter().map(|p| &p.pinned).collect();
+        Mutex::new(
+            FeatureCache::new(&refs, &hosts, hot, &CacheOptions::new(budget))
+                .expect("a multi-GPU feature cache"),
+        )
+    });
+    (per, multi)
+}
+
+/// The watchdog: a worker without a finished round for `limit` means a
+/// deadlock or a hung kernel; end the process with a failure instead of
+/// hanging (the scope could never join it). Returns once `all_done`.
+fn watchdog(beats: &[Beat], all_done: &AtomicBool, limit: Duration, rounds: u64) {
+    while !all_done.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(200));
+        for b in beats {
+            let idle = b.at.lock().unwrap().elapsed();
+            if !b.done.load(Ordering::Relaxed) && idle > limit {
+                notice(&format!(
+                    "gpu_stress FAIL: watchdog: {} made no progress for {:.0} s after round {} of {rounds}; ending the process",
+                    b.name,
+                    idle.as_secs_f64(),
+                    b.round.load(Ordering::Relaxed)
+                ));
+                std::process::exit(101);
+            }
+        }
     }
-    cu(sd.synchronize(), "stream d")?;
-    let cb = kv.codebook(0).unwrap().clone();
-    let rows = Rows::new(&kv_rows, L).unwrap();
-    let fixed = compress_fixed(&cb, rows, &LayoutOptions::default()).unwrap();
-    if kv.pages_host()[..fixed.slots.len()] != fixed.slots[..] {
-        return Err("the KV pages differ from the CPU's compression".into());
-    }
-    Ok(())
 }
 
 #[test]
@@ -388,42 +575,13 @@ fn threads_and_streams_on_every_gpu_decode_gather_append_and_compress_bit_exactl
     }
     let mut rng = Rng(seed | 1);
     let (data, cb) = table(&mut rng);
-    let packed =
-        compress_packed(&cb, Rows::new(&data, L).unwrap(), &LayoutOptions::default()).unwrap();
     // The hot set: the first quarter of the rows (a fifth of the table fits
     // the budget, so gathers both hit and miss).
     let hot: Vec<u64> = (0..N as u64 / 4).collect();
+    let packed =
+        compress_packed(&cb, Rows::new(&data, L).unwrap(), &LayoutOptions::default()).unwrap();
     let budget = packed.payload.len() as u64 / 5;
-    let per: Vec<PerGpu<'_>> = gpus
-        .iter()
-        .map(|g| {
-            g.make_current().unwrap();
-            let pinned =
-                GpuDataset::upload_packed(g, &cb, &packed.view(), Residency::Pinned).unwrap();
-            let device =
-                GpuDataset::upload_packed(g, &cb, &packed.view(), Residency::Device).unwrap();
-            let cache = FeatureCache::new(&[g], &[&pinned], &hot, &CacheOptions::new(budget))
-                .expect("a feature cache");
-            PerGpu {
-                gpu: g,
-                comp: Compressor::new(g, &cb).unwrap(),
-                d_rows: DeviceBuffer::from_slice(&data).unwrap(),
-                p_rows: PinnedBuffer::from_slice(&data).unwrap(),
-                cache: Mutex::new(cache),
-                pinned,
-                device,
-            }
-        })
-        .collect();
-    // With two or more GPUs, one cache over all of them.
-    let multi = (gpus.len() >= 2).then(|| {
-        let refs: Vec<&Gpu> = gpus.iter().collect();
-        let hosts: Vec<&GpuDataset> = per.iter().map(|p| &p.pinned).collect();
-        Mutex::new(
-            FeatureCache::new(&refs, &hosts, &hot, &CacheOptions::new(budget))
-                .expect("a multi-GPU feature cache"),
-        )
-    });
+    let (per, multi) = per_gpu(&gpus, &data, (&cb, &packed), &hot, budget);
     if gpus.len() < 2 {
         notice(&format!(
             "{name}: one GPU: the multi-GPU cache is not exercised"
@@ -449,26 +607,7 @@ fn threads_and_streams_on_every_gpu_decode_gather_append_and_compress_bit_exactl
     let start = Instant::now();
     let all_done = AtomicBool::new(false);
     std::thread::scope(|s| {
-        // The watchdog: a worker without a finished round for `limit`
-        // means a deadlock or a hung kernel; end the process with a
-        // failure instead of hanging (the scope could never join it).
-        s.spawn(|| {
-            while !all_done.load(Ordering::Relaxed) {
-                std::thread::sleep(Duration::from_millis(200));
-                for b in &beats {
-                    let idle = b.at.lock().unwrap().elapsed();
-                    if !b.done.load(Ordering::Relaxed) && idle > limit {
-                        notice(&format!(
-                            "gpu_stress FAIL: watchdog: {} made no progress for {:.0} s after round {} of {rounds}; ending the process",
-                            b.name,
-                            idle.as_secs_f64(),
-                            b.round.load(Ordering::Relaxed)
-                        ));
-                        std::process::exit(101);
-                    }
-                }
-            }
-        });
+        s.spawn(|| watchdog(&beats, &all_done, limit, rounds));
         let workers: Vec<_> = (0..gpus.len())
             .flat_map(|g| (0..threads).map(move |t| (g, t)))
             .map(|(g, t)| {

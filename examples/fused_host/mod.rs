@@ -147,6 +147,69 @@ impl Kernels {
     }
 }
 
+/// An example's exit status: 0 when `r` is `Ok`, 10 without a usable
+/// CUDA device, 1 otherwise; the error goes to stderr after `name`.
+pub fn exit_code(name: &str, r: Result<()>) -> std::process::ExitCode {
+    match r {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) if ibp::gpu::is_no_device(&e) => {
+            eprintln!("{name}: no usable CUDA device ({})", e.message());
+            std::process::ExitCode::from(10)
+        }
+        Err(e) => {
+            eprintln!("{name}: {}", e.message());
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// A CUDA error as ibp's.
+pub fn cu(e: cust::error::CudaError) -> Error {
+    Error::cuda(e.to_string())
+}
+
+/// `--name VALUE` from the command line, or `default` when it is absent or
+/// does not parse.
+pub fn arg<T: std::str::FromStr>(name: &str, default: T) -> T {
+    let a: Vec<String> = std::env::args().collect();
+    a.iter()
+        .position(|x| x == name)
+        .and_then(|i| a.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Where the real data lives: `IBP_DATA_DIR`, else `.tools/data`.
+pub fn data_dir() -> std::path::PathBuf {
+    std::env::var_os("IBP_DATA_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| ".tools/data".into())
+}
+
+/// Little-endian f32 elements rounded to bf16.
+pub fn bf16_of_f32(f32_bytes: &[u8]) -> impl Iterator<Item = u8> + '_ {
+    f32_bytes
+        .as_chunks::<4>()
+        .0
+        .iter()
+        .flat_map(|b| half::bf16::from_f32(f32::from_le_bytes(*b)).to_le_bytes())
+}
+
+/// Median seconds of `read_bytes` reading the dataset's whole payload
+/// zero-copy (the sequential read a fused kernel's rate is set against).
+pub fn time_payload_read(k: &Kernels, stream: &Stream, ds: &ibp::gpu::GpuDataset) -> Result<f64> {
+    let xor = cust::memory::DeviceBuffer::<u32>::zeroed(1).map_err(cu)?;
+    let p = fused_kernels::ReadParams {
+        src: ds.payload().device_addr(),
+        bytes: ds.stored_bytes(),
+        out: xor.as_device_ptr().as_raw(),
+    };
+    // SAFETY: the payload holds stored_bytes readable bytes; one u32 out.
+    ibp::gpu::bench::time_median(stream, 2, 9, || unsafe {
+        k.launch("read_bytes", 0, stream, p)
+    })
+}
+
 /// A launch's block: threads, and dynamic shared memory in bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Block {

@@ -28,10 +28,10 @@ pub struct Args {
     out: Option<PathBuf>,
     /// Tensors per synthetic dataset (the paper uses 100,000).
     #[arg(long, default_value_t = 100_000)]
-    rows: usize,
+    pub(super) rows: usize,
     /// Skip the real-data rows (Cora, MiniLM).
     #[arg(long)]
-    no_real: bool,
+    pub(super) no_real: bool,
     /// Bytes to replicate real tables to (at least); with FILE, the bytes
     /// measured (a smaller selection is replicated to this, a larger one
     /// cut to its first rows).
@@ -61,7 +61,7 @@ pub struct Args {
     /// With `--section device`, `cache` or `compress`, only the tables whose
     /// name contains this (for profilers).
     #[arg(long, hide = true)]
-    only: Option<String>,
+    pub(super) only: Option<String>,
     /// With the compression benchmarks, also time each kernel stage alone.
     #[arg(long)]
     stages: bool,
@@ -145,72 +145,24 @@ pub(super) fn decode_options(args: &Args) -> Result<ibp::gpu::DecodeOptions> {
 
 #[cfg(feature = "cuda")]
 fn suite(args: Args) -> Result<()> {
-    use std::fmt::Write as _;
-
     use cust::stream::{Stream, StreamFlags};
-    use ibp::gpu::bench::{BenchStorage, figure7_dataset, measure_decode};
-    use ibp::gpu::{Gpu, Residency};
+    use ibp::gpu::Gpu;
 
-    if !args.peers.peers.is_empty() && (args.no_real || args.section == "compress") {
-        return Err(ibp::Error::invalid(
-            "--peers compares decoders on the real tables: drop --no-real, and use --section all, decode or peers",
-        ));
-    }
-    if args.section == "peers" && args.peers.peers.is_empty() {
-        return Err(ibp::Error::invalid(
-            "--section peers needs a peer: add --peers nvcomp",
-        ));
-    }
+    check_peer_flags(&args)?;
     // Before the GPU: a missing library is the first thing to report.
     let peers = super::peers::Peers::load(&args.peers)?;
     let gpu = Gpu::first()?;
     let stream = Stream::new(StreamFlags::NON_BLOCKING, None)
         .map_err(|e| ibp::Error::cuda(e.to_string()))?;
-    let info = gpu.info().clone();
     let opts = decode_options(&args)?;
-    use ibp::gpu::bench::{measure_h2d_copy, measure_zero_copy_read};
-    let link_bytes = 1usize << 30;
-    let h2d = link_bytes as f64 / measure_h2d_copy(&stream, link_bytes)?;
-    let zc = (link_bytes / 1536 * 1536) as f64 / measure_zero_copy_read(&gpu, &stream, link_bytes)?;
-    eprintln!(
-        "PCIe on this machine: pinned host-to-device copy {:.1} GB/s, zero-copy kernel read {:.1} GB/s",
-        h2d / 1e9,
-        zc / 1e9
-    );
+    let b = super::bench_decode::Bench {
+        gpu: &gpu,
+        stream: &stream,
+        opts: &opts,
+    };
+    let (h2d, zc) = measure_link(&gpu, &stream)?;
     if let Some(pt) = &args.point {
-        let parts: Vec<&str> = pt.split(',').collect();
-        let bad = || ibp::Error::invalid("--point wants SIZE,SAVINGS,pinned|device");
-        let (size, s, res) = match parts.as_slice() {
-            [a, b, c] => (
-                a.parse::<usize>().map_err(|_| bad())?,
-                b.parse::<f64>().map_err(|_| bad())?,
-                *c,
-            ),
-            _ => return Err(bad()),
-        };
-        let residency = if res == "device" {
-            Residency::Device
-        } else {
-            Residency::Pinned
-        };
-        let (data, cb) = figure7_dataset(args.rows, size, s, 11)?;
-        let m = measure_decode(
-            &gpu,
-            &stream,
-            &data,
-            size,
-            &cb,
-            BenchStorage::PACKED,
-            residency,
-            false,
-            &opts,
-        )?;
-        println!(
-            "{size} B at {s}: {:.1} GB/s decoded, {:.1} GB/s moved",
-            m.decoded_rate() / 1e9,
-            m.moved_rate() / 1e9
-        );
-        return Ok(());
+        return measure_point(&b, args.rows, pt);
     }
     let (decode, compress) = match args.section.as_str() {
         "all" => (true, true),
@@ -222,13 +174,115 @@ fn suite(args: Args) -> Result<()> {
             )));
         }
     };
-    let mut md = String::new();
+    let info = gpu.info().clone();
+    let mut md = header(&args, &info, peers.is_some(), decode, h2d, zc);
     let mut picture = super::bench_plot::BenchPlot {
         gpu: info.name.clone(),
         dma_copy: Some(h2d / 1e9),
         zero_copy: Some(zc / 1e9),
         ..Default::default()
     };
+    if compress {
+        super::bench_compress::section(
+            &gpu,
+            args.real_bytes,
+            h2d,
+            zc,
+            args.stages,
+            args.only.as_deref(),
+            &mut md,
+        )?;
+    }
+    if args.section == "cache" {
+        cache_section(&gpu, &args, &mut md)?;
+    } else if args.section == "kv" {
+        super::bench_kv::section(&gpu, &stream, zc, &mut md)?;
+    } else if args.section == "device" {
+        super::bench_decode::device_section(&b, &args, &mut md)?;
+    } else if decode {
+        super::bench_decode::decode_sections(&b, &args, zc, &mut md, &mut picture)?;
+    }
+    if let Some(p) = &peers {
+        super::peers::section(&gpu, &stream, p, args.real_bytes, &opts, &mut md)?;
+    }
+    println!("{md}");
+    write_results(&args, &info.name, &md, &picture)
+}
+
+/// `--peers` and `--section peers` need each other (and the real tables).
+#[cfg(feature = "cuda")]
+fn check_peer_flags(args: &Args) -> Result<()> {
+    if !args.peers.peers.is_empty() && (args.no_real || args.section == "compress") {
+        return Err(ibp::Error::invalid(
+            "--peers compares decoders on the real tables: drop --no-real, and use --section all, decode or peers",
+        ));
+    }
+    if args.section == "peers" && args.peers.peers.is_empty() {
+        return Err(ibp::Error::invalid(
+            "--section peers needs a peer: add --peers nvcomp",
+        ));
+    }
+    Ok(())
+}
+
+/// This machine's PCIe in bytes per second: a pinned host-to-device copy
+/// of 1 GiB and ibp's zero-copy kernel reading 1 GiB, printed on stderr.
+#[cfg(feature = "cuda")]
+fn measure_link(gpu: &ibp::gpu::Gpu, stream: &cust::stream::Stream) -> Result<(f64, f64)> {
+    use ibp::gpu::bench::{measure_h2d_copy, measure_zero_copy_read};
+    let link_bytes = 1usize << 30;
+    let h2d = link_bytes as f64 / measure_h2d_copy(stream, link_bytes)?;
+    let zc = (link_bytes / 1536 * 1536) as f64 / measure_zero_copy_read(gpu, stream, link_bytes)?;
+    eprintln!(
+        "PCIe on this machine: pinned host-to-device copy {:.1} GB/s, zero-copy kernel read {:.1} GB/s",
+        h2d / 1e9,
+        zc / 1e9
+    );
+    Ok((h2d, zc))
+}
+
+/// `--point SIZE,SAVINGS,pinned|device`: one decode, its rate printed.
+#[cfg(feature = "cuda")]
+fn measure_point(b: &super::bench_decode::Bench, rows: usize, pt: &str) -> Result<()> {
+    use ibp::gpu::Residency;
+    let parts: Vec<&str> = pt.split(',').collect();
+    let bad = || ibp::Error::invalid("--point wants SIZE,SAVINGS,pinned|device");
+    let (size, s, res) = match parts.as_slice() {
+        [a, b, c] => (
+            a.parse::<usize>().map_err(|_| bad())?,
+            b.parse::<f64>().map_err(|_| bad())?,
+            *c,
+        ),
+        _ => return Err(bad()),
+    };
+    let residency = if res == "device" {
+        Residency::Device
+    } else {
+        Residency::Pinned
+    };
+    let (data, cb) = ibp::gpu::bench::figure7_dataset(rows, size, s, 11)?;
+    let m = b.packed(&data, size, &cb, residency)?;
+    println!(
+        "{size} B at {s}: {:.1} GB/s decoded, {:.1} GB/s moved",
+        m.decoded_rate() / 1e9,
+        m.moved_rate() / 1e9
+    );
+    Ok(())
+}
+
+/// The results file's title and its list of what was measured where: the
+/// GPU, driver, commit, date, command and this machine's PCIe rates.
+#[cfg(feature = "cuda")]
+fn header(
+    args: &Args,
+    info: &ibp::gpu::DeviceInfo,
+    peers: bool,
+    decode: bool,
+    h2d: f64,
+    zc: f64,
+) -> String {
+    use std::fmt::Write as _;
+    let mut md = String::new();
     let commit = option_env!("IBP_GIT_COMMIT").unwrap_or("unknown");
     let date = utc_now();
     let _ = writeln!(md, "# ibp GPU benchmarks: {}\n", info.name);
@@ -243,11 +297,7 @@ fn suite(args: Args) -> Result<()> {
             String::new()
         },
         if args.stages { " --stages" } else { "" },
-        if peers.is_some() {
-            " --peers nvcomp"
-        } else {
-            ""
-        }
+        if peers { " --peers nvcomp" } else { "" }
     );
     let _ = writeln!(
         md,
@@ -270,478 +320,67 @@ fn suite(args: Args) -> Result<()> {
         h2d / 1e9,
         zc / 1e9
     );
+    md
+}
 
-    if compress {
-        super::bench_compress::section(
-            &gpu,
-            args.real_bytes,
-            h2d,
-            zc,
-            args.stages,
-            args.only.as_deref(),
-            &mut md,
-        )?;
+/// `--section cache`: the feature cache on `gpu` and up to `--gpus` of
+/// this machine's GPUs.
+#[cfg(feature = "cuda")]
+fn cache_section(gpu: &ibp::gpu::Gpu, args: &Args, md: &mut String) -> Result<()> {
+    use std::fmt::Write as _;
+    let mut more = Vec::new();
+    for o in 1..ibp::gpu::Gpu::count().min(args.gpus as u32) {
+        more.push(ibp::gpu::Gpu::new(o)?);
     }
-    if args.section == "cache" {
-        let mut more = Vec::new();
-        for o in 1..ibp::gpu::Gpu::count().min(args.gpus as u32) {
-            more.push(ibp::gpu::Gpu::new(o)?);
-        }
-        gpu.make_current()?;
-        let all: Vec<&ibp::gpu::Gpu> = std::iter::once(&gpu).chain(&more).collect();
-        let a = super::bench_cache::CacheArgs {
-            vertices: args.vertices,
-            edges: args.edges,
-            batches: args.batches,
-            max_gpus: args.gpus,
-            only: args.only.clone(),
-        };
-        super::bench_cache::section(&all, &a, &mut md)?;
-        if let Some(g) = more.first() {
-            let _ = writeln!(
-                md,
-                "- second GPU: {} ({} SMs)\n",
-                g.info().name,
-                g.info().sm_count
-            );
-        }
-    } else if args.section == "kv" {
-        super::bench_kv::section(&gpu, &stream, zc, &mut md)?;
-    } else if args.section == "device" {
-        device_section(&gpu, &stream, &args, &opts, &mut md)?;
-    } else if decode {
-        decode_sections(&gpu, &stream, &args, &opts, zc, &mut md, &mut picture)?;
+    gpu.make_current()?;
+    let all: Vec<&ibp::gpu::Gpu> = std::iter::once(gpu).chain(&more).collect();
+    let a = super::bench_cache::CacheArgs {
+        vertices: args.vertices,
+        edges: args.edges,
+        batches: args.batches,
+        max_gpus: args.gpus,
+        only: args.only.clone(),
+    };
+    super::bench_cache::section(&all, &a, md)?;
+    if let Some(g) = more.first() {
+        let _ = writeln!(
+            md,
+            "- second GPU: {} ({} SMs)\n",
+            g.info().name,
+            g.info().sm_count
+        );
     }
-    if let Some(p) = &peers {
-        super::peers::section(&gpu, &stream, p, args.real_bytes, &opts, &mut md)?;
-    }
-    println!("{md}");
-    let path = args.out.unwrap_or_else(|| {
+    Ok(())
+}
+
+/// Writes the results file (`--out`, or docs/results/<gpu>[-cache|-kv].md)
+/// and, when the run decoded, its plot beside it.
+#[cfg(feature = "cuda")]
+fn write_results(
+    args: &Args,
+    gpu_name: &str,
+    md: &str,
+    picture: &super::bench_plot::BenchPlot,
+) -> Result<()> {
+    let path = args.out.clone().unwrap_or_else(|| {
         let suffix = match args.section.as_str() {
             "cache" => "-cache",
             "kv" => "-kv",
             _ => "",
         };
-        PathBuf::from(format!("docs/results/{}{suffix}.md", slug(&info.name)))
+        PathBuf::from(format!("docs/results/{}{suffix}.md", slug(gpu_name)))
     });
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)
             .map_err(|e| ibp::Error::io(format!("creating {}", dir.display()), e))?;
     }
-    std::fs::write(&path, &md)
+    std::fs::write(&path, md)
         .map_err(|e| ibp::Error::io(format!("writing {}", path.display()), e))?;
     eprintln!("results written to {}", path.display());
     if !picture.grid.is_empty() || !picture.real.is_empty() {
         let svg = super::bench_plot::svg_path(&path);
         super::plot::write(&svg, &[picture.chart()])?;
         eprintln!("plot written to {}", svg.display());
-    }
-    Ok(())
-}
-
-/// The decompression benchmarks.
-#[cfg(feature = "cuda")]
-fn decode_sections(
-    gpu: &ibp::gpu::Gpu,
-    stream: &cust::stream::Stream,
-    args: &Args,
-    opts: &ibp::gpu::DecodeOptions,
-    zero_copy_rate: f64,
-    md: &mut String,
-    picture: &mut super::bench_plot::BenchPlot,
-) -> Result<()> {
-    use std::fmt::Write as _;
-
-    use super::bench_plot::{GridPoint, RealPoint};
-    use ibp::gpu::Residency;
-    use ibp::gpu::bench::{
-        BenchStorage, figure7_dataset, measure_decode, measure_decode_dma, measure_device_copy,
-        measure_gather, measure_gather_dma,
-    };
-    let (gpu, stream, opts) = (gpu, stream, opts);
-    // 1. Figure 7: decode from pinned host memory, vs the ideal and a plain gather.
-    let _ = writeln!(
-        md,
-        "## Figure 7 grid: {} tensors decoded from pinned host memory (zero-copy)\n\nGB/s of decoded output. *DMA path*: the packed range copied by DMA into device scratch (8 MB pieces) and decoded from there, copy and decode overlapped. *ideal*: the same kernel reading exactly the compressed bytes with the same aligned line copies and writing the decoded size, decoding nothing; it is measured per layout (packed tensors share lines with their neighbours, fixed-stride slots start on line boundaries). *fixed*: fixed-stride with lengths derived from the participation bits (two round trips per batch); *fixed+lengths*: with a device table of lengths (4 B per tensor). *gather*: the raw path copying uncompressed tensors of the same size.\n",
-        args.rows
-    );
-    let _ = writeln!(
-        md,
-        "| tensor | savings | packed GB/s | ideal (packed) GB/s | packed / ideal | fixed GB/s | fixed+lengths GB/s | ideal (fixed) GB/s | fixed+lengths / ideal | fixed / ideal | gather GB/s | packed / gather | PCIe GB/s read (packed) | DMA path GB/s |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
-    );
-    eprintln!("figure 7 grid ({} tensors per point)...", args.rows);
-    for &size in &[256usize, 1024, 4096] {
-        let (raw, raw_cb) = figure7_dataset(args.rows, size, 0.0, 7)?;
-        let gather = measure_decode(
-            gpu,
-            stream,
-            &raw,
-            size,
-            &raw_cb,
-            BenchStorage::PACKED,
-            Residency::Pinned,
-            false,
-            opts,
-        )?;
-        for &s in &[0.125, 0.25, 0.5, 0.75, 0.9] {
-            let (data, cb) = figure7_dataset(args.rows, size, s, 11)?;
-            let m = |layout, ideal| {
-                measure_decode(
-                    gpu,
-                    stream,
-                    &data,
-                    size,
-                    &cb,
-                    layout,
-                    Residency::Pinned,
-                    ideal,
-                    opts,
-                )
-            };
-            let packed = m(BenchStorage::PACKED, false)?;
-            let ideal = m(BenchStorage::PACKED, true)?;
-            let fixed = m(BenchStorage::FIXED, false)?;
-            let fixed_l = m(BenchStorage::FIXED_LENGTHS, false)?;
-            let dma = measure_decode_dma(
-                gpu,
-                stream,
-                &data,
-                size,
-                &cb,
-                ibp::gpu::DEFAULT_DMA_PIECE_BYTES,
-            )?;
-            let ideal_f = m(BenchStorage::FIXED_LENGTHS, true)?;
-            let real_savings = 1.0 - packed.stored_bytes as f64 / packed.decoded_bytes as f64;
-            let _ = writeln!(
-                md,
-                "| {size} B | {:.1}% | {:.1} | {:.1} | {:.3} | {:.1} | {:.1} | {:.1} | {:.3} | {:.3} | {:.1} | {:.2} | {:.1} | {:.1} |",
-                100.0 * real_savings,
-                packed.decoded_rate() / 1e9,
-                ideal.decoded_rate() / 1e9,
-                packed.decoded_rate() / ideal.decoded_rate(),
-                fixed.decoded_rate() / 1e9,
-                fixed_l.decoded_rate() / 1e9,
-                ideal_f.decoded_rate() / 1e9,
-                fixed_l.decoded_rate() / ideal_f.decoded_rate(),
-                fixed.decoded_rate() / ideal_f.decoded_rate(),
-                gather.decoded_rate() / 1e9,
-                packed.decoded_rate() / gather.decoded_rate(),
-                packed.stored_bytes as f64 / packed.seconds / 1e9,
-                dma.decoded_rate() / 1e9,
-            );
-            picture.grid.push(GridPoint {
-                row_bytes: size as u64,
-                savings: real_savings,
-                packed: packed.decoded_rate() / 1e9,
-                ideal: ideal.decoded_rate() / 1e9,
-            });
-            eprintln!(
-                "  {size} B at {:.1}%: packed {:.1} GB/s, ideal {:.1} GB/s",
-                100.0 * real_savings,
-                packed.decoded_rate() / 1e9,
-                ideal.decoded_rate() / 1e9
-            );
-        }
-    }
-
-    // 2. Plain gather of uncompressed rows at several sizes.
-    let _ = writeln!(
-        md,
-        "\n## Uncompressed gather from pinned host memory\n\n| row | GB/s |\n| --- | --- |"
-    );
-    for &size in &[128usize, 256, 512, 1024, 4096, 16384] {
-        let rows = (args.rows * 1024 / size).max(1000);
-        let (raw, raw_cb) = figure7_dataset(rows, size, 0.0, 3)?;
-        let g = measure_decode(
-            gpu,
-            stream,
-            &raw,
-            size,
-            &raw_cb,
-            BenchStorage::PACKED,
-            Residency::Pinned,
-            false,
-            opts,
-        )?;
-        let _ = writeln!(md, "| {size} B | {:.1} |", g.decoded_rate() / 1e9);
-    }
-
-    // 3. Device-resident decode vs device copy.
-    let copy_bytes = 1usize << 30;
-    let copy_s = measure_device_copy(stream, copy_bytes)?;
-    let copy_rate = 2.0 * copy_bytes as f64 / copy_s;
-    let _ = writeln!(
-        md,
-        "\n## Device-resident decode\n\nDevice-to-device copy of 1 GiB: {:.0} GB/s counting bytes read plus written. *moved*: compressed bytes read plus decoded bytes written per second.\n\n| data | savings | decoded GB/s | moved GB/s | moved / copy |\n| --- | --- | --- | --- | --- |",
-        copy_rate / 1e9
-    );
-    let dev_rows = args.rows * 4;
-    for &(size, s) in &[
-        (1024usize, 0.125),
-        (1024, 0.5),
-        (4096, 0.25),
-        (4096, 0.5),
-        (4096, 0.9),
-    ] {
-        let (data, cb) = figure7_dataset(dev_rows, size, s, 5)?;
-        let d = measure_decode(
-            gpu,
-            stream,
-            &data,
-            size,
-            &cb,
-            BenchStorage::PACKED,
-            Residency::Device,
-            false,
-            opts,
-        )?;
-        let real = 1.0 - d.stored_bytes as f64 / d.decoded_bytes as f64;
-        let _ = writeln!(
-            md,
-            "| synthetic {size} B × {dev_rows} | {:.1}% | {:.0} | {:.0} | {:.2} |",
-            100.0 * real,
-            d.decoded_rate() / 1e9,
-            d.moved_rate() / 1e9,
-            d.moved_rate() / copy_rate
-        );
-    }
-
-    // 4. Real data.
-    if !args.no_real {
-        let _ = writeln!(
-            md,
-            "\n## Real data\n\nRows replicated to at least {} bytes (the tables are smaller); codebook fitted on the original table.\n\n| data | row | chunk | savings | pinned GB/s | pinned ideal GB/s | pinned / ideal | pinned DMA path GB/s | device GB/s | device moved / copy |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
-            args.real_bytes
-        );
-        let mut auto_rows = Vec::new();
-        let mut gathers = Vec::new();
-        for (name, data, row) in real_tables()? {
-            let fit = ibp::fit::fit(ibp::Rows::new(&data, row)?, &Default::default())?;
-            let reps = args.real_bytes.div_ceil(data.len()).max(1);
-            let big = data.repeat(reps);
-            let cb = &fit.codebook;
-            let p = measure_decode(
-                gpu,
-                stream,
-                &big,
-                row,
-                cb,
-                BenchStorage::PACKED,
-                Residency::Pinned,
-                false,
-                opts,
-            )?;
-            let ideal = if row % 4 == 0 {
-                Some(measure_decode(
-                    gpu,
-                    stream,
-                    &big,
-                    row,
-                    cb,
-                    BenchStorage::PACKED,
-                    Residency::Pinned,
-                    true,
-                    opts,
-                )?)
-            } else {
-                None
-            };
-            let d = measure_decode(
-                gpu,
-                stream,
-                &big,
-                row,
-                cb,
-                BenchStorage::PACKED,
-                Residency::Device,
-                false,
-                opts,
-            )?;
-            let dma = measure_decode_dma(
-                gpu,
-                stream,
-                &big,
-                row,
-                cb,
-                ibp::gpu::DEFAULT_DMA_PIECE_BYTES,
-            )?;
-            let savings = 1.0 - p.stored_bytes as f64 / p.decoded_bytes as f64;
-            let _ = writeln!(
-                md,
-                "| {name} (×{reps}) | {row} B | {} B | {:.1}% | {:.1} | {} | {} | {:.1} | {:.0} | {:.2} |",
-                cb.chunk().bytes(),
-                100.0 * savings,
-                p.decoded_rate() / 1e9,
-                ideal
-                    .as_ref()
-                    .map_or("-".into(), |i| format!("{:.1}", i.decoded_rate() / 1e9)),
-                ideal.as_ref().map_or("-".into(), |i| format!(
-                    "{:.3}",
-                    p.decoded_rate() / i.decoded_rate()
-                )),
-                dma.decoded_rate() / 1e9,
-                d.decoded_rate() / 1e9,
-                d.moved_rate() / copy_rate
-            );
-            picture.real.push(RealPoint {
-                name: name.clone(),
-                savings,
-                pinned: p.decoded_rate() / 1e9,
-            });
-            eprintln!(
-                "  {name}: pinned {:.1} GB/s, device {:.0} GB/s",
-                p.decoded_rate() / 1e9,
-                d.decoded_rate() / 1e9
-            );
-            let dec = ibp::gpu::Decoder::new(
-                gpu,
-                &ibp::gpu::GpuDataset::upload_packed(
-                    gpu,
-                    cb,
-                    &ibp::layout::compress_packed(
-                        cb,
-                        ibp::Rows::new(&data, row)?,
-                        &ibp::layout::LayoutOptions::default(),
-                    )?
-                    .view(),
-                    Residency::Pinned,
-                )?,
-                opts,
-            )?
-            .prefers_dma();
-            let faster_dma = dma.decoded_rate() > p.decoded_rate();
-            auto_rows.push(format!(
-                "| {name} | {} | {} | {} |",
-                if dec { "DMA" } else { "zero-copy" },
-                if faster_dma { "DMA" } else { "zero-copy" },
-                if dec == faster_dma { "yes" } else { "no" }
-            ));
-            gathers.push((name, big, row, fit.codebook.clone()));
-        }
-        let _ = writeln!(
-            md,
-            "\n### Which range path `range_auto` takes\n\n| data | range_auto picks | faster in this run | right |\n| --- | --- | --- | --- |"
-        );
-        for r in &auto_rows {
-            let _ = writeln!(md, "{r}");
-        }
-        // 5. Random gathers of compressed rows.
-        let _ = writeln!(
-            md,
-            "\n## Random gathers of compressed rows\n\nUniform random row ids (8 index sets in rotation), decoded into device memory, checked first. *pinned ideal*: the zero-copy read rate of this run × the table's ratio (what a gather reading exactly the compressed bytes at link speed would deliver). *pinned DMA*: the DMA gather on the same index sets (ids in host memory; the requested tensors restaged on the host into pinned 8 MB pieces, each copied by DMA and decoded from device memory while the next is staged).\n\n| data | batch | pinned GB/s | pinned ideal GB/s | pinned / ideal | device GB/s | pinned DMA GB/s |\n| --- | --- | --- | --- | --- | --- | --- |"
-        );
-        for (name, big, row, cb) in &gathers {
-            for batch in [4096usize, 65536] {
-                let p = measure_gather(gpu, stream, big, *row, cb, Residency::Pinned, batch, opts)?;
-                let d = measure_gather(gpu, stream, big, *row, cb, Residency::Device, batch, opts)?;
-                let piece = ibp::gpu::DEFAULT_DMA_PIECE_BYTES;
-                let m = measure_gather_dma(gpu, stream, big, *row, cb, batch, piece, opts)?;
-                let ratio = p.decoded_bytes as f64 / p.stored_bytes as f64;
-                let ideal = zero_copy_rate * ratio;
-                let _ = writeln!(
-                    md,
-                    "| {name} | {batch} | {:.1} | {:.1} | {:.2} | {:.0} | {:.1} |",
-                    p.decoded_rate() / 1e9,
-                    ideal / 1e9,
-                    p.decoded_rate() / ideal,
-                    d.decoded_rate() / 1e9,
-                    m.decoded_rate() / 1e9
-                );
-                eprintln!(
-                    "  gather {name} ×{batch}: pinned {:.1} GB/s, device {:.0} GB/s, pinned DMA {:.1} GB/s",
-                    p.decoded_rate() / 1e9,
-                    d.decoded_rate() / 1e9,
-                    m.decoded_rate() / 1e9
-                );
-            }
-        }
-    }
-
-    Ok(())
-}
-
-/// `--section device`: device-resident decodes (synthetic and real) and
-/// device gathers, each with the decoder's geometry.
-#[cfg(feature = "cuda")]
-fn device_section(
-    gpu: &ibp::gpu::Gpu,
-    stream: &cust::stream::Stream,
-    args: &Args,
-    opts: &ibp::gpu::DecodeOptions,
-    md: &mut String,
-) -> Result<()> {
-    use std::fmt::Write as _;
-
-    use ibp::gpu::bench::{
-        BenchStorage, figure7_dataset, measure_decode, measure_device_copy, measure_gather,
-    };
-    use ibp::gpu::{Decoder, GpuDataset, Residency};
-    let copy_bytes = 1usize << 30;
-    let copy_rate = 2.0 * copy_bytes as f64 / measure_device_copy(stream, copy_bytes)?;
-    let _ = writeln!(
-        md,
-        "## Device-resident decode and gathers\n\nDevice-to-device copy of 1 GiB: {:.0} GB/s counting bytes read plus written. *geometry*: threads per block, blocks, shared bytes per block, batch mode.\n\n| data | savings | range GB/s | moved / copy | gather 4096 GB/s | gather 65536 GB/s | geometry |\n| --- | --- | --- | --- | --- | --- | --- |",
-        copy_rate / 1e9
-    );
-    let mut tables: Vec<(String, Vec<u8>, usize, ibp::codebook::Codebook)> = Vec::new();
-    for &(size, s) in &[(1024usize, 0.5), (4096, 0.5), (4096, 0.9)] {
-        let (data, cb) = figure7_dataset(args.rows * 4, size, s, 5)?;
-        tables.push((
-            format!("synthetic {size} B, {}%", s * 100.0),
-            data,
-            size,
-            cb,
-        ));
-    }
-    if !args.no_real {
-        for (name, data, row) in real_tables()? {
-            let fit = ibp::fit::fit(ibp::Rows::new(&data, row)?, &Default::default())?;
-            let reps = args.real_bytes.div_ceil(data.len()).max(1);
-            tables.push((name, data.repeat(reps), row, fit.codebook));
-        }
-    }
-    for (name, data, row, cb) in &tables {
-        if args
-            .only
-            .as_ref()
-            .is_some_and(|o| !name.contains(o.as_str()))
-        {
-            continue;
-        }
-        let d = measure_decode(
-            gpu,
-            stream,
-            data,
-            *row,
-            cb,
-            BenchStorage::PACKED,
-            Residency::Device,
-            false,
-            opts,
-        )?;
-        let g4 = measure_gather(gpu, stream, data, *row, cb, Residency::Device, 4096, opts)?;
-        let g64 = measure_gather(gpu, stream, data, *row, cb, Residency::Device, 65536, opts)?;
-        let sample = &data[..data.len().min(row * 4096)];
-        let packed = ibp::layout::compress_packed(
-            cb,
-            ibp::Rows::new(sample, *row)?,
-            &ibp::layout::LayoutOptions::default(),
-        )?;
-        let ds = GpuDataset::upload_packed(gpu, cb, &packed.view(), Residency::Device)?;
-        let dec = Decoder::new(gpu, &ds, opts)?;
-        let (block, grid, shared) = dec.geometry();
-        let savings = 1.0 - d.stored_bytes as f64 / d.decoded_bytes as f64;
-        let _ = writeln!(
-            md,
-            "| {name} | {:.1}% | {:.0} | {:.2} | {:.0} | {:.0} | {block}×{grid}, {shared} B{} |",
-            100.0 * savings,
-            d.decoded_rate() / 1e9,
-            d.moved_rate() / copy_rate,
-            g4.decoded_rate() / 1e9,
-            g64.decoded_rate() / 1e9,
-            if dec.is_batch_mode() { ", batch" } else { "" }
-        );
-        eprintln!("  {name}: device {:.0} GB/s", d.decoded_rate() / 1e9);
     }
     Ok(())
 }

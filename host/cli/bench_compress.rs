@@ -51,11 +51,11 @@ pub fn section(
     md: &mut String,
 ) -> Result<()> {
     let mut stage_md = String::from(
-        "\n### Stages on device-resident data\n\nThe sampled fit's phases first (wall-clock time inside `Fitter::fit_blocking` with a sample of 1/16, median of 5; its \"rest on the host\" is the fit's time less the other two), then each kernel launched alone and synchronised (median of 5).\n\n| data | stage | ms | input GB/s |\n| --- | --- | --- | --- |\n",
+        "\n### Stages on device-resident data\n\nThe sampled fit's phases first (wall-clock time inside `Gpu::fit_blocking` with a sample of 1/16, median of 5; its \"rest on the host\" is the fit's time less the other two), then each kernel launched alone and synchronised (median of 5).\n\n| data | stage | ms | input GB/s |\n| --- | --- | --- | --- |\n",
     );
     let _ = writeln!(
         md,
-        "## Fit and compression\n\nEach table is replicated to at least {} bytes. Wall-clock time of the public calls, median of 5 after a warm-up, with output buffers allocated once and reused (`Compressor::compress_into_blocking`, `HostCompressor`; in *fit + compress* the codebook's device memory too, `Compressor::replace`; *one-shot* is `Compressor::compress_host_blocking`, which allocates its buffers, 3 × 128 MiB of device memory and 64 MiB pinned, on every call); every configuration was first compared byte for byte with the CPU encoder (`compress_packed`, `compress_fixed`) and the GPU fit with the CPU fit. Rates are input bytes per second.\n\n- *fit all*: `Fitter::fit_blocking` counting and weighing every tensor; *fit 1/16*: on the sample of every 16th tensor (`Sample::Fraction(1/16)`), which the CPU fit accepts too and which chooses the same codebook here.\n- *device*: the rows in device memory; `Compressor::compress_blocking` to the packed layout, output in device memory (rows of whole 4-byte words under a codebook at least a fifth invariant: encoded into scratch slots, nothing measured first, then moved to their offsets by `ibp_compact`; others measured, cleared where writes meet and encoded); *compress fixed*: to the fixed-stride layout (rows of whole 4-byte words written straight into their slots by `ibp_encode_slots_c*`, nothing measured first; others measured, zeroed and encoded), checked also in a buffer reused from a packed run.\n- *host*: the rows in pinned host memory; `Compressor::compress_host_blocking` (64 MiB batches, each read once, by DMA into a device batch buffer (`HostRead::Dma`, the default) or zero-copy by the size kernel (`HostRead::ZeroCopy`); three batches in flight; compressed batches copied back to pinned memory and handed to a callback that does nothing else). *registered*: the same from ordinary (pageable) memory registered for the call with `Registered`, registration included.\n- *CPU*: `ibp::fit::fit` plus `compress_packed` on this machine's CPU ({} threads), one run.\n- PCIe on this machine: pinned host-to-device copy {:.1} GB/s, zero-copy kernel read {:.1} GB/s.\n",
+        "## Fit and compression\n\nEach table is replicated to at least {} bytes. Wall-clock time of the public calls, median of 5 after a warm-up, with output buffers allocated once and reused (`Gpu::compress_into_blocking`, `HostCompressor`; in *fit + compress* the codebook's device memory too, `GpuCodebook::replace`; *one-shot* is `Gpu::compress_host_blocking`, which allocates its buffers, 3 × 128 MiB of device memory and 64 MiB pinned, on every call); every configuration was first compared byte for byte with the CPU encoder (`compress_packed`, `compress_fixed`) and the GPU fit with the CPU fit. Rates are input bytes per second.\n\n- *fit all*: `Gpu::fit_blocking` counting and weighing every tensor; *fit 1/16*: on the sample of every 16th tensor (`Sample::Fraction(1/16)`), which the CPU fit accepts too and which chooses the same codebook here.\n- *device*: the rows in device memory; `Gpu::compress_blocking` to the packed layout, output in device memory (rows of whole 4-byte words under a codebook at least a fifth invariant: encoded into scratch slots, nothing measured first, then moved to their offsets by `ibp_compact`; others measured, cleared where writes meet and encoded); *compress fixed*: to the fixed-stride layout (rows of whole 4-byte words written straight into their slots by `ibp_encode_slots_c*`, nothing measured first; others measured, zeroed and encoded), checked also in a buffer reused from a packed run.\n- *host*: the rows in pinned host memory; `Gpu::compress_host_blocking` (64 MiB batches, each read once, by DMA into a device batch buffer (`HostRead::Dma`, the default) or zero-copy by the size kernel (`HostRead::ZeroCopy`); three batches in flight; compressed batches copied back to pinned memory and handed to a callback that does nothing else). *registered*: the same from ordinary (pageable) memory registered for the call with `Registered`, registration included.\n- *CPU*: `ibp::fit::fit` plus `compress_packed` on this machine's CPU ({} threads), one run.\n- PCIe on this machine: pinned host-to-device copy {:.1} GB/s, zero-copy kernel read {:.1} GB/s.\n",
         real_bytes,
         rayon::current_num_threads(),
         h2d / 1e9,
@@ -81,69 +81,39 @@ pub fn section(
         }
         let reps = real_bytes.div_ceil(data.len()).max(1);
         let big = if reps > 1 { data.repeat(reps) } else { data };
-        let n = big.len() as f64;
         eprintln!("compression: {name} ({} MB)...", big.len() >> 20);
-        let m = measure(gpu, &big, l)?;
-        let Times {
-            chunk_bytes,
-            savings,
-            cpu_rate,
-            d_fit_all,
-            d_fit_part,
-            d_packed,
-            d_fixed,
-            d_total,
-            d_total_fixed,
-            d_total_all,
-            h_fit,
-            h_comp,
-            h_comp_zc,
-            h_once,
-            h_total,
-            h_total_all,
-            reg,
-        } = m;
-        let gbs = |t: f64| format!("{:.1}", n / t / 1e9);
+        let t = measure(gpu, &big, l)?;
         if stages {
-            let device = DeviceBuffer::from_slice(&big).map_err(|e| Error::cuda(e.to_string()))?;
-            let cb = ibp::fit::fit(Rows::new(&big, l)?, &FitOptions::default())?.codebook;
-            let comp = Compressor::new(gpu, &cb)?;
-            for (stage, t) in comp.profile_stages(&device, 5)? {
-                let _ = writeln!(
-                    stage_md,
-                    "| {name} | {stage} | {:.3} | {} |",
-                    t * 1e3,
-                    gbs(t)
-                );
-            }
+            stage_rows(gpu, &name, &big, l, &mut stage_md)?;
         }
+        let gbs = |s: f64| rate(big.len(), s);
         let _ = writeln!(
             md,
             "| {name} (×{reps}) | {} MB | {} B | {:.1}% | {} | {} | {} | {} | **{}** | {} | {} | {} | {} | {} | {} | **{}** | {} | {} | {:.2} |",
             big.len() >> 20,
-            chunk_bytes,
-            100.0 * savings,
-            gbs(d_fit_all),
-            gbs(d_fit_part),
-            gbs(d_packed),
-            gbs(d_fixed),
-            gbs(d_total),
-            gbs(d_total_fixed),
-            gbs(d_total_all),
-            gbs(h_fit),
-            gbs(h_comp),
-            gbs(h_comp_zc),
-            gbs(h_once),
-            gbs(h_total),
-            gbs(h_total_all),
-            gbs(reg),
-            cpu_rate / 1e9,
+            t.chunk_bytes,
+            100.0 * t.savings,
+            gbs(t.d_fit_all),
+            gbs(t.d_fit_part),
+            gbs(t.d_packed),
+            gbs(t.d_fixed),
+            gbs(t.d_total),
+            gbs(t.d_total_fixed),
+            gbs(t.d_total_all),
+            gbs(t.h_fit),
+            gbs(t.h_comp),
+            gbs(t.h_comp_zc),
+            gbs(t.h_once),
+            gbs(t.h_total),
+            gbs(t.h_total_all),
+            gbs(t.reg),
+            t.cpu_rate / 1e9,
         );
         eprintln!(
             "  device fit 1/16 + compress {} GB/s, host {} GB/s, CPU {:.2} GB/s",
-            gbs(d_total),
-            gbs(h_total),
-            cpu_rate / 1e9
+            gbs(t.d_total),
+            gbs(t.h_total),
+            t.cpu_rate / 1e9
         );
     }
     let _ = writeln!(
@@ -156,8 +126,31 @@ pub fn section(
     Ok(())
 }
 
+/// GB/s of `bytes` of input in `seconds`, as the tables print it.
+fn rate(bytes: usize, seconds: f64) -> String {
+    format!("{:.1}", bytes as f64 / seconds / 1e9)
+}
+
+/// `--stages`: each kernel stage of compressing `big` timed alone, as rows
+/// of the stages table.
+fn stage_rows(gpu: &Gpu, name: &str, big: &[u8], l: usize, stage_md: &mut String) -> Result<()> {
+    let device = DeviceBuffer::from_slice(big).map_err(|e| Error::cuda(e.to_string()))?;
+    let cb = ibp::fit::fit(Rows::new(big, l)?, &FitOptions::default())?.codebook;
+    let comp = Compressor::new(gpu, &cb)?;
+    for (stage, t) in comp.profile_stages(&device, 5)? {
+        let _ = writeln!(
+            stage_md,
+            "| {name} | {stage} | {:.3} | {} |",
+            t * 1e3,
+            rate(big.len(), t)
+        );
+    }
+    Ok(())
+}
+
 /// What [`measure`] times, in seconds per call (median of 5), with the
 /// CPU's rate in bytes per second; see the section's notes for each.
+#[derive(Default)]
 pub struct Times {
     pub chunk_bytes: u32,
     pub savings: f64,
@@ -178,63 +171,191 @@ pub struct Times {
     pub reg: f64,
 }
 
+/// The CPU's fit and packed compression of the input: what the GPU must
+/// reproduce.
+struct CpuReference {
+    fit: ibp::fit::Fit,
+    /// The fit on the sample of every 16th row.
+    sample_fit: ibp::fit::Fit,
+    packed: ibp::layout::Packed,
+    /// Input bytes per second of the full fit plus compression.
+    rate: f64,
+}
+
+impl CpuReference {
+    fn run(rows: Rows<'_>, sample: &FitOptions) -> Result<CpuReference> {
+        let t = Instant::now();
+        let fit = ibp::fit::fit(rows, &FitOptions::default())?;
+        let packed = ibp::layout::compress_packed(
+            &fit.codebook,
+            rows,
+            &ibp::layout::LayoutOptions::default(),
+        )?;
+        let rate = rows.bytes().len() as f64 / t.elapsed().as_secs_f64();
+        let sample_fit = ibp::fit::fit(rows, sample)?;
+        Ok(CpuReference {
+            fit,
+            sample_fit,
+            packed,
+            rate,
+        })
+    }
+}
+
+/// The input in device and in pinned host memory, and the two fits timed:
+/// of every row and of the sample.
+struct Inputs<'a> {
+    gpu: &'a Gpu,
+    /// One fitter for every fit: its buffers stay warm, as a loop's would.
+    fitter: Fitter<'a>,
+    l: usize,
+    device: DeviceBuffer<u8>,
+    pinned: PinnedBuffer<u8>,
+    all: FitOptions,
+    part: FitOptions,
+}
+
 /// Fit and compress `big` (rows of `l` bytes) every way the section
 /// measures, each checked byte for byte against the CPU first (an error of
 /// kind `Corrupt` when one differs).
 pub fn measure(gpu: &Gpu, big: &[u8], l: usize) -> Result<Times> {
-    // One fitter for every fit: its buffers stay warm, as a loop's would.
-    let fitter = Fitter::new(gpu);
-    let sample = Sample::Fraction(1.0 / 16.0);
-    let n = big.len() as f64;
+    let part = FitOptions::default().with_sample(Sample::Fraction(1.0 / 16.0));
     let rows = Rows::new(big, l)?;
-
-    // CPU reference (also what the GPU must reproduce).
-    let t = Instant::now();
-    let cpu_fit = ibp::fit::fit(rows, &FitOptions::default())?;
-    let cpu_packed = ibp::layout::compress_packed(
-        &cpu_fit.codebook,
-        rows,
-        &ibp::layout::LayoutOptions::default(),
-    )?;
-    let cpu_rate = n / t.elapsed().as_secs_f64();
-    let cb = &cpu_fit.codebook;
-    let cpu_sample_fit = ibp::fit::fit(rows, &FitOptions::default().with_sample(sample))?;
-
-    let device = DeviceBuffer::from_slice(big).map_err(|e| Error::cuda(e.to_string()))?;
-    let pinned = PinnedBuffer::from_slice(big)?;
-    let all = FitOptions::default();
-    let part = FitOptions::default().with_sample(sample);
-
-    // Self-checks.
-    let g = fitter.fit_blocking(&device, l, &all)?;
+    let cpu = CpuReference::run(rows, &part)?;
+    let inputs = Inputs {
+        gpu,
+        fitter: Fitter::new(gpu),
+        l,
+        device: DeviceBuffer::from_slice(big).map_err(|e| Error::cuda(e.to_string()))?,
+        pinned: PinnedBuffer::from_slice(big)?,
+        all: FitOptions::default(),
+        part,
+    };
+    let (gcb, fixed, sampled) = self_checks(&inputs, &cpu, rows)?;
+    let mut times = Times {
+        chunk_bytes: cpu.fit.codebook.chunk().bytes(),
+        savings: 1.0 - cpu.packed.payload.len() as f64 / big.len() as f64,
+        cpu_rate: cpu.rate,
+        ..Times::default()
+    };
+    // Buffers are allocated once per configuration and reused, as a
+    // service compressing tensor after tensor would.
+    let mut dev_out = DeviceCompressed::empty()?;
+    time_device(&inputs, &gcb, &mut dev_out, &fixed, &mut times)?;
+    // Fit and compress as a loop that does it again and again would: the
+    // codebook's device memory reused too (`Compressor::replace`).
+    let mut fitted = Compressor::new(gpu, &sampled)?;
+    time_device_fits(&inputs, &mut fitted, &mut dev_out, &mut times)?;
     check(
-        g.codebook == cpu_fit.codebook && g.candidates == cpu_fit.candidates,
+        dev_out.to_packed_blocking()? == cpu.packed,
+        "device fit and compression through a replaced codebook",
+    )?;
+    time_host(&inputs, big, &gcb, &mut fitted, &mut times)?;
+    Ok(times)
+}
+
+/// The GPU's fits and compressions (device and host input) compared with
+/// the CPU's. Returns the CPU codebook on the device, the fixed-stride
+/// output and the GPU's sampled fit's codebook.
+fn self_checks<'a>(
+    i: &Inputs<'a>,
+    cpu: &CpuReference,
+    rows: Rows<'_>,
+) -> Result<(
+    Compressor<'a>,
+    ibp::layout::FixedStride,
+    ibp::codebook::Codebook,
+)> {
+    let l = i.l;
+    let g = i.fitter.fit_blocking(&i.device, l, &i.all)?;
+    check(
+        g.codebook == cpu.fit.codebook && g.candidates == cpu.fit.candidates,
         "fit (device)",
     )?;
-    let g = fitter.fit_blocking(&pinned, l, &part)?;
+    let g = i.fitter.fit_blocking(&i.pinned, l, &i.part)?;
     check(
-        g.codebook == cpu_sample_fit.codebook,
+        g.codebook == cpu.sample_fit.codebook,
         "sampled fit (pinned)",
     )?;
-    let comp = Compressor::new(gpu, cb)?;
-    let p = comp
-        .compress_blocking(&device, Layout::Packed)?
+    let cb = &cpu.fit.codebook;
+    let gcb = Compressor::new(i.gpu, cb)?;
+    let p = gcb
+        .compress_blocking(&i.device, Layout::Packed)?
         .to_packed_blocking()?;
-    check(p == cpu_packed, "device compression (packed)")?;
-    let f = comp
-        .compress_blocking(&device, Layout::FixedStride)?
+    check(p == cpu.packed, "device compression (packed)")?;
+    let f = gcb
+        .compress_blocking(&i.device, Layout::FixedStride)?
         .to_fixed_blocking()?;
     check(
         f == ibp::layout::compress_fixed(cb, rows, &ibp::layout::LayoutOptions::default())?,
         "device compression (fixed)",
     )?;
-    let h = comp.compress_host_packed_blocking(&pinned, 64 << 20)?;
-    check(h == cpu_packed, "host compression")?;
-    let savings = 1.0 - cpu_packed.payload.len() as f64 / n;
+    let h = gcb.compress_host_packed_blocking(&i.pinned, 64 << 20)?;
+    check(h == cpu.packed, "host compression")?;
+    Ok((gcb, f, g.codebook))
+}
 
-    // Buffers are allocated once per configuration and reused, as a
-    // service compressing tensor after tensor would.
-    let mut dev_out = DeviceCompressed::empty()?;
+/// Device-resident input: the fits alone and the compressions alone.
+fn time_device(
+    i: &Inputs,
+    gcb: &Compressor<'_>,
+    dev_out: &mut DeviceCompressed,
+    fixed: &ibp::layout::FixedStride,
+    t: &mut Times,
+) -> Result<()> {
+    let (l, device) = (i.l, &i.device);
+    t.d_fit_all = median(5, || i.fitter.fit_blocking(device, l, &i.all).map(drop))?;
+    t.d_fit_part = median(5, || i.fitter.fit_blocking(device, l, &i.part).map(drop))?;
+    t.d_packed = median(5, || {
+        gcb.compress_into_blocking(device, Layout::Packed, dev_out)
+    })?;
+    t.d_fixed = median(5, || {
+        gcb.compress_into_blocking(device, Layout::FixedStride, dev_out)
+    })?;
+    // The fixed-stride output written over the packed one's stale bytes
+    // (no memset before it when rows are whole 4-byte words) is checked
+    // too.
+    gcb.compress_into_blocking(device, Layout::Packed, dev_out)?;
+    gcb.compress_into_blocking(device, Layout::FixedStride, dev_out)?;
+    check(
+        dev_out.to_fixed_blocking()? == *fixed,
+        "device compression (fixed, into a reused buffer)",
+    )
+}
+
+/// Device-resident input: a fit then compression through the codebook
+/// `fitted`, replaced each time.
+fn time_device_fits(
+    i: &Inputs,
+    fitted: &mut Compressor<'_>,
+    dev_out: &mut DeviceCompressed,
+    t: &mut Times,
+) -> Result<()> {
+    let (l, device) = (i.l, &i.device);
+    let mut fit_and_compress = |opts: &FitOptions, layout: Layout| {
+        median(5, || {
+            let fit = i.fitter.fit_blocking(device, l, opts)?;
+            fitted.replace(&fit.codebook)?;
+            fitted.compress_into_blocking(device, layout, dev_out)
+        })
+    };
+    t.d_total = fit_and_compress(&i.part, Layout::Packed)?;
+    t.d_total_fixed = fit_and_compress(&i.part, Layout::FixedStride)?;
+    t.d_total_all = fit_and_compress(&i.all, Layout::Packed)?;
+    Ok(())
+}
+
+/// Host-resident input (pinned, and pageable memory registered for the
+/// call): the sampled fit, compression (DMA, zero-copy, one-shot) and fit
+/// plus compression.
+fn time_host(
+    i: &Inputs,
+    big: &[u8],
+    gcb: &Compressor<'_>,
+    fitted: &mut Compressor<'_>,
+    t: &mut Times,
+) -> Result<()> {
+    let (l, pinned) = (i.l, &i.pinned);
     let host_opts = HostOptions::default();
     let zc_opts = HostOptions {
         read: HostRead::ZeroCopy,
@@ -242,89 +363,29 @@ pub fn measure(gpu: &Gpu, big: &[u8], l: usize) -> Result<Times> {
     };
     let mut hc = HostCompressor::new(l, &host_opts)?;
     let mut hc_zc = HostCompressor::new(l, &zc_opts)?;
-    let d_fit_all = median(5, || fitter.fit_blocking(&device, l, &all).map(drop))?;
-    let d_fit_part = median(5, || fitter.fit_blocking(&device, l, &part).map(drop))?;
-    let d_packed = median(5, || {
-        comp.compress_into_blocking(&device, Layout::Packed, &mut dev_out)
+    t.h_fit = median(5, || i.fitter.fit_blocking(pinned, l, &i.part).map(drop))?;
+    t.h_comp = median(5, || {
+        hc.compress_blocking(gcb, pinned, |_| Ok(())).map(drop)
     })?;
-    let d_fixed = median(5, || {
-        comp.compress_into_blocking(&device, Layout::FixedStride, &mut dev_out)
+    t.h_comp_zc = median(5, || {
+        hc_zc.compress_blocking(gcb, pinned, |_| Ok(())).map(drop)
     })?;
-    // The fixed-stride output written over the packed one's stale bytes
-    // (no memset before it when rows are whole 4-byte words) is checked
-    // too.
-    comp.compress_into_blocking(&device, Layout::Packed, &mut dev_out)?;
-    comp.compress_into_blocking(&device, Layout::FixedStride, &mut dev_out)?;
-    check(
-        dev_out.to_fixed_blocking()? == f,
-        "device compression (fixed, into a reused buffer)",
-    )?;
-    // Fit and compress as a loop that does it again and again would: the
-    // codebook's device memory reused too (`Compressor::replace`).
-    let mut fitted = Compressor::new(gpu, &g.codebook)?;
-    let d_total = median(5, || {
-        let fit = fitter.fit_blocking(&device, l, &part)?;
-        fitted.replace(&fit.codebook)?;
-        fitted.compress_into_blocking(&device, Layout::Packed, &mut dev_out)
-    })?;
-    let d_total_fixed = median(5, || {
-        let fit = fitter.fit_blocking(&device, l, &part)?;
-        fitted.replace(&fit.codebook)?;
-        fitted.compress_into_blocking(&device, Layout::FixedStride, &mut dev_out)
-    })?;
-    let d_total_all = median(5, || {
-        let fit = fitter.fit_blocking(&device, l, &all)?;
-        fitted.replace(&fit.codebook)?;
-        fitted.compress_into_blocking(&device, Layout::Packed, &mut dev_out)
-    })?;
-    check(
-        dev_out.to_packed_blocking()? == cpu_packed,
-        "device fit and compression through a replaced codebook",
-    )?;
-    let h_fit = median(5, || fitter.fit_blocking(&pinned, l, &part).map(drop))?;
-    let h_comp = median(5, || {
-        hc.compress_blocking(&comp, &pinned, |_| Ok(())).map(drop)
-    })?;
-    let h_comp_zc = median(5, || {
-        hc_zc
-            .compress_blocking(&comp, &pinned, |_| Ok(()))
+    t.h_once = median(5, || {
+        gcb.compress_host_blocking(pinned, &host_opts, |_| Ok(()))
             .map(drop)
     })?;
-    let h_once = median(5, || {
-        comp.compress_host_blocking(&pinned, &host_opts, |_| Ok(()))
-            .map(drop)
-    })?;
-    let h_total = median(5, || {
-        let fit = fitter.fit_blocking(&pinned, l, &part)?;
-        fitted.replace(&fit.codebook)?;
-        hc.compress_blocking(&fitted, &pinned, |_| Ok(())).map(drop)
-    })?;
-    let h_total_all = median(5, || {
-        let fit = fitter.fit_blocking(&pinned, l, &all)?;
-        fitted.replace(&fit.codebook)?;
-        hc.compress_blocking(&fitted, &pinned, |_| Ok(())).map(drop)
-    })?;
-    let reg = median(5, || {
+    let mut fit_and_compress = |opts: &FitOptions| {
+        median(5, || {
+            let fit = i.fitter.fit_blocking(pinned, l, opts)?;
+            fitted.replace(&fit.codebook)?;
+            hc.compress_blocking(fitted, pinned, |_| Ok(())).map(drop)
+        })
+    };
+    t.h_total = fit_and_compress(&i.part)?;
+    t.h_total_all = fit_and_compress(&i.all)?;
+    t.reg = median(5, || {
         let r = Registered::new(big)?;
-        hc.compress_blocking(&comp, &r, |_| Ok(())).map(drop)
+        hc.compress_blocking(gcb, &r, |_| Ok(())).map(drop)
     })?;
-    Ok(Times {
-        chunk_bytes: cb.chunk().bytes(),
-        savings,
-        cpu_rate,
-        d_fit_all,
-        d_fit_part,
-        d_packed,
-        d_fixed,
-        d_total,
-        d_total_fixed,
-        d_total_all,
-        h_fit,
-        h_comp,
-        h_comp_zc,
-        h_once,
-        h_total,
-        h_total_all,
-        reg,
-    })
+    Ok(())
 }

@@ -274,38 +274,16 @@ fn measure(_: &Args, _: &str, _: &'static str, _: Selection) -> Result<()> {
 
 #[cfg(feature = "cuda")]
 fn measure(args: &Args, file: &str, format: &'static str, sel: Selection) -> Result<()> {
-    use ibp::gpu::bench::{
-        BenchStorage, DecodeMeasurement, measure_decode, measure_decode_dma, measure_device_copy,
-        measure_gather, measure_h2d_copy, measure_zero_copy_read,
-    };
-    use ibp::gpu::{Decoder, Gpu, GpuDataset, Residency};
-
-    let gpu = Gpu::first().map_err(|e| {
-        Error::new(
-            e.kind(),
-            format!(
-                "ibp bench measures on a GPU, and none is usable ({}); `ibp compress --device cpu` and `cargo bench --bench codec` measure the CPU",
-                e.message()
-            ),
-        )
-    })?;
-    let stream = ibp::gpu::cust::stream::Stream::new(
-        ibp::gpu::cust::stream::StreamFlags::NON_BLOCKING,
-        None,
-    )
-    .map_err(|e| Error::cuda(e.to_string()))?;
+    let (gpu, stream) = open_gpu()?;
     let peers = load_peers(args)?;
     let opts = super::bench::decode_options(args)?;
-    let l = sel.row_bytes;
-    let (data, sample) = if sel.data.len() < args.real_bytes {
-        let k = args.real_bytes.div_ceil(sel.data.len());
-        (sel.data.repeat(k), format!("replicated ×{k}"))
-    } else if (sel.data.len() as u64) < sel.selected_bytes {
-        let n = sel.data.len() / l;
-        (sel.data, format!("first {n} rows"))
-    } else {
-        (sel.data, "whole".to_string())
+    let b = super::bench_decode::Bench {
+        gpu: &gpu,
+        stream: &stream,
+        opts: &opts,
     };
+    let l = sel.row_bytes;
+    let (data, sample) = sample(sel.data, sel.selected_bytes, l, args.real_bytes);
     let rows = (data.len() / l) as u64;
     eprintln!(
         "bench: {} ({} rows of {l} B, {})...",
@@ -313,161 +291,18 @@ fn measure(args: &Args, file: &str, format: &'static str, sel: Selection) -> Res
         rows,
         human(data.len() as u64)
     );
-
-    let link = 1usize << 30;
-    let h2d = link as f64 / measure_h2d_copy(&stream, link)?;
-    let zc = (link / 1536 * 1536) as f64 / measure_zero_copy_read(&gpu, &stream, link)?;
-    let copy = 2.0 * link as f64 / measure_device_copy(&stream, link)?;
-    let ceilings = Ceilings {
-        h2d_dma_copy_gb_per_s: h2d / 1e9,
-        zero_copy_read_gb_per_s: zc / 1e9,
-        device_copy_gb_per_s: copy / 1e9,
-    };
+    let ceilings = measure_ceilings(&b)?;
 
     let fit = ibp::fit::fit(ibp::Rows::new(&data, l)?, &Default::default())?;
     let cb = &fit.codebook;
-    let packed = ibp::layout::compress_packed(
-        cb,
-        ibp::Rows::new(&data, l)?,
-        &ibp::layout::LayoutOptions::default(),
-    )?;
-    let ratio = data.len() as f64 / packed.payload.len().max(1) as f64;
-    let range_auto = {
-        let ds = GpuDataset::upload_packed(&gpu, cb, &packed.view(), Residency::Pinned)?;
-        if Decoder::new(&gpu, &ds, &opts)?.prefers_dma() {
-            "dma"
-        } else {
-            "zero_copy"
-        }
+    let (ratio, range_auto) = ratio_and_range_auto(&b, &data, l, cb)?;
+    let mut out = Measurements {
+        rows: Vec::new(),
+        ceilings,
     };
-    drop(packed);
-
-    // Decode rows: (id, what, ceiling, the measurement, device-resident).
-    let mut out = Vec::new();
-    let mut decode = |id: &'static str,
-                      what: String,
-                      ceiling: &'static str,
-                      device: bool,
-                      m: Result<DecodeMeasurement>|
-     -> Result<()> {
-        let (ceiling_gbs, through) = match &m {
-            Ok(m) if device => (ceilings.device_copy_gb_per_s, Some(m.moved_rate() / 1e9)),
-            Ok(m) => (
-                if ceiling == "h2d_dma_copy" {
-                    ceilings.h2d_dma_copy_gb_per_s
-                } else {
-                    ceilings.zero_copy_read_gb_per_s
-                },
-                Some(m.stored_bytes as f64 / m.seconds / 1e9),
-            ),
-            Err(_) => (0.0, None),
-        };
-        out.push(row(
-            id,
-            what,
-            ceiling,
-            ceiling_gbs,
-            m.map(|m| (m.decoded_rate() / 1e9, through)),
-        )?);
-        Ok(())
-    };
-    let m = |res| {
-        measure_decode(
-            &gpu,
-            &stream,
-            &data,
-            l,
-            cb,
-            BenchStorage::PACKED,
-            res,
-            false,
-            &opts,
-        )
-    };
-    decode(
-        "range_pinned_zero_copy",
-        "range decode of every row from pinned host memory, read zero-copy (Decoder::range)".into(),
-        "zero_copy_read",
-        false,
-        m(Residency::Pinned),
-    )?;
-    decode(
-        "range_pinned_dma",
-        "range decode from pinned host memory, copied by DMA in 8 MB pieces overlapped with decoding (Decoder::range_dma)".into(),
-        "h2d_dma_copy",
-        false,
-        measure_decode_dma(&gpu, &stream, &data, l, cb, 8 << 20),
-    )?;
-    for batch in [4096usize, 65536] {
-        let batch = batch.min(rows as usize);
-        let (id, dev_id) = if batch <= 4096 {
-            ("gather_pinned_4096", "gather_device_4096")
-        } else {
-            ("gather_pinned_65536", "gather_device_65536")
-        };
-        decode(
-            id,
-            format!(
-                "{batch} random rows gathered from pinned host memory, zero-copy (Decoder::gather)"
-            ),
-            "zero_copy_read",
-            false,
-            measure_gather(&gpu, &stream, &data, l, cb, Residency::Pinned, batch, &opts),
-        )?;
-        decode(
-            dev_id,
-            format!("{batch} random rows gathered from device memory"),
-            "device_copy",
-            true,
-            measure_gather(&gpu, &stream, &data, l, cb, Residency::Device, batch, &opts),
-        )?;
-        if batch == rows as usize {
-            break;
-        }
-    }
-    decode(
-        "range_device",
-        "range decode of every row from device memory".into(),
-        "device_copy",
-        true,
-        m(Residency::Device),
-    )?;
-    // Compression: the GPU fit of every row plus compression, from pinned
-    // host memory and from device memory, checked against the CPU.
-    let n = data.len() as f64;
+    decode_rows(&b, &data, l, cb, &mut out)?;
     let savings = 1.0 - 1.0 / ratio;
-    match super::bench_compress::measure(&gpu, &data, l) {
-        Ok(t) => {
-            let host = n / t.h_total_all / 1e9;
-            let dev = n / t.d_total_all / 1e9;
-            out.push(row(
-                "compress_host",
-                "GPU fit of every row plus packed compression, rows in pinned host memory (Fitter::fit_blocking, HostCompressor)".into(),
-                "h2d_dma_copy",
-                ceilings.h2d_dma_copy_gb_per_s,
-                Ok((host, Some(host))),
-            )?);
-            out.push(row(
-                "compress_device",
-                "GPU fit of every row plus packed compression, rows in device memory (Fitter::fit_blocking, Compressor::compress_into_blocking)".into(),
-                "device_copy",
-                ceilings.device_copy_gb_per_s,
-                Ok((dev, Some(dev * (2.0 - savings)))),
-            )?);
-        }
-        Err(e) if e.kind() == ibp::ErrorKind::Corrupt => {
-            for id in ["compress_host", "compress_device"] {
-                out.push(row(
-                    id,
-                    "GPU fit plus compression".into(),
-                    "",
-                    0.0,
-                    Err(Error::corrupt(e.message())),
-                )?);
-            }
-        }
-        Err(e) => return Err(e),
-    }
+    compress_rows(&gpu, &data, l, savings, &mut out)?;
     // Peers (nvCOMP) on the same bytes, beside ibp: a Markdown table after
     // ibp's (text), or `peers_markdown` (JSON).
     let peers_markdown = match &peers {
@@ -486,7 +321,6 @@ fn measure(args: &Args, file: &str, format: &'static str, sel: Selection) -> Res
         None => None,
     };
 
-    let info = gpu.info();
     let report = Report {
         schema: SCHEMA,
         file: file.to_string(),
@@ -504,7 +338,252 @@ fn measure(args: &Args, file: &str, format: &'static str, sel: Selection) -> Res
             savings,
             ratio,
         },
-        gpu: GpuReport {
+        gpu: GpuReport::of(gpu.info()),
+        ceilings,
+        range_auto,
+        measurements: out.rows,
+        peers_markdown,
+    };
+    emit(args, &report)
+}
+
+/// The first GPU and a stream on it; no GPU is an error that names the
+/// CPU's benchmarks.
+#[cfg(feature = "cuda")]
+fn open_gpu() -> Result<(ibp::gpu::Gpu, ibp::gpu::cust::stream::Stream)> {
+    let gpu = ibp::gpu::Gpu::first().map_err(|e| {
+        Error::new(
+            e.kind(),
+            format!(
+                "ibp bench measures on a GPU, and none is usable ({}); `ibp compress --device cpu` and `cargo bench --bench codec` measure the CPU",
+                e.message()
+            ),
+        )
+    })?;
+    let stream = ibp::gpu::cust::stream::Stream::new(
+        ibp::gpu::cust::stream::StreamFlags::NON_BLOCKING,
+        None,
+    )
+    .map_err(|e| Error::cuda(e.to_string()))?;
+    Ok((gpu, stream))
+}
+
+/// The bytes measured, from the selection's `data` (of `selected` bytes in
+/// all): replicated up to `real_bytes`, or as read. The second value says
+/// which (the report's `sample`).
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+fn sample(data: Vec<u8>, selected: u64, row_bytes: usize, real_bytes: usize) -> (Vec<u8>, String) {
+    if data.len() < real_bytes {
+        let k = real_bytes.div_ceil(data.len());
+        (data.repeat(k), format!("replicated ×{k}"))
+    } else if (data.len() as u64) < selected {
+        let n = data.len() / row_bytes;
+        (data, format!("first {n} rows"))
+    } else {
+        (data, "whole".to_string())
+    }
+}
+
+/// This machine's ceilings: a pinned host-to-device copy, a zero-copy
+/// read and a device-to-device copy, of 1 GiB each.
+#[cfg(feature = "cuda")]
+fn measure_ceilings(b: &super::bench_decode::Bench) -> Result<Ceilings> {
+    use ibp::gpu::bench::{measure_device_copy, measure_h2d_copy, measure_zero_copy_read};
+    let link = 1usize << 30;
+    let h2d = link as f64 / measure_h2d_copy(b.stream, link)?;
+    let zc = (link / 1536 * 1536) as f64 / measure_zero_copy_read(b.gpu, b.stream, link)?;
+    let copy = 2.0 * link as f64 / measure_device_copy(b.stream, link)?;
+    Ok(Ceilings {
+        h2d_dma_copy_gb_per_s: h2d / 1e9,
+        zero_copy_read_gb_per_s: zc / 1e9,
+        device_copy_gb_per_s: copy / 1e9,
+    })
+}
+
+/// The packed layout's ratio (input bytes per payload byte) and the path
+/// `Decoder::range_auto` takes for it, pinned: `dma` or `zero_copy`.
+#[cfg(feature = "cuda")]
+fn ratio_and_range_auto(
+    b: &super::bench_decode::Bench,
+    data: &[u8],
+    l: usize,
+    cb: &ibp::codebook::Codebook,
+) -> Result<(f64, &'static str)> {
+    use ibp::gpu::{Decoder, GpuDataset, Residency};
+    let packed = ibp::layout::compress_packed(
+        cb,
+        ibp::Rows::new(data, l)?,
+        &ibp::layout::LayoutOptions::default(),
+    )?;
+    let ratio = data.len() as f64 / packed.payload.len().max(1) as f64;
+    let ds = GpuDataset::upload_packed(b.gpu, cb, &packed.view(), Residency::Pinned)?;
+    let range_auto = if Decoder::new(b.gpu, &ds, b.opts)?.prefers_dma() {
+        "dma"
+    } else {
+        "zero_copy"
+    };
+    Ok((ratio, range_auto))
+}
+
+/// The measurement rows gathered so far, and the ceilings they are set
+/// against.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+struct Measurements {
+    rows: Vec<Measurement>,
+    ceilings: Ceilings,
+}
+
+#[cfg(feature = "cuda")]
+impl Measurements {
+    /// Adds a decode row: `m` against the device copy (`device`, bytes
+    /// read plus written) or against `ceiling`'s host path (stored bytes
+    /// read per second).
+    fn decode(
+        &mut self,
+        id: &'static str,
+        what: String,
+        ceiling: &'static str,
+        device: bool,
+        m: Result<ibp::gpu::bench::DecodeMeasurement>,
+    ) -> Result<()> {
+        let c = &self.ceilings;
+        let (ceiling_gbs, through) = match &m {
+            Ok(m) if device => (c.device_copy_gb_per_s, Some(m.moved_rate() / 1e9)),
+            Ok(m) => (
+                if ceiling == "h2d_dma_copy" {
+                    c.h2d_dma_copy_gb_per_s
+                } else {
+                    c.zero_copy_read_gb_per_s
+                },
+                Some(m.stored_bytes as f64 / m.seconds / 1e9),
+            ),
+            Err(_) => (0.0, None),
+        };
+        self.rows.push(row(
+            id,
+            what,
+            ceiling,
+            ceiling_gbs,
+            m.map(|m| (m.decoded_rate() / 1e9, through)),
+        )?);
+        Ok(())
+    }
+}
+
+/// The decode rows: range decodes (zero-copy, DMA, device-resident) and
+/// gathers of 4096 and 65536 random rows (pinned and device-resident).
+#[cfg(feature = "cuda")]
+fn decode_rows(
+    b: &super::bench_decode::Bench,
+    data: &[u8],
+    l: usize,
+    cb: &ibp::codebook::Codebook,
+    out: &mut Measurements,
+) -> Result<()> {
+    use ibp::gpu::Residency;
+    use ibp::gpu::bench::measure_decode_dma;
+    let rows = data.len() / l;
+    out.decode(
+        "range_pinned_zero_copy",
+        "range decode of every row from pinned host memory, read zero-copy (Decoder::range)".into(),
+        "zero_copy_read",
+        false,
+        b.packed(data, l, cb, Residency::Pinned),
+    )?;
+    out.decode(
+        "range_pinned_dma",
+        "range decode from pinned host memory, copied by DMA in 8 MB pieces overlapped with decoding (Decoder::range_dma)".into(),
+        "h2d_dma_copy",
+        false,
+        measure_decode_dma(b.gpu, b.stream, data, l, cb, 8 << 20),
+    )?;
+    for batch in [4096usize, 65536] {
+        let batch = batch.min(rows);
+        let (id, dev_id) = if batch <= 4096 {
+            ("gather_pinned_4096", "gather_device_4096")
+        } else {
+            ("gather_pinned_65536", "gather_device_65536")
+        };
+        out.decode(
+            id,
+            format!(
+                "{batch} random rows gathered from pinned host memory, zero-copy (Decoder::gather)"
+            ),
+            "zero_copy_read",
+            false,
+            b.gather(data, l, cb, Residency::Pinned, batch),
+        )?;
+        out.decode(
+            dev_id,
+            format!("{batch} random rows gathered from device memory"),
+            "device_copy",
+            true,
+            b.gather(data, l, cb, Residency::Device, batch),
+        )?;
+        if batch == rows {
+            break;
+        }
+    }
+    out.decode(
+        "range_device",
+        "range decode of every row from device memory".into(),
+        "device_copy",
+        true,
+        b.packed(data, l, cb, Residency::Device),
+    )
+}
+
+/// Compression: the GPU fit of every row plus compression, from pinned
+/// host memory and from device memory, checked against the CPU.
+#[cfg(feature = "cuda")]
+fn compress_rows(
+    gpu: &ibp::gpu::Gpu,
+    data: &[u8],
+    l: usize,
+    savings: f64,
+    out: &mut Measurements,
+) -> Result<()> {
+    let n = data.len() as f64;
+    let c = out.ceilings;
+    match super::bench_compress::measure(gpu, data, l) {
+        Ok(t) => {
+            let host = n / t.h_total_all / 1e9;
+            let dev = n / t.d_total_all / 1e9;
+            out.rows.push(row(
+                "compress_host",
+                "GPU fit of every row plus packed compression, rows in pinned host memory (Gpu::fit_blocking, HostCompressor)".into(),
+                "h2d_dma_copy",
+                c.h2d_dma_copy_gb_per_s,
+                Ok((host, Some(host))),
+            )?);
+            out.rows.push(row(
+                "compress_device",
+                "GPU fit of every row plus packed compression, rows in device memory (Gpu::fit_blocking, Gpu::compress_into_blocking)".into(),
+                "device_copy",
+                c.device_copy_gb_per_s,
+                Ok((dev, Some(dev * (2.0 - savings)))),
+            )?);
+        }
+        Err(e) if e.kind() == ibp::ErrorKind::Corrupt => {
+            for id in ["compress_host", "compress_device"] {
+                out.rows.push(row(
+                    id,
+                    "GPU fit plus compression".into(),
+                    "",
+                    0.0,
+                    Err(Error::corrupt(e.message())),
+                )?);
+            }
+        }
+        Err(e) => return Err(e),
+    }
+    Ok(())
+}
+
+#[cfg(feature = "cuda")]
+impl GpuReport {
+    fn of(info: &ibp::gpu::DeviceInfo) -> GpuReport {
+        GpuReport {
             name: info.name.clone(),
             sm_count: info.sm_count,
             compute_capability: format!(
@@ -516,16 +595,18 @@ fn measure(args: &Args, file: &str, format: &'static str, sel: Selection) -> Res
                 info.driver_version / 1000,
                 (info.driver_version % 1000) / 10
             ),
-        },
-        ceilings,
-        range_auto,
-        measurements: out,
-        peers_markdown,
-    };
+        }
+    }
+}
+
+/// Prints the report (JSON or text); a measurement that did not give the
+/// data back bit for bit is then an error.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+fn emit(args: &Args, report: &Report) -> Result<()> {
     let text = if args.json {
-        super::table::json(&report)?
+        super::table::json(report)?
     } else {
-        text(&report)
+        text(report)
     };
     super::table::emit(&text)?;
     let bad = report.measurements.iter().filter(|m| !m.bit_exact).count();

@@ -153,6 +153,87 @@ pub fn run(args: Args) -> Result<()> {
 
     let source = Source::open(&args.input)?;
     let doc = source.parse(&args.input)?;
+    let opts = compress_options(&args, &doc, fit, clusters)?;
+    let watch = InputWatch {
+        source: &source,
+        doc: &doc,
+        output: &output,
+    };
+    let total = doc.group_bytes() + doc.raw_bytes();
+    let bar = ByteProgress::new(total, "compressing");
+    let mut out = OutputFile::create(&target, args.force, Unreadable::Spool)?;
+    let started = std::time::Instant::now();
+    let progress = |done, _| bar.update(done);
+    let opts = opts.with_progress(&progress);
+    let (_, report) = match &device {
+        Device::Cpu { .. } => compress_document(&doc, &opts, out.writer()),
+        #[cfg(feature = "cuda")]
+        Device::Gpu(gpu) => {
+            let mut groups = ibp::gpu::GpuGroups::new(gpu)?;
+            ibp::container::compress_document_on(&doc, &opts, out.writer(), &mut groups)
+        }
+    }
+    .map_err(|e| watch.explain(e))?;
+    let written = out.finish()?;
+    let compress_seconds = started.elapsed().as_secs_f64();
+    bar.clear();
+    if std::env::var_os("IBP_TIMINGS").is_some_and(|v| v == "1") {
+        eprintln!("{}", timings_line(&report, compress_seconds));
+    }
+
+    let file = read_back(&written)?;
+    verify_restore(&file, &watch, args.batch_bytes)?;
+    let groups = group_summaries(&file, &report);
+    let output_bytes = file.bytes().len() as u64;
+    drop(file);
+    written.commit()?;
+
+    let r = Report {
+        input: input.display().to_string(),
+        input_format: doc.format.name(),
+        input_bytes: report.input_bytes,
+        output: output.display().to_string(),
+        output_bytes,
+        file_savings: savings(report.input_bytes, output_bytes),
+        layout: args.layout.name(),
+        clusters: args.clusters.clone(),
+        totals: Totals::of(&groups),
+        groups,
+        device: DeviceReport {
+            requested: args.device.name(),
+            used: device.kind(),
+            name: device.name(),
+            fallback_reason: device.why().map(str::to_string),
+            groups_on_gpu: report.groups.iter().filter(|g| g.on_device).count(),
+            compress_seconds,
+            // The input file's bytes, as the end-to-end rate counts them
+            // (an npz's tensors inflate to more).
+            compress_gb_per_s: report.input_bytes as f64 / compress_seconds.max(1e-9) / 1e9,
+        },
+        notes: notes(report),
+    };
+    let report = if args.json {
+        json(&r)?
+    } else {
+        text(&r, doc.format, args.verbose, started_process)
+    };
+    if target.is_stdout() {
+        // The container went to stdout; the report must not mix with it.
+        let _ = std::io::Write::write_all(&mut std::io::stderr(), report.as_bytes());
+        Ok(())
+    } else {
+        emit(&report)
+    }
+}
+
+/// The container's options from the flags; `--row-len` is checked against
+/// every tensor of `doc`.
+fn compress_options(
+    args: &Args,
+    doc: &ibp::io::Document<'_>,
+    fit: ibp::fit::FitOptions,
+    clusters: Clustering,
+) -> Result<CompressOptions<'static>> {
     let mut opts = CompressOptions::default()
         .with_fit(fit)
         .with_layout(args.layout.into())
@@ -170,49 +251,44 @@ pub fn run(args: Args) -> Result<()> {
             opts = opts.with_row_len(g.name.clone(), n);
         }
     }
+    Ok(opts)
+}
 
-    let total = doc.group_bytes() + doc.raw_bytes();
-    let bar = ByteProgress::new(total, "compressing");
-    // A file still being written (a checkpoint being saved) can change
-    // under ibp. Whatever fails then, say so rather than blame the data.
-    let input_changed = || Fingerprint::of(source.bytes()) != doc.original;
-    let changed = |e: Error| {
-        if !input_changed() {
+/// The input as first read, to tell a failure from a file that changed
+/// under ibp.
+struct InputWatch<'a> {
+    source: &'a Source,
+    doc: &'a ibp::io::Document<'a>,
+    output: &'a std::path::Path,
+}
+
+impl InputWatch<'_> {
+    /// Whether the input's bytes differ now from when they were read.
+    fn changed(&self) -> bool {
+        Fingerprint::of(self.source.bytes()) != self.doc.original
+    }
+
+    /// A file still being written (a checkpoint being saved) can change
+    /// under ibp. Whatever fails then, say so rather than blame the data.
+    fn explain(&self, e: Error) -> Error {
+        if !self.changed() {
             return e;
         }
         Error::new(
             ErrorKind::Io,
             format!(
                 "{} changed while ibp read it ({}); nothing was written to {}; run again once the file is complete",
-                source.display(),
+                self.source.display(),
                 e.message(),
-                output.display()
+                self.output.display()
             ),
         )
-    };
-    let mut out = OutputFile::create(&target, args.force, Unreadable::Spool)?;
-    let started = std::time::Instant::now();
-    let progress = |done, _| bar.update(done);
-    let opts = opts.with_progress(&progress);
-    let (_, report) = match &device {
-        Device::Cpu { .. } => compress_document(&doc, &opts, out.writer()),
-        #[cfg(feature = "cuda")]
-        Device::Gpu(gpu) => {
-            let mut groups = ibp::gpu::GpuGroups::new(gpu)?;
-            ibp::container::compress_document_on(&doc, &opts, out.writer(), &mut groups)
-        }
     }
-    .map_err(changed)?;
-    let written = out.finish()?;
-    let compress_seconds = started.elapsed().as_secs_f64();
-    bar.clear();
-    let groups_on_gpu = report.groups.iter().filter(|g| g.on_device).count();
-    if std::env::var_os("IBP_TIMINGS").is_some_and(|v| v == "1") {
-        eprintln!("{}", timings_line(&report, compress_seconds));
-    }
+}
 
-    // Read the container back before it takes OUT's name: open checks every
-    // checksum and structure, and the table then shows what the file holds.
+/// Reads the container back before it takes OUT's name: open checks every
+/// checksum and structure, and the table then shows what the file holds.
+fn read_back(written: &super::output::WrittenFile) -> Result<IbpFile<'_>> {
     let bug = |e: Error| {
         Error::new(
             e.kind(),
@@ -222,102 +298,78 @@ pub fn run(args: Args) -> Result<()> {
             ),
         )
     };
-    let file = match written.contents() {
-        Contents::File(p) => IbpFile::open(p).map_err(bug)?,
-        Contents::Gone => return Err(bug(Error::invalid("nothing to read back"))),
-    };
-    // Q: why restore the whole file once more, when every group was checked
-    // as it was compressed? A: the groups were checked against the input as
-    // it was then; if it changed meanwhile, only restoring what the
-    // container holds and comparing with the hash taken when the input was
-    // first read shows whether the container gives back that file.
-    let check = ByteProgress::new(doc.original.len, "verifying");
+    match written.contents() {
+        Contents::File(p) => IbpFile::open(p).map_err(bug),
+        Contents::Gone => Err(bug(Error::invalid("nothing to read back"))),
+    }
+}
+
+/// Restores the whole container and compares it with the input's hash.
+///
+/// Q: why restore the whole file once more, when every group was checked
+/// as it was compressed? A: the groups were checked against the input as
+/// it was then; if it changed meanwhile, only restoring what the
+/// container holds and comparing with the hash taken when the input was
+/// first read shows whether the container gives back that file.
+fn verify_restore(file: &IbpFile, watch: &InputWatch, batch_bytes: u64) -> Result<()> {
+    let check = ByteProgress::new(watch.doc.original.len, "verifying");
     let checked = |done, _| check.update(done);
     let restore = RestoreOptions::default()
-        .with_block_bytes(args.batch_bytes)
+        .with_block_bytes(batch_bytes)
         .with_progress(&checked);
     file.restore(&mut std::io::sink(), &restore)
         .map_err(|e| {
             // A changed input is the likely cause, and no bug: say only that.
-            if input_changed() {
-                return changed(e);
+            if watch.changed() {
+                return watch.explain(e);
             }
             Error::new(
                 e.kind(),
                 format!(
                     "the container just written does not restore the input ({}); nothing was written to {}; this is an ibp bug, please report it",
                     e.message(),
-                    output.display()
+                    watch.output.display()
                 ),
             )
         })?;
     check.clear();
+    Ok(())
+}
+
+/// The table's rows: what the container holds, with the reason the
+/// compressor gave for each group stored raw.
+fn group_summaries(file: &IbpFile, report: &CompressReport) -> Vec<GroupSummary> {
     let reasons: HashMap<&str, &str> = report
         .groups
         .iter()
         .filter_map(|g| Some((g.name.as_str(), g.raw_reason.as_deref()?)))
         .collect();
-    let mut groups = GroupSummary::all(&file);
+    let mut groups = GroupSummary::all(file);
     for g in &mut groups {
         g.raw_reason = reasons.get(g.name.as_str()).map(|r| r.to_string());
     }
-    let output_bytes = file.bytes().len() as u64;
-    drop(file);
-    written.commit()?;
+    groups
+}
 
-    let r = Report {
-        input: input.display().to_string(),
-        input_format: doc.format.name(),
-        input_bytes: report.input_bytes,
-        output: output.display().to_string(),
-        output_bytes,
-        file_savings: savings(report.input_bytes, output_bytes),
-        layout: args.layout.name(),
-        clusters: args.clusters.clone(),
-        totals: Totals::of(&groups),
-        groups,
-        notes: {
-            let mut notes = report.notes;
-            if report.verbatim_tensors > 0 {
-                notes.push(format!(
-                    "{} tensors under {} bytes ({} bytes in all) kept verbatim, not compressed: too small to pay for a codebook",
-                    report.verbatim_tensors,
-                    ibp::container::TINY_TENSOR_BYTES,
-                    report.verbatim_bytes
-                ));
-            }
-            notes.extend(
-                report
-                    .groups
-                    .iter()
-                    .filter_map(|g| Some(format!("tensor {}: {}", g.name, g.note.as_deref()?))),
-            );
-            notes
-        },
-        device: DeviceReport {
-            requested: args.device.name(),
-            used: device.kind(),
-            name: device.name(),
-            fallback_reason: device.why().map(str::to_string),
-            groups_on_gpu,
-            compress_seconds,
-            // The input file's bytes, as the end-to-end rate counts them
-            // (an npz's tensors inflate to more).
-            compress_gb_per_s: report.input_bytes as f64 / compress_seconds.max(1e-9) / 1e9,
-        },
-    };
-    let report = if args.json {
-        json(&r)?
-    } else {
-        text(&r, doc.format, args.verbose, started_process)
-    };
-    if target.is_stdout() {
-        // The container went to stdout; the report must not mix with it.
-        let _ = std::io::Write::write_all(&mut std::io::stderr(), report.as_bytes());
-        Ok(())
-    } else {
-        emit(&report)
+/// The report's notes: the document's, the tensors kept verbatim, and
+/// each group's note.
+fn notes(report: CompressReport) -> Vec<String> {
+    let mut notes = report.notes;
+    if report.verbatim_tensors > 0 {
+        notes.push(format!(
+            "{} tensors under {} bytes ({} bytes in all) kept verbatim, not compressed: too small to pay for a codebook",
+            report.verbatim_tensors,
+            ibp::container::TINY_TENSOR_BYTES,
+            report.verbatim_bytes
+        ));
     }
+    notes.extend(
+        report
+            .groups
+            .iter()
+            .filter_map(|g| Some(format!("tensor {}: {}", g.name, g.note.as_deref()?))),
+    );
+    notes
 }
 
 /// Where `ibp compress FILE` writes without `-o`: `FILE.ibp`, beside FILE

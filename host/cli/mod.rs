@@ -8,6 +8,8 @@ mod bench;
 mod bench_cache;
 mod bench_compress;
 mod bench_cpu;
+#[cfg(feature = "cuda")]
+mod bench_decode;
 mod bench_file;
 #[cfg(feature = "cuda")]
 mod bench_graph;

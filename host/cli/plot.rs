@@ -12,6 +12,7 @@ use std::path::Path;
 
 use ibp::{Error, ErrorKind, Result};
 use plotters::coord::Shift;
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
@@ -201,6 +202,9 @@ fn span(v: impl Iterator<Item = f64>, fallback: (f64, f64)) -> (f64, f64) {
     (lo - pad, hi + pad)
 }
 
+/// A panel's chart, on linear axes, as plotters draws it.
+type Panel<'a, 'b> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
 fn draw(c: &Chart, area: &DrawingArea<SVGBackend<'_>, Shift>) -> Result<()> {
     let (x0, x1) = c.x_range.unwrap_or_else(|| span(c.xs(), (0.0, 1.0)));
     let (y0, y1) = c.y_range.unwrap_or_else(|| {
@@ -225,41 +229,7 @@ fn draw(c: &Chart, area: &DrawingArea<SVGBackend<'_>, Shift>) -> Result<()> {
         .draw()
         .map_err(draw_error)?;
     if !c.bars.is_empty() {
-        let fill = PALETTE[0].mix(0.55);
-        chart
-            .draw_series(
-                c.bars
-                    .iter()
-                    .map(|b| Rectangle::new([(b.x0, 0.0), (b.x1, b.y)], fill.filled())),
-            )
-            .map_err(draw_error)?;
-        chart
-            .draw_series(
-                c.bars
-                    .iter()
-                    .map(|b| Rectangle::new([(b.x0, 0.0), (b.x1, b.y)], WHITE.stroke_width(1))),
-            )
-            .map_err(draw_error)?;
-        // Labels only on bars of at least 4% of the width, so they do not
-        // run into each other.
-        let min_w = 0.04 * (x1 - x0);
-        let style = TextStyle::from(("sans-serif", 11).into_font())
-            .pos(Pos::new(HPos::Left, VPos::Center))
-            .transform(FontTransform::Rotate270);
-        chart
-            .draw_series(
-                c.bars
-                    .iter()
-                    .filter(|b| b.x1 - b.x0 >= min_w && !b.label.is_empty())
-                    .map(|b| {
-                        Text::new(
-                            b.label.clone(),
-                            ((b.x0 + b.x1) / 2.0, b.y.max(0.0)),
-                            style.clone(),
-                        )
-                    }),
-            )
-            .map_err(draw_error)?;
+        draw_bars(&mut chart, &c.bars, x1 - x0)?;
     }
     for (i, h) in c.hlines.iter().enumerate() {
         let color = CEILINGS[i % CEILINGS.len()];
@@ -271,50 +241,10 @@ fn draw(c: &Chart, area: &DrawingArea<SVGBackend<'_>, Shift>) -> Result<()> {
             .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color));
     }
     for s in &c.series {
-        let color = PALETTE[s.color % PALETTE.len()];
-        let style = ShapeStyle::from(color).stroke_width(2);
-        let pts = s.points.iter().copied();
-        let anno = if s.dashed {
-            chart.draw_series(DashedLineSeries::new(pts, 8, 5, style))
-        } else {
-            chart.draw_series(LineSeries::new(pts, style))
-        }
-        .map_err(draw_error)?;
-        let dashed = s.dashed;
-        anno.label(&s.name).legend(move |(x, y)| {
-            let w = if dashed { 8 } else { 20 };
-            PathElement::new([(x, y), (x + w, y)], style)
-        });
-        if s.dots {
-            chart
-                .draw_series(s.points.iter().map(|&p| Circle::new(p, 3, color.filled())))
-                .map_err(draw_error)?;
-        }
-        chart
-            .draw_series(s.marked.iter().map(|&p| Circle::new(p, 6, color.filled())))
-            .map_err(draw_error)?;
+        draw_line(&mut chart, s)?;
     }
     if !c.labelled.is_empty() {
-        // Q: why the stagger? A: neighbouring points (two tables of similar
-        // savings) would print their labels on top of each other; each label
-        // sits one line higher than the previous one's, and labels in the
-        // right half end at their point so that they stay inside the chart.
-        let mid = (x0 + x1) / 2.0;
-        let anno = chart
-            .draw_series(c.labelled.iter().enumerate().map(|(i, p)| {
-                let right = p.x > mid;
-                let anchor = Pos::new(if right { HPos::Right } else { HPos::Left }, VPos::Bottom);
-                let style = TextStyle::from(("sans-serif", 12).into_font()).pos(anchor);
-                let dx = if right { 6 } else { -6 };
-                EmptyElement::at((p.x, p.y))
-                    + Circle::new((0, 0), 4, BLACK.filled())
-                    + Text::new(p.label.clone(), (dx, -8 - 15 * (i as i32 % 3)), style)
-            }))
-            .map_err(draw_error)?;
-        if let Some(name) = &c.labelled_name {
-            anno.label(name)
-                .legend(|(x, y)| Circle::new((x + 10, y), 4, BLACK.filled()));
-        }
+        draw_labelled(&mut chart, c, (x0 + x1) / 2.0)?;
     }
     if !c.series.is_empty() || !c.hlines.is_empty() || c.labelled_name.is_some() {
         chart
@@ -329,6 +259,97 @@ fn draw(c: &Chart, area: &DrawingArea<SVGBackend<'_>, Shift>) -> Result<()> {
             .label_font(("sans-serif", 12))
             .draw()
             .map_err(draw_error)?;
+    }
+    Ok(())
+}
+
+/// The bars, filled and outlined, labelled when wide enough (`x_span`: the
+/// x axis's span).
+fn draw_bars(chart: &mut Panel<'_, '_>, bars: &[Bar], x_span: f64) -> Result<()> {
+    let fill = PALETTE[0].mix(0.55);
+    chart
+        .draw_series(
+            bars.iter()
+                .map(|b| Rectangle::new([(b.x0, 0.0), (b.x1, b.y)], fill.filled())),
+        )
+        .map_err(draw_error)?;
+    chart
+        .draw_series(
+            bars.iter()
+                .map(|b| Rectangle::new([(b.x0, 0.0), (b.x1, b.y)], WHITE.stroke_width(1))),
+        )
+        .map_err(draw_error)?;
+    // Labels only on bars of at least 4% of the width, so they do not
+    // run into each other.
+    let min_w = 0.04 * x_span;
+    let style = TextStyle::from(("sans-serif", 11).into_font())
+        .pos(Pos::new(HPos::Left, VPos::Center))
+        .transform(FontTransform::Rotate270);
+    chart
+        .draw_series(
+            bars.iter()
+                .filter(|b| b.x1 - b.x0 >= min_w && !b.label.is_empty())
+                .map(|b| {
+                    Text::new(
+                        b.label.clone(),
+                        ((b.x0 + b.x1) / 2.0, b.y.max(0.0)),
+                        style.clone(),
+                    )
+                }),
+        )
+        .map_err(draw_error)?;
+    Ok(())
+}
+
+/// One series: its line (solid or dashed) with a legend entry, its dots
+/// and its marked points.
+fn draw_line(chart: &mut Panel<'_, '_>, s: &Series) -> Result<()> {
+    let color = PALETTE[s.color % PALETTE.len()];
+    let style = ShapeStyle::from(color).stroke_width(2);
+    let pts = s.points.iter().copied();
+    let anno = if s.dashed {
+        chart.draw_series(DashedLineSeries::new(pts, 8, 5, style))
+    } else {
+        chart.draw_series(LineSeries::new(pts, style))
+    }
+    .map_err(draw_error)?;
+    let dashed = s.dashed;
+    anno.label(&s.name).legend(move |(x, y)| {
+        let w = if dashed { 8 } else { 20 };
+        PathElement::new([(x, y), (x + w, y)], style)
+    });
+    if s.dots {
+        chart
+            .draw_series(s.points.iter().map(|&p| Circle::new(p, 3, color.filled())))
+            .map_err(draw_error)?;
+    }
+    chart
+        .draw_series(s.marked.iter().map(|&p| Circle::new(p, 6, color.filled())))
+        .map_err(draw_error)?;
+    Ok(())
+}
+
+/// The labelled points (labels in the right half of `mid` end at their
+/// point), with a legend entry when the chart names them.
+fn draw_labelled(chart: &mut Panel<'_, '_>, c: &Chart, mid: f64) -> Result<()> {
+    // Q: why the stagger? A: neighbouring points (two tables of similar
+    // savings) would print their labels on top of each other; each label
+    // sits one line higher than the previous one's, and labels in the
+    // right half end at their point so that they stay inside the chart.
+    let anno = chart
+        .draw_series(c.labelled.iter().enumerate().map(|(i, p)| {
+            let right = p.x > mid;
+            let anchor = Pos::new(if right { HPos::Right } else { HPos::Left }, VPos::Bottom);
+            let style = TextStyle::from(("sans-serif", 12).into_font()).pos(anchor);
+            let dx = if right { 6 } else { -6 };
+            EmptyElement::at((p.x, p.y))
+                + Circle::new((0, 0), 4, BLACK.filled())
+                + Text::new(p.label.clone(), (dx, -8 - 15 * (i as i32 % 3)), style)
+        }))
+        .map_err(draw_error)?;
+    if let Some(name) = &c.labelled_name {
+        anno.label(name)
+            .legend(|(x, y)| Circle::new((x + 10, y), 4, BLACK.filled()));
     }
     Ok(())
 }

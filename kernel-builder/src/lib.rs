@@ -192,7 +192,44 @@ impl KernelBuilder {
                 .map(|d| PathBuf::from(d).join(format!("kernels-{}", self.arch)))
                 .unwrap_or_else(|| self.path.join("target"))
         });
-        let mut cmd = Command::new(&cargo);
+        let mut cmd = self.nvptx_command(&cargo, &sysroot, &target_dir);
+        // A build script's stdout is parsed for `cargo:` directives: keep the
+        // nested cargo's output on stderr.
+        cmd.stdout(std::io::stderr());
+        let status = cmd
+            .status()
+            .map_err(|e| BuildError::new(format!("cannot run {cargo:?}: {e}")))?;
+        if !status.success() {
+            return Err(BuildError::new(format!(
+                "the nvptx64 build of {} ({}) failed: see the output above; {INSTALL_HINT}",
+                self.path.display(),
+                self.arch
+            )));
+        }
+        let dir = if self.profile == "dev" {
+            "debug"
+        } else {
+            &self.profile
+        };
+        let name = crate_name(&manifest)?;
+        let ptx = target_dir
+            .join("nvptx64-nvidia-cuda")
+            .join(dir)
+            .join(format!("{}.ptx", name.replace('-', "_")));
+        if !ptx.exists() {
+            return Err(BuildError::new(format!(
+                "the nvptx build produced no {}",
+                ptx.display()
+            )));
+        }
+        self.deliver(&ptx)
+    }
+
+    /// The nested cargo's command: the nvptx64 build of the kernel crate
+    /// with `-Zbuild-std=core`, in a scrubbed environment that keeps only
+    /// what finding the toolchain and the registry needs.
+    fn nvptx_command(&self, cargo: &OsString, sysroot: &Path, target_dir: &Path) -> Command {
+        let mut cmd = Command::new(cargo);
         cmd.env_clear();
         for (k, v) in env::vars_os() {
             let key = k.to_string_lossy();
@@ -233,43 +270,20 @@ impl KernelBuilder {
                 &self.profile,
                 "--target-dir",
             ])
-            .arg(&target_dir);
+            .arg(target_dir);
         if !self.features.is_empty() {
             cmd.args(["--features", &self.features.join(",")]);
         }
-        // A build script's stdout is parsed for `cargo:` directives: keep the
-        // nested cargo's output on stderr.
-        cmd.stdout(std::io::stderr());
-        let status = cmd
-            .status()
-            .map_err(|e| BuildError::new(format!("cannot run {cargo:?}: {e}")))?;
-        if !status.success() {
-            return Err(BuildError::new(format!(
-                "the nvptx64 build of {} ({}) failed: see the output above; {INSTALL_HINT}",
-                self.path.display(),
-                self.arch
-            )));
-        }
-        let dir = if self.profile == "dev" {
-            "debug"
-        } else {
-            &self.profile
-        };
-        let name = crate_name(&manifest)?;
-        let ptx = target_dir
-            .join("nvptx64-nvidia-cuda")
-            .join(dir)
-            .join(format!("{}.ptx", name.replace('-', "_")));
-        if !ptx.exists() {
-            return Err(BuildError::new(format!(
-                "the nvptx build produced no {}",
-                ptx.display()
-            )));
-        }
-        let out = self.copy_to.clone().unwrap_or_else(|| ptx.clone());
+        cmd
+    }
+
+    /// Hands back the built `ptx`: copied to `copy_to` when set, with the
+    /// register caps added when there are any.
+    fn deliver(&self, ptx: &Path) -> Result<PathBuf, BuildError> {
+        let out = self.copy_to.clone().unwrap_or_else(|| ptx.to_path_buf());
         if self.max_registers.is_empty() {
             if out != ptx {
-                std::fs::copy(&ptx, &out).map_err(|e| {
+                std::fs::copy(ptx, &out).map_err(|e| {
                     BuildError::new(format!(
                         "cannot copy {} to {}: {e}",
                         ptx.display(),
@@ -279,7 +293,7 @@ impl KernelBuilder {
             }
             return Ok(out);
         }
-        let text = std::fs::read_to_string(&ptx)
+        let text = std::fs::read_to_string(ptx)
             .map_err(|e| BuildError::new(format!("cannot read {}: {e}", ptx.display())))?;
         let capped = cap_registers(&text, &self.max_registers)?;
         std::fs::write(&out, capped)

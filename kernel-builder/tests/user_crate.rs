@@ -12,22 +12,9 @@ fn write(path: &Path, text: &str) {
     std::fs::write(path, text).unwrap();
 }
 
-#[test]
-fn a_user_kernel_crate_builds_to_ptx_with_ibp_kernels() {
-    // Q: why the variable cargo sets when it runs the test, before the one
-    // compiled in?
-    // A: a target folder shared by two checkouts of the repository keeps a
-    // test binary built in the other one (its sources are no newer), and
-    // the compiled-in path then names that checkout, which may be gone.
-    let manifest =
-        std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into());
-    let repo = Path::new(&manifest).parent().unwrap();
-    let dir = std::env::temp_dir().join(format!("ibp-user-kernels-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    write(
-        &dir.join("Cargo.toml"),
-        &format!(
-            r#"[package]
+/// The user crate's manifest; `{ibp_kernels}` is the path of ibp's device
+/// crate.
+const MANIFEST: &str = r#"[package]
 name = "user-kernels"
 version = "0.1.0"
 edition = "2024"
@@ -36,7 +23,7 @@ edition = "2024"
 crate-type = ["rlib"]
 
 [dependencies]
-ibp-kernels = {{ path = "{}", default-features = false }}
+ibp-kernels = { path = "{ibp_kernels}", default-features = false }
 
 [workspace]
 
@@ -45,13 +32,11 @@ panic = "abort"
 
 [profile.dev]
 panic = "abort"
-"#,
-            repo.join("gpu-kernels").display()
-        ),
-    );
-    write(
-        &dir.join("src/lib.rs"),
-        r#"#![no_std]
+"#;
+
+/// The user crate's source: kernels through ibp's bit arithmetic, its
+/// device prelude and its device API.
+const LIB_RS: &str = r#"#![no_std]
 #![cfg_attr(target_arch = "nvptx64", feature(abi_ptx))]
 
 /// Writes the low-`n`-bits mask through ibp's own bit arithmetic.
@@ -129,26 +114,32 @@ pub unsafe extern "ptx-kernel" fn user_row_sums(
         unsafe { *out.add(warp as usize) = total };
     }
 }
-"#,
-    );
-    // The nightly of ibp's rust-toolchain.toml (this test runs inside the
-    // repository, so rustup resolves `rustc` to it).
+"#;
+
+/// Writes the user crate into `dir`, depending on the device crate of the
+/// repository at `repo`.
+fn write_user_crate(dir: &Path, repo: &Path) {
+    let ibp_kernels = repo.join("gpu-kernels");
+    let manifest = MANIFEST.replace("{ibp_kernels}", &ibp_kernels.display().to_string());
+    write(&dir.join("Cargo.toml"), &manifest);
+    write(&dir.join("src/lib.rs"), LIB_RS);
+}
+
+/// The nightly of ibp's rust-toolchain.toml (this test runs inside the
+/// repository, so rustup resolves `rustc` to it).
+fn nightly_rustc() -> PathBuf {
     let sysroot = Command::new("rustc")
         .args(["--print", "sysroot"])
         .output()
         .expect("rustc runs");
-    let rustc = PathBuf::from(String::from_utf8_lossy(&sysroot.stdout).trim())
+    PathBuf::from(String::from_utf8_lossy(&sysroot.stdout).trim())
         .join("bin")
-        .join("rustc");
-    let ptx = KernelBuilder::new(&dir)
-        .arch("sm_80")
-        .rustc(&rustc)
-        .target_dir(dir.join("target"))
-        .copy_to(dir.join("user.ptx"))
-        .build()
-        .unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(ptx, dir.join("user.ptx"));
-    let text = std::fs::read_to_string(&ptx).unwrap();
+        .join("rustc")
+}
+
+/// The PTX holds the user's kernels for sm_80, the prelude's shared array
+/// in the shared state space, and none of ibp's own kernels.
+fn check_ptx(text: &str) {
     assert!(
         text.contains(".entry user_low_mask"),
         "no kernel entry in the PTX:\n{}",
@@ -175,22 +166,51 @@ pub unsafe extern "ptx-kernel" fn user_row_sums(
         !text.contains(".entry ibp_decode"),
         "ibp's built-in kernels leaked into a user crate built without them"
     );
-    // ptxas (scripts/setup.sh installs it) must accept it for the GPUs ibp
-    // targets.
-    if let Some(ptxas) = std::env::var_os("IBP_PTXAS").filter(|p| Path::new(p).exists()) {
-        for arch in ["sm_80", "sm_90"] {
-            let out = Command::new(&ptxas)
-                .args(["-arch", arch, "-o", "/dev/null"])
-                .arg(&ptx)
-                .output()
-                .unwrap();
-            assert!(
-                out.status.success(),
-                "ptxas {arch}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
+}
+
+/// ptxas (scripts/setup.sh installs it; `IBP_PTXAS`) must accept the PTX
+/// for the GPUs ibp targets. Nothing to check without it.
+fn check_ptxas(ptx: &Path) {
+    let Some(ptxas) = std::env::var_os("IBP_PTXAS").filter(|p| Path::new(p).exists()) else {
+        return;
+    };
+    for arch in ["sm_80", "sm_90"] {
+        let out = Command::new(&ptxas)
+            .args(["-arch", arch, "-o", "/dev/null"])
+            .arg(ptx)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "ptxas {arch}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
+}
+
+#[test]
+fn a_user_kernel_crate_builds_to_ptx_with_ibp_kernels() {
+    // Q: why the variable cargo sets when it runs the test, before the one
+    // compiled in?
+    // A: a target folder shared by two checkouts of the repository keeps a
+    // test binary built in the other one (its sources are no newer), and
+    // the compiled-in path then names that checkout, which may be gone.
+    let manifest =
+        std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into());
+    let repo = Path::new(&manifest).parent().unwrap();
+    let dir = std::env::temp_dir().join(format!("ibp-user-kernels-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    write_user_crate(&dir, repo);
+    let ptx = KernelBuilder::new(&dir)
+        .arch("sm_80")
+        .rustc(nightly_rustc())
+        .target_dir(dir.join("target"))
+        .copy_to(dir.join("user.ptx"))
+        .build()
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(ptx, dir.join("user.ptx"));
+    check_ptx(&std::fs::read_to_string(&ptx).unwrap());
+    check_ptxas(&ptx);
     // `scripts/stage-device.sh` takes this PTX to the GPU machine, where
     // `tests/gpu_device_api.rs` runs its kernels.
     if let Some(dst) = std::env::var_os("IBP_USER_PTX_OUT") {

@@ -177,17 +177,7 @@ pub fn npy_f32(shape: &[u64], values: &[f32]) -> Vec<u8> {
     } else {
         dims.join(", ")
     };
-    let mut dict = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': ({dims}), }}");
-    // Magic (6) + version (2) + length (2) + dict + '\n' is a multiple of 64.
-    while !(10 + dict.len() + 1).is_multiple_of(64) {
-        dict.push(' ');
-    }
-    dict.push('\n');
-    let mut out = b"\x93NUMPY\x01\x00".to_vec();
-    out.extend((dict.len() as u16).to_le_bytes());
-    out.extend(dict.as_bytes());
-    out.extend(values.iter().flat_map(|v| v.to_le_bytes()));
-    out
+    crate::common::npy("<f4", &format!("({dims})"), &f32_bytes(values))
 }
 
 /// f32 values that look like features: a few distinct magnitudes per

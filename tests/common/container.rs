@@ -2,10 +2,15 @@
 //! noisy tensors, a safetensors file by hand, and the round-trip check.
 
 use ibp::container::{self, CompressOptions, IbpFile};
-use ibp::io::Document;
+use ibp::io::{self, Document, ParseOptions, SourceFormat};
 
 /// Rows of f32 features with invariant high bits (compressible), seeded.
 pub fn features(rows: usize, cols: usize, seed: u64) -> Vec<u8> {
+    features_of(rows, cols, seed, 64)
+}
+
+/// [`features`] whose nonzero values take `levels` steps in [1, 2).
+pub fn features_of(rows: usize, cols: usize, seed: u64, levels: u64) -> Vec<u8> {
     let mut s = seed | 1;
     let mut out = Vec::with_capacity(rows * cols * 4);
     for _ in 0..rows * cols {
@@ -15,7 +20,7 @@ pub fn features(rows: usize, cols: usize, seed: u64) -> Vec<u8> {
         let v = if s % 5 < 3 {
             0.0f32
         } else {
-            1.0 + (s % 64) as f32 / 64.0
+            1.0 + (s % levels) as f32 / levels as f32
         };
         out.extend(v.to_le_bytes());
     }
@@ -75,6 +80,18 @@ pub fn mixed_file() -> Vec<u8> {
     ])
 }
 
+/// `bytes` parsed as safetensors with the default options.
+pub fn parse_safetensors(bytes: &[u8]) -> Document<'_> {
+    io::parse(bytes, SourceFormat::Safetensors, &ParseOptions::default()).unwrap()
+}
+
+/// [`mixed_file`] and its container under the default options.
+pub fn mixed_container() -> (Vec<u8>, Vec<u8>) {
+    let original = mixed_file();
+    let (bytes, _) = compress(&parse_safetensors(&original), &CompressOptions::default());
+    (original, bytes)
+}
+
 pub fn compress(
     doc: &Document<'_>,
     opts: &CompressOptions,
@@ -90,4 +107,67 @@ pub fn check_restores(file: &IbpFile<'_>, original: &[u8]) {
         back.len(),
         original.len()
     );
+}
+
+// ------------------------------------------------------------ by hand
+
+/// Sections of a container: (kind, flags, owner, bytes).
+pub type Sections = Vec<(u32, u16, u32, Vec<u8>)>;
+
+/// Parse the directory of a container as §6 describes it.
+pub fn sections_of(bytes: &[u8]) -> Sections {
+    let t = &bytes[bytes.len() - 64..];
+    let dir_off = u64::from_le_bytes(t[8..16].try_into().unwrap()) as usize;
+    let n = u64::from_le_bytes(t[16..24].try_into().unwrap()) as usize;
+    (0..n)
+        .map(|i| {
+            let e = &bytes[dir_off + 48 * i..dir_off + 48 * (i + 1)];
+            let off = u64::from_le_bytes(e[16..24].try_into().unwrap()) as usize;
+            let len = u64::from_le_bytes(e[24..32].try_into().unwrap()) as usize;
+            let kind = u32::from_le_bytes(e[0..4].try_into().unwrap());
+            let flags = u16::from_le_bytes(e[4..6].try_into().unwrap());
+            let owner = u32::from_le_bytes(e[8..12].try_into().unwrap());
+            (kind, flags, owner, bytes[off..off + len].to_vec())
+        })
+        .collect()
+}
+
+/// Assemble a container from sections, following §6 only.
+pub fn assemble(version: u16, sections: &[(u32, u16, u32, Vec<u8>)]) -> Vec<u8> {
+    use xxhash_rust::xxh3::xxh3_64;
+    let pad = |v: &mut Vec<u8>| v.resize(v.len().next_multiple_of(64), 0);
+    let mut out = vec![0u8; 64];
+    out[..8].copy_from_slice(b"\x89IBP\r\n\x1a\n");
+    out[8..10].copy_from_slice(&version.to_le_bytes());
+    out[10..12].copy_from_slice(&64u16.to_le_bytes());
+    let h = xxh3_64(&out[..56]);
+    out[56..64].copy_from_slice(&h.to_le_bytes());
+    let mut dir = Vec::new();
+    for (kind, flags, owner, body) in sections {
+        let off = out.len() as u64;
+        out.extend(body);
+        pad(&mut out);
+        let mut e = [0u8; 48];
+        e[0..4].copy_from_slice(&kind.to_le_bytes());
+        e[4..6].copy_from_slice(&flags.to_le_bytes());
+        e[8..12].copy_from_slice(&owner.to_le_bytes());
+        e[16..24].copy_from_slice(&off.to_le_bytes());
+        e[24..32].copy_from_slice(&(body.len() as u64).to_le_bytes());
+        e[32..40].copy_from_slice(&xxh3_64(body).to_le_bytes());
+        dir.extend(e);
+    }
+    let dir_off = out.len() as u64;
+    out.extend(&dir);
+    pad(&mut out);
+    let mut t = [0u8; 64];
+    t[0..8].copy_from_slice(b"\x89IBPEND\n");
+    t[8..16].copy_from_slice(&dir_off.to_le_bytes());
+    t[16..24].copy_from_slice(&(sections.len() as u64).to_le_bytes());
+    t[24..32].copy_from_slice(&xxh3_64(&dir).to_le_bytes());
+    t[32..40].copy_from_slice(&(out.len() as u64 + 64).to_le_bytes());
+    t[40..42].copy_from_slice(&version.to_le_bytes());
+    let h = xxh3_64(&t[..56]);
+    t[56..64].copy_from_slice(&h.to_le_bytes());
+    out.extend(t);
+    out
 }

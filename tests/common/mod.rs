@@ -50,6 +50,22 @@ pub fn data_file(name: &str) -> Option<PathBuf> {
     candidates.into_iter().find(|p| p.is_file())
 }
 
+/// A version-1.0 npy file: header dict with `descr` (e.g. `<f4`) and
+/// `shape` (a Python tuple, e.g. `(4, 2)`), C order, then `data`.
+pub fn npy(descr: &str, shape: &str, data: &[u8]) -> Vec<u8> {
+    let mut dict = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
+    // Magic (6) + version (2) + length (2) + dict + '\n' is a multiple of 64.
+    while !(10 + dict.len() + 1).is_multiple_of(64) {
+        dict.push(' ');
+    }
+    dict.push('\n');
+    let mut out = b"\x93NUMPY\x01\x00".to_vec();
+    out.extend((dict.len() as u16).to_le_bytes());
+    out.extend(dict.as_bytes());
+    out.extend(data);
+    out
+}
+
 /// Deterministic xorshift64* generator for test data.
 pub struct Rng(pub u64);
 

@@ -285,6 +285,27 @@ fn index_sets(rows: usize, batch: usize) -> Vec<Vec<usize>> {
         .collect()
 }
 
+/// The staging layout of each index set for the copy path: each chunk's
+/// offset in the staging buffer (aligned as nvCOMP wants its input), and
+/// the bytes in all.
+fn staging_layouts(c: &Chunks, sets: &[Vec<usize>]) -> Vec<(Vec<u64>, u64)> {
+    let align = c.input_alignment as u64;
+    sets.iter()
+        .map(|ids| {
+            let mut at = 0u64;
+            let offs = ids
+                .iter()
+                .map(|&t| {
+                    let o = at;
+                    at = (at + c.sizes[t]).next_multiple_of(align);
+                    o
+                })
+                .collect();
+            (offs, at)
+        })
+        .collect()
+}
+
 /// One gather batch size: zero-copy, copy and device paths.
 fn gather_paths(
     nv: &Nvcomp,
@@ -308,23 +329,7 @@ fn gather_paths(
     let out_addr = out.as_device_ptr().as_raw();
     let outs: Vec<u64> = (0..batch).map(|i| out_addr + (i * stride) as u64).collect();
     let raw = vec![row_bytes as u64; batch];
-    let align = c.input_alignment as u64;
-    // The staging layout of each set for the copy path.
-    let layouts: Vec<(Vec<u64>, u64)> = sets
-        .iter()
-        .map(|ids| {
-            let mut at = 0u64;
-            let offs = ids
-                .iter()
-                .map(|&t| {
-                    let o = at;
-                    at = (at + c.sizes[t]).next_multiple_of(align);
-                    o
-                })
-                .collect();
-            (offs, at)
-        })
-        .collect();
+    let layouts = staging_layouts(c, &sets);
     let staging_len = layouts.iter().map(|l| l.1).max().unwrap_or(1) as usize;
     let mut staging = PinnedBuffer::<u8>::zeroed(staging_len)?;
     let staging_dev = zeroed::<u8>(staging_len, "staging")?;
