@@ -89,7 +89,8 @@
 //!   special registers (`global_warp`, `global_thread`, `block_idx`, …).
 //! - [`HostMem`] is global memory alone (a body's `Mem` parameter when the
 //!   lanes are not needed), [`HostBytes`] host bytes as shared memory or a
-//!   decode book, [`Buffer`] a 16-aligned host buffer to launch on.
+//!   decode book, [`Buffer`] a host buffer in whole 128-byte lines to
+//!   launch on.
 //!
 //! # What it checks, and what it does not
 //!

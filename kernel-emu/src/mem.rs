@@ -136,21 +136,26 @@ impl Book for HostBytes {
     }
 }
 
-/// 16 bytes, aligned to 16: the unit of a [`Buffer`].
+/// The unit of a [`Buffer`]: one 128-byte line, aligned to 128.
 #[derive(Clone, Copy)]
-#[repr(C, align(16))]
-struct Line([u8; 16]);
+#[repr(C, align(128))]
+struct Line([u8; LINE]);
+
+/// Bytes of a [`Line`].
+const LINE: usize = 128;
 
 /// A host buffer for an emulated kernel's global memory (or a block's
-/// shared memory): `len` bytes at a 16-aligned address, as a device
-/// allocation is, so every aligned access a kernel makes to a device
-/// buffer is aligned here too (a `Vec<u8>` is only 1-aligned).
+/// shared memory): `len` bytes at a 128-aligned address, in whole
+/// 128-byte lines, as a device allocation is (`cudaMalloc` aligns to 256),
+/// so every aligned access a kernel makes to a device buffer is aligned
+/// here too, and a body that reads whole lines stays inside (a `Vec<u8>`
+/// is only 1-aligned).
 ///
 /// A kernel gets [`Buffer::addr`] as a `u64` and reads and writes it
 /// through [`HostMem`] (or an emulated [`crate::Lane`]); read the results
 /// back with [`Buffer::bytes`] or [`Buffer::as_slice`] once the launch has
-/// returned. Past `len`, up to the next multiple of 16, the buffer holds
-/// zeros that a kernel may read (a device allocation is rounded up too).
+/// returned. Past `len`, up to the end of its last line, the buffer holds
+/// zeros.
 pub struct Buffer {
     lines: Vec<Line>,
     len: usize,
@@ -164,7 +169,7 @@ impl Buffer {
     pub fn zeroed(len: usize) -> Self {
         // Q: why one line at least? A: so that an empty buffer still has a
         // real address, as a kernel handed an empty view may form it.
-        let mut lines = vec![Line([0; 16]); len.div_ceil(16).max(1)];
+        let mut lines = vec![Line([0; LINE]); len.div_ceil(LINE).max(1)];
         let addr = lines.as_mut_ptr() as u64;
         Buffer { lines, len, addr }
     }
@@ -181,7 +186,7 @@ impl Buffer {
         Self::from_bytes(bytemuck::cast_slice(items))
     }
 
-    /// The address to hand a kernel (16-aligned).
+    /// The address to hand a kernel (128-aligned).
     pub fn addr(&self) -> u64 {
         self.addr
     }
@@ -198,8 +203,8 @@ impl Buffer {
 
     /// The bytes.
     pub fn bytes(&self) -> &[u8] {
-        // SAFETY: `lines` holds at least `len` initialised bytes (16 a
-        // line, `len.div_ceil(16)` lines or more), and `Line` is plain
+        // SAFETY: `lines` holds at least `len` initialised bytes (`LINE` a
+        // line, `len.div_ceil(LINE)` lines or more), and `Line` is plain
         // bytes with no padding.
         unsafe { std::slice::from_raw_parts(self.lines.as_ptr().cast::<u8>(), self.len) }
     }
@@ -215,7 +220,7 @@ impl Buffer {
     ///
     /// # Panics
     /// When the length is not a multiple of `size_of::<T>()`, or `T` needs
-    /// more than 16-byte alignment.
+    /// more than 128-byte alignment.
     pub fn as_slice<T: bytemuck::Pod>(&self) -> &[T] {
         bytemuck::cast_slice(self.bytes())
     }
