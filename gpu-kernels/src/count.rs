@@ -213,7 +213,7 @@ pub unsafe fn count_rows<M: Mem>(m: &M, p: &CountParams, t: u64, threads: u64) {
         // Q: why keep a byte path?
         // A: word loads need a 4-aligned base; a caller may hand a view that
         // starts anywhere. The choice is uniform for the whole launch.
-        aligned: p.data % 4 == 0,
+        aligned: p.data.is_multiple_of(4),
     };
     let cols = sr.bytes / 4;
     let count = sr.full + (sr.tail_bytes > 0) as u64;
@@ -237,7 +237,7 @@ pub unsafe fn count_rows<M: Mem>(m: &M, p: &CountParams, t: u64, threads: u64) {
 /// Division that is 0 for a zero divisor, so no panic path reaches the PTX.
 #[inline(always)]
 fn div(a: u64, b: u64) -> u64 {
-    if b == 0 { 0 } else { a / b }
+    a.checked_div(b).unwrap_or(0)
 }
 
 /// Greatest common divisor (`b` a power of two here, so this is short).
@@ -329,9 +329,10 @@ impl<M: Mem> SuperRows<'_, M> {
             // SAFETY: byte < row_bytes, so the counter index < 8 * row_bytes.
             unsafe { m.add_u64(counts + (byte * 8 + (b % 8) as u64) * 8, v) }
         };
-        // SAFETY (all loads below): s < full (ld) or s <= full (ld_any), and
-        // col in range.
+        // SAFETY: called below with s < full (the 16-word loop's
+        // condition), and col in range.
         let ld = |s: u64| unsafe { self.load_full(s, col) };
+        // SAFETY: called below with s < count <= full + 1, and col in range.
         let ld_any = |s: u64| unsafe { self.load(s, col) };
         let mut s = s0;
         // Q: why sixteen loads before any arithmetic?

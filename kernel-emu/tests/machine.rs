@@ -93,12 +93,13 @@ fn async_copies_land_only_at_the_wait_that_covers_them() {
         // SAFETY: as above.
         unsafe { w.cp16(b, src.addr() + b as u64) };
         w.commit();
-        // SAFETY (the reads below): inside shared memory, 4-aligned.
-        let before = unsafe { [w.lds_u32(a), w.lds_u32(b)] };
+        // SAFETY: `a` and `b` are inside shared memory, 4-aligned.
+        let read = || unsafe { [w.lds_u32(a), w.lds_u32(b)] };
+        let before = read();
         w.wait_all_but_last();
-        let middle = unsafe { [w.lds_u32(a), w.lds_u32(b)] };
+        let middle = read();
         w.wait_all();
-        let after = unsafe { [w.lds_u32(a), w.lds_u32(b)] };
+        let after = read();
         seen.lock().unwrap().push((l, before, middle, after));
     });
     for (l, before, middle, after) in seen.into_inner().unwrap() {
