@@ -492,9 +492,9 @@ fn run(place: Place, smem: u64, body: impl Fn(&Lane<'_>) + Sync) {
                 });
                 progress.fetch_add(1, Relaxed);
             };
-            // 2 MiB, as a thread gets: kernel bodies are deep in a debug
-            // build.
-            let stack = DefaultStack::new(2 << 20).expect("a lane's stack");
+            let stack = STACKS
+                .with(|s| s.borrow_mut().pop())
+                .unwrap_or_else(|| DefaultStack::new(STACK_BYTES).expect("a lane's stack"));
             // SAFETY: `run` borrows `exs`, `body`, `block` and `progress`,
             // which are declared before `lanes` and so outlive it; every
             // coroutine in `lanes` is dropped (run to its end, or unwound
@@ -514,4 +514,28 @@ fn run(place: Place, smem: u64, body: impl Fn(&Lane<'_>) + Sync) {
             live.len()
         );
     }
+    // Every lane has ended: its stack goes back to the pool.
+    STACKS.with(|s| {
+        let mut pool = s.borrow_mut();
+        for c in lanes {
+            if pool.len() < POOLED_STACKS {
+                pool.push(c.into_stack());
+            }
+        }
+    });
+}
+
+/// A lane's stack: 2 MiB, as a thread gets (kernel bodies are deep in a
+/// debug build).
+const STACK_BYTES: usize = 2 << 20;
+
+/// Stacks kept for the next block: 16 warps' worth. Q: why a pool? A: a
+/// stack is a fresh mapping (and a guard page) from the kernel; a test that
+/// launches a few hundred small grids spent most of its time mapping and
+/// unmapping them. Only the pages a lane touched stay resident.
+const POOLED_STACKS: usize = 512;
+
+thread_local! {
+    /// The finished lanes' stacks, for this thread's next blocks.
+    static STACKS: RefCell<Vec<corosensei::stack::DefaultStack>> = const { RefCell::new(Vec::new()) };
 }
