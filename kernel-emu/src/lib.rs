@@ -14,12 +14,17 @@
 //! are tested this way against its CPU codec.
 //!
 //! Add it where your kernel body compiles for the host (your kernel crate,
-//! or the host crate that uses it):
+//! with `#![cfg_attr(not(test), no_std)]`, or the host crate that uses
+//! it), from your ibp checkout as `ibp-kernels` is:
 //!
 //! ```toml
 //! [dev-dependencies]
-//! ibp-kernel-emu = "0.1"
+//! ibp-kernel-emu = { path = "../ibp/kernel-emu" }
 //! ```
+//!
+//! ibp's feature `emu` (`ibp::emu::EmuDataset`) lays rows that ibp
+//! compressed out in host memory for a body that decodes them with the
+//! device API.
 //!
 //! # Example: a warp-per-row sum
 //!
