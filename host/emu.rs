@@ -118,3 +118,36 @@ impl EmuDataset {
         HostBytes(self.book.addr())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ErrorKind;
+    use crate::Rows;
+    use crate::fit::{FitOptions, fit};
+    use crate::layout::{LayoutOptions, compress_packed};
+
+    #[test]
+    fn a_mismatched_codebook_or_a_corrupt_layout_is_refused() {
+        let values: Vec<u16> = (0..64 * 20).map(|i| (i % 13) as u16).collect();
+        let rows = Rows::of(&values, 64).unwrap();
+        let cb = fit(rows, &FitOptions::default()).unwrap().codebook;
+        let packed = compress_packed(&cb, rows, &LayoutOptions::default()).unwrap();
+        let ok = EmuDataset::new(&cb, &packed.view()).unwrap();
+        let v = ok.view();
+        assert_eq!(
+            (v.rows, v.row_bytes, v.chunk),
+            (20, 128, cb.chunk().bytes())
+        );
+
+        let other = Rows::of(&values, 32).unwrap();
+        let cb32 = fit(other, &FitOptions::default()).unwrap().codebook;
+        let err = EmuDataset::new(&cb32, &packed.view()).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+
+        let mut bad = packed.clone();
+        bad.offsets[3] = bad.offsets[4] + 1;
+        let err = EmuDataset::new(&cb, &bad.view()).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Corrupt);
+    }
+}

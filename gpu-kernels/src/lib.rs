@@ -10,7 +10,8 @@
 //! - [`bits`]: geometry of chunks and the bit stream of one encoded tensor
 //!   (`docs/FORMAT.md`), and the expand/compress (pdep/pext) move masks.
 //! - [`count`]: the positional popcount (per-bit-position counter) used by the
-//!   fit's bit counting, as a carry-save accumulator.
+//!   fit's bit counting, as a carry-save accumulator, and the bit-counting
+//!   kernel's body over [`simt::Mem`].
 //! - [`warp`]: warp-scan lane arithmetic and a host emulation of a warp.
 //! - [`simt`]: the lane and memory operations a kernel body needs, as traits,
 //!   so that [`encode`] runs on the GPU and, emulated, in host tests.
