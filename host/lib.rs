@@ -38,6 +38,7 @@
 //! | [`cluster`] | one codebook per cluster of rows, in memory |
 //! | [`container`] | the `.ibp` file: [`container::compress_document`] writes it, [`container::IbpFile`] reads and restores it |
 //! | [`io`] | the user's formats (safetensors, npy, npz, raw) parsed into a [`io::Document`] and restored byte for byte |
+//! | `emu` (feature `emu`) | compressed rows in host memory for the device API on the emulated machine (`ibp-kernel-emu`): kernels of yours tested without a GPU |
 //! | [`kv`] | real KV-cache test data: a MiniLM forward pass (used by `ibp kv-data` and the benchmarks) |
 //! | [`Rows`], [`Error`], [`ErrorKind`], [`Progress`] | a dataset of equal-length rows; the one error type and its kinds; the progress hook of long operations |
 #![cfg_attr(
@@ -117,6 +118,8 @@ pub mod container;
 mod dataset;
 #[cfg_attr(not(any(test, feature = "cuda")), allow(dead_code))]
 pub(crate) mod dma_pieces;
+#[cfg(feature = "emu")]
+pub mod emu;
 pub mod encode;
 mod error;
 pub mod fit;
@@ -125,7 +128,10 @@ pub mod gpu;
 pub mod io;
 #[cfg(test)]
 mod kernel_emu;
-#[cfg(any(test, feature = "cuda"))]
+// Q: why allow dead code in an `emu`-only build? A: `emu` needs the two
+// decode tables; the encoder's tables are the GPU path's and the tests'.
+#[cfg(any(test, feature = "cuda", feature = "emu"))]
+#[cfg_attr(not(any(test, feature = "cuda")), allow(dead_code))]
 pub(crate) mod kernel_tables;
 pub mod kv;
 pub mod layout;

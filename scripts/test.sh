@@ -40,8 +40,8 @@ step "format"
 cargo fmt --all --check
 cargo fmt --manifest-path gpu-kernels/Cargo.toml --all --check
 
-step "clippy (the command line, the cuda feature, the kernel crate on the host)"
-cargo clippy --all-targets --features cli -- -D warnings
+step "clippy (the command line, the cuda feature, the kernel crate on the host, the kernel emulator)"
+cargo clippy --all-targets --features cli,emu -p ibp -p ibp-kernel-emu -- -D warnings
 # `testing`: the GPU foundation's test kernels (tests/gpu_foundation.rs).
 if [ "$cuda" = 1 ]; then cargo clippy --all-targets --features cli,cuda,testing -- -D warnings; fi
 cargo clippy --manifest-path gpu-kernels/Cargo.toml --all-targets -- -D warnings
@@ -54,7 +54,7 @@ cargo clippy --manifest-path kernel-builder/Cargo.toml --all-targets -- -D warni
 cargo test --manifest-path kernel-builder/Cargo.toml
 
 step "docs build without warnings"
-RUSTDOCFLAGS="-D warnings" cargo doc --quiet --no-deps --features "$IBP_FEATURES"
+RUSTDOCFLAGS="-D warnings" cargo doc --quiet --no-deps --features "$IBP_FEATURES,emu" -p ibp -p ibp-kernel-emu
 RUSTDOCFLAGS="-D warnings" cargo doc --quiet --no-deps --manifest-path gpu-kernels/Cargo.toml
 
 step "a lean library: no command-line crate in its dependencies; the README's quick start, pasted into a new crate"
@@ -67,8 +67,12 @@ done
 echo "the library (default features, and with cuda) depends on neither clap nor indicatif"
 bash scripts/host-app.sh
 
-step "tests without the cuda feature (the command line included)"
-cargo test --features cli
+step "tests without the cuda feature (the command line included; the kernel emulator's crate and ibp::emu)"
+# Q: why the emulator's crate and feature `emu` here? A: the library's
+# tests build the crate anyway (a dev-dependency of host/kernel_emu), so its
+# own tests, its doctest and ibp::emu's cost seconds in this run and a
+# whole build in a step of their own.
+cargo test --features cli,emu -p ibp -p ibp-kernel-emu
 
 if [ "$cuda" = 1 ]; then
   step "tests with the cuda feature (GPU tests run, or say skipped: no CUDA device)"

@@ -3,7 +3,6 @@
 //! declared with the prelude's `#[kernel]`, as a user kernel is.
 
 use crate::arch;
-use crate::detail::count::PosPopcnt32;
 use crate::detail::scan::{block_exclusive_scan, global_scan, thread_sizes};
 use crate::hw::{GlobalBook, Hw, SharedBook};
 use crate::params::{
@@ -33,177 +32,19 @@ use crate::simt;
 /// for `8 * row_bytes` u64 counters.
 #[kernel]
 pub unsafe fn ibp_count_bits(p: CountParams) {
-    if p.row_bytes == 0 || p.rows == 0 {
-        return;
-    }
-    let l = p.row_bytes;
-    let group = 128 / gcd(l, 128);
-    let sr = SuperRows {
+    let p = CountParams {
         data: arch::to_global(p.data),
         counts: arch::to_global(p.counts),
-        row_bytes: l,
-        bytes: group * l,
-        full: div(p.rows, group),
-        tail_bytes: (p.rows - div(p.rows, group) * group) * l,
-        // Q: why keep a byte path?
-        // A: word loads need a 4-aligned base; a caller may hand a view that
-        // starts anywhere. The choice is uniform for the whole launch.
-        aligned: p.data % 4 == 0,
+        ..p
     };
-    let cols = sr.bytes / 4;
-    let count = sr.full + (sr.tail_bytes > 0) as u64;
-    let t = arch::global_thread();
-    let threads = arch::grid_threads();
-    if threads >= cols {
-        let groups = div(threads, cols);
-        if t < groups * cols {
-            let g = div(t, cols);
-            // SAFETY: column and super-rows in bounds; forwarded contract.
-            unsafe { sr.count_column(t - g * cols, g, groups, count) }
-        }
-    } else {
-        let mut col = t;
-        while col < cols {
-            // SAFETY: as above.
-            unsafe { sr.count_column(col, 0, 1, count) }
-            col += threads;
-        }
-    }
+    // SAFETY: forwarded contract; `global_thread() < grid_threads()`.
+    unsafe { crate::detail::count::count_rows(&Hw, &p, arch::global_thread(), arch::grid_threads()) }
 }
 
 /// Division that is 0 for a zero divisor, so no panic path reaches the PTX.
 #[inline(always)]
 fn div(a: u64, b: u64) -> u64 {
     if b == 0 { 0 } else { a / b }
-}
-
-/// Greatest common divisor (`b` a power of two here, so this is short).
-#[inline(always)]
-fn gcd(mut a: u64, mut b: u64) -> u64 {
-    while b != 0 {
-        let t = a % b;
-        a = b;
-        b = t;
-    }
-    a
-}
-
-/// The rows seen as `full` super-rows of `bytes` bytes, then a partial one of
-/// `tail_bytes`.
-struct SuperRows {
-    data: u64,
-    counts: u64,
-    row_bytes: u64,
-    bytes: u64,
-    full: u64,
-    tail_bytes: u64,
-    aligned: bool,
-}
-
-impl SuperRows {
-    /// Word `col` of a full super-row `s < full`.
-    ///
-    /// # Safety
-    /// `s < full`, `col < bytes / 4`, and the kernel's contract holds.
-    #[inline(always)]
-    unsafe fn load_full(&self, s: u64, col: u64) -> u32 {
-        let a = self.data + s * self.bytes + col * 4;
-        if self.aligned {
-            // SAFETY: 4-aligned (base and offset) and inside the data.
-            unsafe { arch::ld_global_u32(a) }
-        } else {
-            let mut w = 0u32;
-            for k in 0..4u64 {
-                // SAFETY: inside a full super-row.
-                w |= unsafe { arch::ld_global_u8(a + k) } << (8 * k);
-            }
-            w
-        }
-    }
-
-    /// Word `col` of super-row `s` (full or the tail), zero past the end.
-    ///
-    /// # Safety
-    /// `s <= full`, `col < bytes / 4`, and the kernel's contract holds.
-    #[inline(always)]
-    unsafe fn load(&self, s: u64, col: u64) -> u32 {
-        let off = s * self.bytes + col * 4;
-        let a = self.data + off;
-        let end = self.full * self.bytes + self.tail_bytes;
-        if self.aligned && off + 4 <= end {
-            // SAFETY: 4-aligned (base and offset) and inside the data.
-            unsafe { arch::ld_global_u32(a) }
-        } else {
-            let mut w = 0u32;
-            for k in 0..4u64 {
-                if off + k < end {
-                    // SAFETY: byte inside the data.
-                    w |= unsafe { arch::ld_global_u8(a + k) } << (8 * k);
-                }
-            }
-            w
-        }
-    }
-
-    /// Count column `col` over super-rows `s0, s0 + stride, …` below `count`.
-    ///
-    /// # Safety
-    /// `col < bytes / 4`, `count <= full + 1`, and the kernel's contract holds.
-    #[inline(always)]
-    unsafe fn count_column(&self, col: u64, s0: u64, stride: u64, count: u64) {
-        let mut acc = PosPopcnt32::new();
-        // Tensor byte positions of this column's 4 bytes (fixed for every
-        // super-row, since a super-row holds whole rows).
-        let first = col * 4;
-        let pos0 = first - div(first, self.row_bytes) * self.row_bytes;
-        let counts = self.counts;
-        let l = self.row_bytes;
-        let mut sink = |b: usize, v: u64| {
-            // A word can span several rows when rows are shorter than 4 bytes.
-            let x = pos0 + (b / 8) as u64;
-            let byte = x - div(x, l) * l;
-            // SAFETY: byte < row_bytes, so the counter index < 8 * row_bytes.
-            unsafe { arch::red_add_u64(counts + (byte * 8 + (b % 8) as u64) * 8, v) }
-        };
-        // SAFETY (all loads below): s < full (ld) or s <= full (ld_any), and
-        // col in range.
-        let ld = |s: u64| unsafe { self.load_full(s, col) };
-        let ld_any = |s: u64| unsafe { self.load(s, col) };
-        let mut s = s0;
-        // Q: why sixteen loads before any arithmetic?
-        // A: they are independent, so each thread keeps sixteen requests in
-        // flight; that is what hides DRAM and, above all, PCIe latency.
-        while s + 15 * stride < self.full {
-            // Written out so the words stay in registers (`from_fn`'s loop
-            // left them in local memory).
-            let d = stride;
-            let x = [
-                ld(s),
-                ld(s + d),
-                ld(s + 2 * d),
-                ld(s + 3 * d),
-                ld(s + 4 * d),
-                ld(s + 5 * d),
-                ld(s + 6 * d),
-                ld(s + 7 * d),
-                ld(s + 8 * d),
-                ld(s + 9 * d),
-                ld(s + 10 * d),
-                ld(s + 11 * d),
-                ld(s + 12 * d),
-                ld(s + 13 * d),
-                ld(s + 14 * d),
-                ld(s + 15 * d),
-            ];
-            acc.add16(&x, &mut sink);
-            s += 16 * d;
-        }
-        while s < count {
-            acc.add(ld_any(s), &mut sink);
-            s += stride;
-        }
-        acc.drain(&mut sink);
-    }
 }
 
 /// Device test of the warp helpers (see [`WarpTestParams`]).

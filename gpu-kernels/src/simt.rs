@@ -6,13 +6,13 @@
 //! A: so that one kernel body runs in two places. On the GPU the traits are
 //! implemented by `hw::Hw` with single PTX instructions (every call is
 //! `#[inline(always)]`, so nothing is left of the abstraction in the PTX). On
-//! the host the ibp crate's tests implement them with 32 threads and a barrier
-//! per shuffle, and run the very same compression code against the CPU
-//! encoder on machines without a GPU.
+//! the host the `ibp-kernel-emu` crate implements them with 32 lanes (as
+//! coroutines) and a barrier per shuffle, and ibp's tests run the very same
+//! kernel code against the CPU codec on machines without a GPU.
 //!
 //! Every lane must make the same sequence of [`Lanes`] calls (the real
-//! shuffles use the full member mask); the host emulation deadlocks when a
-//! body breaks that rule, which its tests would catch.
+//! shuffles use the full member mask); the host emulation reports a stuck
+//! warp when a body breaks that rule, which its tests would catch.
 
 use crate::detail::warp::{SCAN_DISTANCES, scan_step, scan_step64};
 

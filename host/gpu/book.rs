@@ -11,8 +11,8 @@ use crate::kernel_tables::{decode_book, decoder_table};
 
 /// The tables the decode kernels read for one codebook, or for the `k`
 /// codebooks of a clustering back to back: the decode book
-/// (`ibp_kernels::book`) and the per-chunk entry table
-/// (`ibp_kernels::table`), in device memory.
+/// (`ibp_kernels::detail::book`) and the per-chunk entry table
+/// (`ibp_kernels::detail::table`), in device memory.
 pub struct DeviceBook {
     pub(crate) table: DeviceBuffer<u8>,
     pub(crate) book: DeviceBuffer<u8>,

@@ -33,7 +33,7 @@ pub enum Payload {
 impl Payload {
     fn new(bytes: &[u8], residency: Residency) -> Result<Self> {
         // Q: why pad the payload?
-        // A: the decoder reads whole 128-byte lines (`ibp_kernels::decode`),
+        // A: the decoder reads whole 128-byte lines (`ibp_kernels::detail::decode`),
         // so the buffer covers the last one, zeroed; and it keeps at least
         // one line so the device address is valid.
         // The bytes go straight into the padded buffer: no padded copy on

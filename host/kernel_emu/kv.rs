@@ -64,7 +64,7 @@ fn emu_appends(
                     // of the block's shared memory.
                     run_block(warps, totals.addr(), |w, warp| unsafe {
                         with_chunk_const!(cb.chunk(), C => append_block::<_, _, _, C>(
-                            w, &EmuMem, w, &p, b, warp, 0
+                            w, &HostMem, w, &p, b, warp, 0
                         ))
                     });
                 }
@@ -76,7 +76,7 @@ fn emu_appends(
                     // requires (the tables for `end` rows, the half for `k`
                     // slots) and outlives the warp.
                     run_warp(|w| unsafe {
-                        with_chunk_const!(cb.chunk(), C => append::<_, _, C>(w, &EmuMem, &p, j, k as u64))
+                        with_chunk_const!(cb.chunk(), C => append::<_, _, C>(w, &HostMem, &p, j, k as u64))
                     });
                 }
             }

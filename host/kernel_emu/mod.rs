@@ -1,8 +1,8 @@
 //! The GPU fit and compression kernel bodies (`ibp_kernels::detail::encode`), run on
-//! the CPU by an emulated warp ([`warp`]: 32 lanes, coroutines on one thread,
-//! that meet at a barrier for every shuffle). Slow, but it runs the very code the GPU runs,
-//! on machines without one (CI), and compares it with the CPU encoder byte
-//! for byte. The same comparisons run on the GPU in `tests/gpu_compress.rs`.
+//! the CPU by an emulated warp (the `ibp-kernel-emu` crate: 32 lanes,
+//! coroutines on one thread, that meet at a barrier for every shuffle).
+//! Slow, but it runs the very code the GPU runs, on machines without one
+//! (CI), and compares it with the CPU encoder byte for byte. The same comparisons run on the GPU in `tests/gpu_compress.rs`.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 
@@ -18,7 +18,7 @@ use crate::fit::{FitOptions, count_bits, fit};
 use crate::kernel_tables::{decode_book, decoder_table, encoder_book, encoder_flags, eval_book};
 use crate::layout::{LayoutOptions, compress_fixed, compress_packed, size_query};
 
-use warp::*;
+use ibp_kernel_emu::{HostBytes, HostMem, run_block, run_warp, run_warp_with};
 
 /// `$body` with `$c` the chunk size `$chunk` as a `const u32`, as the kernel
 /// bodies take it (they monomorphise on it, like the GPU's entry points).
@@ -120,7 +120,7 @@ fn emu_sizes(cb: &Codebook, rows: Rows<'_>, stage: Option<&mut Aligned>) -> Vec<
     // SAFETY: every buffer is sized as MeasureParams requires and outlives
     // the warp.
     run_warp(|w| unsafe {
-        with_chunk_const!(cb.chunk(), C => encode::size::<_, _, C>(w, &EmuMem, &p, 0, 1))
+        with_chunk_const!(cb.chunk(), C => encode::size::<_, _, C>(w, &HostMem, &p, 0, 1))
     });
     bytemuck::cast_slice::<u8, u64>(sizes.bytes()).to_vec()
 }
@@ -163,7 +163,7 @@ unsafe fn run_encode<const SLOTS: bool>(
         // SAFETY: the caller's contract; the ring is the warp's shared
         // memory.
         run_warp_with(ring.addr(), |w| unsafe {
-            with_chunk_const!(cb.chunk(), C => encode::encode::<_, _, _, C, SLOTS>(w, &EmuMem, w, &p, 0, wid, 3))
+            with_chunk_const!(cb.chunk(), C => encode::encode::<_, _, _, C, SLOTS>(w, &HostMem, w, &p, 0, wid, 3))
         });
     }
 }
@@ -220,7 +220,7 @@ fn emu_encode_cleared(
     for t in 0..=clear.rows {
         // SAFETY: sizes holds rows u64, offsets rows + 1; every sector named
         // lies in `out` (regions inside data_len, padded a multiple of 32).
-        unsafe { encode::clear_shared_groups(&EmuMem, &clear, t) };
+        unsafe { encode::clear_shared_groups(&HostMem, &clear, t) };
     }
     // SAFETY: sizes holds a u64 a row; the output covers every region and
     // is zeroed where writes meet.
@@ -296,7 +296,7 @@ fn emu_compact(cb: &Codebook, rows: Rows<'_>, order: [u64; 3]) -> (Vec<u8>, Vec<
         // SAFETY: the slots hold every row's slot, offsets rows + 1 u64
         // from 0, and the output `padded` bytes (a multiple of 16 covering
         // the total) from a 16-aligned base.
-        run_warp(|w| unsafe { ibp_kernels::detail::compact::compact(w, &EmuMem, &p, wid, 3) });
+        run_warp(|w| unsafe { ibp_kernels::detail::compact::compact(w, &HostMem, &p, wid, 3) });
     }
     let bytes: &[u8] = bytemuck::cast_slice(&out);
     (bytes[..total].to_vec(), bytes[total..].to_vec())
@@ -494,7 +494,7 @@ fn emulated_evaluation_equals_the_cpu_fit() {
         // batch), the last first.
         for wid in (0..3).rev() {
             // SAFETY: buffers sized as MeasureParams requires.
-            run_warp(|w| unsafe { encode::eval(w, &EmuMem, &p, wid, 3) });
+            run_warp(|w| unsafe { encode::eval(w, &HostMem, &p, wid, 3) });
         }
         for cand in &cpu.candidates {
             let t = opts
@@ -572,7 +572,7 @@ fn emulated_candidate_books_equal_the_host_rule() {
                 // SAFETY: counts of 8·L u64, a book of (1 + nt)·⌈L/8⌉ + 8
                 // u64, its trailer zeroed.
                 run_warp(|w| unsafe {
-                    ibp_kernels::detail::candidates::candidates(w, &EmuMem, &p, wid, nwarps)
+                    ibp_kernels::detail::candidates::candidates(w, &HostMem, &p, wid, nwarps)
                 });
             }
             assert_eq!(got, want, "L={l} N={n} warps={nwarps}");
@@ -634,10 +634,10 @@ fn warp_writer_lays_random_segments_end_to_end() {
             for k in 0..steps as usize {
                 let (v, n) = segs[32 * k + w.lane() as usize];
                 // SAFETY: the region is inside `out`, which is zeroed.
-                unsafe { wr.step(w, &EmuMem, v, n) };
+                unsafe { wr.step(w, &HostMem, v, n) };
             }
             // SAFETY: as above.
-            unsafe { wr.flush(w, &EmuMem) };
+            unsafe { wr.flush(w, &HostMem) };
             assert_eq!(wr.written(), bits);
         });
         let want = reference_stream(&segs, 8 * shift, len + 8);
@@ -650,7 +650,7 @@ fn crate_low_mask(n: u32) -> u64 {
 }
 
 mod cache;
+mod count;
 mod decode;
 mod kv;
 mod shared_row;
-mod warp;

@@ -59,7 +59,7 @@ fn a_sink_receives_the_row_in_registers() {
                             w,
                             &mut src,
                             &book_mem,
-                            &EmuMem,
+                            &HostMem,
                             &g,
                             stored.len() as u32,
                             &mut sink,
@@ -68,7 +68,7 @@ fn a_sink_receives_the_row_in_registers() {
                             w,
                             &mut src,
                             &book_mem,
-                            &EmuMem,
+                            &HostMem,
                             &g,
                             stored.len() as u32,
                             &mut sink,
@@ -77,7 +77,7 @@ fn a_sink_receives_the_row_in_registers() {
                             w,
                             &mut src,
                             &book_mem,
-                            &EmuMem,
+                            &HostMem,
                             &g,
                             stored.len() as u32,
                             &mut sink,
@@ -175,7 +175,7 @@ fn the_device_api_decodes_rows_into_a_user_sink() {
                 let verdict = std::sync::Mutex::new(None);
                 run_warp_with(smem_addr, |w| {
                     // SAFETY: the row fits in `out` after 3 bytes.
-                    let mut sink = unsafe { RowStore::new(&EmuMem, dst) };
+                    let mut sink = unsafe { RowStore::new(&HostMem, dst) };
                     // SAFETY: every buffer is the dataset's, the workspace
                     // holds `workspace_bytes`.
                     let r =

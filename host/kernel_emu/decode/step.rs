@@ -40,14 +40,14 @@ fn emu_decode_row(
     // and entries are this codebook's, the row is inside `out`.
     run_warp(|w| {
         // SAFETY: the row is inside `out`.
-        let mut sink = unsafe { RowStore::new(&EmuMem, dst) };
+        let mut sink = unsafe { RowStore::new(&HostMem, dst) };
         // SAFETY: as stated above the call: buffers sized for the kernel.
         let r = unsafe {
             with_chunk_const!(cb.chunk(), C => decode_row::<C, _, _, _, _, _>(
                 w,
                 &mut Contig::new(&ws_mem, shift as u32),
                 &book_mem,
-                &EmuMem,
+                &HostMem,
                 &g,
                 e_bytes,
                 &mut sink,
