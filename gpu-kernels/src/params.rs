@@ -245,7 +245,7 @@ pub struct MeasureParams {
 /// every chunk's free bits form at most two runs (the two-run fields are
 /// then used in place of the move masks by the kernels for 4- and 8-byte
 /// chunks; those for 1 and 2 bytes always use the move masks, on a whole
-/// lane word's chunks at once: `crate::detail::encode::pack_chunks`).
+/// lane word's chunks at once: `crate::detail::encode::lane::pack_chunks`).
 ///
 /// `ibp_encode_slots_c{1,2,4,8}`: the fixed-stride layout with nothing
 /// measured first (`offsets` 0, `row_bytes` a multiple of 4, `out`
