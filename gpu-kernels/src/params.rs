@@ -3,6 +3,10 @@
 //! order or width of a field. Pointers travel as `u64` device addresses (a
 //! mapped pinned host buffer's device address works wherever device memory
 //! does).
+//!
+//! [`kernels`] lists the kernels themselves, each with its block.
+
+pub mod kernels;
 
 /// `ibp_count_bits`: add, for every bit position of a row of `row_bytes`
 /// bytes, the number of the `rows` rows that have it set, into

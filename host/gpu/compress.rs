@@ -36,7 +36,7 @@ use super::driver::{
     copy_elements, copy_prefix, device_buffer, ensure, new_stream, out_of_memory, sync, zero_async,
     zero_from_async,
 };
-use super::launch::{Kernel, kernels};
+use super::kernels::{self, Kernel};
 use super::memory::{GpuReadable, PinnedBuffer};
 use super::{Gpu, cuda_err};
 use crate::codebook::Codebook;

@@ -8,7 +8,7 @@ use ibp_kernels::params::{CandidatesParams, MAX_THRESHOLDS, MeasureParams};
 use super::Gpu;
 use super::compress::{WARP_BLOCK, row_count};
 use super::driver::{copy_to_host_blocking, device_buffer, ensure, new_stream, sync, zero_async};
-use super::launch::kernels;
+use super::kernels;
 use super::memory::{GpuReadable, Span};
 use crate::codebook::threshold_bounds;
 use crate::error::{Error, Result};

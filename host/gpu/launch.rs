@@ -1,13 +1,13 @@
-//! Every kernel of ibp, with the one parameter block it takes (`Kernel`),
-//! and the one launch function: a kernel cannot be launched with another
-//! kernel's parameters, and no launch names a kernel by string.
+//! The one launch function of ibp's kernels, each a typed [`Kernel`] of
+//! `super::kernels` (declared once in the kernel crate): a kernel cannot be
+//! launched with another kernel's parameters, and no launch names a kernel
+//! by string.
 //!
 //! Each launch validates its arguments on the host (so a kernel is never
 //! handed an out-of-range buffer), derives the grid from the device's
 //! properties, and enqueues on the caller's stream without synchronising.
 
 use std::ffi::c_void;
-use std::marker::PhantomData;
 
 use cust::memory::{DeviceBuffer, DeviceSlice};
 use cust::stream::Stream;
@@ -18,6 +18,7 @@ use ibp_kernels::params::{
 
 use super::dataset::GpuDataset;
 use super::decode::{DecodeStatus, Decoder, LaunchVia, Target};
+use super::kernels::{self, Kernel};
 use super::memory::{GpuReadable, PinnedBuffer, Span};
 use super::{Gpu, cuda_err};
 
@@ -27,106 +28,6 @@ use crate::error::{Error, Result};
 
 /// Threads per block of the bit-counting kernel.
 const COUNT_BLOCK: u32 = 256;
-
-/// A kernel of the embedded PTX and the parameter block it takes
-/// (`ibp_kernels::params`).
-pub(crate) struct Kernel<P> {
-    name: &'static str,
-    params: PhantomData<fn(P)>,
-}
-
-impl<P> Clone for Kernel<P> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-
-impl<P> Copy for Kernel<P> {}
-
-impl<P> Kernel<P> {
-    const fn new(name: &'static str) -> Self {
-        Kernel {
-            name,
-            params: PhantomData,
-        }
-    }
-
-    /// The kernel's name in the PTX.
-    pub(crate) fn name(&self) -> &'static str {
-        self.name
-    }
-}
-
-/// Every kernel, by what it does.
-pub(crate) mod kernels {
-    use ibp_kernels::params::{
-        CacheParams, CandidatesParams, ClearParams, CompactParams, CountParams, CpAsyncTestParams,
-        DecodeParams, EncodeParams, KvAppendParams, MeasureParams, ScanParams, WarpTestParams,
-    };
-
-    use super::Kernel;
-
-    pub(crate) const COUNT_BITS: Kernel<CountParams> = Kernel::new("ibp_count_bits");
-    pub(crate) const GATHER: Kernel<MeasureParams> = Kernel::new("ibp_gather");
-    pub(crate) const FIT_CANDIDATES: Kernel<CandidatesParams> = Kernel::new("ibp_fit_candidates");
-    pub(crate) const FIT_EVAL: Kernel<MeasureParams> = Kernel::new("ibp_fit_eval");
-    pub(crate) const SIZE: Kernel<MeasureParams> = Kernel::new("ibp_size");
-    pub(crate) const SCAN_TILES: Kernel<ScanParams> = Kernel::new("ibp_scan_tiles");
-    pub(crate) const SCAN_PARTIALS: Kernel<ScanParams> = Kernel::new("ibp_scan_partials");
-    pub(crate) const SCAN_APPLY: Kernel<ScanParams> = Kernel::new("ibp_scan_apply");
-    pub(crate) const ENCODE_CLEAR: Kernel<ClearParams> = Kernel::new("ibp_encode_clear");
-    pub(crate) const COMPACT: Kernel<CompactParams> = Kernel::new("ibp_compact");
-    pub(crate) const DECODE_BATCH: Kernel<DecodeParams> = Kernel::new("ibp_decode");
-    pub(crate) const DECODE_STREAM: Kernel<DecodeParams> = Kernel::new("ibp_decode_stream");
-    pub(crate) const DECODE_CLUSTERED: Kernel<DecodeParams> = Kernel::new("ibp_decode_clustered");
-    pub(crate) const DECODE_CLUSTERED_STREAM: Kernel<DecodeParams> =
-        Kernel::new("ibp_decode_clustered_stream");
-    pub(crate) const CACHE_GATHER: Kernel<CacheParams> = Kernel::new("ibp_cache_gather");
-    pub(crate) const TEST_WARP: Kernel<WarpTestParams> = Kernel::new("ibp_test_warp");
-    pub(crate) const TEST_CP_ASYNC: Kernel<CpAsyncTestParams> = Kernel::new("ibp_test_cp_async");
-
-    /// Compression for chunks of `chunk` bytes.
-    pub(crate) const fn encode(chunk: u32) -> Kernel<EncodeParams> {
-        match chunk {
-            1 => Kernel::new("ibp_encode_c1"),
-            2 => Kernel::new("ibp_encode_c2"),
-            4 => Kernel::new("ibp_encode_c4"),
-            _ => Kernel::new("ibp_encode_c8"),
-        }
-    }
-
-    /// Compression into unmeasured fixed-stride slots for chunks of
-    /// `chunk` bytes.
-    pub(crate) const fn encode_slots(chunk: u32) -> Kernel<EncodeParams> {
-        match chunk {
-            1 => Kernel::new("ibp_encode_slots_c1"),
-            2 => Kernel::new("ibp_encode_slots_c2"),
-            4 => Kernel::new("ibp_encode_slots_c4"),
-            _ => Kernel::new("ibp_encode_slots_c8"),
-        }
-    }
-
-    /// The KV store's append for chunks of `chunk` bytes.
-    pub(crate) const fn kv_append(chunk: u32) -> Kernel<KvAppendParams> {
-        match chunk {
-            1 => Kernel::new("ibp_kv_append_c1"),
-            2 => Kernel::new("ibp_kv_append_c2"),
-            4 => Kernel::new("ibp_kv_append_c4"),
-            _ => Kernel::new("ibp_kv_append_c8"),
-        }
-    }
-
-    /// The decode kernel for batch or streaming mode, of a clustered
-    /// dataset or not.
-    pub(crate) const fn decode(batch: bool, clustered: bool) -> Kernel<DecodeParams> {
-        match (batch, clustered) {
-            (true, false) => DECODE_BATCH,
-            (false, false) => DECODE_STREAM,
-            (true, true) => DECODE_CLUSTERED,
-            (false, true) => DECODE_CLUSTERED_STREAM,
-        }
-    }
-}
 
 impl Gpu {
     /// Enqueue kernel `k` with its parameter block.

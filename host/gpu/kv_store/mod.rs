@@ -19,7 +19,7 @@ use super::decode::{DecodeOptions, DecodeStatus, Decoder, GatherIndex, LaunchVia
 use super::driver::{
     Event, check, copy_to_host_blocking, device_buffer, new_stream, sync, wait, zero_async,
 };
-use super::launch::kernels;
+use super::kernels;
 use super::memory::{GpuReadable, PinnedBuffer};
 use super::{Gpu, cuda_err};
 use crate::codebook::Codebook;
