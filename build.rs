@@ -28,40 +28,6 @@ use ibp_kernel_builder::KernelBuilder;
 /// the driver's JIT.
 const ARCHES: &[&str] = &["sm_80"];
 
-/// The register cap (PTX `.maxnreg`) of every entry point whose name starts
-/// with the prefix. The only declaration of the caps: the shipped PTX is
-/// built by this script (`scripts/ptx.sh` runs it with `IBP_BUILD_KERNELS=1`).
-///
-/// The bulk encoders (packed, and unmeasured slots): a ceiling of 96
-/// registers (ten blocks of two warps an SM). Since its 32-bit rewrite it
-/// needs 72–83, and caps of 64 and 72 measured no faster. The size pass: 64
-/// registers (from 78) hold 32 warps an SM, measured 5–14% faster, no spills
-/// (ptxas, sm_90). The fit's evaluation: 88 (from 108: 22 warps an SM
-/// instead of 18; it is latency-bound at 25% occupancy; 80 and under
-/// spill). See docs/DESIGN-GPU.md and the notebook entries it links.
-/// Chunks of 1 and 2 bytes take three lane words a step (86–96 registers
-/// under the cap of 96). The slots kernels at 80: twelve blocks an SM
-/// instead of ten, no spills for sm_80 or sm_90, measured 1–3.5% faster on
-/// MiniLM bf16. The measured path's at 88 (eleven blocks): at 80 they spill
-/// for sm_80 (4 and 20 bytes), at 84 `_c1` still does. A warp's registers
-/// come from one of an SM's four 16384-register partitions: 80 registers
-/// hold six warps a partition, 88 and 92 five. The 4- and 8-byte slots
-/// kernels (a step's words joined, `encode_rows`) want 92; at 80 they do not
-/// spill and measured 2–6% faster. The compaction (packed through slots): 40
-/// registers (from 48, no spills) hold 50 warps an SM; it waits on memory.
-const MAX_REGISTERS: &[(&str, u32)] = &[
-    ("ibp_encode_c1", 88),
-    ("ibp_encode_c2", 88),
-    ("ibp_encode_slots_c1", 80),
-    ("ibp_encode_slots_c2", 80),
-    ("ibp_encode_slots_c4", 80),
-    ("ibp_encode_slots_c8", 80),
-    ("ibp_encode_c", 96),
-    ("ibp_size", 64),
-    ("ibp_fit_eval", 88),
-    ("ibp_compact", 40),
-];
-
 const INSTALL_HINT: &str = "run `rustup toolchain install` in the ibp repository root \
      (it reads rust-toolchain.toml: nightly-2026-10-01 with rust-src and llvm-bitcode-linker), \
      or run scripts/setup.sh, which does that and everything else the build needs; \
@@ -159,8 +125,15 @@ fn main() {
             .profile(&profile)
             .target_dir(target_root.join(format!("ibp-kernels-{arch}")))
             .copy_to(out_dir.join(&name));
-        for (prefix, n) in MAX_REGISTERS {
-            builder = builder.max_registers(prefix, *n);
+        // The register caps, declared with each kernel (the kernel crate's
+        // `params::kernels`, the list the host launches from too). Q: why
+        // `name(`? A: the builder caps every entry whose line starts with
+        // the prefix; an entry's line reads `.visible .entry NAME(`, so
+        // `NAME(` caps that one entry and no other whose name it begins.
+        for k in ibp_kernels::params::kernels::ALL {
+            if let Some(n) = k.max_registers {
+                builder = builder.max_registers(&format!("{}(", k.name), n);
+            }
         }
         let ptx = builder
             .build()

@@ -146,6 +146,8 @@ def resolve(here, segs, modules):
     else:
         return None  # another crate, or an item of this module
     best = base
+    while best and best not in modules:
+        best = best[:-1]  # from inside an inline module
     for s in rest:
         if best + (s,) in modules:
             best = best + (s,)
@@ -154,20 +156,44 @@ def resolve(here, segs, modules):
     return best
 
 
+def inline_modules(code, here):
+    """`(here, code)` pieces of a file: its own code, and each inline `mod x
+    { ... }` block's body with `here + (x,)`, where `super::` starts from."""
+    pieces, rest, pos = [], [], 0
+    for m in re.finditer(r"\bmod\s+([a-z_][a-z0-9_]*)\s*\{", code):
+        if m.start() < pos:
+            continue  # inside a block already taken
+        depth, i = 1, m.end()
+        while i < len(code) and depth:
+            depth += {"{": 1, "}": -1}.get(code[i], 0)
+            i += 1
+        rest.append(code[pos:m.start()])
+        pieces += inline_modules(code[m.end():i - 1], here + (m.group(1),))
+        pos = i
+    rest.append(code[pos:])
+    return [(here, "".join(rest))] + pieces
+
+
 def edges_of(modules):
     edges = {}
-    for path, (_, code) in modules.items():
+    for path, (_, file_code) in modules.items():
         found = set()
-        for m in re.finditer(r"\buse\s+([^;]+);", code):
-            for segs in use_paths(m.group(1)):
-                t = resolve(path, segs, modules)
+        for here, code in inline_modules(file_code, path):
+            for m in re.finditer(r"\buse\s+([^;]+);", code):
+                for segs in use_paths(m.group(1)):
+                    t = resolve(here, segs, modules)
+                    if t is not None:
+                        found.add(t)
+            # A child module named bare in code (`batch::run(..)`).
+            children = [k[-1] for k in modules if len(k) == len(here) + 1 and k[:-1] == here]
+            for c in children:
+                if re.search(r"(?<![:\w])" + c + r"\s*::", code):
+                    found.add(here + (c,))
+            for m in re.finditer(r"\b(crate|super|self)((?:\s*::\s*[A-Za-z_][A-Za-z0-9_]*)+)", code):
+                segs = (m.group(1),) + tuple(s.strip() for s in m.group(2).split("::") if s.strip())
+                t = resolve(here, segs, modules)
                 if t is not None:
                     found.add(t)
-        for m in re.finditer(r"\b(crate|super|self)((?:\s*::\s*[A-Za-z_][A-Za-z0-9_]*)+)", code):
-            segs = (m.group(1),) + tuple(s.strip() for s in m.group(2).split("::") if s.strip())
-            t = resolve(path, segs, modules)
-            if t is not None:
-                found.add(t)
         found.discard(path)
         edges[path] = found
     return edges

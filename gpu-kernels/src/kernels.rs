@@ -13,6 +13,30 @@ use crate::params::{
 use crate::prelude::kernel;
 use crate::simt;
 
+/// One `#[kernel]` entry point per chunk size, each calling the body
+/// given with its chunk size (`name => body::<C, ..>`): a kernel per chunk
+/// size, so that each gets only the registers its own path needs. The doc
+/// line given is completed with the chunk size.
+macro_rules! per_chunk {
+    (
+        #[doc = $what:literal]
+        $p:ty, $safety:literal;
+        $($name:ident => $body:ident::<$c:literal $(, $arg:literal)*>),+ $(,)?
+    ) => {
+        $(
+            #[doc = concat!($what, ", ", stringify!($c), "-byte chunks.")]
+            ///
+            /// # Safety
+            #[doc = $safety]
+            #[kernel]
+            pub unsafe fn $name(p: $p) {
+                // SAFETY: forwarded contract.
+                unsafe { $body::<$c $(, $arg)*>(p) }
+            }
+        )+
+    };
+}
+
 /// Bit counting (paper §4.1): `counts[8 * row_bytes] += per-bit-position
 /// popcount over all rows`.
 ///
@@ -393,44 +417,13 @@ unsafe fn kv_append_entry<const C: u32>(p: KvAppendParams) {
     }
 }
 
-/// The KV store's append, 1-byte chunks.
-///
-/// # Safety
-/// As [`KvAppendParams`] states.
-#[kernel]
-pub unsafe fn ibp_kv_append_c1(p: KvAppendParams) {
-    // SAFETY: forwarded contract.
-    unsafe { kv_append_entry::<1>(p) }
-}
-
-/// The KV store's append, 2-byte chunks.
-///
-/// # Safety
-/// As [`KvAppendParams`] states.
-#[kernel]
-pub unsafe fn ibp_kv_append_c2(p: KvAppendParams) {
-    // SAFETY: forwarded contract.
-    unsafe { kv_append_entry::<2>(p) }
-}
-
-/// The KV store's append, 4-byte chunks.
-///
-/// # Safety
-/// As [`KvAppendParams`] states.
-#[kernel]
-pub unsafe fn ibp_kv_append_c4(p: KvAppendParams) {
-    // SAFETY: forwarded contract.
-    unsafe { kv_append_entry::<4>(p) }
-}
-
-/// The KV store's append, 8-byte chunks.
-///
-/// # Safety
-/// As [`KvAppendParams`] states.
-#[kernel]
-pub unsafe fn ibp_kv_append_c8(p: KvAppendParams) {
-    // SAFETY: forwarded contract.
-    unsafe { kv_append_entry::<8>(p) }
+per_chunk! {
+    /// The KV store's append
+    KvAppendParams, "As [`KvAppendParams`] states.";
+    ibp_kv_append_c1 => kv_append_entry::<1>,
+    ibp_kv_append_c2 => kv_append_entry::<2>,
+    ibp_kv_append_c4 => kv_append_entry::<4>,
+    ibp_kv_append_c8 => kv_append_entry::<8>,
 }
 
 /// Copy sampled tensors (`crate::detail::encode::gather`).
@@ -477,84 +470,22 @@ unsafe fn encode_entry<const C: u32, const SLOTS: bool>(p: EncodeParams) {
     }
 }
 
-/// Compression, 1-byte chunks.
-///
-/// # Safety
-/// As [`EncodeParams`] states.
-#[kernel]
-pub unsafe fn ibp_encode_c1(p: EncodeParams) {
-    // SAFETY: forwarded contract.
-    unsafe { encode_entry::<1, false>(p) }
+per_chunk! {
+    /// Compression
+    EncodeParams, "As [`EncodeParams`] states.";
+    ibp_encode_c1 => encode_entry::<1, false>,
+    ibp_encode_c2 => encode_entry::<2, false>,
+    ibp_encode_c4 => encode_entry::<4, false>,
+    ibp_encode_c8 => encode_entry::<8, false>,
 }
 
-/// Compression, 2-byte chunks.
-///
-/// # Safety
-/// As [`EncodeParams`] states.
-#[kernel]
-pub unsafe fn ibp_encode_c2(p: EncodeParams) {
-    // SAFETY: forwarded contract.
-    unsafe { encode_entry::<2, false>(p) }
-}
-
-/// Compression, 4-byte chunks.
-///
-/// # Safety
-/// As [`EncodeParams`] states.
-#[kernel]
-pub unsafe fn ibp_encode_c4(p: EncodeParams) {
-    // SAFETY: forwarded contract.
-    unsafe { encode_entry::<4, false>(p) }
-}
-
-/// Compression, 8-byte chunks.
-///
-/// # Safety
-/// As [`EncodeParams`] states.
-#[kernel]
-pub unsafe fn ibp_encode_c8(p: EncodeParams) {
-    // SAFETY: forwarded contract.
-    unsafe { encode_entry::<8, false>(p) }
-}
-
-/// Compression into unmeasured fixed-stride slots, 1-byte chunks.
-///
-/// # Safety
-/// As [`EncodeParams`] states for `ibp_encode_slots_c*`.
-#[kernel]
-pub unsafe fn ibp_encode_slots_c1(p: EncodeParams) {
-    // SAFETY: forwarded contract.
-    unsafe { encode_entry::<1, true>(p) }
-}
-
-/// Compression into unmeasured fixed-stride slots, 2-byte chunks.
-///
-/// # Safety
-/// As [`EncodeParams`] states for `ibp_encode_slots_c*`.
-#[kernel]
-pub unsafe fn ibp_encode_slots_c2(p: EncodeParams) {
-    // SAFETY: forwarded contract.
-    unsafe { encode_entry::<2, true>(p) }
-}
-
-/// Compression into unmeasured fixed-stride slots, 4-byte chunks.
-///
-/// # Safety
-/// As [`EncodeParams`] states for `ibp_encode_slots_c*`.
-#[kernel]
-pub unsafe fn ibp_encode_slots_c4(p: EncodeParams) {
-    // SAFETY: forwarded contract.
-    unsafe { encode_entry::<4, true>(p) }
-}
-
-/// Compression into unmeasured fixed-stride slots, 8-byte chunks.
-///
-/// # Safety
-/// As [`EncodeParams`] states for `ibp_encode_slots_c*`.
-#[kernel]
-pub unsafe fn ibp_encode_slots_c8(p: EncodeParams) {
-    // SAFETY: forwarded contract.
-    unsafe { encode_entry::<8, true>(p) }
+per_chunk! {
+    /// Compression into unmeasured fixed-stride slots
+    EncodeParams, "As [`EncodeParams`] states for `ibp_encode_slots_c*`.";
+    ibp_encode_slots_c1 => encode_entry::<1, true>,
+    ibp_encode_slots_c2 => encode_entry::<2, true>,
+    ibp_encode_slots_c4 => encode_entry::<4, true>,
+    ibp_encode_slots_c8 => encode_entry::<8, true>,
 }
 
 /// Before a packed encode: zero the output's groups two writes share.

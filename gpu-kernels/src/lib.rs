@@ -19,8 +19,10 @@
 //!
 //! # ibp's own, with no semver promise
 //!
-//! - [`params`]: the `#[repr(C)]` parameter blocks of ibp's kernels,
-//!   shared with ibp's host crate of the same release.
+//! - [`params`]: the `#[repr(C)]` parameter blocks of ibp's kernels and
+//!   [`params::kernels`], the one list of those kernels (name, parameter
+//!   block, register cap) that ibp's build script and its host launch code
+//!   both read. Shared with ibp's host crate of the same release.
 //! - [`detail`]: the internals ibp's kernels and its host share (chunk
 //!   geometry, the decode book and step, the encoder, the feature cache's
 //!   and the KV store's bodies), public only so that the host runs the very

@@ -3,6 +3,10 @@
 //! order or width of a field. Pointers travel as `u64` device addresses (a
 //! mapped pinned host buffer's device address works wherever device memory
 //! does).
+//!
+//! [`kernels`] lists the kernels themselves, each with its block.
+
+pub mod kernels;
 
 /// `ibp_count_bits`: add, for every bit position of a row of `row_bytes`
 /// bytes, the number of the `rows` rows that have it set, into
@@ -245,7 +249,7 @@ pub struct MeasureParams {
 /// every chunk's free bits form at most two runs (the two-run fields are
 /// then used in place of the move masks by the kernels for 4- and 8-byte
 /// chunks; those for 1 and 2 bytes always use the move masks, on a whole
-/// lane word's chunks at once: `crate::detail::encode::pack_chunks`).
+/// lane word's chunks at once: `crate::detail::encode::lane::pack_chunks`).
 ///
 /// `ibp_encode_slots_c{1,2,4,8}`: the fixed-stride layout with nothing
 /// measured first (`offsets` 0, `row_bytes` a multiple of 4, `out`

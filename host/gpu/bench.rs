@@ -18,7 +18,7 @@ use super::decode::{DecodeOptions, DecodeStatus, Decoder, Mode, Request};
 use super::driver::copy_to_host_blocking;
 use super::driver::{copy, copy_elements, device_buffer, new_stream, sync, zero_async};
 use super::fit::{FitPhases, Fitter};
-use super::launch::kernels;
+use super::kernels;
 use super::memory::{GpuReadable, PinnedBuffer};
 use super::{Gpu, cuda_err};
 use crate::codebook::{ChunkSize, Codebook};

@@ -36,7 +36,8 @@ use super::driver::{
     copy_elements, copy_prefix, device_buffer, ensure, new_stream, out_of_memory, sync, zero_async,
     zero_from_async,
 };
-use super::launch::{Kernel, kernels};
+use super::kernels::{self, Kernel};
+use super::launch::resident_blocks;
 use super::memory::{GpuReadable, PinnedBuffer};
 use super::{Gpu, cuda_err};
 use crate::codebook::Codebook;
@@ -315,7 +316,7 @@ impl Work {
 pub(crate) fn warp_grid<P>(gpu: &Gpu, kernel: Kernel<P>, tensors: u64) -> Result<u32> {
     let per_block = (WARP_BLOCK / 32) as u64;
     let want = tensors.div_ceil(per_block).max(1);
-    let full = kernel.resident_blocks(gpu, WARP_BLOCK, 0)? as u64;
+    let full = resident_blocks(gpu, kernel, WARP_BLOCK, 0)? as u64;
     Ok(want.min(full) as u32)
 }
 

@@ -84,6 +84,7 @@ pub(crate) mod driver;
 mod fit;
 mod groups;
 mod host_batches;
+mod kernels;
 mod kv_store;
 mod launch;
 mod memory;

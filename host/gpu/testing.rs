@@ -10,7 +10,7 @@ use cust::stream::Stream;
 use ibp_kernels::params::{CpAsyncTestParams, WarpTestParams};
 
 use super::Gpu;
-use super::launch::kernels;
+use super::kernels;
 use super::memory::GpuReadable;
 use crate::error::{Error, Result};
 

@@ -7,7 +7,7 @@ use ibp_kernels::params::CacheParams;
 
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
-use crate::gpu::launch::kernels;
+use crate::gpu::kernels;
 
 /// The feature cache's gather geometry for rows of `view`: threads per
 /// block, the grid that fills the device, dynamic shared memory per

@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::gpu::book::DeviceBook;
 use crate::gpu::dataset::GpuDataset;
-use crate::gpu::launch::kernels;
+use crate::gpu::kernels;
 use crate::gpu::rows_view::Fetch;
 use crate::gpu::rows_view::RowsView;
 

@@ -21,7 +21,7 @@ use super::driver::{
     self, Event, copy_to_host_blocking, device_buffer, new_stream, sync, wait, zero_async,
 };
 use super::fit::Fitter;
-use super::launch::kernels;
+use super::kernels;
 use super::memory::{GpuReadable, PinnedBuffer};
 use super::rows_view::RowsView;
 use super::{Gpu, cuda_err};

@@ -1,10 +1,10 @@
 //! Streaming mode's ring of lines: one tensor's bytes fetched in aligned
 //! 128-byte lines, ahead of the step that reads them.
 
-use super::LINE;
 use crate::detail::bits::WARP;
 use crate::detail::step::{Source, shared_raw32};
 use crate::detail::table::{window32, window64};
+use crate::params::LINE;
 use crate::simt::Machine;
 
 /// A warp's view of one tensor's bytes `[src, src + len)` in the source, and
