@@ -1,5 +1,5 @@
 //! nvCOMP, the peer of `ibp bench --peers nvcomp`, through ibp's own loader
-//! (`host/cli/peers/nvcomp.rs`, compiled in here):
+//! (`host/cli/bench/peers/nvcomp.rs`, compiled in here):
 //!
 //! - a missing or wrong library is a typed error saying "nvCOMP not found"
 //!   or what is wrong with the file (no nvCOMP or GPU needed);
@@ -17,7 +17,7 @@
 mod common;
 
 #[allow(dead_code)]
-#[path = "../host/cli/peers/nvcomp.rs"]
+#[path = "../host/cli/bench/peers/nvcomp.rs"]
 mod nvcomp;
 
 use std::path::Path;

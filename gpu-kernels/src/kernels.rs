@@ -62,7 +62,9 @@ pub unsafe fn ibp_count_bits(p: CountParams) {
         ..p
     };
     // SAFETY: forwarded contract; `global_thread() < grid_threads()`.
-    unsafe { crate::detail::count::count_rows(&Hw, &p, arch::global_thread(), arch::grid_threads()) }
+    unsafe {
+        crate::detail::count::count_rows(&Hw, &p, arch::global_thread(), arch::grid_threads())
+    }
 }
 
 /// Division that is 0 for a zero divisor, so no panic path reaches the PTX.

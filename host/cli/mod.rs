@@ -4,18 +4,6 @@
 
 mod analyze;
 mod bench;
-#[cfg(feature = "cuda")]
-mod bench_cache;
-mod bench_compress;
-mod bench_cpu;
-#[cfg(feature = "cuda")]
-mod bench_decode;
-mod bench_file;
-#[cfg(feature = "cuda")]
-mod bench_graph;
-#[cfg(feature = "cuda")]
-mod bench_kv;
-mod bench_plot;
 mod clusters;
 mod compress;
 mod decompress;
@@ -26,7 +14,6 @@ mod inspect;
 mod interrupt;
 mod kv_data;
 mod output;
-mod peers;
 mod plot;
 mod progress_bar;
 mod table;
@@ -64,7 +51,7 @@ enum Command {
     /// Draw a results file of `ibp bench` as SVG: decoded GB/s against
     /// savings per tensor size, the ideal, the link ceilings and the real
     /// tables (what `ibp bench` writes beside its results itself).
-    Plot(bench_plot::Args),
+    Plot(bench::plot::Args),
     /// Make real KV-cache tables to compress: all-MiniLM-L6-v2 run over a
     /// text (default: its model card) by ibp's own forward pass, each
     /// layer's keys and values one row per token, as .safetensors.
@@ -99,7 +86,7 @@ pub fn run() -> i32 {
         Command::Decompress(a) => decompress::run(a),
         Command::Inspect(a) => inspect::run(a),
         Command::Bench(a) => bench::run(a),
-        Command::Plot(a) => bench_plot::run(a),
+        Command::Plot(a) => bench::plot::run(a),
         Command::KvData(a) => kv_data::run(a),
         Command::Ptx { out } => write_ptx(&out),
     };

@@ -8,11 +8,11 @@ use cust::stream::Stream;
 use ibp_kernels::params::{CandidatesParams, CountParams, MAX_THRESHOLDS, MeasureParams};
 
 use super::compress::{WARP_BLOCK, row_count, warp_grid};
-use super::launch::resident_blocks;
 use super::driver::{
     Event, copy_to_host_blocking, device_buffer, ensure, new_stream, sync, zero_async,
 };
 use super::kernels;
+use super::launch::resident_blocks;
 use super::memory::{GpuReadable, PinnedBuffer, Span};
 use super::{Gpu, cuda_err};
 use crate::codebook::threshold_bounds;
@@ -143,7 +143,8 @@ impl<'g> Fitter<'g> {
         }
         let cols = row_bytes.div_ceil(4) as u64;
         let wanted = (cols * rows).div_ceil(COUNT_BLOCK as u64);
-        let grid = wanted.min(resident_blocks(self.gpu, kernels::COUNT_BITS, COUNT_BLOCK, 0)? as u64)
+        let grid = wanted
+            .min(resident_blocks(self.gpu, kernels::COUNT_BITS, COUNT_BLOCK, 0)? as u64)
             as u32;
         let p = CountParams {
             data: src.device_addr(),

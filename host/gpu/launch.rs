@@ -31,8 +31,6 @@ pub(crate) fn resident_blocks<P>(
     Ok(per_sm.max(1) * gpu.info().sm_count)
 }
 
-
-
 impl Gpu {
     /// Enqueue kernel `k` with its parameter block.
     ///

@@ -13,8 +13,8 @@ use ibp::gpu::bench::{
 };
 use ibp::gpu::{DecodeOptions, Decoder, Gpu, GpuDataset, Residency};
 
-use super::bench::{Args, real_tables};
-use super::bench_plot::{BenchPlot, GridPoint, RealPoint};
+use super::plot::{BenchPlot, GridPoint, RealPoint};
+use super::{Args, real_tables};
 
 /// What every measurement of one run shares: the GPU, its stream and the
 /// decoder options of the hidden experiment flags.

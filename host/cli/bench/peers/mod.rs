@@ -271,7 +271,7 @@ pub fn section(
     eprintln!("peers on the real tables...");
     let label = peers.label();
     let mut results = Vec::new();
-    for (name, data, row) in super::bench::real_tables()? {
+    for (name, data, row) in super::real_tables()? {
         let fit = ibp::fit::fit(ibp::Rows::new(&data, row)?, &Default::default())?;
         let reps = real_bytes.div_ceil(data.len()).max(1);
         let big = data.repeat(reps);

@@ -14,9 +14,9 @@ use ibp::io::Document;
 use ibp::{Error, Result};
 use serde::Serialize;
 
-use super::bench::Args;
-use super::input::Source;
-use super::table::human;
+use super::super::input::Source;
+use super::super::table::human;
+use super::Args;
 
 /// The `schema` value of `--json`.
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
@@ -233,7 +233,7 @@ pub fn run(args: &Args) -> Result<()> {
         // Q: why not an error, as before? A: the user asked how ibp does on
         // their file; the CPU's numbers answer most of that, and the report
         // says plainly that the GPU part was skipped and why.
-        return super::bench_cpu::run(args, &source.display(), &doc, &why);
+        return super::cpu::run(args, &source.display(), &doc, &why);
     }
     let sel = select(&doc, !args.input.tensors.is_empty(), args.real_bytes)?;
     measure(args, &source.display(), doc.format.name(), sel)
@@ -276,8 +276,8 @@ fn measure(_: &Args, _: &str, _: &'static str, _: Selection) -> Result<()> {
 fn measure(args: &Args, file: &str, format: &'static str, sel: Selection) -> Result<()> {
     let (gpu, stream) = open_gpu()?;
     let peers = load_peers(args)?;
-    let opts = super::bench::decode_options(args)?;
-    let b = super::bench_decode::Bench {
+    let opts = super::decode_options(args)?;
+    let b = super::decode::Bench {
         gpu: &gpu,
         stream: &stream,
         opts: &opts,
@@ -387,7 +387,7 @@ fn sample(data: Vec<u8>, selected: u64, row_bytes: usize, real_bytes: usize) -> 
 /// This machine's ceilings: a pinned host-to-device copy, a zero-copy
 /// read and a device-to-device copy, of 1 GiB each.
 #[cfg(feature = "cuda")]
-fn measure_ceilings(b: &super::bench_decode::Bench) -> Result<Ceilings> {
+fn measure_ceilings(b: &super::decode::Bench) -> Result<Ceilings> {
     use ibp::gpu::bench::{measure_device_copy, measure_h2d_copy, measure_zero_copy_read};
     let link = 1usize << 30;
     let h2d = link as f64 / measure_h2d_copy(b.stream, link)?;
@@ -404,7 +404,7 @@ fn measure_ceilings(b: &super::bench_decode::Bench) -> Result<Ceilings> {
 /// `Decoder::range_auto` takes for it, pinned: `dma` or `zero_copy`.
 #[cfg(feature = "cuda")]
 fn ratio_and_range_auto(
-    b: &super::bench_decode::Bench,
+    b: &super::decode::Bench,
     data: &[u8],
     l: usize,
     cb: &ibp::codebook::Codebook,
@@ -474,7 +474,7 @@ impl Measurements {
 /// gathers of 4096 and 65536 random rows (pinned and device-resident).
 #[cfg(feature = "cuda")]
 fn decode_rows(
-    b: &super::bench_decode::Bench,
+    b: &super::decode::Bench,
     data: &[u8],
     l: usize,
     cb: &ibp::codebook::Codebook,
@@ -545,7 +545,7 @@ fn compress_rows(
 ) -> Result<()> {
     let n = data.len() as f64;
     let c = out.ceilings;
-    match super::bench_compress::measure(gpu, data, l) {
+    match super::compress::measure(gpu, data, l) {
         Ok(t) => {
             let host = n / t.h_total_all / 1e9;
             let dev = n / t.d_total_all / 1e9;
@@ -604,11 +604,11 @@ impl GpuReport {
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 fn emit(args: &Args, report: &Report) -> Result<()> {
     let text = if args.json {
-        super::table::json(report)?
+        super::super::table::json(report)?
     } else {
         text(report)
     };
-    super::table::emit(&text)?;
+    super::super::table::emit(&text)?;
     let bad = report.measurements.iter().filter(|m| !m.bit_exact).count();
     if bad > 0 {
         return Err(Error::corrupt(format!(
@@ -693,7 +693,7 @@ fn text(r: &Report) -> String {
         "ceilings: pinned DMA copy {:.1} GB/s, zero-copy read {:.1} GB/s, device copy {:.0} GB/s (read + written); range_auto takes {}\n",
         c.h2d_dma_copy_gb_per_s, c.zero_copy_read_gb_per_s, c.device_copy_gb_per_s, r.range_auto
     );
-    let mut t = super::table::Table::new([
+    let mut t = super::super::table::Table::new([
         "measurement",
         "GB/s",
         "through GB/s",

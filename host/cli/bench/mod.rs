@@ -1,6 +1,20 @@
 //! `ibp bench`: GPU decompression benchmarks. Prints a table and writes a
 //! results file naming the GPU, driver, commit and date. With a FILE, the
-//! same measurements on the user's tensors instead ([`super::bench_file`]).
+//! same measurements on the user's tensors instead ([`file`]).
+
+#[cfg(feature = "cuda")]
+mod cache;
+mod compress;
+mod cpu;
+#[cfg(feature = "cuda")]
+mod decode;
+mod file;
+#[cfg(feature = "cuda")]
+mod graph;
+#[cfg(feature = "cuda")]
+mod kv;
+mod peers;
+pub(super) mod plot;
 
 use std::path::PathBuf;
 
@@ -74,7 +88,7 @@ pub struct Args {
     #[arg(long, default_value = "all")]
     pub(super) section: String,
     #[command(flatten)]
-    pub(super) peers: super::peers::PeerArgs,
+    pub(super) peers: peers::PeerArgs,
     /// `--section cache`: vertices of the R-MAT graph (ogbn-products'
     /// scale by default).
     #[arg(long, default_value_t = 2_400_000)]
@@ -93,7 +107,7 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<()> {
     if args.input.file.is_some() {
-        return super::bench_file::run(&args);
+        return file::run(&args);
     }
     for (given, flag) in [
         (args.json, "--json"),
@@ -150,12 +164,12 @@ fn suite(args: Args) -> Result<()> {
 
     check_peer_flags(&args)?;
     // Before the GPU: a missing library is the first thing to report.
-    let peers = super::peers::Peers::load(&args.peers)?;
+    let peers = peers::Peers::load(&args.peers)?;
     let gpu = Gpu::first()?;
     let stream = Stream::new(StreamFlags::NON_BLOCKING, None)
         .map_err(|e| ibp::Error::cuda(e.to_string()))?;
     let opts = decode_options(&args)?;
-    let b = super::bench_decode::Bench {
+    let b = decode::Bench {
         gpu: &gpu,
         stream: &stream,
         opts: &opts,
@@ -176,14 +190,14 @@ fn suite(args: Args) -> Result<()> {
     };
     let info = gpu.info().clone();
     let mut md = header(&args, &info, peers.is_some(), decode, h2d, zc);
-    let mut picture = super::bench_plot::BenchPlot {
+    let mut picture = plot::BenchPlot {
         gpu: info.name.clone(),
         dma_copy: Some(h2d / 1e9),
         zero_copy: Some(zc / 1e9),
         ..Default::default()
     };
     if compress {
-        super::bench_compress::section(
+        compress::section(
             &gpu,
             args.real_bytes,
             h2d,
@@ -196,14 +210,14 @@ fn suite(args: Args) -> Result<()> {
     if args.section == "cache" {
         cache_section(&gpu, &args, &mut md)?;
     } else if args.section == "kv" {
-        super::bench_kv::section(&gpu, &stream, zc, &mut md)?;
+        kv::section(&gpu, &stream, zc, &mut md)?;
     } else if args.section == "device" {
-        super::bench_decode::device_section(&b, &args, &mut md)?;
+        decode::device_section(&b, &args, &mut md)?;
     } else if decode {
-        super::bench_decode::decode_sections(&b, &args, zc, &mut md, &mut picture)?;
+        decode::decode_sections(&b, &args, zc, &mut md, &mut picture)?;
     }
     if let Some(p) = &peers {
-        super::peers::section(&gpu, &stream, p, args.real_bytes, &opts, &mut md)?;
+        peers::section(&gpu, &stream, p, args.real_bytes, &opts, &mut md)?;
     }
     println!("{md}");
     write_results(&args, &info.name, &md, &picture)
@@ -243,7 +257,7 @@ fn measure_link(gpu: &ibp::gpu::Gpu, stream: &cust::stream::Stream) -> Result<(f
 
 /// `--point SIZE,SAVINGS,pinned|device`: one decode, its rate printed.
 #[cfg(feature = "cuda")]
-fn measure_point(b: &super::bench_decode::Bench, rows: usize, pt: &str) -> Result<()> {
+fn measure_point(b: &decode::Bench, rows: usize, pt: &str) -> Result<()> {
     use ibp::gpu::Residency;
     let parts: Vec<&str> = pt.split(',').collect();
     let bad = || ibp::Error::invalid("--point wants SIZE,SAVINGS,pinned|device");
@@ -334,14 +348,14 @@ fn cache_section(gpu: &ibp::gpu::Gpu, args: &Args, md: &mut String) -> Result<()
     }
     gpu.make_current()?;
     let all: Vec<&ibp::gpu::Gpu> = std::iter::once(gpu).chain(&more).collect();
-    let a = super::bench_cache::CacheArgs {
+    let a = cache::CacheArgs {
         vertices: args.vertices,
         edges: args.edges,
         batches: args.batches,
         max_gpus: args.gpus,
         only: args.only.clone(),
     };
-    super::bench_cache::section(&all, &a, md)?;
+    cache::section(&all, &a, md)?;
     if let Some(g) = more.first() {
         let _ = writeln!(
             md,
@@ -356,12 +370,7 @@ fn cache_section(gpu: &ibp::gpu::Gpu, args: &Args, md: &mut String) -> Result<()
 /// Writes the results file (`--out`, or docs/results/<gpu>[-cache|-kv].md)
 /// and, when the run decoded, its plot beside it.
 #[cfg(feature = "cuda")]
-fn write_results(
-    args: &Args,
-    gpu_name: &str,
-    md: &str,
-    picture: &super::bench_plot::BenchPlot,
-) -> Result<()> {
+fn write_results(args: &Args, gpu_name: &str, md: &str, picture: &plot::BenchPlot) -> Result<()> {
     let path = args.out.clone().unwrap_or_else(|| {
         let suffix = match args.section.as_str() {
             "cache" => "-cache",
@@ -378,7 +387,7 @@ fn write_results(
         .map_err(|e| ibp::Error::io(format!("writing {}", path.display()), e))?;
     eprintln!("results written to {}", path.display());
     if !picture.grid.is_empty() || !picture.real.is_empty() {
-        let svg = super::bench_plot::svg_path(&path);
+        let svg = plot::svg_path(&path);
         super::plot::write(&svg, &[picture.chart()])?;
         eprintln!("plot written to {}", svg.display());
     }

@@ -37,7 +37,7 @@ use ibp::gpu::{
 use ibp::layout::{FixedStride, LayoutOptions, Packed, compress_packed};
 use ibp::{Error, Result, Rows};
 
-use super::bench_graph::{SplitMix, Zipf, rmat, sage_batch};
+use super::graph::{SplitMix, Zipf, rmat, sage_batch};
 
 mod verdict;
 
@@ -291,7 +291,7 @@ pub(super) fn section(gpus: &[&Gpu], a: &CacheArgs, md: &mut String) -> Result<(
         "| table | workload | budget | variant | GPUs | GB/s | × base | ideal × | hit rate | PCIe GB |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
     );
     let mut groups = Vec::new();
-    for (name, data, l) in super::bench::real_tables()? {
+    for (name, data, l) in super::real_tables()? {
         if a.only.as_deref().is_some_and(|o| !name.contains(o)) {
             continue;
         }

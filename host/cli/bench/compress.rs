@@ -65,7 +65,7 @@ pub fn section(
         md,
         "| data | bytes | chunk | savings | device: fit all | device: fit 1/16 | device: compress packed | device: compress fixed | **device: fit 1/16 + compress** | device: fit 1/16 + compress fixed | device: fit all + compress | host: fit 1/16 | host: compress (DMA) | host: compress (zero-copy) | host: compress (one-shot) | **host: fit 1/16 + compress** | host: fit all + compress | registered: compress | CPU: fit + compress |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
     );
-    let mut tables = super::bench::real_tables()?;
+    let mut tables = super::real_tables()?;
     for (size, s) in [(4096usize, 0.5), (4096, 0.9)] {
         let rows = (real_bytes / size).max(1);
         let (data, _) = ibp::gpu::bench::figure7_dataset(rows, size, s, 3)?;

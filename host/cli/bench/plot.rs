@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use ibp::{Error, Result};
 
-use super::plot::{self, Chart, HLine, Labelled, Series};
+use super::super::plot::{self, Chart, HLine, Labelled, Series};
 
 /// Arguments of `ibp plot`.
 #[derive(clap::Args, Debug)]
@@ -26,7 +26,7 @@ pub struct Args {
 
 /// `ibp plot`: draw a results file's decode tables.
 pub fn run(args: Args) -> Result<()> {
-    let md = super::input::read_text(&args.results, MAX_RESULTS_BYTES, "a results file")?;
+    let md = super::super::input::read_text(&args.results, MAX_RESULTS_BYTES, "a results file")?;
     let p = BenchPlot::parse(&md).map_err(|e| {
         Error::new(
             e.kind(),
@@ -346,10 +346,10 @@ mod tests {
 
     /// A frozen copy of the H200 results at e732fa5: the figures below are
     /// that run's, so a new run of `ibp bench` does not move them.
-    const H200: &str = include_str!("../../tests/data/nvidia-h200-e732fa5.md");
+    const H200: &str = include_str!("../../../tests/data/nvidia-h200-e732fa5.md");
 
     /// The results file the README cites, whatever run wrote it last.
-    const CURRENT: &str = include_str!("../../docs/results/nvidia-h200.md");
+    const CURRENT: &str = include_str!("../../../docs/results/nvidia-h200.md");
 
     #[test]
     fn reads_the_current_results_file() {

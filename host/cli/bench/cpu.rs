@@ -14,8 +14,8 @@ use ibp::layout::{LayoutOptions, compress_packed, decompress_packed};
 use ibp::{Error, Result, Rows};
 use serde::Serialize;
 
-use super::bench::Args;
-use super::table::{Table, human};
+use super::super::table::{Table, human};
+use super::Args;
 
 /// The `schema` value of `--json`.
 const SCHEMA: &str = "ibp-bench-file-cpu/1";
@@ -178,11 +178,11 @@ pub fn run(args: &Args, file: &str, doc: &Document<'_>, why: &str) -> Result<()>
         skipped,
     };
     let out = if args.json {
-        super::table::json(&report)?
+        super::super::table::json(&report)?
     } else {
         text(&report)
     };
-    super::table::emit(&out)?;
+    super::super::table::emit(&out)?;
     let bad = report.tensors.iter().filter(|t| !t.bit_exact).count();
     if bad > 0 {
         return Err(Error::corrupt(format!(
