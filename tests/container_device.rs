@@ -10,14 +10,13 @@ mod common;
 
 use ibp::Rows;
 use ibp::codebook::Codebook;
-use ibp::container::{
-    self, CompressOptions, GroupDevice, GroupLayout, IbpFile, SectionKind, compress_document_on,
-};
+use ibp::container::{GroupLayout, IbpFile, SectionKind};
 use ibp::fit::{Fit, FitOptions, fit};
 use ibp::io::{self, ParseOptions, SourceFormat};
 use ibp::layout::{
     Layout, LayoutOptions, compress_fixed, compress_packed, decompress_fixed, decompress_packed,
 };
+use ibp::pipeline::{self, CompressOptions, GroupDevice, compress_document_on};
 use ibp::{Error, Progress, Result};
 
 use common::container::*;
@@ -335,7 +334,7 @@ fn a_failed_check_fails_the_compression() {
     assert!(e.message().contains("stand-in"), "{}", e.message());
     // Without the check, the same device's file is written.
     let no_check = opts(Layout::Packed).with_verify(false);
-    let (want, _) = container::compress_document(&doc, &no_check, Vec::new()).unwrap();
+    let (want, _) = pipeline::compress_document(&doc, &no_check, Vec::new()).unwrap();
     let (got, _) =
         compress_document_on(&doc, &no_check, Vec::new(), &mut Failing(CpuDevice::new())).unwrap();
     assert!(got == want);

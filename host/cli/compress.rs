@@ -5,12 +5,13 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-use ibp::container::{
-    Clustering, CompressOptions, CompressReport, DEFAULT_BATCH_BYTES, DeviceSeconds, IbpFile,
-    RestoreOptions, compress_document,
-};
+use ibp::container::{IbpFile, RestoreOptions};
 use ibp::io::{Fingerprint, SourceFormat};
 use ibp::layout::Layout;
+use ibp::pipeline::{
+    Clustering, CompressOptions, CompressReport, DEFAULT_BATCH_BYTES, DeviceSeconds,
+    compress_document,
+};
 use ibp::{Error, ErrorKind, Result};
 use serde::Serialize;
 
@@ -199,7 +200,7 @@ pub fn run(args: Args) -> Result<()> {
         #[cfg(feature = "cuda")]
         Device::Gpu(gpu) => {
             let mut groups = ibp::gpu::GpuGroups::new(gpu)?;
-            ibp::container::compress_document_on(&doc, &opts, out.writer(), &mut groups)
+            ibp::pipeline::compress_document_on(&doc, &opts, out.writer(), &mut groups)
         }
     }
     .map_err(changed)?;
@@ -282,7 +283,7 @@ pub fn run(args: Args) -> Result<()> {
                 notes.push(format!(
                     "{} tensors under {} bytes ({} bytes in all) kept verbatim, not compressed: too small to pay for a codebook",
                     report.verbatim_tensors,
-                    ibp::container::TINY_TENSOR_BYTES,
+                    ibp::pipeline::TINY_TENSOR_BYTES,
                     report.verbatim_bytes
                 ));
             }

@@ -1,6 +1,6 @@
 //! The GPU as a [`GroupDevice`]: whole tensor groups fitted and compressed
 //! in device memory for `ibp compress --device gpu`
-//! ([`crate::container::compress_document_on`]), with the container's bytes
+//! ([`crate::pipeline::compress_document_on`]), with the container's bytes
 //! the CPU's.
 //!
 //! Per group: the rows are copied into device memory a piece at a time
@@ -24,11 +24,12 @@ use super::staging::{Staging, equal};
 use super::{Gpu, cuda_err};
 use crate::Progress;
 use crate::codebook::Codebook;
-use crate::container::{GroupDevice, GroupLayout, SectionKind};
+use crate::container::{GroupLayout, SectionKind};
 use crate::dataset::Rows;
 use crate::error::{Error, Result};
 use crate::fit::{Fit, FitOptions};
 use crate::layout::{Layout, flag_bytes};
+use crate::pipeline::GroupDevice;
 
 /// Rows decoded per launch of the check, in bytes (at most).
 const PIECE: usize = 64 << 20;

@@ -336,7 +336,7 @@ impl<'a> IbpFile<'a> {
     }
 
     /// Decompress every group into a [`Document`] (pieces borrowed from
-    /// the container): the inverse of [`super::compress_document`].
+    /// the container): the inverse of [`crate::pipeline::compress_document`].
     pub fn to_document(&self) -> Result<Document<'_>> {
         let groups = self
             .groups()
@@ -742,8 +742,8 @@ mod tests {
     use std::borrow::Cow;
 
     use super::*;
-    use crate::container::{CompressOptions, compress_document};
     use crate::io::{Fingerprint, SourceFormat};
+    use crate::pipeline::{CompressOptions, compress_document};
 
     /// Restoring a group in blocks of rows gives the same bytes as in one
     /// piece, raw and inside deflate segments of every level used.

@@ -19,12 +19,11 @@
 use std::io::Write;
 use std::time::Instant;
 
-use super::writer::GroupSections;
-use super::{
-    CompressOptions, CompressReport, GroupData, GroupLayout, GroupMeta, GroupReport, SectionKind,
-    packed_floor, popcount,
-};
+use super::{CompressOptions, CompressReport, GroupReport, packed_floor, popcount};
 use crate::codebook::Codebook;
+use crate::container::{
+    ContainerWriter, GroupData, GroupLayout, GroupMeta, GroupSections, SectionKind,
+};
 use crate::dataset::Rows;
 use crate::error::{Error, Result};
 use crate::fit::{Fit, FitOptions};
@@ -164,7 +163,7 @@ pub(super) fn applies(opts: &CompressOptions) -> bool {
 /// it; `report` arrives as the CPU path fills it before fitting. `None`
 /// when the device does not take the group.
 pub(super) fn group<W: Write>(
-    w: &mut super::ContainerWriter<W>,
+    w: &mut ContainerWriter<W>,
     dev: &mut dyn GroupDevice,
     meta: GroupMeta,
     rows: Rows<'_>,
@@ -183,7 +182,7 @@ pub(super) fn group<W: Write>(
 }
 
 fn stored<W: Write>(
-    w: &mut super::ContainerWriter<W>,
+    w: &mut ContainerWriter<W>,
     dev: &mut dyn GroupDevice,
     meta: GroupMeta,
     rows: Rows<'_>,
