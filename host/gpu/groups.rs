@@ -24,7 +24,7 @@ use super::staging::{Staging, equal};
 use super::{Gpu, cuda_err};
 use crate::Progress;
 use crate::codebook::Codebook;
-use crate::container::{GroupLayout, SectionKind};
+use crate::container::SectionKind;
 use crate::dataset::Rows;
 use crate::error::{Error, Result};
 use crate::fit::{Fit, FitOptions};
@@ -113,12 +113,12 @@ fn staging(s: &mut Option<Staging>) -> Result<&mut Staging> {
     Ok(s.as_mut().expect("allocated above"))
 }
 
-impl GroupDevice for GpuGroups<'_> {
+impl<'r> GroupDevice<'r> for GpuGroups<'_> {
     fn name(&self) -> String {
         self.gpu.info().name.clone()
     }
 
-    fn load(&mut self, rows: Rows<'_>, progress: Progress<'_>) -> Result<bool> {
+    fn load(&mut self, rows: Rows<'r>, progress: Progress<'r>) -> Result<bool> {
         self.unload();
         let (n, l) = (rows.rows(), rows.row_bytes());
         let bytes = rows.bytes().len();
@@ -161,16 +161,7 @@ impl GroupDevice for GpuGroups<'_> {
         self.gpu.fit_blocking(&rows, l, opts)
     }
 
-    fn compress(&mut self, cb: &Codebook, layout: GroupLayout) -> Result<u64> {
-        let layout = match layout {
-            GroupLayout::Coded(l) => l,
-            other => {
-                return Err(Error::invalid(format!(
-                    "the GPU compresses packed and fixed groups, not {}",
-                    other.name()
-                )));
-            }
-        };
+    fn compress(&mut self, cb: &Codebook, layout: Layout) -> Result<u64> {
         let mut out = match self.out.take() {
             Some((o, _)) => o,
             None => DeviceCompressed::empty()?,
@@ -228,7 +219,7 @@ impl GroupDevice for GpuGroups<'_> {
         unsafe { stage.download(addr, len, &self.stream, sink) }
     }
 
-    fn verify(&mut self, rows: Rows<'_>, piece_bytes: usize) -> Result<()> {
+    fn verify(&mut self, rows: Rows<'r>, piece_bytes: usize) -> Result<()> {
         let (out, cb) = self
             .out
             .take()

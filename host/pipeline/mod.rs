@@ -31,31 +31,26 @@
 #![forbid(unsafe_code)]
 
 mod clustered;
+mod cpu;
 mod device;
+mod group;
+mod plan;
 
 use std::collections::BTreeMap;
 use std::io::Write;
 
-use rayon::prelude::*;
-
 pub use clustered::{Clustering, MAX_CLUSTERED_GROUP_BYTES, MAX_CLUSTERS};
 pub use device::{DeviceSeconds, GroupDevice, compress_document_on};
 
-use crate::codebook::Codebook;
 use crate::codebook::{ChunkSize, Threshold};
-use crate::container::{
-    ContainerWriter, GroupData, GroupLayout, GroupMeta, GroupSections, GroupStats, SectionKind,
-    SourceInfo,
-};
-use crate::dataset::Rows;
+use crate::container::{ContainerWriter, GroupLayout, GroupMeta, GroupStats, SourceInfo};
 use crate::error::{Error, Result};
-use crate::fit::{ClusterOptions, FitOptions, fit};
+use crate::fit::{ClusterOptions, FitOptions};
 use crate::io::{Document, Segment, TensorGroup};
-use crate::layout::{
-    Layout, LayoutOptions, compress_fixed, compress_packed, decompress_fixed_row,
-    decompress_packed_row, size_query,
-};
+use crate::layout::Layout;
 use crate::progress::{Progress, notify};
+use group::Group;
+use plan::{Facts, device_applies};
 
 /// Options of [`compress_document`] and [`compress_document_on`].
 #[derive(Clone, Debug)]
@@ -244,7 +239,7 @@ fn compress_document_inner<W: Write>(
     doc: &Document<'_>,
     opts: &CompressOptions<'_>,
     out: W,
-    device: Option<&mut dyn GroupDevice>,
+    device: Option<&mut dyn for<'r> GroupDevice<'r>>,
 ) -> Result<(W, CompressReport)> {
     let total = doc.group_bytes() + doc.raw_bytes();
     let mut w = ContainerWriter::new(out)?;
@@ -290,7 +285,7 @@ struct State<'p, 'd, W: Write> {
     /// a tensor that has none.
     reports: std::collections::BTreeMap<usize, GroupReport>,
     ids: Vec<Option<u32>>,
-    device: Option<&'d mut dyn GroupDevice>,
+    device: Option<&'d mut dyn for<'r> GroupDevice<'r>>,
     /// Tensors kept verbatim in the envelope for their size, and their
     /// bytes.
     verbatim: (u64, u64),
@@ -418,22 +413,18 @@ impl<W: Write> State<'_, '_, W> {
             shape.row_bytes,
             &g.data,
         );
-        let raw_reason = if opts.layout == GroupLayout::Raw {
-            Some("raw storage requested".to_string())
-        } else if shape.rows == 0 {
-            Some("empty".to_string())
-        } else if g.shape.len() < 2 && !opts.row_len.contains_key(&g.name) {
-            Some(format!("{}-D tensor (one row)", g.shape.len()))
-        } else if shape.rows < opts.min_rows {
-            Some(format!("{} rows, fewer than {}", shape.rows, opts.min_rows))
-        } else {
-            None
-        };
-        let row_progress = |r: u64| notify(progress, base + r * shape.row_bytes, total);
-        // The progress of a batch of rows from row `first` on, in the
-        // layout's bytes of that batch.
-        let batch_progress = |first: usize, b: u64| {
-            notify(progress, base + first as u64 * shape.row_bytes + b, total)
+        let facts = Facts {
+            layout: opts.layout,
+            clustering: opts.clusters,
+            fit_chunk: opts.fit.chunk,
+            min_rows: opts.min_rows,
+            rows: shape.rows,
+            row_bytes: shape.row_bytes,
+            dims: g.shape.len(),
+            row_len_given: opts.row_len.contains_key(&g.name),
+            chunk: None,
+            data: None,
+            clustered: None,
         };
         let mut report = GroupReport {
             name: g.name.clone(),
@@ -447,218 +438,30 @@ impl<W: Write> State<'_, '_, W> {
             threshold: None,
             chunk: None,
             clusters: None,
-            raw_reason,
+            raw_reason: None,
             note: None,
             on_device: false,
             device_seconds: None,
         };
-        let on_device = match self.device.as_deref_mut() {
-            Some(dev) if report.raw_reason.is_none() && device::applies(opts) => {
-                let rows = Rows::new(&g.data, shape.row_bytes as usize)?;
-                device::group(
-                    &mut self.w,
-                    dev,
-                    meta.clone(),
-                    rows,
-                    opts,
-                    &mut report,
-                    &|b, _| notify(progress, base + b, total),
-                )
-                .map_err(|e| in_group(e, &g.name))?
-            }
+        let device = match self.device.as_deref_mut() {
+            Some(d) if device_applies(opts.layout, opts.clusters) => Some(d),
             _ => None,
         };
-        let id = if let Some(id) = on_device {
-            id
-        } else if report.raw_reason.is_some() {
-            self.w.add_group(meta, GroupData::Raw(&g.data))?
-        } else {
-            let rows = Rows::new(&g.data, shape.row_bytes as usize)?;
-            let fitted = fit(rows, &opts.fit).map_err(|e| in_group(e, &g.name))?;
-            let cb = &fitted.codebook;
-            report.threshold = Some(fitted.threshold);
-            report.chunk = Some(cb.chunk());
-            let cb_bytes = 2 * shape.row_bytes;
-            let batches = Batches::new(rows, opts.batch_bytes);
-            let flag_len = rows.rows().div_ceil(8) as u64;
-            if opts.layout == GroupLayout::Coded(Layout::FixedStride) {
-                let mut encoded = 0;
-                let id = self.w.add_group_in_pieces(
-                    meta,
-                    cb,
-                    Some(fitted.threshold),
-                    GroupLayout::Coded(Layout::FixedStride),
-                    |s| {
-                        s.start(SectionKind::Flags)?;
-                        let flags = write_flags(s, cb, &batches)?;
-                        let mut check = FlagCheck::default();
-                        s.start(SectionKind::Slots)?;
-                        for (first, part) in batches.iter() {
-                            let hook = |b, _| batch_progress(first, b);
-                            let lo = LayoutOptions::default().with_progress(&hook);
-                            let fixed = compress_fixed(cb, part, &lo)?;
-                            if opts.verify {
-                                let view = fixed.view();
-                                verify_rows(part, first, |i, buf| {
-                                    decompress_fixed_row(cb, &view, i, buf)
-                                })?;
-                            }
-                            encoded += popcount(&fixed.flags);
-                            check.add(&fixed.flags);
-                            s.write(&fixed.slots)?;
-                        }
-                        if check.0.digest() != flags {
-                            return Err(changed_under_us(None));
-                        }
-                        Ok(())
-                    },
-                );
-                let id = id.map_err(|e| in_group(e, &g.name))?;
-                report.layout = GroupLayout::Coded(Layout::FixedStride);
-                report.stats.encoded_rows = encoded;
-                report.stats.stored_bytes = cb_bytes + flag_len + shape.total_bytes();
-                id
-            } else if let Some(floor) = packed_floor(shape.rows, shape.row_bytes, cb.chunk())
-                .filter(|&f| f >= shape.total_bytes())
-            {
-                // Q: why decide before compressing? A: with short rows the
-                // offsets table alone (8 bytes a row) outweighs the data;
-                // building the packed form only to throw it away cost 8×
-                // the input in memory for rows of 2 bytes.
-                report.raw_reason = Some(format!(
-                    "compressed form (at least {floor} bytes) is not smaller"
-                ));
-                self.w.add_group(meta, GroupData::Raw(&g.data))?
-            } else {
-                // Q: why size every row before writing anything? A: the
-                // group is stored raw when its packed form is not smaller,
-                // and that must be known before its first section is
-                // written. The per-batch totals also let the later passes
-                // check that the input did not change under them.
-                let mut totals = Vec::with_capacity(batches.count());
-                for (_, part) in batches.iter() {
-                    totals.push(size_query(cb, part)?.total_stored);
-                }
-                let payload: u64 = totals.iter().sum();
-                let stored = cb_bytes + flag_len + 8 * (shape.rows + 1) + payload;
-                let group_bytes = shape.total_bytes();
-                let clustered = if opts.clusters == Clustering::Off {
-                    None
-                } else if group_bytes > MAX_CLUSTERED_GROUP_BYTES {
-                    report.note = Some(format!(
-                        "not clustered: its {} MiB are over the {} MiB a clustered tensor may have (one codebook used)",
-                        group_bytes >> 20,
-                        MAX_CLUSTERED_GROUP_BYTES >> 20
-                    ));
-                    None
-                } else {
-                    if let Clustering::Fixed(k) = opts.clusters {
-                        let cap =
-                            crate::fit::max_clusters_for(shape.row_bytes as usize, opts.fit.chunk);
-                        if k > cap {
-                            report.note = Some(format!(
-                                "at most {cap} clusters for {}-byte rows (their codebook tables' memory), not {k}",
-                                shape.row_bytes
-                            ));
-                        }
-                    }
-                    let copts = opts.cluster_options.clone().with_fit(opts.fit.clone());
-                    clustered::choose(rows, opts.clusters, &copts)
-                        .map_err(|e| in_group(e, &g.name))?
-                };
-                // Q: why compare padded section sizes plus an overhead?
-                // A: `auto` promises a file no larger than `off`; the
-                // sections' padding, the ids' directory entry and the
-                // manifest's extra keys are all part of the file.
-                let packed_file =
-                    clustered::packed_file_bytes(shape.rows, shape.row_bytes, payload);
-                let clustered = clustered.filter(|c| match opts.clusters {
-                    Clustering::Auto => c.file_bytes() < packed_file,
-                    _ => c.packed.total_bytes(c.clusters.k()) < shape.total_bytes(),
-                });
-                if let Some(c) = clustered {
-                    let p = &c.packed.packed;
-                    if opts.verify {
-                        let view = p.view();
-                        verify_rows(rows, 0, |i, buf| {
-                            decompress_packed_row(
-                                &c.clusters.codebooks()[c.packed.ids.get(i).unwrap_or(0) as usize],
-                                &view,
-                                i,
-                                buf,
-                            )
-                        })?;
-                    }
-                    let k = c.clusters.k();
-                    let id = self
-                        .w
-                        .add_group(
-                            meta,
-                            GroupData::Clustered {
-                                codebooks: c.clusters.codebooks(),
-                                ids: &c.packed.ids,
-                                threshold: None,
-                                packed: p.view(),
-                            },
-                        )
-                        .map_err(|e| in_group(e, &g.name))?;
-                    row_progress(shape.rows);
-                    report.layout = GroupLayout::Clustered;
-                    report.chunk = Some(c.clusters.codebooks()[0].chunk());
-                    report.threshold = None;
-                    report.clusters = Some(k);
-                    report.stats.encoded_rows = popcount(&p.flags);
-                    report.stats.stored_bytes = c.packed.total_bytes(k);
-                    id
-                } else if stored >= shape.total_bytes() {
-                    report.raw_reason =
-                        Some(format!("compressed form ({stored} bytes) is not smaller"));
-                    self.w.add_group(meta, GroupData::Raw(&g.data))?
-                } else {
-                    let mut encoded = 0;
-                    let id = self.w.add_group_in_pieces(
-                        meta,
-                        cb,
-                        Some(fitted.threshold),
-                        GroupLayout::Coded(Layout::Packed),
-                        |s| {
-                            s.start(SectionKind::Flags)?;
-                            let flags = write_flags(s, cb, &batches)?;
-                            let mut check = FlagCheck::default();
-                            s.start(SectionKind::Offsets)?;
-                            write_offsets(s, cb, &batches, &totals)?;
-                            s.start(SectionKind::Payload)?;
-                            for ((first, part), &total) in batches.iter().zip(&totals) {
-                                let hook = |b, _| batch_progress(first, b);
-                                let lo = LayoutOptions::default().with_progress(&hook);
-                                let packed = compress_packed(cb, part, &lo)?;
-                                if packed.payload.len() as u64 != total {
-                                    return Err(changed_under_us(Some(first)));
-                                }
-                                if opts.verify {
-                                    let view = packed.view();
-                                    verify_rows(part, first, |i, buf| {
-                                        decompress_packed_row(cb, &view, i, buf)
-                                    })?;
-                                }
-                                encoded += popcount(&packed.flags);
-                                check.add(&packed.flags);
-                                s.write(&packed.payload)?;
-                            }
-                            if check.0.digest() != flags {
-                                return Err(changed_under_us(None));
-                            }
-                            Ok(())
-                        },
-                    );
-                    let id = id.map_err(|e| in_group(e, &g.name))?;
-                    report.layout = GroupLayout::Coded(Layout::Packed);
-                    report.stats.encoded_rows = encoded;
-                    report.stats.stored_bytes = stored;
-                    id
-                }
-            }
+        let hook = |b, _| notify(progress, base + b, total);
+        let group = Group {
+            meta,
+            data: &g.data,
+            facts,
         };
+        let id = group::store(
+            &mut self.w,
+            device.map(|d| d as &mut dyn GroupDevice<'_>),
+            group,
+            opts,
+            &mut report,
+            Progress::new(&hook),
+        )
+        .map_err(|e| in_group(e, &g.name))?;
         if report.raw_reason.is_some() {
             report.threshold = None;
             report.chunk = None;
@@ -668,19 +471,6 @@ impl<W: Write> State<'_, '_, W> {
         notify(self.progress, self.done, self.total);
         Ok((id, report))
     }
-}
-
-/// The smallest possible size of a packed group of `rows` rows of
-/// `row_bytes` with chunk size `chunk`: codebook, flags, offsets, and at
-/// least the participation bits, `⌈⌈L/C⌉/8⌉` bytes, of every row. `None`
-/// when it overflows (then it is certainly not smaller).
-fn packed_floor(rows: u64, row_bytes: u64, chunk: ChunkSize) -> Option<u64> {
-    let min_row = row_bytes.div_ceil(u64::from(chunk.bytes())).div_ceil(8);
-    let per_row = min_row.checked_add(8)?;
-    (2 * row_bytes)
-        .checked_add(rows.div_ceil(8))?
-        .checked_add(8)?
-        .checked_add(rows.checked_mul(per_row)?)
 }
 
 fn popcount(flags: &[u8]) -> u64 {
@@ -697,154 +487,4 @@ fn popcount(flags: &[u8]) -> u64 {
 
 fn in_group(e: Error, name: &str) -> Error {
     Error::new(e.kind(), format!("group {name:?}: {}", e.message()))
-}
-
-/// Decode every row of a batch (the group's rows from `first` on) with
-/// `decode` and compare it with the input.
-fn verify_rows(
-    rows: Rows<'_>,
-    first: usize,
-    decode: impl Fn(usize, &mut [u8]) -> Result<()> + Sync,
-) -> Result<()> {
-    (0..rows.rows()).into_par_iter().try_for_each_init(
-        || vec![0u8; rows.row_bytes()],
-        |buf, i| {
-            decode(i, buf)?;
-            if buf[..] != *rows.row(i) {
-                return Err(Error::corrupt(format!(
-                    "verification failed: row {} does not decompress to its input; this is an ibp bug, please report it",
-                    first + i
-                )));
-            }
-            Ok(())
-        },
-    )
-}
-
-/// A group's rows cut into batches of about `batch_bytes` of compression
-/// memory each (at least one row).
-struct Batches<'a> {
-    rows: Rows<'a>,
-    per_batch: usize,
-}
-
-impl<'a> Batches<'a> {
-    fn new(rows: Rows<'a>, batch_bytes: usize) -> Self {
-        // Q: why `L + 24` bytes a row? A: compressing a batch holds, per
-        // row, at most `L` bytes of stored form plus its stored size and
-        // offset (8 bytes each), and a bit of flags; 24 rounds that up.
-        let per_row = rows.row_bytes().saturating_add(24);
-        Batches {
-            rows,
-            per_batch: (batch_bytes / per_row).max(1),
-        }
-    }
-
-    fn count(&self) -> usize {
-        self.rows.rows().div_ceil(self.per_batch)
-    }
-
-    /// `(first row, rows)` of each batch, in order.
-    fn iter(&self) -> impl Iterator<Item = (usize, Rows<'a>)> + '_ {
-        (0..self.count()).map(|b| {
-            let first = b * self.per_batch;
-            let last = (first + self.per_batch).min(self.rows.rows());
-            (first, self.rows.slice(first, last))
-        })
-    }
-}
-
-/// The flag bitmap of a group (a tensor is flagged when its encoding is
-/// shorter than it), written batch by batch from the match test alone.
-/// Returns a [`FlagCheck`] of what it wrote.
-fn write_flags<W: Write>(
-    s: &mut GroupSections<'_, W>,
-    cb: &Codebook,
-    batches: &Batches<'_>,
-) -> Result<u64> {
-    let l = batches.rows.row_bytes() as u64;
-    // Q: why carry bits between batches? A: a batch need not be a multiple
-    // of 8 rows (one batch may be a single row of a gigabyte), so the
-    // bitmap's bytes are assembled across batch boundaries.
-    let (mut byte, mut bits) = (0u8, 0u32);
-    let mut out = Vec::new();
-    let mut check = FlagCheck::default();
-    for (_, part) in batches.iter() {
-        out.clear();
-        let stored = size_query(cb, part)?.stored;
-        let mut local = vec![0u8; stored.len().div_ceil(8)];
-        for (k, &stored) in stored.iter().enumerate() {
-            let flag = u8::from(stored < l);
-            local[k / 8] |= flag << (k % 8);
-            byte |= flag << bits;
-            bits += 1;
-            if bits == 8 {
-                out.push(byte);
-                (byte, bits) = (0, 0);
-            }
-        }
-        check.add(&local);
-        s.write(&out)?;
-    }
-    if bits > 0 {
-        s.write(&[byte])?;
-    }
-    Ok(check.0.digest())
-}
-
-/// A hash of a group's flags, batch by batch, each batch's bitmap on its
-/// own (as the codec returns it for the batch).
-///
-/// Q: why? A: the flags are written in a pass before the one that encodes;
-/// comparing the two passes' hashes shows that the flags written are those
-/// of the payload or slots written, even if the input changed in between.
-#[derive(Default)]
-struct FlagCheck(xxhash_rust::xxh3::Xxh3);
-
-impl FlagCheck {
-    fn add(&mut self, batch_flags: &[u8]) {
-        self.0.update(&(batch_flags.len() as u64).to_le_bytes());
-        self.0.update(batch_flags);
-    }
-}
-
-/// The offsets table of a packed group, batch by batch: stored sizes
-/// summed from 0. `totals` holds each batch's payload bytes from the first
-/// pass.
-fn write_offsets<W: Write>(
-    s: &mut GroupSections<'_, W>,
-    cb: &Codebook,
-    batches: &Batches<'_>,
-    totals: &[u64],
-) -> Result<()> {
-    let mut end = 0u64;
-    s.write(&end.to_le_bytes())?;
-    let mut out = Vec::new();
-    for ((first, part), &total) in batches.iter().zip(totals) {
-        let start = end;
-        out.clear();
-        for &stored in &size_query(cb, part)?.stored {
-            end += stored;
-            out.extend_from_slice(&end.to_le_bytes());
-        }
-        if end - start != total {
-            return Err(changed_under_us(Some(first)));
-        }
-        s.write(&out)?;
-    }
-    Ok(())
-}
-
-/// The error when a batch sizes differently from one pass to the next:
-/// only a change of the input between the passes does that.
-/// `first` is the first row of the batch that showed it, when known.
-fn changed_under_us(first: Option<usize>) -> Error {
-    let rows = match first {
-        Some(first) => format!("the rows from {first} on"),
-        None => "some rows".to_string(),
-    };
-    Error::new(
-        crate::ErrorKind::Io,
-        format!("{rows} changed while they were compressed; is the input still being written?"),
-    )
 }
