@@ -108,7 +108,6 @@ impl<'r> GroupDevice<'r> for CpuDevice {
                 let n = f.slots.len() as u64;
                 (Held::Fixed(f, cb.clone()), n)
             }
-            other => return Err(Error::invalid(other.name().to_string())),
         };
         self.held = Some(held);
         Ok(len)
