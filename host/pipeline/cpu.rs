@@ -36,7 +36,7 @@ pub(super) struct CpuGroups<'r> {
     verify: bool,
     rows: Option<(Batches<'r>, Progress<'r>)>,
     /// The codebook and layout of [`GroupDevice::compress`], and the
-    /// payload bytes of each batch (packed).
+    /// bytes of each batch's payload or slots.
     coded: Option<(Codebook, Layout, Vec<u64>)>,
     /// The hash of the flags as written ([`FlagCheck`]).
     flags: Option<u64>,
@@ -137,39 +137,64 @@ impl<'r> CpuGroups<'r> {
         let l = batches.rows.row_bytes() as u64;
         let total_bytes = batches.rows.bytes().len() as u64;
         let mut check = FlagCheck::default();
-        for (b, (first, part)) in batches.iter().enumerate() {
+        for ((first, part), &total) in batches.iter().zip(totals) {
             let hook = |done, _| progress.report(first as u64 * l + done, total_bytes);
             let lo = LayoutOptions::default().with_progress(&hook);
-            if *layout == Layout::Packed {
-                let packed = compress_packed(cb, part, &lo)?;
-                if Some(&(packed.payload.len() as u64)) != totals.get(b) {
-                    return Err(changed_under_us(Some(first)));
-                }
-                if self.verify {
-                    let view = packed.view();
-                    verify_rows(part, first, |i, buf| {
-                        decompress_packed_row(cb, &view, i, buf)
-                    })?;
-                }
-                check.add(&packed.flags);
-                sink(&packed.payload)?;
-            } else {
-                let fixed = compress_fixed(cb, part, &lo)?;
-                if self.verify {
-                    let view = fixed.view();
-                    verify_rows(part, first, |i, buf| {
-                        decompress_fixed_row(cb, &view, i, buf)
-                    })?;
-                }
-                check.add(&fixed.flags);
-                sink(&fixed.slots)?;
+            let (flags, data) = encode_batch(cb, *layout, part, first, self.verify, &lo)?;
+            if data.len() as u64 != total {
+                return Err(changed_under_us(Some(first)));
             }
+            check.add(&flags);
+            sink(&data)?;
         }
         if self.flags != Some(check.0.digest()) {
             return Err(changed_under_us(None));
         }
         self.checked = self.verify;
         Ok(())
+    }
+}
+
+/// Bytes of one batch's payload (packed: its size pass) or slots (fixed).
+fn batch_data_bytes(cb: &Codebook, layout: Layout, part: Rows<'_>) -> Result<u64> {
+    match layout {
+        Layout::Packed => Ok(size_query(cb, part)?.total_stored),
+        Layout::FixedStride => Ok(part.bytes().len() as u64),
+    }
+}
+
+/// One batch (the group's rows from `first` on) encoded in `layout`: its
+/// flags, and its payload or slots; every row decoded again and compared
+/// with its input when `verify`.
+fn encode_batch(
+    cb: &Codebook,
+    layout: Layout,
+    part: Rows<'_>,
+    first: usize,
+    verify: bool,
+    lo: &LayoutOptions<'_>,
+) -> Result<(Vec<u8>, Vec<u8>)> {
+    match layout {
+        Layout::Packed => {
+            let packed = compress_packed(cb, part, lo)?;
+            if verify {
+                let view = packed.view();
+                verify_rows(part, first, |i, buf| {
+                    decompress_packed_row(cb, &view, i, buf)
+                })?;
+            }
+            Ok((packed.flags, packed.payload))
+        }
+        Layout::FixedStride => {
+            let fixed = compress_fixed(cb, part, lo)?;
+            if verify {
+                let view = fixed.view();
+                verify_rows(part, first, |i, buf| {
+                    decompress_fixed_row(cb, &view, i, buf)
+                })?;
+            }
+            Ok((fixed.flags, fixed.slots))
+        }
     }
 }
 
@@ -188,23 +213,15 @@ impl<'r> GroupDevice<'r> for CpuGroups<'r> {
         fit(self.loaded()?.0.rows, opts)
     }
 
-    /// Sizes every batch (packed); the encoding waits for
+    /// Sizes every batch; the encoding waits for
     /// [`GroupDevice::read_section`], which hands it over batch by batch.
     fn compress(&mut self, cb: &Codebook, layout: Layout) -> Result<u64> {
         let (batches, _) = self.loaded()?;
-        let rows = batches.rows;
-        let totals = if layout == Layout::Packed {
-            batches
-                .iter()
-                .map(|(_, part)| Ok(size_query(cb, part)?.total_stored))
-                .collect::<Result<Vec<u64>>>()?
-        } else {
-            Vec::new()
-        };
-        let data = match layout {
-            Layout::Packed => totals.iter().sum(),
-            Layout::FixedStride => rows.bytes().len() as u64,
-        };
+        let totals = batches
+            .iter()
+            .map(|(_, part)| batch_data_bytes(cb, layout, part))
+            .collect::<Result<Vec<u64>>>()?;
+        let data = totals.iter().sum();
         self.coded = Some((cb.clone(), layout, totals));
         self.flags = None;
         self.checked = false;

@@ -64,12 +64,29 @@ pub(super) fn store<'r, W: Write>(
         }
     };
     report.on_device = on_device;
-    let r = run(w, dev, g.meta, g.facts, rows, opts, report, &mut secs);
+    let mut job = Job {
+        w,
+        rows,
+        opts,
+        report,
+        secs,
+    };
+    let r = job.run(dev, g.meta, g.facts);
     dev.unload();
     if on_device {
-        report.device_seconds = Some(secs);
+        job.report.device_seconds = Some(job.secs);
     }
     r
+}
+
+/// One group being stored on a device: where it goes, its rows, and what
+/// is reported of it.
+struct Job<'a, 'r, W: Write> {
+    w: &'a mut ContainerWriter<W>,
+    rows: Rows<'r>,
+    opts: &'a CompressOptions<'a>,
+    report: &'a mut GroupReport,
+    secs: DeviceSeconds,
 }
 
 /// What the steps of the plan produced.
@@ -79,65 +96,105 @@ struct Work {
     clustered: Option<ClusteredGroup>,
 }
 
-/// Follow the plan for the rows loaded on `dev`, then write the group.
-#[allow(clippy::too_many_arguments)]
-fn run<'r, W: Write>(
-    w: &mut ContainerWriter<W>,
-    dev: &mut dyn GroupDevice<'r>,
-    meta: GroupMeta,
-    mut facts: Facts,
-    rows: Rows<'r>,
-    opts: &CompressOptions,
-    report: &mut GroupReport,
-    secs: &mut DeviceSeconds,
-) -> Result<u32> {
-    let mut work = Work::default();
-    let decided = loop {
-        match plan(&facts) {
-            Step::Fit => {
-                let fitted = timed(&mut secs.fit, || dev.fit(&opts.fit))?;
-                facts.chunk = Some(fitted.codebook.chunk());
-                report.threshold = Some(fitted.threshold);
-                report.chunk = Some(fitted.codebook.chunk());
-                work.fit = Some(fitted);
+impl<'r, W: Write> Job<'_, 'r, W> {
+    /// Follow the plan for the rows loaded on `dev`, then write the group.
+    fn run(&mut self, dev: &mut dyn GroupDevice<'r>, meta: GroupMeta, facts: Facts) -> Result<u32> {
+        let (decided, facts, work) = self.follow(dev, facts)?;
+        self.report.note = decided.note;
+        match decided.storage {
+            Storage::Raw(why) => {
+                self.report.raw_reason = Some(why);
+                self.w.add_group(meta, GroupData::Raw(self.rows.bytes()))
             }
-            Step::Compress(layout) => {
-                let cb = &fitted(&work)?.codebook;
-                facts.data = Some(timed(&mut secs.compress, || dev.compress(cb, layout))?);
+            Storage::Coded { layout, stored } => {
+                let data = facts.data.unwrap_or(0);
+                let (id, encoded) = self.write_coded(dev, meta, fitted(&work)?, layout, data)?;
+                self.report.layout = GroupLayout::Coded(layout);
+                self.report.stats.encoded_rows = encoded;
+                self.report.stats.stored_bytes = stored;
+                Ok(id)
             }
-            Step::Cluster => {
-                let copts = opts.cluster_options.clone().with_fit(opts.fit.clone());
-                let c = clustered::choose(rows, opts.clusters, &copts)?;
-                facts.clustered = Some(c.as_ref().map(|c| ClusterSizes {
-                    file_bytes: c.file_bytes(),
-                    stored_bytes: c.packed.total_bytes(c.clusters.k()),
-                }));
-                work.clustered = c;
+            Storage::Clustered => {
+                let c = work
+                    .clustered
+                    .ok_or_else(|| Error::invalid("a group planned clustered without clusters"))?;
+                write_clustered(self.w, meta, c, self.rows, self.opts.verify, self.report)
             }
-            Step::Store(p) => break p,
         }
-    };
-    report.note = decided.note;
-    match decided.storage {
-        Storage::Raw(why) => {
-            report.raw_reason = Some(why);
-            w.add_group(meta, GroupData::Raw(rows.bytes()))
+    }
+
+    /// Do the plan's steps on `dev` until it decides; returns the decision,
+    /// the facts it was made on, and what the steps produced.
+    fn follow(
+        &mut self,
+        dev: &mut dyn GroupDevice<'r>,
+        mut facts: Facts,
+    ) -> Result<(Plan, Facts, Work)> {
+        let opts = self.opts;
+        let mut work = Work::default();
+        loop {
+            match plan(&facts) {
+                Step::Fit => {
+                    let fitted = timed(&mut self.secs.fit, || dev.fit(&opts.fit))?;
+                    facts.chunk = Some(fitted.codebook.chunk());
+                    self.report.threshold = Some(fitted.threshold);
+                    self.report.chunk = Some(fitted.codebook.chunk());
+                    work.fit = Some(fitted);
+                }
+                Step::Compress(layout) => {
+                    let cb = &fitted(&work)?.codebook;
+                    let data = timed(&mut self.secs.compress, || dev.compress(cb, layout))?;
+                    facts.data = Some(data);
+                }
+                Step::Cluster => {
+                    let copts = opts.cluster_options.clone().with_fit(opts.fit.clone());
+                    let c = clustered::choose(self.rows, opts.clusters, &copts)?;
+                    facts.clustered = Some(c.as_ref().map(|c| ClusterSizes {
+                        file_bytes: c.file_bytes(),
+                        stored_bytes: c.packed.total_bytes(c.clusters.k()),
+                    }));
+                    work.clustered = c;
+                }
+                Step::Store(decided) => return Ok((decided, facts, work)),
+            }
         }
-        Storage::Coded { layout, stored } => {
-            let data = facts.data.unwrap_or(0);
-            let fit = fitted(&work)?;
-            let (id, encoded) = write_coded(w, dev, meta, fit, layout, data, rows, opts, secs)?;
-            report.layout = GroupLayout::Coded(layout);
-            report.stats.encoded_rows = encoded;
-            report.stats.stored_bytes = stored;
-            Ok(id)
-        }
-        Storage::Clustered => {
-            let c = work
-                .clustered
-                .ok_or_else(|| Error::invalid("a group planned clustered without clusters"))?;
-            write_clustered(w, meta, c, rows, opts.verify, report)
-        }
+    }
+
+    /// Write a group stored with one codebook, its sections read from `dev`
+    /// about a batch at a time; returns its number and its encoded rows.
+    fn write_coded(
+        &mut self,
+        dev: &mut dyn GroupDevice<'r>,
+        meta: GroupMeta,
+        fit: &Fit,
+        layout: Layout,
+        data: u64,
+    ) -> Result<(u32, u64)> {
+        let (rows, opts, secs) = (self.rows, self.opts, &mut self.secs);
+        let piece = opts.batch_bytes.max(1 << 16);
+        let sections = coded_sections(layout, rows.rows() as u64, data);
+        let mut encoded = 0;
+        let cb = &fit.codebook;
+        let kind = GroupLayout::Coded(layout);
+        let id = self
+            .w
+            .add_group_in_pieces(meta, cb, Some(fit.threshold), kind, |s| {
+                timed(&mut secs.read, || -> Result<()> {
+                    for &(kind, len) in &sections {
+                        s.start(kind)?;
+                        let ones = copy(dev, s, kind, len, piece)?;
+                        if kind == SectionKind::Flags {
+                            encoded = ones;
+                        }
+                    }
+                    Ok(())
+                })?;
+                if opts.verify {
+                    timed(&mut secs.verify, || dev.verify(rows, piece))?;
+                }
+                Ok(())
+            })?;
+        Ok((id, encoded))
     }
 }
 
@@ -145,44 +202,6 @@ fn fitted(work: &Work) -> Result<&Fit> {
     work.fit
         .as_ref()
         .ok_or_else(|| Error::invalid("a group compressed before it was fitted"))
-}
-
-/// Write a group stored with one codebook, its sections read from `dev`
-/// about a batch at a time; returns its number and its encoded rows.
-#[allow(clippy::too_many_arguments)]
-fn write_coded<'r, W: Write>(
-    w: &mut ContainerWriter<W>,
-    dev: &mut dyn GroupDevice<'r>,
-    meta: GroupMeta,
-    fit: &Fit,
-    layout: Layout,
-    data: u64,
-    rows: Rows<'r>,
-    opts: &CompressOptions,
-    secs: &mut DeviceSeconds,
-) -> Result<(u32, u64)> {
-    let piece = opts.batch_bytes.max(1 << 16);
-    let sections = coded_sections(layout, rows.rows() as u64, data);
-    let mut encoded = 0;
-    let cb = &fit.codebook;
-    let kind = GroupLayout::Coded(layout);
-    let id = w.add_group_in_pieces(meta, cb, Some(fit.threshold), kind, |s| {
-        timed(&mut secs.read, || -> Result<()> {
-            for &(kind, len) in &sections {
-                s.start(kind)?;
-                let ones = copy(dev, s, kind, len, piece)?;
-                if kind == SectionKind::Flags {
-                    encoded = ones;
-                }
-            }
-            Ok(())
-        })?;
-        if opts.verify {
-            timed(&mut secs.verify, || dev.verify(rows, piece))?;
-        }
-        Ok(())
-    })?;
-    Ok((id, encoded))
 }
 
 /// Copy `len` bytes of section `kind` from the device into the open

@@ -317,7 +317,7 @@ mod tests {
         f.data = Some(64_000 - stored + 20_000);
         assert_eq!(
             storage(plan(&f)),
-            Storage::Raw(format!("compressed form (64000 bytes) is not smaller"))
+            Storage::Raw("compressed form (64000 bytes) is not smaller".into())
         );
     }
 
@@ -392,10 +392,10 @@ mod tests {
         };
         assert!(p.note.is_some_and(|n| n.starts_with("not clustered")));
         // Too many clusters for the rows: clustered, with a note.
-        let mut f = facts(PACKED, 1000, 1 << 20);
+        let mut f = facts(PACKED, 100, 1 << 16);
         f.clustering = Clustering::Fixed(4096);
         f.chunk = Some(ChunkSize::Four);
-        f.data = Some(1 << 20);
+        f.data = Some(1 << 16);
         f.clustered = Some(Some(ClusterSizes {
             file_bytes: 1,
             stored_bytes: 1,
