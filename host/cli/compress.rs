@@ -128,14 +128,7 @@ pub fn run(args: Args) -> Result<()> {
     // Everything that can be refused cheaply is refused before the input is
     // read.
     let fit = args.fit.options()?;
-    let clusters = Clustering::parse(&args.clusters)?;
-    if clusters != Clustering::Off && args.layout != Layout::Packed {
-        return Err(Error::invalid(format!(
-            "--clusters {} needs the packed layout; drop --layout {} or use --clusters off",
-            args.clusters,
-            args.layout.name()
-        )));
-    }
+    let clusters = clusters(&args)?;
     // Refused before the input is read too: `--device gpu` without a GPU.
     let device = Device::pick(args.device)?;
     let input =
@@ -154,23 +147,7 @@ pub fn run(args: Args) -> Result<()> {
 
     let source = Source::open(&args.input)?;
     let doc = source.parse(&args.input)?;
-    let mut opts = CompressOptions::default()
-        .with_fit(fit)
-        .with_layout(args.layout.into())
-        .with_clusters(clusters)
-        .with_batch_bytes(usize::try_from(args.batch_bytes).unwrap_or(usize::MAX));
-    if let Some(n) = args.fit.row_len {
-        for g in &doc.groups {
-            g.row_shape(Some(n)).map_err(|e| {
-                Error::invalid(format!(
-                    "--row-len {n} does not fit tensor {:?}: {}; pick the tensors it fits with --tensor",
-                    g.name,
-                    e.message()
-                ))
-            })?;
-            opts = opts.with_row_len(g.name.clone(), n);
-        }
-    }
+    let opts = options(&args, &doc, fit, clusters)?;
 
     let total = doc.group_bytes() + doc.raw_bytes();
     let bar = ByteProgress::new(total, "compressing");
@@ -195,34 +172,17 @@ pub fn run(args: Args) -> Result<()> {
     let started = std::time::Instant::now();
     let progress = |done, _| bar.update(done);
     let opts = opts.with_progress(&progress);
-    let (_, report) = match &device {
-        Device::Cpu { .. } => compress_document(&doc, &opts, out.writer()),
-        #[cfg(feature = "cuda")]
-        Device::Gpu(gpu) => {
-            let mut groups = ibp::gpu::GpuGroups::new(gpu)?;
-            ibp::pipeline::compress_document_on(&doc, &opts, out.writer(), &mut groups)
-        }
-    }
-    .map_err(changed)?;
+    let report = compress_on(&device, &doc, &opts, out.writer()).map_err(changed)?;
     let written = out.finish()?;
     let compress_seconds = started.elapsed().as_secs_f64();
     bar.clear();
-    let groups_on_gpu = report.groups.iter().filter(|g| g.on_device).count();
     if std::env::var_os("IBP_TIMINGS").is_some_and(|v| v == "1") {
         eprintln!("{}", timings_line(&report, compress_seconds));
     }
 
     // Read the container back before it takes OUT's name: open checks every
     // checksum and structure, and the table then shows what the file holds.
-    let bug = |e: Error| {
-        Error::new(
-            e.kind(),
-            format!(
-                "the container just written does not read back ({}); this is an ibp bug, please report it",
-                e.message()
-            ),
-        )
-    };
+    let bug = not_read_back;
     let file = match written.contents() {
         Contents::File(p) => IbpFile::open(p).map_err(bug)?,
         Contents::Gone => return Err(bug(Error::invalid("nothing to read back"))),
@@ -253,15 +213,7 @@ pub fn run(args: Args) -> Result<()> {
             )
         })?;
     check.clear();
-    let reasons: HashMap<&str, &str> = report
-        .groups
-        .iter()
-        .filter_map(|g| Some((g.name.as_str(), g.raw_reason.as_deref()?)))
-        .collect();
-    let mut groups = GroupSummary::all(&file);
-    for g in &mut groups {
-        g.raw_reason = reasons.get(g.name.as_str()).map(|r| r.to_string());
-    }
+    let groups = summaries(&file, &report);
     let output_bytes = file.bytes().len() as u64;
     drop(file);
     written.commit()?;
@@ -277,48 +229,149 @@ pub fn run(args: Args) -> Result<()> {
         clusters: args.clusters.clone(),
         totals: Totals::of(&groups),
         groups,
-        notes: {
-            let mut notes = report.notes;
-            if report.verbatim_tensors > 0 {
-                notes.push(format!(
-                    "{} tensors under {} bytes ({} bytes in all) kept verbatim, not compressed: too small to pay for a codebook",
-                    report.verbatim_tensors,
-                    ibp::pipeline::TINY_TENSOR_BYTES,
-                    report.verbatim_bytes
-                ));
-            }
-            notes.extend(
-                report
-                    .groups
-                    .iter()
-                    .filter_map(|g| Some(format!("tensor {}: {}", g.name, g.note.as_deref()?))),
-            );
-            notes
-        },
-        device: DeviceReport {
-            requested: args.device.name(),
-            used: device.kind(),
-            name: device.name(),
-            fallback_reason: device.why().map(str::to_string),
-            groups_on_gpu,
-            compress_seconds,
-            // The input file's bytes, as the end-to-end rate counts them
-            // (an npz's tensors inflate to more).
-            compress_gb_per_s: report.input_bytes as f64 / compress_seconds.max(1e-9) / 1e9,
-        },
+        notes: notes(&report),
+        device: DeviceReport::new(args.device, &device, &report, compress_seconds),
     };
     let report = if args.json {
         json(&r)?
     } else {
         text(&r, doc.format, args.verbose, started_process)
     };
-    if target.is_stdout() {
-        // The container went to stdout; the report must not mix with it.
+    print_report(&report, target.is_stdout())
+}
+
+/// Print the report, to stderr when the container went to stdout (the
+/// report must not mix with it).
+fn print_report(report: &str, container_on_stdout: bool) -> Result<()> {
+    if container_on_stdout {
         let _ = std::io::Write::write_all(&mut std::io::stderr(), report.as_bytes());
         Ok(())
     } else {
-        emit(&report)
+        emit(report)
     }
+}
+
+impl DeviceReport {
+    /// Where `report`'s groups were compressed, in `seconds`.
+    fn new(requested: DeviceArg, device: &Device, report: &CompressReport, seconds: f64) -> Self {
+        DeviceReport {
+            requested: requested.name(),
+            used: device.kind(),
+            name: device.name(),
+            fallback_reason: device.why().map(str::to_string),
+            groups_on_gpu: report.groups.iter().filter(|g| g.on_device).count(),
+            compress_seconds: seconds,
+            // The input file's bytes, as the end-to-end rate counts them
+            // (an npz's tensors inflate to more).
+            compress_gb_per_s: report.input_bytes as f64 / seconds.max(1e-9) / 1e9,
+        }
+    }
+}
+
+/// `--clusters`, checked against `--layout`.
+fn clusters(args: &Args) -> Result<Clustering> {
+    let clusters = Clustering::parse(&args.clusters)?;
+    if clusters != Clustering::Off && args.layout != Layout::Packed {
+        return Err(Error::invalid(format!(
+            "--clusters {} needs the packed layout; drop --layout {} or use --clusters off",
+            args.clusters,
+            args.layout.name()
+        )));
+    }
+    Ok(clusters)
+}
+
+/// The pipeline's options for `doc` (without progress), `--row-len`
+/// checked against every tensor it applies to.
+fn options(
+    args: &Args,
+    doc: &ibp::io::Document<'_>,
+    fit: ibp::fit::FitOptions,
+    clusters: Clustering,
+) -> Result<CompressOptions<'static>> {
+    let mut opts = CompressOptions::default()
+        .with_fit(fit)
+        .with_layout(args.layout.into())
+        .with_clusters(clusters)
+        .with_batch_bytes(usize::try_from(args.batch_bytes).unwrap_or(usize::MAX));
+    if let Some(n) = args.fit.row_len {
+        for g in &doc.groups {
+            g.row_shape(Some(n)).map_err(|e| {
+                Error::invalid(format!(
+                    "--row-len {n} does not fit tensor {:?}: {}; pick the tensors it fits with --tensor",
+                    g.name,
+                    e.message()
+                ))
+            })?;
+            opts = opts.with_row_len(g.name.clone(), n);
+        }
+    }
+    Ok(opts)
+}
+
+/// Compress `doc` into `out` on `device`.
+fn compress_on<W: std::io::Write>(
+    device: &Device,
+    doc: &ibp::io::Document<'_>,
+    opts: &CompressOptions<'_>,
+    out: W,
+) -> Result<CompressReport> {
+    let (_, report) = match device {
+        Device::Cpu { .. } => compress_document(doc, opts, out)?,
+        #[cfg(feature = "cuda")]
+        Device::Gpu(gpu) => {
+            let mut groups = ibp::gpu::GpuGroups::new(gpu)?;
+            ibp::pipeline::compress_document_on(doc, opts, out, &mut groups)?
+        }
+    };
+    Ok(report)
+}
+
+/// The error when the container just written does not open.
+fn not_read_back(e: Error) -> Error {
+    Error::new(
+        e.kind(),
+        format!(
+            "the container just written does not read back ({}); this is an ibp bug, please report it",
+            e.message()
+        ),
+    )
+}
+
+/// The table's rows: what `file` holds, with the reasons `report` gives
+/// for the groups stored raw.
+fn summaries(file: &IbpFile, report: &CompressReport) -> Vec<GroupSummary> {
+    let reasons: HashMap<&str, &str> = report
+        .groups
+        .iter()
+        .filter_map(|g| Some((g.name.as_str(), g.raw_reason.as_deref()?)))
+        .collect();
+    let mut groups = GroupSummary::all(file);
+    for g in &mut groups {
+        g.raw_reason = reasons.get(g.name.as_str()).map(|r| r.to_string());
+    }
+    groups
+}
+
+/// The report's notes: the document's, the tensors kept verbatim, and
+/// each group's.
+fn notes(report: &CompressReport) -> Vec<String> {
+    let mut notes = report.notes.clone();
+    if report.verbatim_tensors > 0 {
+        notes.push(format!(
+            "{} tensors under {} bytes ({} bytes in all) kept verbatim, not compressed: too small to pay for a codebook",
+            report.verbatim_tensors,
+            ibp::pipeline::TINY_TENSOR_BYTES,
+            report.verbatim_bytes
+        ));
+    }
+    notes.extend(
+        report
+            .groups
+            .iter()
+            .filter_map(|g| Some(format!("tensor {}: {}", g.name, g.note.as_deref()?))),
+    );
+    notes
 }
 
 /// Where `ibp compress FILE` writes without `-o`: `FILE.ibp`, beside FILE
