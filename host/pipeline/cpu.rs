@@ -216,13 +216,16 @@ impl<'r> GroupDevice<'r> for CpuGroups<'r> {
     /// Sizes every batch; the encoding waits for
     /// [`GroupDevice::read_section`], which hands it over batch by batch.
     fn compress(&mut self, cb: &Codebook, layout: Layout) -> Result<u64> {
+        // Q: why copy the codebook first? A: sizing builds its chunk
+        // tables (up to some times `L`); built in the copy, they exist once.
+        let cb = cb.clone();
         let (batches, _) = self.loaded()?;
         let totals = batches
             .iter()
-            .map(|(_, part)| batch_data_bytes(cb, layout, part))
+            .map(|(_, part)| batch_data_bytes(&cb, layout, part))
             .collect::<Result<Vec<u64>>>()?;
         let data = totals.iter().sum();
-        self.coded = Some((cb.clone(), layout, totals));
+        self.coded = Some((cb, layout, totals));
         self.flags = None;
         self.checked = false;
         Ok(data)
