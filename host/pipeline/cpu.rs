@@ -14,18 +14,14 @@
 //!
 //! [`CompressOptions::batch_bytes`]: super::CompressOptions::batch_bytes
 
-use rayon::prelude::*;
-
 use super::GroupDevice;
+use super::layouts::{batch_data_bytes, encode_batch};
 use crate::codebook::Codebook;
 use crate::container::SectionKind;
 use crate::dataset::Rows;
 use crate::error::{Error, ErrorKind, Result};
 use crate::fit::{Fit, FitOptions, fit};
-use crate::layout::{
-    Layout, LayoutOptions, compress_fixed, compress_packed, decompress_fixed_row,
-    decompress_packed_row, size_query,
-};
+use crate::layout::{Layout, LayoutOptions, size_query};
 use crate::progress::Progress;
 
 /// [`GroupDevice`] on the CPU: see the module notes. It checks each batch
@@ -155,49 +151,6 @@ impl<'r> CpuGroups<'r> {
     }
 }
 
-/// Bytes of one batch's payload (packed: its size pass) or slots (fixed).
-fn batch_data_bytes(cb: &Codebook, layout: Layout, part: Rows<'_>) -> Result<u64> {
-    match layout {
-        Layout::Packed => Ok(size_query(cb, part)?.total_stored),
-        Layout::FixedStride => Ok(part.bytes().len() as u64),
-    }
-}
-
-/// One batch (the group's rows from `first` on) encoded in `layout`: its
-/// flags, and its payload or slots; every row decoded again and compared
-/// with its input when `verify`.
-fn encode_batch(
-    cb: &Codebook,
-    layout: Layout,
-    part: Rows<'_>,
-    first: usize,
-    verify: bool,
-    lo: &LayoutOptions<'_>,
-) -> Result<(Vec<u8>, Vec<u8>)> {
-    match layout {
-        Layout::Packed => {
-            let packed = compress_packed(cb, part, lo)?;
-            if verify {
-                let view = packed.view();
-                verify_rows(part, first, |i, buf| {
-                    decompress_packed_row(cb, &view, i, buf)
-                })?;
-            }
-            Ok((packed.flags, packed.payload))
-        }
-        Layout::FixedStride => {
-            let fixed = compress_fixed(cb, part, lo)?;
-            if verify {
-                let view = fixed.view();
-                verify_rows(part, first, |i, buf| {
-                    decompress_fixed_row(cb, &view, i, buf)
-                })?;
-            }
-            Ok((fixed.flags, fixed.slots))
-        }
-    }
-}
-
 impl<'r> GroupDevice<'r> for CpuGroups<'r> {
     fn name(&self) -> String {
         "CPU".to_string()
@@ -272,28 +225,6 @@ impl<'r> GroupDevice<'r> for CpuGroups<'r> {
         self.flags = None;
         self.checked = false;
     }
-}
-
-/// Decode every row of a batch (the group's rows from `first` on) with
-/// `decode` and compare it with the input.
-pub(super) fn verify_rows(
-    rows: Rows<'_>,
-    first: usize,
-    decode: impl Fn(usize, &mut [u8]) -> Result<()> + Sync,
-) -> Result<()> {
-    (0..rows.rows()).into_par_iter().try_for_each_init(
-        || vec![0u8; rows.row_bytes()],
-        |buf, i| {
-            decode(i, buf)?;
-            if buf[..] != *rows.row(i) {
-                return Err(Error::corrupt(format!(
-                    "verification failed: row {} does not decompress to its input; this is an ibp bug, please report it",
-                    first + i
-                )));
-            }
-            Ok(())
-        },
-    )
 }
 
 /// A group's rows cut into batches of about `batch_bytes` of compression

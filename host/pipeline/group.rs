@@ -1,14 +1,16 @@
 //! The one orchestrator: a group planned ([`super::plan`]), fitted and
 //! compressed on a [`GroupDevice`] (the caller's, or the CPU when there is
-//! none or it declines the group), verified, and written. The layout is
-//! dispatched once, by the plan's [`Storage`].
+//! none or it declines the group), verified, and written. How it is stored
+//! is the plan's [`Storage`], matched once here; what differs by layout is
+//! in `super::layouts`.
 
 use std::io::Write;
 
 use super::clustered::{self, ClusteredGroup};
-use super::cpu::{CpuGroups, verify_rows};
+use super::cpu::CpuGroups;
 use super::device::{DeviceSeconds, GroupDevice, timed};
-use super::plan::{ClusterSizes, Facts, Plan, Step, Storage, coded_sections, plan};
+use super::layouts::{coded_sections, verify_rows};
+use super::plan::{ClusterSizes, Facts, Plan, Step, Storage, plan};
 use super::{CompressOptions, GroupReport, popcount};
 use crate::container::{
     ContainerWriter, GroupData, GroupLayout, GroupMeta, GroupSections, SectionKind,

@@ -34,6 +34,7 @@ mod clustered;
 mod cpu;
 mod device;
 mod group;
+mod layouts;
 mod plan;
 
 use std::collections::BTreeMap;

@@ -12,8 +12,9 @@
 //! device.
 
 use super::clustered::{Clustering, MAX_CLUSTERED_GROUP_BYTES, packed_file_bytes};
+use super::layouts::coded_sections;
 use crate::codebook::ChunkSize;
-use crate::container::{GroupLayout, SectionKind};
+use crate::container::GroupLayout;
 use crate::fit::{ChunkChoice, max_clusters_for};
 use crate::layout::Layout;
 
@@ -105,16 +106,34 @@ pub(super) fn plan(f: &Facts) -> Step {
     let Some(chunk) = f.chunk else {
         return Step::Fit;
     };
+    match f.layout {
+        GroupLayout::Coded(Layout::FixedStride) => plan_fixed(f),
+        // Raw was handled above; clustering is asked for with `clustering`.
+        _ => plan_packed(f, chunk),
+    }
+}
+
+/// A fixed-stride group, once fitted: asked for its random access, it is
+/// stored so whatever its size (it is never smaller than the input).
+fn plan_fixed(f: &Facts) -> Step {
+    let layout = Layout::FixedStride;
+    match f.data {
+        None => Step::Compress(layout),
+        Some(data) => {
+            let stored = stored_bytes(layout, f.rows, f.row_bytes, data);
+            store(Storage::Coded { layout, stored }, None)
+        }
+    }
+}
+
+/// A packed group fitted with chunks of `chunk`: raw when it cannot be
+/// smaller, else sized, then clustered when that is asked for and pays,
+/// else packed when smaller than the input.
+fn plan_packed(f: &Facts, chunk: ChunkSize) -> Step {
+    let layout = Layout::Packed;
     let (n, l) = (f.rows, f.row_bytes);
     let total = n * l;
-    let layout = match f.layout {
-        GroupLayout::Coded(Layout::FixedStride) => Layout::FixedStride,
-        // Raw was handled above; clustering is asked for with `clustering`.
-        _ => Layout::Packed,
-    };
-    if layout == Layout::Packed
-        && let Some(floor) = packed_floor(n, l, chunk).filter(|&b| b >= total)
-    {
+    if let Some(floor) = packed_floor(n, l, chunk).filter(|&b| b >= total) {
         // Q: why decide before compressing? A: with short rows the offsets
         // table alone (8 bytes a row) outweighs the data; building the
         // packed form only to throw it away cost 8× the input in memory
@@ -126,10 +145,6 @@ pub(super) fn plan(f: &Facts) -> Step {
         return Step::Compress(layout);
     };
     let stored = stored_bytes(layout, n, l, data);
-    if layout == Layout::FixedStride {
-        // Fixed-stride is asked for its random access; it is never smaller.
-        return store(Storage::Coded { layout, stored }, None);
-    }
     let note = cluster_note(f);
     let may_cluster = f.clustering != Clustering::Off && total <= MAX_CLUSTERED_GROUP_BYTES;
     match f.clustered {
@@ -205,21 +220,6 @@ fn cluster_note(f: &Facts) -> Option<String> {
 /// device.
 pub(super) fn device_applies(layout: GroupLayout, clustering: Clustering) -> bool {
     clustering == Clustering::Off && matches!(layout, GroupLayout::Coded(_))
-}
-
-/// The sections of a group stored with one codebook in `layout`, after
-/// the codebook, in file order (`docs/FORMAT.md` §6.4), with their lengths:
-/// `n` rows, `data` bytes of payload or slots.
-pub(super) fn coded_sections(layout: Layout, n: u64, data: u64) -> Vec<(SectionKind, u64)> {
-    let flags = (SectionKind::Flags, n.div_ceil(8));
-    match layout {
-        Layout::Packed => vec![
-            flags,
-            (SectionKind::Offsets, 8 * (n + 1)),
-            (SectionKind::Payload, data),
-        ],
-        Layout::FixedStride => vec![flags, (SectionKind::Slots, data)],
-    }
 }
 
 /// Bytes of a coded group's sections, its codebook's `2 L` included.
