@@ -101,15 +101,18 @@ struct Work {
 impl<'r, W: Write> Job<'_, 'r, W> {
     /// Follow the plan for the rows loaded on `dev`, then write the group.
     fn run(&mut self, dev: &mut dyn GroupDevice<'r>, meta: GroupMeta, facts: Facts) -> Result<u32> {
-        let (decided, facts, work) = self.follow(dev, facts)?;
+        let (decided, work) = self.follow(dev, facts)?;
         self.report.note = decided.note;
         match decided.storage {
             Storage::Raw(why) => {
                 self.report.raw_reason = Some(why);
                 self.w.add_group(meta, GroupData::Raw(self.rows.bytes()))
             }
-            Storage::Coded { layout, stored } => {
-                let data = facts.data.unwrap_or(0);
+            Storage::Coded {
+                layout,
+                data,
+                stored,
+            } => {
                 let (id, encoded) = self.write_coded(dev, meta, fitted(&work)?, layout, data)?;
                 self.report.layout = GroupLayout::Coded(layout);
                 self.report.stats.encoded_rows = encoded;
@@ -125,13 +128,9 @@ impl<'r, W: Write> Job<'_, 'r, W> {
         }
     }
 
-    /// Do the plan's steps on `dev` until it decides; returns the decision,
-    /// the facts it was made on, and what the steps produced.
-    fn follow(
-        &mut self,
-        dev: &mut dyn GroupDevice<'r>,
-        mut facts: Facts,
-    ) -> Result<(Plan, Facts, Work)> {
+    /// Do the plan's steps on `dev` until it decides; returns the decision
+    /// and what the steps produced.
+    fn follow(&mut self, dev: &mut dyn GroupDevice<'r>, mut facts: Facts) -> Result<(Plan, Work)> {
         let opts = self.opts;
         let mut work = Work::default();
         loop {
@@ -157,7 +156,7 @@ impl<'r, W: Write> Job<'_, 'r, W> {
                     }));
                     work.clustered = c;
                 }
-                Step::Store(decided) => return Ok((decided, facts, work)),
+                Step::Store(decided) => return Ok((decided, work)),
             }
         }
     }

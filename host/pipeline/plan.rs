@@ -91,6 +91,8 @@ pub(super) enum Storage {
     Coded {
         /// Packed or fixed-stride.
         layout: Layout,
+        /// Bytes of its payload (packed) or slots (fixed).
+        data: u64,
         /// Bytes of its sections, the codebook's included.
         stored: u64,
     },
@@ -121,7 +123,14 @@ fn plan_fixed(f: &Facts) -> Step {
         None => Step::Compress(layout),
         Some(data) => {
             let stored = stored_bytes(layout, f.rows, f.row_bytes, data);
-            store(Storage::Coded { layout, stored }, None)
+            store(
+                Storage::Coded {
+                    layout,
+                    data,
+                    stored,
+                },
+                None,
+            )
         }
     }
 }
@@ -156,7 +165,14 @@ fn plan_packed(f: &Facts, chunk: ChunkSize) -> Step {
         let why = format!("compressed form ({stored} bytes) is not smaller");
         return store(Storage::Raw(why), note);
     }
-    store(Storage::Coded { layout, stored }, note)
+    store(
+        Storage::Coded {
+            layout,
+            data,
+            stored,
+        },
+        note,
+    )
 }
 
 fn store(storage: Storage, note: Option<String>) -> Step {
@@ -311,6 +327,7 @@ mod tests {
             storage(plan(&f)),
             Storage::Coded {
                 layout: Layout::Packed,
+                data: 20_000,
                 stored
             }
         );
@@ -342,6 +359,7 @@ mod tests {
             storage(plan(&f)),
             Storage::Coded {
                 layout: Layout::FixedStride,
+                data: 8,
                 stored: 4 + 1 + 8
             }
         );
