@@ -27,7 +27,7 @@
 //! # Module map
 //!
 //! The modules follow the pipeline: fit → codebook → encode → layout →
-//! container.
+//! pipeline (how each group is stored, on the CPU or a device) → container.
 //!
 //! | module | what for |
 //! | --- | --- |
@@ -36,7 +36,8 @@
 //! | [`encode`] | one row: [`encode::encode_row`], [`encode::decode_row`], stored sizes |
 //! | [`layout`] | a dataset of rows: the packed layout (smallest) and the fixed-stride layout (a slot per row) |
 //! | [`cluster`] | one codebook per cluster of rows, in memory |
-//! | [`container`] | the `.ibp` file: [`container::compress_document`] writes it, [`container::IbpFile`] reads and restores it |
+//! | [`pipeline`] | a document into a container: the plan of how each group is stored (raw, packed, fixed, clustered), fit and compression on the CPU or a [`pipeline::GroupDevice`], verification ([`pipeline::compress_document`]) |
+//! | [`container`] | the `.ibp` file format: [`container::ContainerWriter`] writes it, [`container::IbpFile`] reads and restores it |
 //! | [`io`] | the user's formats (safetensors, npy, npz, raw) parsed into a [`io::Document`] and restored byte for byte |
 //! | `emu` (feature `emu`) | compressed rows in host memory for the device API on the emulated machine (`ibp-kernel-emu`): kernels of yours tested without a GPU |
 //! | [`kv`] | real KV-cache test data: a MiniLM forward pass (used by `ibp kv-data` and the benchmarks) |
@@ -74,12 +75,13 @@
 //!
 //! # A file, through the container
 //!
-//! [`io::parse`] reads the user's format, [`container::compress_document`]
+//! [`io::parse`] reads the user's format, [`pipeline::compress_document`]
 //! writes an `.ibp` file, and [`container::IbpFile`] restores the original
 //! bytes, checked against the hashes the file records.
 //!
 //! ```
-//! use ibp::container::{CompressOptions, IbpFile, compress_document};
+//! use ibp::container::IbpFile;
+//! use ibp::pipeline::{CompressOptions, compress_document};
 //! use ibp::io::{self, DType, ParseOptions, SourceFormat};
 //!
 //! // Raw little-endian f32, 512 rows of 128 values.
@@ -135,6 +137,7 @@ mod kernel_emu;
 pub(crate) mod kernel_tables;
 pub mod kv;
 pub mod layout;
+pub mod pipeline;
 mod progress;
 
 pub use dataset::Rows;

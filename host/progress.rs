@@ -1,6 +1,6 @@
 //! The progress hook of the long operations: compressing a dataset
 //! ([`crate::layout::LayoutOptions`]), a document
-//! ([`crate::container::CompressOptions`]) and restoring one
+//! ([`crate::pipeline::CompressOptions`]) and restoring one
 //! ([`crate::container::RestoreOptions`]).
 
 use std::fmt;

@@ -527,7 +527,7 @@ fn a_tensor_too_large_to_cluster_is_named_in_the_report() {
     // over the clustered size limit.
     let dir = Scratch::new("cluster-too-large");
     let cols = 4096usize;
-    let rows = (ibp::container::MAX_CLUSTERED_GROUP_BYTES as usize / cols) + 8;
+    let rows = (ibp::pipeline::MAX_CLUSTERED_GROUP_BYTES as usize / cols) + 8;
     let data: Vec<u8> = (0..rows * cols)
         .map(|i| (i % cols) as u8 ^ (((i / cols) % 4) as u8) << 6)
         .collect();

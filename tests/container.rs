@@ -13,12 +13,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use ibp::ErrorKind;
 use ibp::Rows;
-use ibp::container::{self, CompressOptions, GroupLayout, IbpFile, RestoreOptions, SourceInfo};
+use ibp::container::{GroupLayout, IbpFile, RestoreOptions, SourceInfo};
 use ibp::fit::{FitOptions, fit};
 use ibp::io::{
     self, DType, Document, Fingerprint, ParseOptions, Segment, SourceFormat, TensorGroup,
 };
 use ibp::layout::Layout;
+use ibp::pipeline::{self, CompressOptions};
 
 use common::container::*;
 use common::data_file;
@@ -172,7 +173,7 @@ fn row_length_override_and_verify_off() {
     check_restores(&file, &original);
     let bad = CompressOptions::default().with_row_len("array", 7);
     assert_eq!(
-        container::compress_document(&doc, &bad, Vec::new())
+        pipeline::compress_document(&doc, &bad, Vec::new())
             .unwrap_err()
             .kind(),
         ErrorKind::InvalidArgument
@@ -190,7 +191,7 @@ fn progress_reaches_the_total() {
         total.store(t, Ordering::Relaxed);
     };
     let opts = CompressOptions::default().with_progress(&hook);
-    let (bytes, _) = container::compress_document(&doc, &opts, Vec::new()).unwrap();
+    let (bytes, _) = pipeline::compress_document(&doc, &opts, Vec::new()).unwrap();
     assert_eq!(max.load(Ordering::Relaxed), total.load(Ordering::Relaxed));
     assert_eq!(total.load(Ordering::Relaxed), original.len() as u64);
 

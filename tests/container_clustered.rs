@@ -11,10 +11,10 @@ use std::borrow::Cow;
 use ibp::cluster::{ClusterIds, compress_clustered_with_ids};
 use ibp::codebook::{ChunkSize, Codebook};
 use ibp::container::{
-    Clustering, CompressOptions, ContainerWriter, GroupData, GroupLayout, GroupMeta, IbpFile,
-    SectionKind, SourceInfo, compress_document,
+    ContainerWriter, GroupData, GroupLayout, GroupMeta, IbpFile, SectionKind, SourceInfo,
 };
 use ibp::io::{DType, Document, Fingerprint, Segment, SourceFormat, TensorGroup};
+use ibp::pipeline::{Clustering, CompressOptions, compress_document};
 use ibp::{ErrorKind, Rows};
 
 use common::container::{Sections, assemble, sections_of};

@@ -10,13 +10,12 @@ mod common;
 
 use ibp::Rows;
 use ibp::codebook::Codebook;
-use ibp::container::{
-    self, CompressOptions, GroupDevice, GroupLayout, IbpFile, SectionKind, compress_document_on,
-};
+use ibp::container::{GroupLayout, IbpFile, SectionKind};
 use ibp::fit::{Fit, FitOptions, fit};
 use ibp::layout::{
     Layout, LayoutOptions, compress_fixed, compress_packed, decompress_fixed, decompress_packed,
 };
+use ibp::pipeline::{self, CompressOptions, GroupDevice, compress_document_on};
 use ibp::{Error, Progress, Result};
 
 use common::container::*;
@@ -67,12 +66,12 @@ impl CpuDevice {
     }
 }
 
-impl GroupDevice for CpuDevice {
+impl<'r> GroupDevice<'r> for CpuDevice {
     fn name(&self) -> String {
         "CPU stand-in".into()
     }
 
-    fn load(&mut self, rows: Rows<'_>, progress: Progress<'_>) -> Result<bool> {
+    fn load(&mut self, rows: Rows<'r>, progress: Progress<'r>) -> Result<bool> {
         if rows.rows() > self.max_rows {
             return Ok(false);
         }
@@ -90,7 +89,7 @@ impl GroupDevice for CpuDevice {
         fit(Rows::new(b, *l)?, opts)
     }
 
-    fn compress(&mut self, cb: &Codebook, layout: GroupLayout) -> Result<u64> {
+    fn compress(&mut self, cb: &Codebook, layout: Layout) -> Result<u64> {
         let (b, l) = self
             .rows
             .as_ref()
@@ -98,17 +97,16 @@ impl GroupDevice for CpuDevice {
         let rows = Rows::new(b, *l)?;
         let opts = LayoutOptions::default();
         let (held, len) = match layout {
-            GroupLayout::Coded(Layout::Packed) => {
+            Layout::Packed => {
                 let p = compress_packed(cb, rows, &opts)?;
                 let n = p.payload.len() as u64;
                 (Held::Packed(p, cb.clone()), n)
             }
-            GroupLayout::Coded(Layout::FixedStride) => {
+            Layout::FixedStride => {
                 let f = compress_fixed(cb, rows, &opts)?;
                 let n = f.slots.len() as u64;
                 (Held::Fixed(f, cb.clone()), n)
             }
-            other => return Err(Error::invalid(other.name().to_string())),
         };
         self.held = Some(held);
         Ok(len)
@@ -155,7 +153,7 @@ impl GroupDevice for CpuDevice {
         Ok(())
     }
 
-    fn verify(&mut self, rows: Rows<'_>, _piece_bytes: usize) -> Result<()> {
+    fn verify(&mut self, rows: Rows<'r>, _piece_bytes: usize) -> Result<()> {
         let mut out = vec![0u8; rows.bytes().len()];
         match self
             .held
@@ -187,23 +185,23 @@ fn default_read_section(
     sink: &mut dyn FnMut(&[u8]) -> Result<()>,
 ) -> Result<()> {
     struct Plain<'a>(&'a mut CpuDevice);
-    impl GroupDevice for Plain<'_> {
+    impl<'r> GroupDevice<'r> for Plain<'_> {
         fn name(&self) -> String {
             self.0.name()
         }
-        fn load(&mut self, rows: Rows<'_>, p: Progress<'_>) -> Result<bool> {
+        fn load(&mut self, rows: Rows<'r>, p: Progress<'r>) -> Result<bool> {
             self.0.load(rows, p)
         }
         fn fit(&mut self, opts: &FitOptions) -> Result<Fit> {
             self.0.fit(opts)
         }
-        fn compress(&mut self, cb: &Codebook, layout: GroupLayout) -> Result<u64> {
+        fn compress(&mut self, cb: &Codebook, layout: Layout) -> Result<u64> {
             self.0.compress(cb, layout)
         }
         fn read(&mut self, kind: SectionKind, at: u64, buf: &mut [u8]) -> Result<()> {
             self.0.read(kind, at, buf)
         }
-        fn verify(&mut self, rows: Rows<'_>, piece_bytes: usize) -> Result<()> {
+        fn verify(&mut self, rows: Rows<'r>, piece_bytes: usize) -> Result<()> {
             self.0.verify(rows, piece_bytes)
         }
         fn unload(&mut self) {
@@ -300,23 +298,23 @@ fn a_failed_check_fails_the_compression() {
     assert!(file.restore_to_vec().is_err());
     // A check that fails stops the compression with its error.
     struct Failing(CpuDevice);
-    impl GroupDevice for Failing {
+    impl<'r> GroupDevice<'r> for Failing {
         fn name(&self) -> String {
             self.0.name()
         }
-        fn load(&mut self, rows: Rows<'_>, p: Progress<'_>) -> Result<bool> {
+        fn load(&mut self, rows: Rows<'r>, p: Progress<'r>) -> Result<bool> {
             self.0.load(rows, p)
         }
         fn fit(&mut self, opts: &FitOptions) -> Result<Fit> {
             self.0.fit(opts)
         }
-        fn compress(&mut self, cb: &Codebook, layout: GroupLayout) -> Result<u64> {
+        fn compress(&mut self, cb: &Codebook, layout: Layout) -> Result<u64> {
             self.0.compress(cb, layout)
         }
         fn read(&mut self, kind: SectionKind, at: u64, buf: &mut [u8]) -> Result<()> {
             self.0.read(kind, at, buf)
         }
-        fn verify(&mut self, _rows: Rows<'_>, _piece_bytes: usize) -> Result<()> {
+        fn verify(&mut self, _rows: Rows<'r>, _piece_bytes: usize) -> Result<()> {
             Err(Error::corrupt("verification failed: the stand-in says so"))
         }
         fn unload(&mut self) {
@@ -334,7 +332,7 @@ fn a_failed_check_fails_the_compression() {
     assert!(e.message().contains("stand-in"), "{}", e.message());
     // Without the check, the same device's file is written.
     let no_check = opts(Layout::Packed).with_verify(false);
-    let (want, _) = container::compress_document(&doc, &no_check, Vec::new()).unwrap();
+    let (want, _) = pipeline::compress_document(&doc, &no_check, Vec::new()).unwrap();
     let (got, _) =
         compress_document_on(&doc, &no_check, Vec::new(), &mut Failing(CpuDevice::new())).unwrap();
     assert!(got == want);

@@ -7,10 +7,11 @@ mod common;
 use ibp::ErrorKind;
 use ibp::Rows;
 use ibp::codebook::Codebook;
-use ibp::container::{CompressOptions, ContainerWriter, GroupData, GroupMeta, IbpFile, SourceInfo};
+use ibp::container::{ContainerWriter, GroupData, GroupMeta, IbpFile, SourceInfo};
 use ibp::fit::{FitOptions, fit};
 use ibp::io::{self, DType, Fingerprint, ParseOptions, Segment, SourceFormat};
 use ibp::layout::{LayoutOptions, compress_packed};
+use ibp::pipeline::CompressOptions;
 
 use common::container::*;
 

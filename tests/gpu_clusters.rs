@@ -16,12 +16,13 @@ use cust::memory::DeviceBuffer;
 use cust::stream::{Stream, StreamFlags};
 use ibp::cluster::{ClusterIds, compress_clustered_with_ids};
 use ibp::codebook::{ChunkSize, Codebook};
-use ibp::container::{Clustering, CompressOptions, IbpFile, compress_document};
+use ibp::container::IbpFile;
 use ibp::gpu::{
     CacheOptions, DecodeOptions, DecodeStatus, Decoder, DmaScratch, FeatureCache, Gpu, GpuDataset,
     Residency, copy_to_host_blocking,
 };
 use ibp::io::{self, ParseOptions, SourceFormat};
+use ibp::pipeline::{Clustering, CompressOptions, compress_document};
 use ibp::{ErrorKind, Rows};
 
 const POISON: u8 = 0xA5;

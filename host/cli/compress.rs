@@ -5,12 +5,13 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-use ibp::container::{
-    Clustering, CompressOptions, CompressReport, DEFAULT_BATCH_BYTES, DeviceSeconds, IbpFile,
-    RestoreOptions, compress_document,
-};
+use ibp::container::{IbpFile, RestoreOptions};
 use ibp::io::{Fingerprint, SourceFormat};
 use ibp::layout::Layout;
+use ibp::pipeline::{
+    Clustering, CompressOptions, CompressReport, DEFAULT_BATCH_BYTES, DeviceSeconds,
+    compress_document,
+};
 use ibp::{Error, ErrorKind, Result};
 use serde::Serialize;
 
@@ -127,14 +128,7 @@ pub fn run(args: Args) -> Result<()> {
     // Everything that can be refused cheaply is refused before the input is
     // read.
     let fit = args.fit.options()?;
-    let clusters = Clustering::parse(&args.clusters)?;
-    if clusters != Clustering::Off && args.layout != Layout::Packed {
-        return Err(Error::invalid(format!(
-            "--clusters {} needs the packed layout; drop --layout {} or use --clusters off",
-            args.clusters,
-            args.layout.name()
-        )));
-    }
+    let clusters = clusters(&args)?;
     // Refused before the input is read too: `--device gpu` without a GPU.
     let device = Device::pick(args.device)?;
     let input =
@@ -153,27 +147,32 @@ pub fn run(args: Args) -> Result<()> {
 
     let source = Source::open(&args.input)?;
     let doc = source.parse(&args.input)?;
-    let opts = compress_options(&args, &doc, fit, clusters)?;
-    let watch = InputWatch {
-        source: &source,
-        doc: &doc,
-        output: &output,
-    };
+    let opts = options(&args, &doc, fit, clusters)?;
+
     let total = doc.group_bytes() + doc.raw_bytes();
     let bar = ByteProgress::new(total, "compressing");
+    // A file still being written (a checkpoint being saved) can change
+    // under ibp. Whatever fails then, say so rather than blame the data.
+    let input_changed = || Fingerprint::of(source.bytes()) != doc.original;
+    let changed = |e: Error| {
+        if !input_changed() {
+            return e;
+        }
+        Error::new(
+            ErrorKind::Io,
+            format!(
+                "{} changed while ibp read it ({}); nothing was written to {}; run again once the file is complete",
+                source.display(),
+                e.message(),
+                output.display()
+            ),
+        )
+    };
     let mut out = OutputFile::create(&target, args.force, Unreadable::Spool)?;
     let started = std::time::Instant::now();
     let progress = |done, _| bar.update(done);
     let opts = opts.with_progress(&progress);
-    let (_, report) = match &device {
-        Device::Cpu { .. } => compress_document(&doc, &opts, out.writer()),
-        #[cfg(feature = "cuda")]
-        Device::Gpu(gpu) => {
-            let mut groups = ibp::gpu::GpuGroups::new(gpu)?;
-            ibp::container::compress_document_on(&doc, &opts, out.writer(), &mut groups)
-        }
-    }
-    .map_err(|e| watch.explain(e))?;
+    let report = compress_on(&device, &doc, &opts, out.writer()).map_err(changed)?;
     let written = out.finish()?;
     let compress_seconds = started.elapsed().as_secs_f64();
     bar.clear();
@@ -181,9 +180,40 @@ pub fn run(args: Args) -> Result<()> {
         eprintln!("{}", timings_line(&report, compress_seconds));
     }
 
-    let file = read_back(&written)?;
-    verify_restore(&file, &watch, args.batch_bytes)?;
-    let groups = group_summaries(&file, &report);
+    // Read the container back before it takes OUT's name: open checks every
+    // checksum and structure, and the table then shows what the file holds.
+    let bug = not_read_back;
+    let file = match written.contents() {
+        Contents::File(p) => IbpFile::open(p).map_err(bug)?,
+        Contents::Gone => return Err(bug(Error::invalid("nothing to read back"))),
+    };
+    // Q: why restore the whole file once more, when every group was checked
+    // as it was compressed? A: the groups were checked against the input as
+    // it was then; if it changed meanwhile, only restoring what the
+    // container holds and comparing with the hash taken when the input was
+    // first read shows whether the container gives back that file.
+    let check = ByteProgress::new(doc.original.len, "verifying");
+    let checked = |done, _| check.update(done);
+    let restore = RestoreOptions::default()
+        .with_block_bytes(args.batch_bytes)
+        .with_progress(&checked);
+    file.restore(&mut std::io::sink(), &restore)
+        .map_err(|e| {
+            // A changed input is the likely cause, and no bug: say only that.
+            if input_changed() {
+                return changed(e);
+            }
+            Error::new(
+                e.kind(),
+                format!(
+                    "the container just written does not restore the input ({}); nothing was written to {}; this is an ibp bug, please report it",
+                    e.message(),
+                    output.display()
+                ),
+            )
+        })?;
+    check.clear();
+    let groups = summaries(&file, &report);
     let output_bytes = file.bytes().len() as u64;
     drop(file);
     written.commit()?;
@@ -199,36 +229,61 @@ pub fn run(args: Args) -> Result<()> {
         clusters: args.clusters.clone(),
         totals: Totals::of(&groups),
         groups,
-        device: DeviceReport {
-            requested: args.device.name(),
-            used: device.kind(),
-            name: device.name(),
-            fallback_reason: device.why().map(str::to_string),
-            groups_on_gpu: report.groups.iter().filter(|g| g.on_device).count(),
-            compress_seconds,
-            // The input file's bytes, as the end-to-end rate counts them
-            // (an npz's tensors inflate to more).
-            compress_gb_per_s: report.input_bytes as f64 / compress_seconds.max(1e-9) / 1e9,
-        },
-        notes: notes(report),
+        notes: notes(&report),
+        device: DeviceReport::new(args.device, &device, &report, compress_seconds),
     };
     let report = if args.json {
         json(&r)?
     } else {
         text(&r, doc.format, args.verbose, started_process)
     };
-    if target.is_stdout() {
-        // The container went to stdout; the report must not mix with it.
+    print_report(&report, target.is_stdout())
+}
+
+/// Print the report, to stderr when the container went to stdout (the
+/// report must not mix with it).
+fn print_report(report: &str, container_on_stdout: bool) -> Result<()> {
+    if container_on_stdout {
         let _ = std::io::Write::write_all(&mut std::io::stderr(), report.as_bytes());
         Ok(())
     } else {
-        emit(&report)
+        emit(report)
     }
 }
 
-/// The container's options from the flags; `--row-len` is checked against
-/// every tensor of `doc`.
-fn compress_options(
+impl DeviceReport {
+    /// Where `report`'s groups were compressed, in `seconds`.
+    fn new(requested: DeviceArg, device: &Device, report: &CompressReport, seconds: f64) -> Self {
+        DeviceReport {
+            requested: requested.name(),
+            used: device.kind(),
+            name: device.name(),
+            fallback_reason: device.why().map(str::to_string),
+            groups_on_gpu: report.groups.iter().filter(|g| g.on_device).count(),
+            compress_seconds: seconds,
+            // The input file's bytes, as the end-to-end rate counts them
+            // (an npz's tensors inflate to more).
+            compress_gb_per_s: report.input_bytes as f64 / seconds.max(1e-9) / 1e9,
+        }
+    }
+}
+
+/// `--clusters`, checked against `--layout`.
+fn clusters(args: &Args) -> Result<Clustering> {
+    let clusters = Clustering::parse(&args.clusters)?;
+    if clusters != Clustering::Off && args.layout != Layout::Packed {
+        return Err(Error::invalid(format!(
+            "--clusters {} needs the packed layout; drop --layout {} or use --clusters off",
+            args.clusters,
+            args.layout.name()
+        )));
+    }
+    Ok(clusters)
+}
+
+/// The pipeline's options for `doc` (without progress), `--row-len`
+/// checked against every tensor it applies to.
+fn options(
     args: &Args,
     doc: &ibp::io::Document<'_>,
     fit: ibp::fit::FitOptions,
@@ -254,91 +309,38 @@ fn compress_options(
     Ok(opts)
 }
 
-/// The input as first read, to tell a failure from a file that changed
-/// under ibp.
-struct InputWatch<'a> {
-    source: &'a Source,
-    doc: &'a ibp::io::Document<'a>,
-    output: &'a std::path::Path,
-}
-
-impl InputWatch<'_> {
-    /// Whether the input's bytes differ now from when they were read.
-    fn changed(&self) -> bool {
-        Fingerprint::of(self.source.bytes()) != self.doc.original
-    }
-
-    /// A file still being written (a checkpoint being saved) can change
-    /// under ibp. Whatever fails then, say so rather than blame the data.
-    fn explain(&self, e: Error) -> Error {
-        if !self.changed() {
-            return e;
+/// Compress `doc` into `out` on `device`.
+fn compress_on<W: std::io::Write>(
+    device: &Device,
+    doc: &ibp::io::Document<'_>,
+    opts: &CompressOptions<'_>,
+    out: W,
+) -> Result<CompressReport> {
+    let (_, report) = match device {
+        Device::Cpu { .. } => compress_document(doc, opts, out)?,
+        #[cfg(feature = "cuda")]
+        Device::Gpu(gpu) => {
+            let mut groups = ibp::gpu::GpuGroups::new(gpu)?;
+            ibp::pipeline::compress_document_on(doc, opts, out, &mut groups)?
         }
-        Error::new(
-            ErrorKind::Io,
-            format!(
-                "{} changed while ibp read it ({}); nothing was written to {}; run again once the file is complete",
-                self.source.display(),
-                e.message(),
-                self.output.display()
-            ),
-        )
-    }
-}
-
-/// Reads the container back before it takes OUT's name: open checks every
-/// checksum and structure, and the table then shows what the file holds.
-fn read_back(written: &super::output::WrittenFile) -> Result<IbpFile<'_>> {
-    let bug = |e: Error| {
-        Error::new(
-            e.kind(),
-            format!(
-                "the container just written does not read back ({}); this is an ibp bug, please report it",
-                e.message()
-            ),
-        )
     };
-    match written.contents() {
-        Contents::File(p) => IbpFile::open(p).map_err(bug),
-        Contents::Gone => Err(bug(Error::invalid("nothing to read back"))),
-    }
+    Ok(report)
 }
 
-/// Restores the whole container and compares it with the input's hash.
-///
-/// Q: why restore the whole file once more, when every group was checked
-/// as it was compressed? A: the groups were checked against the input as
-/// it was then; if it changed meanwhile, only restoring what the
-/// container holds and comparing with the hash taken when the input was
-/// first read shows whether the container gives back that file.
-fn verify_restore(file: &IbpFile, watch: &InputWatch, batch_bytes: u64) -> Result<()> {
-    let check = ByteProgress::new(watch.doc.original.len, "verifying");
-    let checked = |done, _| check.update(done);
-    let restore = RestoreOptions::default()
-        .with_block_bytes(batch_bytes)
-        .with_progress(&checked);
-    file.restore(&mut std::io::sink(), &restore)
-        .map_err(|e| {
-            // A changed input is the likely cause, and no bug: say only that.
-            if watch.changed() {
-                return watch.explain(e);
-            }
-            Error::new(
-                e.kind(),
-                format!(
-                    "the container just written does not restore the input ({}); nothing was written to {}; this is an ibp bug, please report it",
-                    e.message(),
-                    watch.output.display()
-                ),
-            )
-        })?;
-    check.clear();
-    Ok(())
+/// The error when the container just written does not open.
+fn not_read_back(e: Error) -> Error {
+    Error::new(
+        e.kind(),
+        format!(
+            "the container just written does not read back ({}); this is an ibp bug, please report it",
+            e.message()
+        ),
+    )
 }
 
-/// The table's rows: what the container holds, with the reason the
-/// compressor gave for each group stored raw.
-fn group_summaries(file: &IbpFile, report: &CompressReport) -> Vec<GroupSummary> {
+/// The table's rows: what `file` holds, with the reasons `report` gives
+/// for the groups stored raw.
+fn summaries(file: &IbpFile, report: &CompressReport) -> Vec<GroupSummary> {
     let reasons: HashMap<&str, &str> = report
         .groups
         .iter()
@@ -352,14 +354,14 @@ fn group_summaries(file: &IbpFile, report: &CompressReport) -> Vec<GroupSummary>
 }
 
 /// The report's notes: the document's, the tensors kept verbatim, and
-/// each group's note.
-fn notes(report: CompressReport) -> Vec<String> {
-    let mut notes = report.notes;
+/// each group's.
+fn notes(report: &CompressReport) -> Vec<String> {
+    let mut notes = report.notes.clone();
     if report.verbatim_tensors > 0 {
         notes.push(format!(
             "{} tensors under {} bytes ({} bytes in all) kept verbatim, not compressed: too small to pay for a codebook",
             report.verbatim_tensors,
-            ibp::container::TINY_TENSOR_BYTES,
+            ibp::pipeline::TINY_TENSOR_BYTES,
             report.verbatim_bytes
         ));
     }

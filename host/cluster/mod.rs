@@ -7,7 +7,7 @@
 //! centroids that assign tensors to them), [`ClusterIds`],
 //! [`compress_clustered`] and [`decompress_clustered`]. Fitting clusters is
 //! [`fit_clusters`] and [`sweep_clusters`]. The
-//! container stores clustered groups as `docs/FORMAT.md` §6.8 describes ([`crate::container::Clustering`]).
+//! container stores clustered groups as `docs/FORMAT.md` §6.8 describes ([`crate::pipeline::Clustering`]).
 #![forbid(unsafe_code)]
 
 mod fit;

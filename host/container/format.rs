@@ -273,6 +273,20 @@ pub fn align_up(x: u64) -> u64 {
     x.checked_next_multiple_of(ALIGN).unwrap_or(u64::MAX)
 }
 
+/// Bytes that sections of these lengths take in the file, each padded to
+/// [`ALIGN`] (saturating).
+pub(crate) fn sections_file_bytes(lengths: &[u64]) -> u64 {
+    lengths
+        .iter()
+        .fold(0u64, |sum, &len| sum.saturating_add(align_up(len)))
+}
+
+/// Bytes a clustered group adds to the file besides its sections, at most:
+/// its cluster-ids directory entry (48 bytes) and the manifest's
+/// `"clusters":k` and longer layout name (at most 25 bytes), each of which
+/// can cost up to 64 bytes once padded.
+pub(crate) const CLUSTERED_FILE_OVERHEAD: u64 = 2 * ALIGN;
+
 /// Zero bytes that pad `len` up to a multiple of [`ALIGN`].
 pub fn padding(len: u64) -> usize {
     (align_up(len) - len) as usize

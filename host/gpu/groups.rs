@@ -1,6 +1,6 @@
 //! The GPU as a [`GroupDevice`]: whole tensor groups fitted and compressed
 //! in device memory for `ibp compress --device gpu`
-//! ([`crate::container::compress_document_on`]), with the container's bytes
+//! ([`crate::pipeline::compress_document_on`]), with the container's bytes
 //! the CPU's.
 //!
 //! Per group: the rows are copied into device memory a piece at a time
@@ -25,11 +25,12 @@ use super::staging::{Staging, equal};
 use super::{Gpu, cuda_err};
 use crate::Progress;
 use crate::codebook::Codebook;
-use crate::container::{GroupDevice, GroupLayout, SectionKind};
+use crate::container::SectionKind;
 use crate::dataset::Rows;
 use crate::error::{Error, Result};
 use crate::fit::{Fit, FitOptions};
 use crate::layout::{Layout, flag_bytes};
+use crate::pipeline::GroupDevice;
 
 /// Rows decoded per launch of the check, in bytes (at most).
 const PIECE: usize = 64 << 20;
@@ -116,12 +117,12 @@ fn staging(s: &mut Option<Staging>) -> Result<&mut Staging> {
     Ok(s.as_mut().expect("allocated above"))
 }
 
-impl GroupDevice for GpuGroups<'_> {
+impl<'r> GroupDevice<'r> for GpuGroups<'_> {
     fn name(&self) -> String {
         self.gpu.info().name.clone()
     }
 
-    fn load(&mut self, rows: Rows<'_>, progress: Progress<'_>) -> Result<bool> {
+    fn load(&mut self, rows: Rows<'r>, progress: Progress<'r>) -> Result<bool> {
         self.unload();
         let (n, l) = (rows.rows(), rows.row_bytes());
         let bytes = rows.bytes().len();
@@ -164,16 +165,7 @@ impl GroupDevice for GpuGroups<'_> {
         self.fitter.fit_blocking(&rows, l, opts)
     }
 
-    fn compress(&mut self, cb: &Codebook, layout: GroupLayout) -> Result<u64> {
-        let layout = match layout {
-            GroupLayout::Coded(l) => l,
-            other => {
-                return Err(Error::invalid(format!(
-                    "the GPU compresses packed and fixed groups, not {}",
-                    other.name()
-                )));
-            }
-        };
+    fn compress(&mut self, cb: &Codebook, layout: Layout) -> Result<u64> {
         let mut out = match self.out.take() {
             Some((o, _)) => o,
             None => DeviceCompressed::empty()?,
@@ -229,7 +221,7 @@ impl GroupDevice for GpuGroups<'_> {
         unsafe { stage.download(addr, len, &self.stream, sink) }
     }
 
-    fn verify(&mut self, rows: Rows<'_>, piece_bytes: usize) -> Result<()> {
+    fn verify(&mut self, rows: Rows<'r>, piece_bytes: usize) -> Result<()> {
         let (out, cb) = self
             .out
             .take()

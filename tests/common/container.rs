@@ -1,8 +1,9 @@
 //! Documents for the container tests (`container*.rs`): compressible and
 //! noisy tensors, a safetensors file by hand, and the round-trip check.
 
-use ibp::container::{self, CompressOptions, IbpFile};
+use ibp::container::IbpFile;
 use ibp::io::{self, Document, ParseOptions, SourceFormat};
+use ibp::pipeline::{self, CompressOptions};
 
 /// Rows of f32 features with invariant high bits (compressible), seeded.
 pub fn features(rows: usize, cols: usize, seed: u64) -> Vec<u8> {
@@ -65,7 +66,7 @@ pub fn mixed_file() -> Vec<u8> {
     safetensors(&[
         ("emb", "F32", vec![300, 24], features(300, 24, 1)),
         // 320 bytes each, over the 256 under which a tensor stays verbatim
-        // in the envelope (`ibp::container::TINY_TENSOR_BYTES`); `empty`
+        // in the envelope (`ibp::pipeline::TINY_TENSOR_BYTES`); `empty`
         // stays verbatim.
         ("bias", "F32", vec![80], features(1, 80, 2)),
         ("tiny", "F32", vec![1, 80], features(1, 80, 3)),
@@ -92,11 +93,8 @@ pub fn mixed_container() -> (Vec<u8>, Vec<u8>) {
     (original, bytes)
 }
 
-pub fn compress(
-    doc: &Document<'_>,
-    opts: &CompressOptions,
-) -> (Vec<u8>, container::CompressReport) {
-    container::compress_document(doc, opts, Vec::new()).unwrap()
+pub fn compress(doc: &Document<'_>, opts: &CompressOptions) -> (Vec<u8>, pipeline::CompressReport) {
+    pipeline::compress_document(doc, opts, Vec::new()).unwrap()
 }
 
 pub fn check_restores(file: &IbpFile<'_>, original: &[u8]) {

@@ -80,7 +80,7 @@ use fused_host::Kernels;
 use fused_kernels::{BAD_INDEX, BagParams, CORRUPT, OK};
 use ibp::cluster::{ClusterIds, compress_clustered_with_ids};
 use ibp::codebook::{ChunkSize, Codebook};
-use ibp::container::{Clustering, CompressOptions, GroupLayout, IbpFile, compress_document};
+use ibp::container::{GroupLayout, IbpFile};
 use ibp::gpu::{
     CacheOptions, DecodeOptions, DecodeStatus, Decoder, DmaScratch, FeatureCache, Fetch, Gpu,
     GpuDataset, KvStore, KvStoreOptions, PageWrites, Residency, copy_to_host_blocking,
@@ -90,6 +90,7 @@ use ibp::layout::{
     FixedStrideRef, Layout, LayoutOptions, PackedRef, compress_fixed, compress_packed,
     decompress_fixed_row, decompress_packed_row,
 };
+use ibp::pipeline::{Clustering, CompressOptions, compress_document};
 use ibp::{ErrorKind, Rows};
 use ibp_kernels::device::DatasetView;
 

@@ -336,7 +336,7 @@ impl<'a> IbpFile<'a> {
     }
 
     /// Decompress every group into a [`Document`] (pieces borrowed from
-    /// the container): the inverse of [`super::compress_document`].
+    /// the container): the inverse of [`crate::pipeline::compress_document`].
     pub fn to_document(&self) -> Result<Document<'_>> {
         let groups = self
             .groups()
@@ -739,11 +739,12 @@ use open::Parsed;
 
 #[cfg(test)]
 mod tests {
-    use std::borrow::Cow;
-
     use super::*;
-    use crate::container::{CompressOptions, compress_document};
+    use crate::container::{ContainerWriter, GroupData, GroupMeta};
+    use crate::dataset::Rows;
+    use crate::fit::{FitOptions, fit};
     use crate::io::{Fingerprint, SourceFormat};
+    use crate::layout::{LayoutOptions, compress_packed};
 
     /// Restoring a group in blocks of rows gives the same bytes as in one
     /// piece, raw and inside deflate segments of every level used.
@@ -752,6 +753,11 @@ mod tests {
         let data: Vec<u8> = (0..4000u32)
             .flat_map(|i| ((i % 37) as f32 * 0.25).to_le_bytes())
             .collect();
+        // Two packed groups of 100 rows of 40 f32, written directly (the
+        // pipeline is not the container's to use).
+        let rows = Rows::new(&data, 160).unwrap();
+        let fitted = fit(rows, &FitOptions::default()).unwrap();
+        let packed = compress_packed(&fitted.codebook, rows, &LayoutOptions::default()).unwrap();
         for level in 1..=9 {
             let mut enc =
                 flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::new(level));
@@ -759,29 +765,29 @@ mod tests {
             enc.write_all(&data).unwrap();
             let mut original = data.clone();
             original.extend(enc.finish().unwrap());
-            let doc = Document {
-                format: SourceFormat::Raw,
-                groups: ["a", "b"]
-                    .map(|n| TensorGroup {
-                        name: n.into(),
-                        dtype: DType::F32,
-                        shape: vec![100, 40],
-                        data: Cow::Borrowed(&data),
-                    })
-                    .to_vec(),
-                envelope: vec![
-                    Segment::Group(0),
-                    Segment::Deflate {
-                        level,
-                        inner: vec![Segment::Raw(Cow::Borrowed(b"head")), Segment::Group(1)],
-                    },
-                ],
-                original: Fingerprint::of(&original),
-                notes: vec![],
-                deferred: Vec::new(),
-            };
-            let (bytes, _) =
-                compress_document(&doc, &CompressOptions::default(), Vec::new()).unwrap();
+            let mut w = ContainerWriter::new(Vec::new()).unwrap();
+            w.set_source(Some(SourceInfo::new(
+                SourceFormat::Raw,
+                Fingerprint::of(&original),
+            )));
+            for name in ["a", "b"] {
+                let meta = GroupMeta::new(name, DType::F32, vec![100, 40], 100, 160, &data);
+                let group = GroupData::Packed {
+                    codebook: &fitted.codebook,
+                    threshold: Some(fitted.threshold),
+                    packed: packed.view(),
+                };
+                w.add_group(meta, group).unwrap();
+            }
+            let head = w.add_piece(b"head").unwrap();
+            let envelope = [
+                Segment::Group(0),
+                Segment::Deflate {
+                    level,
+                    inner: vec![Segment::Raw(head), Segment::Group(1)],
+                },
+            ];
+            let (bytes, _) = w.finish(&envelope).unwrap();
             let file = IbpFile::from_bytes(&bytes).unwrap();
             assert_eq!(
                 file.group(0).unwrap().layout(),
