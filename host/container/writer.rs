@@ -568,49 +568,14 @@ fn check_meta(meta: &GroupMeta) -> Result<u64> {
 }
 
 fn check_group(meta: &GroupMeta, data: &GroupData<'_>) -> Result<Described> {
-    let bad = |m: String| Error::invalid(format!("group {:?}: {m}", meta.name));
+    let c = GroupCheck { meta };
     // The checks the reader makes of the manifest and the sections, made
     // here so that every group the writer takes is one the reader opens.
     let bytes = Some(check_meta(meta)?);
-    let check_cb = |cb: &Codebook, rows: usize, flags: &[u8]| {
-        if cb.row_bytes() as u64 != meta.row_bytes || rows as u64 != meta.rows {
-            return Err(bad(format!(
-                "stored form has {rows} rows of {} bytes, metadata says {} of {}",
-                cb.row_bytes(),
-                meta.rows,
-                meta.row_bytes
-            )));
-        }
-        if flags.len() != flag_bytes(rows) {
-            return Err(bad("flag bitmap has the wrong length".into()));
-        }
-        Ok(())
-    };
-    // The packed payload of a packed or clustered group: rows as long as the
-    // codebook's, valid offsets, and at least the participation bytes of
-    // every tensor.
-    let check_packed = |cb: &Codebook, packed: &crate::layout::PackedRef<'_>| {
-        check_cb(cb, packed.rows(), packed.flags())?;
-        if packed.row_bytes() != cb.row_bytes() {
-            return Err(bad("packed rows and codebook differ in length".into()));
-        }
-        packed
-            .validate()
-            .map_err(|e| bad(e.message().to_string()))?;
-        let min_row = (packed.row_bytes().div_ceil(cb.chunk().bytes() as usize)).div_ceil(8) as u64;
-        if meta
-            .rows
-            .checked_mul(min_row)
-            .is_none_or(|m| m > packed.payload().len() as u64)
-        {
-            return Err(bad("the payload is too short for its tensors".into()));
-        }
-        Ok(())
-    };
     Ok(match data {
         GroupData::Raw(b) => {
             if Some(b.len() as u64) != bytes {
-                return Err(bad(format!(
+                return Err(c.bad(format!(
                     "{} bytes given for {} bytes of data",
                     b.len(),
                     meta.rows * meta.row_bytes
@@ -623,7 +588,7 @@ fn check_group(meta: &GroupMeta, data: &GroupData<'_>) -> Result<Described> {
             threshold,
             packed,
         } => {
-            check_packed(codebook, packed)?;
+            c.packed(codebook, packed)?;
             (
                 GroupLayout::Coded(Layout::Packed),
                 Some(codebook.chunk()),
@@ -636,13 +601,13 @@ fn check_group(meta: &GroupMeta, data: &GroupData<'_>) -> Result<Described> {
             threshold,
             fixed,
         } => {
-            check_cb(codebook, fixed.rows(), fixed.flags())?;
+            c.codebook(codebook, fixed.rows(), fixed.flags())?;
             if fixed.row_bytes() != codebook.row_bytes() {
-                return Err(bad("fixed-stride rows and codebook differ in length".into()));
+                return Err(c.bad("fixed-stride rows and codebook differ in length".into()));
             }
             fixed
                 .validate(codebook)
-                .map_err(|e| bad(e.message().to_string()))?;
+                .map_err(|e| c.bad(e.message().to_string()))?;
             (
                 GroupLayout::Coded(Layout::FixedStride),
                 Some(codebook.chunk()),
@@ -656,46 +621,107 @@ fn check_group(meta: &GroupMeta, data: &GroupData<'_>) -> Result<Described> {
             threshold,
             packed,
         } => {
-            let k = codebooks.len();
-            let first = codebooks
-                .first()
-                .ok_or_else(|| bad("a clustered group without codebooks".into()))?;
-            let k32 = u32::try_from(k)
-                .ok()
-                .filter(|&k| k >= 2)
-                .ok_or_else(|| {
-                    bad(format!(
-                        "{k} codebooks; a clustered group has 2 to 2^32 - 1 (store one codebook as packed)"
-                    ))
-                })?;
-            if let Some(i) = codebooks
-                .iter()
-                .position(|c| c.row_bytes() != first.row_bytes() || c.chunk() != first.chunk())
-            {
-                return Err(bad(format!(
-                    "codebook {i} differs from codebook 0 in row length or chunk size"
-                )));
-            }
-            check_packed(first, packed)?;
-            if ids.len() != packed.rows() || ids.bits() != id_bits(k) {
-                return Err(bad(format!(
-                    "{} cluster ids of {} bits for {} tensors in {k} clusters",
-                    ids.len(),
-                    ids.bits(),
-                    packed.rows()
-                )));
-            }
-            if let Some(i) = (0..ids.len()).find(|&i| ids.get(i).is_none_or(|c| c >= k32)) {
-                return Err(bad(format!("tensor {i} has a cluster id ≥ {k}")));
-            }
+            let k = c.clustered(codebooks, ids, packed)?;
             (
                 GroupLayout::Clustered,
-                Some(first.chunk()),
+                Some(codebooks[0].chunk()),
                 *threshold,
-                Some(k32),
+                Some(k),
             )
         }
     })
+}
+
+/// The checks of one group's stored form against its metadata.
+struct GroupCheck<'m> {
+    meta: &'m GroupMeta,
+}
+
+impl GroupCheck<'_> {
+    fn bad(&self, m: String) -> Error {
+        Error::invalid(format!("group {:?}: {m}", self.meta.name))
+    }
+
+    /// A codebook's rows and flag bitmap against the metadata.
+    fn codebook(&self, cb: &Codebook, rows: usize, flags: &[u8]) -> Result<()> {
+        let meta = self.meta;
+        if cb.row_bytes() as u64 != meta.row_bytes || rows as u64 != meta.rows {
+            return Err(self.bad(format!(
+                "stored form has {rows} rows of {} bytes, metadata says {} of {}",
+                cb.row_bytes(),
+                meta.rows,
+                meta.row_bytes
+            )));
+        }
+        if flags.len() != flag_bytes(rows) {
+            return Err(self.bad("flag bitmap has the wrong length".into()));
+        }
+        Ok(())
+    }
+
+    /// The packed payload of a packed or clustered group: rows as long as
+    /// the codebook's, valid offsets, and at least the participation bytes
+    /// of every tensor.
+    fn packed(&self, cb: &Codebook, packed: &crate::layout::PackedRef<'_>) -> Result<()> {
+        self.codebook(cb, packed.rows(), packed.flags())?;
+        if packed.row_bytes() != cb.row_bytes() {
+            return Err(self.bad("packed rows and codebook differ in length".into()));
+        }
+        packed
+            .validate()
+            .map_err(|e| self.bad(e.message().to_string()))?;
+        let min_row = (packed.row_bytes().div_ceil(cb.chunk().bytes() as usize)).div_ceil(8) as u64;
+        if self
+            .meta
+            .rows
+            .checked_mul(min_row)
+            .is_none_or(|m| m > packed.payload().len() as u64)
+        {
+            return Err(self.bad("the payload is too short for its tensors".into()));
+        }
+        Ok(())
+    }
+
+    /// A clustered group: 2 or more codebooks of one row length and chunk
+    /// size, its packed payload, and one id below `k` per tensor. Returns
+    /// `k`.
+    fn clustered(
+        &self,
+        codebooks: &[Codebook],
+        ids: &ClusterIds,
+        packed: &crate::layout::PackedRef<'_>,
+    ) -> Result<u32> {
+        let k = codebooks.len();
+        let first = codebooks
+            .first()
+            .ok_or_else(|| self.bad("a clustered group without codebooks".into()))?;
+        let k32 = u32::try_from(k).ok().filter(|&k| k >= 2).ok_or_else(|| {
+            self.bad(format!(
+                "{k} codebooks; a clustered group has 2 to 2^32 - 1 (store one codebook as packed)"
+            ))
+        })?;
+        if let Some(i) = codebooks
+            .iter()
+            .position(|c| c.row_bytes() != first.row_bytes() || c.chunk() != first.chunk())
+        {
+            return Err(self.bad(format!(
+                "codebook {i} differs from codebook 0 in row length or chunk size"
+            )));
+        }
+        self.packed(first, packed)?;
+        if ids.len() != packed.rows() || ids.bits() != id_bits(k) {
+            return Err(self.bad(format!(
+                "{} cluster ids of {} bits for {} tensors in {k} clusters",
+                ids.len(),
+                ids.bits(),
+                packed.rows()
+            )));
+        }
+        if let Some(i) = (0..ids.len()).find(|&i| ids.get(i).is_none_or(|c| c >= k32)) {
+            return Err(self.bad(format!("tensor {i} has a cluster id ≥ {k}")));
+        }
+        Ok(k32)
+    }
 }
 
 /// Mark every group and piece `segs` uses; error on unknown or repeated ones.

@@ -115,42 +115,23 @@ fn emulated_cache_gather_returns_every_row_from_slab_or_host() {
         // The hot rows (every third, from the end) back to back in a slab,
         // in their compressed form.
         let hot: Vec<usize> = (0..n).rev().step_by(3).collect();
-        let mut image = Vec::new();
-        let mut index = vec![NOT_CACHED; n];
-        for &t in &hot {
-            let (a, b) = (packed.offsets[t] as usize, packed.offsets[t + 1] as usize);
-            let e = Entry {
-                slab: 1,
-                offset: image.len() as u64,
-                len: (b - a) as u32,
-                encoded: enc(t),
-            };
-            index[t] = pack(e).unwrap();
-            image.extend_from_slice(&packed.payload[a..b]);
-        }
+        let (image, index) = slab_of(&packed, &hot);
         let slab = Lined::from(&image);
         let index_mem = Aligned::from(bytemuck::cast_slice(&index));
         let mut ids: Vec<u64> = (0..n as u64).chain([3, n as u64, 5, 3]).collect();
         ids.swap(1, 20);
-        let want = |k: usize| -> Option<&[u8]> {
-            let t = ids[k] as usize;
-            (t < n).then(|| &data[t * l..(t + 1) * l])
-        };
-        let bad = ids.iter().position(|&t| t == n as u64).unwrap() as u64;
-        // IBP(C/M); IBP(C) (raw host rows); the slab out of reach (every
-        // row a miss, IBP(M)); IBP(C/M) and IBP(M) with line-aligned host
-        // rows.
-        for (what, view, reach) in [
+        let views = [
             ("C/M", compressed, true),
             ("C", raw, true),
             ("M", compressed, false),
             ("C/M line-aligned", aligned, true),
             ("M line-aligned", aligned, false),
-        ] {
-            let mut slabs = [0u64; 8];
-            if reach {
-                slabs[1] = slab.addr();
-            }
+        ];
+        // IBP(C/M); IBP(C) (raw host rows); the slab out of reach (every
+        // row a miss, IBP(M)); IBP(C/M) and IBP(M) with line-aligned host
+        // rows.
+        for (what, view, reach) in views {
+            let slabs = [0, if reach { slab.addr() } else { 0 }, 0, 0, 0, 0, 0, 0];
             let p = CacheParams {
                 view,
                 index: index_mem.addr(),
@@ -158,38 +139,83 @@ fn emulated_cache_gather_returns_every_row_from_slab_or_host() {
                 ..Default::default()
             };
             let (out, st) = emu_gather(p, book.addr(), &ids, l);
-            assert_eq!(st, [STATUS_BAD_INDEX, bad], "L={l} {what}");
-            for (k, got) in out.chunks(l).enumerate() {
-                match want(k) {
-                    Some(w) => assert!(got == w, "L={l} {what} output row {k}"),
-                    None => assert!(got.iter().all(|&b| b == 0), "L={l} {what}: bad id's row"),
-                }
-            }
+            check_gather(&out, st, &ids, &data, &format!("L={l} {what}"));
         }
         // A corrupt entry (an encoded row claiming L stored bytes) is
         // reported and its row zeroed; the rest still decode.
-        let t = hot[0];
-        let mut broken = index.clone();
-        broken[t] = pack(Entry {
+        corrupt_entry_is_reported(compressed, &index, hot[0], &slab, book.addr(), &data);
+    }
+}
+
+/// The rows `hot` of `packed` back to back in a slab image (in their
+/// compressed form), and the cache index that finds them in slab 1.
+fn slab_of(packed: &crate::layout::Packed, hot: &[usize]) -> (Vec<u8>, Vec<u64>) {
+    let n = packed.offsets.len() - 1;
+    let mut image = Vec::new();
+    let mut index = vec![NOT_CACHED; n];
+    for &t in hot {
+        let (a, b) = (packed.offsets[t] as usize, packed.offsets[t + 1] as usize);
+        let e = Entry {
             slab: 1,
-            offset: 0,
-            len: l as u32,
-            encoded: true,
-        })
-        .unwrap();
-        let broken_mem = Aligned::from(bytemuck::cast_slice(&broken));
-        let mut slabs = [0u64; 8];
-        slabs[1] = slab.addr();
-        let p = CacheParams {
-            view: compressed,
-            index: broken_mem.addr(),
-            slabs,
-            ..Default::default()
+            offset: image.len() as u64,
+            len: (b - a) as u32,
+            encoded: packed.flags[t / 8] >> (t % 8) & 1 == 1,
         };
-        let ids: Vec<u64> = vec![0, t as u64, 1];
-        let (out, st) = emu_gather(p, book.addr(), &ids, l);
-        assert_eq!(st, [STATUS_CORRUPT, 1], "L={l}");
-        assert!(out[l..2 * l].iter().all(|&b| b == 0));
-        assert!(out[..l] == data[..l] && out[2 * l..] == data[l..2 * l]);
+        index[t] = pack(e).unwrap();
+        image.extend_from_slice(&packed.payload[a..b]);
+    }
+    (image, index)
+}
+
+/// Row `t`'s index entry broken (an encoded row claiming `L` stored
+/// bytes): a gather of rows 0, `t`, 1 reports it as output row 1 and zeroes
+/// that row; the other two still decode.
+fn corrupt_entry_is_reported(
+    view: DatasetView,
+    index: &[u64],
+    t: usize,
+    slab: &Lined,
+    book: u64,
+    data: &[u8],
+) {
+    let l = view.row_bytes as usize;
+    let mut broken = index.to_vec();
+    broken[t] = pack(Entry {
+        slab: 1,
+        offset: 0,
+        len: l as u32,
+        encoded: true,
+    })
+    .unwrap();
+    let broken_mem = Aligned::from(bytemuck::cast_slice(&broken));
+    let mut slabs = [0u64; 8];
+    slabs[1] = slab.addr();
+    let p = CacheParams {
+        view,
+        index: broken_mem.addr(),
+        slabs,
+        ..Default::default()
+    };
+    let ids: Vec<u64> = vec![0, t as u64, 1];
+    let (out, st) = emu_gather(p, book, &ids, l);
+    assert_eq!(st, [STATUS_CORRUPT, 1], "L={l}");
+    assert!(out[l..2 * l].iter().all(|&b| b == 0));
+    assert!(out[..l] == data[..l] && out[2 * l..] == data[l..2 * l]);
+}
+
+/// A gather's output and status against the rows of `data` that `ids`
+/// names: every row in place, the one id out of range zeroed and reported.
+fn check_gather(out: &[u8], st: [u64; 2], ids: &[u64], data: &[u8], what: &str) {
+    let l = out.len() / ids.len();
+    let n = (data.len() / l) as u64;
+    let bad = ids.iter().position(|&t| t >= n).unwrap() as u64;
+    assert_eq!(st, [STATUS_BAD_INDEX, bad], "{what}");
+    for (k, got) in out.chunks(l).enumerate() {
+        let t = ids[k] as usize;
+        if ids[k] < n {
+            assert!(got == &data[t * l..(t + 1) * l], "{what} output row {k}");
+        } else {
+            assert!(got.iter().all(|&b| b == 0), "{what}: bad id's row");
+        }
     }
 }

@@ -312,36 +312,8 @@ fn group_entry(bytes: &[u8], i: usize, info: GroupInfo, s: GroupSections) -> Res
             return Err(bad("the flag bitmap has the wrong length"));
         }
         if info.layout != GroupLayout::Coded(Layout::FixedStride) {
-            let offsets = slice(&s.offsets);
-            if Some(offsets.len() as u64) != info.rows.checked_add(1).and_then(|n| n.checked_mul(8))
-            {
-                return Err(bad("the offsets table has the wrong length"));
-            }
-            // Every stored tensor holds at least its ⌈K/8⌉ bytes of
-            // participation bits. Checking the total here bounds N · L by
-            // 8C times the payload, so decompression never allocates a size
-            // the file cannot back (per-tensor lengths are checked when
-            // decoding).
-            let payload = slice(&s.payload);
-            let min_row = (l.div_ceil(chunk.bytes() as usize)).div_ceil(8) as u64;
-            if info
-                .rows
-                .checked_mul(min_row)
-                .is_none_or(|m| m > payload.len() as u64)
-            {
-                return Err(bad(&format!(
-                    "a {}-byte payload cannot hold {} tensors of at least {min_row} bytes",
-                    payload.len(),
-                    info.rows
-                )));
-            }
-            let p = PackedRef::from_le_offsets(l, rows, flags, offsets, payload)
-                .map_err(|e| corrupt_in(e, i, &info))?;
-            p.validate().map_err(|e| corrupt_in(e, i, &info))?;
-            if bytemuck::try_cast_slice::<u8, u64>(offsets).is_err() || cfg!(target_endian = "big")
-            {
-                offsets_copy = Some(p.offsets().to_vec());
-            }
+            let (offsets, payload) = (slice(&s.offsets), slice(&s.payload));
+            offsets_copy = packed_offsets(i, &info, flags, offsets, payload, chunk)?;
         } else {
             let cb = cbs.first().ok_or_else(|| bad("no codebook"))?;
             if Some(len(&s.slots).unwrap_or(0)) != Some(data_len) {
@@ -378,4 +350,46 @@ fn corrupt_in(e: Error, i: usize, info: &GroupInfo) -> Error {
         kind,
         format!("group {i} ({:?}): {}", info.name, e.message()),
     )
+}
+
+/// The checks of a packed (or clustered) group's offsets and payload.
+/// Returns the offsets copied when the section cannot be read as u64 in
+/// place (unaligned, or a big-endian host).
+fn packed_offsets(
+    i: usize,
+    info: &GroupInfo,
+    flags: &[u8],
+    offsets: &[u8],
+    payload: &[u8],
+    chunk: crate::codebook::ChunkSize,
+) -> Result<Option<Vec<u64>>> {
+    let bad = |m: &str| Error::corrupt(format!("group {i} ({:?}): {m}", info.name));
+    let (rows, l) = (info.rows as usize, info.row_bytes as usize);
+    if Some(offsets.len() as u64) != info.rows.checked_add(1).and_then(|n| n.checked_mul(8)) {
+        return Err(bad("the offsets table has the wrong length"));
+    }
+    // Every stored tensor holds at least its ⌈K/8⌉ bytes of
+    // participation bits. Checking the total here bounds N · L by
+    // 8C times the payload, so decompression never allocates a size
+    // the file cannot back (per-tensor lengths are checked when
+    // decoding).
+    let min_row = (l.div_ceil(chunk.bytes() as usize)).div_ceil(8) as u64;
+    if info
+        .rows
+        .checked_mul(min_row)
+        .is_none_or(|m| m > payload.len() as u64)
+    {
+        return Err(bad(&format!(
+            "a {}-byte payload cannot hold {} tensors of at least {min_row} bytes",
+            payload.len(),
+            info.rows
+        )));
+    }
+    let p = PackedRef::from_le_offsets(l, rows, flags, offsets, payload)
+        .map_err(|e| corrupt_in(e, i, info))?;
+    p.validate().map_err(|e| corrupt_in(e, i, info))?;
+    if bytemuck::try_cast_slice::<u8, u64>(offsets).is_err() || cfg!(target_endian = "big") {
+        return Ok(Some(p.offsets().to_vec()));
+    }
+    Ok(None)
 }

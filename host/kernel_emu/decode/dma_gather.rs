@@ -28,23 +28,7 @@ fn emulated_dma_gather_pieces_decode_the_requested_rows() {
             }
             let rows = Rows::new(&data, l).unwrap();
             let opts = FitOptions::default().with_chunk(crate::fit::ChunkChoice::Fixed(chunk));
-            // Clustered: three codebooks, each fitted on the rows of its
-            // cluster (rows i with i % 3 == c).
-            let books: Vec<Codebook> = if clustered {
-                (0..3)
-                    .map(|c| {
-                        let own: Vec<u8> = data
-                            .chunks(l)
-                            .enumerate()
-                            .filter(|(i, _)| i % 3 == c)
-                            .flat_map(|(_, r)| r.to_vec())
-                            .collect();
-                        fit(Rows::new(&own, l).unwrap(), &opts).unwrap().codebook
-                    })
-                    .collect()
-            } else {
-                vec![fit(rows, &opts).unwrap().codebook]
-            };
+            let books = books_for(&data, l, &opts, clustered);
             let cb = &books[0];
             let ids: Vec<u32> = (0..n as u32).map(|i| i % 3).collect();
             let (packed, cids) = if clustered {
@@ -127,4 +111,23 @@ fn emulated_dma_gather_pieces_decode_the_requested_rows() {
             }
         }
     }
+}
+
+/// Clustered: three codebooks, each fitted on the rows of its cluster (rows
+/// `i` with `i % 3 == c`); else one fitted on every row.
+fn books_for(data: &[u8], l: usize, opts: &FitOptions, clustered: bool) -> Vec<Codebook> {
+    if !clustered {
+        return vec![fit(Rows::new(data, l).unwrap(), opts).unwrap().codebook];
+    }
+    (0..3)
+        .map(|c| {
+            let own: Vec<u8> = data
+                .chunks(l)
+                .enumerate()
+                .filter(|(i, _)| i % 3 == c)
+                .flat_map(|(_, r)| r.to_vec())
+                .collect();
+            fit(Rows::new(&own, l).unwrap(), opts).unwrap().codebook
+        })
+        .collect()
 }

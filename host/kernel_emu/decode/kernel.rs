@@ -5,7 +5,7 @@ use super::*;
 
 #[test]
 fn emulated_decode_kernel_equals_the_original_rows_in_every_mode() {
-    use ibp_kernels::params::{FETCH_CP_ASYNC, FETCH_LOAD_STORE, STATUS_BAD_INDEX, STATUS_CORRUPT};
+    use ibp_kernels::params::{FETCH_CP_ASYNC, FETCH_LOAD_STORE, STATUS_BAD_INDEX};
     let mut cases = 0;
     for (kind, l, n) in [
         (0usize, 5usize, 24usize),
@@ -87,53 +87,8 @@ fn emulated_decode_kernel_equals_the_original_rows_in_every_mode() {
                 }
             }
             // A corrupt encoded tensor (packed) is reported and zeroed, and
-            // the others still decode: one whose stream ends inside its last
-            // byte, with its top padding bit set.
-            let packed = compress_packed(&cb, rows, &LayoutOptions::default()).unwrap();
-            let bits = |i: usize| {
-                let s = &packed.payload[packed.offsets[i] as usize..];
-                let ents = cb.tables().entries();
-                ents.len()
-                    + ents
-                        .iter()
-                        .enumerate()
-                        .map(|(j, e)| {
-                            if s[j / 8] >> (j % 8) & 1 == 1 {
-                                e.free_bits as usize
-                            } else {
-                                e.width as usize
-                            }
-                        })
-                        .sum::<usize>()
-            };
-            let padded =
-                (0..n).find(|&i| packed.flags[i / 8] >> (i % 8) & 1 == 1 && bits(i) % 8 != 0);
-            if let Some(t) = padded {
-                for streaming in [false, true] {
-                    let (out, st) = emu_kernel(
-                        &cb,
-                        rows,
-                        EmuStorage::PACKED,
-                        None,
-                        n as u64,
-                        streaming,
-                        FETCH_CP_ASYNC,
-                        Some(t),
-                    );
-                    let what = format!(
-                        "corrupt row {t}: kind {kind} L={l} C={chunk} streaming {streaming}"
-                    );
-                    assert_eq!(st, [STATUS_CORRUPT, t as u64], "{what}");
-                    for i in 0..n {
-                        let got = &out[i * l..(i + 1) * l];
-                        if i == t {
-                            assert!(got.iter().all(|&b| b == 0), "{what}: not zeroed");
-                        } else {
-                            assert!(got == &data[i * l..(i + 1) * l], "{what}: row {i}");
-                        }
-                    }
-                }
-            }
+            // the others still decode.
+            corrupt_tensor_is_reported(&cb, rows, &format!("kind {kind} L={l} C={chunk}"));
         }
     }
     assert!(cases >= 100);
@@ -222,6 +177,57 @@ fn a_tensor_larger_than_the_half_is_reported_and_the_rest_decode() {
                 assert!(got.iter().all(|&b| b == 0), "{layout:?}: not zeroed");
             } else {
                 assert!(got == &data[i * l..(i + 1) * l], "{layout:?}: row {i}");
+            }
+        }
+    }
+}
+
+/// A corrupt encoded tensor of the packed layout, one whose stream ends
+/// inside its last byte with its top padding bit set, is reported and
+/// zeroed in both modes, and the other rows still decode.
+fn corrupt_tensor_is_reported(cb: &Codebook, rows: Rows<'_>, what: &str) {
+    use ibp_kernels::params::{FETCH_CP_ASYNC, STATUS_CORRUPT};
+    let (n, l, data) = (rows.rows(), rows.row_bytes(), rows.bytes());
+    let packed = compress_packed(cb, rows, &LayoutOptions::default()).unwrap();
+    let bits = |i: usize| {
+        let s = &packed.payload[packed.offsets[i] as usize..];
+        let ents = cb.tables().entries();
+        ents.len()
+            + ents
+                .iter()
+                .enumerate()
+                .map(|(j, e)| {
+                    if s[j / 8] >> (j % 8) & 1 == 1 {
+                        e.free_bits as usize
+                    } else {
+                        e.width as usize
+                    }
+                })
+                .sum::<usize>()
+    };
+    let padded = (0..n).find(|&i| packed.flags[i / 8] >> (i % 8) & 1 == 1 && bits(i) % 8 != 0);
+    let Some(t) = padded else {
+        return;
+    };
+    for streaming in [false, true] {
+        let (out, st) = emu_kernel(
+            cb,
+            rows,
+            EmuStorage::PACKED,
+            None,
+            n as u64,
+            streaming,
+            FETCH_CP_ASYNC,
+            Some(t),
+        );
+        let what = format!("corrupt row {t}: {what} streaming {streaming}");
+        assert_eq!(st, [STATUS_CORRUPT, t as u64], "{what}");
+        for i in 0..n {
+            let got = &out[i * l..(i + 1) * l];
+            if i == t {
+                assert!(got.iter().all(|&b| b == 0), "{what}: not zeroed");
+            } else {
+                assert!(got == &data[i * l..(i + 1) * l], "{what}: row {i}");
             }
         }
     }
