@@ -39,20 +39,7 @@ impl DeviceBook {
     /// [`crate::ErrorKind::Unsupported`] when the books would pass the
     /// 4 GiB the decoder addresses.
     pub fn clustered(codebooks: &[Codebook]) -> Result<Self> {
-        let first = codebooks
-            .first()
-            .ok_or_else(|| Error::invalid("no codebooks; a clustering has at least one"))?;
-        for (i, cb) in codebooks.iter().enumerate() {
-            if cb.row_bytes() != first.row_bytes() || cb.chunk() != first.chunk() {
-                return Err(Error::invalid(format!(
-                    "codebook {i} is for {}-byte tensors in {}-byte chunks and codebook 0 for {}-byte tensors in {}-byte chunks; a clustering's codebooks share both",
-                    cb.row_bytes(),
-                    cb.chunk().bytes(),
-                    first.row_bytes(),
-                    first.chunk().bytes()
-                )));
-            }
-        }
+        let first = Self::check(codebooks)?;
         let k = codebooks.len();
         let book: Vec<u8> = codebooks.iter().flat_map(decode_book).collect();
         let table: Vec<u8> = codebooks.iter().flat_map(decoder_table).collect();
@@ -71,6 +58,27 @@ impl DeviceBook {
             row_bytes: first.row_bytes() as u64,
             chunk: first.chunk().bytes(),
         })
+    }
+
+    /// The first of `codebooks`, once they are checked to be a clustering's:
+    /// at least one, all of one row length and chunk size
+    /// ([`crate::ErrorKind::InvalidArgument`] otherwise).
+    pub(crate) fn check(codebooks: &[Codebook]) -> Result<&Codebook> {
+        let first = codebooks
+            .first()
+            .ok_or_else(|| Error::invalid("no codebooks; a clustering has at least one"))?;
+        for (i, cb) in codebooks.iter().enumerate() {
+            if cb.row_bytes() != first.row_bytes() || cb.chunk() != first.chunk() {
+                return Err(Error::invalid(format!(
+                    "codebook {i} is for {}-byte tensors in {}-byte chunks and codebook 0 for {}-byte tensors in {}-byte chunks; a clustering's codebooks share both",
+                    cb.row_bytes(),
+                    cb.chunk().bytes(),
+                    first.row_bytes(),
+                    first.chunk().bytes()
+                )));
+            }
+        }
+        Ok(first)
     }
 
     /// Bytes per decoded tensor.

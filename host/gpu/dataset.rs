@@ -189,9 +189,9 @@ impl GpuDataset {
         packed: &PackedRef<'_>,
         residency: Residency,
     ) -> Result<Self> {
-        for cb in codebooks {
-            check_codebook(cb, packed.row_bytes())?;
-        }
+        // The codebooks first (none, or of mixed shapes: InvalidArgument),
+        // then the ids against them (one per tensor, each below k).
+        check_codebook(DeviceBook::check(codebooks)?, packed.row_bytes())?;
         if ids.len() != packed.rows() {
             return Err(Error::invalid(format!(
                 "{} cluster ids for {} tensors; give one per tensor",
