@@ -150,3 +150,10 @@ pub use progress::Progress;
 #[cfg(all(doctest, feature = "cuda"))]
 #[doc = include_str!("../docs/GPU.md")]
 pub struct GpuGuideExamples;
+
+/// The host program of `docs/DEVICE-API.md` (its `no_run` listing; the
+/// kernel listings are built to PTX by kernel-builder's test), compiled as
+/// a doctest like the GPU guide's.
+#[cfg(all(doctest, feature = "cuda"))]
+#[doc = include_str!("../docs/DEVICE-API.md")]
+pub struct DeviceApiHostProgram;

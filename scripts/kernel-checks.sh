@@ -28,7 +28,7 @@ ptxs=(gpu-kernels/ptx/ibp_kernels_sm_80.ptx examples/fused-kernels/ptx/fused_ker
 inputs_hash() {
   find gpu-kernels/src gpu-kernels/macros gpu-kernels/Cargo.toml gpu-kernels/Cargo.lock \
     examples/fused-kernels/src examples/fused-kernels/Cargo.toml examples/fused-kernels/Cargo.lock \
-    examples/fused-kernels/ptx/sources.sha256 build.rs kernel-builder/src kernel-builder/Cargo.toml \
+    examples/fused-kernels/ptx/sources.sha256 build.rs kernel-builder/src kernel-builder/examples kernel-builder/Cargo.toml \
     "${ptxs[@]}" rust-toolchain.toml scripts/kernel-checks.sh scripts/sass.sh scripts/ptx.sh \
     -type f -not -path '*/target/*' | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -d' ' -f1
 }

@@ -2,9 +2,11 @@
 # The shipped PTX: gpu-kernels/ptx/ibp_kernels_sm_80.ptx (the library's
 # kernels, with the register caps of build.rs) and
 # examples/fused-kernels/ptx/fused_kernels.ptx (the fused examples' kernels),
-# built from source by build.rs with IBP_BUILD_KERNELS=1 on the pinned
-# nightly (rust-toolchain.toml), the way `cargo build --features cuda` built
-# them before the PTX was shipped.
+# built from source on the pinned nightly (rust-toolchain.toml): the
+# library's by build.rs with IBP_BUILD_KERNELS=1, the way `cargo build
+# --features cuda` built them before the PTX was shipped; the examples' by
+# the kernel builder itself (kernel-builder/examples/build_ptx.rs), since
+# the library's build.rs does not build them.
 #
 #   scripts/ptx.sh           regenerate the shipped files (after editing
 #                            gpu-kernels/ or examples/fused-kernels/)
@@ -26,6 +28,10 @@ target=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, 
 # Q: why `cargo check`? A: only the build script's work is wanted; checking
 # the host crates skips their code generation.
 IBP_BUILD_KERNELS=1 cargo check --quiet --lib --features cuda
+# Q: why the target folder of the library's kernels? A: `core` (built by
+# -Zbuild-std with the same flags) is reused.
+cargo run --quiet --manifest-path kernel-builder/Cargo.toml --example build_ptx -- \
+  examples/fused-kernels "$target/ibp-ptx/fused_kernels.ptx" --arch sm_80 --target-dir "$target/ibp-kernels-sm_80"
 # The fused examples' sources (their crate, ibp-kernels, the toolchain file): one SHA-256.
 fused_sources() {
   find examples/fused-kernels/src examples/fused-kernels/Cargo.toml examples/fused-kernels/Cargo.lock \

@@ -57,9 +57,10 @@ for line in sys.stdin:
     if kind == "bin" or name.startswith("gpu_"):
         print(name + "." + kind, exe)
 ' | sort -u | while read -r name exe; do cp "$exe" "$root/.device/bin/$name"; done
-# A kernel crate outside the repository: kernel-builder's test writes one in
-# a temporary folder and builds it to PTX with the builder; the PTX travels,
-# and tests/gpu_device_api.rs runs its kernels on the GPU (issue 11).
+# A kernel crate outside the repository: kernel-builder's test writes the
+# device-API tutorial's crate (docs/DEVICE-API.md's listings) in a temporary
+# folder and builds it to PTX with the builder; the PTX travels, and
+# tests/gpu_device_api.rs runs its kernels on the GPU (issue 11).
 (cd "$src" && IBP_USER_PTX_OUT="$root/.device/data/user-kernels.ptx" \
   cargo test --quiet --manifest-path kernel-builder/Cargo.toml --test user_crate >&2)
 [ -s .device/data/user-kernels.ptx ] || { echo "stage-device: the user crate's PTX was not built" >&2; exit 1; }

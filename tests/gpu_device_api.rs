@@ -1,6 +1,7 @@
 //! The device API (`ibp_kernels::device`) inside user kernels on the GPU:
-//! the fused embedding-bag kernels of `examples/fused-kernels` (built by
-//! ibp's build.rs with `ibp-kernel-builder`, as a user's build.rs would)
+//! the fused embedding-bag kernels of `examples/fused-kernels` (their
+//! shipped PTX, built by `scripts/ptx.sh` with `ibp-kernel-builder`, as a
+//! user's build.rs would), and the kernels of docs/DEVICE-API.md's crate,
 //! against a CPU sum in the kernels' order, bit for bit; rows in pinned
 //! host memory and in device memory; corrupt rows reaching the host as a
 //! status; row ids past the dataset reported, not read. Prints `skipped:
@@ -237,9 +238,10 @@ fn row_ids_past_the_dataset_are_reported_not_read() {
     assert_eq!(got, cpu_sums(&data, l, true, &ids, &starts));
 }
 
-/// The PTX of the kernel crate that `kernel-builder`'s test
-/// `a_user_kernel_crate_builds_to_ptx_with_ibp_kernels` writes in a
-/// temporary folder, outside this repository, and builds with the builder
+/// The PTX of the device-API tutorial's kernel crate, which
+/// `kernel-builder`'s test `the_device_api_tutorials_crate_builds_to_ptx`
+/// writes from docs/DEVICE-API.md's listings in a temporary folder, outside
+/// this repository, and builds with the builder
 /// (`IBP_USER_PTX_OUT` copies it out; `scripts/stage-device.sh` puts it in
 /// `.device/data` for the GPU machine, which has no Rust).
 fn user_crate_ptx() -> Option<String> {
@@ -299,7 +301,7 @@ fn a_kernel_crate_built_outside_the_repository_runs_on_the_gpu() {
     let data = DeviceBuffer::from_slice(&words).unwrap();
     let mut a = data.as_device_ptr().as_raw();
     launch(
-        "user_reverse",
+        "reverse",
         1,
         32,
         0,
@@ -328,7 +330,7 @@ fn a_kernel_crate_built_outside_the_repository_runs_on_the_gpu() {
         let out = DeviceBuffer::<u32>::zeroed(n).unwrap();
         let mut o = out.as_device_ptr().as_raw();
         launch(
-            "user_row_sums",
+            "row_sums",
             n.div_ceil(8) as u32,
             256,
             8 * view.workspace_bytes(),

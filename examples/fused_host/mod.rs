@@ -1,9 +1,9 @@
 //! The host side shared by the fused examples (`embedding_bag`,
 //! `gemv_stream`) and `tests/gpu_device_api.rs`: the examples' PTX (shipped
 //! in `examples/fused-kernels/ptx/`, built from `examples/fused-kernels`
-//! with `ibp-kernel-builder` by `scripts/ptx.sh`; with `IBP_BUILD_KERNELS=1`
-//! ibp's build.rs builds it), launches, launch sizes, the Zipf sampler and the
-//! results table.
+//! with `ibp-kernel-builder` by `scripts/ptx.sh`; the library's build.rs
+//! never builds it), launches, launch sizes, the Zipf sampler and the results
+//! table.
 #![allow(dead_code)] // each user takes what it needs
 
 use std::ffi::c_void;
@@ -14,8 +14,9 @@ use cust::stream::Stream;
 use ibp::gpu::{Gpu, cust, jit_max_registers};
 use ibp::{Error, Result};
 
-/// The examples' kernels, for sm_80 and later.
-pub const PTX: &str = include_str!(env!("IBP_FUSED_PTX"));
+/// The examples' kernels, for sm_80 and later: the shipped file, by its path
+/// from this one (every user of this module includes it from here).
+pub const PTX: &str = include_str!("../fused-kernels/ptx/fused_kernels.ptx");
 
 /// Threads per block of every example kernel (eight warps).
 pub const BLOCK: u32 = 256;

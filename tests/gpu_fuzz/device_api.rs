@@ -1,11 +1,11 @@
 //! The device API inside user kernels: the fused bag kernels and the
-//! outside crate's `user_row_sums`.
+//! tutorial crate's `row_sums`.
 
 use super::*;
 
 impl Fuzz<'_> {
     /// The device API inside user kernels: one-row bags through the fused
-    /// bag kernels (rows of f32 or bf16), and `user_row_sums`.
+    /// bag kernels (rows of f32 or bf16), and `row_sums`.
     pub(crate) fn device_api(
         &mut self,
         rng: &mut Rng,
@@ -38,7 +38,7 @@ impl Fuzz<'_> {
             self.record(path, r)?;
         }
         if self.user.is_some() {
-            let r = self.user_row_sums(view, case, rows);
+            let r = self.row_sums(view, case, rows);
             self.record("api-user-rows", r)?;
         }
         Ok(())
@@ -154,10 +154,10 @@ impl Fuzz<'_> {
         })
     }
 
-    /// `user_row_sums`: one warp a row decodes it into the sum of its
+    /// `row_sums`: one warp a row decodes it into the sum of its
     /// bytes, written only when the row decodes (`u32::MAX` stays for a
     /// corrupt one).
-    pub(crate) fn user_row_sums(
+    pub(crate) fn row_sums(
         &self,
         mut view: DatasetView,
         case: &Case,
@@ -172,20 +172,20 @@ impl Fuzz<'_> {
         }
         let out = cu(DeviceBuffer::from_slice(&vec![u32::MAX; n]), "row sums")?;
         let mut o = out.as_device_ptr().as_raw();
-        let f = cu(module.get_function("user_row_sums"), "user_row_sums")?;
+        let f = cu(module.get_function("row_sums"), "row_sums")?;
         self.settle()?;
         let args = [
             &mut view as *mut _ as *mut c_void,
             &mut o as *mut u64 as *mut c_void,
         ];
-        // SAFETY: user_row_sums takes (DatasetView, *mut u32): a live
+        // SAFETY: row_sums takes (DatasetView, *mut u32): a live
         // dataset's view and `n` u32 (warps past the rows get BadIndex and
         // write nothing); eight warps a block, each with its workspace.
         let launched = unsafe {
             self.stream
                 .launch(&f, n.div_ceil(8) as u32, 256, shared, &args)
         };
-        cu(launched, "launching user_row_sums")?;
+        cu(launched, "launching row_sums")?;
         self.sync()?;
         let got = must(copy_to_host_blocking(&out), "copying row sums")?;
         let mut corrupt = false;
@@ -196,7 +196,7 @@ impl Fuzz<'_> {
             corrupt |= row.is_none();
             if got[t] != want {
                 return Err(Fail::Mismatch(format!(
-                    "user_row_sums: row {t}: {:#x}, the CPU's {want:#x}",
+                    "row_sums: row {t}: {:#x}, the CPU's {want:#x}",
                     got[t]
                 )));
             }

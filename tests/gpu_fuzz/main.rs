@@ -6,7 +6,7 @@
 //! (zero-copy) and from device memory, the DMA range and gather, the
 //! feature cache's gather, the KV store's gather, and the device API's
 //! `decode_row` inside user kernels (the fused embedding-bag kernels of
-//! `examples/fused-kernels`, and the outside crate's `user_row_sums` when
+//! `examples/fused-kernels`, and the tutorial crate's `row_sums` when
 //! `user-kernels.ptx` is staged).
 //!
 //! The oracle is the CPU codec on the same (damaged) bytes, row by row:
@@ -244,7 +244,7 @@ fn random_index(rng: &mut Rng, n: u64, wide: bool) -> Vec<u64> {
         .collect()
 }
 
-/// The outside crate's PTX (`user_row_sums`), as gpu_device_api finds it.
+/// The tutorial crate's PTX (`row_sums`), as gpu_device_api finds it.
 fn user_module() -> Option<Module> {
     let path = std::env::var_os("IBP_USER_PTX")
         .map(std::path::PathBuf::from)
@@ -271,9 +271,7 @@ fn gpu_decoders_match_the_cpu_codec_on_random_and_damaged_datasets() {
             !common::gpu_required(),
             "{name}: no user-kernels.ptx in IBP_DATA_DIR (scripts/stage-device.sh builds it)"
         );
-        notice(&format!(
-            "{name}: user_row_sums skipped: no user-kernels.ptx"
-        ));
+        notice(&format!("{name}: row_sums skipped: no user-kernels.ptx"));
     }
     let mut fz = Fuzz {
         gpu: &gpu,

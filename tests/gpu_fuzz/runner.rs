@@ -6,7 +6,7 @@ pub(crate) struct Fuzz<'g> {
     pub(crate) gpu: &'g Gpu,
     pub(crate) stream: Stream,
     pub(crate) bags: Kernels,
-    /// The outside crate's kernels (`user_row_sums`), when staged.
+    /// The tutorial crate's kernels (`row_sums`), when staged.
     pub(crate) user: Option<Module>,
     pub(crate) stats: BTreeMap<&'static str, Counts>,
     pub(crate) failures: Vec<String>,
