@@ -21,59 +21,13 @@ use super::fit::{FitPhases, Fitter};
 use super::kernels;
 use super::memory::{GpuReadable, PinnedBuffer};
 use super::{Gpu, cuda_err};
-use crate::codebook::{ChunkSize, Codebook};
+use crate::codebook::Codebook;
 use crate::dataset::Rows;
 use crate::error::{Error, Result};
 use crate::fit::{FitOptions, Sample};
 use crate::kernel_tables::eval_book;
 use crate::layout::{Layout, LayoutOptions, compress_fixed, compress_packed};
 use ibp_kernels::params::MeasureParams;
-
-/// A synthetic dataset in the style of the paper's Figure 7: `rows` tensors
-/// of `row_bytes`, 4-byte chunks, and a codebook whose mask has enough bits
-/// per chunk that every tensor saves `savings` of its size (rounded to whole
-/// bits per chunk). Free bits are random, so nothing else compresses.
-pub fn figure7_dataset(
-    rows: usize,
-    row_bytes: usize,
-    savings: f64,
-    seed: u64,
-) -> Result<(Vec<u8>, Codebook)> {
-    if !row_bytes.is_multiple_of(4) {
-        return Err(Error::invalid("figure-7 datasets use whole 4-byte chunks"));
-    }
-    // Saved bits per 32-bit chunk: m invariant bits minus one participation
-    // bit. m = round(32·s) + 1, at most 32.
-    let m = ((32.0 * savings).round() as u32 + 1).min(32);
-    let chunk_mask: u32 = if m == 32 {
-        u32::MAX
-    } else {
-        ((1u32 << m) - 1) << (32 - m)
-    };
-    let mut s = seed | 1;
-    let mut next = move || {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        s
-    };
-    let mask: Vec<u8> = (0..row_bytes / 4)
-        .flat_map(|_| chunk_mask.to_le_bytes())
-        .collect();
-    let bitval: Vec<u8> = mask.iter().map(|&b| b & (next() as u8)).collect();
-    let mut data = vec![0u8; rows * row_bytes];
-    for w in data.chunks_mut(8) {
-        let r = next().to_le_bytes();
-        w.copy_from_slice(&r[..w.len()]);
-    }
-    for row in data.chunks_mut(row_bytes) {
-        for ((b, m), v) in row.iter_mut().zip(&mask).zip(&bitval) {
-            *b = (*b & !m) | v;
-        }
-    }
-    let cb = Codebook::new(ChunkSize::try_from(4)?, mask, bitval)?;
-    Ok((data, cb))
-}
 
 /// An event for ordering streams, for the measurement code outside the
 /// library (`ibp bench --peers`).
@@ -650,20 +604,6 @@ impl Compressor<'_> {
         }
         Ok(())
     }
-}
-
-/// Every row of `data` stored raw, in the packed layout: the uncompressed
-/// baseline of the feature cache benchmarks, decoded by the same kernels
-/// (its flag bitmap says "raw" for every row). Takes the bytes (no copy).
-pub fn raw_packed(data: Vec<u8>, row_bytes: usize) -> Result<crate::layout::Packed> {
-    let rows = Rows::new(&data, row_bytes)?.rows();
-    Ok(crate::layout::Packed {
-        row_bytes,
-        rows,
-        flags: vec![0; rows.div_ceil(8)],
-        offsets: (0..=rows as u64).map(|i| i * row_bytes as u64).collect(),
-        payload: data,
-    })
 }
 
 /// Times a stage: the median of `reps` runs after one warm-up, each
