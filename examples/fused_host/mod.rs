@@ -197,6 +197,9 @@ pub fn bf16_of_f32(f32_bytes: &[u8]) -> impl Iterator<Item = u8> + '_ {
 
 /// Median seconds of `read_bytes` reading the dataset's whole payload
 /// zero-copy (the sequential read a fused kernel's rate is set against).
+/// Timed by the benchmark harness (`bench-hooks`, which the examples
+/// require); the tests that share this file build without it.
+#[cfg(feature = "bench-hooks")]
 pub fn time_payload_read(k: &Kernels, stream: &Stream, ds: &ibp::gpu::GpuDataset) -> Result<f64> {
     let xor = cust::memory::DeviceBuffer::<u32>::zeroed(1).map_err(cu)?;
     let p = fused_kernels::ReadParams {
