@@ -33,7 +33,7 @@ if [ -n "${IBP_STAGE_WORKTREE:-}" ]; then
 fi
 # The whole workspace: the `ibp` binary is package ibp-cli (cli/), the
 # GPU tests are the library's and cli/tests/gpu_cli.rs. tests/gpu_foundation.rs
-# needs `testing`, the fused examples `bench-hooks`; the same features for
+# needs `testing`, the command line `bench-hooks`; the same features for
 # all four keep one build of the library per profile.
 feats=ibp/cuda,ibp/testing,ibp/bench-hooks,ibp-cli/cuda
 { cd "$src"
