@@ -1,5 +1,5 @@
 //! The appendable KV store (`ibp::gpu::KvStore`) on real KV rows of
-//! all-MiniLM-L6-v2 (`ibp::kv`): created from a prefill, appended step by
+//! all-MiniLM-L6-v2 (`ibp_testdata::kv`): created from a prefill, appended step by
 //! step, every row gathered back after every step and random subsets with
 //! repeats, into poisoned output, and compared with the original bytes;
 //! the pages against the CPU's fixed-stride compression; unknown rows; a

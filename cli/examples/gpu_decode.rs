@@ -4,7 +4,7 @@
 //! `scripts/demo.sh`.
 //!
 //! ```console
-//! $ cargo run --release --features cuda --example gpu_decode -- FILE.ibp
+//! $ cargo run --release -p ibp-cli --features cuda --example gpu_decode -- FILE.ibp
 //! ```
 //!
 //! Exit status 0 when every group decoded identically, 10 when there is no

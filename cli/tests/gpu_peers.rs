@@ -1,5 +1,5 @@
 //! nvCOMP, the peer of `ibp bench --peers nvcomp`, through ibp's own loader
-//! (`host/cli/bench/peers/nvcomp.rs`, compiled in here):
+//! (`cli/src/cli/bench/peers/nvcomp.rs`, compiled in here):
 //!
 //! - a missing or wrong library is a typed error saying "nvCOMP not found"
 //!   or what is wrong with the file (no nvCOMP or GPU needed);

@@ -71,7 +71,7 @@ impl Device {
         const WHY: &str = "this ibp was built without the `cuda` feature";
         if required {
             return Err(ibp::Error::unsupported(format!(
-                "--device gpu: {WHY}; rebuild with --features cli,cuda, or use --device cpu"
+                "--device gpu: {WHY}; rebuild with --features cuda, or use --device cpu"
             )));
         }
         Ok(Device::Cpu {

@@ -137,7 +137,7 @@ fn version() -> &'static str {
     let gpu = if cfg!(feature = "cuda") {
         "GPU path: built in (the cuda feature)"
     } else {
-        "GPU path: not built, CPU only (rebuild with --features cli,cuda)"
+        "GPU path: not built, CPU only (rebuild with --features cuda)"
     };
     Box::leak(format!("{} ({commit}); {gpu}", env!("CARGO_PKG_VERSION")).into_boxed_str())
 }

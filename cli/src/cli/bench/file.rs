@@ -249,7 +249,7 @@ fn no_gpu() -> Option<String> {
 
 #[cfg(not(feature = "cuda"))]
 fn no_gpu() -> Option<String> {
-    Some("this ibp was built without the `cuda` feature (rebuild with --features cli,cuda)".into())
+    Some("this ibp was built without the `cuda` feature (rebuild with --features cuda)".into())
 }
 
 /// `--peers` for `bench FILE`: loaded before the GPU is looked for, so a
@@ -268,7 +268,7 @@ fn load_peers(args: &Args) -> Result<Option<super::peers::Peers>> {
 fn measure(_: &Args, _: &str, _: &'static str, _: Selection) -> Result<()> {
     // `run` measures on the CPU instead in a build without `cuda`.
     Err(Error::unsupported(
-        "ibp bench measures on a GPU: this ibp was built without the `cuda` feature; rebuild with --features cli,cuda",
+        "ibp bench measures on a GPU: this ibp was built without the `cuda` feature; rebuild with --features cuda",
     ))
 }
 
@@ -355,7 +355,7 @@ fn open_gpu() -> Result<(ibp::gpu::Gpu, ibp::gpu::cust::stream::Stream)> {
         Error::new(
             e.kind(),
             format!(
-                "ibp bench measures on a GPU, and none is usable ({}); `ibp compress --device cpu` and `cargo bench --bench codec` measure the CPU",
+                "ibp bench measures on a GPU, and none is usable ({}); `ibp compress --device cpu` and `cargo bench -p ibp-cli --bench codec` measure the CPU",
                 e.message()
             ),
         )

@@ -10,7 +10,7 @@
 //! `nvidia-libnvcomp-cu13` wheel). Only the batched API is used: a batch is
 //! device arrays of chunk pointers and sizes, one call per batch.
 //!
-//! This file is also compiled into `tests/gpu_peers.rs` (through `#[path]`),
+//! This file is also compiled into `cli/tests/gpu_peers.rs` (through `#[path]`),
 //! so it names only `ibp`'s public API, `libc` and `std`.
 
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
@@ -343,7 +343,7 @@ fn family_symbols(family: Family) -> [String; 7] {
     ]
 }
 
-/// Every symbol ibp resolves (`tests/gpu_peers.rs` checks each one).
+/// Every symbol ibp resolves (`cli/tests/gpu_peers.rs` checks each one).
 #[allow(dead_code)]
 pub fn symbol_names() -> Vec<String> {
     let mut v = vec!["nvcompGetProperties".into(), "nvcompGetStatusString".into()];
