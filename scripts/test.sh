@@ -40,8 +40,8 @@ step "format"
 cargo fmt --all --check
 cargo fmt --manifest-path gpu-kernels/Cargo.toml --all --check
 
-step "no import circle between modules: the kernel crate, the library and the command line (scripts/import-cycles.py)"
-python3 scripts/import-cycles.py gpu-kernels/src host
+step "no import circle between modules: the kernel crate, the library, the command line and the test data (scripts/import-cycles.py)"
+python3 scripts/import-cycles.py gpu-kernels/src host cli/src testdata/src
 
 step "clippy (the workspace: library, command line, test data, kernel emulator; the cuda feature; the kernel crate on the host)"
 cargo clippy --workspace --all-targets --features ibp/emu -- -D warnings
