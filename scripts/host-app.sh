@@ -111,6 +111,18 @@ start=$SECONDS
 cargo "${stable[@]}" build --quiet || fail "the README's GPU quick start does not build on stable as pasted"
 echo "host-app: the GPU quick start builds on stable in $((SECONDS - start)) s (not run here: no GPU)"
 lean "the GPU quick start (feature cuda)"
+# The benchmark harness is not compiled into the library with `cuda` alone:
+# a program of the same crate that names it must not build (the error is
+# rustc's "could not find `bench` in `gpu`").
+mkdir -p src/bin
+printf 'fn main() {\n    let _ = ibp::gpu::bench::measure_h2d_copy;\n}\n' >src/bin/bench-probe.rs
+if probe=$(cargo "${stable[@]}" build --quiet --bin bench-probe 2>&1); then
+  fail "a host app with feature cuda compiles ibp's benchmark harness (ibp::gpu::bench)"
+fi
+grep -q 'could not find `bench` in `gpu`' <<<"$probe" \
+  || fail "the benchmark-harness probe failed for another reason: $probe"
+rm -r src/bin
+echo "host-app: ibp::gpu::bench is not in its build (feature bench-hooks off)"
 # No driver: the binary must not start with anything but the loader's line.
 set +e
 err=$(env -u LD_LIBRARY_PATH "$CARGO_TARGET_DIR/debug/gpu-app" 2>&1 >/dev/null)
