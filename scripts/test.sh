@@ -60,7 +60,7 @@ cargo clippy --manifest-path kernel-builder/Cargo.toml --all-targets -- -D warni
 cargo test --manifest-path kernel-builder/Cargo.toml
 
 step "docs build without warnings"
-RUSTDOCFLAGS="-D warnings" cargo doc --quiet --no-deps --features "${IBP_FEATURES:+$IBP_FEATURES,}emu" -p ibp -p ibp-kernel-emu
+RUSTDOCFLAGS="-D warnings" cargo doc --quiet --no-deps --features "${IBP_FEATURES:+$IBP_FEATURES,}emu" -p ibp -p ibp-kernel-emu -p ibp-testdata
 RUSTDOCFLAGS="-D warnings" cargo doc --quiet --no-deps --manifest-path gpu-kernels/Cargo.toml
 
 step "a lean library: no command-line or benchmark crate in its dependencies; the README's quick start, pasted into a new crate"

@@ -16,9 +16,9 @@ use std::process::ExitCode;
 
 use cust::stream::{Stream, StreamFlags};
 use ibp::container::IbpFile;
-use ibp::gpu::bench::{BenchStorage, measure_decode, measure_h2d_copy};
 use ibp::gpu::{DecodeOptions, Gpu, Residency, is_no_device};
 use ibp::{Error, Result};
+use ibp_cli::measure::{BenchStorage, measure_decode, measure_h2d_copy};
 
 const NO_DEVICE: u8 = 10;
 

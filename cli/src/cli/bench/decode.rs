@@ -7,11 +7,11 @@ use std::fmt::Write as _;
 use cust::stream::Stream;
 use ibp::Result;
 use ibp::codebook::Codebook;
-use ibp::gpu::bench::{
+use ibp::gpu::{DecodeOptions, Decoder, Gpu, GpuDataset, Residency};
+use ibp_cli::measure::{
     BenchStorage, DecodeMeasurement, measure_decode, measure_decode_dma, measure_device_copy,
     measure_gather, measure_gather_dma,
 };
-use ibp::gpu::{DecodeOptions, Decoder, Gpu, GpuDataset, Residency};
 use ibp_testdata::figure7_dataset;
 
 use super::plot::{BenchPlot, GridPoint, RealPoint};

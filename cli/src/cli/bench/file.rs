@@ -388,7 +388,7 @@ fn sample(data: Vec<u8>, selected: u64, row_bytes: usize, real_bytes: usize) -> 
 /// read and a device-to-device copy, of 1 GiB each.
 #[cfg(feature = "cuda")]
 fn measure_ceilings(b: &super::decode::Bench) -> Result<Ceilings> {
-    use ibp::gpu::bench::{measure_device_copy, measure_h2d_copy, measure_zero_copy_read};
+    use ibp_cli::measure::{measure_device_copy, measure_h2d_copy, measure_zero_copy_read};
     let link = 1usize << 30;
     let h2d = link as f64 / measure_h2d_copy(b.stream, link)?;
     let zc = (link / 1536 * 1536) as f64 / measure_zero_copy_read(b.gpu, b.stream, link)?;
@@ -444,7 +444,7 @@ impl Measurements {
         what: String,
         ceiling: &'static str,
         device: bool,
-        m: Result<ibp::gpu::bench::DecodeMeasurement>,
+        m: Result<ibp_cli::measure::DecodeMeasurement>,
     ) -> Result<()> {
         let c = &self.ceilings;
         let (ceiling_gbs, through) = match &m {
@@ -481,7 +481,7 @@ fn decode_rows(
     out: &mut Measurements,
 ) -> Result<()> {
     use ibp::gpu::Residency;
-    use ibp::gpu::bench::measure_decode_dma;
+    use ibp_cli::measure::measure_decode_dma;
     let rows = data.len() / l;
     out.decode(
         "range_pinned_zero_copy",

@@ -10,7 +10,6 @@ use std::fmt::Write as _;
 use cust::memory::DeviceBuffer;
 use cust::stream::Stream;
 use ibp::Rows;
-use ibp::gpu::bench::{measure_zero_copy_read, time_dtoh_copy, time_median};
 use ibp::gpu::{
     DecodeOptions, DecodeStatus, Decoder, Gpu, GpuDataset, KvStore, KvStoreOptions, Mode,
     PageWrites, Request, Residency, Span, copy_to_host_blocking,
@@ -18,6 +17,7 @@ use ibp::gpu::{
 use ibp::io::DType;
 use ibp::layout::{LayoutOptions, compress_packed};
 use ibp::{Error, Result};
+use ibp_cli::measure::{measure_zero_copy_read, time_dtoh_copy, time_median};
 use ibp_testdata::kv::{KvOptions, KvPart, MiniLm, MiniLmFiles};
 
 /// Bytes of a row: 384 bf16 values (6 heads × 64).

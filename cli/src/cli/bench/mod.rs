@@ -243,7 +243,7 @@ fn check_peer_flags(args: &Args) -> Result<()> {
 /// of 1 GiB and ibp's zero-copy kernel reading 1 GiB, printed on stderr.
 #[cfg(feature = "cuda")]
 fn measure_link(gpu: &ibp::gpu::Gpu, stream: &cust::stream::Stream) -> Result<(f64, f64)> {
-    use ibp::gpu::bench::{measure_h2d_copy, measure_zero_copy_read};
+    use ibp_cli::measure::{measure_h2d_copy, measure_zero_copy_read};
     let link_bytes = 1usize << 30;
     let h2d = link_bytes as f64 / measure_h2d_copy(stream, link_bytes)?;
     let zc = (link_bytes / 1536 * 1536) as f64 / measure_zero_copy_read(gpu, stream, link_bytes)?;

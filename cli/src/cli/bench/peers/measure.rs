@@ -15,10 +15,11 @@
 //!   *copy* (the host gathers the chunks into a pinned staging buffer, one
 //!   DMA, one decode; the host's part is inside the timing), *device*.
 
-use ibp::gpu::bench::{Event, copy_to_device_async, time_median};
+use ibp::gpu::bench::{Event, copy_to_device_async};
 use ibp::gpu::cust;
 use ibp::gpu::{Gpu, PinnedBuffer};
 use ibp::{Error, Result};
+use ibp_cli::measure::time_median;
 
 use cust::memory::{CopyDestination, DeviceBuffer};
 use cust::stream::{Stream, StreamFlags};
@@ -267,7 +268,7 @@ fn bulk_paths(nv: &Nvcomp, stream: &Stream, c: &Chunks, data: &[u8], row: &mut R
     Ok(())
 }
 
-/// The row ids of `ibp bench`'s gathers (`ibp::gpu::bench::measure_gather`
+/// The row ids of `ibp bench`'s gathers (`ibp_cli::measure::measure_gather`
 /// draws the same ones): 8 sets of `batch` uniform ids below `rows`.
 fn index_sets(rows: usize, batch: usize) -> Vec<Vec<usize>> {
     let mut s = 0x9e37_79b9_7f4a_7c15u64 ^ batch as u64;

@@ -4,7 +4,7 @@
 //! The peer is NVIDIA's nvCOMP, loaded at run time ([`nvcomp`]): ANS (on
 //! bytes, and with its float type where the table holds floats), Bitcomp,
 //! Cascaded and LZ4. Each is timed on the paths a user of it would take
-//! ([`measure`]); ibp's row comes from `ibp::gpu::bench`, the code behind
+//! ([`measure`]); ibp's row comes from `ibp_cli::measure`, the code behind
 //! the rest of `ibp bench`. Every output is compared with the original
 //! bytes before it is timed.
 //!
@@ -115,7 +115,7 @@ pub fn compare(
     opts: &ibp::gpu::DecodeOptions,
 ) -> ibp::Result<Vec<measure::Row>> {
     use ibp::gpu::Residency;
-    use ibp::gpu::bench::{BenchStorage, measure_decode, measure_decode_dma, measure_gather};
+    use ibp_cli::measure::{BenchStorage, measure_decode, measure_decode_dma, measure_gather};
     use measure::{GATHER_BATCHES, GatherRates, Row};
 
     let (data, row, cb) = (t.data, t.row_bytes, t.codebook);
@@ -136,7 +136,7 @@ pub fn compare(
     let pinned = m(Residency::Pinned)?;
     let device = m(Residency::Device)?;
     let dma = measure_decode_dma(gpu, stream, data, row, cb, 8 << 20)?;
-    let gb = |x: &ibp::gpu::bench::DecodeMeasurement| Some(x.decoded_rate() / 1e9);
+    let gb = |x: &ibp_cli::measure::DecodeMeasurement| Some(x.decoded_rate() / 1e9);
     let ratio = pinned.decoded_bytes as f64 / pinned.stored_bytes as f64;
     let mut ibp_row = Row {
         codec: "ibp".into(),
