@@ -24,7 +24,7 @@
 
 use std::env;
 use std::path::{Path, PathBuf};
-use std::process::{Command, exit};
+use std::process::exit;
 
 use ibp_kernel_builder::KernelBuilder;
 
@@ -42,7 +42,6 @@ fn main() {
     println!("cargo:rerun-if-env-changed=IBP_BUILD_KERNELS");
     println!("cargo:rerun-if-env-changed=IBP_KERNEL_PROFILE");
     println!("cargo:rerun-if-env-changed=DOCS_RS");
-    git_commit();
     if env::var_os("CARGO_FEATURE_CUDA").is_none() {
         return;
     }
@@ -164,62 +163,6 @@ fn copy(from: &Path, to: &Path) {
             to.display()
         ))
     });
-}
-
-/// The commit, for benchmark results files (`IBP_GIT_COMMIT`), and the git
-/// files to watch so that a new commit rebuilds the crate.
-///
-/// Q: why ask git for the paths instead of naming `.git/HEAD`?
-/// A: in a crate copy without git (a vendored or downloaded crate) a watched
-/// path that does not exist makes cargo rerun this script, and rebuild the
-/// crate, on every build; and in a git worktree `.git` is a file, so
-/// `.git/HEAD` never exists there either. `git rev-parse --git-path` names
-/// the real files, and only those that exist are watched.
-fn git_commit() {
-    let manifest_dir = env::var_os("CARGO_MANIFEST_DIR").map(PathBuf::from);
-    // A crate copy inside another project's repository (vendored) must not
-    // report that project's commit as its own.
-    let top = git(&["rev-parse", "--show-toplevel"]).map(PathBuf::from);
-    let ours = match (top, manifest_dir) {
-        (Some(t), Some(m)) => t
-            .canonicalize()
-            .ok()
-            .is_some_and(|t| m.canonicalize().ok() == Some(t)),
-        _ => false,
-    };
-    if !ours {
-        return;
-    }
-    if let Some(c) = git(&["rev-parse", "--short=12", "HEAD"]) {
-        let dirty =
-            git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
-        println!(
-            "cargo:rustc-env=IBP_GIT_COMMIT={c}{}",
-            if dirty { "-dirty" } else { "" }
-        );
-    }
-    // A new commit moves HEAD's ref (or HEAD itself when detached); the
-    // index is left out on purpose (every `git add` would rebuild the crate).
-    let mut watch = vec!["HEAD".to_string(), "packed-refs".to_string()];
-    if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"]) {
-        watch.push(branch);
-    }
-    for name in watch {
-        if let Some(path) = git(&["rev-parse", "--git-path", &name])
-            && Path::new(&path).exists()
-        {
-            println!("cargo:rerun-if-changed={path}");
-        }
-    }
-}
-
-/// `git ARGS` in the manifest directory: its trimmed stdout, or `None` when
-/// git is missing or fails (no repository).
-fn git(args: &[&str]) -> Option<String> {
-    let o = Command::new("git").args(args).output().ok()?;
-    o.status
-        .success()
-        .then(|| String::from_utf8_lossy(&o.stdout).trim().to_string())
 }
 
 fn fail(msg: &str) -> ! {

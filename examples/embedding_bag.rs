@@ -32,10 +32,9 @@ use cust::memory::DeviceBuffer;
 use cust::stream::{Stream, StreamFlags};
 use fused_host::{
     BLOCK, Block, Kernels, Measured, arg, bags, bf16_of_f32, cu, data_dir, exit_code, report,
-    time_payload_read,
+    time_median, time_payload_read,
 };
 use fused_kernels::{BagParams, OK};
-use ibp::gpu::bench::time_median;
 use ibp::gpu::{
     DecodeOptions, DecodeStatus, Decoder, Gpu, GpuDataset, GpuReadable, PinnedBuffer, Residency,
     copy_to_host_blocking, cust,

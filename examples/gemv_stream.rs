@@ -33,10 +33,10 @@ use std::process::ExitCode;
 use cust::memory::DeviceBuffer;
 use cust::stream::{Stream, StreamFlags};
 use fused_host::{
-    Kernels, Measured, Rng, arg, bf16_of_f32, cu, data_dir, exit_code, report, time_payload_read,
+    Kernels, Measured, Rng, arg, bf16_of_f32, cu, data_dir, exit_code, report, time_median,
+    time_payload_read,
 };
 use fused_kernels::{GemvParams, OK};
-use ibp::gpu::bench::time_median;
 use ibp::gpu::{
     DecodeOptions, DecodeStatus, Decoder, Gpu, GpuDataset, GpuReadable, PinnedBuffer, Residency,
     copy_to_host_blocking,

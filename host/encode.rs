@@ -240,7 +240,7 @@ impl BitOps for Portable {
 /// Q: why bother, when [`Portable`] gives the same bits?
 /// A: one instruction replaces up to six shift-and-select rounds per chunk;
 /// on CPUs with a fast BMI2 unit that speeds the codec up measurably (see
-/// `benches/codec.rs`). The tests compare both paths byte for byte.
+/// `cli/benches/codec.rs`). The tests compare both paths byte for byte.
 #[cfg(target_arch = "x86_64")]
 #[derive(Clone, Copy)]
 struct Bmi2(());

@@ -147,6 +147,9 @@ pub fn encoder_flags(cb: &Codebook) -> u64 {
 }
 
 /// Fields (byte strings of one length) as u64 words, field after field.
+// The evaluation book: the emulator's tests and the benchmark harness's
+// stage profile (`gpu::bench`); the fitter builds its own on the device.
+#[cfg(any(test, feature = "bench-hooks"))]
 fn field_major(fields: &[Vec<u8>]) -> Vec<u64> {
     let words = fields.first().map_or(0, |f| f.len().div_ceil(8));
     fields
@@ -162,6 +165,7 @@ fn field_major(fields: &[Vec<u8>]) -> Vec<u64> {
 /// every candidate's: a bit invariant under two thresholds has the same value
 /// under both (`docs/FORMAT.md` §4: 1 when set in more than half of the
 /// tensors, 0 when in fewer).
+#[cfg(any(test, feature = "bench-hooks"))]
 pub fn eval_book(books: &[(Vec<u8>, Vec<u8>)]) -> Vec<u64> {
     let l = books.first().map_or(0, |b| b.0.len());
     let v = books.iter().fold(vec![0u8; l], |mut v, (_, b)| {

@@ -22,7 +22,8 @@
 //!   and needs a `libcuda.so` to link and `libcuda.so.1` at run time;
 //!   `cust::error::CudaError` converts into [`Error`].
 //!
-//! The `ibp` command line is the feature `cli` and is not part of this API.
+//! The `ibp` command line is a package of its own (`cli/`, `ibp-cli`) and is
+//! not part of this API.
 //!
 //! # Module map
 //!
@@ -40,7 +41,6 @@
 //! | [`container`] | the `.ibp` file format: [`container::ContainerWriter`] writes it, [`container::IbpFile`] reads and restores it |
 //! | [`io`] | the user's formats (safetensors, npy, npz, raw) parsed into a [`io::Document`] and restored byte for byte |
 //! | `emu` (feature `emu`) | compressed rows in host memory for the device API on the emulated machine (`ibp-kernel-emu`): kernels of yours tested without a GPU |
-//! | [`kv`] | real KV-cache test data: a MiniLM forward pass (used by `ibp kv-data` and the benchmarks) |
 //! | [`Rows`], [`Error`], [`ErrorKind`], [`Progress`] | a dataset of equal-length rows; the one error type and its kinds; the progress hook of long operations |
 #![cfg_attr(
     feature = "cuda",
@@ -135,7 +135,6 @@ mod kernel_emu;
 #[cfg(any(test, feature = "cuda", feature = "emu"))]
 #[cfg_attr(not(any(test, feature = "cuda")), allow(dead_code))]
 pub(crate) mod kernel_tables;
-pub mod kv;
 pub mod layout;
 pub mod pipeline;
 mod progress;

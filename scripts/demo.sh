@@ -32,7 +32,7 @@ gpu_usable() {
   command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU '
 }
 if [[ ",$IBP_FEATURES," == *,cuda,* ]] && ! gpu_usable; then
-  IBP_FEATURES=cli
+  IBP_FEATURES=
 fi
 
 if [[ ",$IBP_FEATURES," == *,cuda,* ]]; then
@@ -40,14 +40,15 @@ if [[ ",$IBP_FEATURES," == *,cuda,* ]]; then
   echo "A GPU is usable. A first build takes a minute or two: the GPU kernels'"
   echo "PTX ships with ibp (gpu-kernels/ptx/), nothing is compiled for the GPU."
 else
-  step "building ibp for the CPU (features $IBP_FEATURES)"
+  step "building ibp for the CPU (no features)"
   echo "No usable GPU (IBP_CPU_ONLY=1, or no GPU in /proc/driver/nvidia/gpus"
   echo "or nvidia-smi -L): building the CPU path only, without the GPU kernels."
   echo "A first build takes a minute or two."
 fi
 # Q: why not --quiet? A: a first build takes minutes on a laptop; cargo's
 # progress bar (or its "Compiling" lines in a log) shows that it is at work.
-cargo build --release --features "$IBP_FEATURES" --bin ibp
+# The command line is package ibp-cli (cli/); its `cuda` is the library's.
+cargo build --release -p ibp-cli --features "$IBP_FEATURES" --bin ibp
 ibp=target/release/ibp
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -78,8 +79,8 @@ step "3. inspect the file"
 step "4. decode it"
 gpu_line=""
 if [[ ",$IBP_FEATURES," == *,cuda,* ]]; then
-  echo "a GPU is present: decoding from pinned host memory (examples/gpu_decode.rs)"
-  cargo build --release --quiet --features "$IBP_FEATURES" --example gpu_decode
+  echo "a GPU is present: decoding from pinned host memory (cli/examples/gpu_decode.rs)"
+  cargo build --release --quiet -p ibp-cli --features "$IBP_FEATURES" --example gpu_decode
   rc=0
   target/release/examples/gpu_decode "$work/cora.ibp" | tee "$work/gpu.txt" || rc=$?
   if [ "$rc" = 0 ]; then

@@ -4,7 +4,11 @@
 # Cargo.toml and the README's first Rust example as its src/main.rs, built
 # and run with the default (stable) toolchain, outside this repository's
 # rust-toolchain.toml. Then checks that the library alone, as that crate
-# gets it, compiles no command-line dependency (clap, indicatif).
+# gets it, compiles nothing of the command line or the benchmarks (issue 35:
+# those are the workspace's packages ibp-cli and ibp-testdata): no clap,
+# indicatif, plotters or criterion in its dependency tree, no libc of its own
+# (memmap2 and libz-sys bring libc as their own dependency), and not ibp's
+# `bench-hooks` feature (the benchmark harness, `ibp::gpu::bench`).
 #
 # When IBP_FEATURES (scripts/env.sh) contains `cuda`, the README's second
 # Rust example of "Quick start", the GPU one, is built too (not run: CI has
@@ -26,6 +30,27 @@ root=$(pwd)
 t=$(mktemp -d)
 trap 'rm -rf "$t"' EXIT
 fail() { echo "host-app: FAIL: $*"; exit 1; }
+# lean WHAT: the crate in the current folder, a host app of ibp, compiles
+# none of the command line's or the benchmarks' code (see the top).
+lean() {
+  local tree direct feats
+  tree=$(cargo "${stable[@]}" tree -e normal --prefix none --format '{p}')
+  if grep -E '^(clap|indicatif|plotters|criterion|ibp-cli|ibp-testdata) ' <<<"$tree"; then
+    fail "$1 compiles the command line's or the benchmarks' crates (above)"
+  fi
+  direct=$(cargo "${stable[@]}" tree -p ibp -e normal --depth 1 --prefix none --format '{p}')
+  if grep -E '^libc ' <<<"$direct"; then
+    fail "ibp, in $1, depends on libc itself (the command line's signal handling came back?)"
+  fi
+  feats=$(cargo "${stable[@]}" tree -e features -i ibp --prefix none | grep -o '^ibp feature "[^"]*"' | sort -u)
+  if grep -F '"bench-hooks"' <<<"$feats"; then
+    fail "$1 builds ibp with its benchmark harness (feature bench-hooks)"
+  fi
+  echo "host-app: $1: $(sort -u <<<"$tree" | wc -l) crates; no clap, indicatif, plotters or criterion; no libc of ibp's own; ibp's features: $(sed 's/^ibp feature //' <<<"$feats" | paste -sd ' ')"
+}
+# `+stable` where rustup has it (CI's default toolchain may be another).
+stable=()
+if rustup run stable cargo --version >/dev/null 2>&1; then stable=(+stable); fi
 
 # The README's blocks: the first ```toml and the first two ```rust of "Quick start".
 python3 - README.md "$t" <<'EOF'
@@ -57,11 +82,7 @@ export CARGO_TARGET_DIR="$root/target/host-app"
 echo "host-app: $(cargo --version) builds the README's quick start ($(grep '^ibp = ' "$t/deps.toml"))"
 out=$(cargo run --quiet) || fail "the README's quick start does not build or run as pasted"
 echo "host-app: it runs: $out"
-tree=$(cargo tree -e normal --prefix none --format '{p}')
-if grep -E '^(clap|indicatif) ' <<<"$tree"; then
-  fail "a host app that depends on ibp compiles the command line's dependencies (above)"
-fi
-echo "host-app: the library alone: $(sort -u <<<"$tree" | wc -l) crates, no clap, no indicatif"
+lean "the quick start"
 
 # The GPU quick start, when this machine builds the cuda feature.
 case ",${IBP_FEATURES:-}," in
@@ -85,13 +106,23 @@ cd "$t/gpu-app"
 if [ "${IBP_HOST_APP_FRESH:-0}" = 1 ]; then
   export CARGO_TARGET_DIR="$t/gpu-target"
 fi
-# `+stable` where rustup has it (CI's default toolchain may be another).
-stable=()
-if rustup run stable cargo --version >/dev/null 2>&1; then stable=(+stable); fi
 echo "host-app: $(cargo "${stable[@]}" --version) builds the README's GPU quick start (features = [\"cuda\"])"
 start=$SECONDS
 cargo "${stable[@]}" build --quiet || fail "the README's GPU quick start does not build on stable as pasted"
 echo "host-app: the GPU quick start builds on stable in $((SECONDS - start)) s (not run here: no GPU)"
+lean "the GPU quick start (feature cuda)"
+# The benchmark harness is not compiled into the library with `cuda` alone:
+# a program of the same crate that names it must not build (the error is
+# rustc's "could not find `bench` in `gpu`").
+mkdir -p src/bin
+printf 'fn main() {\n    let _ = ibp::gpu::bench::measure_h2d_copy;\n}\n' >src/bin/bench-probe.rs
+if probe=$(cargo "${stable[@]}" build --quiet --bin bench-probe 2>&1); then
+  fail "a host app with feature cuda compiles ibp's benchmark harness (ibp::gpu::bench)"
+fi
+grep -q 'could not find `bench` in `gpu`' <<<"$probe" \
+  || fail "the benchmark-harness probe failed for another reason: $probe"
+rm -r src/bin
+echo "host-app: ibp::gpu::bench is not in its build (feature bench-hooks off)"
 # No driver: the binary must not start with anything but the loader's line.
 set +e
 err=$(env -u LD_LIBRARY_PATH "$CARGO_TARGET_DIR/debug/gpu-app" 2>&1 >/dev/null)

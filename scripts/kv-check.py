@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-# An independent check of ibp's MiniLM tokenizer and forward pass (host/kv),
+# An independent check of ibp's MiniLM tokenizer and forward pass (testdata/src/kv),
 # not part of the tests (it needs numpy): BERT's basic tokenizer and
 # WordPiece as Hugging Face's Python code writes them (unicodedata for NFD
 # and punctuation), and BertModel's forward pass in float64 numpy, compared

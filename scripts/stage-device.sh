@@ -31,13 +31,16 @@ if [ -n "${IBP_STAGE_WORKTREE:-}" ]; then
   export CARGO_TARGET_DIR="$src-target"
   cp -r .tools "$src/" 2>/dev/null || true
 fi
-# The binary needs `cli`, tests/gpu_foundation.rs `testing`; the same
-# features for all four keep one build of the library per profile.
+# The whole workspace: the `ibp` binary is package ibp-cli (cli/), the
+# GPU tests are the library's and cli/tests/gpu_cli.rs. tests/gpu_foundation.rs
+# needs `testing`, the command line `bench-hooks`; the same features for
+# all four keep one build of the library per profile.
+feats=ibp/cuda,ibp/testing,ibp/bench-hooks,ibp-cli/cuda
 { cd "$src"
-  cargo test --release --features cli,cuda,testing --no-run --message-format=json
-  cargo bench --features cli,cuda,testing --no-run --message-format=json
-  cargo build --release --features cli,cuda,testing --bin ibp --message-format=json
-  cargo build --release --features cli,cuda,testing --example embedding_bag --example gemv_stream --message-format=json
+  cargo test --release --workspace --features "$feats" --no-run --message-format=json
+  cargo bench --workspace --features "$feats" --no-run --message-format=json
+  cargo build --release --workspace --features "$feats" --bin ibp --message-format=json
+  cargo build --release --workspace --features "$feats" --example embedding_bag --example gemv_stream --message-format=json
   cd "$root"; } 2>/dev/null | python3 -c '
 import json, os, sys
 for line in sys.stdin:
@@ -69,10 +72,16 @@ if [ -n "${IBP_BASELINE:-}" ]; then
   [ -d "$base" ] || git worktree add --detach "$base" "$IBP_BASELINE" >/dev/null
   git -C "$base" checkout -q --detach "$IBP_BASELINE"
   cp -r .tools "$base/" 2>/dev/null || true
-  # Commits since the `cli` feature need it for the binary; older ones lack it.
-  feats=cuda
-  if grep -q '^cli = ' "$base/Cargo.toml"; then feats=cli,cuda; fi
-  (cd "$base" && CARGO_TARGET_DIR="$root/target/baseline" cargo build --release --features "$feats" --bin ibp >&2)
+  # The binary is package ibp-cli (cli/) since the workspace split; before
+  # it, the root package's with feature `cli`; before that, without.
+  if [ -f "$base/cli/Cargo.toml" ]; then
+    how=(-p ibp-cli --features cuda)
+  elif grep -q '^cli = ' "$base/Cargo.toml"; then
+    how=(--features cli,cuda)
+  else
+    how=(--features cuda)
+  fi
+  (cd "$base" && CARGO_TARGET_DIR="$root/target/baseline" cargo build --release "${how[@]}" --bin ibp >&2)
   cp "$root/target/baseline/release/ibp" .device/bin/ibp-baseline.bin
   echo "$IBP_BASELINE" >.device/baseline-commit
 fi

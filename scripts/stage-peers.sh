@@ -3,8 +3,8 @@
 # machine has no Rust) and put into .peers/ (git-ignored), which the device
 # tool carries (64 MiB at most; .device/ is too full to share):
 #
-#   .peers/bin/ibp                 the release binary (features cli,cuda), stripped
-#   .peers/bin/gpu_peers.test      nvCOMP's round-trip test (tests/gpu_peers.rs)
+#   .peers/bin/ibp                 the release binary (ibp-cli, feature cuda), stripped
+#   .peers/bin/gpu_peers.test      nvCOMP's round-trip test (cli/tests/gpu_peers.rs)
 #   .peers/libnvcomp.so.6.gz       nvCOMP 6, gzip'd, its fatbin trimmed to the
 #                                  GPU's architecture (scripts/nvcomp-trim.py)
 #   .peers/data/model.ibp          MiniLM's word-embedding table, compressed by
@@ -37,9 +37,9 @@ fi
 [ -f "$lib" ] || { echo "stage-peers: nvCOMP not found at $lib" >&2; exit 1; }
 
 rm -rf .peers && mkdir -p .peers/bin .peers/data
-echo "stage-peers: building ibp and tests/gpu_peers.rs (release, features cli,cuda)" >&2
-cargo build --release --features cli,cuda --bin ibp >&2
-test_exe=$(cargo test --release --features cli,cuda --test gpu_peers --no-run --message-format=json 2>/dev/null \
+echo "stage-peers: building ibp and cli/tests/gpu_peers.rs (release, ibp-cli with feature cuda)" >&2
+cargo build --release -p ibp-cli --features cuda --bin ibp >&2
+test_exe=$(cargo test --release -p ibp-cli --features cuda --test gpu_peers --no-run --message-format=json 2>/dev/null \
   | python3 -c '
 import json, sys
 for line in sys.stdin:

@@ -40,13 +40,16 @@ step "format"
 cargo fmt --all --check
 cargo fmt --manifest-path gpu-kernels/Cargo.toml --all --check
 
-step "no import circle between modules: the kernel crate, the library and the command line (scripts/import-cycles.py)"
-python3 scripts/import-cycles.py gpu-kernels/src host
+step "no import circle between modules: the kernel crate, the library, the command line and the test data (scripts/import-cycles.py)"
+python3 scripts/import-cycles.py gpu-kernels/src host cli/src testdata/src
 
-step "clippy (the command line, the cuda feature, the kernel crate on the host, the kernel emulator)"
-cargo clippy --all-targets --features cli,emu -p ibp -p ibp-kernel-emu -- -D warnings
-# `testing`: the GPU foundation's test kernels (tests/gpu_foundation.rs).
-if [ "$cuda" = 1 ]; then cargo clippy --all-targets --features cli,cuda,testing -- -D warnings; fi
+step "clippy (the workspace: library, command line, test data, kernel emulator; the cuda feature; the kernel crate on the host)"
+cargo clippy --workspace --all-targets --features ibp/emu -- -D warnings
+# `testing`: the GPU foundation's test kernels (tests/gpu_foundation.rs);
+# `bench-hooks`: the benchmark harness, which the command line's `cuda`
+# turns on anyway (named so that `-p ibp` alone builds the same library).
+gpu_feats=ibp/cuda,ibp/testing,ibp/bench-hooks,ibp-cli/cuda
+if [ "$cuda" = 1 ]; then cargo clippy --workspace --all-targets --features "$gpu_feats" -- -D warnings; fi
 cargo clippy --manifest-path gpu-kernels/Cargo.toml --all-targets -- -D warnings
 
 step "kernel crate: lane and bit arithmetic on the CPU"
@@ -57,48 +60,49 @@ cargo clippy --manifest-path kernel-builder/Cargo.toml --all-targets -- -D warni
 cargo test --manifest-path kernel-builder/Cargo.toml
 
 step "docs build without warnings"
-RUSTDOCFLAGS="-D warnings" cargo doc --quiet --no-deps --features "$IBP_FEATURES,emu" -p ibp -p ibp-kernel-emu
+RUSTDOCFLAGS="-D warnings" cargo doc --quiet --no-deps --features "${IBP_FEATURES:+$IBP_FEATURES,}emu" -p ibp -p ibp-kernel-emu -p ibp-testdata
 RUSTDOCFLAGS="-D warnings" cargo doc --quiet --no-deps --manifest-path gpu-kernels/Cargo.toml
 
-step "a lean library: no command-line crate in its dependencies; the README's quick start, pasted into a new crate"
+step "a lean library: no command-line or benchmark crate in its dependencies; the README's quick start, pasted into a new crate"
 for f in "" cuda; do
-  deps=$(cargo tree -e normal --prefix none --format '{p}' ${f:+--features "$f"})
-  if grep -E '^(clap|indicatif) ' <<<"$deps"; then
-    echo "the library${f:+ with feature $f} depends on the command line's crates (above)"; exit 1
+  deps=$(cargo tree -p ibp -e normal --prefix none --format '{p}' ${f:+--features "$f"})
+  if grep -E '^(clap|indicatif|plotters|criterion|ibp-cli|ibp-testdata) ' <<<"$deps"; then
+    echo "the library${f:+ with feature $f} depends on the command line's or the benchmarks' crates (above)"; exit 1
   fi
 done
-echo "the library (default features, and with cuda) depends on neither clap nor indicatif"
+echo "the library (default features, and with cuda) depends on no clap, indicatif, plotters or criterion"
 bash scripts/host-app.sh
 
-step "tests without the cuda feature (the command line included; the kernel emulator's crate and ibp::emu)"
+step "tests without the cuda feature (the workspace: the command line, the test data's forward pass, the kernel emulator's crate and ibp::emu)"
 # Q: why the emulator's crate and feature `emu` here? A: the library's
 # tests build the crate anyway (a dev-dependency of host/kernel_emu), so its
 # own tests, its doctest and ibp::emu's cost seconds in this run and a
 # whole build in a step of their own.
-cargo test --features cli,emu -p ibp -p ibp-kernel-emu
+cargo test --workspace --features ibp/emu
 
 if [ "$cuda" = 1 ]; then
   step "tests with the cuda feature (GPU tests run, or say skipped: no CUDA device)"
-  # Q: why skip kernel_emu and kv here? A: the host emulations of the
-  # kernels (test-only code) and the KV data generator's tokenizer and BERT
-  # forward pass hold no cfg of the cuda feature (host/kernel_emu,
-  # host/kv), so the run above already ran the same code; they are most
-  # of the library tests' time (the emulations minutes, the forward pass
-  # over a minute, in a debug build on a small CI machine). The GPU's own
-  # KV store is gpu::kv_store, which runs.
+  # Q: why skip kernel_emu here, and the test data package? A: the host
+  # emulations of the kernels (test-only code) and the KV data generator's
+  # tokenizer and BERT forward pass (testdata/, package ibp-testdata) hold
+  # no cfg of the cuda feature, so the run above already ran the same
+  # code; they are most of the tests' time (the emulations minutes, the
+  # forward pass over a minute, in a debug build on a small CI machine).
+  # The GPU's own KV store is gpu::kv_store, which runs.
   # Q: and why only these targets? A: the cuda feature changes the
-  # library's gpu module, the `ibp` binary's device choice and the GPU test
-  # files; the other integration tests (containers, corruption, formats,
-  # the guarantees, docs) hold no code of the feature and ran above. The
-  # GPU machine runs every GPU test binary (scripts/device-run.sh).
-  # `testing` brings tests/gpu_foundation.rs (the test kernels) in.
-  cargo test --features cli,cuda,testing --lib --bins --test 'gpu_*' --test cli --test cli_device \
-    --test cli_peers --test memory_bound -- --skip kernel_emu:: --skip kv::
+  # library's gpu module, the `ibp` binary's device choice (cli/) and the
+  # GPU test files; the other integration tests (containers, corruption,
+  # formats, the guarantees, docs) hold no code of the feature and ran
+  # above. The GPU machine runs every GPU test binary
+  # (scripts/device-run.sh). `testing` brings tests/gpu_foundation.rs (the
+  # test kernels) in. The same features as clippy's: one library build.
+  cargo test -p ibp -p ibp-cli --features "$gpu_feats" --lib --bins --test 'gpu_*' --test cli \
+    --test cli_device --test cli_peers --test memory_bound -- --skip kernel_emu::
   # The GPU API's doctests (docs/GPU.md, the README's GPU program): compiled.
-  cargo test --features cli,cuda,testing --doc
+  cargo test -p ibp --features "$gpu_feats" --doc
 fi
 
-step "cargo install of the ibp command on stable (with the GPU path where it builds)"
+step "cargo install of the ibp command (package ibp-cli, cli/) on stable (with the GPU path where it builds)"
 inst=$(mktemp -d)
 # Q: why --debug and this target folder? A: they hold this run's stable
 # builds (scripts/host-app.sh), so the install reuses them. Q: why one
@@ -106,14 +110,14 @@ inst=$(mktemp -d)
 # build of the command is checked by clippy and the tests above.
 stable=()
 if rustup run stable cargo --version >/dev/null 2>&1; then stable=(+stable); fi
-feats=cli
-[ "$cuda" = 1 ] && feats=cli,cuda
-cargo "${stable[@]}" install --quiet --locked --debug --path . --features "$feats" --root "$inst" --target-dir target/host-app
+feats=
+[ "$cuda" = 1 ] && feats=cuda
+cargo "${stable[@]}" install --quiet --locked --debug --path cli ${feats:+--features "$feats"} --root "$inst" --target-dir target/host-app
 "$inst/bin/ibp" analyze --device cpu --json | python3 -c '
 import json, sys
 t = json.load(sys.stdin)["tensors"][0]
 assert t["name"] == "features" and t["savings"] > 0.95, t
-print("installed ibp (features %s, %s): Cora %.1f%% saved on the CPU" % (sys.argv[1], sys.argv[2], 100 * t["savings"]))' "$feats" "${stable[*]:-pinned toolchain}"
+print("installed ibp (features %s, %s): Cora %.1f%% saved on the CPU" % (sys.argv[1] or "none", sys.argv[2], 100 * t["savings"]))' "$feats" "${stable[*]:-pinned toolchain}"
 rm -rf "$inst"
 
 # Q: why may the kernels' static checks be skipped? A: they read only the

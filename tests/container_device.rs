@@ -3,7 +3,7 @@
 //! layouts, whatever the pieces the sections are read in, whether the
 //! device overrides `read_section` or not; a device that declines a group
 //! leaves it to the CPU; a failed check fails the compression. The GPU's
-//! own device runs the same checks in tests/gpu_cli.rs and
+//! own device runs the same checks in cli/tests/gpu_cli.rs and
 //! tests/gpu_compress.rs.
 
 mod common;

@@ -8,7 +8,7 @@
 //! them breaks the compatibility promise.
 //!
 //! To write them (only for a new format version, or a new layout):
-//! `IBP_WRITE_GOLDEN=1 cargo test --features cli --test container_golden`.
+//! `IBP_WRITE_GOLDEN=1 cargo test --test container_golden`.
 
 mod common;
 

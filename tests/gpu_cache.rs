@@ -16,12 +16,12 @@ use cust::memory::DeviceBuffer;
 use cust::stream::{Stream, StreamFlags};
 use ibp::Rows;
 use ibp::codebook::Codebook;
-use ibp::gpu::bench::raw_packed;
 use ibp::gpu::{
     CacheOptions, DecodeStatus, FeatureCache, Gpu, GpuDataset, Placement, Residency,
     copy_to_host_blocking, top_k_by_score,
 };
 use ibp::layout::{FixedStride, LayoutOptions, Packed, compress_fixed, compress_packed};
+use ibp_testdata::raw_packed;
 
 const POISON: u8 = 0xA5;
 const GUARD: usize = 256;

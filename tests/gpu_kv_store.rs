@@ -1,5 +1,5 @@
 //! The appendable KV store (`ibp::gpu::KvStore`) on real KV rows of
-//! all-MiniLM-L6-v2 (`ibp::kv`): created from a prefill, appended step by
+//! all-MiniLM-L6-v2 (`ibp_testdata::kv`): created from a prefill, appended step by
 //! step, every row gathered back after every step and random subsets with
 //! repeats, into poisoned output, and compared with the original bytes;
 //! the pages against the CPU's fixed-stride compression; unknown rows; a
@@ -55,7 +55,7 @@ fn kv_rows(test: &str) -> Option<Vec<u8>> {
         }
         out
     } else {
-        let files = ibp::kv::MiniLmFiles::in_dir(
+        let files = ibp_testdata::kv::MiniLmFiles::in_dir(
             data_file("model.safetensors")
                 .as_deref()
                 .and_then(|p| p.parent())
@@ -67,7 +67,7 @@ fn kv_rows(test: &str) -> Option<Vec<u8>> {
             ));
             return None;
         }
-        let m = ibp::kv::MiniLm::load(&files).unwrap();
+        let m = ibp_testdata::kv::MiniLm::load(&files).unwrap();
         let mut text = files.card_text().unwrap();
         // Q: why only the card's start?
         // A: the forward pass runs unoptimised in debug builds; 600
@@ -77,7 +77,10 @@ fn kv_rows(test: &str) -> Option<Vec<u8>> {
         let c = m.kv_cache(&text, &Default::default()).unwrap();
         let mut out = Vec::new();
         for layer in 0..c.layers() {
-            for part in [ibp::kv::KvPart::Key, ibp::kv::KvPart::Value] {
+            for part in [
+                ibp_testdata::kv::KvPart::Key,
+                ibp_testdata::kv::KvPart::Value,
+            ] {
                 out.push(c.table_bytes(layer, part, &DType::BF16).unwrap());
             }
         }
@@ -85,7 +88,7 @@ fn kv_rows(test: &str) -> Option<Vec<u8>> {
     };
     assert_eq!(tables.len(), PER_TOKEN);
     let refs: Vec<&[u8]> = tables.iter().map(|t| &t[..]).collect();
-    let rows = ibp::kv::token_major(&refs, L).unwrap();
+    let rows = ibp_testdata::kv::token_major(&refs, L).unwrap();
     Some(rows)
 }
 

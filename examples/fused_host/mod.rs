@@ -206,9 +206,44 @@ pub fn time_payload_read(k: &Kernels, stream: &Stream, ds: &ibp::gpu::GpuDataset
         out: xor.as_device_ptr().as_raw(),
     };
     // SAFETY: the payload holds stored_bytes readable bytes; one u32 out.
-    ibp::gpu::bench::time_median(stream, 2, 9, || unsafe {
+    time_median(stream, 2, 9, || unsafe {
         k.launch("read_bytes", 0, stream, p)
     })
+}
+
+/// Median seconds per call of `f`: `warmup` untimed calls, then `reps`
+/// calls, each timed by a pair of CUDA events recorded on `stream` around it.
+///
+/// Q: why a timer of the examples' own, when `ibp bench` has one? A: the
+/// examples show what a host app writes with ibp's public API; the
+/// benchmark harness (`ibp::gpu::bench`) is no part of it (hidden, and
+/// only in a build with the feature `bench-hooks`).
+pub fn time_median(
+    stream: &Stream,
+    warmup: usize,
+    reps: usize,
+    mut f: impl FnMut() -> Result<()>,
+) -> Result<f64> {
+    use cust::event::{Event, EventFlags};
+    for _ in 0..warmup {
+        f()?;
+    }
+    stream.synchronize().map_err(cu)?;
+    let mut times = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        let start = Event::new(EventFlags::DEFAULT).map_err(cu)?;
+        let end = Event::new(EventFlags::DEFAULT).map_err(cu)?;
+        start.record(stream).map_err(cu)?;
+        f()?;
+        end.record(stream).map_err(cu)?;
+        end.synchronize().map_err(cu)?;
+        times.push(f64::from(end.elapsed_time_f32(&start).map_err(cu)?) / 1e3);
+    }
+    times.sort_by(f64::total_cmp);
+    times
+        .get(times.len() / 2)
+        .copied()
+        .ok_or_else(|| Error::invalid("time_median: no timed calls (reps = 0)"))
 }
 
 /// A launch's block: threads, and dynamic shared memory in bytes.

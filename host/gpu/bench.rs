@@ -1,79 +1,36 @@
-//! Measurement helpers shared by `ibp bench` and the criterion benches:
-//! synthetic datasets with a chosen space saving (the paper's Figure 7), and
-//! event-timed launches.
+//! The benchmark harness's hooks into the GPU path's internals (feature
+//! `bench-hooks`; hidden from the docs, no part of the API): what `ibp
+//! bench` (the package `ibp-cli`, whose measurements are `ibp_cli::measure`)
+//! cannot do through the public API.
 //!
-//! Every timing is the median of several CUDA-event-timed repetitions after a
-//! warm-up, and every configuration is decoded once and compared with the
-//! original bytes before it is timed.
+//! - the raw copies the driver layer owns ([`copy_to_device_async`],
+//!   [`copy_device_to_device_async`], [`copy_to_pinned_async`]) and its
+//!   [`Event`]: the copy rooflines the decode rates are set against, and
+//!   nvCOMP's measured paths;
+//! - [`Compressor::profile_stages`]: the fit's and the encoder's internal
+//!   stages (the evaluation pass, the encoder's kernels) timed one by one,
+//!   for `ibp bench --stages`.
+//!
+//! Everything that only measures through the public API (event timing,
+//! decodes and gathers in each storage and residency) is in the command
+//! line's package.
 
-use cust::event::{Event as TimingEvent, EventFlags};
 use cust::memory::DeviceBuffer;
 use cust::stream::Stream;
 
 use super::compress::{
     Compressor, GpuCodebook, WARP_BLOCK, Work, encoder_out_bytes, row_count, warp_grid,
 };
-use super::dataset::{GpuDataset, Residency};
-use super::decode::{DecodeOptions, DecodeStatus, Decoder, Mode, Request};
+use super::cuda_err;
 use super::driver::copy_to_host_blocking;
 use super::driver::{copy, copy_elements, device_buffer, new_stream, sync, zero_async};
 use super::fit::{FitPhases, Fitter};
 use super::kernels;
 use super::memory::{GpuReadable, PinnedBuffer};
-use super::{Gpu, cuda_err};
-use crate::codebook::{ChunkSize, Codebook};
-use crate::dataset::Rows;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::fit::{FitOptions, Sample};
 use crate::kernel_tables::eval_book;
-use crate::layout::{Layout, LayoutOptions, compress_fixed, compress_packed};
 use ibp_kernels::params::MeasureParams;
-
-/// A synthetic dataset in the style of the paper's Figure 7: `rows` tensors
-/// of `row_bytes`, 4-byte chunks, and a codebook whose mask has enough bits
-/// per chunk that every tensor saves `savings` of its size (rounded to whole
-/// bits per chunk). Free bits are random, so nothing else compresses.
-pub fn figure7_dataset(
-    rows: usize,
-    row_bytes: usize,
-    savings: f64,
-    seed: u64,
-) -> Result<(Vec<u8>, Codebook)> {
-    if !row_bytes.is_multiple_of(4) {
-        return Err(Error::invalid("figure-7 datasets use whole 4-byte chunks"));
-    }
-    // Saved bits per 32-bit chunk: m invariant bits minus one participation
-    // bit. m = round(32·s) + 1, at most 32.
-    let m = ((32.0 * savings).round() as u32 + 1).min(32);
-    let chunk_mask: u32 = if m == 32 {
-        u32::MAX
-    } else {
-        ((1u32 << m) - 1) << (32 - m)
-    };
-    let mut s = seed | 1;
-    let mut next = move || {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        s
-    };
-    let mask: Vec<u8> = (0..row_bytes / 4)
-        .flat_map(|_| chunk_mask.to_le_bytes())
-        .collect();
-    let bitval: Vec<u8> = mask.iter().map(|&b| b & (next() as u8)).collect();
-    let mut data = vec![0u8; rows * row_bytes];
-    for w in data.chunks_mut(8) {
-        let r = next().to_le_bytes();
-        w.copy_from_slice(&r[..w.len()]);
-    }
-    for row in data.chunks_mut(row_bytes) {
-        for ((b, m), v) in row.iter_mut().zip(&mask).zip(&bitval) {
-            *b = (*b & !m) | v;
-        }
-    }
-    let cb = Codebook::new(ChunkSize::try_from(4)?, mask, bitval)?;
-    Ok((data, cb))
-}
 
 /// An event for ordering streams, for the measurement code outside the
 /// library (`ibp bench --peers`).
@@ -92,372 +49,35 @@ pub unsafe fn copy_to_device_async(dst: u64, src: &[u8], stream: &Stream) -> Res
     unsafe { copy::htod_async(dst, src.as_ptr(), src.len(), stream, "host-to-device copy") }
 }
 
-/// Median of event-timed repetitions of `f`, in seconds per call.
-pub fn time_median(
+/// Enqueue a device-to-device copy of `bytes` bytes from device address
+/// `src` to `dst` on `stream`: the roofline the measurement code outside the
+/// library times device-resident decode against.
+///
+/// # Safety
+/// 1. `src .. src + bytes` and `dst .. dst + bytes` are device memory of
+///    the current context, and they do not overlap.
+/// 2. Both stay allocated, and no other work writes `src` or touches `dst`
+///    unordered with the copy, until it is done (the stream is synchronised).
+pub unsafe fn copy_device_to_device_async(
+    dst: u64,
+    src: u64,
+    bytes: usize,
     stream: &Stream,
-    warmup: usize,
-    reps: usize,
-    mut f: impl FnMut() -> Result<()>,
-) -> Result<f64> {
-    for _ in 0..warmup {
-        f()?;
-    }
-    stream.synchronize().map_err(cuda_err("warm-up"))?;
-    let mut times = Vec::with_capacity(reps);
-    for _ in 0..reps {
-        let a = TimingEvent::new(EventFlags::DEFAULT).map_err(cuda_err("event"))?;
-        let b = TimingEvent::new(EventFlags::DEFAULT).map_err(cuda_err("event"))?;
-        a.record(stream).map_err(cuda_err("event"))?;
-        f()?;
-        b.record(stream).map_err(cuda_err("event"))?;
-        b.synchronize().map_err(cuda_err("timing"))?;
-        times.push(b.elapsed_time_f32(&a).map_err(cuda_err("timing"))? as f64 / 1e3);
-    }
-    times.sort_by(f64::total_cmp);
-    Ok(times[times.len() / 2])
+) -> Result<()> {
+    // SAFETY: the caller's obligations 1–2 are the driver call's.
+    unsafe { copy::dtod_async(dst, src, bytes, stream, "device copy") }
 }
 
-/// Median time of one DMA copy of `bytes` from device memory into pinned
-/// host memory, in seconds (event-timed, as [`time_median`]): the floor of
-/// anything that ends by copying that many bytes to the host.
-pub fn time_dtoh_copy(stream: &Stream, bytes: usize) -> Result<f64> {
-    let src = device_buffer::<u8>(bytes.max(1), "allocating the copy's source")?;
-    let mut dst = super::memory::PinnedBuffer::<u8>::zeroed(bytes.max(1))?;
-    time_median(stream, 2, 21, || {
-        super::driver::copy_to_pinned(&src, &mut dst, bytes, stream)
-    })
-}
-
-/// How a measured dataset is stored: its layout and, for the fixed-stride
-/// layout, whether the device also keeps a table of stored lengths
-/// ([`GpuDataset::with_length_table`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct BenchStorage {
-    /// Packed or fixed-stride.
-    pub layout: Layout,
-    /// Fixed-stride only: a device length table (packed offsets give the
-    /// lengths already).
-    pub length_table: bool,
-}
-
-impl BenchStorage {
-    /// Packed, offsets on the GPU.
-    pub const PACKED: Self = BenchStorage {
-        layout: Layout::Packed,
-        length_table: false,
-    };
-    /// Fixed-stride, lengths from the participation bits.
-    pub const FIXED: Self = BenchStorage {
-        layout: Layout::FixedStride,
-        length_table: false,
-    };
-    /// Fixed-stride with a device length table.
-    pub const FIXED_LENGTHS: Self = BenchStorage {
-        layout: Layout::FixedStride,
-        length_table: true,
-    };
-}
-
-/// One measured configuration.
-#[derive(Clone, Debug)]
-pub struct DecodeMeasurement {
-    /// Decoded bytes per call.
-    pub decoded_bytes: u64,
-    /// Stored (compressed) bytes read per call.
-    pub stored_bytes: u64,
-    /// Seconds per call (median).
-    pub seconds: f64,
-}
-
-impl DecodeMeasurement {
-    /// Decoded bytes per second.
-    pub fn decoded_rate(&self) -> f64 {
-        self.decoded_bytes as f64 / self.seconds
-    }
-
-    /// Bytes moved per second: stored bytes read plus decoded bytes written.
-    pub fn moved_rate(&self) -> f64 {
-        (self.decoded_bytes + self.stored_bytes) as f64 / self.seconds
-    }
-}
-
-/// Decode all rows of `data` (compressed with `cb` as `storage` says, placed per
-/// `residency`) repeatedly; `ideal` times the copy-only baseline instead.
-/// Checks the decoded bytes against `data` first.
-#[allow(clippy::too_many_arguments)]
-pub fn measure_decode(
-    gpu: &Gpu,
+/// Enqueue a copy of the first `bytes` bytes of `src` (device memory) into
+/// `dst` (pinned host memory) on `stream`: the device-to-host DMA the
+/// measurement code outside the library times.
+pub fn copy_to_pinned_async(
+    src: &DeviceBuffer<u8>,
+    dst: &mut PinnedBuffer<u8>,
+    bytes: usize,
     stream: &Stream,
-    data: &[u8],
-    row_bytes: usize,
-    cb: &Codebook,
-    storage: BenchStorage,
-    residency: Residency,
-    ideal: bool,
-    opts: &DecodeOptions,
-) -> Result<DecodeMeasurement> {
-    let rows = Rows::new(data, row_bytes)?;
-    let ds = match (storage.layout, storage.length_table) {
-        (Layout::Packed, _) => GpuDataset::upload_packed(
-            gpu,
-            cb,
-            &compress_packed(cb, rows, &LayoutOptions::default())?.view(),
-            residency,
-        )?,
-        (Layout::FixedStride, false) => GpuDataset::upload_fixed(
-            gpu,
-            cb,
-            &compress_fixed(cb, rows, &LayoutOptions::default())?.view(),
-            residency,
-        )?,
-        (Layout::FixedStride, true) => {
-            let f = compress_fixed(cb, rows, &LayoutOptions::default())?;
-            GpuDataset::upload_fixed(gpu, cb, &f.view(), residency)?
-                .with_length_table(cb, &f.view())?
-        }
-    };
-    let n = rows.rows() as u64;
-    let dec = Decoder::new(gpu, &ds, opts)?;
-    let mut status = DecodeStatus::new()?;
-    let mut out =
-        DeviceBuffer::<u8>::zeroed(data.len()).map_err(cuda_err("allocating the output"))?;
-    // Correctness first (the warm-up round trip).
-    dec.range(gpu, 0, n, &mut out, &status, stream)?;
-    stream.synchronize().map_err(cuda_err("decoding"))?;
-    status.check_blocking()?;
-    if copy_to_host_blocking(&out)? != data {
-        return Err(Error::corrupt(
-            "benchmark decode differs from the original data",
-        ));
-    }
-    let mode = if ideal { Mode::Ideal } else { Mode::Decode };
-    let req = Request::range(0, n).with_mode(mode);
-    let seconds = time_median(stream, 2, 9, || {
-        dec.enqueue(gpu, &req, &mut out, &status, stream)
-    })?;
-    status.check_blocking()?;
-    Ok(DecodeMeasurement {
-        decoded_bytes: data.len() as u64,
-        stored_bytes: ds.stored_bytes(),
-        seconds,
-    })
-}
-
-/// Device-to-device copy of `bytes`, seconds (median): the roofline for
-/// device-resident decode.
-pub fn measure_device_copy(stream: &Stream, bytes: usize) -> Result<f64> {
-    let src = DeviceBuffer::<u8>::zeroed(bytes).map_err(cuda_err("allocating"))?;
-    let mut dst = DeviceBuffer::<u8>::zeroed(bytes).map_err(cuda_err("allocating"))?;
-    time_median(stream, 2, 9, || {
-        // SAFETY: both buffers hold `bytes` bytes and stay alive until the
-        // stream is synchronised inside time_median.
-        let r = unsafe {
-            copy::dtod_async(
-                dst.as_device_ptr().as_raw(),
-                src.as_device_ptr().as_raw(),
-                bytes,
-                stream,
-                "device copy",
-            )
-        };
-        let _ = &mut dst;
-        r
-    })
-}
-
-/// Host-to-device DMA copy of `bytes` from pinned memory, seconds (median):
-/// the PCIe ceiling of this machine.
-pub fn measure_h2d_copy(stream: &Stream, bytes: usize) -> Result<f64> {
-    let src = super::PinnedBuffer::<u8>::zeroed(bytes)?;
-    let dst = DeviceBuffer::<u8>::zeroed(bytes).map_err(cuda_err("allocating"))?;
-    time_median(stream, 2, 9, || {
-        // SAFETY: both buffers hold `bytes` bytes and outlive the copy (the
-        // stream is synchronised inside time_median).
-        unsafe {
-            copy::htod_async(
-                dst.as_device_ptr().as_raw(),
-                src.as_ptr(),
-                bytes,
-                stream,
-                "host-to-device copy",
-            )
-        }
-    })
-}
-
-/// Zero-copy read of `bytes` of pinned host memory by the bit-counting
-/// kernel (rows of 1536 bytes), seconds (median): the kernel-side PCIe read
-/// ceiling.
-pub fn measure_zero_copy_read(gpu: &Gpu, stream: &Stream, bytes: usize) -> Result<f64> {
-    let l = 1536;
-    let src = super::PinnedBuffer::<u8>::zeroed(bytes / l * l)?;
-    let mut counts = DeviceBuffer::<u64>::zeroed(8 * l).map_err(cuda_err("allocating"))?;
-    let fitter = Fitter::new(gpu);
-    time_median(stream, 2, 9, || {
-        fitter.count_bits(&src, l, &mut counts, stream)
-    })
-}
-
-/// Decode all rows of a packed pinned dataset through the DMA path
-/// ([`Decoder::range_dma`], pieces of `piece` bytes), checked first.
-pub fn measure_decode_dma(
-    gpu: &Gpu,
-    stream: &Stream,
-    data: &[u8],
-    row_bytes: usize,
-    cb: &Codebook,
-    piece: usize,
-) -> Result<DecodeMeasurement> {
-    let rows = Rows::new(data, row_bytes)?;
-    let ds = GpuDataset::upload_packed(
-        gpu,
-        cb,
-        &compress_packed(cb, rows, &LayoutOptions::default())?.view(),
-        Residency::Pinned,
-    )?;
-    let n = rows.rows() as u64;
-    let dec = Decoder::new(gpu, &ds, &DecodeOptions::default())?;
-    let mut status = DecodeStatus::new()?;
-    let mut scratch = super::DmaScratch::new(piece)?;
-    let mut out =
-        DeviceBuffer::<u8>::zeroed(data.len()).map_err(cuda_err("allocating the output"))?;
-    dec.range_dma(gpu, 0, n, &mut out, &status, &mut scratch, stream)?;
-    stream.synchronize().map_err(cuda_err("decoding"))?;
-    status.check_blocking()?;
-    if copy_to_host_blocking(&out)? != data {
-        return Err(Error::corrupt(
-            "benchmark DMA-path decode differs from the original data",
-        ));
-    }
-    let seconds = time_median(stream, 2, 9, || {
-        dec.range_dma(gpu, 0, n, &mut out, &status, &mut scratch, stream)
-    })?;
-    status.check_blocking()?;
-    Ok(DecodeMeasurement {
-        decoded_bytes: data.len() as u64,
-        stored_bytes: ds.stored_bytes(),
-        seconds,
-    })
-}
-
-/// Random gathers of compressed rows: `batch` uniform random row ids of a
-/// packed dataset placed per `residency`, decoded into a device buffer.
-/// Eight index sets rotate (so device-resident gathers are not served from
-/// L2 alone); every set's output is checked against `data` first.
-#[allow(clippy::too_many_arguments)]
-pub fn measure_gather(
-    gpu: &Gpu,
-    stream: &Stream,
-    data: &[u8],
-    row_bytes: usize,
-    cb: &Codebook,
-    residency: Residency,
-    batch: usize,
-    opts: &DecodeOptions,
-) -> Result<DecodeMeasurement> {
-    measure_gather_by(
-        gpu, stream, data, row_bytes, cb, residency, batch, opts, None,
-    )
-}
-
-/// [`measure_gather`] through the DMA gather
-/// ([`Decoder::gather_dma_blocking`], pinned dataset, pieces of `piece`
-/// bytes, the row ids in host memory), on the same index sets.
-#[allow(clippy::too_many_arguments)]
-pub fn measure_gather_dma(
-    gpu: &Gpu,
-    stream: &Stream,
-    data: &[u8],
-    row_bytes: usize,
-    cb: &Codebook,
-    batch: usize,
-    piece: usize,
-    opts: &DecodeOptions,
-) -> Result<DecodeMeasurement> {
-    let pinned = Residency::Pinned;
-    measure_gather_by(
-        gpu,
-        stream,
-        data,
-        row_bytes,
-        cb,
-        pinned,
-        batch,
-        opts,
-        Some(piece),
-    )
-}
-
-#[allow(clippy::too_many_arguments)]
-fn measure_gather_by(
-    gpu: &Gpu,
-    stream: &Stream,
-    data: &[u8],
-    row_bytes: usize,
-    cb: &Codebook,
-    residency: Residency,
-    batch: usize,
-    opts: &DecodeOptions,
-    dma_piece: Option<usize>,
-) -> Result<DecodeMeasurement> {
-    let rows = Rows::new(data, row_bytes)?;
-    let packed = compress_packed(cb, rows, &LayoutOptions::default())?;
-    let ds = GpuDataset::upload_packed(gpu, cb, &packed.view(), residency)?;
-    let n = rows.rows() as u64;
-    let dec = Decoder::new(gpu, &ds, opts)?;
-    let mut status = DecodeStatus::new()?;
-    let mut scratch = dma_piece.map(super::DmaScratch::new).transpose()?;
-    let mut out =
-        DeviceBuffer::<u8>::zeroed(batch * row_bytes).map_err(cuda_err("allocating the output"))?;
-    let mut gather = |ids: &(Vec<u64>, DeviceBuffer<u64>),
-                      out: &mut DeviceBuffer<u8>,
-                      status: &DecodeStatus| match &mut scratch {
-        Some(scratch) => dec.gather_dma_blocking(gpu, &ids.0, out, status, scratch, stream),
-        None => dec.gather(gpu, &ids.1, out, status, stream),
-    };
-    let mut s = 0x9e37_79b9_7f4a_7c15u64 ^ batch as u64;
-    let mut sets = Vec::new();
-    let mut stored = 0u64;
-    for _ in 0..8 {
-        let ids: Vec<u64> = (0..batch)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                s % n
-            })
-            .collect();
-        stored += ids
-            .iter()
-            .map(|&t| packed.offsets[t as usize + 1] - packed.offsets[t as usize])
-            .sum::<u64>();
-        let dev = DeviceBuffer::from_slice(&ids).map_err(cuda_err("uploading ids"))?;
-        let set = (ids, dev);
-        gather(&set, &mut out, &status)?;
-        stream.synchronize().map_err(cuda_err("gathering"))?;
-        status.check_blocking()?;
-        let got = copy_to_host_blocking(&out)?;
-        for (i, &t) in set.0.iter().enumerate() {
-            let t = t as usize;
-            if got[i * row_bytes..(i + 1) * row_bytes] != data[t * row_bytes..(t + 1) * row_bytes] {
-                return Err(Error::corrupt(
-                    "benchmark gather differs from the original data",
-                ));
-            }
-        }
-        sets.push(set);
-    }
-    let mut k = 0;
-    let seconds = time_median(stream, 8, 24, || {
-        k = (k + 1) % sets.len();
-        gather(&sets[k], &mut out, &status)
-    })?;
-    status.check_blocking()?;
-    Ok(DecodeMeasurement {
-        decoded_bytes: (batch * row_bytes) as u64,
-        stored_bytes: stored / sets.len() as u64,
-        seconds,
-    })
+) -> Result<()> {
+    super::driver::copy_to_pinned(src, dst, bytes, stream)
 }
 
 impl Compressor<'_> {
@@ -650,20 +270,6 @@ impl Compressor<'_> {
         }
         Ok(())
     }
-}
-
-/// Every row of `data` stored raw, in the packed layout: the uncompressed
-/// baseline of the feature cache benchmarks, decoded by the same kernels
-/// (its flag bitmap says "raw" for every row). Takes the bytes (no copy).
-pub fn raw_packed(data: Vec<u8>, row_bytes: usize) -> Result<crate::layout::Packed> {
-    let rows = Rows::new(&data, row_bytes)?.rows();
-    Ok(crate::layout::Packed {
-        row_bytes,
-        rows,
-        flags: vec![0; rows.div_ceil(8)],
-        offsets: (0..=rows as u64).map(|i| i * row_bytes as u64).collect(),
-        payload: data,
-    })
 }
 
 /// Times a stage: the median of `reps` runs after one warm-up, each

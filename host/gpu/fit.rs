@@ -221,6 +221,7 @@ impl<'g> Fitter<'g> {
     }
 
     /// [`Fitter::fit_blocking`], with the time of each of its phases.
+    #[cfg(feature = "bench-hooks")]
     pub(crate) fn fit_phased<S: GpuReadable + ?Sized>(
         &self,
         src: &S,

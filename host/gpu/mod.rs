@@ -69,10 +69,14 @@
 //! [`DeviceCompressed::empty`], [`HostCompressor::new`], [`GpuGroups::new`]
 //! and [`FeatureCache::new`].
 
-// Q: why is `bench` public but hidden from the docs?
-// A: it is the measurement harness of `ibp bench`, the criterion benches and
-// `examples/gpu_decode.rs`; each of those is a separate crate target, so it
-// must be `pub`, but it is no part of the library's API.
+// Q: why is `bench` public but hidden from the docs, and behind a feature?
+// A: it is the benchmark harness's hook into the GPU path's internals (the
+// decoder's ideal-read mode, the compressor's stages one by one, driver
+// copies), for `ibp bench` (cli/), its criterion benches and
+// cli/examples/gpu_decode.rs; those are other crates, so it must be `pub`,
+// but it is no part of the library's API, and a host app's build (feature
+// `cuda` alone) compiles none of it.
+#[cfg(feature = "bench-hooks")]
 #[doc(hidden)]
 pub mod bench;
 mod book;

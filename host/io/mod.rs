@@ -53,6 +53,7 @@ use crate::error::{Error, Result};
 pub(crate) use deflate::DEFLATE_ENGINE;
 pub use dtype::DType;
 pub use input_file::InputFile;
+pub use safetensors::write as write_safetensors;
 
 /// One tensor of a [`Document`]: what gets a codebook and is compressed.
 #[derive(Clone, Debug, PartialEq, Eq)]

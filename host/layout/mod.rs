@@ -25,14 +25,12 @@ use crate::progress::Progress;
 /// the library, the container, the GPU compressor and decoder, the
 /// benchmarks and the command line (`--layout packed|fixed`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 pub enum Layout {
     /// Stored forms back to back, with an offsets table (§3.2): the
     /// smallest, and the one random access needs offsets for.
     Packed,
     /// Each stored form at the start of its tensor's `L`-byte slot, zeros
     /// after it (§3.1): no offsets, tensor `i` at byte `i·L`.
-    #[cfg_attr(feature = "cli", value(name = "fixed", alias = "fixed-stride"))]
     FixedStride,
 }
 

@@ -5,7 +5,6 @@
 pub mod container;
 
 use std::io::Write;
-use std::path::PathBuf;
 
 /// Print a line that libtest's output capture does not swallow: the
 /// "skipped" notices must be visible in CI logs even for passing tests.
@@ -32,23 +31,9 @@ pub fn gpu_or_skip(test: &str) -> Option<ibp::gpu::Gpu> {
     }
 }
 
-/// A test data file: `$IBP_DATA_DIR/name`, then `.tools/data/name`, then
-/// `../shared/data/name` (relative to the repository).
-pub fn data_file(name: &str) -> Option<PathBuf> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let mut candidates = Vec::new();
-    if let Some(d) = std::env::var_os("IBP_DATA_DIR") {
-        candidates.push(PathBuf::from(d).join(name));
-    }
-    candidates.push(root.join(".tools/data").join(name));
-    // Relative to the working directory too: test binaries run on another
-    // machine (the GPU host) from a copy of the repository.
-    candidates.push(PathBuf::from("data").join(name));
-    candidates.push(PathBuf::from(".device/data").join(name));
-    candidates.push(root.join("data").join(name));
-    candidates.push(root.join("../shared/data").join(name));
-    candidates.into_iter().find(|p| p.is_file())
-}
+/// A test data file (`ibp_testdata::data_file`: `$IBP_DATA_DIR`, the
+/// repository's `.tools/data` and `data/`, ...).
+pub use ibp_testdata::data_file;
 
 /// A version-1.0 npy file: header dict with `descr` (e.g. `<f4`) and
 /// `shape` (a Python tuple, e.g. `(4, 2)`), C order, then `data`.
@@ -92,44 +77,20 @@ impl Rng {
     }
 }
 
-/// The real tables as `(name, rows, row bytes)`: Cora's features (always),
-/// and MiniLM's word embeddings in f32 and rounded to bf16 when
-/// `model.safetensors` is found (a visible notice naming `test` otherwise).
+/// The real tables as `(name, rows, row bytes)` (`ibp_testdata::real_tables`):
+/// Cora's features (always), and MiniLM's word embeddings in f32 and rounded
+/// to bf16 when `model.safetensors` is found (a visible notice naming `test`
+/// otherwise).
 pub fn real_tables(test: &str) -> Vec<(String, Vec<u8>, usize)> {
-    let mut out = Vec::new();
     let cora = ibp::io::InputFile::open(
         &data_file("cora-features.npz").expect("cora-features.npz (data/ in the repository)"),
     )
     .unwrap();
-    let doc = ibp::io::parse(
-        cora.bytes(),
-        ibp::io::SourceFormat::Npz,
-        &Default::default(),
-    )
-    .unwrap();
-    let g = &doc.groups[0];
-    let l = g.row_shape(None).unwrap().row_bytes as usize;
-    out.push(("cora".to_string(), g.data.to_vec(), l));
-    if let Some(p) = data_file("model.safetensors") {
-        let f = ibp::io::InputFile::open(&p).unwrap();
-        let opts =
-            ibp::io::ParseOptions::default().with_select(["embeddings.word_embeddings.weight"]);
-        let doc = ibp::io::parse(f.bytes(), ibp::io::SourceFormat::Safetensors, &opts).unwrap();
-        let g = &doc.groups[0];
-        let l = g.row_shape(None).unwrap().row_bytes as usize;
-        let bf16: Vec<u8> = g
-            .data
-            .as_chunks::<4>()
-            .0
-            .iter()
-            .flat_map(|b| half::bf16::from_f32(f32::from_le_bytes(*b)).to_le_bytes())
-            .collect();
-        out.push(("minilm f32".to_string(), g.data.to_vec(), l));
-        out.push(("minilm bf16".to_string(), bf16, l / 2));
-    } else {
+    let model = data_file("model.safetensors");
+    if model.is_none() {
         notice(&format!(
             "{test}: MiniLM skipped: model.safetensors not found (run scripts/setup.sh)"
         ));
     }
-    out
+    ibp_testdata::real_tables(cora.bytes(), model.as_deref()).unwrap()
 }

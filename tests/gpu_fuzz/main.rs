@@ -344,7 +344,7 @@ fn gpu_decoders_match_the_cpu_codec_on_random_and_damaged_datasets() {
 /// build, mutate and decode on the CPU without a panic; an undamaged case
 /// is valid and decodes every row; the judge takes the CPU's own rows and
 /// catches a changed byte and a stray write. Ignored by default (it takes
-/// seconds in a debug build): `cargo test --features cli,cuda --test
+/// seconds in a debug build): `cargo test --features cuda --test
 /// gpu_fuzz -- --ignored`.
 #[test]
 #[ignore]

@@ -84,6 +84,8 @@ pub(crate) unsafe fn dtoh_async(
 ///    the current context that stays allocated until the copy is done, and
 ///    they do not overlap.
 /// 2. No other work writes `src` or touches `dst` unordered with the copy.
+// Only the benchmark harness copies device to device (`gpu::bench`).
+#[cfg(feature = "bench-hooks")]
 pub(crate) unsafe fn dtod_async(
     dst: u64,
     src: u64,

@@ -1,0 +1,458 @@
+//! `ibp bench`: GPU decompression benchmarks. Prints a table and writes a
+//! results file naming the GPU, driver, commit and date. With a FILE, the
+//! same measurements on the user's tensors instead ([`file`]).
+
+#[cfg(feature = "cuda")]
+mod cache;
+mod compress;
+mod cpu;
+#[cfg(feature = "cuda")]
+mod decode;
+mod file;
+#[cfg(feature = "cuda")]
+mod graph;
+#[cfg(feature = "cuda")]
+mod kv;
+mod peers;
+pub(super) mod plot;
+
+use std::path::PathBuf;
+
+use ibp::Result;
+
+use super::input::InputArgs;
+
+/// Arguments of `ibp bench`.
+#[derive(clap::Args, Debug)]
+#[command(mut_arg("file", |a| a.help(
+    "Benchmark this file's tensors (.safetensors, .npy, .npz, or raw bytes with --dtype and --shape) instead of the built-in suite; see --tensor and --json"
+)))]
+#[command(mut_arg("tensors", |a| a.help(
+    "With FILE: measure these tensors (repeatable; rows of one length). Default: every tensor of the row length that holds the most bytes"
+)))]
+pub struct Args {
+    #[command(flatten)]
+    pub(super) input: InputArgs,
+    /// With FILE: print JSON (schema `ibp-bench-file/1`, see the README)
+    /// instead of a table.
+    #[arg(long)]
+    pub(super) json: bool,
+    /// Results file (Markdown). Default: docs/results/<gpu>.md.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Tensors per synthetic dataset (the paper uses 100,000).
+    #[arg(long, default_value_t = 100_000)]
+    pub(super) rows: usize,
+    /// Skip the real-data rows (Cora, MiniLM).
+    #[arg(long)]
+    pub(super) no_real: bool,
+    /// Bytes to replicate real tables to (at least); with FILE, the bytes
+    /// measured (a smaller selection is replicated to this, a larger one
+    /// cut to its first rows).
+    #[arg(long, default_value_t = 1 << 30)]
+    pub(super) real_bytes: usize,
+    /// Use at most this many SMs.
+    #[arg(long)]
+    max_sms: Option<u32>,
+    /// Measure one point only, `SIZE,SAVINGS,pinned|device` (for profilers),
+    /// and print its rate instead of writing a results file.
+    #[arg(long, hide = true)]
+    point: Option<String>,
+    /// Decoder ring bytes per warp (experiments).
+    #[arg(long, hide = true)]
+    ring_bytes: Option<u32>,
+    /// Decoder warps per block (experiments).
+    #[arg(long, hide = true)]
+    warps: Option<u32>,
+    /// Fetch lines with `cp-async` or `load-store` (experiments; default
+    /// by residency).
+    #[arg(long, hide = true)]
+    fetch: Option<String>,
+    /// Turn the batch decoder's fast paths off (to measure what they are
+    /// worth; output is identical).
+    #[arg(long, hide = true)]
+    no_fast_paths: bool,
+    /// With `--section device`, `cache` or `compress`, only the tables whose
+    /// name contains this (for profilers).
+    #[arg(long, hide = true)]
+    pub(super) only: Option<String>,
+    /// With the compression benchmarks, also time each kernel stage alone.
+    #[arg(long)]
+    stages: bool,
+    /// Which benchmarks: `all`, `decode` or `compress` (fit and compression);
+    /// `device` runs only the device-resident decodes and gathers (a quick
+    /// look at the decode kernel alone); `peers` only the comparison with
+    /// `--peers`; `cache` the GPU feature cache (IBP(C/M): graph and Zipf
+    /// workloads, its own results file); `kv` the appendable KV store
+    /// (append of a decode step, bulk append, gather of random tokens).
+    #[arg(long, default_value = "all")]
+    pub(super) section: String,
+    #[command(flatten)]
+    pub(super) peers: peers::PeerArgs,
+    /// `--section cache`: vertices of the R-MAT graph (ogbn-products'
+    /// scale by default).
+    #[arg(long, default_value_t = 2_400_000)]
+    vertices: usize,
+    /// `--section cache`: undirected edges of the R-MAT graph.
+    #[arg(long, default_value_t = 62_000_000)]
+    edges: usize,
+    /// `--section cache`: GraphSAGE mini-batches to time.
+    #[arg(long, default_value_t = 4)]
+    batches: usize,
+    /// `--section cache`: use at most this many GPUs (all by default; the
+    /// table has rows for one GPU and for all of them).
+    #[arg(long, default_value_t = 8)]
+    gpus: usize,
+}
+
+pub fn run(args: Args) -> Result<()> {
+    if args.input.file.is_some() {
+        return file::run(&args);
+    }
+    for (given, flag) in [
+        (args.json, "--json"),
+        (!args.input.tensors.is_empty(), "--tensor"),
+        (args.input.dtype.is_some(), "--dtype"),
+        (args.input.shape.is_some(), "--shape"),
+    ] {
+        if given {
+            return Err(ibp::Error::invalid(format!(
+                "{flag} applies to `ibp bench FILE`; give the file to benchmark"
+            )));
+        }
+    }
+    suite(args)
+}
+
+#[cfg(not(feature = "cuda"))]
+fn suite(_: Args) -> Result<()> {
+    Err(ibp::Error::unsupported(
+        "ibp bench needs the `cuda` feature: build with --features cuda",
+    ))
+}
+
+/// The decoder options the hidden experiment flags ask for.
+#[cfg(feature = "cuda")]
+pub(super) fn decode_options(args: &Args) -> Result<ibp::gpu::DecodeOptions> {
+    let mut opts = ibp::gpu::DecodeOptions::default().with_fast_paths(!args.no_fast_paths);
+    if let Some(s) = args.max_sms {
+        opts = opts.with_max_sms(s);
+    }
+    if let Some(b) = args.ring_bytes {
+        opts = opts.with_ring_bytes(b);
+    }
+    if let Some(w) = args.warps {
+        opts = opts.with_warps_per_block(w);
+    }
+    match args.fetch.as_deref() {
+        None => {}
+        Some("cp-async") => opts = opts.with_fetch(ibp::gpu::Fetch::CpAsync),
+        Some("load-store") => opts = opts.with_fetch(ibp::gpu::Fetch::LoadStore),
+        Some(other) => {
+            return Err(ibp::Error::invalid(format!(
+                "--fetch {other}: use cp-async or load-store"
+            )));
+        }
+    }
+    Ok(opts)
+}
+
+#[cfg(feature = "cuda")]
+fn suite(args: Args) -> Result<()> {
+    use cust::stream::{Stream, StreamFlags};
+    use ibp::gpu::Gpu;
+
+    check_peer_flags(&args)?;
+    // Before the GPU: a missing library is the first thing to report.
+    let peers = peers::Peers::load(&args.peers)?;
+    let gpu = Gpu::first()?;
+    let stream = Stream::new(StreamFlags::NON_BLOCKING, None)
+        .map_err(|e| ibp::Error::cuda(e.to_string()))?;
+    let opts = decode_options(&args)?;
+    let b = decode::Bench {
+        gpu: &gpu,
+        stream: &stream,
+        opts: &opts,
+    };
+    let (h2d, zc) = measure_link(&gpu, &stream)?;
+    if let Some(pt) = &args.point {
+        return measure_point(&b, args.rows, pt);
+    }
+    let (decode, compress) = match args.section.as_str() {
+        "all" => (true, true),
+        "decode" | "device" => (true, false),
+        "compress" | "peers" | "cache" | "kv" => (false, args.section == "compress"),
+        other => {
+            return Err(ibp::Error::invalid(format!(
+                "--section {other}: use all, decode, device, compress, peers, cache or kv"
+            )));
+        }
+    };
+    let info = gpu.info().clone();
+    let mut md = header(&args, &info, peers.is_some(), decode, h2d, zc);
+    let mut picture = plot::BenchPlot {
+        gpu: info.name.clone(),
+        dma_copy: Some(h2d / 1e9),
+        zero_copy: Some(zc / 1e9),
+        ..Default::default()
+    };
+    if compress {
+        compress::section(
+            &gpu,
+            args.real_bytes,
+            h2d,
+            zc,
+            args.stages,
+            args.only.as_deref(),
+            &mut md,
+        )?;
+    }
+    if args.section == "cache" {
+        cache_section(&gpu, &args, &mut md)?;
+    } else if args.section == "kv" {
+        kv::section(&gpu, &stream, zc, &mut md)?;
+    } else if args.section == "device" {
+        decode::device_section(&b, &args, &mut md)?;
+    } else if decode {
+        decode::decode_sections(&b, &args, zc, &mut md, &mut picture)?;
+    }
+    if let Some(p) = &peers {
+        peers::section(&gpu, &stream, p, args.real_bytes, &opts, &mut md)?;
+    }
+    println!("{md}");
+    write_results(&args, &info.name, &md, &picture)
+}
+
+/// `--peers` and `--section peers` need each other (and the real tables).
+#[cfg(feature = "cuda")]
+fn check_peer_flags(args: &Args) -> Result<()> {
+    if !args.peers.peers.is_empty() && (args.no_real || args.section == "compress") {
+        return Err(ibp::Error::invalid(
+            "--peers compares decoders on the real tables: drop --no-real, and use --section all, decode or peers",
+        ));
+    }
+    if args.section == "peers" && args.peers.peers.is_empty() {
+        return Err(ibp::Error::invalid(
+            "--section peers needs a peer: add --peers nvcomp",
+        ));
+    }
+    Ok(())
+}
+
+/// This machine's PCIe in bytes per second: a pinned host-to-device copy
+/// of 1 GiB and ibp's zero-copy kernel reading 1 GiB, printed on stderr.
+#[cfg(feature = "cuda")]
+fn measure_link(gpu: &ibp::gpu::Gpu, stream: &cust::stream::Stream) -> Result<(f64, f64)> {
+    use ibp_cli::measure::{measure_h2d_copy, measure_zero_copy_read};
+    let link_bytes = 1usize << 30;
+    let h2d = link_bytes as f64 / measure_h2d_copy(stream, link_bytes)?;
+    let zc = (link_bytes / 1536 * 1536) as f64 / measure_zero_copy_read(gpu, stream, link_bytes)?;
+    eprintln!(
+        "PCIe on this machine: pinned host-to-device copy {:.1} GB/s, zero-copy kernel read {:.1} GB/s",
+        h2d / 1e9,
+        zc / 1e9
+    );
+    Ok((h2d, zc))
+}
+
+/// `--point SIZE,SAVINGS,pinned|device`: one decode, its rate printed.
+#[cfg(feature = "cuda")]
+fn measure_point(b: &decode::Bench, rows: usize, pt: &str) -> Result<()> {
+    use ibp::gpu::Residency;
+    let parts: Vec<&str> = pt.split(',').collect();
+    let bad = || ibp::Error::invalid("--point wants SIZE,SAVINGS,pinned|device");
+    let (size, s, res) = match parts.as_slice() {
+        [a, b, c] => (
+            a.parse::<usize>().map_err(|_| bad())?,
+            b.parse::<f64>().map_err(|_| bad())?,
+            *c,
+        ),
+        _ => return Err(bad()),
+    };
+    let residency = if res == "device" {
+        Residency::Device
+    } else {
+        Residency::Pinned
+    };
+    let (data, cb) = ibp_testdata::figure7_dataset(rows, size, s, 11)?;
+    let m = b.packed(&data, size, &cb, residency)?;
+    println!(
+        "{size} B at {s}: {:.1} GB/s decoded, {:.1} GB/s moved",
+        m.decoded_rate() / 1e9,
+        m.moved_rate() / 1e9
+    );
+    Ok(())
+}
+
+/// The results file's title and its list of what was measured where: the
+/// GPU, driver, commit, date, command and this machine's PCIe rates.
+#[cfg(feature = "cuda")]
+fn header(
+    args: &Args,
+    info: &ibp::gpu::DeviceInfo,
+    peers: bool,
+    decode: bool,
+    h2d: f64,
+    zc: f64,
+) -> String {
+    use std::fmt::Write as _;
+    let mut md = String::new();
+    let commit = option_env!("IBP_GIT_COMMIT").unwrap_or("unknown");
+    let date = utc_now();
+    let _ = writeln!(md, "# ibp GPU benchmarks: {}\n", info.name);
+    let flags = format!(
+        "{}{}{}",
+        if args.section == "cache" {
+            format!(
+                " --vertices {} --edges {} --batches {} --gpus {}",
+                args.vertices, args.edges, args.batches, args.gpus
+            )
+        } else {
+            String::new()
+        },
+        if args.stages { " --stages" } else { "" },
+        if peers { " --peers nvcomp" } else { "" }
+    );
+    let _ = writeln!(
+        md,
+        "- GPU: {} ({} SMs, compute capability {}.{})\n- driver: {} (CUDA {}.{})\n- ibp commit: {commit}\n- date: {date}\n- command: `ibp bench --rows {} --section {}{}`\n{}- this machine's PCIe, measured in the same run: pinned host-to-device copy {:.1} GB/s (1 GiB, DMA); zero-copy kernel read {:.1} GB/s (1 GiB, ibp's bit-counting kernel)\n",
+        info.name,
+        info.sm_count,
+        info.compute_capability.0,
+        info.compute_capability.1,
+        driver_release().unwrap_or_else(|| "release unknown".into()),
+        info.driver_version / 1000,
+        (info.driver_version % 1000) / 10,
+        args.rows,
+        args.section,
+        flags,
+        if decode {
+            "- decode timing: CUDA events, median of 9 calls after 2 warm-ups; every configuration is decoded and compared with the original bytes first.\n"
+        } else {
+            ""
+        },
+        h2d / 1e9,
+        zc / 1e9
+    );
+    md
+}
+
+/// `--section cache`: the feature cache on `gpu` and up to `--gpus` of
+/// this machine's GPUs.
+#[cfg(feature = "cuda")]
+fn cache_section(gpu: &ibp::gpu::Gpu, args: &Args, md: &mut String) -> Result<()> {
+    use std::fmt::Write as _;
+    let mut more = Vec::new();
+    for o in 1..ibp::gpu::Gpu::count().min(args.gpus as u32) {
+        more.push(ibp::gpu::Gpu::new(o)?);
+    }
+    gpu.make_current()?;
+    let all: Vec<&ibp::gpu::Gpu> = std::iter::once(gpu).chain(&more).collect();
+    let a = cache::CacheArgs {
+        vertices: args.vertices,
+        edges: args.edges,
+        batches: args.batches,
+        max_gpus: args.gpus,
+        only: args.only.clone(),
+    };
+    cache::section(&all, &a, md)?;
+    if let Some(g) = more.first() {
+        let _ = writeln!(
+            md,
+            "- second GPU: {} ({} SMs)\n",
+            g.info().name,
+            g.info().sm_count
+        );
+    }
+    Ok(())
+}
+
+/// Writes the results file (`--out`, or docs/results/<gpu>[-cache|-kv].md)
+/// and, when the run decoded, its plot beside it.
+#[cfg(feature = "cuda")]
+fn write_results(args: &Args, gpu_name: &str, md: &str, picture: &plot::BenchPlot) -> Result<()> {
+    let path = args.out.clone().unwrap_or_else(|| {
+        let suffix = match args.section.as_str() {
+            "cache" => "-cache",
+            "kv" => "-kv",
+            _ => "",
+        };
+        PathBuf::from(format!("docs/results/{}{suffix}.md", slug(gpu_name)))
+    });
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| ibp::Error::io(format!("creating {}", dir.display()), e))?;
+    }
+    std::fs::write(&path, md)
+        .map_err(|e| ibp::Error::io(format!("writing {}", path.display()), e))?;
+    eprintln!("results written to {}", path.display());
+    if !picture.grid.is_empty() || !picture.real.is_empty() {
+        let svg = plot::svg_path(&path);
+        super::plot::write(&svg, &[picture.chart()])?;
+        eprintln!("plot written to {}", svg.display());
+    }
+    Ok(())
+}
+
+/// The NVIDIA kernel driver's release (e.g. "580.159.04"), from
+/// `/proc/driver/nvidia/version` on Linux.
+#[cfg(feature = "cuda")]
+fn driver_release() -> Option<String> {
+    let v = std::fs::read_to_string("/proc/driver/nvidia/version").ok()?;
+    v.split_whitespace()
+        .find(|w| w.split('.').count() >= 2 && w.split('.').all(|p| p.parse::<u32>().is_ok()))
+        .map(str::to_string)
+}
+
+/// Cora (embedded) and, when found, MiniLM's word embeddings in f32 and bf16
+/// (`ibp_testdata::real_tables`, the tables the GPU tests use too).
+#[cfg(feature = "cuda")]
+pub(super) fn real_tables() -> Result<Vec<(String, Vec<u8>, usize)>> {
+    let dir = std::env::var_os("IBP_DATA_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(".tools/data"));
+    let path = dir.join("model.safetensors");
+    let model = path.is_file().then_some(path.as_path());
+    if model.is_none() {
+        eprintln!(
+            "MiniLM skipped: {} not found (run scripts/setup.sh)",
+            path.display()
+        );
+    }
+    ibp_testdata::real_tables(super::input::EMBEDDED_CORA, model)
+}
+
+#[cfg(feature = "cuda")]
+fn slug(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .collect()
+}
+
+/// Current UTC date and time, formatted without a date library.
+#[cfg(feature = "cuda")]
+fn utc_now() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let days = secs / 86_400;
+    let (h, m) = ((secs % 86_400) / 3600, (secs % 3600) / 60);
+    // Civil-from-days (proleptic Gregorian).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let mo = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(mo <= 2);
+    format!("{y:04}-{mo:02}-{d:02} {h:02}:{m:02} UTC")
+}
