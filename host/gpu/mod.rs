@@ -64,8 +64,7 @@
 //! [`GpuDataset::with_length_table`] (device or pinned memory and a copy),
 //! [`GpuDataset::from_device_compressed`] (one stream synchronisation),
 //! [`DecodeStatus::new`], [`DmaScratch::new`],
-//! [`PinnedBuffer::zeroed`], [`Registered::new`], [`GpuCodebook::new`],
-//! [`Compressor::new`],
+//! [`PinnedBuffer::zeroed`], [`Registered::new`], [`Compressor::new`],
 //! [`DeviceCompressed::empty`], [`HostCompressor::new`], [`GpuGroups::new`]
 //! and [`FeatureCache::new`].
 
@@ -105,7 +104,7 @@ use crate::error::{Error, Result};
 
 pub use book::DeviceBook;
 pub use cache::{CacheOptions, CacheStats, FeatureCache, Placement, access_counts, top_k_by_score};
-pub use compress::{Compressor, DeviceCompressed, GpuCodebook, MAX_ROW_BYTES};
+pub use compress::{Compressor, DeviceCompressed, MAX_ROW_BYTES};
 pub use dataset::{GpuDataset, Payload, Residency};
 pub use decode::{
     DEFAULT_DMA_PIECE_BYTES, DecodeOptions, DecodeStatus, Decoder, DmaScratch, GatherIndex, Mode,

@@ -26,8 +26,8 @@ use crate::layout::{Layout, SizeReport};
 /// Compression on one GPU under one codebook: the size query, the
 /// compression of rows in device memory (or host memory the GPU reads),
 /// and of host rows in batches. Holds the codebook's device tables
-/// ([`GpuCodebook`]); the output's buffers are the caller's
-/// ([`DeviceCompressed`], [`HostCompressor`](super::HostCompressor)).
+/// (`GpuCodebook`); the output's buffers are the caller's
+/// ([`DeviceCompressed`], [`HostCompressor`](crate::gpu::HostCompressor)).
 ///
 /// Every call allocates what it needs on its own stream and returns when
 /// done (`_blocking`); several threads may compress with one `Compressor`.
@@ -40,17 +40,16 @@ impl<'g> Compressor<'g> {
     /// A compressor for `codebook` on `gpu` (uploads its tables; `gpu`'s
     /// context must be current).
     pub fn new(gpu: &'g Gpu, codebook: &Codebook) -> Result<Self> {
-        Ok(Self::with_book(gpu, GpuCodebook::new(codebook)?))
-    }
-
-    /// A compressor over tables already on the device (uploaded while
-    /// `gpu`'s context was current).
-    pub fn with_book(gpu: &'g Gpu, book: GpuCodebook) -> Self {
-        Self { gpu, book }
+        Ok(Self {
+            gpu,
+            book: GpuCodebook::new(codebook)?,
+        })
     }
 
     /// Compress under `cb` from now on, reusing the tables' device memory
-    /// when it is large enough ([`GpuCodebook::replace`]).
+    /// when it is large enough (no allocation and no free: what a loop
+    /// that fits and compresses again and again pays is one copy of the
+    /// tables; `ibp bench --section compress --stages` times both).
     pub fn replace(&mut self, cb: &Codebook) -> Result<()> {
         self.book.replace(cb)
     }
@@ -397,7 +396,7 @@ impl<'g> Compressor<'g> {
     }
 
     /// Compress the rows in `src` (device memory, or host memory the GPU
-    /// can read: a [`PinnedBuffer`] or [`Registered`](super::Registered)) into `layout`, in
+    /// can read: a [`PinnedBuffer`](crate::gpu::PinnedBuffer) or [`Registered`](crate::gpu::Registered)) into `layout`, in
     /// device memory. Blocks until done. See [`Compressor::compress_into_blocking`] to reuse
     /// the output's buffers.
     ///

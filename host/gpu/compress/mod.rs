@@ -75,8 +75,9 @@ pub(crate) const fn encoder_out_bytes(len: usize) -> usize {
 pub const MAX_ROW_BYTES: usize = 1 << 28;
 
 /// A codebook in device memory, as the size query and the encoder read it
-/// (what a [`Compressor`] holds).
-pub struct GpuCodebook {
+/// (what a [`Compressor`] holds; crate-internal since the compressor owns
+/// it).
+pub(crate) struct GpuCodebook {
     pub(crate) cb: Codebook,
     pub(crate) book: DeviceBuffer<u64>,
     /// The encoder's `EncodeParams::flags` for this codebook.
@@ -86,7 +87,7 @@ pub struct GpuCodebook {
 impl GpuCodebook {
     /// Upload `cb`'s tables (allocates device memory for them). A CUDA
     /// context must be current (a [`Gpu`]).
-    pub fn new(cb: &Codebook) -> Result<Self> {
+    pub(crate) fn new(cb: &Codebook) -> Result<Self> {
         Ok(Self {
             cb: cb.clone(),
             book: DeviceBuffer::from_slice(&encoder_book(cb))
@@ -105,7 +106,7 @@ impl GpuCodebook {
     /// A: an allocation and the free of the old buffer, which waits for
     /// the device (`ibp bench --section compress --stages` times both;
     /// `docs/archive/PERF-NOTES-2026-11-28.md` has the numbers).
-    pub fn replace(&mut self, cb: &Codebook) -> Result<()> {
+    pub(crate) fn replace(&mut self, cb: &Codebook) -> Result<()> {
         let book = encoder_book(cb);
         if self.book.len() >= book.len() {
             self.book
@@ -122,7 +123,7 @@ impl GpuCodebook {
     }
 
     /// The codebook.
-    pub fn codebook(&self) -> &Codebook {
+    pub(crate) fn codebook(&self) -> &Codebook {
         &self.cb
     }
 }
