@@ -105,6 +105,35 @@
 //! people and an [`ErrorKind`] to branch on (corrupt or truncated data, an
 //! invalid argument, unsupported input, CUDA, I/O). No input makes the
 //! library panic; corrupt data is refused with `Corrupt` or `Truncated`.
+//!
+//! # What is public, and why
+//!
+//! The public API is what a host app calls; everything else is private to
+//! the crate. Counted with `scripts/public-items.py` over rustdoc's JSON
+//! (modules, types, traits, functions, methods, constants, public fields
+//! and variants; `#[doc(hidden)]` items left out): **735** items with the
+//! `cuda` feature, against 764 at b8cf772 (issue 32).
+//!
+//! | module | items | why it is public |
+//! | --- | --- | --- |
+//! | crate root | 38 | [`Rows`] (the input of every fit and layout), [`Error`] and [`ErrorKind`] (the one error type, to branch on), [`Progress`] (the hook of long calls) |
+//! | [`fit`] | 44 | the fit is the first step of every use: options, the chosen codebook and the candidates it weighed, bit counts for fits across batches |
+//! | [`codebook`] | 45 | a codebook is what a fit returns and every layout and decode takes; its fields are the format's (`docs/FORMAT.md` §4) |
+//! | [`encode`] | 7 | one row, for users who lay rows out themselves |
+//! | [`layout`] | 54 | the two layouts a dataset is stored in, owned and borrowed, and random access to one row |
+//! | [`cluster`] | 59 | clustered codebooks: their fit and sweep, ids, compression and decode |
+//! | [`container`] | 120 | the `.ibp` file: reading, restoring, inspecting groups and sections (`ibp inspect`), and the writer for files built by hand |
+//! | [`pipeline`] | 64 | compressing a parsed document into a container, on the CPU or a [`pipeline::GroupDevice`], with its options and per-group report |
+//! | [`io`] | 86 | the user's formats (safetensors, npy, npz, raw), parsed and restored byte for byte |
+//! | `gpu` (feature `cuda`) | 217 | the GPU path: `Gpu`, datasets (`GpuDataset`, `DeviceBook`), the `Decoder` and its `Request`s, the DMA paths, `Fitter`, `Compressor`, the feature cache, the KV store, pinned memory |
+//!
+//! Kept out on purpose: the kernels' tables (`kernel_tables`), the decode
+//! launch and its rows description, the driver layer (`gpu::driver`: every
+//! raw CUDA call), the DMA gather's staging, and the encoder's internal
+//! stages. The benchmark harness is `gpu::bench`, doc(hidden) and behind
+//! the `bench-hooks` feature that only the command line turns on; the test
+//! kernels are `gpu::testing`, behind `testing`; the emulated dataset is
+//! `emu`, behind `emu`.
 #![cfg_attr(
     feature = "cuda",
     doc = "\n# On the GPU\n\nThe [`gpu`] module's documentation has a complete example: the rows \
