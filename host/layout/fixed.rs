@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use rayon::prelude::*;
 
 use super::{
-    LayoutOptions, block_rows, check_flags, check_out, check_rows, flag, flag_bytes, in_tensor,
-    set_flag,
+    LayoutOptions, block_rows, check_flags, check_out, check_rows, decode_rows_par, flag,
+    flag_bytes, in_tensor, set_flag,
 };
 use crate::codebook::{ChunkTables, Codebook};
 use crate::dataset::Rows;
@@ -213,15 +213,7 @@ pub fn decompress_fixed(cb: &Codebook, fixed: &FixedStrideRef<'_>, out: &mut [u8
     fixed.check_shape()?;
     check_flags(fixed.flags, fixed.rows)?;
     let t = cb.try_tables()?;
-    let br = block_rows(l);
-    out.par_chunks_mut(br * l)
-        .enumerate()
-        .try_for_each(|(b, block)| {
-            for (k, dst) in block.chunks_exact_mut(l).enumerate() {
-                decode_slot(t, fixed, b * br + k, dst)?;
-            }
-            Ok(())
-        })
+    decode_rows_par(out, l, |i, dst| decode_slot(t, fixed, i, dst))
 }
 
 /// Decompress tensor `i` of a fixed-stride dataset into `out` (`L` bytes).

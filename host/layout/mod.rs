@@ -72,6 +72,25 @@ fn block_rows(row_bytes: usize) -> usize {
     (BLOCK_BYTES / row_bytes.max(1)).max(1).next_multiple_of(8)
 }
 
+/// Decode every row of `out` (rows of `l` bytes) in parallel, by blocks of
+/// [`block_rows`]: `row(i, dst)` writes row `i` into `dst`.
+fn decode_rows_par(
+    out: &mut [u8],
+    l: usize,
+    row: impl Fn(usize, &mut [u8]) -> Result<()> + Sync,
+) -> Result<()> {
+    use rayon::prelude::*;
+    let br = block_rows(l);
+    out.par_chunks_mut(br * l)
+        .enumerate()
+        .try_for_each(|(b, block)| {
+            for (k, dst) in block.chunks_exact_mut(l).enumerate() {
+                row(b * br + k, dst)?;
+            }
+            Ok(())
+        })
+}
+
 // ---------------------------------------------------------------------------
 // Flag bitmap
 

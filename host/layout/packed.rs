@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use rayon::prelude::*;
 
 use super::{
-    LayoutOptions, block_rows, check_flags, check_out, check_rows, flag, flag_bytes, in_tensor,
-    set_flag, size_query,
+    LayoutOptions, block_rows, check_flags, check_out, check_rows, decode_rows_par, flag,
+    flag_bytes, in_tensor, set_flag, size_query,
 };
 use crate::codebook::{ChunkTables, Codebook};
 use crate::dataset::Rows;
@@ -336,15 +336,7 @@ pub fn decompress_packed(cb: &Codebook, packed: &PackedRef<'_>, out: &mut [u8]) 
     check_out(out, packed.rows, l)?;
     packed.check_ends()?;
     let t = cb.try_tables()?;
-    let br = block_rows(l);
-    out.par_chunks_mut(br * l)
-        .enumerate()
-        .try_for_each(|(b, block)| {
-            for (k, dst) in block.chunks_exact_mut(l).enumerate() {
-                decode_stored(t, packed, b * br + k, dst)?;
-            }
-            Ok(())
-        })
+    decode_rows_par(out, l, |i, dst| decode_stored(t, packed, i, dst))
 }
 
 /// Decompress tensor `i` of a packed dataset into `out` (`L` bytes), checking
