@@ -99,7 +99,8 @@ if [ "$cuda" = 1 ]; then
   cargo test -p ibp -p ibp-cli --features "$gpu_feats" --lib --bins --test 'gpu_*' --test cli \
     --test cli_device --test cli_peers --test memory_bound -- --skip kernel_emu::
   # The GPU API's doctests (docs/GPU.md, the README's GPU program): compiled.
-  cargo test -p ibp --features "$gpu_feats" --doc
+  # (-p ibp alone: cargo refuses another package's feature, ibp-cli/cuda.)
+  cargo test -p ibp --features cuda,testing,bench-hooks --doc
 fi
 
 step "cargo install of the ibp command (package ibp-cli, cli/) on stable (with the GPU path where it builds)"
