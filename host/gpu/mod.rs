@@ -81,6 +81,8 @@ pub mod bench;
 mod book;
 mod cache;
 mod compress;
+#[cfg(feature = "cudarc")]
+pub mod cudarc_interop;
 mod dataset;
 mod decode;
 pub(crate) mod driver;
@@ -93,6 +95,7 @@ mod launch;
 mod memory;
 mod rows_view;
 mod staging;
+mod stream;
 #[cfg(feature = "testing")]
 pub mod testing;
 
@@ -116,8 +119,9 @@ pub use fit::Fitter;
 pub use groups::GpuGroups;
 pub use host_batches::{CompressedBatch, HostCompressor, HostOptions, HostRead};
 pub use kv_store::{KvStore, KvStoreOptions, PageWrites, SegmentInfo};
-pub use memory::{GpuReadable, PinnedBuffer, Registered, Span};
+pub use memory::{GpuReadable, GpuWritable, PinnedBuffer, Registered, Span, SpanMut};
 pub use rows_view::Fetch;
+pub use stream::{ForeignStream, GpuStream};
 
 /// PTX for the `sm_80` baseline (A100, H100/H200 and later through the
 /// driver's JIT), embedded at build time: the shipped

@@ -1,8 +1,9 @@
 //! The decoder: launch geometry sized once for a book and the rows it
 //! reads, and the one decode launch ([`Decoder::enqueue`]).
 
+use crate::gpu::memory::GpuWritable;
+use crate::gpu::stream::GpuStream;
 use cust::memory::DeviceSlice;
-use cust::stream::Stream;
 use ibp_kernels::params::{
     DECODE_FLAG_NO_CLASSES, DECODE_FLAG_NO_PREFIX, DECODE_FLAG_TRIM, DECODE_MODE_DECODE,
     DECODE_MODE_IDEAL, DecodeParams, FETCH_CP_ASYNC, FETCH_LOAD_STORE, workspace_bytes,
@@ -224,13 +225,18 @@ impl<'ds> Decoder<'ds> {
     /// (a range, or rows by index), where they land in `out` and how
     /// ([`Mode`]). No host synchronisation, no allocation; corrupt rows and
     /// indices out of range are reported in `status`.
-    pub fn enqueue(
+    ///
+    /// `out` is cust device memory or a [`crate::gpu::SpanMut`] of another
+    /// library's; `stream` a cust [`cust::stream::Stream`] or a
+    /// [`crate::gpu::ForeignStream`] (cudarc's: see
+    /// [`crate::gpu::cudarc_interop`] where built).
+    pub fn enqueue<O: GpuWritable + ?Sized, S: GpuStream + ?Sized>(
         &self,
         gpu: &Gpu,
         req: &Request<'_>,
-        out: &mut DeviceSlice<u8>,
+        out: &mut O,
         status: &DecodeStatus,
-        stream: &Stream,
+        stream: &S,
     ) -> Result<()> {
         let ds = self.ds.ok_or_else(|| {
             Error::invalid("this decoder was sized for a book alone; its owner gives the rows")
@@ -241,13 +247,13 @@ impl<'ds> Decoder<'ds> {
     /// Enqueue: output row `i` of `out` (`index.len()` rows of `L` bytes)
     /// receives tensor `index[i]`. Any order, repeats allowed; indices are
     /// `u32` or `u64`. No host synchronisation, no allocation.
-    pub fn gather<I: GatherIndex>(
+    pub fn gather<I: GatherIndex, O: GpuWritable + ?Sized, S: GpuStream + ?Sized>(
         &self,
         gpu: &Gpu,
         index: &DeviceSlice<I>,
-        out: &mut DeviceSlice<u8>,
+        out: &mut O,
         status: &DecodeStatus,
-        stream: &Stream,
+        stream: &S,
     ) -> Result<()> {
         self.enqueue(gpu, &Request::gather(index), out, status, stream)
     }
@@ -255,28 +261,28 @@ impl<'ds> Decoder<'ds> {
     /// [`Decoder::gather`] into rows `out_stride` bytes apart (`≥ L`): row
     /// `i` is `out[i·out_stride ..][..L]`, and the bytes between rows are
     /// left as they are (a column of a wider table, padded rows).
-    pub fn gather_strided<I: GatherIndex>(
+    pub fn gather_strided<I: GatherIndex, O: GpuWritable + ?Sized, S: GpuStream + ?Sized>(
         &self,
         gpu: &Gpu,
         index: &DeviceSlice<I>,
-        out: &mut DeviceSlice<u8>,
+        out: &mut O,
         out_stride: usize,
         status: &DecodeStatus,
-        stream: &Stream,
+        stream: &S,
     ) -> Result<()> {
         let req = Request::gather(index).with_out_stride(out_stride);
         self.enqueue(gpu, &req, out, status, stream)
     }
 
     /// Enqueue: output row `i` receives tensor `first + i`, for `count` rows.
-    pub fn range(
+    pub fn range<O: GpuWritable + ?Sized, S: GpuStream + ?Sized>(
         &self,
         gpu: &Gpu,
         first: u64,
         count: u64,
-        out: &mut DeviceSlice<u8>,
+        out: &mut O,
         status: &DecodeStatus,
-        stream: &Stream,
+        stream: &S,
     ) -> Result<()> {
         self.enqueue(gpu, &Request::range(first, count), out, status, stream)
     }
@@ -286,15 +292,15 @@ impl<'ds> Decoder<'ds> {
     /// first row within its call; failures are reported as rows of the
     /// call). Every argument is checked on the host first.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn launch(
+    pub(crate) fn launch<O: GpuWritable + ?Sized, S: GpuStream + ?Sized>(
         &self,
         gpu: &Gpu,
         rows: &RowsView,
         req: &Request<'_>,
         out_skip_rows: u64,
-        out: &mut DeviceSlice<u8>,
+        out: &mut O,
         status: &DecodeStatus,
-        stream: &Stream,
+        stream: &S,
     ) -> Result<()> {
         let l = self.book.row_bytes;
         let (index, first, count, wide) = match req.select {
@@ -314,7 +320,7 @@ impl<'ds> Decoder<'ds> {
             return Ok(());
         }
         let stride = req.out_stride.unwrap_or(l);
-        check_output(out.len() as u64, count + out_skip_rows, stride, l)?;
+        check_output(out.writable_len() as u64, count + out_skip_rows, stride, l)?;
         let ideal = req.mode == Mode::Ideal;
         if ideal && (!rows.has_lengths() || !l.is_multiple_of(4)) {
             return Err(Error::invalid(
@@ -337,7 +343,7 @@ impl<'ds> Decoder<'ds> {
             count,
             rows: rows.rows,
             row_bytes: l,
-            out: out.as_device_ptr().as_raw() + out_skip_rows * stride,
+            out: out.device_addr_mut() + out_skip_rows * stride,
             out_stride: stride,
             status: status.words.as_device_ptr().as_raw(),
             chunk: self.book.chunk,
