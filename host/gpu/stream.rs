@@ -46,8 +46,13 @@ impl<'a> ForeignStream<'a> {
     /// 1. `raw` is a stream of the device's primary context (the context
     ///    [`crate::gpu::Gpu`] uses; cudarc's `CudaContext` retains the same
     ///    one), or null for the legacy default stream.
-    /// 2. The stream is not destroyed during `'a`, nor while work ibp
-    ///    enqueued on it is still running.
+    /// 2. The stream is not destroyed during `'a` (work enqueued before a
+    ///    destroy still runs to its end: the driver releases the stream
+    ///    after it).
+    ///
+    /// The memory the launches touch has contracts of its own
+    /// ([`crate::gpu::Span::from_raw_parts`],
+    /// [`crate::gpu::SpanMut::from_raw_parts`]).
     pub unsafe fn from_raw(raw: *mut c_void) -> Self {
         Self {
             raw: raw as cust::sys::CUstream,

@@ -415,3 +415,30 @@ fn check_output(out_len: u64, rows: u64, stride: u64, l: u64) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::check_output;
+    use crate::ErrorKind;
+
+    #[test]
+    fn an_output_too_short_for_its_rows_is_an_invalid_argument() {
+        // 3 rows of 100 bytes, 128 apart: 2·128 + 100 bytes.
+        assert!(check_output(356, 3, 128, 100).is_ok());
+        let e = check_output(355, 3, 128, 100).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+        assert!(check_output(300, 3, 100, 100).is_ok());
+        assert!(check_output(299, 3, 100, 100).is_err());
+        // A stride shorter than a row, and a size past u64.
+        assert_eq!(
+            check_output(1 << 20, 3, 99, 100).unwrap_err().kind(),
+            ErrorKind::InvalidArgument
+        );
+        assert_eq!(
+            check_output(u64::MAX, u64::MAX, 1 << 40, 100)
+                .unwrap_err()
+                .kind(),
+            ErrorKind::InvalidArgument
+        );
+    }
+}
