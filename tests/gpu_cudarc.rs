@@ -219,3 +219,27 @@ fn compression_from_cudarc_buffers_matches_the_cpu() {
         );
     }
 }
+
+/// The GPU guide's cudarc listing (an `ignore` block, since the guide's
+/// doctests build without cudarc) is `examples/cudarc_interop.rs` below its
+/// header, so the page shows code that builds. Runs without a GPU.
+#[test]
+fn the_guides_cudarc_listing_is_the_example() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let guide = std::fs::read_to_string(format!("{root}/docs/GPU.md")).unwrap();
+    let example = std::fs::read_to_string(format!("{root}/examples/cudarc_interop.rs")).unwrap();
+    let section = guide
+        .split("## Memory and streams from cudarc")
+        .nth(1)
+        .expect("the guide has the cudarc section");
+    let listing = section
+        .split("```rust,ignore\n")
+        .nth(1)
+        .and_then(|s| s.split("```").next())
+        .expect("the section has an ignore listing");
+    let code = &example[example.find("use cudarc").expect("the example's first use")..];
+    assert_eq!(
+        listing, code,
+        "docs/GPU.md's cudarc listing differs from the example"
+    );
+}

@@ -19,26 +19,8 @@
 //! - [`compress_blocking`] blocks, as [`Compressor::compress_blocking`] does,
 //!   and synchronises the cudarc stream before it reads (see there).
 //!
-//! ```no_run
-//! # fn main() -> ibp::Result<()> {
-//! use cudarc::driver::CudaContext;
-//! use ibp::gpu::{DecodeOptions, DecodeStatus, Decoder, Gpu, GpuDataset, cudarc_interop};
-//! # let (codebook, packed) = unimplemented!();
-//! let gpu = Gpu::new(0)?;
-//! let ctx = CudaContext::new(0).map_err(cudarc_interop::driver_err)?;
-//! let stream = ctx.new_stream().map_err(cudarc_interop::driver_err)?;
-//! let ds = GpuDataset::upload_packed(&gpu, &codebook, &packed, ibp::gpu::Residency::Device)?;
-//! let dec = Decoder::new(&gpu, &ds, &DecodeOptions::default())?;
-//! let mut status = DecodeStatus::new()?;
-//! let index = stream.clone_htod(&[3u32, 0, 3]).map_err(cudarc_interop::driver_err)?;
-//! let mut out = stream
-//!     .alloc_zeros::<u8>(3 * ds.row_bytes() as usize)
-//!     .map_err(cudarc_interop::driver_err)?;
-//! cudarc_interop::gather_into(&dec, &gpu, &index, &mut out, &status, &stream)?; // enqueued
-//! stream.synchronize().map_err(cudarc_interop::driver_err)?;
-//! status.check_blocking()?;
-//! # Ok(()) }
-//! ```
+//! A complete program: `examples/cudarc_interop.rs`, shown in the GPU
+//! guide (docs/GPU.md, "Memory and streams from cudarc").
 
 use std::sync::Arc;
 
@@ -52,9 +34,12 @@ use crate::error::{Error, Result};
 use crate::layout::Layout;
 
 /// A cudarc error as ibp's ([`crate::ErrorKind::Cuda`], with the driver's
-/// code).
-pub fn driver_err(e: DriverError) -> Error {
-    Error::cuda_code(format!("cudarc: {e:?}"), e.0 as u32)
+/// code), so that `?` mixes cudarc and ibp calls in one function returning
+/// [`crate::Result`].
+impl From<DriverError> for Error {
+    fn from(e: DriverError) -> Self {
+        Error::cuda_code(format!("cudarc: {e:?}"), e.0 as u32)
+    }
 }
 
 /// `stream` as a stream ibp's launches take, after checking that it belongs
@@ -154,7 +139,7 @@ pub fn compress_blocking<X: DevicePtr<u8>>(
     foreign_stream(comp.gpu(), stream)?;
     let bytes = src.num_bytes();
     let (addr, _record) = src.device_ptr(stream);
-    stream.synchronize().map_err(driver_err)?;
+    stream.synchronize().map_err(Error::from)?;
     // SAFETY: (1) a cudarc allocation of `bytes` bytes on this device
     // (checked above), borrowed for this call, which returns only after the
     // compressor's work is done; (2) every write enqueued before is complete
