@@ -67,6 +67,19 @@
 //! [`PinnedBuffer::zeroed`], [`Registered::new`], [`Compressor::new`],
 //! [`DeviceCompressed::empty`], [`HostCompressor::new`], [`GpuGroups::new`]
 //! and [`FeatureCache::new`].
+//!
+//! # Memory and streams of other libraries
+//!
+//! The decode writes into any [`GpuWritable`] (cust's device memory, or a
+//! [`SpanMut`]) and enqueues on any [`GpuStream`] (cust's `Stream`, or a
+//! [`ForeignStream`]); sources and gather indices may be a [`Span`]
+//! ([`Request::gather_span`]). [`Span::from_raw_parts`],
+//! [`Span::from_pinned_host`], [`SpanMut::from_raw_parts`] and
+//! [`ForeignStream::from_raw`] borrow memory and streams that another
+//! library owns: `unsafe`, each with its numbered safety list. With
+//! feature `cudarc`, `cudarc_interop` does it safely for cudarc's
+//! `CudaSlice`/`CudaView`/`CudaViewMut` and `CudaStream` (docs/GPU.md,
+//! "Memory and streams from cudarc").
 
 // Q: why is `bench` public but hidden from the docs, and behind a feature?
 // A: it is the benchmark harness's hook into the GPU path's internals (the

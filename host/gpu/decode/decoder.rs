@@ -229,7 +229,7 @@ impl<'ds> Decoder<'ds> {
     /// `out` is cust device memory or a [`crate::gpu::SpanMut`] of another
     /// library's; `stream` a cust [`cust::stream::Stream`] or a
     /// [`crate::gpu::ForeignStream`] (cudarc's: see
-    /// [`crate::gpu::cudarc_interop`] where built).
+    /// `gpu::cudarc_interop`, feature `cudarc`).
     pub fn enqueue<O: GpuWritable + ?Sized, S: GpuStream + ?Sized>(
         &self,
         gpu: &Gpu,
