@@ -294,12 +294,23 @@ impl GpuReadable for Registered<'_> {
 /// Something a decode writes into: its device address and length in bytes.
 /// Device buffers of cust ([`DeviceSlice<u8>`], [`DeviceBuffer<u8>`]) and
 /// memory of another library ([`SpanMut`]).
-pub trait GpuWritable {
+///
+/// Q: why sealed? A: the kernels write wherever it points; a safe impl
+/// outside the crate could name any address. Memory ibp does not know
+/// comes in through [`SpanMut::from_raw_parts`], whose caller answers for it.
+pub trait GpuWritable: writable::Sealed {
     /// Address of the first byte (taken through `&mut`: the caller hands
     /// over write access for the work it enqueues).
     fn device_addr_mut(&mut self) -> u64;
     /// Length in bytes.
     fn writable_len(&self) -> usize;
+}
+
+mod writable {
+    pub trait Sealed {}
+    impl Sealed for cust::memory::DeviceSlice<u8> {}
+    impl Sealed for cust::memory::DeviceBuffer<u8> {}
+    impl Sealed for super::SpanMut<'_> {}
 }
 
 impl GpuWritable for DeviceSlice<u8> {
@@ -351,6 +362,26 @@ impl<'a> SpanMut<'a> {
             len,
             _dst: PhantomData,
         }
+    }
+
+    /// `len` bytes of page-locked, device-mapped host memory at `ptr`
+    /// (another library's pinned allocation), writable by ibp's kernels
+    /// over PCIe. Asks the driver for the device address, which fails (a
+    /// [`crate::ErrorKind::Cuda`] error) when `ptr` is not mapped pinned
+    /// memory.
+    ///
+    /// # Safety
+    /// 1. `ptr .. ptr + len` lies inside one such allocation or
+    ///    registration (registered writable), alive for `'a` and until
+    ///    every kernel ibp enqueued on it has completed.
+    /// 2. and 3. As [`SpanMut::from_raw_parts`]'s, host accesses included:
+    ///    the host touches the bytes only after ibp's work is complete.
+    pub unsafe fn from_pinned_host(ptr: *mut u8, len: usize) -> Result<Self> {
+        // SAFETY: the caller's 1: `ptr` is in mapped pinned memory, alive.
+        let addr = unsafe { host_memory::host_device_address(ptr)? };
+        // SAFETY: the mapping covers the allocation (1), and the caller's
+        // 2 and 3.
+        Ok(unsafe { SpanMut::from_raw_parts(addr, len) })
     }
 
     /// Length in bytes.
