@@ -230,6 +230,12 @@ impl<'ds> Decoder<'ds> {
     /// library's; `stream` a cust [`cust::stream::Stream`] or a
     /// [`crate::gpu::ForeignStream`] (cudarc's: see
     /// `gpu::cudarc_interop`, feature `cudarc`).
+    // Q: why generic, rather than methods of their own for foreign memory?
+    // A: the launch reads only the output's address and length and the
+    // stream's handle; two sealed traits give every call (gather, range,
+    // strided, the DMA paths' and the KV store's launches) the other
+    // libraries' memory and streams with one body, and cust's callers
+    // compile unchanged.
     pub fn enqueue<O: GpuWritable + ?Sized, S: GpuStream + ?Sized>(
         &self,
         gpu: &Gpu,
@@ -379,7 +385,9 @@ impl<'ds> Decoder<'ds> {
         // whole lines, flags ⌈N/8⌉ bytes, offsets N + 1; a DMA piece's by
         // its staging; a KV segment's inside the store's pages and tables);
         // the book holds this decoder's tables, for every cluster id the
-        // rows carry; `out` holds the rows (checked above); `index` holds
+        // rows carry; `out` holds the rows (checked above: a `GpuWritable`
+        // is cust's memory of that length, or a `SpanMut` whose unsafe
+        // constructor promised it, ordered on this stream); `index` holds
         // `count` entries of its width (a `Request` borrows it); status
         // holds two u64; the shared memory matches this decoder's carving;
         // DecodeParams is the kernel's parameter type.
