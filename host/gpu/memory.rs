@@ -311,6 +311,18 @@ mod writable {
     impl Sealed for cust::memory::DeviceSlice<u8> {}
     impl Sealed for cust::memory::DeviceBuffer<u8> {}
     impl Sealed for super::SpanMut<'_> {}
+    impl<T: super::GpuWritable + ?Sized> Sealed for &mut T {}
+}
+
+// A reborrow (`&mut out` where `out: &mut DeviceBuffer<u8>`) works as
+// deref coercion did when the decode took `&mut DeviceSlice<u8>`.
+impl<T: GpuWritable + ?Sized> GpuWritable for &mut T {
+    fn device_addr_mut(&mut self) -> u64 {
+        (**self).device_addr_mut()
+    }
+    fn writable_len(&self) -> usize {
+        (**self).writable_len()
+    }
 }
 
 impl GpuWritable for DeviceSlice<u8> {
@@ -442,5 +454,8 @@ mod tests {
         assert!(s.sub(129, 128).is_none());
         assert!(s.sub(usize::MAX, 1).is_none());
         assert!(s.sub(256, 0).is_some_and(|e| e.is_empty()));
+        // Through a reborrow, as a caller holding `&mut` passes it on.
+        let mut r = &mut s;
+        assert_eq!((r.device_addr_mut(), r.writable_len()), (0x1000, 256));
     }
 }

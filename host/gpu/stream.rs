@@ -78,3 +78,12 @@ impl sealed::RawStream for ForeignStream<'_> {
     }
 }
 impl GpuStream for ForeignStream<'_> {}
+
+// `&stream` where `stream: &Stream` works as it did when launches took
+// `&Stream`.
+impl<S: GpuStream + ?Sized> sealed::RawStream for &S {
+    fn raw_stream(&self) -> cust::sys::CUstream {
+        (**self).raw_stream()
+    }
+}
+impl<S: GpuStream + ?Sized> GpuStream for &S {}
