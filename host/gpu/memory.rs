@@ -456,6 +456,7 @@ mod tests {
         assert!(s.sub(256, 0).is_some_and(|e| e.is_empty()));
         // Through a reborrow, as a caller holding `&mut` passes it on.
         let mut r = &mut s;
-        assert_eq!((r.device_addr_mut(), r.writable_len()), (0x1000, 256));
+        let reborrowed = <&mut SpanMut<'_> as GpuWritable>::device_addr_mut(&mut r);
+        assert_eq!((reborrowed, GpuWritable::writable_len(&r)), (0x1000, 256));
     }
 }
