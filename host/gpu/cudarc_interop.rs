@@ -24,7 +24,9 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, DriverError};
+use cudarc::driver::{
+    CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, DeviceRepr, DriverError,
+};
 
 use super::{
     Compressor, DecodeStatus, Decoder, DeviceCompressed, ForeignStream, GatherIndex, Gpu, Request,
@@ -32,6 +34,32 @@ use super::{
 };
 use crate::error::{Error, Result};
 use crate::layout::Layout;
+
+/// cudarc's own buffers that ibp reads: `CudaSlice<T>`, `CudaView<T>`,
+/// `CudaViewMut<T>`.
+///
+/// Q: why not any `DevicePtr`? A: that trait is safe to implement, so a
+/// type of anyone's could hand over any address and length, and ibp's
+/// kernels would read or write there; cudarc's own types hold a live
+/// allocation of their length. Sealed.
+pub trait CudarcSource<T>: DevicePtr<T> + sealed::Sealed {}
+impl<T> CudarcSource<T> for CudaSlice<T> {}
+impl<T> CudarcSource<T> for CudaView<'_, T> {}
+impl<T> CudarcSource<T> for CudaViewMut<'_, T> {}
+
+/// cudarc's own buffers that ibp's decode writes: `CudaSlice<u8>`,
+/// `CudaViewMut<u8>`. Sealed, as [`CudarcSource`].
+pub trait CudarcDest: DevicePtrMut<u8> + sealed::Sealed {}
+impl CudarcDest for CudaSlice<u8> {}
+impl CudarcDest for CudaViewMut<'_, u8> {}
+
+mod sealed {
+    use cudarc::driver::{CudaSlice, CudaView, CudaViewMut};
+    pub trait Sealed {}
+    impl<T> Sealed for CudaSlice<T> {}
+    impl<T> Sealed for CudaView<'_, T> {}
+    impl<T> Sealed for CudaViewMut<'_, T> {}
+}
 
 /// A cudarc error as ibp's ([`crate::ErrorKind::Cuda`], with the driver's
 /// code), so that `?` mixes cudarc and ibp calls in one function returning
@@ -65,7 +93,7 @@ pub fn foreign_stream<'a>(gpu: &Gpu, stream: &'a CudaStream) -> Result<ForeignSt
 /// host-side checks (an output too short for the rows is an
 /// [`crate::ErrorKind::InvalidArgument`] error, and nothing is enqueued);
 /// corrupt rows and bad indices are reported in `status`.
-pub fn decode_into<O: DevicePtrMut<u8>>(
+pub fn decode_into<O: CudarcDest>(
     dec: &Decoder<'_>,
     gpu: &Gpu,
     req: &Request<'_>,
@@ -79,7 +107,8 @@ pub fn decode_into<O: DevicePtrMut<u8>>(
     // drops (after the launch, at the end of this function), and the stream
     // has waited for the buffer's earlier accesses on other streams.
     let (addr, _record) = out.device_ptr_mut(stream);
-    // SAFETY: (1) a cudarc allocation of `len` bytes in the primary context
+    // SAFETY: (1) a cudarc allocation (`CudarcDest` is sealed to cudarc's
+    // types, which hold a live allocation of their length) of `len` bytes in the primary context
     // of this device (the stream's, checked above), kept alive by the `&mut`
     // borrow for this call and by cudarc's free, which is ordered after the
     // stream's work (it frees on the stream, or after syncing it); (2)
@@ -104,8 +133,8 @@ pub fn gather_into<I, X, O>(
 ) -> Result<()>
 where
     I: GatherIndex + DeviceRepr,
-    X: DevicePtr<I>,
-    O: DevicePtrMut<u8>,
+    X: CudarcSource<I>,
+    O: CudarcDest,
 {
     let bytes = index.num_bytes();
     // The stream waits for the index's last write; the guard records this
@@ -130,7 +159,7 @@ where
 /// elsewhere): every write to `src` enqueued before the call is complete
 /// when the compressor reads. That synchronisation is the call's, stated
 /// here; the compression itself blocks anyway.
-pub fn compress_blocking<X: DevicePtr<u8>>(
+pub fn compress_blocking<X: CudarcSource<u8>>(
     comp: &Compressor<'_>,
     src: &X,
     layout: Layout,
