@@ -34,13 +34,15 @@ fi
 # The whole workspace: the `ibp` binary is package ibp-cli (cli/), the
 # GPU tests are the library's and cli/tests/gpu_cli.rs. tests/gpu_foundation.rs
 # needs `testing`, the command line `bench-hooks`; the same features for
-# all four keep one build of the library per profile.
-feats=ibp/cuda,ibp/testing,ibp/bench-hooks,ibp-cli/cuda
+# all four keep one build of the library per profile. `cudarc`: ibp on
+# cudarc's memory and streams (tests/gpu_cudarc.rs, the example
+# cudarc_interop).
+feats=ibp/cuda,ibp/testing,ibp/bench-hooks,ibp-cli/cuda,ibp/cudarc
 { cd "$src"
   cargo test --release --workspace --features "$feats" --no-run --message-format=json
   cargo bench --workspace --features "$feats" --no-run --message-format=json
   cargo build --release --workspace --features "$feats" --bin ibp --message-format=json
-  cargo build --release --workspace --features "$feats" --example embedding_bag --example gemv_stream --message-format=json
+  cargo build --release --workspace --features "$feats" --example embedding_bag --example gemv_stream --example cudarc_interop --message-format=json
   cd "$root"; } 2>/dev/null | python3 -c '
 import json, os, sys
 for line in sys.stdin:

@@ -48,7 +48,12 @@ cargo clippy --workspace --all-targets --features ibp/emu -- -D warnings
 # `testing`: the GPU foundation's test kernels (tests/gpu_foundation.rs);
 # `bench-hooks`: the benchmark harness, which the command line's `cuda`
 # turns on anyway (named so that `-p ibp` alone builds the same library).
-gpu_feats=ibp/cuda,ibp/testing,ibp/bench-hooks,ibp-cli/cuda
+# `cudarc`: ibp on cudarc's memory and streams (tests/gpu_cudarc.rs, the
+# example cudarc_interop, docs/GPU.md's listing). Q: why in the quick tier?
+# A: cudarc builds no C and runs no nvcc; measured on a shared 2-core
+# machine it adds about 16 s (2.7 s checked for clippy, 12.9 s built for
+# the tests, 0.3 s its build script), within the tier's budget.
+gpu_feats=ibp/cuda,ibp/testing,ibp/bench-hooks,ibp-cli/cuda,ibp/cudarc
 if [ "$cuda" = 1 ]; then cargo clippy --workspace --all-targets --features "$gpu_feats" -- -D warnings; fi
 cargo clippy --manifest-path gpu-kernels/Cargo.toml --all-targets -- -D warnings
 

@@ -10,9 +10,9 @@ use std::ffi::c_void;
 
 use super::driver::function;
 use super::kernels::Kernel;
+use super::stream::GpuStream;
 use super::{Gpu, cuda_err};
 use crate::error::{Error, Result};
-use cust::stream::Stream;
 
 /// Blocks of `block` threads with `shared_bytes` of dynamic shared memory
 /// that fill `gpu` once (all SMs at full occupancy) for kernel `k` (at
@@ -38,13 +38,13 @@ impl Gpu {
     /// Every address inside `params` must be valid for the accesses the
     /// kernel makes (each kernel's doc in `gpu-kernels` states them), and the
     /// launch must give it the shared memory it expects.
-    pub(crate) unsafe fn launch<P: Copy>(
+    pub(crate) unsafe fn launch<P: Copy, S: GpuStream + ?Sized>(
         &self,
         k: Kernel<P>,
         grid: u32,
         block: u32,
         shared_bytes: u32,
-        stream: &Stream,
+        stream: &S,
         params: P,
     ) -> Result<()> {
         let name = k.name();
@@ -56,11 +56,23 @@ impl Gpu {
         // A: above 48 KiB of dynamic shared memory a kernel must opt in.
         function::set_max_dynamic_shared(&f, shared_bytes)?;
         let mut p = params;
-        let args = [&mut p as *mut P as *mut c_void];
-        // SAFETY: the caller guarantees the parameter type and its addresses;
-        // the driver copies `size_of::<P>()` bytes from `args[0]` at launch.
-        unsafe { stream.launch(&f, grid, block, shared_bytes, &args) }
-            .map_err(|e| Error::cuda_code(format!("launching {name}: {e}"), e as u32))
+        let mut args = [&mut p as *mut P as *mut c_void];
+        // SAFETY: the caller guarantees the parameter type and its addresses
+        // (2, 3); the driver copies `size_of::<P>()` bytes from `args[0]`
+        // during the call; a `GpuStream` is cust's own stream or a
+        // `ForeignStream`, whose unsafe constructor promised a live stream
+        // of this context (1).
+        unsafe {
+            function::launch_kernel(
+                &f,
+                name,
+                grid,
+                block,
+                shared_bytes,
+                stream.raw_stream(),
+                &mut args,
+            )
+        }
     }
 
     /// Blocks of `block` threads with `shared` bytes of dynamic shared

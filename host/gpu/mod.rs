@@ -67,6 +67,19 @@
 //! [`PinnedBuffer::zeroed`], [`Registered::new`], [`Compressor::new`],
 //! [`DeviceCompressed::empty`], [`HostCompressor::new`], [`GpuGroups::new`]
 //! and [`FeatureCache::new`].
+//!
+//! # Memory and streams of other libraries
+//!
+//! The decode writes into any [`GpuWritable`] (cust's device memory, or a
+//! [`SpanMut`]) and enqueues on any [`GpuStream`] (cust's `Stream`, or a
+//! [`ForeignStream`]); sources and gather indices may be a [`Span`]
+//! ([`Request::gather_span`]). [`Span::from_raw_parts`],
+//! [`Span::from_pinned_host`], [`SpanMut::from_raw_parts`] and
+//! [`ForeignStream::from_raw`] borrow memory and streams that another
+//! library owns: `unsafe`, each with its numbered safety list. With
+//! feature `cudarc`, `cudarc_interop` does it safely for cudarc's
+//! `CudaSlice`/`CudaView`/`CudaViewMut` and `CudaStream` (docs/GPU.md,
+//! "Memory and streams from cudarc").
 
 // Q: why is `bench` public but hidden from the docs, and behind a feature?
 // A: it is the benchmark harness's hook into the GPU path's internals (the
@@ -81,6 +94,8 @@ pub mod bench;
 mod book;
 mod cache;
 mod compress;
+#[cfg(feature = "cudarc")]
+pub mod cudarc_interop;
 mod dataset;
 mod decode;
 pub(crate) mod driver;
@@ -93,6 +108,7 @@ mod launch;
 mod memory;
 mod rows_view;
 mod staging;
+mod stream;
 #[cfg(feature = "testing")]
 pub mod testing;
 
@@ -116,8 +132,9 @@ pub use fit::Fitter;
 pub use groups::GpuGroups;
 pub use host_batches::{CompressedBatch, HostCompressor, HostOptions, HostRead};
 pub use kv_store::{KvStore, KvStoreOptions, PageWrites, SegmentInfo};
-pub use memory::{GpuReadable, PinnedBuffer, Registered, Span};
+pub use memory::{GpuReadable, GpuWritable, PinnedBuffer, Registered, Span, SpanMut};
 pub use rows_view::Fetch;
+pub use stream::{ForeignStream, GpuStream};
 
 /// PTX for the `sm_80` baseline (A100, H100/H200 and later through the
 /// driver's JIT), embedded at build time: the shipped

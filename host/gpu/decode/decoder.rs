@@ -1,8 +1,9 @@
 //! The decoder: launch geometry sized once for a book and the rows it
 //! reads, and the one decode launch ([`Decoder::enqueue`]).
 
+use crate::gpu::memory::GpuWritable;
+use crate::gpu::stream::GpuStream;
 use cust::memory::DeviceSlice;
-use cust::stream::Stream;
 use ibp_kernels::params::{
     DECODE_FLAG_NO_CLASSES, DECODE_FLAG_NO_PREFIX, DECODE_FLAG_TRIM, DECODE_MODE_DECODE,
     DECODE_MODE_IDEAL, DecodeParams, FETCH_CP_ASYNC, FETCH_LOAD_STORE, workspace_bytes,
@@ -224,13 +225,24 @@ impl<'ds> Decoder<'ds> {
     /// (a range, or rows by index), where they land in `out` and how
     /// ([`Mode`]). No host synchronisation, no allocation; corrupt rows and
     /// indices out of range are reported in `status`.
-    pub fn enqueue(
+    ///
+    /// `out` is cust device memory or a [`crate::gpu::SpanMut`] of another
+    /// library's; `stream` a cust [`cust::stream::Stream`] or a
+    /// [`crate::gpu::ForeignStream`] (cudarc's: see
+    /// `gpu::cudarc_interop`, feature `cudarc`).
+    // Q: why generic, rather than methods of their own for foreign memory?
+    // A: the launch reads only the output's address and length and the
+    // stream's handle; two sealed traits give every call (gather, range,
+    // strided, the DMA paths' and the KV store's launches) the other
+    // libraries' memory and streams with one body, and cust's callers
+    // compile unchanged.
+    pub fn enqueue<O: GpuWritable + ?Sized, S: GpuStream + ?Sized>(
         &self,
         gpu: &Gpu,
         req: &Request<'_>,
-        out: &mut DeviceSlice<u8>,
+        out: &mut O,
         status: &DecodeStatus,
-        stream: &Stream,
+        stream: &S,
     ) -> Result<()> {
         let ds = self.ds.ok_or_else(|| {
             Error::invalid("this decoder was sized for a book alone; its owner gives the rows")
@@ -241,13 +253,13 @@ impl<'ds> Decoder<'ds> {
     /// Enqueue: output row `i` of `out` (`index.len()` rows of `L` bytes)
     /// receives tensor `index[i]`. Any order, repeats allowed; indices are
     /// `u32` or `u64`. No host synchronisation, no allocation.
-    pub fn gather<I: GatherIndex>(
+    pub fn gather<I: GatherIndex, O: GpuWritable + ?Sized, S: GpuStream + ?Sized>(
         &self,
         gpu: &Gpu,
         index: &DeviceSlice<I>,
-        out: &mut DeviceSlice<u8>,
+        out: &mut O,
         status: &DecodeStatus,
-        stream: &Stream,
+        stream: &S,
     ) -> Result<()> {
         self.enqueue(gpu, &Request::gather(index), out, status, stream)
     }
@@ -255,28 +267,28 @@ impl<'ds> Decoder<'ds> {
     /// [`Decoder::gather`] into rows `out_stride` bytes apart (`≥ L`): row
     /// `i` is `out[i·out_stride ..][..L]`, and the bytes between rows are
     /// left as they are (a column of a wider table, padded rows).
-    pub fn gather_strided<I: GatherIndex>(
+    pub fn gather_strided<I: GatherIndex, O: GpuWritable + ?Sized, S: GpuStream + ?Sized>(
         &self,
         gpu: &Gpu,
         index: &DeviceSlice<I>,
-        out: &mut DeviceSlice<u8>,
+        out: &mut O,
         out_stride: usize,
         status: &DecodeStatus,
-        stream: &Stream,
+        stream: &S,
     ) -> Result<()> {
         let req = Request::gather(index).with_out_stride(out_stride);
         self.enqueue(gpu, &req, out, status, stream)
     }
 
     /// Enqueue: output row `i` receives tensor `first + i`, for `count` rows.
-    pub fn range(
+    pub fn range<O: GpuWritable + ?Sized, S: GpuStream + ?Sized>(
         &self,
         gpu: &Gpu,
         first: u64,
         count: u64,
-        out: &mut DeviceSlice<u8>,
+        out: &mut O,
         status: &DecodeStatus,
-        stream: &Stream,
+        stream: &S,
     ) -> Result<()> {
         self.enqueue(gpu, &Request::range(first, count), out, status, stream)
     }
@@ -286,15 +298,15 @@ impl<'ds> Decoder<'ds> {
     /// first row within its call; failures are reported as rows of the
     /// call). Every argument is checked on the host first.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn launch(
+    pub(crate) fn launch<O: GpuWritable + ?Sized, S: GpuStream + ?Sized>(
         &self,
         gpu: &Gpu,
         rows: &RowsView,
         req: &Request<'_>,
         out_skip_rows: u64,
-        out: &mut DeviceSlice<u8>,
+        out: &mut O,
         status: &DecodeStatus,
-        stream: &Stream,
+        stream: &S,
     ) -> Result<()> {
         let l = self.book.row_bytes;
         let (index, first, count, wide) = match req.select {
@@ -314,7 +326,7 @@ impl<'ds> Decoder<'ds> {
             return Ok(());
         }
         let stride = req.out_stride.unwrap_or(l);
-        check_output(out.len() as u64, count + out_skip_rows, stride, l)?;
+        check_output(out.writable_len() as u64, count + out_skip_rows, stride, l)?;
         let ideal = req.mode == Mode::Ideal;
         if ideal && (!rows.has_lengths() || !l.is_multiple_of(4)) {
             return Err(Error::invalid(
@@ -337,7 +349,7 @@ impl<'ds> Decoder<'ds> {
             count,
             rows: rows.rows,
             row_bytes: l,
-            out: out.as_device_ptr().as_raw() + out_skip_rows * stride,
+            out: out.device_addr_mut() + out_skip_rows * stride,
             out_stride: stride,
             status: status.words.as_device_ptr().as_raw(),
             chunk: self.book.chunk,
@@ -373,7 +385,9 @@ impl<'ds> Decoder<'ds> {
         // whole lines, flags ⌈N/8⌉ bytes, offsets N + 1; a DMA piece's by
         // its staging; a KV segment's inside the store's pages and tables);
         // the book holds this decoder's tables, for every cluster id the
-        // rows carry; `out` holds the rows (checked above); `index` holds
+        // rows carry; `out` holds the rows (checked above: a `GpuWritable`
+        // is cust's memory of that length, or a `SpanMut` whose unsafe
+        // constructor promised it, ordered on this stream); `index` holds
         // `count` entries of its width (a `Request` borrows it); status
         // holds two u64; the shared memory matches this decoder's carving;
         // DecodeParams is the kernel's parameter type.
@@ -408,4 +422,31 @@ fn check_output(out_len: u64, rows: u64, stride: u64, l: u64) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_output;
+    use crate::ErrorKind;
+
+    #[test]
+    fn an_output_too_short_for_its_rows_is_an_invalid_argument() {
+        // 3 rows of 100 bytes, 128 apart: 2·128 + 100 bytes.
+        assert!(check_output(356, 3, 128, 100).is_ok());
+        let e = check_output(355, 3, 128, 100).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+        assert!(check_output(300, 3, 100, 100).is_ok());
+        assert!(check_output(299, 3, 100, 100).is_err());
+        // A stride shorter than a row, and a size past u64.
+        assert_eq!(
+            check_output(1 << 20, 3, 99, 100).unwrap_err().kind(),
+            ErrorKind::InvalidArgument
+        );
+        assert_eq!(
+            check_output(u64::MAX, u64::MAX, 1 << 40, 100)
+                .unwrap_err()
+                .kind(),
+            ErrorKind::InvalidArgument
+        );
+    }
 }

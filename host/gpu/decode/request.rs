@@ -6,6 +6,8 @@ use std::marker::PhantomData;
 use cust::memory::DeviceSlice;
 
 use super::GatherIndex;
+use crate::error::{Error, Result};
+use crate::gpu::memory::{GpuReadable, Span};
 
 /// How a launch treats the rows it selects.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -63,6 +65,26 @@ impl<'i> Request<'i> {
         })
     }
 
+    /// [`Request::gather`] with its index in memory of another library
+    /// (a [`Span`] from raw parts: cudarc's `CudaSlice<u32>`, a C buffer),
+    /// `index.byte_len() / size_of::<I>()` row numbers of type `I`.
+    /// Errors ([`crate::ErrorKind::InvalidArgument`]) when the span is not
+    /// whole `I`s, or its address is not aligned to `I`.
+    pub fn gather_span<I: GatherIndex>(index: &Span<'i>) -> Result<Self> {
+        let size = size_of::<I>();
+        let (addr, bytes) = (index.device_addr(), index.byte_len());
+        if !bytes.is_multiple_of(size) || !addr.is_multiple_of(size as u64) {
+            return Err(Error::invalid(format!(
+                "a gather index of {size}-byte integers at 0x{addr:x}, {bytes} bytes: not aligned to {size} or not whole integers"
+            )));
+        }
+        Ok(Self::of(Select::Index {
+            addr,
+            len: (bytes / size) as u64,
+            wide: I::WIDE,
+        }))
+    }
+
     /// Output rows `bytes` apart (at least `L`; default `L`): row `i` is
     /// `out[i·bytes ..][..L]`, and the bytes between rows are left as they
     /// are (a column of a wider table, padded rows).
@@ -84,5 +106,53 @@ impl<'i> Request<'i> {
             out_stride: None,
             index: PhantomData,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(addr: u64, len: usize) -> Span<'static> {
+        // SAFETY: never handed to a kernel; the tests read the request only.
+        unsafe { Span::from_raw_parts(addr, len) }
+    }
+
+    #[test]
+    fn a_span_index_counts_its_integers() {
+        let r = Request::gather_span::<u32>(&raw(0x1000, 40)).unwrap();
+        assert!(matches!(
+            r.select,
+            Select::Index {
+                addr: 0x1000,
+                len: 10,
+                wide: false
+            }
+        ));
+        let r = Request::gather_span::<u64>(&raw(0x2000, 16)).unwrap();
+        assert!(matches!(
+            r.select,
+            Select::Index {
+                addr: 0x2000,
+                len: 2,
+                wide: true
+            }
+        ));
+        let r = Request::gather_span::<u64>(&raw(0x2000, 0)).unwrap();
+        assert!(matches!(r.select, Select::Index { len: 0, .. }));
+    }
+
+    #[test]
+    fn a_ragged_or_misaligned_span_index_is_refused() {
+        for (addr, len) in [(0x1000, 6), (0x1004, 8), (0x1001, 16)] {
+            let e = Request::gather_span::<u64>(&raw(addr, len)).unwrap_err();
+            assert_eq!(
+                e.kind(),
+                crate::ErrorKind::InvalidArgument,
+                "{addr:x} {len}"
+            );
+        }
+        let e = Request::gather_span::<u32>(&raw(0x1002, 8)).unwrap_err();
+        assert_eq!(e.kind(), crate::ErrorKind::InvalidArgument);
     }
 }

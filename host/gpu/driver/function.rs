@@ -58,3 +58,50 @@ pub fn max_active_blocks(f: &Function<'_>, block: u32, shared: usize) -> Result<
     check(r, "querying occupancy")?;
     Ok(n.max(0) as u32)
 }
+
+/// Enqueue `f` on the raw stream `stream` (`cuLaunchKernel`): a grid of
+/// `grid` blocks of `block` threads with `shared` bytes of dynamic shared
+/// memory, its parameters in `args` (one pointer per kernel parameter);
+/// `name` for the error.
+///
+/// Q: why not cust's `Stream::launch`? A: that needs a cust `Stream`, and
+/// cust 0.3 cannot borrow a handle it did not create (no `from_raw`; its
+/// `Drop` destroys the stream). Launching on the raw handle lets a stream
+/// of another library ([`crate::gpu::ForeignStream`]) order ibp's kernels.
+///
+/// # Safety
+/// 1. `stream` is a live stream of the current context (or null, the
+///    legacy default stream), and stays so until this returns.
+/// 2. `args` holds one pointer per parameter of `f`, each to a value of
+///    that parameter's type; the driver copies them during the call.
+/// 3. Every address the parameters carry is valid for what the kernel
+///    does with it until the work completes, ordered on `stream`.
+pub unsafe fn launch_kernel(
+    f: &Function<'_>,
+    name: &str,
+    grid: u32,
+    block: u32,
+    shared: u32,
+    stream: cu::CUstream,
+    args: &mut [*mut std::ffi::c_void],
+) -> Result<()> {
+    // SAFETY: `f` is a live function (its borrow); the caller guarantees
+    // the stream (1), the parameters (2) and their addresses (3); no extra
+    // (`extra` null).
+    let r = unsafe {
+        cu::cuLaunchKernel(
+            f.to_raw(),
+            grid,
+            1,
+            1,
+            block,
+            1,
+            1,
+            shared,
+            stream,
+            args.as_mut_ptr(),
+            std::ptr::null_mut(),
+        )
+    };
+    check_with(r, || format!("launching {name}"))
+}
