@@ -7,8 +7,9 @@ set -euo pipefail
 ptx=$1; arch=$2; d=$(mktemp -d)
 "$IBP_PTXAS" -arch="$arch" -v --maxrregcount=128 "$ptx" -o "$d/k.cubin" 2>"$d/ptxas.txt"
 "$IBP_NVDISASM" -c "$d/k.cubin" 2>/dev/null >"$d/all.sass"
-section() { awk -v k=".text.$1:" '$1 == k {on = 1; next} on && $1 == ".global" {on = 0} on' "$d/all.sass"; }
-ops() { grep -oE '^\s+/\*[0-9a-f]+\*/\s+(@!?U?P[0-9T] )?[A-Z0-9_.]+' | awk '{print $NF}' | sed 's/\..*//'; }
+source "$(dirname "${BASH_SOURCE[0]}")/sass-lib.sh"
+section() { sass_section "$d/all.sass" "$1"; }
+ops() { sass_ops; }
 for k in $(grep -oE '^\.visible \.entry [a-z0-9_]+' "$ptx" | awk '{print $3}' | sort); do
   regs=$(grep -A3 "Compiling entry function '$k'" "$d/ptxas.txt" | grep -oE 'Used [0-9]+ registers' | grep -oE '[0-9]+')
   sp=$(grep -A3 "Compiling entry function '$k'" "$d/ptxas.txt" | grep -oE '[0-9]+ bytes spill stores, [0-9]+ bytes spill loads' | awk '{print $1"/"$5}')

@@ -29,8 +29,9 @@ ptx=target/sass-build/nvptx64-nvidia-cuda/release/ibp_kernels.ptx
 "$IBP_PTXAS" -arch="${IBP_SASS_ARCH:-sm_90}" -v --maxrregcount=128 "$ptx" -o "$out/k.cubin" 2>"$out/ptxas.txt"
 "$IBP_NVDISASM" -c "$out/k.cubin" 2>/dev/null >"$out/all.sass"
 # One kernel's section: from its .text label to the next kernel's .global.
-section() { awk -v k=".text.$1:" '$1 == k {on = 1; next} on && $1 == ".global" {on = 0} on' "$out/all.sass"; }
-ops() { grep -oE '^\s+/\*[0-9a-f]+\*/\s+(@!?U?P[0-9T] )?[A-Z0-9_.]+' | awk '{print $NF}' | sed 's/\..*//'; }
+source "$(dirname "${BASH_SOURCE[0]}")/sass-lib.sh"
+section() { sass_section "$out/all.sass" "$1"; }
+ops() { sass_ops; }
 
 if [ "$mode" != --steps ]; then
   grep -A2 "Compiling entry function '$mode'" "$out/ptxas.txt" | grep -E "registers|spill" | sed 's/ptxas info *: //'
