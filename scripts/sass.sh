@@ -6,7 +6,8 @@
 #   scripts/sass.sh [KERNEL]   registers, spills and instruction counts of
 #                              KERNEL (default ibp_decode), its SASS in
 #                              target/sass/KERNEL.sass
-#   scripts/sass.sh --steps    the batch decoder's step loop per path: the
+#   scripts/sass.sh --steps    the batch decoder's step loop per path (`_half`:
+#                              decoded by half-warps, two tensors a warp): the
 #                              probe kernels (gpu-kernels feature `probe`)
 #                              fix one path at compile time, and the body of
 #                              their step loop is that path's instructions
@@ -72,7 +73,8 @@ printf '%-22s %8s %9s  %s\n' path "per step" "per 256 B" "top opcodes in the loo
 fail=0
 for k in $(grep -oE '^\.text\.ibp_probe_[a-z0-9_]+' "$out/all.sass" | sed 's/^\.text\.//' | sort -V); do
   read -r n top < <(section "$k" | loop_body)
-  half=$(( (n + 1) / 2 ))
+  # A `_half` probe's step is a half-warp's: 256 output bytes.
+  case $k in *_half) half=$n ;; *) half=$(( (n + 1) / 2 )) ;; esac
   printf '%-22s %8d %9d  %s\n' "${k#ibp_probe_}" "$n" "$half" "$top"
   case $k in
     *_c4_gen|*_c8_gen) ;;

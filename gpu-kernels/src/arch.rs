@@ -121,6 +121,25 @@ pub fn shfl_up_add(x: u32, d: u32) -> u32 {
     s
 }
 
+/// [`shfl_up_add`] within groups of `g` lanes: the shuffle's segment mask
+/// (`c = (32 - g) << 8`) keeps the source inside the caller's group, and
+/// the predicate says whether it was.
+#[inline(always)]
+pub fn shfl_up_add_in(x: u32, d: u32, g: u32) -> u32 {
+    let mut s = x;
+    let c = (32 - g) << 8;
+    // SAFETY: full-mask shuffle; all 32 lanes execute it.
+    unsafe {
+        asm!(
+            "{{ .reg .pred p; .reg .b32 t; shfl.sync.up.b32 t|p, {s}, {d}, {c}, -1; @p add.u32 {s}, {s}, t; }}",
+            s = inout(reg32) s,
+            d = in(reg32) d,
+            c = in(reg32) c,
+        )
+    }
+    s
+}
+
 /// `shfl.sync.down.b32` (full warp).
 #[inline(always)]
 pub fn shfl_down(x: u32, d: u32) -> u32 {

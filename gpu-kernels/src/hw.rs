@@ -40,6 +40,10 @@ impl Lanes for Hw {
     fn shfl_up_add(&self, x: u32, d: u32) -> u32 {
         arch::shfl_up_add(x, d)
     }
+    #[inline(always)]
+    fn shfl_up_add_in(&self, x: u32, d: u32, g: u32) -> u32 {
+        arch::shfl_up_add_in(x, d, g)
+    }
 }
 
 impl Block for Hw {

@@ -156,6 +156,27 @@ pub unsafe fn ibp_test_cp_async(p: CpAsyncTestParams) {
 /// one workspace per warp of dynamic shared memory.
 #[kernel]
 pub unsafe fn ibp_decode(p: DecodeParams) {
+    // SAFETY: forwarded contract.
+    unsafe { decode_batch::<false>(p) }
+}
+
+/// Decompression in batch mode, two tensors at a time, one a half-warp
+/// (`PAIRS` of `crate::detail::decode::run`).
+///
+/// # Safety
+/// As [`ibp_decode`].
+#[kernel]
+pub unsafe fn ibp_decode_pairs(p: DecodeParams) {
+    // SAFETY: forwarded contract.
+    unsafe { decode_batch::<true>(p) }
+}
+
+/// The body of the unclustered batch-mode kernels.
+///
+/// # Safety
+/// As [`ibp_decode`].
+#[inline(always)]
+unsafe fn decode_batch<const PAIRS: bool>(p: DecodeParams) {
     let p = global_decode(p);
     let base = arch::dyn_smem_base();
     // The decode book, once per block (paper: metadata stays on the GPU;
@@ -170,7 +191,7 @@ pub unsafe fn ibp_decode(p: DecodeParams) {
     arch::sync_threads();
     let at = launch(&p, base + p.book_smem_bytes);
     // SAFETY: forwarded contract; the book is in shared memory at `base`.
-    unsafe { crate::detail::decode::run::<_, _, false>(&Hw, &SharedBook(base), p, true, at) }
+    unsafe { crate::detail::decode::run::<_, _, false, PAIRS>(&Hw, &SharedBook(base), p, true, at) }
 }
 
 /// Decompression in streaming mode (large tensors).
@@ -183,7 +204,9 @@ pub unsafe fn ibp_decode_stream(p: DecodeParams) {
     let p = global_decode(p);
     let at = launch(&p, arch::dyn_smem_base());
     // SAFETY: forwarded contract; the book is read from global memory.
-    unsafe { crate::detail::decode::run::<_, _, false>(&Hw, &GlobalBook(p.book), p, false, at) }
+    unsafe {
+        crate::detail::decode::run::<_, _, false, false>(&Hw, &GlobalBook(p.book), p, false, at)
+    }
 }
 
 /// Decompression of a clustered dataset in batch mode: the `k` clusters'
@@ -209,7 +232,7 @@ pub unsafe fn ibp_decode_clustered(p: DecodeParams) {
     arch::sync_threads();
     let at = launch(&p, base + p.book_smem_bytes);
     // SAFETY: forwarded contract; the books are in shared memory at `base`.
-    unsafe { crate::detail::decode::run::<_, _, true>(&Hw, &SharedBook(base), p, true, at) }
+    unsafe { crate::detail::decode::run::<_, _, true, false>(&Hw, &SharedBook(base), p, true, at) }
 }
 
 /// Decompression of a clustered dataset in streaming mode (large tensors,
@@ -225,7 +248,9 @@ pub unsafe fn ibp_decode_clustered_stream(p: DecodeParams) {
     p.clusters = arch::to_global(p.clusters);
     let at = launch(&p, arch::dyn_smem_base());
     // SAFETY: forwarded contract; the books are read from global memory.
-    unsafe { crate::detail::decode::run::<_, _, true>(&Hw, &GlobalBook(p.book), p, false, at) }
+    unsafe {
+        crate::detail::decode::run::<_, _, true, false>(&Hw, &GlobalBook(p.book), p, false, at)
+    }
 }
 
 /// The GPU feature cache's gather (`crate::detail::cache::gather`): one warp per
@@ -636,15 +661,20 @@ pub unsafe fn ibp_scan_apply(p: ScanParams) {
 /// matches: the Cora case), `two` (two runs, every chunk matches), `twoscan`
 /// (two runs with the scan: some chunk of the step does not match), `gen`
 /// (move masks, scan); `nonescan` (no free bits, some chunk does not match).
+/// A `_half` suffix: the same path decoded by half-warps, two tensors a
+/// warp (`decode_in` with `G = 16`), whose step covers 256 output bytes.
 #[cfg(feature = "probe")]
 mod probe {
     use super::{Hw, SharedBook, kernel};
     use crate::detail::book::{CLASS_GENERAL, CLASS_NONE_FREE, CLASS_TWO_RUNS, Layout};
-    use crate::detail::step::{Contig, Geometry, RowStore, decode_row_as};
+    use crate::detail::step::{Contig, Geometry, RowStore, decode_in};
     use crate::params::DecodeParams;
 
     macro_rules! probe {
         ($name:ident, $c:literal, $class:expr, $prefix:literal) => {
+            probe!($name, $c, $class, $prefix, 32);
+        };
+        ($name:ident, $c:literal, $class:expr, $prefix:literal, $g:literal) => {
             /// Probe (see the module).
             ///
             /// # Safety
@@ -666,7 +696,7 @@ mod probe {
                 let mut sink = unsafe { RowStore::new(&Hw, p.out & !15) };
                 // SAFETY: never launched.
                 let ok = unsafe {
-                    decode_row_as::<$c, { $class }, $prefix, false, _, _, _, _, _>(
+                    decode_in::<$c, $g, { $class }, $prefix, false, _, _, _, _, _>(
                         &Hw,
                         &mut src,
                         &SharedBook(0),
@@ -698,4 +728,11 @@ mod probe {
     probe!(ibp_probe_c1_two, 1, CLASS_TWO_RUNS, 1);
     probe!(ibp_probe_c1_twoscan, 1, CLASS_TWO_RUNS, 0);
     probe!(ibp_probe_c1_gen, 1, CLASS_GENERAL, 0);
+    probe!(ibp_probe_c8_none_half, 8, CLASS_NONE_FREE, 1, 16);
+    probe!(ibp_probe_c8_two_half, 8, CLASS_TWO_RUNS, 1, 16);
+    probe!(ibp_probe_c4_two_half, 4, CLASS_TWO_RUNS, 1, 16);
+    probe!(ibp_probe_c4_twoscan_half, 4, CLASS_TWO_RUNS, 0, 16);
+    probe!(ibp_probe_c2_two_half, 2, CLASS_TWO_RUNS, 1, 16);
+    probe!(ibp_probe_c2_twoscan_half, 2, CLASS_TWO_RUNS, 0, 16);
+    probe!(ibp_probe_c1_two_half, 1, CLASS_TWO_RUNS, 1, 16);
 }

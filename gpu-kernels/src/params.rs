@@ -128,12 +128,21 @@ pub struct DecodeParams {
     pub clusters: u64,
 }
 
+/// Padding after a warp's decode ring, in bytes.
+///
+/// Q: why 32?
+/// A: bit windows read up to 16 bytes past a tensor's last byte, and a
+/// corrupt tensor decoded beside another (`crate::detail::step::decode_in`)
+/// keeps stepping from its first stored byte, reading up to 24 bytes from
+/// there whatever its length.
+pub const WORKSPACE_PAD: u32 = 32;
+
 /// Bytes of one warp's decode workspace in shared memory: its participation
-/// buffer (streaming mode), its ring of lines, and 16 bytes of padding (bit
-/// windows may read up to 16 bytes past a tensor's last byte).
+/// buffer (streaming mode), its ring of lines, and [`WORKSPACE_PAD`] bytes
+/// of padding.
 #[inline(always)]
 pub const fn workspace_bytes(pbuf_words: u32, ring_lines: u32) -> u32 {
-    pbuf_words * 4 + ring_lines * 128 + 16
+    pbuf_words * 4 + ring_lines * 128 + WORKSPACE_PAD
 }
 
 /// Decode flag: treat every step as [`crate::detail::book::CLASS_GENERAL`] (the

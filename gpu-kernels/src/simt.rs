@@ -45,6 +45,14 @@ pub trait Lanes {
     fn shfl_up_add(&self, x: u32, d: u32) -> u32 {
         scan_step(self.lane(), d, x, self.shfl_up(x, d))
     }
+    /// [`Lanes::shfl_up_add`] within groups of `g` consecutive lanes (`g` a
+    /// power of two ≤ 32): `x` plus lane `lane - d`'s `x` when that lane is
+    /// in the caller's group, else `x` alone. One shuffle with a segment
+    /// mask on the GPU.
+    #[inline(always)]
+    fn shfl_up_add_in(&self, x: u32, d: u32, g: u32) -> u32 {
+        scan_step(self.lane() & (g - 1), d, x, self.shfl_up(x, d))
+    }
 }
 
 /// Memory as the kernels use it. Addresses are plain `u64`.
@@ -244,6 +252,23 @@ pub fn inclusive_scan<W: Lanes>(w: &W, x: u32) -> u32 {
         i += 1;
     }
     s
+}
+
+/// Exclusive prefix sum within each group of `G` consecutive lanes (`G` a
+/// power of two ≤ 32), and the group's total: `log2 G` rounds of
+/// [`Lanes::shfl_up_add_in`]. `G = 32` is [`exclusive_scan`].
+#[inline(always)]
+pub fn exclusive_scan_in<const G: u32, W: Lanes>(w: &W, x: u32) -> (u32, u32) {
+    if G == 32 {
+        return exclusive_scan(w, x);
+    }
+    let mut s = x;
+    let mut d = 1;
+    while d < G {
+        s = w.shfl_up_add_in(s, d, G);
+        d *= 2;
+    }
+    (s.wrapping_sub(x), w.shfl_idx(s, w.lane() | (G - 1)))
 }
 
 /// 64-bit inclusive prefix sum over the warp (two shuffles a round).

@@ -294,18 +294,24 @@ fn emu_launch(
             warps,
             workspace: book_smem,
         };
+        // Unclustered batch mode: two tensors a warp (`ibp_decode_pairs`)
+        // with cp.async, one (`ibp_decode`) with loads and stores, so the
+        // tests run both kernels.
+        let pairs = p.fetch == ibp_kernels::params::FETCH_CP_ASYNC;
         // SAFETY: every buffer is sized as DecodeParams requires, the book
         // is at shared offset 0 (batch) or in host memory (streaming), and
         // the workspace holds `ws` bytes.
         run_warp_with(smem_addr, |w| unsafe {
             if clustered && batch {
-                run::<_, _, true>(w, &HostBytes(smem_addr), p, true, at)
+                run::<_, _, true, false>(w, &HostBytes(smem_addr), p, true, at)
             } else if clustered {
-                run::<_, _, true>(w, &HostBytes(book.addr()), p, false, at)
+                run::<_, _, true, false>(w, &HostBytes(book.addr()), p, false, at)
+            } else if batch && pairs {
+                run::<_, _, false, true>(w, &HostBytes(smem_addr), p, true, at)
             } else if batch {
-                run::<_, _, false>(w, &HostBytes(smem_addr), p, true, at)
+                run::<_, _, false, false>(w, &HostBytes(smem_addr), p, true, at)
             } else {
-                run::<_, _, false>(w, &HostBytes(book.addr()), p, false, at)
+                run::<_, _, false, false>(w, &HostBytes(book.addr()), p, false, at)
             }
         });
     }

@@ -33,7 +33,7 @@ use crate::detail::book::{
 };
 use crate::detail::table::{self, Entry, entry_bytes, window64};
 use crate::params::{DECODE_FLAG_NO_CLASSES, DECODE_FLAG_NO_PREFIX};
-use crate::simt::{Book, Lanes, Mem, Shared, exclusive_scan};
+use crate::simt::{Book, Lanes, Mem, Shared, exclusive_scan_in};
 
 /// Run `$body` for `$j` = 0, 1, … 15 with `$j` a constant in each copy.
 ///
@@ -371,17 +371,81 @@ pub unsafe fn decode_row_as<
     e_bytes: u32,
     sink: &mut K,
 ) -> bool {
+    // SAFETY: forwarded.
+    unsafe { decode_in::<C, 32, CLASS, PREFIX, TAIL, W, S, B, M, K>(w, s, b, m, g, e_bytes, sink) }
+}
+
+/// [`decode_row`] by groups of `G` lanes (`G` = 16 or 32): each group of
+/// `G` consecutive lanes decodes its own tensor, in lockstep with the other
+/// groups, `16·G` output bytes a group step. Lane `l` of a group in group
+/// step `s` decodes chunks `(s·G + l)·16/C` on, so a group step is half (or
+/// all) of a book step, and the book needs no other layout.
+///
+/// The tensor arguments (`s`, `e_bytes`, `sink`, and for a clustered
+/// dataset the book `b` and `g.entries`) are uniform within a group, not
+/// across the warp; `g.chunks`, `g.row_bytes` and `g.layout` are the
+/// warp's. Returns, in every lane, whether its group's tensor decoded.
+///
+/// Q: why several tensors per warp?
+/// A: a warp step covers 512 output bytes, so a 768-byte row takes two
+/// steps with the second half empty, and each tensor's batch bookkeeping
+/// (its descriptor broadcast, its sink, its end check) is paid by the
+/// whole warp. Two tensors a warp, 256 bytes a group step, decode a
+/// 768-byte row in 1.5 steps' instructions and share that bookkeeping.
+///
+/// Q: what does a group do when its tensor is corrupt?
+/// A: it cannot leave the loop alone (the others still shuffle), so it
+/// keeps stepping with its read position pinned at bit 0 of its stored
+/// bytes (reads stay within them plus the region's padding), stores
+/// garbage, and reports false; the caller then zeroes its row.
+///
+/// # Safety
+/// As [`decode_row`], per group.
+#[inline(always)]
+#[allow(unused_assignments)] // the last chunk's `bit +=` is never read
+pub unsafe fn decode_in<
+    const C: u32,
+    const G: u32,
+    const CLASS: u8,
+    const PREFIX: u8,
+    const TAIL: bool,
+    W: Lanes,
+    S: Source,
+    B: Book,
+    M: Mem,
+    K: Sink,
+>(
+    w: &W,
+    s: &mut S,
+    b: &B,
+    m: &M,
+    g: &Geometry,
+    e_bytes: u32,
+    sink: &mut K,
+) -> bool {
     let cpl = chunks_per_lane(C);
     let k_total = g.chunks;
     let lay = g.layout;
-    let lane = w.lane();
+    // Groups per book step (1 or 2), the lane within its group, and the
+    // group's first lane.
+    let per = 32 / G;
+    let lane = w.lane() & (G - 1);
+    let first = w.lane() & !(G - 1);
     let limit = e_bytes * 8;
     let classes = g.flags & DECODE_FLAG_NO_CLASSES == 0;
     let prefix = g.flags & DECODE_FLAG_NO_PREFIX == 0;
     let mut pos = k_total;
+    let mut ok = true;
+    // Group steps: whole book steps for G = 32; for G < 32 only those that
+    // hold a chunk (the book's last step may be half past the tensor).
+    let steps = if G == 32 {
+        lay.steps
+    } else {
+        k_total.div_ceil(G * cpl)
+    };
     let mut step = 0;
-    while step < lay.steps {
-        let k0 = (step * 32 + lane) * cpl;
+    while step < steps {
+        let k0 = (step * G + lane) * cpl;
         let nvalid = if k0 >= k_total {
             0
         } else if k_total - k0 < cpl {
@@ -418,34 +482,61 @@ pub unsafe fn decode_row_as<
             }
         });
         let vote = w.ballot(p == vmask);
+        // The book step holding this group step, and the group step's
+        // half of it (0 for G = 32).
+        let bstep = step / per;
+        let sub = step % per;
+        // Every chunk of the group's step matches; and of the warp's, which
+        // decides between the prefix and the scan (a shuffle: warp-uniform).
         let all_match = match PREFIX {
+            ANY if G == 32 => vote == u32::MAX,
+            ANY => (vote >> first) & low_mask32(G) == low_mask32(G),
+            x => x == 1,
+        };
+        let warp_match = match PREFIX {
             ANY => vote == u32::MAX,
             x => x == 1,
         };
-        let (excl, sum) = if all_match && prefix {
-            let row = lay.prefix + 128 * step;
-            // SAFETY: inside the book's PREFIX field (step < steps).
-            let (incl, sum) = unsafe { (b.ld_u32(row + 4 * lane), b.ld_u32(row + 124)) };
-            (incl.wrapping_sub(tot), sum)
+        let (excl, sum) = if warp_match && prefix {
+            let row = lay.prefix + 128 * bstep;
+            let at = row + 4 * (sub * G);
+            // SAFETY: inside the book's PREFIX field (bstep < book steps):
+            // the group's lanes' inclusive prefixes, the prefix at its last
+            // lane, and (second half) the prefix at the lane before it.
+            let (incl, end, before) = unsafe {
+                (
+                    b.ld_u32(at + 4 * lane),
+                    b.ld_u32(at + 4 * (G - 1)),
+                    if sub > 0 { b.ld_u32(at - 4) } else { 0 },
+                )
+            };
+            (
+                incl.wrapping_sub(before).wrapping_sub(tot),
+                end.wrapping_sub(before),
+            )
         } else {
-            exclusive_scan(w, tot)
+            exclusive_scan_in::<G, W>(w, tot)
         };
         if sum > limit || pos > limit - sum {
-            return false;
+            if G == 32 {
+                return false;
+            }
+            ok = false;
         }
         s.ready(pos, pos + sum);
         let class = if CLASS != ANY {
             CLASS
         } else if classes {
             // SAFETY: inside the CLASS field.
-            unsafe { b.ld_u8(lay.class + step) as u8 }
+            unsafe { b.ld_u8(lay.class + bstep) as u8 }
         } else {
             CLASS_GENERAL
         };
         let ob = k0 * C;
         // SAFETY: inside the BITVAL field, 16-aligned.
         let bv = unsafe { b.ld_v4(lay.bitval + ob) };
-        let mut bit = pos + excl;
+        // A corrupt group reads from its first stored bit (see above).
+        let mut bit = if ok { pos + excl } else { 0 };
         let mut o = [0u32; 4];
         if class == CLASS_NONE_FREE && all_match {
             o = bv;
@@ -560,10 +651,12 @@ pub unsafe fn decode_row_as<
             g.row_bytes.saturating_sub(ob).min(16)
         };
         sink.put(ob, o, n);
-        pos += sum;
+        if ok {
+            pos += sum;
+        }
         step += 1;
     }
     // The stream must end exactly at E, with zero padding.
     let pad = (8 - pos % 8) % 8;
-    pos.div_ceil(8) == e_bytes && s.raw32(pos) & low_mask32(pad) == 0
+    ok && pos.div_ceil(8) == e_bytes && s.raw32(pos) & low_mask32(pad) == 0
 }

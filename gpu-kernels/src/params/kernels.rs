@@ -113,6 +113,8 @@ kernels! {
     TEST_CP_ASYNC: CpAsyncTestParams = "ibp_test_cp_async";
     /// Decompression in batch mode, the book in shared memory.
     DECODE: DecodeParams = "ibp_decode";
+    /// Decompression in batch mode, two tensors a warp (half-warps).
+    DECODE_PAIRS: DecodeParams = "ibp_decode_pairs";
     /// Decompression in streaming mode (large tensors).
     DECODE_STREAM: DecodeParams = "ibp_decode_stream";
     /// Decompression of a clustered dataset in batch mode.

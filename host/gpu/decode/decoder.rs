@@ -6,7 +6,8 @@ use crate::gpu::stream::GpuStream;
 use cust::memory::DeviceSlice;
 use ibp_kernels::params::{
     DECODE_FLAG_NO_CLASSES, DECODE_FLAG_NO_PREFIX, DECODE_FLAG_TRIM, DECODE_MODE_DECODE,
-    DECODE_MODE_IDEAL, DecodeParams, FETCH_CP_ASYNC, FETCH_LOAD_STORE, workspace_bytes,
+    DECODE_MODE_IDEAL, DecodeParams, FETCH_CP_ASYNC, FETCH_LOAD_STORE, WORKSPACE_PAD,
+    workspace_bytes,
 };
 
 use super::request::{Mode, Request, Select};
@@ -53,6 +54,8 @@ pub struct Decoder<'ds> {
     pub(crate) ring_lines: u32,
     pub(crate) pbuf_words: u32,
     pub(crate) batch: bool,
+    /// Two tensors a warp in batch mode (`ibp_decode_pairs`).
+    pub(crate) pairs: bool,
     /// The caller's choice of fetch ([`DecodeOptions::fetch`]); `None`: by
     /// where each launch's rows live.
     pub(crate) fetch: Option<Fetch>,
@@ -120,7 +123,7 @@ impl<'ds> Decoder<'ds> {
             && opts
                 .ring_bytes
                 .is_none_or(|b| b as u64 >= 2 * span_max * 128)
-            && book_len + 2 * span_max.max(16) * 128 + 16 <= budget;
+            && book_len + 2 * span_max.max(16) * 128 + WORKSPACE_PAD as u64 <= budget;
         let (ring_lines, pbuf_words) = if batch {
             // At most 128 lines a half: the kernel keeps line counts in a
             // byte of each batch item.
@@ -144,7 +147,7 @@ impl<'ds> Decoder<'ds> {
                         (info.shared_per_sm as u64 / 2).saturating_sub(1024 + book_len) / warps;
                     crate::kernel_tables::batch_half_lines(
                         span_max,
-                        per_warp.saturating_sub(16) / 256,
+                        per_warp.saturating_sub(WORKSPACE_PAD as u64) / 256,
                     )
                 }
             };
@@ -184,8 +187,12 @@ impl<'ds> Decoder<'ds> {
             )));
         }
         let block = (warps * 32) as u32;
-        let per_sm =
-            gpu.blocks_per_sm(kernels::decode(batch, clustered), block, shared as usize)?;
+        let pairs = opts.pairs.unwrap_or(!opts.no_fast_paths) && batch && !clustered;
+        let per_sm = gpu.blocks_per_sm(
+            kernels::decode(batch, clustered, pairs),
+            block,
+            shared as usize,
+        )?;
         let sms = opts
             .max_sms
             .unwrap_or(info.sm_count)
@@ -205,6 +212,7 @@ impl<'ds> Decoder<'ds> {
             ring_lines,
             pbuf_words,
             batch,
+            pairs,
             fetch: opts.fetch,
         })
     }
@@ -393,7 +401,7 @@ impl<'ds> Decoder<'ds> {
         // DecodeParams is the kernel's parameter type.
         unsafe {
             gpu.launch(
-                kernels::decode(self.batch, rows.clusters.is_some()),
+                kernels::decode(self.batch, rows.clusters.is_some(), self.pairs),
                 grid,
                 self.block,
                 self.shared_bytes,

@@ -45,6 +45,12 @@ pub struct DecodeOptions {
     /// masks, every step scanned): for tests and for measuring what the fast
     /// paths are worth. Output is identical either way.
     pub no_fast_paths: bool,
+    /// In batch mode, decode two tensors at a time, one a half-warp
+    /// (kernel `ibp_decode_pairs`), rather than one by the whole warp.
+    /// `None`: on, unless the fast paths are off. Clustered datasets and
+    /// streaming mode always decode one at a time. Output is identical
+    /// either way.
+    pub pairs: Option<bool>,
 }
 
 impl DecodeOptions {
@@ -69,6 +75,13 @@ impl DecodeOptions {
     /// Choose how lines are fetched.
     pub fn with_fetch(mut self, fetch: Fetch) -> Self {
         self.fetch = Some(fetch);
+        self
+    }
+
+    /// Decode two tensors a warp in batch mode, or one (see
+    /// [`DecodeOptions::pairs`]).
+    pub fn with_pairs(mut self, on: bool) -> Self {
+        self.pairs = Some(on);
         self
     }
 

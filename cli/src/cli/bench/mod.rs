@@ -72,6 +72,10 @@ pub struct Args {
     /// worth; output is identical).
     #[arg(long, hide = true)]
     no_fast_paths: bool,
+    /// Batch decode two tensors a warp (`on`) or one (`off`); default: on
+    /// (experiments).
+    #[arg(long, hide = true)]
+    pairs: Option<String>,
     /// With `--section device`, `cache` or `compress`, only the tables whose
     /// name contains this (for profilers).
     #[arg(long, hide = true)]
@@ -143,6 +147,16 @@ pub(super) fn decode_options(args: &Args) -> Result<ibp::gpu::DecodeOptions> {
     }
     if let Some(w) = args.warps {
         opts = opts.with_warps_per_block(w);
+    }
+    match args.pairs.as_deref() {
+        None => {}
+        Some("on") => opts = opts.with_pairs(true),
+        Some("off") => opts = opts.with_pairs(false),
+        Some(other) => {
+            return Err(ibp::Error::invalid(format!(
+                "--pairs {other}: use on or off"
+            )));
+        }
     }
     match args.fetch.as_deref() {
         None => {}

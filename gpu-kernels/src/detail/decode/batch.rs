@@ -420,35 +420,125 @@ impl<H: Machine, B: Book, const CL: bool> Ctx<'_, H, B, CL> {
     }
 
     /// Decode (or, in ideal mode, write) every tensor of a resident batch.
+    ///
+    /// `PAIRS` (kernel `ibp_decode_pairs`): two tensors at a time, each
+    /// decoded by a half-warp; an encoded tensor with no encoded partner
+    /// is decoded by both halves at once (the same bytes to the same row).
+    /// Otherwise one tensor at a time by the whole warp.
+    ///
+    /// Q: why pairs?
+    /// A: a half-warp step covers 256 output bytes, so a row decodes in
+    /// `⌈L/256⌉` half-steps instead of `⌈L/512⌉` whole ones, and the
+    /// per-tensor work around the step (descriptor broadcast, sink, end
+    /// check) is shared by two tensors. A half-step costs about what a
+    /// whole step does (`scripts/sass.sh --steps`, the `_half` probes).
+    ///
+    /// Q: why a kernel of its own?
+    /// A: registers are allocated per kernel for its most demanding path.
+    /// Each half's tensor state is per lane where the whole warp's was
+    /// uniform; one kernel with both steps spilled (128 registers, 140
+    /// bytes), while each alone fits.
     #[inline(always)]
-    fn finish_batch(&self, half: u32, batch: &Item, count: u32) {
-        let ideal = self.ideal_mode();
-        for b in 0..count {
-            let it = batch.shfl(self.h, b);
-            let out = self.p.out + it.row * self.p.out_stride;
-            let base = half + it.region() * LINE as u32 + (it.src % LINE) as u32;
-            match it.code() {
-                ITEM_RAW if ideal => self.write_ideal(base, out),
-                ITEM_RAW => self.copy_contig(base, out),
-                ITEM_ENCODED => {
-                    // SAFETY: the tensor's stored bytes are resident at
-                    // `base`, followed by the rest of the half or the warp's
-                    // 16 bytes of padding.
-                    let mut src = unsafe { Contig::new(self.h, base) };
-                    // Its cluster, from the tensor (the item keeps only the
-                    // output row).
-                    let id = if CL {
-                        self.cluster_id(self.tensor(it.row))
-                    } else {
-                        0
-                    };
-                    if !self.step(&mut src, it.len, out, id) {
-                        self.fail(it.row, out, STATUS_CORRUPT);
+    fn finish_batch<const PAIRS: bool>(&self, half: u32, batch: &Item, count: u32) {
+        let h = self.h;
+        if !PAIRS || self.ideal_mode() {
+            for b in 0..count {
+                let it = batch.shfl(h, b);
+                self.finish_item(half, &it);
+            }
+            return;
+        }
+        let mut b = 0;
+        while b < count {
+            let two = b + 1 < count;
+            // Lanes 0–15 take tensor b, lanes 16–31 tensor b + 1 (or b).
+            let it = batch.shfl(h, if two { b + h.lane() / 16 } else { b });
+            let enc = h.ballot(it.code() == ITEM_ENCODED);
+            // One call site of the pair decode (each inlined copy of the
+            // step is thousands of instructions): a pair of encoded
+            // tensors, or the one encoded tensor of the two, by both halves.
+            let pair = if enc == u32::MAX {
+                it
+            } else {
+                for j in 0..1 + two as u32 {
+                    let x = batch.shfl(h, b + j);
+                    if x.code() != ITEM_ENCODED {
+                        self.finish_other(half, &x);
                     }
                 }
-                ITEM_BAD_INDEX => self.fail(it.row, out, STATUS_BAD_INDEX),
-                _ => self.fail(it.row, out, STATUS_CORRUPT),
+                batch.shfl(h, if enc & 1 == 1 { b } else { b + 1 })
+            };
+            if enc != 0 {
+                self.finish_pair(half, &pair);
             }
+            b += 2;
+        }
+    }
+
+    /// Decode two encoded tensors, one a half-warp (`it` is the lane's
+    /// half's item).
+    #[inline(always)]
+    fn finish_pair(&self, half: u32, it: &Item) {
+        let h = self.h;
+        let out = self.p.out + it.row * self.p.out_stride;
+        let base = half + it.region() * LINE as u32 + (it.src % LINE) as u32;
+        // SAFETY: as in `finish_item`, per half-warp.
+        let mut src = unsafe { Contig::new(h, base) };
+        let id = if CL {
+            self.cluster_id(self.tensor(it.row))
+        } else {
+            0
+        };
+        let ok = self.step::<_, 16>(&mut src, it.len, out, id);
+        let bad = h.ballot(!ok);
+        if bad != 0 {
+            // The whole warp zeroes each corrupt tensor's row in turn (once
+            // when both halves decoded the same tensor).
+            let first = shfl_idx64(h, it.row, 0);
+            for j in 0..2 {
+                let row = shfl_idx64(h, it.row, 16 * j);
+                if (bad >> (16 * j)) & 1 == 1 && (j == 0 || row != first) {
+                    self.fail(row, self.p.out + row * self.p.out_stride, STATUS_CORRUPT);
+                }
+            }
+        }
+    }
+
+    /// Decode (or, in ideal mode, write) one tensor of a resident batch
+    /// (`it`, broadcast) with the whole warp.
+    #[inline(always)]
+    fn finish_item(&self, half: u32, it: &Item) {
+        if it.code() != ITEM_ENCODED || self.ideal_mode() {
+            self.finish_other(half, it);
+            return;
+        }
+        let out = self.p.out + it.row * self.p.out_stride;
+        let base = half + it.region() * LINE as u32 + (it.src % LINE) as u32;
+        // SAFETY: the tensor's stored bytes are resident at `base`, followed
+        // by the rest of the half or the warp's padding.
+        let mut src = unsafe { Contig::new(self.h, base) };
+        // Its cluster, from the tensor (the item keeps only the output row).
+        let id = if CL {
+            self.cluster_id(self.tensor(it.row))
+        } else {
+            0
+        };
+        if !self.step::<_, 32>(&mut src, it.len, out, id) {
+            self.fail(it.row, out, STATUS_CORRUPT);
+        }
+    }
+
+    /// A tensor of a resident batch that needs no step (`it`, broadcast):
+    /// copy a raw one (write it, in ideal mode), report a failed one.
+    #[inline(always)]
+    fn finish_other(&self, half: u32, it: &Item) {
+        let out = self.p.out + it.row * self.p.out_stride;
+        let base = half + it.region() * LINE as u32 + (it.src % LINE) as u32;
+        match it.code() {
+            ITEM_RAW | ITEM_ENCODED if self.ideal_mode() => self.write_ideal(base, out),
+            ITEM_RAW => self.copy_contig(base, out),
+            ITEM_BAD_INDEX => self.fail(it.row, out, STATUS_BAD_INDEX),
+            _ => self.fail(it.row, out, STATUS_CORRUPT),
         }
     }
 
@@ -470,7 +560,7 @@ impl<H: Machine, B: Book, const CL: bool> Ctx<'_, H, B, CL> {
     /// Batch mode main loop: form, fetch, and decode batches, two halves of
     /// the ring in flight at once.
     #[inline(always)]
-    pub(super) fn run_batches(&self, warp: u64, warps: u64) {
+    pub(super) fn run_batches<const PAIRS: bool>(&self, warp: u64, warps: u64) {
         let h = self.h;
         let half_lines = self.p.ring_lines / 2;
         // Shared address of half `k` (arithmetic, not an array: a runtime
@@ -499,7 +589,7 @@ impl<H: Machine, B: Book, const CL: bool> Ctx<'_, H, B, CL> {
             // Everything but the batch just issued has landed.
             h.wait_all_but_last();
             h.sync_warp();
-            self.finish_batch(half(k), &cur, n);
+            self.finish_batch::<PAIRS>(half(k), &cur, n);
             // The next fetch into this half must not overtake the reads
             // above (lanes read each other's copies).
             h.sync_warp();

@@ -199,8 +199,11 @@ impl<H: Machine, B: Book, const CL: bool> Ctx<'_, H, B, CL> {
     /// Decode a tensor with the step, reading through `src`, into row
     /// `out`; a clustered dataset's tensor with the book and table of its
     /// cluster `id` (ignored otherwise).
+    ///
+    /// `G`: lanes per tensor (32, or 16 with each half-warp decoding its own
+    /// tensor; the arguments are then its half's, and so is the result).
     #[inline(always)]
-    fn step<S: Source>(&self, src: &mut S, e_bytes: u32, out: u64, id: u32) -> bool {
+    fn step<S: Source, const G: u32>(&self, src: &mut S, e_bytes: u32, out: u64, id: u32) -> bool {
         if CL {
             let book = Rebased {
                 book: self.book,
@@ -208,14 +211,14 @@ impl<H: Machine, B: Book, const CL: bool> Ctx<'_, H, B, CL> {
             };
             let mut geo = self.geo;
             geo.entries += id as u64 * table_bytes(geo.chunks, self.p.chunk) as u64;
-            return self.step_with(src, &book, &geo, e_bytes, out);
+            return self.step_with::<S, _, G>(src, &book, &geo, e_bytes, out);
         }
-        self.step_with(src, self.book, &self.geo, e_bytes, out)
+        self.step_with::<S, B, G>(src, self.book, &self.geo, e_bytes, out)
     }
 
     /// Decode with the step, reading through `src`, into row `out`.
     #[inline(always)]
-    fn step_with<S: Source, B2: Book>(
+    fn step_with<S: Source, B2: Book, const G: u32>(
         &self,
         src: &mut S,
         book: &B2,
@@ -223,6 +226,7 @@ impl<H: Machine, B: Book, const CL: bool> Ctx<'_, H, B, CL> {
         e_bytes: u32,
         out: u64,
     ) -> bool {
+        use step::{ANY, decode_in};
         let h = self.h;
         // SAFETY: the row is inside the launch's output (`run`'s contract).
         let mut sink = unsafe { RowStore::new(h, out) };
@@ -232,10 +236,18 @@ impl<H: Machine, B: Book, const CL: bool> Ctx<'_, H, B, CL> {
         // or one per cluster).
         unsafe {
             match self.p.chunk {
-                1 => step::decode_row::<1, _, _, _, _, _>(h, src, book, h, g, e_bytes, k),
-                2 => step::decode_row::<2, _, _, _, _, _>(h, src, book, h, g, e_bytes, k),
-                4 => step::decode_row::<4, _, _, _, _, _>(h, src, book, h, g, e_bytes, k),
-                _ => step::decode_row::<8, _, _, _, _, _>(h, src, book, h, g, e_bytes, k),
+                1 => {
+                    decode_in::<1, G, ANY, ANY, true, _, _, _, _, _>(h, src, book, h, g, e_bytes, k)
+                }
+                2 => {
+                    decode_in::<2, G, ANY, ANY, true, _, _, _, _, _>(h, src, book, h, g, e_bytes, k)
+                }
+                4 => {
+                    decode_in::<4, G, ANY, ANY, true, _, _, _, _, _>(h, src, book, h, g, e_bytes, k)
+                }
+                _ => {
+                    decode_in::<8, G, ANY, ANY, true, _, _, _, _, _>(h, src, book, h, g, e_bytes, k)
+                }
             }
         }
     }
@@ -343,7 +355,7 @@ impl<H: Machine, B: Book, const CL: bool> Ctx<'_, H, B, CL> {
             pbuf: self.pbuf,
         };
         let id = if CL { self.cluster_id(t) } else { 0 };
-        self.step(&mut s, e_bytes as u32, out, id)
+        self.step::<_, 32>(&mut s, e_bytes as u32, out, id)
     }
 
     /// Benchmark baseline: fetch the stored bytes, write `L` bytes.
@@ -427,11 +439,12 @@ impl<H: Machine, B: Book, const CL: bool> Ctx<'_, H, B, CL> {
 /// `out` and `status` have the lengths the parameters imply; `book` holds
 /// the dataset's decode book (in shared memory in batch mode); the warp's
 /// workspace at `at.workspace` holds [`crate::params::workspace_bytes`]
-/// bytes of shared memory. `CL`: the dataset is clustered, `book` holds
+/// bytes of shared memory. `PAIRS` (batch mode): two tensors at a time,
+/// one a half-warp (`batch`'s `finish_batch`). `CL`: the dataset is clustered, `book` holds
 /// every cluster's book back to back and `p.clusters` their ids
 /// (`DecodeParams::clusters`).
 #[inline(always)]
-pub unsafe fn run<H: Machine, B: Book, const CL: bool>(
+pub unsafe fn run<H: Machine, B: Book, const CL: bool, const PAIRS: bool>(
     h: &H,
     book: &B,
     p: DecodeParams,
@@ -466,7 +479,7 @@ pub unsafe fn run<H: Machine, B: Book, const CL: bool>(
         },
     };
     if batch {
-        ctx.run_batches(at.warp, at.warps);
+        ctx.run_batches::<PAIRS>(at.warp, at.warps);
     } else {
         ctx.run_streaming(at.warp, at.warps);
     }
