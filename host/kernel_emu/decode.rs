@@ -95,7 +95,7 @@ fn emu_kernel(
     count: u64,
     streaming: bool,
     fetch: u32,
-    corrupt: Option<usize>,
+    corrupt: Option<Corrupt>,
 ) -> (Vec<u8>, [u64; 2]) {
     let wide: Option<Vec<u64>> = index.map(|ix| ix.to_vec());
     emu_kernel_with(
@@ -110,6 +110,26 @@ fn emu_kernel(
         rows.row_bytes(),
         None,
     )
+}
+
+/// A corruption of one encoded tensor's stored bytes.
+#[derive(Clone, Copy, Debug)]
+enum Corrupt {
+    /// Flip its last stored bit (padding or payload): the stream no longer
+    /// ends as its length says.
+    LastBit(usize),
+    /// Clear its first eight participation bits: matching chunks read as
+    /// mismatching, so its payload runs past its stored bytes (the step's
+    /// bounds check, mid-row).
+    Participation(usize),
+}
+
+impl Corrupt {
+    fn tensor(self) -> usize {
+        match self {
+            Corrupt::LastBit(t) | Corrupt::Participation(t) => t,
+        }
+    }
 }
 
 /// Row numbers of an emulated gather, in either width.
@@ -130,7 +150,7 @@ fn emu_kernel_with(
     count: u64,
     streaming: bool,
     fetch: u32,
-    corrupt: Option<usize>,
+    corrupt: Option<Corrupt>,
     stride: usize,
     half_lines: Option<u32>,
 ) -> (Vec<u8>, [u64; 2]) {
@@ -163,14 +183,22 @@ fn emu_kernel_with(
             (f.flags, None, f.slots, lengths)
         }
     };
-    // Corrupt one encoded tensor: set its last stored bit (padding or
-    // payload), which the decoder must report, not decode.
-    if let Some(t) = corrupt {
+    // Corrupt one encoded tensor (see `Corrupt`), which the decoder must
+    // report, not decode.
+    if let Some(c) = corrupt {
+        let t = c.tensor();
+        let start = match &offsets {
+            Some(o) => o[t] as usize,
+            None => t * l,
+        };
         let end = match &offsets {
             Some(o) => o[t + 1] as usize,
             None => t * l + lengths.as_ref().map_or(l, |x| x[t] as usize),
         };
-        payload[end - 1] ^= 0x80;
+        match c {
+            Corrupt::LastBit(_) => payload[end - 1] ^= 0x80,
+            Corrupt::Participation(_) => payload[start] = 0,
+        }
     }
     let src = Lined::from(&payload);
     let offs = offsets

@@ -7,6 +7,7 @@ use super::*;
 fn emulated_decode_kernel_equals_the_original_rows_in_every_mode() {
     use ibp_kernels::params::{FETCH_CP_ASYNC, FETCH_LOAD_STORE, STATUS_BAD_INDEX};
     let mut cases = 0;
+    let mut corrupted = [0usize; 2];
     for (kind, l, n) in [
         (0usize, 5usize, 24usize),
         (1, 100, 12),
@@ -88,10 +89,17 @@ fn emulated_decode_kernel_equals_the_original_rows_in_every_mode() {
             }
             // A corrupt encoded tensor (packed) is reported and zeroed, and
             // the others still decode.
-            corrupt_tensor_is_reported(&cb, rows, &format!("kind {kind} L={l} C={chunk}"));
+            let ran =
+                corrupt_tensor_is_reported(&cb, rows, &format!("kind {kind} L={l} C={chunk}"));
+            corrupted[0] += ran[0];
+            corrupted[1] += ran[1];
         }
     }
     assert!(cases >= 100);
+    assert!(
+        corrupted.iter().all(|&c| c > 0),
+        "corruptions run: {corrupted:?}"
+    );
 }
 
 #[test]
@@ -182,10 +190,11 @@ fn a_tensor_larger_than_the_half_is_reported_and_the_rest_decode() {
     }
 }
 
-/// A corrupt encoded tensor of the packed layout, one whose stream ends
-/// inside its last byte with its top padding bit set, is reported and
-/// zeroed in both modes, and the other rows still decode.
-fn corrupt_tensor_is_reported(cb: &Codebook, rows: Rows<'_>, what: &str) {
+/// A corrupt encoded tensor of the packed layout is reported and zeroed in
+/// both modes, and the other rows still decode: one whose stream ends
+/// inside its last byte with its top padding bit set, and one whose
+/// payload runs past its stored bytes (in batch mode, beside its pair).
+fn corrupt_tensor_is_reported(cb: &Codebook, rows: Rows<'_>, what: &str) -> [usize; 2] {
     use ibp_kernels::params::{FETCH_CP_ASYNC, STATUS_CORRUPT};
     let (n, l, data) = (rows.rows(), rows.row_bytes(), rows.bytes());
     let packed = compress_packed(cb, rows, &LayoutOptions::default()).unwrap();
@@ -205,11 +214,30 @@ fn corrupt_tensor_is_reported(cb: &Codebook, rows: Rows<'_>, what: &str) {
                 })
                 .sum::<usize>()
     };
+    let ents = cb.tables().entries();
     let padded = (0..n).find(|&i| packed.flags[i / 8] >> (i % 8) & 1 == 1 && bits(i) % 8 != 0);
-    let Some(t) = padded else {
-        return;
-    };
-    for streaming in [false, true] {
+    // A tensor whose first eight chunks, read as mismatching, run its
+    // payload past its stored bytes.
+    let overruns = (0..n).find(|&i| {
+        let (a, b) = (packed.offsets[i] as usize, packed.offsets[i + 1] as usize);
+        let p0 = packed.payload[a];
+        let extra: usize = (0..8.min(ents.len()))
+            .filter(|&j| p0 >> j & 1 == 1)
+            .map(|j| (ents[j].width - ents[j].free_bits) as usize)
+            .sum();
+        packed.flags[i / 8] >> (i % 8) & 1 == 1 && bits(i) + extra > 8 * (b - a)
+    });
+    let cases = [
+        padded.map(Corrupt::LastBit),
+        overruns.map(Corrupt::Participation),
+    ];
+    let ran = [padded.is_some() as usize, overruns.is_some() as usize];
+    for (c, streaming) in cases
+        .into_iter()
+        .flatten()
+        .flat_map(|c| [(c, false), (c, true)])
+    {
+        let t = c.tensor();
         let (out, st) = emu_kernel(
             cb,
             rows,
@@ -218,9 +246,9 @@ fn corrupt_tensor_is_reported(cb: &Codebook, rows: Rows<'_>, what: &str) {
             n as u64,
             streaming,
             FETCH_CP_ASYNC,
-            Some(t),
+            Some(c),
         );
-        let what = format!("corrupt row {t}: {what} streaming {streaming}");
+        let what = format!("{c:?}: {what} streaming {streaming}");
         assert_eq!(st, [STATUS_CORRUPT, t as u64], "{what}");
         for i in 0..n {
             let got = &out[i * l..(i + 1) * l];
@@ -231,4 +259,5 @@ fn corrupt_tensor_is_reported(cb: &Codebook, rows: Rows<'_>, what: &str) {
             }
         }
     }
+    ran
 }
