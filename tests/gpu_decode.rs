@@ -532,25 +532,55 @@ fn range_auto_calibrates_once_and_decodes_like_range() {
         let dec = Decoder::new(&gpu, &ds, &DecodeOptions::default()).unwrap();
         assert_eq!(dec.range_calibration(), None);
         let mut out = DeviceBuffer::from_slice(&vec![POISON; rows * l + GUARD]).unwrap();
-        dec.range_auto(&gpu, first, count, &mut out, &status, Some(&mut scratch), &s)
-            .unwrap();
+        dec.range_auto(
+            &gpu,
+            first,
+            count,
+            &mut out,
+            &status,
+            Some(&mut scratch),
+            &s,
+        )
+        .unwrap();
         s.synchronize().unwrap();
         status.check_blocking().unwrap();
         let host = copy_to_host_blocking(&out).unwrap();
         assert!(host[..rows * l] == *want, "L={l}: range_auto differs");
-        assert!(host[rows * l..].iter().all(|&b| b == POISON), "L={l}: wrote past the rows");
-        let c = dec.range_calibration().expect("the first range_auto calibrates");
+        assert!(
+            host[rows * l..].iter().all(|&b| b == POISON),
+            "L={l}: wrote past the rows"
+        );
+        let c = dec
+            .range_calibration()
+            .expect("the first range_auto calibrates");
         let (zc, dma) = (c.zero_copy_seconds.unwrap(), c.dma_seconds.unwrap());
         assert!(zc > 0.0 && dma > 0.0, "L={l}: timings {zc} {dma}");
-        assert_eq!(c.path == RangePath::Dma, dma < zc, "L={l}: not the faster path");
+        assert_eq!(
+            c.path == RangePath::Dma,
+            dma < zc,
+            "L={l}: not the faster path"
+        );
         assert_eq!(dec.prefers_dma(), c.path == RangePath::Dma);
-        assert!(c.sample_rows >= 1 && c.sample_rows < count, "L={l}: sample {}", c.sample_rows);
+        assert!(
+            c.sample_rows >= 1 && c.sample_rows < count,
+            "L={l}: sample {}",
+            c.sample_rows
+        );
         // Later calls keep it, and decode bit for bit as range does.
         let mut plain = DeviceBuffer::from_slice(&vec![POISON; rows * l + GUARD]).unwrap();
-        dec.range(&gpu, first, count, &mut plain, &status, &s).unwrap();
-        let mut out = DeviceBuffer::from_slice(&vec![POISON; rows * l + GUARD]).unwrap();
-        dec.range_auto(&gpu, first, count, &mut out, &status, Some(&mut scratch), &s)
+        dec.range(&gpu, first, count, &mut plain, &status, &s)
             .unwrap();
+        let mut out = DeviceBuffer::from_slice(&vec![POISON; rows * l + GUARD]).unwrap();
+        dec.range_auto(
+            &gpu,
+            first,
+            count,
+            &mut out,
+            &status,
+            Some(&mut scratch),
+            &s,
+        )
+        .unwrap();
         s.synchronize().unwrap();
         status.check_blocking().unwrap();
         assert_eq!(dec.range_calibration(), Some(c));
@@ -577,9 +607,19 @@ fn range_auto_calibrates_once_and_decodes_like_range() {
         assert!(copy_to_host_blocking(&out).unwrap()[..rows * l] == *want);
     }
     // A device-resident dataset is never timed: zero-copy, untimed.
-    let (data, cb) = dataset(&mut rng, 512, 300, ChunkSize::try_from(4).unwrap(), Mix::Mixed);
-    let packed =
-        compress_packed(&cb, Rows::new(&data, 512).unwrap(), &LayoutOptions::default()).unwrap();
+    let (data, cb) = dataset(
+        &mut rng,
+        512,
+        300,
+        ChunkSize::try_from(4).unwrap(),
+        Mix::Mixed,
+    );
+    let packed = compress_packed(
+        &cb,
+        Rows::new(&data, 512).unwrap(),
+        &LayoutOptions::default(),
+    )
+    .unwrap();
     let dev = GpuDataset::upload_packed(&gpu, &cb, &packed.view(), Residency::Device).unwrap();
     let dec = Decoder::new(&gpu, &dev, &DecodeOptions::default()).unwrap();
     let mut scratch = DmaScratch::new(piece).unwrap();
@@ -596,7 +636,10 @@ fn range_auto_calibrates_once_and_decodes_like_range() {
     let c = dec
         .calibrate_range_blocking(&gpu, 0, 300, &mut out, &status, &mut scratch, &s)
         .unwrap();
-    assert_eq!((c.path, c.sample_rows, c.dma_seconds), (RangePath::ZeroCopy, 0, None));
+    assert_eq!(
+        (c.path, c.sample_rows, c.dma_seconds),
+        (RangePath::ZeroCopy, 0, None)
+    );
     // A pinned dataset, calibrated over rows it does not hold: refused.
     let pinned = GpuDataset::upload_packed(&gpu, &cb, &packed.view(), Residency::Pinned).unwrap();
     let dec = Decoder::new(&gpu, &pinned, &DecodeOptions::default()).unwrap();

@@ -266,7 +266,10 @@ fn bench_file_json_reports_bit_exact_measurements() {
     // range_auto timed both paths on its first call and reports how its
     // choice compares with the faster path of the same run.
     let a = &j["range_auto_calibration"];
-    assert!(["dma", "zero_copy"].contains(&j["range_auto"].as_str().unwrap()), "{j}");
+    assert!(
+        ["dma", "zero_copy"].contains(&j["range_auto"].as_str().unwrap()),
+        "{j}"
+    );
     assert!(a["sample_rows"].as_u64().unwrap() >= 1, "{a}");
     assert!(a["zero_copy_seconds"].as_f64().unwrap() > 0.0, "{a}");
     assert!(a["dma_seconds"].as_f64().unwrap() > 0.0, "{a}");

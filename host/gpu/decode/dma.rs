@@ -292,7 +292,10 @@ impl<'ds> Decoder<'ds> {
         let range = &offsets[first as usize..=(first + count) as usize];
         // Q: and a range holding a tensor larger than a DMA piece?
         // A: only zero-copy can decode it (`range_dma` refuses it).
-        if range.windows(2).any(|w| w[1] - w[0] > scratch.piece_bytes as u64) {
+        if range
+            .windows(2)
+            .any(|w| w[1] - w[0] > scratch.piece_bytes as u64)
+        {
             return Ok(untimed);
         }
         let n = sample_rows(range, CALIBRATION_PIECES * scratch.piece_bytes as u64);
@@ -416,26 +419,6 @@ fn sample_rows(offsets: &[u64], want: u64) -> u64 {
     // Rows that end short of `want`, plus the one that reaches it.
     let short = ends.partition_point(|&o| o - base < want);
     (short + 1).min(ends.len()) as u64
-}
-
-#[cfg(test)]
-mod tests {
-    use super::sample_rows;
-
-    #[test]
-    fn a_calibration_sample_stops_at_the_row_reaching_its_bytes() {
-        // Rows of 10 stored bytes from offset 100.
-        let offsets: Vec<u64> = (0..=10).map(|i| 100 + 10 * i).collect();
-        assert_eq!(sample_rows(&offsets, 35), 4);
-        assert_eq!(sample_rows(&offsets, 40), 4);
-        assert_eq!(sample_rows(&offsets, 41), 5);
-        // At least one row, at most the range.
-        assert_eq!(sample_rows(&offsets, 0), 1);
-        assert_eq!(sample_rows(&offsets, 1 << 40), 10);
-        assert_eq!(sample_rows(&offsets[..1], 10), 0);
-        // Empty rows never reach anything: the whole range.
-        assert_eq!(sample_rows(&[7, 7, 7], 1), 2);
-    }
 }
 
 impl<'ds> Decoder<'ds> {
@@ -644,4 +627,24 @@ impl DmaScratch {
 fn timing_events() -> Result<[TimingEvent; 5]> {
     let e = || TimingEvent::new(EventFlags::DEFAULT).map_err(cuda_err("creating a timing event"));
     Ok([e()?, e()?, e()?, e()?, e()?])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sample_rows;
+
+    #[test]
+    fn a_calibration_sample_stops_at_the_row_reaching_its_bytes() {
+        // Rows of 10 stored bytes from offset 100.
+        let offsets: Vec<u64> = (0..=10).map(|i| 100 + 10 * i).collect();
+        assert_eq!(sample_rows(&offsets, 35), 4);
+        assert_eq!(sample_rows(&offsets, 40), 4);
+        assert_eq!(sample_rows(&offsets, 41), 5);
+        // At least one row, at most the range.
+        assert_eq!(sample_rows(&offsets, 0), 1);
+        assert_eq!(sample_rows(&offsets, 1 << 40), 10);
+        assert_eq!(sample_rows(&offsets[..1], 10), 0);
+        // Empty rows never reach anything: the whole range.
+        assert_eq!(sample_rows(&[7, 7, 7], 1), 2);
+    }
 }

@@ -470,9 +470,7 @@ fn range_auto_rows(
                 zero_copy_seconds: c.zero_copy_seconds,
                 dma_seconds: c.dma_seconds,
                 faster_in_this_run: faster,
-                chosen_of_faster: chosen
-                    .zip(both)
-                    .map(|(c, (z, d))| c / z.max(d)),
+                chosen_of_faster: chosen.zip(both).map(|(c, (z, d))| c / z.max(d)),
             }
         }
         Err(_) => RangeAutoReport {
