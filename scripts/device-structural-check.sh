@@ -4,7 +4,10 @@
 # device` and `--section decode` of this build and of IBP_BASELINE
 # (scripts/stage-device.sh), interleaved (new, base, new, base) in one call,
 # compared cell by cell by scripts/bench-compare.py.
-# Usage: bash .device/device-structural-check.sh [tests|bench|all]
+# `sweep`: the row-length sweep's 4-byte cells through `--point` on both
+# binaries (scripts/sweep-points.sh: the baseline has no sweep of its own),
+# new, base, new, base, compared the same way.
+# Usage: bash .device/device-structural-check.sh [tests|bench|sweep|all]
 set -u
 source .device/device-unpack.sh
 export IBP_DATA_DIR=$PWD/.device/data IBP_REQUIRE_GPU=1
@@ -34,4 +37,16 @@ if [ "$what" = bench ] || [ "$what" = all ]; then
     echo "== --section $sec: new/base"
     python3 .device/bench-compare.py "$out/$sec-new1.md" "$out/$sec-new2.md" --base "$out/$sec-base1.md" "$out/$sec-base2.md"
   done
+fi
+if [ "$what" = sweep ]; then
+  for round in 1 2; do
+    for side in new base; do
+      bin=.device/bin/ibp.bin
+      [ $side = base ] && bin=.device/bin/ibp-baseline.bin
+      timeout 280 bash .device/sweep-points.sh $bin "$out/sweep-$side$round.md" 2>"$out/sweep-$side$round.log"
+      echo "sweep $side$round rc=$?"
+    done
+  done
+  echo "== row-length sweep (--point, 4-byte chunks): new/base"
+  python3 .device/bench-compare.py "$out/sweep-new1.md" "$out/sweep-new2.md" --base "$out/sweep-base1.md" "$out/sweep-base2.md"
 fi

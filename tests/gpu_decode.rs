@@ -504,6 +504,155 @@ fn dma_range_path_matches_original_and_checks_its_inputs() {
 }
 
 #[test]
+fn range_auto_calibrates_once_and_decodes_like_range() {
+    let Some(gpu) = gpu_or_skip("range_auto_calibrates_once_and_decodes_like_range") else {
+        return;
+    };
+    use ibp::gpu::{DmaScratch, RangePath};
+    let mut rng = Rng(3131);
+    // Small pieces, so that the sample spans several of them and stops
+    // short of the range (8 pieces of 64 KB; the tables store far more).
+    let piece = 64 * 1024;
+    for (l, n, chunk, mix) in [
+        (4096usize, 2000usize, 4u32, Mix::Encoded),
+        (256, 20000, 2, Mix::Mixed),
+        (1536, 3000, 8, Mix::Encoded),
+    ] {
+        let (data, cb) = dataset(&mut rng, l, n, ChunkSize::try_from(chunk).unwrap(), mix);
+        let packed =
+            compress_packed(&cb, Rows::new(&data, l).unwrap(), &LayoutOptions::default()).unwrap();
+        let ds = GpuDataset::upload_packed(&gpu, &cb, &packed.view(), Residency::Pinned).unwrap();
+        let s = stream();
+        let mut status = DecodeStatus::new().unwrap();
+        let mut scratch = DmaScratch::new(piece).unwrap();
+        let (first, count) = (5u64, n as u64 - 9);
+        let rows = count as usize;
+        let want = &data[5 * l..(5 + rows) * l];
+        // range_auto's first call calibrates, then decodes by the winner.
+        let dec = Decoder::new(&gpu, &ds, &DecodeOptions::default()).unwrap();
+        assert_eq!(dec.range_calibration(), None);
+        let mut out = DeviceBuffer::from_slice(&vec![POISON; rows * l + GUARD]).unwrap();
+        dec.range_auto(
+            &gpu,
+            first,
+            count,
+            &mut out,
+            &status,
+            Some(&mut scratch),
+            &s,
+        )
+        .unwrap();
+        s.synchronize().unwrap();
+        status.check_blocking().unwrap();
+        let host = copy_to_host_blocking(&out).unwrap();
+        assert!(host[..rows * l] == *want, "L={l}: range_auto differs");
+        assert!(
+            host[rows * l..].iter().all(|&b| b == POISON),
+            "L={l}: wrote past the rows"
+        );
+        let c = dec
+            .range_calibration()
+            .expect("the first range_auto calibrates");
+        let (zc, dma) = (c.zero_copy_seconds.unwrap(), c.dma_seconds.unwrap());
+        assert!(zc > 0.0 && dma > 0.0, "L={l}: timings {zc} {dma}");
+        assert_eq!(
+            c.path == RangePath::Dma,
+            dma < zc,
+            "L={l}: not the faster path"
+        );
+        assert_eq!(dec.prefers_dma(), c.path == RangePath::Dma);
+        assert!(
+            c.sample_rows >= 1 && c.sample_rows < count,
+            "L={l}: sample {}",
+            c.sample_rows
+        );
+        // Later calls keep it, and decode bit for bit as range does.
+        let mut plain = DeviceBuffer::from_slice(&vec![POISON; rows * l + GUARD]).unwrap();
+        dec.range(&gpu, first, count, &mut plain, &status, &s)
+            .unwrap();
+        let mut out = DeviceBuffer::from_slice(&vec![POISON; rows * l + GUARD]).unwrap();
+        dec.range_auto(
+            &gpu,
+            first,
+            count,
+            &mut out,
+            &status,
+            Some(&mut scratch),
+            &s,
+        )
+        .unwrap();
+        s.synchronize().unwrap();
+        status.check_blocking().unwrap();
+        assert_eq!(dec.range_calibration(), Some(c));
+        assert!(copy_to_host_blocking(&out).unwrap() == copy_to_host_blocking(&plain).unwrap());
+        // Calibrating on demand, twice: each a full result, kept.
+        for _ in 0..2 {
+            let again = dec
+                .calibrate_range_blocking(&gpu, first, count, &mut out, &status, &mut scratch, &s)
+                .unwrap();
+            assert_eq!(again.sample_rows, c.sample_rows);
+            assert!(again.zero_copy_seconds.is_some() && again.dma_seconds.is_some());
+            assert_eq!(dec.range_calibration(), Some(again));
+            assert_eq!(dec.prefers_dma(), again.path == RangePath::Dma);
+            s.synchronize().unwrap();
+            status.check_blocking().unwrap();
+        }
+        // Without a scratch: zero-copy, nothing timed.
+        let fresh = Decoder::new(&gpu, &ds, &DecodeOptions::default()).unwrap();
+        fresh
+            .range_auto(&gpu, first, count, &mut out, &status, None, &s)
+            .unwrap();
+        s.synchronize().unwrap();
+        assert_eq!(fresh.range_calibration(), None);
+        assert!(copy_to_host_blocking(&out).unwrap()[..rows * l] == *want);
+    }
+    // A device-resident dataset is never timed: zero-copy, untimed.
+    let (data, cb) = dataset(
+        &mut rng,
+        512,
+        300,
+        ChunkSize::try_from(4).unwrap(),
+        Mix::Mixed,
+    );
+    let packed = compress_packed(
+        &cb,
+        Rows::new(&data, 512).unwrap(),
+        &LayoutOptions::default(),
+    )
+    .unwrap();
+    let dev = GpuDataset::upload_packed(&gpu, &cb, &packed.view(), Residency::Device).unwrap();
+    let dec = Decoder::new(&gpu, &dev, &DecodeOptions::default()).unwrap();
+    let mut scratch = DmaScratch::new(piece).unwrap();
+    let mut status = DecodeStatus::new().unwrap();
+    let mut out = DeviceBuffer::<u8>::zeroed(300 * 512).unwrap();
+    let s = stream();
+    dec.range_auto(&gpu, 0, 300, &mut out, &status, Some(&mut scratch), &s)
+        .unwrap();
+    s.synchronize().unwrap();
+    status.check_blocking().unwrap();
+    assert!(copy_to_host_blocking(&out).unwrap() == data);
+    assert_eq!(dec.range_calibration(), None);
+    assert!(!dec.prefers_dma());
+    let c = dec
+        .calibrate_range_blocking(&gpu, 0, 300, &mut out, &status, &mut scratch, &s)
+        .unwrap();
+    assert_eq!(
+        (c.path, c.sample_rows, c.dma_seconds),
+        (RangePath::ZeroCopy, 0, None)
+    );
+    // A pinned dataset, calibrated over rows it does not hold: refused.
+    let pinned = GpuDataset::upload_packed(&gpu, &cb, &packed.view(), Residency::Pinned).unwrap();
+    let dec = Decoder::new(&gpu, &pinned, &DecodeOptions::default()).unwrap();
+    for (first, count) in [(290u64, 20u64), (0, 0)] {
+        let e = dec
+            .calibrate_range_blocking(&gpu, first, count, &mut out, &status, &mut scratch, &s)
+            .unwrap_err();
+        assert_eq!(e.kind(), ibp::ErrorKind::InvalidArgument);
+    }
+    assert_eq!(dec.range_calibration(), None);
+}
+
+#[test]
 fn gathers_take_u32_indices_and_strided_output() {
     let Some(gpu) = gpu_or_skip("gathers_take_u32_indices_and_strided_output") else {
         return;

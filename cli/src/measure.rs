@@ -20,7 +20,7 @@ use ibp::gpu::cust::memory::DeviceBuffer;
 use ibp::gpu::cust::stream::Stream;
 use ibp::gpu::{
     DecodeOptions, DecodeStatus, Decoder, DmaScratch, Fitter, Gpu, GpuDataset, Mode, PinnedBuffer,
-    Request, Residency, copy_to_host_blocking,
+    RangeCalibration, Request, Residency, copy_to_host_blocking,
 };
 use ibp::layout::{Layout, LayoutOptions, compress_fixed, compress_packed};
 use ibp::{Error, Result, Rows};
@@ -155,8 +155,27 @@ pub fn measure_decode(
                 .with_length_table(cb, &f.view())?
         }
     };
-    let n = rows.rows() as u64;
-    let dec = Decoder::new(gpu, &ds, opts)?;
+    measure_dataset(gpu, stream, &ds, data, ideal, opts)
+}
+
+/// [`measure_decode`] of a dataset already uploaded: every row of `ds`
+/// decoded repeatedly (or, with `ideal`, the copy-only baseline), checked
+/// against `data` (its rows, back to back) first.
+pub fn measure_dataset(
+    gpu: &Gpu,
+    stream: &Stream,
+    ds: &GpuDataset,
+    data: &[u8],
+    ideal: bool,
+    opts: &DecodeOptions,
+) -> Result<DecodeMeasurement> {
+    let n = ds.rows();
+    if n * ds.row_bytes() != data.len() as u64 {
+        return Err(Error::invalid(
+            "the expected bytes are not the dataset's rows",
+        ));
+    }
+    let dec = Decoder::new(gpu, ds, opts)?;
     let mut status = DecodeStatus::new()?;
     let mut out =
         DeviceBuffer::<u8>::zeroed(data.len()).map_err(cuda_err("allocating the output"))?;
@@ -267,6 +286,71 @@ pub fn measure_decode_dma(
         decoded_bytes: data.len() as u64,
         stored_bytes: ds.stored_bytes(),
         seconds,
+    })
+}
+
+/// What [`Decoder::range_auto`] did on a table: the path the old rule
+/// would have taken, the calibration of its first call, and its rate.
+#[derive(Clone, Debug)]
+pub struct RangeAutoMeasurement {
+    /// [`Decoder::prefers_dma`] before any calibration: the prior rule.
+    pub prior_dma: bool,
+    /// What the first call measured and chose.
+    pub calibration: RangeCalibration,
+    /// `range_auto` of every row, timed after that first call.
+    pub auto: DecodeMeasurement,
+}
+
+/// [`Decoder::range_auto`] over every row of a packed pinned dataset of
+/// `data` with a scratch of `piece`-byte pieces: its first call (which
+/// calibrates, and is checked against `data`), then its rate by the path
+/// it kept.
+pub fn measure_range_auto(
+    gpu: &Gpu,
+    stream: &Stream,
+    data: &[u8],
+    row_bytes: usize,
+    cb: &Codebook,
+    piece: usize,
+    opts: &DecodeOptions,
+) -> Result<RangeAutoMeasurement> {
+    let rows = Rows::new(data, row_bytes)?;
+    let ds = GpuDataset::upload_packed(
+        gpu,
+        cb,
+        &compress_packed(cb, rows, &LayoutOptions::default())?.view(),
+        Residency::Pinned,
+    )?;
+    let n = rows.rows() as u64;
+    let dec = Decoder::new(gpu, &ds, opts)?;
+    let prior_dma = dec.prefers_dma();
+    let mut status = DecodeStatus::new()?;
+    let mut scratch = DmaScratch::new(piece)?;
+    let mut out =
+        DeviceBuffer::<u8>::zeroed(data.len()).map_err(cuda_err("allocating the output"))?;
+    dec.range_auto(gpu, 0, n, &mut out, &status, Some(&mut scratch), stream)?;
+    stream.synchronize().map_err(cuda_err("decoding"))?;
+    status.check_blocking()?;
+    if copy_to_host_blocking(&out)? != data {
+        return Err(Error::corrupt(
+            "benchmark range_auto decode differs from the original data",
+        ));
+    }
+    let calibration = dec
+        .range_calibration()
+        .ok_or_else(|| Error::invalid("range_auto did not calibrate a pinned packed dataset"))?;
+    let seconds = time_median(stream, 2, 9, || {
+        dec.range_auto(gpu, 0, n, &mut out, &status, Some(&mut scratch), stream)
+    })?;
+    status.check_blocking()?;
+    Ok(RangeAutoMeasurement {
+        prior_dma,
+        calibration,
+        auto: DecodeMeasurement {
+            decoded_bytes: data.len() as u64,
+            stored_bytes: ds.stored_bytes(),
+            seconds,
+        },
     })
 }
 

@@ -257,11 +257,24 @@ fn bench_file_json_reports_bit_exact_measurements() {
         "range_pinned_dma",
         "gather_pinned_4096",
         "range_device",
+        "range_pinned_auto",
         "compress_host",
         "compress_device",
     ] {
         assert!(ids.contains(&id), "{id} missing: {ids:?}");
     }
+    // range_auto timed both paths on its first call and reports how its
+    // choice compares with the faster path of the same run.
+    let a = &j["range_auto_calibration"];
+    assert!(
+        ["dma", "zero_copy"].contains(&j["range_auto"].as_str().unwrap()),
+        "{j}"
+    );
+    assert!(a["sample_rows"].as_u64().unwrap() >= 1, "{a}");
+    assert!(a["zero_copy_seconds"].as_f64().unwrap() > 0.0, "{a}");
+    assert!(a["dma_seconds"].as_f64().unwrap() > 0.0, "{a}");
+    let of_faster = a["chosen_of_faster"].as_f64().unwrap();
+    assert!(of_faster > 0.0 && of_faster <= 1.0, "{a}");
     for x in m {
         assert_eq!(x["bit_exact"], true, "{x}");
         assert!(x["gb_per_s"].as_f64().unwrap() > 0.0, "{x}");

@@ -47,7 +47,9 @@
 //! The rule for GPU calls: a call that takes a stream only enqueues work
 //! on it, into caller-owned buffers, and allocates nothing
 //! ([`Decoder::gather`], [`Decoder::gather_strided`], [`Decoder::range`],
-//! [`Decoder::range_dma`], [`Decoder::range_auto`], [`Fitter::count_bits`],
+//! [`Decoder::range_dma`], [`Decoder::range_auto`] (but for its first call
+//! with a scratch, which times both range paths once and waits for them:
+//! see its docs), [`Fitter::count_bits`],
 //! [`FeatureCache::gather`], [`KvStore::append`], [`KvStore::gather`]). A call that allocates or waits for the GPU
 //! ends in `_blocking` and says what it does in its first lines: fit and
 //! compression of a whole dataset ([`Fitter::fit_blocking`],
@@ -58,7 +60,8 @@
 //! back to the host ([`DeviceCompressed::to_packed_blocking`],
 //! [`DeviceCompressed::to_fixed_blocking`], [`copy_to_host_blocking`],
 //! [`DecodeStatus::check_blocking`]), and [`Fitter::count_bits_blocking`],
-//! [`Decoder::gather_dma_blocking`], [`FeatureCache::refill_blocking`].
+//! [`Decoder::gather_dma_blocking`], [`Decoder::calibrate_range_blocking`],
+//! [`FeatureCache::refill_blocking`].
 //! Constructors allocate by nature and say so in their docs: [`Gpu::new`],
 //! [`GpuDataset::upload_packed`], [`GpuDataset::upload_fixed`] and
 //! [`GpuDataset::with_length_table`] (device or pinned memory and a copy),
@@ -124,7 +127,7 @@ pub use compress::{Compressor, DeviceCompressed, MAX_ROW_BYTES};
 pub use dataset::{GpuDataset, Payload, Residency};
 pub use decode::{
     DEFAULT_DMA_PIECE_BYTES, DecodeOptions, DecodeStatus, Decoder, DmaScratch, GatherIndex, Mode,
-    Request,
+    RangeCalibration, RangePath, Request,
 };
 pub use driver::copy_to_host_blocking;
 pub use driver::function::{DEFAULT_MAX_DYNAMIC_SHARED, set_max_dynamic_shared};

@@ -85,6 +85,7 @@ pub fn real_tables(cora_npz: &[u8], model: Option<&Path>) -> Result<Vec<RealTabl
 /// of `row_bytes`, 4-byte chunks, and a codebook whose mask has enough bits
 /// per chunk that every tensor saves `savings` of its size (rounded to whole
 /// bits per chunk). Free bits are random, so nothing else compresses.
+/// [`synthetic_dataset`] with 4-byte chunks.
 pub fn figure7_dataset(
     rows: usize,
     row_bytes: usize,
@@ -94,14 +95,49 @@ pub fn figure7_dataset(
     if !row_bytes.is_multiple_of(4) {
         return Err(Error::invalid("figure-7 datasets use whole 4-byte chunks"));
     }
-    // Saved bits per 32-bit chunk: m invariant bits minus one participation
-    // bit. m = round(32·s) + 1, at most 32.
-    let m = ((32.0 * savings).round() as u32 + 1).min(32);
-    let chunk_mask: u32 = if m == 32 {
-        u32::MAX
-    } else {
-        ((1u32 << m) - 1) << (32 - m)
-    };
+    synthetic_dataset(rows, row_bytes, 4, savings, seed)
+}
+
+/// Invariant bits per chunk of `chunk_bytes` for a target `savings`, and
+/// the savings they give: a chunk of `8c` bits with `m` invariant bits
+/// stores `8c − m` free bits and one participation bit, saving `m − 1`
+/// bits; `m = round(8c · savings) + 1`, at most `8c`. Errors for a chunk
+/// size ibp does not have or a savings outside 0..1.
+pub fn synthetic_savings(chunk_bytes: u32, savings: f64) -> Result<(u32, f64)> {
+    ChunkSize::try_from(chunk_bytes)?;
+    if !(0.0..1.0).contains(&savings) {
+        return Err(Error::invalid(format!(
+            "savings of {savings}: a fraction from 0 up to (not including) 1"
+        )));
+    }
+    let bits = 8 * chunk_bytes;
+    let m = ((f64::from(bits) * savings).round() as u32 + 1).min(bits);
+    Ok((m, f64::from(m - 1) / f64::from(bits)))
+}
+
+/// [`figure7_dataset`] for any chunk size: `rows` tensors of `row_bytes`
+/// (a multiple of `chunk_bytes`), each chunk's top [`synthetic_savings`]
+/// bits invariant (the high bits of a little-endian word, as in a float's
+/// sign and exponent), every other bit random. With 4-byte chunks the
+/// bytes are [`figure7_dataset`]'s, seed for seed.
+pub fn synthetic_dataset(
+    rows: usize,
+    row_bytes: usize,
+    chunk_bytes: u32,
+    savings: f64,
+    seed: u64,
+) -> Result<(Vec<u8>, Codebook)> {
+    let (m, _) = synthetic_savings(chunk_bytes, savings)?;
+    let c = chunk_bytes as usize;
+    if !row_bytes.is_multiple_of(c) {
+        return Err(Error::invalid(format!(
+            "rows of {row_bytes} bytes are not whole {c}-byte chunks"
+        )));
+    }
+    let bits = 8 * chunk_bytes;
+    // The top m of the chunk's bits, as a little-endian word of 8c bits.
+    let low = |n: u32| u64::MAX.checked_shr(64 - n).unwrap_or(0);
+    let chunk_mask = low(bits) & !low(bits - m);
     let mut s = seed | 1;
     let mut next = move || {
         s ^= s << 13;
@@ -109,8 +145,8 @@ pub fn figure7_dataset(
         s ^= s << 17;
         s
     };
-    let mask: Vec<u8> = (0..row_bytes / 4)
-        .flat_map(|_| chunk_mask.to_le_bytes())
+    let mask: Vec<u8> = (0..row_bytes / c)
+        .flat_map(|_| chunk_mask.to_le_bytes().into_iter().take(c))
         .collect();
     let bitval: Vec<u8> = mask.iter().map(|&b| b & (next() as u8)).collect();
     let mut data = vec![0u8; rows * row_bytes];
@@ -123,8 +159,32 @@ pub fn figure7_dataset(
             *b = (*b & !m) | v;
         }
     }
-    let cb = Codebook::new(ChunkSize::try_from(4)?, mask, bitval)?;
+    let cb = Codebook::new(ChunkSize::try_from(chunk_bytes)?, mask, bitval)?;
     Ok((data, cb))
+}
+
+/// `packed` (of `rows` a multiple of 8) repeated `times` over: the packed
+/// layout of its rows repeated `times` over, built without compressing
+/// them again (offsets shifted, flag bytes and payload repeated).
+pub fn repeat_packed(packed: &Packed, times: usize) -> Result<Packed> {
+    if !packed.rows.is_multiple_of(8) {
+        return Err(Error::invalid(
+            "repeating a packed dataset needs whole flag bytes: a multiple of 8 rows",
+        ));
+    }
+    let len = packed.payload.len() as u64;
+    let mut offsets = Vec::with_capacity(packed.rows * times + 1);
+    for t in 0..times as u64 {
+        offsets.extend(packed.offsets[..packed.rows].iter().map(|o| o + t * len));
+    }
+    offsets.push(times as u64 * len);
+    Ok(Packed {
+        row_bytes: packed.row_bytes,
+        rows: packed.rows * times,
+        flags: packed.flags.repeat(times),
+        offsets,
+        payload: packed.payload.repeat(times),
+    })
 }
 
 /// Every row of `data` stored raw, in the packed layout: the uncompressed
@@ -139,4 +199,95 @@ pub fn raw_packed(data: Vec<u8>, row_bytes: usize) -> Result<Packed> {
         offsets: (0..=rows as u64).map(|i| i * row_bytes as u64).collect(),
         payload: data,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ibp::layout::{LayoutOptions, compress_packed};
+
+    /// The figure-7 generator as it was before it took a chunk size (the
+    /// bytes `ibp bench --point` of older commits measures), kept as the
+    /// reference that 4-byte chunks must reproduce.
+    fn figure7_as_before(rows: usize, l: usize, savings: f64, seed: u64) -> (Vec<u8>, Vec<u8>) {
+        let m = ((32.0 * savings).round() as u32 + 1).min(32);
+        let chunk_mask: u32 = if m == 32 {
+            u32::MAX
+        } else {
+            ((1u32 << m) - 1) << (32 - m)
+        };
+        let mut s = seed | 1;
+        let mut next = move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        };
+        let mask: Vec<u8> = (0..l / 4).flat_map(|_| chunk_mask.to_le_bytes()).collect();
+        let bitval: Vec<u8> = mask.iter().map(|&b| b & (next() as u8)).collect();
+        let mut data = vec![0u8; rows * l];
+        for w in data.chunks_mut(8) {
+            let r = next().to_le_bytes();
+            w.copy_from_slice(&r[..w.len()]);
+        }
+        for row in data.chunks_mut(l) {
+            for ((b, m), v) in row.iter_mut().zip(&mask).zip(&bitval) {
+                *b = (*b & !m) | v;
+            }
+        }
+        (data, mask)
+    }
+
+    #[test]
+    fn four_byte_chunks_give_the_figure7_bytes_of_before() {
+        for (rows, l, s, seed) in [(100, 256, 0.5, 11), (37, 1028, 0.9, 5), (10, 4, 0.125, 7)] {
+            let (want, mask) = figure7_as_before(rows, l, s, seed);
+            let (got, cb) = synthetic_dataset(rows, l, 4, s, seed).unwrap();
+            assert!(got == want, "{l} B at {s}");
+            assert_eq!(cb.mask(), &mask[..]);
+            assert!(figure7_dataset(rows, l, s, seed).unwrap().0 == want);
+        }
+    }
+
+    #[test]
+    fn every_chunk_size_saves_what_synthetic_savings_says() {
+        for chunk in [1u32, 2, 4, 8] {
+            for s in [0.125, 0.25, 0.5, 0.75, 0.9] {
+                let (m, saved) = synthetic_savings(chunk, s).unwrap();
+                assert!(m >= 2 && m <= 8 * chunk, "{chunk} B at {s}: m = {m}");
+                assert!((saved - s).abs() <= 0.5 / f64::from(8 * chunk) + 0.025);
+                let l = 512;
+                let (data, cb) = synthetic_dataset(64, l, chunk, s, 3).unwrap();
+                assert_eq!(cb.chunk().bytes(), chunk);
+                let p = compress_packed(&cb, Rows::new(&data, l).unwrap(), &Default::default())
+                    .unwrap();
+                let got = 1.0 - p.payload.len() as f64 / data.len() as f64;
+                assert!(
+                    (got - saved).abs() < 1.0 / l as f64,
+                    "{chunk} B at {s}: saved {got}, predicted {saved}"
+                );
+            }
+        }
+        // 90% of a 1- or 2-byte chunk is the nearest whole bit: 87.5%.
+        assert_eq!(synthetic_savings(1, 0.9).unwrap(), (8, 0.875));
+        assert_eq!(synthetic_savings(2, 0.9).unwrap(), (15, 0.875));
+        assert!(synthetic_savings(3, 0.5).is_err());
+        assert!(synthetic_savings(4, 1.0).is_err());
+        assert!(synthetic_dataset(4, 12, 8, 0.5, 1).is_err());
+    }
+
+    #[test]
+    fn a_repeated_packed_dataset_is_the_packed_layout_of_the_repeated_rows() {
+        let (data, cb) = synthetic_dataset(40, 96, 2, 0.25, 9).unwrap();
+        let opts = LayoutOptions::default();
+        let one = compress_packed(&cb, Rows::new(&data, 96).unwrap(), &opts).unwrap();
+        let three = repeat_packed(&one, 3).unwrap();
+        let want = compress_packed(&cb, Rows::new(&data.repeat(3), 96).unwrap(), &opts).unwrap();
+        assert_eq!(
+            (three.rows, &three.flags, &three.offsets, &three.payload),
+            (want.rows, &want.flags, &want.offsets, &want.payload)
+        );
+        let odd = compress_packed(&cb, Rows::new(&data[..96 * 5], 96).unwrap(), &opts).unwrap();
+        assert!(repeat_packed(&odd, 2).is_err());
+    }
 }

@@ -59,6 +59,11 @@ pub struct Decoder<'ds> {
     /// The caller's choice of fetch ([`DecodeOptions::fetch`]); `None`: by
     /// where each launch's rows live.
     pub(crate) fetch: Option<Fetch>,
+    /// The range path [`Decoder::range_auto`] measured as the faster one
+    /// (`None` until it, or [`Decoder::calibrate_range_blocking`], has
+    /// timed both). Behind a lock: the decoder is shared between threads,
+    /// and the first calls may race to calibrate.
+    pub(crate) range_choice: std::sync::Mutex<Option<super::RangeCalibration>>,
 }
 
 /// What the decoder's sizing needs to know of the rows besides the book.
@@ -214,6 +219,7 @@ impl<'ds> Decoder<'ds> {
             batch,
             pairs,
             fetch: opts.fetch,
+            range_choice: std::sync::Mutex::new(None),
         })
     }
 

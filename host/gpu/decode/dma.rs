@@ -5,6 +5,7 @@
 //! tensors on the host as small packed datasets (`crate::dma_pieces`).
 //! Both launch the one decode kernel, through the one launch function.
 
+use cust::event::{Event as TimingEvent, EventFlags};
 use cust::memory::{DeviceBuffer, DeviceSlice};
 use cust::stream::{Stream, StreamFlags};
 
@@ -139,10 +140,47 @@ impl<'ds> Decoder<'ds> {
     }
 }
 
+/// The two ways a range of a packed dataset in pinned host memory reaches
+/// the decoder: read by the kernel over PCIe ([`Decoder::range`]), or
+/// copied by DMA into device scratch first ([`Decoder::range_dma`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RangePath {
+    /// [`Decoder::range`]: the kernel reads the stored bytes itself.
+    ZeroCopy,
+    /// [`Decoder::range_dma`]: the copy engine moves them first.
+    Dma,
+}
+
+/// What [`Decoder::calibrate_range_blocking`] (or the first
+/// [`Decoder::range_auto`] with a scratch) measured, and the path it chose.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RangeCalibration {
+    /// The path [`Decoder::range_auto`] takes from now on: the faster of
+    /// the two timings, or [`RangePath::ZeroCopy`] untimed where the DMA
+    /// path cannot serve the dataset (not packed, or not pinned).
+    pub path: RangePath,
+    /// Rows of the sample both paths decoded (0: nothing was timed).
+    pub sample_rows: u64,
+    /// Seconds of the zero-copy decode of the sample (the better of two
+    /// event-timed runs after a warm-up); `None` when nothing was timed.
+    pub zero_copy_seconds: Option<f64>,
+    /// Seconds of the DMA path on the same sample, timed the same way.
+    pub dma_seconds: Option<f64>,
+}
+
+/// Stored bytes a calibration sample reaches, in DMA pieces: enough that
+/// the DMA path's pipeline runs full (its first copy and last decode do
+/// not overlap anything, one piece each) as it does on a long range.
+const CALIBRATION_PIECES: u64 = 8;
+
 impl<'ds> Decoder<'ds> {
-    /// Whether [`Decoder::range_auto`] takes the DMA path for `ds`.
+    /// Whether [`Decoder::range_auto`] takes the DMA path for this
+    /// decoder's dataset: the calibrated choice once there is one
+    /// ([`Decoder::range_calibration`]), else a prior fitted to earlier
+    /// measurements (below). Always false where the DMA path cannot serve
+    /// the dataset (not packed, or not in pinned host memory).
     ///
-    /// Q: where does the rule come from?
+    /// Q: where does the prior come from?
     /// A: from `ibp bench` on the H200 (docs/results/nvidia-h200.md). With
     /// the decoder of 2026-11-23 the DMA path won for tensors of 2 KB and
     /// more (Cora: 932 against 875 GB/s; 4 KB at 12.5–75% savings by 2–5%)
@@ -150,27 +188,186 @@ impl<'ds> Decoder<'ds> {
     /// bf16, 572 B stored: 66.5 against 61.9; f32: 59.4 against 55.6),
     /// and lost for smaller stored tensors (1 KB at 50% savings, 512 B
     /// stored: 96.9 against 100.2; 256 B at 90%: 96 against 220), where
-    /// per-piece staging costs more than zero-copy reads. One measured
-    /// point goes the other way: 4 KB at 90.6% savings, 473 against 497.
+    /// per-piece staging costs more than zero-copy reads. It went wrong on
+    /// later decoders (DMA on all three real tables of 2026-11-28 while
+    /// zero-copy was 10–12% faster), which is why `range_auto` measures.
     pub fn prefers_dma(&self) -> bool {
         let Some(ds) = self.ds else {
             return false;
         };
-        let pinned_packed = ds.host_offsets.is_some() && matches!(ds.payload, Payload::Pinned(_));
+        if !dma_capable(ds) {
+            return false;
+        }
+        if let Some(c) = self.range_calibration() {
+            return c.path == RangePath::Dma;
+        }
         let mean_stored = ds.stored_bytes / ds.rows.max(1);
-        pinned_packed && (ds.row_bytes >= 2048 || mean_stored >= 560)
+        ds.row_bytes >= 2048 || mean_stored >= 560
     }
 
-    /// Enqueue a range decode by whichever path [`Decoder::prefers_dma`]
-    /// picks: [`Decoder::range_dma`] when it prefers DMA and `scratch` is
-    /// given, else zero-copy [`Decoder::range`]. Allocates nothing: create
-    /// a scratch only where it will be used, e.g.
+    /// The calibration [`Decoder::range_auto`] decides by, once it (or
+    /// [`Decoder::calibrate_range_blocking`]) has measured one.
+    pub fn range_calibration(&self) -> Option<RangeCalibration> {
+        *self
+            .range_choice
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Time both range paths on a sample of rows `first..first + count`
+    /// and keep the faster for [`Decoder::range_auto`], replacing any
+    /// earlier calibration; returns what was measured and chosen.
+    ///
+    /// The sample is the range's first rows up to
+    /// 8 × `scratch.piece_bytes()` stored bytes (64 MB with
+    /// [`DEFAULT_DMA_PIECE_BYTES`]), or the whole range if it is shorter:
+    /// calibrate over a range like the ones you will decode. Each path
+    /// decodes the sample once to warm up, then twice more between events
+    /// on `stream`, interleaved with the other path; the better of the two
+    /// runs counts. The decodes write the sample's rows into `out` (the
+    /// decoded rows, as [`Decoder::range`] writes them) and report corrupt
+    /// rows in `status`, as a decode of them would.
+    ///
+    /// Blocks until the timed work is done (one wait on an event of
+    /// `stream`); allocates nothing (the timing events live in `scratch`).
+    /// A dataset the DMA path cannot serve (not packed, or not in pinned
+    /// host memory), or a range holding a tensor larger than a scratch
+    /// piece, is not timed: the result is [`RangePath::ZeroCopy`] with no
+    /// timings.
+    #[allow(clippy::too_many_arguments)]
+    pub fn calibrate_range_blocking(
+        &self,
+        gpu: &Gpu,
+        first: u64,
+        count: u64,
+        out: &mut DeviceSlice<u8>,
+        status: &DecodeStatus,
+        scratch: &mut DmaScratch,
+        stream: &Stream,
+    ) -> Result<RangeCalibration> {
+        let mut choice = self
+            .range_choice
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let c = self.calibrate(gpu, first, count, out, status, scratch, stream)?;
+        *choice = Some(c);
+        Ok(c)
+    }
+
+    /// The measurement of [`Decoder::calibrate_range_blocking`], stored by
+    /// the caller (which holds the lock).
+    #[allow(clippy::too_many_arguments)]
+    fn calibrate(
+        &self,
+        gpu: &Gpu,
+        first: u64,
+        count: u64,
+        out: &mut DeviceSlice<u8>,
+        status: &DecodeStatus,
+        scratch: &mut DmaScratch,
+        stream: &Stream,
+    ) -> Result<RangeCalibration> {
+        let ds = self.dataset()?;
+        let untimed = RangeCalibration {
+            path: RangePath::ZeroCopy,
+            sample_rows: 0,
+            zero_copy_seconds: None,
+            dma_seconds: None,
+        };
+        let Some(offsets) = ds.host_offsets.as_ref().filter(|_| dma_capable(ds)) else {
+            return Ok(untimed);
+        };
+        if count == 0 {
+            return Err(Error::invalid(
+                "calibrating the range paths needs at least one row to time",
+            ));
+        }
+        if first.checked_add(count).is_none_or(|end| end > ds.rows) {
+            return Err(Error::invalid(format!(
+                "rows {first}..{} of {} requested",
+                first.saturating_add(count),
+                ds.rows
+            )));
+        }
+        let range = &offsets[first as usize..=(first + count) as usize];
+        // Q: and a range holding a tensor larger than a DMA piece?
+        // A: only zero-copy can decode it (`range_dma` refuses it).
+        if range
+            .windows(2)
+            .any(|w| w[1] - w[0] > scratch.piece_bytes as u64)
+        {
+            return Ok(untimed);
+        }
+        let n = sample_rows(range, CALIBRATION_PIECES * scratch.piece_bytes as u64);
+        let zero_copy = |out: &mut DeviceSlice<u8>| self.range(gpu, first, n, out, status, stream);
+        // Warm-ups: the first touch of the pinned pages and of the scratch.
+        zero_copy(out)?;
+        self.range_dma(gpu, first, n, out, status, scratch, stream)?;
+        let t = std::sync::Arc::clone(&scratch.timing);
+        let rec = |k: usize| {
+            t[k].record(stream)
+                .map_err(cuda_err("recording a timing event"))
+        };
+        // Interleaved: zero-copy, DMA, zero-copy, DMA, each between two
+        // events (five in all; an event ends one run and starts the next).
+        rec(0)?;
+        zero_copy(out)?;
+        rec(1)?;
+        self.range_dma(gpu, first, n, out, status, scratch, stream)?;
+        rec(2)?;
+        zero_copy(out)?;
+        rec(3)?;
+        self.range_dma(gpu, first, n, out, status, scratch, stream)?;
+        rec(4)?;
+        t[4].synchronize()
+            .map_err(cuda_err("waiting for the calibration"))?;
+        let secs = |a: usize, b: usize| -> Result<f64> {
+            let ms = t[b]
+                .elapsed_time_f32(&t[a])
+                .map_err(cuda_err("reading a timing event"))?;
+            Ok(f64::from(ms) / 1e3)
+        };
+        let zc = secs(0, 1)?.min(secs(2, 3)?);
+        let dma = secs(1, 2)?.min(secs(3, 4)?);
+        Ok(RangeCalibration {
+            path: if dma < zc {
+                RangePath::Dma
+            } else {
+                RangePath::ZeroCopy
+            },
+            sample_rows: n,
+            zero_copy_seconds: Some(zc),
+            dma_seconds: Some(dma),
+        })
+    }
+
+    /// Enqueue a range decode by the faster of [`Decoder::range_dma`] and
+    /// zero-copy [`Decoder::range`], as measured on this decoder.
+    ///
+    /// **The first call synchronises once.** Given a `scratch`, on a
+    /// packed dataset in pinned host memory, and with no calibration yet,
+    /// it first runs [`Decoder::calibrate_range_blocking`] on this call's
+    /// rows (both paths timed on a sample of them, then one wait for the
+    /// timing events), keeps the winner in the decoder, and then enqueues
+    /// the decode by it. Every later call only enqueues, by the kept path:
+    /// no host synchronisation and no allocation. To pay the wait ahead of
+    /// time, and to see the timings, call
+    /// [`Decoder::calibrate_range_blocking`] yourself.
+    ///
+    /// Without a scratch, or on a dataset the DMA path cannot serve, it is
+    /// [`Decoder::range`], untimed. A scratch is allocated once, e.g.
     ///
     /// ```text
-    /// let mut scratch = dec.prefers_dma()
-    ///     .then(|| DmaScratch::new(DEFAULT_DMA_PIECE_BYTES)).transpose()?;
-    /// dec.range_auto(&gpu, first, count, &mut out, &status, scratch.as_mut(), &stream)?;
+    /// let mut scratch = DmaScratch::new(DEFAULT_DMA_PIECE_BYTES)?;
+    /// dec.range_auto(&gpu, first, count, &mut out, &status, Some(&mut scratch), &stream)?;
     /// ```
+    ///
+    /// Q: why measure instead of a rule?
+    /// A: the faster path depends on this machine's link, IOMMU and copy
+    /// engines, on the decoder's speed from each memory and on the table;
+    /// a rule fitted to tables of one decoder picked the slower path by
+    /// 10–12% with the next one. Timing both once on the caller's own
+    /// rows is right by construction, within the timing noise.
     #[allow(clippy::too_many_arguments)]
     pub fn range_auto(
         &self,
@@ -182,13 +379,46 @@ impl<'ds> Decoder<'ds> {
         scratch: Option<&mut DmaScratch>,
         stream: &Stream,
     ) -> Result<()> {
-        match scratch {
-            Some(scratch) if self.prefers_dma() => {
-                self.range_dma(gpu, first, count, out, status, scratch, stream)
+        let Some(scratch) = scratch.filter(|_| count > 0 && self.ds.is_some_and(dma_capable))
+        else {
+            return self.range(gpu, first, count, out, status, stream);
+        };
+        let path = {
+            let mut choice = self
+                .range_choice
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            match *choice {
+                Some(c) => c.path,
+                None => {
+                    let c = self.calibrate(gpu, first, count, out, status, scratch, stream)?;
+                    *choice = Some(c);
+                    c.path
+                }
             }
-            _ => self.range(gpu, first, count, out, status, stream),
+        };
+        match path {
+            RangePath::Dma => self.range_dma(gpu, first, count, out, status, scratch, stream),
+            RangePath::ZeroCopy => self.range(gpu, first, count, out, status, stream),
         }
     }
+}
+
+/// Whether the DMA range path can serve `ds`: packed, in pinned memory.
+fn dma_capable(ds: &GpuDataset) -> bool {
+    ds.host_offsets.is_some() && matches!(ds.payload, Payload::Pinned(_))
+}
+
+/// Rows of a calibration sample: from the first row of `offsets` (the
+/// range's `count + 1` offsets) until the stored bytes reach `want`, at
+/// least one row, at most the whole range.
+fn sample_rows(offsets: &[u64], want: u64) -> u64 {
+    let Some((&base, ends)) = offsets.split_first() else {
+        return 0;
+    };
+    // Rows that end short of `want`, plus the one that reaches it.
+    let short = ends.partition_point(|&o| o - base < want);
+    (short + 1).min(ends.len()) as u64
 }
 
 impl<'ds> Decoder<'ds> {
@@ -349,6 +579,11 @@ pub struct DmaScratch {
     start: Event,
     copied: [Event; 2],
     decoded: [Event; 2],
+    /// Events with timing for the range paths' calibration (created with
+    /// the scratch, so that `range_auto` allocates nothing).
+    /// Shared (not copied) so that the calibration holds them while it
+    /// lends the scratch to [`Decoder::range_dma`].
+    timing: std::sync::Arc<[TimingEvent; 5]>,
 }
 
 impl DmaScratch {
@@ -378,11 +613,38 @@ impl DmaScratch {
             start: event()?,
             copied: [event()?, event()?],
             decoded: [event()?, event()?],
+            timing: std::sync::Arc::new(timing_events()?),
         })
     }
 
     /// Bytes of each piece.
     pub fn piece_bytes(&self) -> usize {
         self.piece_bytes
+    }
+}
+
+/// Five events with timing, for [`Decoder::calibrate_range_blocking`].
+fn timing_events() -> Result<[TimingEvent; 5]> {
+    let e = || TimingEvent::new(EventFlags::DEFAULT).map_err(cuda_err("creating a timing event"));
+    Ok([e()?, e()?, e()?, e()?, e()?])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sample_rows;
+
+    #[test]
+    fn a_calibration_sample_stops_at_the_row_reaching_its_bytes() {
+        // Rows of 10 stored bytes from offset 100.
+        let offsets: Vec<u64> = (0..=10).map(|i| 100 + 10 * i).collect();
+        assert_eq!(sample_rows(&offsets, 35), 4);
+        assert_eq!(sample_rows(&offsets, 40), 4);
+        assert_eq!(sample_rows(&offsets, 41), 5);
+        // At least one row, at most the range.
+        assert_eq!(sample_rows(&offsets, 0), 1);
+        assert_eq!(sample_rows(&offsets, 1 << 40), 10);
+        assert_eq!(sample_rows(&offsets[..1], 10), 0);
+        // Empty rows never reach anything: the whole range.
+        assert_eq!(sample_rows(&[7, 7, 7], 1), 2);
     }
 }

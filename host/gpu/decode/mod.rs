@@ -19,7 +19,7 @@ use ibp_kernels::params::{STATUS_BAD_INDEX, STATUS_CORRUPT};
 
 pub use decoder::Decoder;
 pub(crate) use decoder::Shape;
-pub use dma::{DEFAULT_DMA_PIECE_BYTES, DmaScratch};
+pub use dma::{DEFAULT_DMA_PIECE_BYTES, DmaScratch, RangeCalibration, RangePath};
 pub use request::{Mode, Request};
 
 use crate::gpu::rows_view::Fetch;

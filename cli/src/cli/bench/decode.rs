@@ -7,10 +7,10 @@ use std::fmt::Write as _;
 use cust::stream::Stream;
 use ibp::Result;
 use ibp::codebook::Codebook;
-use ibp::gpu::{DecodeOptions, Decoder, Gpu, GpuDataset, Residency};
+use ibp::gpu::{DecodeOptions, Decoder, Gpu, GpuDataset, RangePath, Residency};
 use ibp_cli::measure::{
-    BenchStorage, DecodeMeasurement, measure_decode, measure_decode_dma, measure_device_copy,
-    measure_gather, measure_gather_dma,
+    BenchStorage, DecodeMeasurement, RangeAutoMeasurement, measure_decode, measure_decode_dma,
+    measure_device_copy, measure_gather, measure_gather_dma, measure_range_auto,
 };
 use ibp_testdata::figure7_dataset;
 
@@ -260,20 +260,21 @@ fn real_data(
             row,
             cb: fit.codebook,
         };
-        let faster_dma = real_range_row(b, &table, reps, copy_rate, md, picture)?;
-        let picks_dma = prefers_dma(b, &data, row, &table.cb)?;
-        auto_rows.push(format!(
-            "| {} | {} | {} | {} |",
+        let (zero_copy, dma) = real_range_row(b, &table, reps, copy_rate, md, picture)?;
+        let piece = ibp::gpu::DEFAULT_DMA_PIECE_BYTES;
+        let a = measure_range_auto(b.gpu, b.stream, &table.big, row, &table.cb, piece, b.opts)?;
+        auto_rows.push(range_auto_row(&table.name, row, &a, zero_copy, dma));
+        eprintln!(
+            "  {}: range_auto {:.1} GB/s by {}",
             table.name,
-            if picks_dma { "DMA" } else { "zero-copy" },
-            if faster_dma { "DMA" } else { "zero-copy" },
-            if picks_dma == faster_dma { "yes" } else { "no" }
-        ));
+            a.auto.decoded_rate() / 1e9,
+            path_name(a.calibration.path)
+        );
         gathers.push(table);
     }
     let _ = writeln!(
         md,
-        "\n### Which range path `range_auto` takes\n\n| data | range_auto picks | faster in this run | right |\n| --- | --- | --- | --- |"
+        "\n### Which range path `range_auto` takes\n\n*prior*: the rule `Decoder::prefers_dma` gives before a calibration. *calibrated*: what `range_auto`'s first call chose on the measured table, from its timings of both paths on a sample (the better of two runs each, milliseconds). *faster*: the faster of the pinned zero-copy and DMA rates above, in this run; *chosen / faster*: the chosen path's rate above over the faster one (issue 33's target: ≥ 0.97). *range_auto GB/s*: `range_auto` itself timed after its first call.\n\n| data | row | prior | calibrated | sample rows | zero-copy ms | DMA ms | faster in this run | chosen / faster | range_auto GB/s | range_auto / faster | within 3% |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
     );
     for r in &auto_rows {
         let _ = writeln!(md, "{r}");
@@ -281,8 +282,49 @@ fn real_data(
     real_gathers(b, &gathers, zero_copy_rate, md)
 }
 
+/// The name of a range path in the tables.
+fn path_name(p: RangePath) -> &'static str {
+    match p {
+        RangePath::Dma => "DMA",
+        RangePath::ZeroCopy => "zero-copy",
+    }
+}
+
+/// A row of the `range_auto` table: `a` on the table `name` of `row`-byte
+/// rows, against the zero-copy and DMA rates (decoded bytes per second)
+/// measured beside it.
+fn range_auto_row(
+    name: &str,
+    row: usize,
+    a: &RangeAutoMeasurement,
+    zero_copy: f64,
+    dma: f64,
+) -> String {
+    let c = &a.calibration;
+    let faster = zero_copy.max(dma);
+    let chosen = match c.path {
+        RangePath::Dma => dma,
+        RangePath::ZeroCopy => zero_copy,
+    };
+    let ms = |s: Option<f64>| s.map_or("-".into(), |s| format!("{:.3}", s * 1e3));
+    format!(
+        "| {name} | {row} B | {} | {} | {} | {} | {} | {} | {:.3} | {:.1} | {:.3} | {} |",
+        if a.prior_dma { "DMA" } else { "zero-copy" },
+        path_name(c.path),
+        c.sample_rows,
+        ms(c.zero_copy_seconds),
+        ms(c.dma_seconds),
+        if dma > zero_copy { "DMA" } else { "zero-copy" },
+        chosen / faster,
+        a.auto.decoded_rate() / 1e9,
+        a.auto.decoded_rate() / faster,
+        if chosen / faster >= 0.97 { "yes" } else { "no" }
+    )
+}
+
 /// One real table's row of range decodes (pinned, its ideal, the DMA path,
-/// device-resident). Returns whether the DMA path was the faster one.
+/// device-resident). Returns the decoded rates of the zero-copy and DMA
+/// paths from pinned memory.
 fn real_range_row(
     b: &Bench,
     t: &RealTable,
@@ -290,7 +332,7 @@ fn real_range_row(
     copy_rate: f64,
     md: &mut String,
     picture: &mut BenchPlot,
-) -> Result<bool> {
+) -> Result<(f64, f64)> {
     let (name, big, row, cb) = (&t.name, &t.big, t.row, &t.cb);
     let p = b.packed(big, row, cb, Residency::Pinned)?;
     let ideal = if row % 4 == 0 {
@@ -328,19 +370,7 @@ fn real_range_row(
         p.decoded_rate() / 1e9,
         d.decoded_rate() / 1e9
     );
-    Ok(dma.decoded_rate() > p.decoded_rate())
-}
-
-/// Whether `range_auto` would take the DMA path for the (unreplicated)
-/// table `data`, packed and pinned.
-fn prefers_dma(b: &Bench, data: &[u8], row: usize, cb: &Codebook) -> Result<bool> {
-    let packed = ibp::layout::compress_packed(
-        cb,
-        ibp::Rows::new(data, row)?,
-        &ibp::layout::LayoutOptions::default(),
-    )?;
-    let ds = GpuDataset::upload_packed(b.gpu, cb, &packed.view(), Residency::Pinned)?;
-    Ok(Decoder::new(b.gpu, &ds, b.opts)?.prefers_dma())
+    Ok((p.decoded_rate(), dma.decoded_rate()))
 }
 
 /// Section 5: random gathers of compressed rows.
@@ -384,9 +414,21 @@ fn real_gathers(
 }
 
 /// `--section device`: device-resident decodes (synthetic and real) and
-/// device gathers, each with the decoder's geometry.
+/// device gathers, each with the decoder's geometry, then the row-length
+/// sweep (`--sweep-only`: the sweep alone; `--no-sweep`: without it).
 pub(super) fn device_section(b: &Bench, args: &Args, md: &mut String) -> Result<()> {
     let copy_rate = device_copy_rate(b.stream)?;
+    if !args.sweep_only {
+        device_tables_section(b, args, copy_rate, md)?;
+    }
+    if !args.no_sweep {
+        super::sweep::run(b, args, copy_rate, md)?;
+    }
+    Ok(())
+}
+
+/// `--section device`'s tables (all but the sweep).
+fn device_tables_section(b: &Bench, args: &Args, copy_rate: f64, md: &mut String) -> Result<()> {
     let _ = writeln!(
         md,
         "## Device-resident decode and gathers\n\nDevice-to-device copy of 1 GiB: {:.0} GB/s counting bytes read plus written. *geometry*: threads per block, blocks, shared bytes per block, batch mode.\n\n| data | savings | range GB/s | moved / copy | gather 4096 GB/s | gather 65536 GB/s | geometry |\n| --- | --- | --- | --- | --- | --- | --- |",

@@ -159,14 +159,33 @@ struct Report {
     codebook: CodebookReport,
     gpu: GpuReport,
     ceilings: Ceilings,
-    /// The path `Decoder::range_auto` takes for this table: `dma` or
-    /// `zero_copy`.
+    /// The path `Decoder::range_auto` takes for this table, as its first
+    /// call measured: `dma` or `zero_copy`.
     range_auto: &'static str,
+    /// How `range_auto` chose, against this run's measurements.
+    range_auto_calibration: RangeAutoReport,
     measurements: Vec<Measurement>,
     /// With `--peers`: the comparison table (Markdown, as `ibp bench
     /// --peers` prints it) of the peers and ibp on the same bytes.
     #[serde(skip_serializing_if = "Option::is_none")]
     peers_markdown: Option<String>,
+}
+
+/// `range_auto`'s calibration (its first call timing both paths on a
+/// sample) and how its choice compares with this run's measurements.
+#[derive(Serialize, Debug, Default)]
+struct RangeAutoReport {
+    /// The path the rule `Decoder::prefers_dma` gives before calibrating.
+    prior: &'static str,
+    /// Rows of the sample both paths decoded.
+    sample_rows: u64,
+    /// Seconds of each path on the sample (the better of two runs).
+    zero_copy_seconds: Option<f64>,
+    dma_seconds: Option<f64>,
+    /// The faster of `range_pinned_zero_copy` and `range_pinned_dma`.
+    faster_in_this_run: &'static str,
+    /// The chosen path's rate over the faster one's (issue 33: ≥ 0.97).
+    chosen_of_faster: Option<f64>,
 }
 
 #[derive(Serialize, Debug)]
@@ -295,12 +314,13 @@ fn measure(args: &Args, file: &str, format: &'static str, sel: Selection) -> Res
 
     let fit = ibp::fit::fit(ibp::Rows::new(&data, l)?, &Default::default())?;
     let cb = &fit.codebook;
-    let (ratio, range_auto) = ratio_and_range_auto(&b, &data, l, cb)?;
+    let ratio = packed_ratio(&data, l, cb)?;
     let mut out = Measurements {
         rows: Vec::new(),
         ceilings,
     };
     decode_rows(&b, &data, l, cb, &mut out)?;
+    let (range_auto, range_auto_calibration) = range_auto_rows(&b, &data, l, cb, &mut out)?;
     let savings = 1.0 - 1.0 / ratio;
     compress_rows(&gpu, &data, l, savings, &mut out)?;
     // Peers (nvCOMP) on the same bytes, beside ibp: a Markdown table after
@@ -341,6 +361,7 @@ fn measure(args: &Args, file: &str, format: &'static str, sel: Selection) -> Res
         gpu: GpuReport::of(gpu.info()),
         ceilings,
         range_auto,
+        range_auto_calibration,
         measurements: out.rows,
         peers_markdown,
     };
@@ -400,29 +421,75 @@ fn measure_ceilings(b: &super::decode::Bench) -> Result<Ceilings> {
     })
 }
 
-/// The packed layout's ratio (input bytes per payload byte) and the path
-/// `Decoder::range_auto` takes for it, pinned: `dma` or `zero_copy`.
+/// The packed layout's ratio: input bytes per payload byte.
 #[cfg(feature = "cuda")]
-fn ratio_and_range_auto(
-    b: &super::decode::Bench,
-    data: &[u8],
-    l: usize,
-    cb: &ibp::codebook::Codebook,
-) -> Result<(f64, &'static str)> {
-    use ibp::gpu::{Decoder, GpuDataset, Residency};
+fn packed_ratio(data: &[u8], l: usize, cb: &ibp::codebook::Codebook) -> Result<f64> {
     let packed = ibp::layout::compress_packed(
         cb,
         ibp::Rows::new(data, l)?,
         &ibp::layout::LayoutOptions::default(),
     )?;
-    let ratio = data.len() as f64 / packed.payload.len().max(1) as f64;
-    let ds = GpuDataset::upload_packed(b.gpu, cb, &packed.view(), Residency::Pinned)?;
-    let range_auto = if Decoder::new(b.gpu, &ds, b.opts)?.prefers_dma() {
-        "dma"
-    } else {
-        "zero_copy"
+    Ok(data.len() as f64 / packed.payload.len().max(1) as f64)
+}
+
+/// `Decoder::range_auto` on the table: its row (`range_pinned_auto`), the
+/// path its first call chose (`dma` or `zero_copy`), and how it chose,
+/// against the zero-copy and DMA rows measured before it.
+#[cfg(feature = "cuda")]
+fn range_auto_rows(
+    b: &super::decode::Bench,
+    data: &[u8],
+    l: usize,
+    cb: &ibp::codebook::Codebook,
+    out: &mut Measurements,
+) -> Result<(&'static str, RangeAutoReport)> {
+    use ibp::gpu::RangePath;
+    use ibp_cli::measure::measure_range_auto;
+    let name = |dma: bool| if dma { "dma" } else { "zero_copy" };
+    let rate = |id: &str| {
+        out.rows
+            .iter()
+            .find(|m| m.id == id)
+            .and_then(|m| m.gb_per_s)
     };
-    Ok((ratio, range_auto))
+    let (zc, dma) = (rate("range_pinned_zero_copy"), rate("range_pinned_dma"));
+    // Both rates, when both paths gave the data back bit for bit.
+    let both = zc.zip(dma);
+    let faster = both.map_or("", |(z, d)| name(d > z));
+    let a = measure_range_auto(b.gpu, b.stream, data, l, cb, 8 << 20, b.opts);
+    let report = match &a {
+        Ok(a) => {
+            let c = &a.calibration;
+            let chosen = match c.path {
+                RangePath::Dma => dma,
+                RangePath::ZeroCopy => zc,
+            };
+            RangeAutoReport {
+                prior: name(a.prior_dma),
+                sample_rows: c.sample_rows,
+                zero_copy_seconds: c.zero_copy_seconds,
+                dma_seconds: c.dma_seconds,
+                faster_in_this_run: faster,
+                chosen_of_faster: chosen.zip(both).map(|(c, (z, d))| c / z.max(d)),
+            }
+        }
+        Err(_) => RangeAutoReport {
+            faster_in_this_run: faster,
+            ..Default::default()
+        },
+    };
+    let path = match &a {
+        Ok(a) => name(a.calibration.path == RangePath::Dma),
+        Err(_) => "",
+    };
+    out.decode(
+        "range_pinned_auto",
+        "range decode from pinned host memory by the path Decoder::range_auto chose on its first call (it times both once)".into(),
+        "zero_copy_read",
+        false,
+        a.map(|a| a.auto),
+    )?;
+    Ok((path, report))
 }
 
 /// The measurement rows gathered so far, and the ceilings they are set
@@ -690,8 +757,22 @@ fn text(r: &Report) -> String {
     let c = &r.ceilings;
     let _ = writeln!(
         s,
-        "ceilings: pinned DMA copy {:.1} GB/s, zero-copy read {:.1} GB/s, device copy {:.0} GB/s (read + written); range_auto takes {}\n",
-        c.h2d_dma_copy_gb_per_s, c.zero_copy_read_gb_per_s, c.device_copy_gb_per_s, r.range_auto
+        "ceilings: pinned DMA copy {:.1} GB/s, zero-copy read {:.1} GB/s, device copy {:.0} GB/s (read + written)",
+        c.h2d_dma_copy_gb_per_s, c.zero_copy_read_gb_per_s, c.device_copy_gb_per_s
+    );
+    let a = &r.range_auto_calibration;
+    let ms = |s: Option<f64>| s.map_or("-".to_string(), |s| format!("{:.3} ms", s * 1e3));
+    let _ = writeln!(
+        s,
+        "range_auto: takes {} (prior rule: {}; timed on {} rows: zero-copy {}, DMA {}); faster in this run: {}, chosen / faster {}\n",
+        r.range_auto,
+        a.prior,
+        a.sample_rows,
+        ms(a.zero_copy_seconds),
+        ms(a.dma_seconds),
+        a.faster_in_this_run,
+        a.chosen_of_faster
+            .map_or("-".to_string(), |v| format!("{v:.3}"))
     );
     let mut t = super::super::table::Table::new([
         "measurement",

@@ -15,6 +15,8 @@ mod graph;
 mod kv;
 mod peers;
 pub(super) mod plot;
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+mod sweep;
 
 use std::path::PathBuf;
 
@@ -54,8 +56,9 @@ pub struct Args {
     /// Use at most this many SMs.
     #[arg(long)]
     max_sms: Option<u32>,
-    /// Measure one point only, `SIZE,SAVINGS,pinned|device` (for profilers),
-    /// and print its rate instead of writing a results file.
+    /// Measure one point only, `SIZE,SAVINGS,pinned|device[,CHUNK]` (for
+    /// profilers and baselines), and print its rate instead of writing a
+    /// results file.
     #[arg(long, hide = true)]
     point: Option<String>,
     /// Decoder ring bytes per warp (experiments).
@@ -93,6 +96,27 @@ pub struct Args {
     pub(super) section: String,
     #[command(flatten)]
     pub(super) peers: peers::PeerArgs,
+    /// `--section device`: only the row-length sweep, none of the other
+    /// tables.
+    #[arg(long, conflicts_with = "no_sweep")]
+    pub(super) sweep_only: bool,
+    /// `--section device`: leave the row-length sweep out.
+    #[arg(long)]
+    pub(super) no_sweep: bool,
+    /// `--section device`: the sweep's row lengths in bytes
+    /// (comma-separated). Default: 64,128,256,512,768,1024,2048,4096,8192,16384.
+    #[arg(long, value_delimiter = ',', value_name = "BYTES")]
+    pub(super) sweep_rows: Option<Vec<usize>>,
+    /// `--section device`: the sweep's chunk sizes in bytes. Default: 1,2,4,8.
+    #[arg(long, value_delimiter = ',', value_name = "BYTES")]
+    pub(super) sweep_chunks: Option<Vec<u32>>,
+    /// `--section device`: the sweep's target savings in percent. Default:
+    /// 12.5,25,50,75,90.
+    #[arg(long, value_delimiter = ',', value_name = "PERCENT")]
+    pub(super) sweep_savings: Option<Vec<f64>>,
+    /// `--section device`: MiB decoded in each cell of the sweep.
+    #[arg(long, default_value_t = 128, value_name = "MIB")]
+    pub(super) sweep_mib: usize,
     /// `--section cache`: vertices of the R-MAT graph (ogbn-products'
     /// scale by default).
     #[arg(long, default_value_t = 2_400_000)]
@@ -177,6 +201,7 @@ fn suite(args: Args) -> Result<()> {
     use ibp::gpu::Gpu;
 
     check_peer_flags(&args)?;
+    check_sweep_flags(&args)?;
     // Before the GPU: a missing library is the first thing to report.
     let peers = peers::Peers::load(&args.peers)?;
     let gpu = Gpu::first()?;
@@ -253,6 +278,23 @@ fn check_peer_flags(args: &Args) -> Result<()> {
     Ok(())
 }
 
+/// The sweep's options apply to `--section device` alone.
+#[cfg(feature = "cuda")]
+fn check_sweep_flags(args: &Args) -> Result<()> {
+    let given = args.sweep_only
+        || args.no_sweep
+        || args.sweep_rows.is_some()
+        || args.sweep_chunks.is_some()
+        || args.sweep_savings.is_some()
+        || args.sweep_mib != 128;
+    if given && args.section != "device" {
+        return Err(ibp::Error::invalid(
+            "the --sweep-* options and --no-sweep apply to --section device",
+        ));
+    }
+    Ok(())
+}
+
 /// This machine's PCIe in bytes per second: a pinned host-to-device copy
 /// of 1 GiB and ibp's zero-copy kernel reading 1 GiB, printed on stderr.
 #[cfg(feature = "cuda")]
@@ -269,17 +311,24 @@ fn measure_link(gpu: &ibp::gpu::Gpu, stream: &cust::stream::Stream) -> Result<(f
     Ok((h2d, zc))
 }
 
-/// `--point SIZE,SAVINGS,pinned|device`: one decode, its rate printed.
+/// `--point SIZE,SAVINGS,pinned|device[,CHUNK]`: one decode, its rate
+/// printed. Without CHUNK, 4-byte chunks: the figure-7 dataset that
+/// `--point` of every earlier commit measures (the same bytes), so that a
+/// baseline binary measures the same cells (scripts/sweep-points.sh).
 #[cfg(feature = "cuda")]
 fn measure_point(b: &decode::Bench, rows: usize, pt: &str) -> Result<()> {
     use ibp::gpu::Residency;
     let parts: Vec<&str> = pt.split(',').collect();
-    let bad = || ibp::Error::invalid("--point wants SIZE,SAVINGS,pinned|device");
-    let (size, s, res) = match parts.as_slice() {
-        [a, b, c] => (
+    let bad = || ibp::Error::invalid("--point wants SIZE,SAVINGS,pinned|device[,CHUNK]");
+    let (size, s, res, chunk) = match parts.as_slice() {
+        [a, b, c, rest @ ..] if rest.len() <= 1 => (
             a.parse::<usize>().map_err(|_| bad())?,
             b.parse::<f64>().map_err(|_| bad())?,
             *c,
+            match rest {
+                [k] => k.parse::<u32>().map_err(|_| bad())?,
+                _ => 4,
+            },
         ),
         _ => return Err(bad()),
     };
@@ -288,7 +337,7 @@ fn measure_point(b: &decode::Bench, rows: usize, pt: &str) -> Result<()> {
     } else {
         Residency::Pinned
     };
-    let (data, cb) = ibp_testdata::figure7_dataset(rows, size, s, 11)?;
+    let (data, cb) = ibp_testdata::synthetic_dataset(rows, size, chunk, s, 11)?;
     let m = b.packed(&data, size, &cb, residency)?;
     println!(
         "{size} B at {s}: {:.1} GB/s decoded, {:.1} GB/s moved",
@@ -327,6 +376,19 @@ fn header(
         if args.stages { " --stages" } else { "" },
         if peers { " --peers nvcomp" } else { "" }
     );
+    let flags = if args.section == "device" {
+        let sweep = if args.no_sweep {
+            " --no-sweep".to_string()
+        } else {
+            sweep::Spec::from_args(args).flags()
+        };
+        format!(
+            "{flags}{}{sweep}",
+            if args.sweep_only { " --sweep-only" } else { "" }
+        )
+    } else {
+        flags
+    };
     let _ = writeln!(
         md,
         "- GPU: {} ({} SMs, compute capability {}.{})\n- driver: {} (CUDA {}.{})\n- ibp commit: {commit}\n- date: {date}\n- command: `ibp bench --rows {} --section {}{}`\n{}- this machine's PCIe, measured in the same run: pinned host-to-device copy {:.1} GB/s (1 GiB, DMA); zero-copy kernel read {:.1} GB/s (1 GiB, ibp's bit-counting kernel)\n",
