@@ -29,7 +29,7 @@ if [ "$what" = bench ] || [ "$what" = all ]; then
 fi
 if [ "$what" = sweep ] || [ "$what" = all ]; then
   for side in on off; do
-    timeout 200 $bin bench --section device --sweep-only --sweep-mib "${SWEEP_MIB:-64}" --pairs $side --out "$out/sweep-$side.md" >"$out/sweep-$side.log" 2>&1
+    timeout 200 $bin bench --section device --sweep-only --sweep-mib "${SWEEP_MIB:-64}" ${SWEEP_ARGS:-} --pairs $side --out "$out/sweep-$side.md" >"$out/sweep-$side.log" 2>&1
     echo "sweep $side rc=$?"
   done
 fi
