@@ -192,7 +192,11 @@ impl<'ds> Decoder<'ds> {
             )));
         }
         let block = (warps * 32) as u32;
-        let pairs = opts.pairs.unwrap_or(!opts.no_fast_paths) && batch && !clustered;
+        let pairs = batch
+            && !clustered
+            && opts
+                .pairs
+                .unwrap_or(!opts.no_fast_paths && pairs_pay(l, ring_lines as u64 / 2, span_max));
         let per_sm = gpu.blocks_per_sm(
             kernels::decode(batch, clustered, pairs),
             block,
@@ -418,6 +422,27 @@ impl<'ds> Decoder<'ds> {
     }
 }
 
+/// Whether batch mode decodes tensors of `l` bytes two a warp by default
+/// (`ibp_decode_pairs`), with halves of `half_lines` lines and tensors
+/// spanning at most `span_max`.
+///
+/// Q: where does the rule come from?
+/// A: from instruction counts, not from tables. A half-warp step costs
+/// what a whole-warp step does (`scripts/sass.sh --steps`: the `_half`
+/// probes take 1.0–1.15× the instructions for 256 output bytes of each of
+/// two tensors that a whole step takes for 512 of one). So a pair saves
+/// only where a tensor's last whole step would be at most half full: it
+/// takes `⌈L/256⌉` half-steps for two tensors against `2·⌈L/512⌉` whole
+/// ones. The rule asks for a saving of a fifth (`L` in `(0, 256]` or
+/// `(512, 768]`: 25–50%), which covers the per-step excess with room,
+/// and for halves that hold two tensors, since a tensor with no partner
+/// is decoded by both halves at twice its cost. Measured on the H200
+/// (2026-11-28, `scripts/device-decoder.sh`): 4096-byte rows whose batches
+/// held one tensor ran at 0.53–0.61× with pairs forced on.
+pub(crate) fn pairs_pay(l: u64, half_lines: u64, span_max: u64) -> bool {
+    5 * l.div_ceil(256) <= 8 * l.div_ceil(512) && half_lines >= 2 * span_max
+}
+
 /// Whether `out_len` bytes hold `rows` output rows of `l` bytes, `stride`
 /// bytes apart.
 fn check_output(out_len: u64, rows: u64, stride: u64, l: u64) -> Result<()> {
@@ -440,8 +465,21 @@ fn check_output(out_len: u64, rows: u64, stride: u64, l: u64) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::check_output;
+    use super::{check_output, pairs_pay};
     use crate::ErrorKind;
+
+    #[test]
+    fn pairs_pay_where_a_rows_last_whole_step_is_at_most_half_full() {
+        // Halves of 32 lines, tensors of at most 7.
+        for l in [1, 64, 200, 256, 513, 600, 768] {
+            assert!(pairs_pay(l, 32, 7), "{l}");
+        }
+        for l in [257, 512, 769, 1024, 1280, 1536, 4096, 5732] {
+            assert!(!pairs_pay(l, 32, 7), "{l}");
+        }
+        // A half that holds one tensor never pairs.
+        assert!(!pairs_pay(768, 12, 7));
+    }
 
     #[test]
     fn an_output_too_short_for_its_rows_is_an_invalid_argument() {

@@ -47,9 +47,10 @@ pub struct DecodeOptions {
     pub no_fast_paths: bool,
     /// In batch mode, decode two tensors at a time, one a half-warp
     /// (kernel `ibp_decode_pairs`), rather than one by the whole warp.
-    /// `None`: on, unless the fast paths are off. Clustered datasets and
-    /// streaming mode always decode one at a time. Output is identical
-    /// either way.
+    /// `None`: where it pays, by a rule on the tensor length (rows of up to
+    /// 256 bytes, or of 513 to 768), unless the fast paths are off.
+    /// Clustered datasets and streaming mode always decode one at a time.
+    /// Output is identical either way.
     pub pairs: Option<bool>,
 }
 

@@ -323,8 +323,12 @@ impl<H: Machine, B: Book, const CL: bool> Ctx<'_, H, B, CL> {
 
     /// Next batch from the window of rows: lanes `[0, count)` of the result
     /// hold its items, regions assigned within a half of `half_lines`.
+    ///
+    /// `PAIRS`: an even number of tensors when more than one fits (the odd
+    /// one waits for the next batch), so that none is decoded by both
+    /// halves of the warp but a window's last.
     #[inline(always)]
-    fn form_batch(&self, w: &mut Window, half_lines: u32) -> (Item, u32) {
+    fn form_batch<const PAIRS: bool>(&self, w: &mut Window, half_lines: u32) -> (Item, u32) {
         let h = self.h;
         let lane = h.lane();
         loop {
@@ -342,7 +346,10 @@ impl<H: Machine, B: Book, const CL: bool> Ctx<'_, H, B, CL> {
             let sp = if mine { w.item.span() } else { 0 };
             let incl = inclusive_scan(h, sp);
             let fits = mine && incl <= half_lines;
-            let count = h.ballot(fits).count_ones();
+            let mut count = h.ballot(fits).count_ones();
+            if PAIRS && count > 1 {
+                count &= !1;
+            }
             let mut placed = w.item;
             placed.set_region(incl - sp);
             placed.set_fetched(0);
@@ -576,7 +583,7 @@ impl<H: Machine, B: Book, const CL: bool> Ctx<'_, H, B, CL> {
         };
         w.item = self.load_item(w.row(h.lane()));
         let mut k = 0u32;
-        let (mut cur, mut n) = self.form_batch(&mut w, half_lines);
+        let (mut cur, mut n) = self.form_batch::<PAIRS>(&mut w, half_lines);
         self.fetch_batch(half(k), &mut cur, n);
         while n > 0 {
             if derive {
@@ -584,7 +591,7 @@ impl<H: Machine, B: Book, const CL: bool> Ctx<'_, H, B, CL> {
                 h.sync_warp();
                 self.derive_batch(half(k), &mut cur, n);
             }
-            let (mut next, m) = self.form_batch(&mut w, half_lines);
+            let (mut next, m) = self.form_batch::<PAIRS>(&mut w, half_lines);
             self.fetch_batch(half(k ^ 1), &mut next, m);
             // Everything but the batch just issued has landed.
             h.wait_all_but_last();
