@@ -29,7 +29,9 @@ if [ "$what" = bench ] || [ "$what" = all ]; then
 fi
 if [ "$what" = sweep ] || [ "$what" = all ]; then
   for side in on off; do
-    timeout 200 $bin bench --section device --sweep-only --sweep-mib "${SWEEP_MIB:-64}" ${SWEEP_ARGS:-} --pairs $side --out "$out/sweep-$side.md" >"$out/sweep-$side.log" 2>&1
+    flag="--pairs $side"
+    [ $side = on ] && [ "${SWEEP_ON:-on}" = auto ] && flag=
+    timeout 200 $bin bench --section device --sweep-only --sweep-mib "${SWEEP_MIB:-64}" ${SWEEP_ARGS:-} $flag --out "$out/sweep-$side.md" >"$out/sweep-$side.log" 2>&1
     echo "sweep $side rc=$?"
   done
 fi
@@ -40,7 +42,19 @@ if [ "$what" = bench ] || [ "$what" = all ]; then
   python3 .device/bench-compare.py "$out/dev-on1.md" "$out/dev-on2.md" --base "$out/dev-base1.md" "$out/dev-base2.md"
 fi
 if [ "$what" = sweep ] || [ "$what" = all ]; then
-  echo "== sweep: pairs on / off"
-  python3 .device/bench-compare.py "$out/sweep-on.md" --base "$out/sweep-off.md"
-  grep -E "^\| [0-9]+ B" "$out/sweep-on.md" | awk -F'|' '{print $2"|"$4"|"$6"|"$8"|"$10}' | head -220
+  echo "== sweep: pairs ${SWEEP_ON:-on} / off, per cell (row, savings, GB/s ${SWEEP_ON:-on}, GB/s off, ratio, moved/copy ${SWEEP_ON:-on})"
+  python3 - "$out/sweep-on.md" "$out/sweep-off.md" <<'PY'
+import sys
+def cells(p):
+    d = {}
+    for l in open(p):
+        c = [x.strip() for x in l.strip().strip("|").split("|")]
+        if len(c) >= 8 and c[0].endswith("chunks") and c[0][0].isdigit():
+            d[(c[0], c[1])] = (float(c[4]), c[6])
+    return d
+a, b = cells(sys.argv[1]), cells(sys.argv[2])
+for k in a:
+    if k in b:
+        print(f"{k[0]:>22} {k[1]:>6} {a[k][0]:7.0f} {b[k][0]:7.0f} {a[k][0]/b[k][0]:5.2f} {a[k][1]}")
+PY
 fi
