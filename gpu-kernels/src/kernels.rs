@@ -660,14 +660,16 @@ pub unsafe fn ibp_scan_apply(p: ScanParams) {
 /// step. `ibp_probe_c{C}_{path}`: `none` (no free bits, every chunk
 /// matches: the Cora case), `two` (two runs, every chunk matches), `twoscan`
 /// (two runs with the scan: some chunk of the step does not match), `gen`
-/// (move masks, scan); `nonescan` (no free bits, some chunk does not match).
+/// (move masks, scan); `nonescan` (no free bits, some chunk does not match);
+/// `any` (class and shortcut decided at run time, as the kernels do: the
+/// loop holds every path).
 /// A `_half` suffix: the same path decoded by half-warps, two tensors a
 /// warp (`decode_in` with `G = 16`), whose step covers 256 output bytes.
 #[cfg(feature = "probe")]
 mod probe {
     use super::{Hw, SharedBook, kernel};
     use crate::detail::book::{CLASS_GENERAL, CLASS_NONE_FREE, CLASS_TWO_RUNS, Layout};
-    use crate::detail::step::{Contig, Geometry, RowStore, decode_in};
+    use crate::detail::step::{ANY, Contig, Geometry, RowStore, decode_in};
     use crate::params::DecodeParams;
 
     macro_rules! probe {
@@ -728,6 +730,10 @@ mod probe {
     probe!(ibp_probe_c1_two, 1, CLASS_TWO_RUNS, 1);
     probe!(ibp_probe_c1_twoscan, 1, CLASS_TWO_RUNS, 0);
     probe!(ibp_probe_c1_gen, 1, CLASS_GENERAL, 0);
+    probe!(ibp_probe_c8_any, 8, ANY, 255);
+    probe!(ibp_probe_c4_any, 4, ANY, 255);
+    probe!(ibp_probe_c2_any, 2, ANY, 255);
+    probe!(ibp_probe_c1_any, 1, ANY, 255);
     probe!(ibp_probe_c8_none_half, 8, CLASS_NONE_FREE, 1, 16);
     probe!(ibp_probe_c8_two_half, 8, CLASS_TWO_RUNS, 1, 16);
     probe!(ibp_probe_c4_two_half, 4, CLASS_TWO_RUNS, 1, 16);

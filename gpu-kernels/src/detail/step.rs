@@ -312,6 +312,165 @@ unsafe fn store_tail<M: Mem>(m: &M, a: u64, w0: u32, w1: u32, w2: u32, w3: u32, 
     }
 }
 
+/// A lane's 16 output bytes of a step that is not all bit values: its
+/// chunks `k0 ..`, participation bits `p`, payload from stream bit `bit`.
+///
+/// `CLASS`: the step's class (warp-uniform). A matching chunk is its bit
+/// value ([`CLASS_NONE_FREE`]), [`expand2_32`]/[`expand2_64`] of its
+/// payload with the step's `RUN1` and `FREE` words `r1`, `fr`
+/// ([`CLASS_TWO_RUNS`]), or its payload expanded by its entry's move
+/// masks, read from the global table ([`CLASS_GENERAL`]).
+///
+/// Q: why does a chunk compute both of its outputs and select one?
+/// A: the participation bit differs from lane to lane; branching on it
+/// put a reconvergence barrier (BSSY/BSYNC) and two or three branches
+/// around every chunk, about a fifth of the step's instructions and its
+/// most sampled stalls (Nsight Compute on MiniLM bf16, 2026-11-28). Both
+/// outputs cost a few logic operations; the select is one.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+#[allow(unused_assignments)] // the last chunk's `bit +=` is never read
+fn expand<const C: u32, const CLASS: u8, S: Source, B: Book, M: Mem>(
+    s: &S,
+    b: &B,
+    m: &M,
+    g: &Geometry,
+    k0: u32,
+    p: u32,
+    mut bit: u32,
+    bv: [u32; 4],
+) -> [u32; 4] {
+    let cpl = chunks_per_lane(C);
+    let lay = g.layout;
+    // The lane's RUN1 and FREE words (two-run steps), read word by word
+    // where they are used.
+    //
+    // Q: why not one 16-byte load of each, as for the bit values?
+    // A: eight more registers live across the step pushed the kernels past
+    // their cap (56–160 bytes of spills on sm_90); scalar shared loads are
+    // cheap beside that.
+    let ob = k0 * C;
+    // SAFETY: (both) inside the RUN1 and FREE fields, 4-aligned.
+    let r1w = |i: u32| unsafe { b.ld_u32(lay.run1 + ob + 4 * i) };
+    let frw = |i: u32| unsafe { b.ld_u32(lay.free + ob + 4 * i) };
+    let mut o = [0u32; 4];
+    if C == 8 {
+        let prm = load_params::<C, B>(b, lay.params + 4 * k0);
+        each_chunk!(j => {
+          if j < 2 {
+            let q = prm[j as usize];
+            let wj = width(q, p, j);
+            let v = s.raw64(bit);
+            bit += wj;
+            let x = if CLASS == CLASS_GENERAL {
+                if (p >> j) & 1 == 0 {
+                    v
+                } else {
+                    let e = entry::<8, M>(m, g.entries, k0 + j);
+                    table::decode_entry::<8>(&e, true, v)
+                }
+            } else if CLASS == CLASS_NONE_FREE {
+                if (p >> j) & 1 == 1 { field64(&bv, j) } else { v }
+            } else {
+                let w64 = |f: &dyn Fn(u32) -> u32| (f(2 * j) as u64) | ((f(2 * j + 1) as u64) << 32);
+                let e = expand2_64(
+                    v,
+                    q & 0xff,
+                    (q >> 8) & 0xff,
+                    w64(&r1w),
+                    w64(&frw),
+                    field64(&bv, j),
+                );
+                if (p >> j) & 1 == 1 { e } else { v }
+            };
+            o[2 * j as usize] = x as u32;
+            o[2 * j as usize + 1] = (x >> 32) as u32;
+          }
+        });
+        return o;
+    }
+    let prm = if C == 4 {
+        load_params::<C, B>(b, lay.params + 4 * k0)
+    } else {
+        [0; 16]
+    };
+    let mut grp = [0u32; 4];
+    let mut win = 0u32;
+    each_chunk!(j => {
+        if j < cpl {
+            if C <= 2 && j.is_multiple_of(4) {
+                grp = param4(b, lay.params + 4 * (k0 + j));
+            }
+            let q = if C <= 2 { grp[(j % 4) as usize] } else { prm[j as usize] };
+            let wj = width(q, p, j);
+            // Q: why one read per 4 bytes of chunks?
+            // A: chunks of 1 or 2 bytes have payloads of at most
+            // 8 or 16 bits, so the 4/C chunks of one output word
+            // fit one 32-bit read; each then shifts its bits out
+            // (two instructions instead of a read's eight).
+            let v = if C == 4 {
+                let v = s.raw32(bit);
+                bit += wj;
+                v
+            } else {
+                let per_word = 4 / C;
+                if j.is_multiple_of(per_word) {
+                    let mut gw = 0;
+                    each_chunk!(i => {
+                        if i < per_word {
+                            gw += width(grp[((j + i) % 4) as usize], p, (j + i) % 16);
+                        }
+                    });
+                    win = s.raw32(bit);
+                    bit += gw;
+                }
+                let v = win & low_mask32(wj);
+                win >>= wj & 31;
+                v
+            };
+            // Q: why expand in place in the output word?
+            // A: the book's `s1` and `d2` of a 1- or 2-byte chunk
+            // already include the chunk's offset in its output
+            // word, and a chunk's shifted payload never leaves its
+            // own bytes, so the word's whole RUN1 and FREE words
+            // serve every chunk in it: no per-chunk field
+            // extraction, no repacking.
+            let byte = j * C;
+            let wi = (byte / 4) as usize;
+            let sh = (byte % 4) * 8;
+            let own = if C == 4 {
+                u32::MAX
+            } else {
+                (low_mask(C * 8) as u32) << sh
+            };
+            let x = if CLASS == CLASS_GENERAL {
+                if (p >> j) & 1 == 0 {
+                    v << sh
+                } else if k0 + j < g.chunks {
+                    let e = entry::<C, M>(m, g.entries, k0 + j);
+                    (table::decode_entry::<C>(&e, true, v as u64) as u32) << sh
+                } else {
+                    0
+                }
+            } else if CLASS == CLASS_NONE_FREE {
+                if (p >> j) & 1 == 1 { bv[wi] & own } else { v << sh }
+            } else {
+                let e = expand2_32(
+                    v,
+                    q & 0xff,
+                    (q >> 8) & 0xff,
+                    r1w(wi as u32),
+                    frw(wi as u32),
+                    bv[wi] & own,
+                );
+                if (p >> j) & 1 == 1 { e } else { v << sh }
+            };
+            o[wi] |= x;
+        }
+    });
+    o
+}
+
 /// Decode the encoded tensor of `e_bytes` stored bytes read through `s`,
 /// handing its row to `sink` 16 bytes a lane a step. Returns false when its bits disagree with its
 /// length or padding (corrupt); nothing outside the stored bytes (plus the
@@ -536,115 +695,16 @@ pub unsafe fn decode_in<
         // SAFETY: inside the BITVAL field, 16-aligned.
         let bv = unsafe { b.ld_v4(lay.bitval + ob) };
         // A corrupt group reads from its first stored bit (see above).
-        let mut bit = if ok { pos + excl } else { 0 };
-        let mut o = [0u32; 4];
-        if class == CLASS_NONE_FREE && all_match {
-            o = bv;
-        } else if C == 8 {
-            let (r1, fr) = if class == CLASS_TWO_RUNS {
-                // SAFETY: inside the RUN1 and FREE fields, 16-aligned.
-                unsafe { (b.ld_v4(lay.run1 + ob), b.ld_v4(lay.free + ob)) }
-            } else {
-                ([0; 4], [0; 4])
-            };
-            each_chunk!(j => {
-              if j < 2 {
-                let wj = width(prm[j as usize], p, j);
-                let v = s.raw64(bit);
-                bit += wj;
-                let x = if (p >> j) & 1 == 0 {
-                    v
-                } else if class == CLASS_NONE_FREE {
-                    field64(&bv, j)
-                } else if class == CLASS_TWO_RUNS {
-                    let q = prm[j as usize];
-                    expand2_64(
-                        v,
-                        q & 0xff,
-                        (q >> 8) & 0xff,
-                        field64(&r1, j),
-                        field64(&fr, j),
-                        field64(&bv, j),
-                    )
-                } else {
-                    let e = entry::<8, M>(m, g.entries, k0 + j);
-                    table::decode_entry::<8>(&e, true, v)
-                };
-                o[2 * j as usize] = x as u32;
-                o[2 * j as usize + 1] = (x >> 32) as u32;
-              }
-            });
+        let bit = if ok { pos + excl } else { 0 };
+        let o = if class == CLASS_NONE_FREE && all_match {
+            bv
+        } else if class == CLASS_NONE_FREE {
+            expand::<C, CLASS_NONE_FREE, S, B, M>(s, b, m, g, k0, p, bit, bv)
+        } else if class == CLASS_GENERAL {
+            expand::<C, CLASS_GENERAL, S, B, M>(s, b, m, g, k0, p, bit, bv)
         } else {
-            let (r1, fr) = if class == CLASS_TWO_RUNS {
-                // SAFETY: as above.
-                unsafe { (b.ld_v4(lay.run1 + ob), b.ld_v4(lay.free + ob)) }
-            } else {
-                ([0; 4], [0; 4])
-            };
-            let mut win = 0u32;
-            each_chunk!(j => {
-                if j < cpl {
-                    if C <= 2 && j.is_multiple_of(4) {
-                        grp = param4(b, lay.params + 4 * (k0 + j));
-                    }
-                    let q = if C <= 2 { grp[(j % 4) as usize] } else { prm[j as usize] };
-                    let wj = width(q, p, j);
-                    // Q: why one read per 4 bytes of chunks?
-                    // A: chunks of 1 or 2 bytes have payloads of at most
-                    // 8 or 16 bits, so the 4/C chunks of one output word
-                    // fit one 32-bit read; each then shifts its bits out
-                    // (two instructions instead of a read's eight).
-                    let v = if C == 4 {
-                        let v = s.raw32(bit);
-                        bit += wj;
-                        v
-                    } else {
-                        let per_word = 4 / C;
-                        if j.is_multiple_of(per_word) {
-                            let mut gw = 0;
-                            each_chunk!(i => {
-                                if i < per_word {
-                                    gw += width(grp[((j + i) % 4) as usize], p, (j + i) % 16);
-                                }
-                            });
-                            win = s.raw32(bit);
-                            bit += gw;
-                        }
-                        let v = win & low_mask32(wj);
-                        win >>= wj & 31;
-                        v
-                    };
-                    // Q: why expand in place in the output word?
-                    // A: the book's `s1` and `d2` of a 1- or 2-byte chunk
-                    // already include the chunk's offset in its output
-                    // word, and a chunk's shifted payload never leaves its
-                    // own bytes, so the word's whole RUN1 and FREE words
-                    // serve every chunk in it: no per-chunk field
-                    // extraction, no repacking.
-                    let byte = j * C;
-                    let wi = (byte / 4) as usize;
-                    let sh = (byte % 4) * 8;
-                    let own = if C == 4 {
-                        u32::MAX
-                    } else {
-                        (low_mask(C * 8) as u32) << sh
-                    };
-                    let x = if (p >> j) & 1 == 0 {
-                        v << sh
-                    } else if class == CLASS_NONE_FREE {
-                        bv[wi] & own
-                    } else if class == CLASS_TWO_RUNS {
-                        expand2_32(v, q & 0xff, (q >> 8) & 0xff, r1[wi], fr[wi], bv[wi] & own)
-                    } else if k0 + j < k_total {
-                        let e = entry::<C, M>(m, g.entries, k0 + j);
-                        (table::decode_entry::<C>(&e, true, v as u64) as u32) << sh
-                    } else {
-                        0
-                    };
-                    o[wi] |= x;
-                }
-            });
-        }
+            expand::<C, CLASS_TWO_RUNS, S, B, M>(s, b, m, g, k0, p, bit, bv)
+        };
         let n = if !TAIL {
             16
         } else {
