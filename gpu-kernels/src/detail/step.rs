@@ -350,8 +350,9 @@ fn expand<const C: u32, const CLASS: u8, S: Source, B: Book, M: Mem>(
     // their cap (56–160 bytes of spills on sm_90); scalar shared loads are
     // cheap beside that.
     let ob = k0 * C;
-    // SAFETY: (both) inside the RUN1 and FREE fields, 4-aligned.
+    // SAFETY: inside the RUN1 field (word i < 4 of the lane's 16 bytes).
     let r1w = |i: u32| unsafe { b.ld_u32(lay.run1 + ob + 4 * i) };
+    // SAFETY: inside the FREE field, likewise.
     let frw = |i: u32| unsafe { b.ld_u32(lay.free + ob + 4 * i) };
     let mut o = [0u32; 4];
     if C == 8 {
