@@ -155,6 +155,7 @@ pub mod emu;
 pub mod encode;
 mod error;
 pub mod fit;
+pub mod float_code;
 #[cfg(feature = "cuda")]
 pub mod gpu;
 pub mod io;
