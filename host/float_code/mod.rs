@@ -227,7 +227,8 @@ pub struct FitOptions {
     /// The symbol field; `None` (the default) chooses the smallest of the
     /// exponent with 0 to 3 top mantissa bits, with or without the sign.
     pub split: Option<Split>,
-    /// Sub-streams per row, 1 to [`MAX_SUB_STREAMS`] (default 4).
+    /// Sub-streams per row: 1, or an even number up to [`MAX_SUB_STREAMS`]
+    /// (default 4).
     pub sub_streams: u8,
     /// Longest code in bits, 1 to [`MAX_CODE_LEN`] (default 12); raised
     /// when the group has more symbols than `2^max_code_len`.
@@ -311,9 +312,9 @@ pub fn fit(t: FloatType, rows: Rows<'_>, opts: &FitOptions) -> Result<Table> {
             rows.row_bytes()
         )));
     }
-    if !(1..=MAX_SUB_STREAMS).contains(&opts.sub_streams) {
+    if !table::valid_sub_streams(opts.sub_streams) {
         return Err(Error::invalid(format!(
-            "{} sub-streams; 1 to {MAX_SUB_STREAMS} are valid",
+            "{} sub-streams; 1 or an even number up to {MAX_SUB_STREAMS} are valid",
             opts.sub_streams
         )));
     }
@@ -355,8 +356,8 @@ pub fn fit(t: FloatType, rows: Rows<'_>, opts: &FitOptions) -> Result<Table> {
         let (lens, ml) = table::code_lengths(&cc, opts.max_code_len);
         let code_bits: u64 = lens.iter().map(|&(s, l)| cc[usize::from(s)] * u64::from(l)).sum();
         let r = u64::from(t.bits() - u32::from(c.width));
-        let head = (usize::from(opts.sub_streams) as u64 - 1)
-            * u64::from(row::len_bits(n, usize::from(opts.sub_streams), ml));
+        let s = usize::from(opts.sub_streams);
+        let head = (s.div_ceil(2) as u64 - 1) * u64::from(row::len_bits(n, s, ml));
         let bits = code_bits + elements * r + rows.rows() as u64 * head;
         if best.as_ref().is_none_or(|b| bits < b.0) {
             best = Some((bits, c, lens, ml));

@@ -20,7 +20,7 @@ pub(crate) struct RowShape {
     pub r: u32,
     /// Bytes of the residual section (`n·r` bits, rounded up).
     pub res_bytes: usize,
-    /// Bits of each stored sub-stream length (0 with one sub-stream).
+    /// Bits of each stored region length (0 with one region).
     pub len_bits: u32,
     /// Sub-streams.
     pub s: usize,
@@ -62,13 +62,14 @@ impl RowShape {
     }
 }
 
-/// Bits of a stored sub-stream length: enough for the longest sub-stream,
-/// `ceil(n / s)` codes of `max_len` bits; none with one sub-stream.
+/// Bits of each stored region length: enough for the longest region, two
+/// sub-streams of `ceil(n / s)` codes of `max_len` bits; none with one
+/// region (one or two sub-streams).
 pub(crate) fn len_bits(n: usize, s: usize, max_len: u8) -> u32 {
-    if s <= 1 {
+    if s <= 2 {
         0
     } else {
-        let most = n.div_ceil(s) as u64 * u64::from(max_len);
+        let most = 2 * n.div_ceil(s) as u64 * u64::from(max_len);
         64 - most.leading_zeros()
     }
 }
@@ -167,9 +168,39 @@ fn peek(bytes: &[u8], pos: usize) -> u64 {
     word >> (pos & 7)
 }
 
+/// Regions of a row's code area: one per pair of sub-streams (one with a
+/// single sub-stream).
+#[inline(always)]
+fn regions(s: usize) -> usize {
+    s.div_ceil(2)
+}
+
+/// `len` bits of `bytes` ending before bit `end`, reversed: bit 0 of the
+/// result is bit `end - 1`. Bits below 0 read as 0.
+#[inline(always)]
+fn peek_back(bytes: &[u8], end: usize, len: u32) -> u32 {
+    let w = if end >= len as usize {
+        peek(bytes, end - len as usize) as u32
+    } else {
+        (peek(bytes, 0) as u32) << (len as usize - end)
+    };
+    w.reverse_bits() >> (32 - len)
+}
+
+/// The low `len` bits of `code`, in reverse order.
+#[inline(always)]
+fn reverse(code: u32, len: u32) -> u32 {
+    if len == 0 { 0 } else { code.reverse_bits() >> (32 - len) }
+}
+
 /// Encode `row` and append its stored bytes to `out`: coded when that is
 /// shorter than the row, else the row itself. Returns the stored length.
 /// `codes` is scratch space.
+///
+/// The code area holds `ceil(S/2)` regions, each with an even sub-stream
+/// written forward from its start and the next odd one written backward
+/// from its end, so that a region needs no length of its own sub-streams
+/// (`docs/FORMAT.md` §7.3).
 pub(crate) fn encode_row(
     t: &Table,
     sh: &RowShape,
@@ -197,7 +228,8 @@ pub(crate) fn encode_row(
             k = 0;
         }
     }
-    let head = (sh.s as u64 - 1) * u64::from(sh.len_bits);
+    let nreg = regions(sh.s);
+    let head = (nreg as u64 - 1) * u64::from(sh.len_bits);
     let bits: u64 = head + stream_bits[..sh.s].iter().sum::<u64>();
     let coded = sh.res_bytes + bits.div_ceil(8) as usize;
     if coded >= sh.row_bytes {
@@ -216,13 +248,28 @@ pub(crate) fn encode_row(
         }
         w.align();
     }
-    for &b in &stream_bits[..sh.s - 1] {
+    for p in 0..nreg - 1 {
         // Each fits len_bits by its definition (len_bits()).
-        w.put(b as u32, sh.len_bits);
+        w.put((stream_bits[2 * p] + stream_bits[2 * p + 1]) as u32, sh.len_bits);
     }
-    for k in 0..sh.s {
-        for &e in codes.iter().skip(k).step_by(sh.s) {
+    let pad = (bits.div_ceil(8) * 8 - bits) as u32;
+    for p in 0..nreg {
+        for &e in codes.iter().skip(2 * p).step_by(sh.s) {
             w.put(e & 0xffff, e >> 16);
+        }
+        if p == nreg - 1 && pad > 0 {
+            w.put(0, pad);
+        }
+        if 2 * p + 1 < sh.s {
+            // Backward: the last code first, each code's bits last first,
+            // so that reading down from the region's end meets the first
+            // code's first bit first.
+            let n_odd = (sh.n + sh.s).saturating_sub(2 * p + 2) / sh.s;
+            for j in (0..n_odd).rev() {
+                let e = codes[2 * p + 1 + j * sh.s];
+                let len = e >> 16;
+                w.put(reverse(e & 0xffff, len), len);
+            }
         }
     }
     w.finish();
@@ -234,8 +281,8 @@ pub(crate) fn encode_row(
 ///
 /// Errors with [`crate::ErrorKind::Corrupt`] when the stored bytes are not a
 /// row this table encodes to: a length above the row's, a code the table
-/// lacks, a sub-stream that does not end where its length says, non-zero
-/// padding.
+/// lacks, sub-streams that do not meet where the region lengths say,
+/// non-zero padding.
 pub(crate) fn decode_row(t: &Table, sh: &RowShape, stored: &[u8], out: &mut [u8]) -> Result<()> {
     debug_assert_eq!(out.len(), sh.row_bytes);
     if stored.len() == sh.row_bytes {
@@ -251,36 +298,45 @@ pub(crate) fn decode_row(t: &Table, sh: &RowShape, stored: &[u8], out: &mut [u8]
     }
     let (res, area) = stored.split_at(sh.res_bytes);
     let area_bits = area.len() * 8;
-    // Sub-stream starts and ends, in bits from the start of `area`.
+    // Sub-stream positions, in bits from the start of `area`: an even one
+    // reads up from its region's start, an odd one down from its end.
+    let nreg = regions(sh.s);
     let mut pos = [0usize; 32];
-    let mut end = [0usize; 32];
-    let mut at = (sh.s - 1) * sh.len_bits as usize;
+    let mut at = (nreg - 1) * sh.len_bits as usize;
     let lmask = u64::from(mask(sh.len_bits));
-    for k in 0..sh.s {
-        pos[k] = at;
-        if k + 1 < sh.s {
-            at += (peek(area, k * sh.len_bits as usize) & lmask) as usize;
+    for p in 0..nreg {
+        pos[2 * p] = at;
+        if p + 1 < nreg {
+            at += (peek(area, p * sh.len_bits as usize) & lmask) as usize;
         } else {
             at = area_bits;
         }
-        end[k] = at;
+        pos[2 * p + 1] = at;
     }
-    if pos[sh.s - 1] > area_bits {
+    if pos[2 * nreg - 2] > area_bits {
         return Err(Error::corrupt(
-            "a float-coded row's sub-stream lengths run past its end",
+            "a float-coded row's region lengths run past its end",
         ));
     }
-    let dmask = (1u64 << sh.max_len) - 1;
+    let ml = sh.max_len;
+    let dmask = (1u64 << ml) - 1;
     let rmask = u64::from(mask(sh.r));
     let lo = mask(sh.low);
     let hi_shift = sh.low + sh.width;
     let mut k = 0;
     for i in 0..sh.n {
-        let e = t.dec[(peek(area, pos[k]) & dmask) as usize];
+        let e = if k & 1 == 0 {
+            let e = t.dec[(peek(area, pos[k]) & dmask) as usize];
+            pos[k] += (e >> 16) as usize;
+            e
+        } else {
+            let e = t.dec[peek_back(area, pos[k], ml) as usize];
+            pos[k] = pos[k].wrapping_sub((e >> 16) as usize);
+            e
+        };
         if e == NO_SYMBOL {
             return Err(Error::corrupt("a float-coded row holds a code its table lacks"));
         }
-        pos[k] += (e >> 16) as usize;
         let sym = e & 0xffff;
         let residual = if sh.r > 0 {
             (peek(res, i * sh.r as usize) & rmask) as u32
@@ -298,21 +354,23 @@ pub(crate) fn decode_row(t: &Table, sh: &RowShape, stored: &[u8], out: &mut [u8]
             k = 0;
         }
     }
-    // Every sub-stream but the last ends at its stored length; the last
-    // ends in the row's last byte, and the padding bits are 0.
-    for k in 0..sh.s - 1 {
-        if pos[k] != end[k] {
+    // The two sub-streams of a region meet exactly; in the last region
+    // they leave the byte padding between them, fewer than 8 zero bits.
+    for p in 0..nreg {
+        let (f, b) = (pos[2 * p], if sh.s == 1 { area_bits } else { pos[2 * p + 1] });
+        let gap_ok = if p + 1 < nreg {
+            f == b
+        } else {
+            f <= b && b - f < 8 && b <= area_bits && peek(area, f) & ((1 << (b - f)) - 1) == 0
+        };
+        if !gap_ok {
             return Err(Error::corrupt(format!(
-                "sub-stream {k} of a float-coded row ends at bit {}, its length says {}",
-                pos[k], end[k]
+                "the sub-streams of region {p} of a float-coded row do not meet (bits {f} and {b})"
             )));
         }
     }
-    let last = pos[sh.s - 1];
-    if last > area_bits || last.div_ceil(8) != area.len() || peek(area, last) != 0 {
-        return Err(Error::corrupt(
-            "a float-coded row's last sub-stream does not end in its last byte",
-        ));
+    if nreg == 1 && sh.s > 1 && pos[1] > area_bits {
+        return Err(Error::corrupt("a float-coded row's sub-stream runs past its end"));
     }
     let res_bits = sh.n * sh.r as usize;
     if sh.r > 0 && peek(res, res_bits) != 0 {

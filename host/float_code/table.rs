@@ -52,9 +52,9 @@ impl Table {
         mut symbols: Vec<(u16, u8)>,
     ) -> Result<Self> {
         split.check(ftype).map_err(|e| Error::corrupt(e.message()))?;
-        if !(1..=MAX_SUB_STREAMS).contains(&sub_streams) {
+        if !valid_sub_streams(sub_streams) {
             return Err(Error::corrupt(format!(
-                "a float-code table has {sub_streams} sub-streams; 1 to {MAX_SUB_STREAMS} are valid"
+                "a float-code table has {sub_streams} sub-streams; 1 or an even number up to {MAX_SUB_STREAMS} are valid"
             )));
         }
         if !(1..=MAX_CODE_LEN).contains(&max_len) {
@@ -208,6 +208,12 @@ impl Table {
         let t = Self::from_lengths(ftype, split, head[3], head[4], symbols)?;
         Ok((t, len))
     }
+}
+
+/// Whether a row may be split into `s` sub-streams: 1, or an even number
+/// up to [`MAX_SUB_STREAMS`] (they pair up, `docs/FORMAT.md` §7.3).
+pub(crate) fn valid_sub_streams(s: u8) -> bool {
+    s == 1 || (s.is_multiple_of(2) && (2..=MAX_SUB_STREAMS).contains(&s))
 }
 
 /// The low `len` bits of `code`, in reverse order.

@@ -84,7 +84,7 @@ fn every_type_round_trips_and_compresses_bell_shaped_values() {
         // 37 elements a row: no sub-stream count divides it.
         let data = weights(t, 300, 37, 0.05, 7);
         let mut sizes = Vec::new();
-        for s in [1, 2, 4, 8, 32] {
+        for s in [1, 2, 4, 6, 8, 32] {
             for len in [8, 11, 12, 15] {
                 let o = FitOptions::default()
                     .with_sub_streams(s)
@@ -115,7 +115,7 @@ fn every_split_round_trips() {
                 if s.check(t).is_err() {
                     continue;
                 }
-                let o = FitOptions::default().with_split(s).with_sub_streams(3);
+                let o = FitOptions::default().with_split(s).with_sub_streams(6);
                 let g = round_trip(t, &data, 24 * t.bytes(), &o);
                 assert_eq!(g.table().split(), s);
             }
@@ -198,6 +198,10 @@ fn empty_groups_and_bad_arguments() {
     );
     assert_eq!(
         kind(fit(FloatType::Bf16, rows, &o.with_sub_streams(0))),
+        ErrorKind::InvalidArgument
+    );
+    assert_eq!(
+        kind(fit(FloatType::Bf16, rows, &o.with_sub_streams(3))),
         ErrorKind::InvalidArgument
     );
     assert_eq!(
