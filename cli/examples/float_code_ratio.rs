@@ -183,8 +183,108 @@ fn split_name(t: FloatType, s: Split) -> String {
     format!("{}exp{}", if sign { "s+" } else { "" }, if k > 0 { format!("+{k}m") } else { String::new() })
 }
 
+/// CPU seconds this process has used, all threads together.
+fn cpu_secs() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the call's duration.
+    unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+}
+
+/// Median wall-clock seconds and median CPU seconds of `runs` calls of `f`.
+fn median_secs(runs: usize, mut f: impl FnMut() -> Result<()>) -> Result<(f64, f64)> {
+    let mut t = Vec::with_capacity(runs);
+    let mut c = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let (s, cs) = (Instant::now(), cpu_secs());
+        f()?;
+        t.push(s.elapsed().as_secs_f64());
+        c.push(cpu_secs() - cs);
+    }
+    t.sort_by(f64::total_cmp);
+    c.sort_by(f64::total_cmp);
+    Ok((t[runs / 2], c[runs / 2]))
+}
+
+/// `speed`: fit, compress, decode and gather throughput of the default
+/// design, in GB/s of raw bytes, median of 7 runs each, after a round trip
+/// checked byte for byte.
+fn speed(data: &[Data]) -> Result<()> {
+    println!(
+        "Each cell: GB/s of raw bytes by the wall clock on {} threads / GB/s per core by CPU time (raw bytes ÷ CPU seconds of all threads).\n",
+        rayon::current_num_threads()
+    );
+    println!(
+        "| data | raw MB | fit | compress | fit + compress | decode (all rows) | gather 65,536 random rows |"
+    );
+    println!("|{}", " --- |".repeat(7));
+    for d in data.iter().filter(|d| !d.name.starts_with("Cora")) {
+        let (bytes, row) = if d.tables.len() == 1 {
+            (d.tables[0].0.clone(), d.tables[0].1)
+        } else {
+            // The KV tables, one group: the rows of every layer.
+            (d.tables.iter().flat_map(|t| t.0.clone()).collect(), d.tables[0].1)
+        };
+        let rows = Rows::new(&bytes, row)?;
+        let o = FitOptions::default();
+        let t = fit(d.ftype, rows, &o)?;
+        let g = compress(&t, rows)?;
+        let mut out = vec![0u8; bytes.len()];
+        g.decompress_rows(0..rows.rows(), &mut out)?;
+        if out != bytes {
+            return Err(Error::corrupt(format!("{}: the round trip differs", d.name)));
+        }
+        let mut s = 0x9e37_79b9_7f4a_7c15u64;
+        let ids: Vec<u64> = (0..65_536)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                s % rows.rows() as u64
+            })
+            .collect();
+        let mut gathered = vec![0u8; ids.len() * row];
+        let runs = 7;
+        let t_fit = median_secs(runs, || fit(d.ftype, rows, &o).map(|_| ()))?;
+        let t_comp = median_secs(runs, || compress(&t, rows).map(|_| ()))?;
+        let t_both = median_secs(runs, || compress(&fit(d.ftype, rows, &o)?, rows).map(|_| ()))?;
+        let t_dec = median_secs(runs, || g.decompress_rows(0..rows.rows(), &mut out))?;
+        let t_gat = median_secs(runs, || g.gather(&ids, &mut gathered))?;
+        let gb = |b: usize, (s, c): (f64, f64)| {
+            format!("{:.2} / {:.2}", b as f64 / s / 1e9, b as f64 / c / 1e9)
+        };
+        println!(
+            "| {} | {:.1} | {} | {} | {} | {} | {} |",
+            d.name,
+            bytes.len() as f64 / 1e6,
+            gb(bytes.len(), t_fit),
+            gb(bytes.len(), t_comp),
+            gb(bytes.len(), t_both),
+            gb(bytes.len(), t_dec),
+            gb(gathered.len(), t_gat),
+        );
+    }
+    Ok(())
+}
+
 fn main() -> Result<()> {
     let data = data_sets()?;
+    if std::env::args().nth(1).as_deref() == Some("speed") {
+        return speed(&data);
+    }
+    if std::env::args().nth(1).as_deref() == Some("profile") {
+        // Compress MiniLM bf16 over and over, for a profiler.
+        let d = data.iter().find(|d| d.name.ends_with("bf16")).ok_or_else(|| Error::invalid("no bf16"))?;
+        let rows = Rows::new(&d.tables[0].0, d.tables[0].1)?;
+        let t = fit(d.ftype, rows, &FitOptions::default())?;
+        for _ in 0..40 {
+            compress(&t, rows)?;
+        }
+        return Ok(());
+    }
     let ratio = |d: &Data, s: u64| d.raw() as f64 / s as f64;
 
     println!("## Symbol split (4 sub-streams, codes of at most 12 bits)\n");

@@ -449,7 +449,7 @@ pub fn compress(table: &Table, rows: Rows<'_>) -> Result<FloatCoded> {
         .bytes()
         .par_chunks(job_rows(l) * l)
         .map(|chunk| {
-            let mut out = Vec::with_capacity(chunk.len());
+            let mut out = Vec::with_capacity(chunk.len() + 8);
             let mut sizes = Vec::with_capacity(chunk.len() / l);
             let mut codes = Vec::with_capacity(sh.n);
             for row in chunk.chunks_exact(l) {

@@ -4,7 +4,7 @@
 
 use crate::error::{Error, Result};
 
-use super::table::{NO_SYMBOL, Table};
+use super::table::{NO_CODE, NO_SYMBOL, Table};
 
 /// What every row of a group shares: element count and the sizes of the
 /// row's sections.
@@ -74,23 +74,17 @@ pub(crate) fn len_bits(n: usize, s: usize, max_len: u8) -> u32 {
     }
 }
 
-/// Element `i` of a row, as an unsigned integer.
+/// An element of `E` bytes (1, 2 or 4), as an unsigned integer.
 #[inline(always)]
-fn element(row: &[u8], elem: usize, i: usize) -> u32 {
-    match elem {
-        1 => u32::from(row[i]),
-        2 => u32::from(u16::from_le_bytes([row[2 * i], row[2 * i + 1]])),
-        _ => u32::from_le_bytes([row[4 * i], row[4 * i + 1], row[4 * i + 2], row[4 * i + 3]]),
-    }
+fn element<const E: usize>(b: &[u8; E]) -> u32 {
+    let mut v = [0u8; 4];
+    v[..E].copy_from_slice(b);
+    u32::from_le_bytes(v)
 }
 
 #[inline(always)]
-fn set_element(out: &mut [u8], elem: usize, i: usize, v: u32) {
-    match elem {
-        1 => out[i] = v as u8,
-        2 => out[2 * i..2 * i + 2].copy_from_slice(&(v as u16).to_le_bytes()),
-        _ => out[4 * i..4 * i + 4].copy_from_slice(&v.to_le_bytes()),
-    }
+fn set_element<const E: usize>(out: &mut [u8; E], v: u32) {
+    out.copy_from_slice(&v.to_le_bytes()[..E]);
 }
 
 #[inline(always)]
@@ -102,51 +96,57 @@ fn mask(bits: u32) -> u32 {
     }
 }
 
-/// Bits appended LSB first to a byte vector.
+/// Bits written LSB first into a byte slice that has 8 bytes to spare
+/// past the last byte written.
+///
+/// Q: why store 8 bytes on every `put` instead of 4 when 32 bits are full?
+/// A: code lengths vary, so "32 bits full" is a branch the CPU mispredicts
+/// about once in every few codes; an unaligned 8-byte store and a shift
+/// cost less than that.
 struct BitWriter<'a> {
-    out: &'a mut Vec<u8>,
+    buf: &'a mut [u8],
+    at: usize,
     acc: u64,
     bits: u32,
 }
 
 impl<'a> BitWriter<'a> {
-    fn new(out: &'a mut Vec<u8>) -> Self {
+    fn new(buf: &'a mut [u8]) -> Self {
         Self {
-            out,
+            buf,
+            at: 0,
             acc: 0,
             bits: 0,
         }
     }
 
-    /// Append the low `len` (at most 32) bits of `v`; the bits above `len`
+    /// Append the low `len` (at most 56) bits of `v`; the bits above `len`
     /// must be 0.
     #[inline(always)]
-    fn put(&mut self, v: u32, len: u32) {
-        self.acc |= u64::from(v) << self.bits;
+    fn put(&mut self, v: u64, len: u32) {
+        debug_assert!(len <= 56 && (len == 64 || v >> len == 0));
+        self.acc |= v << self.bits;
         self.bits += len;
-        if self.bits >= 32 {
-            self.out.extend_from_slice(&(self.acc as u32).to_le_bytes());
-            self.acc >>= 32;
-            self.bits -= 32;
+        if let Some(w) = self.buf.get_mut(self.at..self.at + 8) {
+            w.copy_from_slice(&self.acc.to_le_bytes());
         }
+        // At most 7 + 56 bits are held, so `whole` is at most 7.
+        let whole = self.bits >> 3;
+        self.at += whole as usize;
+        self.acc >>= 8 * whole;
+        self.bits &= 7;
     }
 
     /// Pad with zeros to a whole byte.
     fn align(&mut self) {
-        self.bits = (self.bits + 7) & !7;
-        if self.bits >= 32 {
-            self.out.extend_from_slice(&(self.acc as u32).to_le_bytes());
-            self.acc >>= 32;
-            self.bits -= 32;
-        }
+        let pad = (8 - (self.bits & 7)) & 7;
+        self.put(0, pad);
     }
 
-    /// Pad to a whole byte and write what is left.
-    fn finish(mut self) {
+    /// Pad to a whole byte; returns the bytes written.
+    fn finish(mut self) -> usize {
         self.align();
-        let bytes = (self.bits / 8) as usize;
-        self.out
-            .extend_from_slice(&self.acc.to_le_bytes()[..bytes]);
+        self.at
     }
 }
 
@@ -187,12 +187,6 @@ fn peek_back(bytes: &[u8], end: usize, len: u32) -> u32 {
     w.reverse_bits() >> (32 - len)
 }
 
-/// The low `len` bits of `code`, in reverse order.
-#[inline(always)]
-fn reverse(code: u32, len: u32) -> u32 {
-    if len == 0 { 0 } else { code.reverse_bits() >> (32 - len) }
-}
-
 /// Encode `row` and append its stored bytes to `out`: coded when that is
 /// shorter than the row, else the row itself. Returns the stored length.
 /// `codes` is scratch space.
@@ -205,76 +199,147 @@ pub(crate) fn encode_row(
     t: &Table,
     sh: &RowShape,
     row: &[u8],
-    codes: &mut Vec<u32>,
+    codes: &mut Vec<u64>,
+    out: &mut Vec<u8>,
+) -> usize {
+    match sh.elem {
+        1 => encode_row_of::<1>(t, sh, row, codes, out),
+        2 => encode_row_of::<2>(t, sh, row, codes, out),
+        _ => encode_row_of::<4>(t, sh, row, codes, out),
+    }
+}
+
+fn encode_row_of<const E: usize>(
+    t: &Table,
+    sh: &RowShape,
+    row: &[u8],
+    codes: &mut Vec<u64>,
     out: &mut Vec<u8>,
 ) -> usize {
     debug_assert_eq!(row.len(), sh.row_bytes);
     let wmask = mask(sh.width);
     codes.clear();
-    let mut stream_bits = [0u64; 32];
-    let mut k = 0;
-    for i in 0..sh.n {
-        let sym = (element(row, sh.elem, i) >> sh.low) & wmask;
-        let e = t.enc[sym as usize];
-        if e == NO_SYMBOL {
-            // A symbol the table does not code: the row stays raw.
-            out.extend_from_slice(row);
-            return sh.row_bytes;
-        }
-        codes.push(e);
-        stream_bits[k] += u64::from(e >> 16);
-        k += 1;
-        if k == sh.s {
-            k = 0;
-        }
-    }
-    let nreg = regions(sh.s);
-    let head = (nreg as u64 - 1) * u64::from(sh.len_bits);
-    let bits: u64 = head + stream_bits[..sh.s].iter().sum::<u64>();
-    let coded = sh.res_bytes + bits.div_ceil(8) as usize;
-    if coded >= sh.row_bytes {
-        out.extend_from_slice(row);
-        return sh.row_bytes;
-    }
+    codes.resize(sh.n, 0);
     let start = out.len();
-    let mut w = BitWriter::new(out);
-    if sh.r > 0 {
-        let lo = mask(sh.low);
-        let hi_shift = sh.low + sh.width;
-        for i in 0..sh.n {
-            let v = element(row, sh.elem, i);
+    // The row's room, and 8 bytes for the writer's whole-word stores.
+    out.resize(start + sh.row_bytes + 8, 0);
+    let mut w = BitWriter::new(&mut out[start..]);
+    // One pass: the residuals written, the codes looked up and their bits
+    // summed.
+    let lo = mask(sh.low);
+    let hi_shift = sh.low + sh.width;
+    let mut code_bits = 0u64;
+    let mut missing = false;
+    // Q: why gather residuals into a word before writing? A: each write
+    // depends on the one before (the bit position); packing `per` residuals
+    // at fixed shifts first shortens that chain `per` times.
+    let per = if sh.r == 0 { 1 } else { (56 / sh.r as usize).max(1) };
+    for (vs, cs) in row
+        .as_chunks::<E>()
+        .0
+        .chunks(per)
+        .zip(codes.chunks_mut(per))
+    {
+        let mut word = 0u64;
+        for (j, (v, c)) in vs.iter().zip(cs.iter_mut()).enumerate() {
+            let v = element::<E>(v);
+            let e = t.enc[((v >> sh.low) & wmask) as usize];
+            missing |= e == NO_CODE;
+            *c = e;
+            code_bits += (e >> 32) & 0xff;
             let hi = if hi_shift >= 32 { 0 } else { v >> hi_shift };
-            w.put((v & lo) | (hi << sh.low), sh.r);
+            word |= u64::from((v & lo) | (hi << sh.low)) << (j as u32 * sh.r);
         }
+        if sh.r > 0 {
+            w.put(word, vs.len() as u32 * sh.r);
+        }
+    }
+    if sh.r > 0 {
         w.align();
     }
-    for p in 0..nreg - 1 {
-        // Each fits len_bits by its definition (len_bits()).
-        w.put((stream_bits[2 * p] + stream_bits[2 * p + 1]) as u32, sh.len_bits);
+    let nreg = regions(sh.s);
+    let head = (nreg - 1) as u32 * sh.len_bits;
+    let bits = u64::from(head) + code_bits;
+    let coded = sh.res_bytes + bits.div_ceil(8) as usize;
+    if missing || coded >= sh.row_bytes {
+        // A symbol the table lacks, or no saving: the row stays raw.
+        out[start..start + sh.row_bytes].copy_from_slice(row);
+        out.truncate(start + sh.row_bytes);
+        return sh.row_bytes;
+    }
+    // Room for the region lengths, filled in once the regions are written.
+    let mut left = head;
+    while left > 0 {
+        let b = left.min(32);
+        w.put(0, b);
+        left -= b;
     }
     let pad = (bits.div_ceil(8) * 8 - bits) as u32;
+    let mut region_bits = [0u32; 16];
     for p in 0..nreg {
-        for &e in codes.iter().skip(2 * p).step_by(sh.s) {
-            w.put(e & 0xffff, e >> 16);
+        let mut rb = 0u32;
+        // Three codes of at most 15 bits a write, as for the residuals.
+        let fwd = codes.get(2 * p..).unwrap_or(&[]).iter().step_by(sh.s);
+        let mut word = 0u64;
+        let mut wl = 0u32;
+        for (j, &e) in fwd.enumerate() {
+            let len = (e >> 32) as u32;
+            word |= (e & 0xffff) << wl;
+            wl += len;
+            if j % 3 == 2 {
+                w.put(word, wl);
+                rb += wl;
+                (word, wl) = (0, 0);
+            }
         }
+        w.put(word, wl);
+        rb += wl;
         if p == nreg - 1 && pad > 0 {
             w.put(0, pad);
         }
         if 2 * p + 1 < sh.s {
-            // Backward: the last code first, each code's bits last first,
-            // so that reading down from the region's end meets the first
-            // code's first bit first.
+            // Backward: the last code first, each code's bits last first
+            // (the canonical code LSB first), so that reading down from the
+            // region's end meets the first code's first bit first.
             let n_odd = (sh.n + sh.s).saturating_sub(2 * p + 2) / sh.s;
+            let (mut word, mut wl) = (0u64, 0u32);
             for j in (0..n_odd).rev() {
                 let e = codes[2 * p + 1 + j * sh.s];
-                let len = e >> 16;
-                w.put(reverse(e & 0xffff, len), len);
+                let len = (e >> 32) as u32;
+                word |= ((e >> 16) & 0xffff) << wl;
+                wl += len;
+                if j % 3 == 0 {
+                    w.put(word, wl);
+                    rb += wl;
+                    (word, wl) = (0, 0);
+                }
+            }
+            w.put(word, wl);
+            rb += wl;
+        }
+        region_bits[p] = rb;
+    }
+    let written = w.finish();
+    debug_assert_eq!(written, coded);
+    let area = &mut out[start + sh.res_bytes..start + coded];
+    for (p, &rb) in region_bits[..nreg - 1].iter().enumerate() {
+        // Each fits len_bits by its definition (len_bits()).
+        or_bits(area, p * sh.len_bits as usize, rb, sh.len_bits);
+    }
+    out.truncate(start + coded);
+    coded
+}
+
+/// OR the low `len` bits of `v` into `bytes` from bit `pos` on, LSB first.
+fn or_bits(bytes: &mut [u8], pos: usize, v: u32, len: u32) {
+    for j in 0..len as usize {
+        if v >> j & 1 == 1 {
+            let q = pos + j;
+            if let Some(b) = bytes.get_mut(q >> 3) {
+                *b |= 1 << (q & 7);
             }
         }
     }
-    w.finish();
-    debug_assert_eq!(out.len() - start, coded);
-    coded
 }
 
 /// Decode one stored row into `out` (`row_bytes` bytes).
@@ -284,6 +349,19 @@ pub(crate) fn encode_row(
 /// lacks, sub-streams that do not meet where the region lengths say,
 /// non-zero padding.
 pub(crate) fn decode_row(t: &Table, sh: &RowShape, stored: &[u8], out: &mut [u8]) -> Result<()> {
+    match sh.elem {
+        1 => decode_row_of::<1>(t, sh, stored, out),
+        2 => decode_row_of::<2>(t, sh, stored, out),
+        _ => decode_row_of::<4>(t, sh, stored, out),
+    }
+}
+
+fn decode_row_of<const E: usize>(
+    t: &Table,
+    sh: &RowShape,
+    stored: &[u8],
+    out: &mut [u8],
+) -> Result<()> {
     debug_assert_eq!(out.len(), sh.row_bytes);
     if stored.len() == sh.row_bytes {
         out.copy_from_slice(stored);
@@ -324,7 +402,7 @@ pub(crate) fn decode_row(t: &Table, sh: &RowShape, stored: &[u8], out: &mut [u8]
     let lo = mask(sh.low);
     let hi_shift = sh.low + sh.width;
     let mut k = 0;
-    for i in 0..sh.n {
+    for (i, o) in out.as_chunks_mut::<E>().0.iter_mut().enumerate() {
         let e = if k & 1 == 0 {
             let e = t.dec[(peek(area, pos[k]) & dmask) as usize];
             pos[k] += (e >> 16) as usize;
@@ -348,7 +426,7 @@ pub(crate) fn decode_row(t: &Table, sh: &RowShape, stored: &[u8], out: &mut [u8]
         } else {
             (residual >> sh.low) << hi_shift
         };
-        set_element(out, sh.elem, i, (residual & lo) | (sym << sh.low) | hi);
+        set_element::<E>(o, (residual & lo) | (sym << sh.low) | hi);
         k += 1;
         if k == sh.s {
             k = 0;

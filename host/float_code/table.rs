@@ -16,6 +16,8 @@ pub(crate) const TABLE_HEADER: usize = 8;
 
 /// A decode-table entry that no code reaches (only in an empty table).
 pub(crate) const NO_SYMBOL: u32 = u32::MAX;
+/// An encode-table entry of a symbol the table does not code.
+pub(crate) const NO_CODE: u64 = u64::MAX;
 
 /// The code of one group: the element type, which bits are coded, how rows
 /// are split into sub-streams, and a canonical prefix code of the symbols.
@@ -30,9 +32,11 @@ pub struct Table {
     pub(crate) max_len: u8,
     /// The coded symbols and their code lengths, ascending by symbol.
     pub(crate) symbols: Vec<(u16, u8)>,
-    /// Per symbol value (`2^width` entries): `code | len << 16`, the code
-    /// bit-reversed (written LSB first); [`NO_SYMBOL`] when absent.
-    pub(crate) enc: Vec<u32>,
+    /// Per symbol value (`2^width` entries): `rev | code << 16 | len << 32`,
+    /// `code` the canonical code and `rev` the same bits reversed (a
+    /// forward sub-stream writes `rev` LSB first, a backward one `code`);
+    /// [`NO_CODE`] when absent.
+    pub(crate) enc: Vec<u64>,
     /// Per `max_len`-bit window (LSB first): `symbol | len << 16`.
     pub(crate) dec: Vec<u32>,
 }
@@ -90,14 +94,14 @@ impl Table {
         // Canonical codes: ascending length, then ascending symbol.
         let mut order: Vec<(u8, u16)> = symbols.iter().map(|&(s, l)| (l, s)).collect();
         order.sort_unstable();
-        let mut enc = vec![NO_SYMBOL; alphabet];
+        let mut enc = vec![NO_CODE; alphabet];
         let mut dec = vec![NO_SYMBOL; 1 << max_len];
         let (mut code, mut prev_len) = (0u32, 0u8);
         for &(l, s) in &order {
             code <<= l - prev_len;
             prev_len = l;
             let rev = reverse(code, l);
-            enc[usize::from(s)] = rev | u32::from(l) << 16;
+            enc[usize::from(s)] = u64::from(rev) | u64::from(code) << 16 | u64::from(l) << 32;
             let entry = u32::from(s) | u32::from(l) << 16;
             let mut j = rev as usize;
             while j < dec.len() {
