@@ -125,11 +125,15 @@ fn data_sets() -> Result<Vec<Data>> {
             FloatType::F32
         };
         if name.starts_with("MiniLM") && ftype == FloatType::F32 {
-            for (f, fname, ft) in [(E4M3, "e4m3", FloatType::E4M3), (E5M2, "e5m2", FloatType::E5M2)]
-            {
+            for (f, fname, ft) in [
+                (E4M3, "e4m3", FloatType::E4M3),
+                (E5M2, "e5m2", FloatType::E5M2),
+            ] {
                 let cast: Vec<u8> = bytes
-                    .chunks_exact(4)
-                    .map(|b| f.from_f32(f32::from_le_bytes([b[0], b[1], b[2], b[3]])))
+                    .as_chunks::<4>()
+                    .0
+                    .iter()
+                    .map(|b| f.from_f32(f32::from_le_bytes(*b)))
                     .collect();
                 out.push(Data {
                     name: format!("MiniLM word embeddings fp8 {fname}"),
@@ -180,7 +184,15 @@ fn split_name(t: FloatType, s: Split) -> String {
     let m = t.mantissa_bits();
     let k = m - s.low();
     let sign = u32::from(s.low()) + u32::from(s.width()) == t.bits();
-    format!("{}exp{}", if sign { "s+" } else { "" }, if k > 0 { format!("+{k}m") } else { String::new() })
+    format!(
+        "{}exp{}",
+        if sign { "s+" } else { "" },
+        if k > 0 {
+            format!("+{k}m")
+        } else {
+            String::new()
+        }
+    )
 }
 
 /// CPU seconds this process has used, all threads together.
@@ -226,7 +238,10 @@ fn speed(data: &[Data]) -> Result<()> {
             (d.tables[0].0.clone(), d.tables[0].1)
         } else {
             // The KV tables, one group: the rows of every layer.
-            (d.tables.iter().flat_map(|t| t.0.clone()).collect(), d.tables[0].1)
+            (
+                d.tables.iter().flat_map(|t| t.0.clone()).collect(),
+                d.tables[0].1,
+            )
         };
         let rows = Rows::new(&bytes, row)?;
         let o = FitOptions::default();
@@ -235,7 +250,10 @@ fn speed(data: &[Data]) -> Result<()> {
         let mut out = vec![0u8; bytes.len()];
         g.decompress_rows(0..rows.rows(), &mut out)?;
         if out != bytes {
-            return Err(Error::corrupt(format!("{}: the round trip differs", d.name)));
+            return Err(Error::corrupt(format!(
+                "{}: the round trip differs",
+                d.name
+            )));
         }
         let mut s = 0x9e37_79b9_7f4a_7c15u64;
         let ids: Vec<u64> = (0..65_536)
@@ -250,7 +268,9 @@ fn speed(data: &[Data]) -> Result<()> {
         let runs = 7;
         let t_fit = median_secs(runs, || fit(d.ftype, rows, &o).map(|_| ()))?;
         let t_comp = median_secs(runs, || compress(&t, rows).map(|_| ()))?;
-        let t_both = median_secs(runs, || compress(&fit(d.ftype, rows, &o)?, rows).map(|_| ()))?;
+        let t_both = median_secs(runs, || {
+            compress(&fit(d.ftype, rows, &o)?, rows).map(|_| ())
+        })?;
         let t_dec = median_secs(runs, || g.decompress_rows(0..rows.rows(), &mut out))?;
         let t_gat = median_secs(runs, || g.gather(&ids, &mut gathered))?;
         let gb = |b: usize, (s, c): (f64, f64)| {
@@ -277,7 +297,10 @@ fn main() -> Result<()> {
     }
     if std::env::args().nth(1).as_deref() == Some("profile") {
         // Compress MiniLM bf16 over and over, for a profiler.
-        let d = data.iter().find(|d| d.name.ends_with("bf16")).ok_or_else(|| Error::invalid("no bf16"))?;
+        let d = data
+            .iter()
+            .find(|d| d.name.ends_with("bf16"))
+            .ok_or_else(|| Error::invalid("no bf16"))?;
         let rows = Rows::new(&d.tables[0].0, d.tables[0].1)?;
         let t = fit(d.ftype, rows, &FitOptions::default())?;
         for _ in 0..40 {
@@ -288,11 +311,16 @@ fn main() -> Result<()> {
     let ratio = |d: &Data, s: u64| d.raw() as f64 / s as f64;
 
     println!("## Symbol split (4 sub-streams, codes of at most 12 bits)\n");
-    println!("Each cell: real ratio with all metadata / order-0 bound of that split (no metadata).\n");
+    println!(
+        "Each cell: real ratio with all metadata / order-0 bound of that split (no metadata).\n"
+    );
     let mut head = String::from("| data | ibp |");
     for sign in [false, true] {
         for k in 0..=3 {
-            head += &format!(" {} |", split_name(FloatType::Bf16, Split::exponent(FloatType::Bf16, sign, k)));
+            head += &format!(
+                " {} |",
+                split_name(FloatType::Bf16, Split::exponent(FloatType::Bf16, sign, k))
+            );
         }
     }
     println!("{head}\n|{}", " --- |".repeat(10));
@@ -313,8 +341,16 @@ fn main() -> Result<()> {
                 }
                 let sp = Split::exponent(d.ftype, sign, k);
                 let (st, _) = float_stored(d, &FitOptions::default().with_split(sp))?;
-                let bound: f64 = d.tables.iter().map(|(b, _)| bound_bits(d.ftype, b, sp)).sum();
-                line += &format!(" {:.3} / {:.3} |", ratio(d, st), d.raw() as f64 * 8.0 / bound);
+                let bound: f64 = d
+                    .tables
+                    .iter()
+                    .map(|(b, _)| bound_bits(d.ftype, b, sp))
+                    .sum();
+                line += &format!(
+                    " {:.3} / {:.3} |",
+                    ratio(d, st),
+                    d.raw() as f64 * 8.0 / bound
+                );
             }
         }
         println!("{line}");
@@ -358,10 +394,21 @@ fn main() -> Result<()> {
             .map(|((b, _), g)| bound_bits(d.ftype, b, g.table().split()))
             .sum();
         let e = d.ftype.bytes();
-        let ob: f64 = d.tables.iter().map(|(b, _)| chunk_entropy_bits(b, e, false)).sum();
-        let op: f64 = d.tables.iter().map(|(b, _)| chunk_entropy_bits(b, e, true)).sum();
+        let ob: f64 = d
+            .tables
+            .iter()
+            .map(|(b, _)| chunk_entropy_bits(b, e, false))
+            .sum();
+        let op: f64 = d
+            .tables
+            .iter()
+            .map(|(b, _)| chunk_entropy_bits(b, e, true))
+            .sum();
         let raw8 = d.raw() as f64 * 8.0;
-        let meta: u64 = groups.iter().map(|g| g.stored_bytes() - g.payload().len() as u64).sum();
+        let meta: u64 = groups
+            .iter()
+            .map(|g| g.stored_bytes() - g.payload().len() as u64)
+            .sum();
         let rows: usize = groups.iter().map(|g| g.rows()).sum();
         let coded: usize = groups.iter().map(|g| g.coded_rows()).sum();
         let g0 = &groups[0];

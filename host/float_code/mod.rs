@@ -37,7 +37,7 @@
 //! // 256 rows of 64 bf16 values of a bell-shaped spread.
 //! let values: Vec<u16> = (0..16_384u32)
 //!     .map(|i| {
-//!         let x = ((i * 2_654_435_761) >> 20) as f32 / 4096.0 - 0.5;
+//!         let x = (i.wrapping_mul(2_654_435_761) >> 20) as f32 / 4096.0 - 0.5;
 //!         (x * x * x * 0.3 + x * 0.01).to_bits().wrapping_shr(16) as u16
 //!     })
 //!     .collect();
@@ -278,12 +278,12 @@ fn histogram(t: FloatType, split: Split, rows: Rows<'_>) -> Vec<u64> {
                 1 => chunk.iter().for_each(|&b| {
                     c[((u32::from(b) >> low) & wmask) as usize] += 1;
                 }),
-                2 => chunk.chunks_exact(2).for_each(|b| {
-                    let v = u32::from(u16::from_le_bytes([b[0], b[1]]));
+                2 => chunk.as_chunks::<2>().0.iter().for_each(|b| {
+                    let v = u32::from(u16::from_le_bytes(*b));
                     c[((v >> low) & wmask) as usize] += 1;
                 }),
-                _ => chunk.chunks_exact(4).for_each(|b| {
-                    let v = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                _ => chunk.as_chunks::<4>().0.iter().for_each(|b| {
+                    let v = u32::from_le_bytes(*b);
                     c[((v >> low) & wmask) as usize] += 1;
                 }),
             }
@@ -346,7 +346,9 @@ pub fn fit(t: FloatType, rows: Rows<'_>, opts: &FitOptions) -> Result<Table> {
     let counts = histogram(t, wide, rows);
     let n = rows.row_bytes() / t.bytes();
     let elements = (rows.rows() * n) as u64;
-    let mut best: Option<(u64, Split, Vec<(u16, u8)>, u8)> = None;
+    /// Predicted bits, the split, its code lengths and their limit.
+    type Candidate = (u64, Split, Vec<(u16, u8)>, u8);
+    let mut best: Option<Candidate> = None;
     for c in candidates {
         let shift = c.low - wide.low;
         let mut cc = vec![0u64; 1 << c.width];
@@ -354,7 +356,10 @@ pub fn fit(t: FloatType, rows: Rows<'_>, opts: &FitOptions) -> Result<Table> {
             cc[(s >> shift) & ((1 << c.width) - 1)] += v;
         }
         let (lens, ml) = table::code_lengths(&cc, opts.max_code_len);
-        let code_bits: u64 = lens.iter().map(|&(s, l)| cc[usize::from(s)] * u64::from(l)).sum();
+        let code_bits: u64 = lens
+            .iter()
+            .map(|&(s, l)| cc[usize::from(s)] * u64::from(l))
+            .sum();
         let r = u64::from(t.bits() - u32::from(c.width));
         let s = usize::from(opts.sub_streams);
         let head = (s.div_ceil(2) as u64 - 1) * u64::from(row::len_bits(n, s, ml));
@@ -438,12 +443,21 @@ fn job_rows(row_bytes: usize) -> usize {
     ((1usize << 20) / row_bytes).max(1)
 }
 
-/// Encode every row of `rows` with `table`, in parallel.
+/// Encode every row of `rows` with `table`, in parallel (rayon, about 1 MiB
+/// of rows a job). A row the table does not shorten, or with a symbol it
+/// has no code for, is stored raw.
 ///
 /// Errors with [`crate::ErrorKind::InvalidArgument`] when the rows are not
-/// whole elements of the table's type.
+/// whole elements of the table's type or longer than 4 GiB, and with
+/// [`crate::ErrorKind::OutOfMemory`] when the payload cannot be allocated.
 pub fn compress(table: &Table, rows: Rows<'_>) -> Result<FloatCoded> {
     let sh = RowShape::new(table, rows.row_bytes())?;
+    if u32::try_from(rows.row_bytes()).is_err() {
+        return Err(Error::invalid(format!(
+            "rows of {} bytes; the float coding stores rows of up to 4 GiB",
+            rows.row_bytes()
+        )));
+    }
     let l = rows.row_bytes();
     let jobs: Vec<(Vec<u8>, Vec<u32>)> = rows
         .bytes()
@@ -549,8 +563,7 @@ impl FloatCoded {
             self.start(i + 1)
         };
         let bad = || Error::corrupt(format!("the float-code index of row {i} is inconsistent"));
-        if end < start || end - start > self.row_bytes() as u64 || end > self.payload.len() as u64
-        {
+        if end < start || end - start > self.row_bytes() as u64 || end > self.payload.len() as u64 {
             return Err(bad());
         }
         Ok(start as usize..end as usize)
@@ -684,8 +697,10 @@ impl FloatCoded {
         let nb = rows.div_ceil(1 << block_log2) + 1;
         let b = take(&mut at, 8 * nb, "block offsets")?;
         let bases: Vec<u64> = b
-            .chunks_exact(8)
-            .map(|c| u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
+            .as_chunks::<8>()
+            .0
+            .iter()
+            .map(|c| u64::from_le_bytes(*c))
             .collect();
         let w = usize::from(rel_width);
         let r = take(&mut at, w * rows, "row offsets")?;

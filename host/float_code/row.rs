@@ -233,7 +233,11 @@ fn encode_row_of<const E: usize>(
     // Q: why gather residuals into a word before writing? A: each write
     // depends on the one before (the bit position); packing `per` residuals
     // at fixed shifts first shortens that chain `per` times.
-    let per = if sh.r == 0 { 1 } else { (56 / sh.r as usize).max(1) };
+    let per = if sh.r == 0 {
+        1
+    } else {
+        (56 / sh.r as usize).max(1)
+    };
     for (vs, cs) in row
         .as_chunks::<E>()
         .0
@@ -413,7 +417,9 @@ fn decode_row_of<const E: usize>(
             e
         };
         if e == NO_SYMBOL {
-            return Err(Error::corrupt("a float-coded row holds a code its table lacks"));
+            return Err(Error::corrupt(
+                "a float-coded row holds a code its table lacks",
+            ));
         }
         let sym = e & 0xffff;
         let residual = if sh.r > 0 {
@@ -435,7 +441,10 @@ fn decode_row_of<const E: usize>(
     // The two sub-streams of a region meet exactly; in the last region
     // they leave the byte padding between them, fewer than 8 zero bits.
     for p in 0..nreg {
-        let (f, b) = (pos[2 * p], if sh.s == 1 { area_bits } else { pos[2 * p + 1] });
+        let (f, b) = (
+            pos[2 * p],
+            if sh.s == 1 { area_bits } else { pos[2 * p + 1] },
+        );
         let gap_ok = if p + 1 < nreg {
             f == b
         } else {
@@ -448,7 +457,9 @@ fn decode_row_of<const E: usize>(
         }
     }
     if nreg == 1 && sh.s > 1 && pos[1] > area_bits {
-        return Err(Error::corrupt("a float-coded row's sub-stream runs past its end"));
+        return Err(Error::corrupt(
+            "a float-coded row's sub-stream runs past its end",
+        ));
     }
     let res_bits = sh.n * sh.r as usize;
     if sh.r > 0 && peek(res, res_bits) != 0 {

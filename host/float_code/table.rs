@@ -55,7 +55,9 @@ impl Table {
         max_len: u8,
         mut symbols: Vec<(u16, u8)>,
     ) -> Result<Self> {
-        split.check(ftype).map_err(|e| Error::corrupt(e.message()))?;
+        split
+            .check(ftype)
+            .map_err(|e| Error::corrupt(e.message()))?;
         if !valid_sub_streams(sub_streams) {
             return Err(Error::corrupt(format!(
                 "a float-code table has {sub_streams} sub-streams; 1 or an even number up to {MAX_SUB_STREAMS} are valid"
@@ -84,7 +86,11 @@ impl Table {
                     "symbol {s} has a code of {l} bits; 1 to {max_len} are valid"
                 )));
             }
-            kraft += if l == 0 { 1 << max_len } else { 1 << (max_len - l) };
+            kraft += if l == 0 {
+                1 << max_len
+            } else {
+                1 << (max_len - l)
+            };
         }
         if !symbols.is_empty() && kraft != 1 << max_len {
             return Err(Error::corrupt(
@@ -190,7 +196,9 @@ impl Table {
             width: head[2],
         };
         if head[5] != 0 {
-            return Err(Error::corrupt("a float-code table's reserved byte is not 0"));
+            return Err(Error::corrupt(
+                "a float-code table's reserved byte is not 0",
+            ));
         }
         let n = usize::from(u16::from_le_bytes([head[6], head[7]]));
         let len = TABLE_HEADER + 3 * n;
@@ -201,7 +209,9 @@ impl Table {
             ))
         })?;
         let symbols = list
-            .chunks_exact(3)
+            .as_chunks::<3>()
+            .0
+            .iter()
             .map(|c| (u16::from_le_bytes([c[0], c[1]]), c[2]))
             .collect::<Vec<_>>();
         if symbols.windows(2).any(|w| w[0].0 >= w[1].0) {

@@ -17,7 +17,9 @@ impl Rng {
 
     /// A roughly normal value: the sum of four uniforms, centred.
     fn normal(&mut self) -> f32 {
-        let s: f32 = (0..4).map(|_| (self.next() >> 40) as f32 / (1u64 << 24) as f32).sum();
+        let s: f32 = (0..4)
+            .map(|_| (self.next() >> 40) as f32 / (1u64 << 24) as f32)
+            .sum();
         s - 2.0
     }
 }
@@ -123,7 +125,12 @@ fn every_split_round_trips() {
         for sign in [false, true] {
             for m in 0..=3 {
                 let s = Split::exponent(t, sign, m);
-                round_trip(t, &data, 24 * t.bytes(), &FitOptions::default().with_split(s));
+                round_trip(
+                    t,
+                    &data,
+                    24 * t.bytes(),
+                    &FitOptions::default().with_split(s),
+                );
             }
         }
     }
@@ -157,7 +164,9 @@ fn adversarial_rows_round_trip_within_the_bound() {
                 t,
                 &data,
                 row * t.bytes(),
-                &FitOptions::default().with_sub_streams(s).with_max_code_len(8),
+                &FitOptions::default()
+                    .with_sub_streams(s)
+                    .with_max_code_len(8),
             );
         }
     }
@@ -215,11 +224,16 @@ fn empty_groups_and_bad_arguments() {
     let t = fit(FloatType::Bf16, rows, &o).unwrap();
     let g = compress(&t, rows).unwrap();
     assert_eq!(
-        compress(&t, Rows::new(&data[..30], 3).unwrap()).unwrap_err().kind(),
+        compress(&t, Rows::new(&data[..30], 3).unwrap())
+            .unwrap_err()
+            .kind(),
         ErrorKind::InvalidArgument
     );
     let mut out = vec![0u8; 8];
-    assert_eq!(g.gather(&[4], &mut out).unwrap_err().kind(), ErrorKind::InvalidArgument);
+    assert_eq!(
+        g.gather(&[4], &mut out).unwrap_err().kind(),
+        ErrorKind::InvalidArgument
+    );
     assert_eq!(
         g.decompress_rows(2..5, &mut [0u8; 24]).unwrap_err().kind(),
         ErrorKind::InvalidArgument
@@ -264,15 +278,24 @@ fn table_bytes_are_checked() {
     assert_eq!(b.len(), t.encoded_len());
     assert_eq!(Table::from_bytes(&b).unwrap(), (t.clone(), b.len()));
     for cut in 0..b.len() {
-        assert_eq!(Table::from_bytes(&b[..cut]).unwrap_err().kind(), ErrorKind::Truncated);
+        assert_eq!(
+            Table::from_bytes(&b[..cut]).unwrap_err().kind(),
+            ErrorKind::Truncated
+        );
     }
     // A code length changed breaks the Kraft sum; a type code 0 is none.
     let mut bad = b.clone();
     bad[super::table::TABLE_HEADER + 2] ^= 1;
-    assert_eq!(Table::from_bytes(&bad).unwrap_err().kind(), ErrorKind::Corrupt);
+    assert_eq!(
+        Table::from_bytes(&bad).unwrap_err().kind(),
+        ErrorKind::Corrupt
+    );
     let mut bad = b.clone();
     bad[0] = 0;
-    assert_eq!(Table::from_bytes(&bad).unwrap_err().kind(), ErrorKind::Corrupt);
+    assert_eq!(
+        Table::from_bytes(&bad).unwrap_err().kind(),
+        ErrorKind::Corrupt
+    );
 }
 
 /// Decode all of a possibly damaged group; an error is fine, a panic is
@@ -289,7 +312,11 @@ fn decode_damaged(bytes: &[u8]) -> Option<Vec<u8>> {
 
 #[test]
 fn truncated_and_flipped_groups_never_panic() {
-    for (t, s) in [(FloatType::Bf16, 4), (FloatType::F32, 1), (FloatType::E4M3, 8)] {
+    for (t, s) in [
+        (FloatType::Bf16, 4),
+        (FloatType::F32, 1),
+        (FloatType::E4M3, 8),
+    ] {
         let data = weights(t, 40, 24, 0.02, 13);
         let rows = Rows::new(&data, 24 * t.bytes()).unwrap();
         let table = fit(t, rows, &FitOptions::default().with_sub_streams(s)).unwrap();
