@@ -108,7 +108,7 @@ fn float_stored(d: &Data, opts: &FitOptions) -> Result<(u64, Vec<FloatCoded>)> {
     Ok((total, groups))
 }
 
-fn data_sets() -> Result<Vec<Data>> {
+fn data_sets(with_kv: bool) -> Result<Vec<Data>> {
     let cora = std::fs::read(
         ibp_testdata::data_file("cora-features.npz")
             .ok_or_else(|| Error::invalid("cora-features.npz not found"))?,
@@ -147,6 +147,9 @@ fn data_sets() -> Result<Vec<Data>> {
             ftype,
             tables: vec![(bytes, row)],
         });
+    }
+    if !with_kv {
+        return Ok(out);
     }
     let files = MiniLmFiles::in_dir(&dir);
     let m = MiniLm::load(&files)?;
@@ -291,21 +294,31 @@ fn speed(data: &[Data]) -> Result<()> {
 }
 
 fn main() -> Result<()> {
-    let data = data_sets()?;
+    let mode = std::env::args().nth(1);
+    let data = data_sets(mode.as_deref() != Some("profile"))?;
     if std::env::args().nth(1).as_deref() == Some("speed") {
         return speed(&data);
     }
     if std::env::args().nth(1).as_deref() == Some("profile") {
-        // Compress MiniLM bf16 over and over, for a profiler.
+        // Compress one MiniLM table over and over, for a profiler.
+        let which = std::env::args().nth(2).unwrap_or_else(|| "bf16".into());
         let d = data
             .iter()
-            .find(|d| d.name.ends_with("bf16"))
-            .ok_or_else(|| Error::invalid("no bf16"))?;
+            .find(|d| d.name.ends_with(&which))
+            .ok_or_else(|| Error::invalid(format!("no MiniLM {which}")))?;
         let rows = Rows::new(&d.tables[0].0, d.tables[0].1)?;
         let t = fit(d.ftype, rows, &FitOptions::default())?;
-        for _ in 0..40 {
-            compress(&t, rows)?;
-        }
+        let g = compress(&t, rows)?;
+        let mut out = vec![0u8; rows.bytes().len()];
+        let (_, c) = median_secs(15, || compress(&t, rows).map(|_| ()))?;
+        let (_, dc) = median_secs(15, || g.decompress_rows(0..rows.rows(), &mut out))?;
+        let gb = rows.bytes().len() as f64 / 1e9;
+        println!(
+            "{}: compress {:.3} GB/s, decode {:.3} GB/s per core (CPU time)",
+            d.name,
+            gb / c,
+            gb / dc
+        );
         return Ok(());
     }
     let ratio = |d: &Data, s: u64| d.raw() as f64 / s as f64;

@@ -228,33 +228,29 @@ fn encode_row_of<const E: usize>(
     // summed.
     let lo = mask(sh.low);
     let hi_shift = sh.low + sh.width;
-    let mut code_bits = 0u64;
-    let mut missing = false;
-    // Q: why gather residuals into a word before writing? A: each write
-    // depends on the one before (the bit position); packing `per` residuals
-    // at fixed shifts first shortens that chain `per` times.
-    let per = if sh.r == 0 {
-        1
-    } else {
-        (56 / sh.r as usize).max(1)
-    };
-    for (vs, cs) in row
-        .as_chunks::<E>()
-        .0
-        .chunks(per)
-        .zip(codes.chunks_mut(per))
-    {
-        let mut word = 0u64;
-        for (j, (v, c)) in vs.iter().zip(cs.iter_mut()).enumerate() {
-            let v = element::<E>(v);
-            let e = t.enc[((v >> sh.low) & wmask) as usize];
-            missing |= e == NO_CODE;
-            *c = e;
-            code_bits += (e >> 32) & 0xff;
-            let hi = if hi_shift >= 32 { 0 } else { v >> hi_shift };
-            word |= u64::from((v & lo) | (hi << sh.low)) << (j as u32 * sh.r);
-        }
-        if sh.r > 0 {
+    // Three simple passes, each of which the compiler unrolls or
+    // vectorises: the codes looked up, their bits summed, the residuals
+    // written.
+    for (v, c) in row.as_chunks::<E>().0.iter().zip(codes.iter_mut()) {
+        *c = t.enc[((element::<E>(v) >> sh.low) & wmask) as usize];
+    }
+    let (mut code_bits, mut missing) = (0u64, false);
+    for &e in codes.iter() {
+        code_bits += (e >> 32) & 0xff;
+        missing |= e == NO_CODE;
+    }
+    if sh.r > 0 {
+        // Q: why gather residuals into a word before writing? A: each write
+        // depends on the one before (the bit position); packing `per`
+        // residuals at fixed shifts first shortens that chain `per` times.
+        let per = (56 / sh.r as usize).max(1);
+        for vs in row.as_chunks::<E>().0.chunks(per) {
+            let mut word = 0u64;
+            for (j, v) in vs.iter().enumerate() {
+                let v = element::<E>(v);
+                let hi = if hi_shift >= 32 { 0 } else { v >> hi_shift };
+                word |= u64::from((v & lo) | (hi << sh.low)) << (j as u32 * sh.r);
+            }
             w.put(word, vs.len() as u32 * sh.r);
         }
     }
