@@ -401,25 +401,10 @@ fn decode_row_of<const E: usize>(
     let rmask = u64::from(mask(sh.r));
     let lo = mask(sh.low);
     let hi_shift = sh.low + sh.width;
-    let mut k = 0;
-    for (i, o) in out.as_chunks_mut::<E>().0.iter_mut().enumerate() {
-        let e = if k & 1 == 0 {
-            let e = t.dec[(peek(area, pos[k]) & dmask) as usize];
-            pos[k] += (e >> 16) as usize;
-            e
-        } else {
-            let e = t.dec[peek_back(area, pos[k], ml) as usize];
-            pos[k] = pos[k].wrapping_sub((e >> 16) as usize);
-            e
-        };
-        if e == NO_SYMBOL {
-            return Err(Error::corrupt(
-                "a float-coded row holds a code its table lacks",
-            ));
-        }
-        let sym = e & 0xffff;
+    let res_bits = sh.r as usize;
+    let compose = |i: usize, sym: u32| -> u32 {
         let residual = if sh.r > 0 {
-            (peek(res, i * sh.r as usize) & rmask) as u32
+            (peek(res, i * res_bits) & rmask) as u32
         } else {
             0
         };
@@ -428,11 +413,35 @@ fn decode_row_of<const E: usize>(
         } else {
             (residual >> sh.low) << hi_shift
         };
-        set_element::<E>(o, (residual & lo) | (sym << sh.low) | hi);
-        k += 1;
-        if k == sh.s {
-            k = 0;
+        (residual & lo) | (sym << sh.low) | hi
+    };
+    let elems = out.as_chunks_mut::<E>().0;
+    let mut bad = false;
+    // Region by region, its two sub-streams side by side: two independent
+    // chains of lookups for the CPU to overlap.
+    for p in 0..nreg {
+        let (mut f, mut b) = (pos[2 * p], pos[2 * p + 1]);
+        let both = 2 * p + 1 < sh.s;
+        let mut i = 2 * p;
+        while i < sh.n {
+            let e = t.dec[(peek(area, f) & dmask) as usize];
+            f += (e >> 16) as usize;
+            bad |= e == NO_SYMBOL;
+            set_element::<E>(&mut elems[i], compose(i, e & 0xffff));
+            if both && i + 1 < sh.n {
+                let e = t.dec[peek_back(area, b, ml) as usize];
+                b = b.wrapping_sub((e >> 16) as usize);
+                bad |= e == NO_SYMBOL;
+                set_element::<E>(&mut elems[i + 1], compose(i + 1, e & 0xffff));
+            }
+            i += sh.s;
         }
+        (pos[2 * p], pos[2 * p + 1]) = (f, b);
+    }
+    if bad {
+        return Err(Error::corrupt(
+            "a float-coded row holds a code its table lacks",
+        ));
     }
     // The two sub-streams of a region meet exactly; in the last region
     // they leave the byte padding between them, fewer than 8 zero bits.

@@ -348,3 +348,34 @@ fn truncated_and_flipped_groups_never_panic() {
         assert!(detected > 0, "{t}: no flip detected");
     }
 }
+
+/// The worked example of `docs/FORMAT.md` §7.7, byte for byte.
+#[test]
+fn the_worked_example_of_format_md_has_its_bytes() {
+    // Two equal rows of E4M3 values 1.0, 2.0, 1.125, -1.0.
+    let data = [0x38u8, 0x40, 0x39, 0xb8, 0x38, 0x40, 0x39, 0xb8];
+    let rows = Rows::new(&data, 4).unwrap();
+    let opts = FitOptions::default()
+        .with_split(Split::new(3, 4))
+        .with_sub_streams(2)
+        .with_max_code_len(4);
+    let t = fit(FloatType::E4M3, rows, &opts).unwrap();
+    let g = compress(&t, rows).unwrap();
+    #[rustfmt::skip]
+    let expected: Vec<u8> = [
+        // table: E4M3, low 3, width 4, S 2, M 4, reserved, 2 symbols:
+        // 7 and 8, both 1 bit long.
+        &[4, 3, 4, 2, 4, 0, 2, 0, 7, 0, 1, 8, 0, 1][..],
+        // index: L = 4, N = 2, B = 2^8, w = 2, reserved.
+        &[4, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 8, 2, 0, 0],
+        // block bases: 0, then the payload's length 6.
+        &[0, 0, 0, 0, 0, 0, 0, 0, 6, 0, 0, 0, 0, 0, 0, 0],
+        // relative starts: 0 and 3.
+        &[0, 0, 3, 0],
+        // payload: two rows of residuals 0, 0, 1, 8 and one code byte.
+        &[0x00, 0x81, 0x80, 0x00, 0x81, 0x80],
+    ]
+    .concat();
+    assert_eq!(g.to_bytes(), expected);
+    assert_eq!(FloatCoded::from_bytes(&expected).unwrap().decompress().unwrap(), data);
+}
