@@ -377,5 +377,43 @@ fn the_worked_example_of_format_md_has_its_bytes() {
     ]
     .concat();
     assert_eq!(g.to_bytes(), expected);
-    assert_eq!(FloatCoded::from_bytes(&expected).unwrap().decompress().unwrap(), data);
+    assert_eq!(
+        FloatCoded::from_bytes(&expected)
+            .unwrap()
+            .decompress()
+            .unwrap(),
+        data
+    );
+}
+
+mod random {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+
+        /// Any rows, bell-shaped or random bits, under any valid options:
+        /// the round trip is exact and every stored row within the bound.
+        #[test]
+        fn any_rows_under_any_options_round_trip(
+            ti in 0usize..5,
+            n in 1usize..50,
+            rows in 0usize..24,
+            s in prop::sample::select(vec![1u8, 2, 4, 6, 8, 16, 32]),
+            max_len in 1u8..=15,
+            random_bits in any::<bool>(),
+            seed in 1u64..u64::MAX,
+        ) {
+            let t = FloatType::ALL[ti];
+            let data = if random_bits {
+                let mut r = Rng(seed);
+                (0..rows * n * t.bytes()).map(|_| r.next() as u8).collect()
+            } else {
+                weights(t, rows, n, 0.1, seed)
+            };
+            let opts = FitOptions::default().with_sub_streams(s).with_max_code_len(max_len);
+            round_trip(t, &data, n * t.bytes(), &opts);
+        }
+    }
 }
