@@ -275,9 +275,9 @@ fn encode_row_of<const E: usize>(
         left -= b;
     }
     let pad = (bits.div_ceil(8) * 8 - bits) as u32;
-    let mut region_bits = [0u32; 16];
+    let mut region_bits = [0u64; 16];
     for p in 0..nreg {
-        let mut rb = 0u32;
+        let mut rb = 0u64;
         // Three codes of at most 15 bits a write, as for the residuals.
         let fwd = codes.get(2 * p..).unwrap_or(&[]).iter().step_by(sh.s);
         let mut word = 0u64;
@@ -288,12 +288,12 @@ fn encode_row_of<const E: usize>(
             wl += len;
             if j % 3 == 2 {
                 w.put(word, wl);
-                rb += wl;
+                rb += u64::from(wl);
                 (word, wl) = (0, 0);
             }
         }
         w.put(word, wl);
-        rb += wl;
+        rb += u64::from(wl);
         if p == nreg - 1 && pad > 0 {
             w.put(0, pad);
         }
@@ -310,12 +310,12 @@ fn encode_row_of<const E: usize>(
                 wl += len;
                 if j % 3 == 0 {
                     w.put(word, wl);
-                    rb += wl;
+                    rb += u64::from(wl);
                     (word, wl) = (0, 0);
                 }
             }
             w.put(word, wl);
-            rb += wl;
+            rb += u64::from(wl);
         }
         region_bits[p] = rb;
     }
@@ -331,7 +331,7 @@ fn encode_row_of<const E: usize>(
 }
 
 /// OR the low `len` bits of `v` into `bytes` from bit `pos` on, LSB first.
-fn or_bits(bytes: &mut [u8], pos: usize, v: u32, len: u32) {
+fn or_bits(bytes: &mut [u8], pos: usize, v: u64, len: u32) {
     for j in 0..len as usize {
         if v >> j & 1 == 1 {
             let q = pos + j;
@@ -381,7 +381,7 @@ fn decode_row_of<const E: usize>(
     let nreg = regions(sh.s);
     let mut pos = [0usize; 32];
     let mut at = (nreg - 1) * sh.len_bits as usize;
-    let lmask = u64::from(mask(sh.len_bits));
+    let lmask = (1u64 << sh.len_bits) - 1;
     for p in 0..nreg {
         pos[2 * p] = at;
         if p + 1 < nreg {
