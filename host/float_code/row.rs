@@ -280,16 +280,15 @@ fn encode_row_of<const E: usize>(
         let mut rb = 0u64;
         // Three codes of at most 15 bits a write, as for the residuals.
         let fwd = codes.get(2 * p..).unwrap_or(&[]).iter().step_by(sh.s);
-        let mut word = 0u64;
-        let mut wl = 0u32;
-        for (j, &e) in fwd.enumerate() {
-            let len = (e >> 32) as u32;
+        let (mut word, mut wl, mut held) = (0u64, 0u32, 0u32);
+        for &e in fwd {
             word |= (e & 0xffff) << wl;
-            wl += len;
-            if j % 3 == 2 {
+            wl += (e >> 32) as u32;
+            held += 1;
+            if held == 3 {
                 w.put(word, wl);
                 rb += u64::from(wl);
-                (word, wl) = (0, 0);
+                (word, wl, held) = (0, 0, 0);
             }
         }
         w.put(word, wl);
@@ -302,16 +301,16 @@ fn encode_row_of<const E: usize>(
             // (the canonical code LSB first), so that reading down from the
             // region's end meets the first code's first bit first.
             let n_odd = (sh.n + sh.s).saturating_sub(2 * p + 2) / sh.s;
-            let (mut word, mut wl) = (0u64, 0u32);
+            let (mut word, mut wl, mut held) = (0u64, 0u32, 0u32);
             for j in (0..n_odd).rev() {
                 let e = codes[2 * p + 1 + j * sh.s];
-                let len = (e >> 32) as u32;
                 word |= ((e >> 16) & 0xffff) << wl;
-                wl += len;
-                if j % 3 == 0 {
+                wl += (e >> 32) as u32;
+                held += 1;
+                if held == 3 {
                     w.put(word, wl);
                     rb += u64::from(wl);
-                    (word, wl) = (0, 0);
+                    (word, wl, held) = (0, 0, 0);
                 }
             }
             w.put(word, wl);
