@@ -243,15 +243,20 @@ fn encode_row_of<const E: usize>(
         // Q: why gather residuals into a word before writing? A: each write
         // depends on the one before (the bit position); packing `per`
         // residuals at fixed shifts first shortens that chain `per` times.
-        let per = (56 / sh.r as usize).max(1);
-        for vs in row.as_chunks::<E>().0.chunks(per) {
-            let mut word = 0u64;
-            for (j, v) in vs.iter().enumerate() {
-                let v = element::<E>(v);
-                let hi = if hi_shift >= 32 { 0 } else { v >> hi_shift };
-                word |= u64::from((v & lo) | (hi << sh.low)) << (j as u32 * sh.r);
-            }
-            w.put(word, vs.len() as u32 * sh.r);
+        let residual = |v: &[u8; E]| {
+            let v = element::<E>(v);
+            let hi = if hi_shift >= 32 { 0 } else { v >> hi_shift };
+            u64::from((v & lo) | (hi << sh.low))
+        };
+        let elems = row.as_chunks::<E>().0;
+        // Q: why a fixed group size per width? A: an inner loop of a
+        // run-time length costs a mispredicted exit per group; K fixed
+        // unrolls it. K·r stays within the writer's 56 bits.
+        match sh.r {
+            1..=7 => put_residuals::<E, 8>(&mut w, elems, sh.r, residual),
+            8..=14 => put_residuals::<E, 4>(&mut w, elems, sh.r, residual),
+            15..=28 => put_residuals::<E, 2>(&mut w, elems, sh.r, residual),
+            _ => put_residuals::<E, 1>(&mut w, elems, sh.r, residual),
         }
     }
     if sh.r > 0 {
@@ -327,6 +332,28 @@ fn encode_row_of<const E: usize>(
     }
     out.truncate(start + coded);
     coded
+}
+
+/// Write every element's residual (`r` bits, from `residual`), `K` to a
+/// write.
+#[inline(always)]
+fn put_residuals<const E: usize, const K: usize>(
+    w: &mut BitWriter<'_>,
+    elems: &[[u8; E]],
+    r: u32,
+    residual: impl Fn(&[u8; E]) -> u64,
+) {
+    let (groups, tail) = elems.as_chunks::<K>();
+    for g in groups {
+        let mut word = 0u64;
+        for (j, v) in g.iter().enumerate() {
+            word |= residual(v) << (j as u32 * r);
+        }
+        w.put(word, K as u32 * r);
+    }
+    for v in tail {
+        w.put(residual(v), r);
+    }
 }
 
 /// OR the low `len` bits of `v` into `bytes` from bit `pos` on, LSB first.
