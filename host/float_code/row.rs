@@ -443,26 +443,57 @@ fn decode_row_of<const E: usize>(
     };
     let elems = out.as_chunks_mut::<E>().0;
     let mut bad = false;
-    // Region by region, its two sub-streams side by side: two independent
-    // chains of lookups for the CPU to overlap.
+    let fwd = |f: &mut usize| {
+        let e = t.dec[(peek(area, *f) & dmask) as usize];
+        *f += (e >> 16) as usize;
+        e
+    };
+    let bwd = |b: &mut usize| {
+        let e = t.dec[peek_back(area, *b, ml) as usize];
+        *b = b.wrapping_sub((e >> 16) as usize);
+        e
+    };
+    let mut store = |i: usize, e: u32| {
+        bad |= e == NO_SYMBOL;
+        set_element::<E>(&mut elems[i], compose(i, e & 0xffff));
+    };
+    // Q: why all sub-streams of a row in one loop? A: each is a chain of
+    // dependent lookups (position, bits, table, length); the CPU overlaps
+    // independent chains, so S chains in flight decode faster than one.
+    // With S = 4 (the default) the positions stay in registers.
+    let mut f = [0usize; 16];
+    let mut b = [0usize; 16];
     for p in 0..nreg {
-        let (mut f, mut b) = (pos[2 * p], pos[2 * p + 1]);
-        let both = 2 * p + 1 < sh.s;
-        let mut i = 2 * p;
-        while i < sh.n {
-            let e = t.dec[(peek(area, f) & dmask) as usize];
-            f += (e >> 16) as usize;
-            bad |= e == NO_SYMBOL;
-            set_element::<E>(&mut elems[i], compose(i, e & 0xffff));
-            if both && i + 1 < sh.n {
-                let e = t.dec[peek_back(area, b, ml) as usize];
-                b = b.wrapping_sub((e >> 16) as usize);
-                bad |= e == NO_SYMBOL;
-                set_element::<E>(&mut elems[i + 1], compose(i + 1, e & 0xffff));
-            }
-            i += sh.s;
+        (f[p], b[p]) = (pos[2 * p], pos[2 * p + 1]);
+    }
+    let mut base = 0;
+    if sh.s == 4 {
+        let (mut f0, mut b0, mut f1, mut b1) = (f[0], b[0], f[1], b[1]);
+        while base + 4 <= sh.n {
+            let e0 = fwd(&mut f0);
+            let e1 = bwd(&mut b0);
+            let e2 = fwd(&mut f1);
+            let e3 = bwd(&mut b1);
+            store(base, e0);
+            store(base + 1, e1);
+            store(base + 2, e2);
+            store(base + 3, e3);
+            base += 4;
         }
-        (pos[2 * p], pos[2 * p + 1]) = (f, b);
+        (f[0], b[0], f[1], b[1]) = (f0, b0, f1, b1);
+    }
+    // Any other S, and the last elements: element by element.
+    for i in base..sh.n {
+        let k = (i - base) % sh.s;
+        let e = if k & 1 == 0 {
+            fwd(&mut f[k / 2])
+        } else {
+            bwd(&mut b[k / 2])
+        };
+        store(i, e);
+    }
+    for p in 0..nreg {
+        (pos[2 * p], pos[2 * p + 1]) = (f[p], b[p]);
     }
     if bad {
         return Err(Error::corrupt(
