@@ -281,16 +281,18 @@ fn encode_row_of<const E: usize>(
     }
     let pad = (bits.div_ceil(8) * 8 - bits) as u32;
     let mut region_bits = [0u64; 16];
+    let per_write = 56 / sh.max_len.max(1);
     for p in 0..nreg {
         let mut rb = 0u64;
-        // Three codes of at most 15 bits a write, as for the residuals.
+        // As many codes a write as surely fit 56 bits (4 with M = 12), as
+        // for the residuals.
         let fwd = codes.get(2 * p..).unwrap_or(&[]).iter().step_by(sh.s);
         let (mut word, mut wl, mut held) = (0u64, 0u32, 0u32);
         for &e in fwd {
             word |= (e & 0xffff) << wl;
             wl += (e >> 32) as u32;
             held += 1;
-            if held == 3 {
+            if held == per_write {
                 w.put(word, wl);
                 rb += u64::from(wl);
                 (word, wl, held) = (0, 0, 0);
@@ -312,7 +314,7 @@ fn encode_row_of<const E: usize>(
                 word |= ((e >> 16) & 0xffff) << wl;
                 wl += (e >> 32) as u32;
                 held += 1;
-                if held == 3 {
+                if held == per_write {
                     w.put(word, wl);
                     rb += u64::from(wl);
                     (word, wl, held) = (0, 0, 0);
