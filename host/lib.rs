@@ -37,6 +37,7 @@
 //! | [`encode`] | one row: [`encode::encode_row`], [`encode::decode_row`], stored sizes |
 //! | [`layout`] | a dataset of rows: the packed layout (smallest) and the fixed-stride layout (a slot per row) |
 //! | [`cluster`] | one codebook per cluster of rows, in memory |
+//! | [`float_code`] | a second coding of a group of floats beside IBP's: the exponent entropy-coded with a per-group table, rows still decoded one by one (not yet in the container) |
 //! | [`pipeline`] | a document into a container: the plan of how each group is stored (raw, packed, fixed, clustered), fit and compression on the CPU or a [`pipeline::GroupDevice`], verification ([`pipeline::compress_document`]) |
 //! | [`container`] | the `.ibp` file format: [`container::ContainerWriter`] writes it, [`container::IbpFile`] reads and restores it |
 //! | [`io`] | the user's formats (safetensors, npy, npz, raw) parsed into a [`io::Document`] and restored byte for byte |
@@ -111,8 +112,8 @@
 //! The public API is what a host app calls; everything else is private to
 //! the crate. Counted with `scripts/public-items.py` over rustdoc's JSON
 //! (modules, types, traits, functions, methods, constants, public fields
-//! and variants; `#[doc(hidden)]` items left out): **761** items with the
-//! `cuda` feature, against 764 at b8cf772 (issue 32); the `cudarc` feature adds
+//! and variants; `#[doc(hidden)]` items left out): **807** items with the
+//! `cuda` feature (751 before `float_code`'s 56; 764 at b8cf772, issue 32); the `cudarc` feature adds
 //! `gpu::cudarc_interop`.
 //!
 //! | module | items | why it is public |
@@ -123,6 +124,7 @@
 //! | [`encode`] | 7 | one row, for users who lay rows out themselves |
 //! | [`layout`] | 54 | the two layouts a dataset is stored in, owned and borrowed, and random access to one row |
 //! | [`cluster`] | 59 | clustered codebooks: their fit and sweep, ids, compression and decode |
+//! | [`float_code`] | 56 | the float coding (`docs/FORMAT.md` §7): element types, the symbol split, the fit and its table, compression, decode by range and gather, the bounds |
 //! | [`container`] | 120 | the `.ibp` file: reading, restoring, inspecting groups and sections (`ibp inspect`), and the writer for files built by hand |
 //! | [`pipeline`] | 64 | compressing a parsed document into a container, on the CPU or a [`pipeline::GroupDevice`], with its options and per-group report |
 //! | [`io`] | 86 | the user's formats (safetensors, npy, npz, raw), parsed and restored byte for byte |
@@ -155,6 +157,7 @@ pub mod emu;
 pub mod encode;
 mod error;
 pub mod fit;
+pub mod float_code;
 #[cfg(feature = "cuda")]
 pub mod gpu;
 pub mod io;

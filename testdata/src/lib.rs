@@ -8,8 +8,11 @@
 //!   bf16), the tables the GPU tests and `ibp bench` share;
 //! - [`figure7_dataset`] and [`raw_packed`]: synthetic datasets of a chosen
 //!   space saving, and the uncompressed baseline in the packed layout;
+//! - [`fp8`]: FP8 (E4M3, E5M2) casts of f32 values, rounded to nearest even
+//!   and saturating;
 //! - [`data_file`]: where the data files `scripts/setup.sh` fetches are.
 
+pub mod fp8;
 pub mod kv;
 
 use std::path::{Path, PathBuf};
