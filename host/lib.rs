@@ -112,8 +112,8 @@
 //! The public API is what a host app calls; everything else is private to
 //! the crate. Counted with `scripts/public-items.py` over rustdoc's JSON
 //! (modules, types, traits, functions, methods, constants, public fields
-//! and variants; `#[doc(hidden)]` items left out): **807** items with the
-//! `cuda` feature (751 before `float_code`'s 56; 764 at b8cf772, issue 32); the `cudarc` feature adds
+//! and variants; `#[doc(hidden)]` items left out): **819** items with the
+//! `cuda` feature (763 before `float_code`'s 56; 764 at b8cf772, issue 32); the `cudarc` feature adds
 //! `gpu::cudarc_interop`.
 //!
 //! | module | items | why it is public |
@@ -128,7 +128,7 @@
 //! | [`container`] | 120 | the `.ibp` file: reading, restoring, inspecting groups and sections (`ibp inspect`), and the writer for files built by hand |
 //! | [`pipeline`] | 64 | compressing a parsed document into a container, on the CPU or a [`pipeline::GroupDevice`], with its options and per-group report |
 //! | [`io`] | 86 | the user's formats (safetensors, npy, npz, raw), parsed and restored byte for byte |
-//! | `gpu` (feature `cuda`) | 243 | the GPU path: `Gpu`, datasets (`GpuDataset`, `DeviceBook`), the `Decoder` and its `Request`s, the DMA paths, `Fitter`, `Compressor`, the feature cache, the KV store, pinned memory, other libraries' memory and streams (`Span`, `SpanMut`, `ForeignStream`) |
+//! | `gpu` (feature `cuda`) | 245 | the GPU path: `Gpu`, datasets (`GpuDataset`, `DeviceBook`), the `Decoder` and its `Request`s, the DMA paths, `Fitter`, `Compressor`, the feature cache, the KV store, pinned memory, other libraries' memory and streams (`Span`, `SpanMut`, `ForeignStream`) |
 //!
 //! Kept out on purpose: the kernels' tables (`kernel_tables`), the decode
 //! launch and its rows description, the driver layer (`gpu::driver`: every
