@@ -313,7 +313,9 @@ unsafe fn store_tail<M: Mem>(m: &M, a: u64, w0: u32, w1: u32, w2: u32, w3: u32, 
 }
 
 /// A lane's 16 output bytes of a step that is not all bit values: its
-/// chunks `k0 ..`, participation bits `p`, payload from stream bit `bit`.
+/// chunks `k0 ..`, participation bits `p`, payload from stream bit `bit`,
+/// `PARAMS` words `prm` (chunks of 4 or 8 bytes; 1- and 2-byte chunks
+/// reload theirs four at a time).
 ///
 /// `CLASS`: the step's class (warp-uniform). A matching chunk is its bit
 /// value ([`CLASS_NONE_FREE`]), [`expand2_32`]/[`expand2_64`] of its
@@ -339,16 +341,17 @@ fn expand<const C: u32, const CLASS: u8, S: Source, B: Book, M: Mem>(
     p: u32,
     mut bit: u32,
     bv: [u32; 4],
+    prm: &[u32; 16],
 ) -> [u32; 4] {
     let cpl = chunks_per_lane(C);
     let lay = g.layout;
-    // The lane's RUN1 and FREE words (two-run steps), read word by word
-    // where they are used.
+    // 1- and 2-byte chunks: the lane's RUN1 and FREE words (two-run
+    // steps) read a word at a time, where its chunks are expanded.
     //
     // Q: why not one 16-byte load of each, as for the bit values?
     // A: eight more registers live across the step pushed the kernels past
-    // their cap (56–160 bytes of spills on sm_90); scalar shared loads are
-    // cheap beside that.
+    // their cap (56–160 bytes of spills on sm_90); a word's two shared loads
+    // are cheap beside that.
     let ob = k0 * C;
     // SAFETY: inside the RUN1 field (word i < 4 of the lane's 16 bytes).
     let r1w = |i: u32| unsafe { b.ld_u32(lay.run1 + ob + 4 * i) };
@@ -356,7 +359,6 @@ fn expand<const C: u32, const CLASS: u8, S: Source, B: Book, M: Mem>(
     let frw = |i: u32| unsafe { b.ld_u32(lay.free + ob + 4 * i) };
     let mut o = [0u32; 4];
     if C == 8 {
-        let prm = load_params::<C, B>(b, lay.params + 4 * k0);
         each_chunk!(j => {
           if j < 2 {
             let q = prm[j as usize];
@@ -373,15 +375,11 @@ fn expand<const C: u32, const CLASS: u8, S: Source, B: Book, M: Mem>(
             } else if CLASS == CLASS_NONE_FREE {
                 if (p >> j) & 1 == 1 { field64(&bv, j) } else { v }
             } else {
-                let w64 = |f: &dyn Fn(u32) -> u32| (f(2 * j) as u64) | ((f(2 * j + 1) as u64) << 32);
-                let e = expand2_64(
-                    v,
-                    q & 0xff,
-                    (q >> 8) & 0xff,
-                    w64(&r1w),
-                    w64(&frw),
-                    field64(&bv, j),
-                );
+                // SAFETY: inside the RUN1 and FREE fields (chunk j of the
+                // lane's two), 8-aligned.
+                let (r, f) = unsafe { (b.ld_v2(lay.run1 + ob + 8 * j), b.ld_v2(lay.free + ob + 8 * j)) };
+                let w64 = |x: [u32; 2]| (x[0] as u64) | ((x[1] as u64) << 32);
+                let e = expand2_64(v, q & 0xff, (q >> 8) & 0xff, w64(r), w64(f), field64(&bv, j));
                 if (p >> j) & 1 == 1 { e } else { v }
             };
             o[2 * j as usize] = x as u32;
@@ -390,12 +388,16 @@ fn expand<const C: u32, const CLASS: u8, S: Source, B: Book, M: Mem>(
         });
         return o;
     }
-    let prm = if C == 4 {
-        load_params::<C, B>(b, lay.params + 4 * k0)
+    // 4-byte chunks: the lane's RUN1 and FREE words in one load each, as
+    // its bit values.
+    let (r4, f4) = if C == 4 && CLASS == CLASS_TWO_RUNS {
+        // SAFETY: inside the RUN1 and FREE fields, 16-aligned.
+        unsafe { (b.ld_v4(lay.run1 + ob), b.ld_v4(lay.free + ob)) }
     } else {
-        [0; 16]
+        ([0; 4], [0; 4])
     };
     let mut grp = [0u32; 4];
+    let (mut r1c, mut frc) = (0u32, 0u32);
     let mut win = 0u32;
     each_chunk!(j => {
         if j < cpl {
@@ -416,6 +418,10 @@ fn expand<const C: u32, const CLASS: u8, S: Source, B: Book, M: Mem>(
             } else {
                 let per_word = 4 / C;
                 if j.is_multiple_of(per_word) {
+                    if CLASS == CLASS_TWO_RUNS {
+                        r1c = r1w(j / per_word);
+                        frc = frw(j / per_word);
+                    }
                     let mut gw = 0;
                     each_chunk!(i => {
                         if i < per_word {
@@ -456,14 +462,8 @@ fn expand<const C: u32, const CLASS: u8, S: Source, B: Book, M: Mem>(
             } else if CLASS == CLASS_NONE_FREE {
                 if (p >> j) & 1 == 1 { bv[wi] & own } else { v << sh }
             } else {
-                let e = expand2_32(
-                    v,
-                    q & 0xff,
-                    (q >> 8) & 0xff,
-                    r1w(wi as u32),
-                    frw(wi as u32),
-                    bv[wi] & own,
-                );
+                let (r, f) = if C == 4 { (r4[wi], f4[wi]) } else { (r1c, frc) };
+                let e = expand2_32(v, q & 0xff, (q >> 8) & 0xff, r, f, bv[wi] & own);
                 if (p >> j) & 1 == 1 { e } else { v << sh }
             };
             o[wi] |= x;
@@ -700,11 +700,11 @@ pub unsafe fn decode_in<
         let o = if class == CLASS_NONE_FREE && all_match {
             bv
         } else if class == CLASS_NONE_FREE {
-            expand::<C, CLASS_NONE_FREE, S, B, M>(s, b, m, g, k0, p, bit, bv)
+            expand::<C, CLASS_NONE_FREE, S, B, M>(s, b, m, g, k0, p, bit, bv, &prm)
         } else if class == CLASS_GENERAL {
-            expand::<C, CLASS_GENERAL, S, B, M>(s, b, m, g, k0, p, bit, bv)
+            expand::<C, CLASS_GENERAL, S, B, M>(s, b, m, g, k0, p, bit, bv, &prm)
         } else {
-            expand::<C, CLASS_TWO_RUNS, S, B, M>(s, b, m, g, k0, p, bit, bv)
+            expand::<C, CLASS_TWO_RUNS, S, B, M>(s, b, m, g, k0, p, bit, bv, &prm)
         };
         let n = if !TAIL {
             16
