@@ -97,7 +97,7 @@ fn savings(m: &DecodeMeasurement) -> f64 {
 }
 
 /// Device-to-device copy rate of 1 GiB, counting bytes read plus written.
-fn device_copy_rate(stream: &Stream) -> Result<f64> {
+pub(super) fn device_copy_rate(stream: &Stream) -> Result<f64> {
     let copy_bytes = 1usize << 30;
     Ok(2.0 * copy_bytes as f64 / measure_device_copy(stream, copy_bytes)?)
 }
@@ -413,22 +413,16 @@ fn real_gathers(
     Ok(())
 }
 
-/// `--section device`: device-resident decodes (synthetic and real) and
-/// device gathers, each with the decoder's geometry, then the row-length
-/// sweep (`--sweep-only`: the sweep alone; `--no-sweep`: without it).
-pub(super) fn device_section(b: &Bench, args: &Args, md: &mut String) -> Result<()> {
-    let copy_rate = device_copy_rate(b.stream)?;
-    if !args.sweep_only {
-        device_tables_section(b, args, copy_rate, md)?;
-    }
-    if !args.no_sweep {
-        super::sweep::run(b, args, copy_rate, md)?;
-    }
-    Ok(())
-}
-
-/// `--section device`'s tables (all but the sweep).
-fn device_tables_section(b: &Bench, args: &Args, copy_rate: f64, md: &mut String) -> Result<()> {
+/// `--section device`'s tables (all but the row-length sweep, which
+/// `bench::device_section` runs after them): device-resident decodes
+/// (synthetic and real) and device gathers, each with the decoder's
+/// geometry, against the device copy rate `copy_rate` of the same run.
+pub(super) fn device_tables_section(
+    b: &Bench,
+    args: &Args,
+    copy_rate: f64,
+    md: &mut String,
+) -> Result<()> {
     let _ = writeln!(
         md,
         "## Device-resident decode and gathers\n\nDevice-to-device copy of 1 GiB: {:.0} GB/s counting bytes read plus written. *geometry*: threads per block, blocks, shared bytes per block, batch mode.\n\n| data | savings | range GB/s | moved / copy | gather 4096 GB/s | gather 65536 GB/s | geometry |\n| --- | --- | --- | --- | --- | --- | --- |",

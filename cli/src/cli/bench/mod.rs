@@ -251,7 +251,7 @@ fn suite(args: Args) -> Result<()> {
     } else if args.section == "kv" {
         kv::section(&gpu, &stream, zc, &mut md)?;
     } else if args.section == "device" {
-        decode::device_section(&b, &args, &mut md)?;
+        device_section(&b, &args, &mut md)?;
     } else if decode {
         decode::decode_sections(&b, &args, zc, &mut md, &mut picture)?;
     }
@@ -260,6 +260,21 @@ fn suite(args: Args) -> Result<()> {
     }
     println!("{md}");
     write_results(&args, &info.name, &md, &picture)
+}
+
+/// `--section device`: the device-resident tables, then the row-length
+/// sweep (`--sweep-only`: the sweep alone; `--no-sweep`: without it), both
+/// against one device copy rate measured first.
+#[cfg(feature = "cuda")]
+fn device_section(b: &decode::Bench, args: &Args, md: &mut String) -> Result<()> {
+    let copy_rate = decode::device_copy_rate(b.stream)?;
+    if !args.sweep_only {
+        decode::device_tables_section(b, args, copy_rate, md)?;
+    }
+    if !args.no_sweep {
+        sweep::run(b, args, copy_rate, md)?;
+    }
+    Ok(())
 }
 
 /// `--peers` and `--section peers` need each other (and the real tables).
