@@ -11,7 +11,8 @@
 
 use std::sync::Mutex;
 
-use candle_core::cuda_backend::cudarc::driver::{DevicePtr, DevicePtrMut, DeviceSlice};
+use candle_core::backend::BackendStorage;
+use candle_core::cuda_backend::cudarc::driver::{DevicePtr, DevicePtrMut};
 use candle_core::cuda_backend::{CudaDType, CudaDevice};
 use candle_core::{CudaStorage, DType, Layout, Result};
 use ibp::gpu::{
@@ -153,22 +154,21 @@ fn launch<T: CudaDType + candle_core::cuda_backend::cudarc::driver::DeviceRepr>(
     let (out_addr, _w) = out.device_ptr_mut(stream);
     let (idx_addr, idx_bytes, wide, _r) = match ids.dtype() {
         DType::U32 => {
-            let v = ids.as_cuda_slice::<u32>()?.slice(start..end);
-            let (a, r) = v.device_ptr(stream);
-            (a, (end - start) * 4, false, r)
+            let (a, r) = ids.as_cuda_slice::<u32>()?.device_ptr(stream);
+            (a + 4 * start as u64, (end - start) * 4, false, r)
         }
         // Q: why read i64 ids as u64? A: the bits of a valid id are the
         // same; a negative one becomes a huge index, which the decoder
         // reports as out of range.
         DType::I64 => {
-            let v = ids.as_cuda_slice::<i64>()?.slice(start..end);
-            let (a, r) = v.device_ptr(stream);
-            (a, (end - start) * 8, true, r)
+            let (a, r) = ids.as_cuda_slice::<i64>()?.device_ptr(stream);
+            (a + 8 * start as u64, (end - start) * 8, true, r)
         }
         other => return Err(bad_ids(other)),
     };
-    // SAFETY: (1) a cudarc allocation of candle's of at least `idx_bytes`
-    // bytes from `idx_addr` (a view of ids `start..end`), on the device
+    // SAFETY: (1) a cudarc allocation of candle's holding ids `start..end`
+    // (the layout's contiguous range, inside the storage), `idx_bytes`
+    // bytes from `idx_addr`, on the device
     // the table's `Gpu` runs on (checked by the caller), borrowed for this
     // call, and freed by cudarc only after the stream's work; (2) its last
     // write is ordered before `stream` by `device_ptr`; (3) it holds
