@@ -26,16 +26,38 @@ pub const SENTENCES: [&str; 6] = [
     "Quantum computers use qubits; ¿qué tal?",
 ];
 
-/// MiniLM's files: `model.safetensors` and `minilm-vocab.txt`, where
-/// `scripts/setup.sh` put them (`$IBP_DATA_DIR`), or `None` with the skip
-/// note printed.
+/// MiniLM's files: its weights as a safetensors file and
+/// `minilm-vocab.txt`, where `scripts/setup.sh` put them (`$IBP_DATA_DIR`),
+/// or `None` with the skip note printed.
+///
+/// The weights are `model.safetensors` (f32), or, where only
+/// `minilm-bf16.ibp` travelled (the GPU machine: the f32 file is over the
+/// carry limit; scripts/stage-candle.sh), that file restored: MiniLM's
+/// weights rounded to bf16, the original bytes checked by ibp's restore.
 pub fn data() -> Option<(PathBuf, PathBuf)> {
-    let found = ibp_testdata::data_file("model.safetensors")
-        .zip(ibp_testdata::data_file("minilm-vocab.txt"));
+    let vocab = ibp_testdata::data_file("minilm-vocab.txt");
+    let weights = ibp_testdata::data_file("model.safetensors").or_else(restored_bf16);
+    let found = weights.zip(vocab);
     if found.is_none() {
         println!("skipped: MiniLM data not found (run scripts/setup.sh, or set IBP_DATA_DIR)");
     }
     found
+}
+
+/// `minilm-bf16.ibp` restored to its safetensors file, once.
+fn restored_bf16() -> Option<PathBuf> {
+    static RESTORED: OnceLock<Option<PathBuf>> = OnceLock::new();
+    RESTORED
+        .get_or_init(|| {
+            let src = ibp_testdata::data_file("minilm-bf16.ibp")?;
+            let file = ibp::container::IbpFile::open(&src).expect("opening minilm-bf16.ibp");
+            let out = scratch("minilm-restored.safetensors");
+            let mut w = std::io::BufWriter::new(std::fs::File::create(&out).unwrap());
+            file.restore(&mut w, &Default::default()).expect("restoring minilm-bf16.ibp");
+            std::io::Write::flush(&mut w).unwrap();
+            Some(out)
+        })
+        .clone()
 }
 
 /// all-MiniLM-L6-v2's configuration (its config.json).
@@ -60,9 +82,17 @@ pub fn minilm_config() -> Config {
     }
 }
 
-/// Where the test files go (the target folder's scratch space).
+/// Where the test files go: the target folder's scratch space, or, where
+/// the binary runs on another machine (the GPU host), the system's
+/// temporary folder; one folder per test binary.
 pub fn scratch(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("ibp-candle");
+    let target = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let base = if target.is_dir() {
+        target.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    };
+    let dir = base.join("ibp-candle").join(env!("CARGO_CRATE_NAME"));
     std::fs::create_dir_all(&dir).expect("creating the scratch folder");
     dir.join(name)
 }
@@ -79,8 +109,8 @@ pub fn compress_file(src: &Path, dst: &Path) {
 }
 
 /// MiniLM's weights as a safetensors file of `dtype` (the floats converted
-/// by candle, the integers as they are) and its `.ibp` copy, made once per
-/// test binary.
+/// by candle where the data's file holds another type, the integers as
+/// they are) and its `.ibp` copy, made once per test binary.
 pub fn model_files(dtype: DType) -> Option<(PathBuf, PathBuf)> {
     static F32: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
     static BF16: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
@@ -92,18 +122,14 @@ pub fn model_files(dtype: DType) -> Option<(PathBuf, PathBuf)> {
     };
     Some(
         cell.get_or_init(|| {
-            let st = if dtype == DType::F32 {
+            let t = candle_core::safetensors::load(&weights, &Device::Cpu).unwrap();
+            let st = if t["embeddings.word_embeddings.weight"].dtype() == dtype {
                 weights
             } else {
-                let t = candle_core::safetensors::load(&weights, &Device::Cpu).unwrap();
                 let t: std::collections::HashMap<String, Tensor> = t
                     .into_iter()
                     .map(|(k, v)| {
-                        let v = if v.dtype().is_float() {
-                            v.to_dtype(dtype).unwrap()
-                        } else {
-                            v
-                        };
+                        let v = if v.dtype().is_float() { v.to_dtype(dtype).unwrap() } else { v };
                         (k, v)
                     })
                     .collect();
