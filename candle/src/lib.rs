@@ -31,11 +31,15 @@ mod backend;
 mod embedding;
 #[cfg(feature = "cuda")]
 mod gpu;
+#[cfg(feature = "cuda")]
+mod offload;
 
 pub use backend::{IbpTensors, candle_dtype};
 pub use embedding::CompressedEmbedding;
 #[cfg(feature = "cuda")]
 pub use gpu::GpuTable;
+#[cfg(feature = "cuda")]
+pub use offload::{HostTensor, OffloadedStack};
 
 /// An ibp error as candle's (`candle_core::Error::Wrapped`): the ibp error
 /// stays reachable through `source()`, kind and message included.
