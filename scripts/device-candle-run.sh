@@ -2,7 +2,9 @@
 # Run on the GPU machine, from the repository root, what
 # scripts/stage-candle.sh staged: the candle integration's GPU tests (with
 # IBP_REQUIRE_GPU=1: a missing device fails) and its embedding benchmark.
-# `bash .device-candle/run.sh [tests|bench]` (default both).
+# `bash .device-candle/run.sh [tests|bench|offload]` (default: all three).
+# The offload bench pins ~16 GiB of host memory and holds ~9 GiB on the GPU
+# (IBP_OFFLOAD_GIB=8); it prints its table in a few minutes.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cd "$here"
@@ -30,4 +32,7 @@ if [ "$what" = all ] || [ "$what" = tests ]; then
 fi
 if [ "$what" = all ] || [ "$what" = bench ]; then
   ./bin/gpu_embedding.bench --bench
+fi
+if [ "$what" = all ] || [ "$what" = offload ]; then
+  ./bin/gpu_offload.bench --bench
 fi

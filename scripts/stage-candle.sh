@@ -6,7 +6,8 @@
 #
 # - Built in release with feature `cuda` (scripts/setup-candle.sh's tools,
 #   CUDA_COMPUTE_CAP=90 for the H200), stripped, xz-compressed:
-#   tests/gpu_minilm.rs and benches/gpu_embedding.rs of candle/.
+#   tests/gpu_minilm.rs, benches/gpu_embedding.rs and benches/gpu_offload.rs
+#   of candle/.
 # - Data: MiniLM rounded to bf16 and compressed by ibp (minilm-bf16.ibp,
 #   ~35 MB; the f32 file is 87 MB, over the 64 MiB carry limit: the tests
 #   restore the bf16 file there and widen it for their f32 runs), and the
@@ -23,7 +24,7 @@ out=.device-candle
 rm -rf "$out" && mkdir -p "$out/bin" "$out/data"
 {
   cargo test --release -p ibp-candle --features cuda --test gpu_minilm --no-run --message-format=json
-  cargo bench -p ibp-candle --features cuda --bench gpu_embedding --no-run --message-format=json
+  cargo bench -p ibp-candle --features cuda --bench gpu_embedding --bench gpu_offload --no-run --message-format=json
 } 2>/dev/null | python3 -c '
 import json, sys
 for line in sys.stdin:
@@ -33,7 +34,7 @@ for line in sys.stdin:
         kind = "bench" if "bench" in m["target"]["kind"] else "test"
         print(m["target"]["name"] + "." + kind, m["executable"])
 ' | sort -u | while read -r name exe; do cp "$exe" "$out/bin/$name"; done
-[ -f "$out/bin/gpu_minilm.test" ] && [ -f "$out/bin/gpu_embedding.bench" ] || {
+[ -f "$out/bin/gpu_minilm.test" ] && [ -f "$out/bin/gpu_embedding.bench" ] && [ -f "$out/bin/gpu_offload.bench" ] || {
   echo "stage-candle: the binaries were not built (run: cargo test --release -p ibp-candle --features cuda --no-run)" >&2
   exit 1
 }

@@ -33,17 +33,27 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dev = match Device::new_cuda(0) {
         Ok(d) => d,
         Err(e) => {
-            println!("skipped: no CUDA device ({e})");
+            println!(
+                "skipped: no CUDA device ({})",
+                e.to_string().lines().next().unwrap_or_default()
+            );
             return Ok(());
         }
     };
-    let Device::Cuda(cdev) = &dev else { unreachable!() };
+    let Device::Cuda(cdev) = &dev else {
+        unreachable!()
+    };
     let Some(path) = ibp_testdata::data_file("minilm-bf16.ibp") else {
-        println!("skipped: minilm-bf16.ibp not found (scripts/stage-candle.sh makes it; set IBP_DATA_DIR)");
+        println!(
+            "skipped: minilm-bf16.ibp not found (scripts/stage-candle.sh makes it; set IBP_DATA_DIR)"
+        );
         return Ok(());
     };
     let tensors = Arc::new(IbpTensors::open(&path)?);
-    let g = tensors.file().find_group(TABLE).ok_or("no word embeddings")?;
+    let g = tensors
+        .file()
+        .find_group(TABLE)
+        .ok_or("no word embeddings")?;
     let (rows, row_bytes) = (g.rows(), g.row_bytes() as usize);
     println!(
         "MiniLM word embeddings, bf16: {rows} rows of {row_bytes} bytes, {:.1}% saved",

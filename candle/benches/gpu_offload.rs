@@ -36,7 +36,10 @@ use ibp::layout::{LayoutOptions, Packed, compress_packed};
 use ibp_candle::{HostTensor, IbpTensors, OffloadedStack};
 
 fn env(name: &str, default: usize) -> usize {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 /// The weight names of one BERT layer, under `layer.0.` (a one-layer
@@ -101,11 +104,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dev = match Device::new_cuda(0) {
         Ok(d) => d,
         Err(e) => {
-            println!("skipped: no CUDA device ({e})");
+            println!(
+                "skipped: no CUDA device ({})",
+                e.to_string().lines().next().unwrap_or_default()
+            );
             return Ok(());
         }
     };
-    let Device::Cuda(cdev) = &dev else { unreachable!() };
+    let Device::Cuda(cdev) = &dev else {
+        unreachable!()
+    };
     let (gib, scale, seq, runs) = (
         env("IBP_OFFLOAD_GIB", 8),
         env("IBP_OFFLOAD_SCALE", 8),
@@ -113,7 +121,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         env("IBP_OFFLOAD_RUNS", 3).max(1),
     );
     let Some(path) = ibp_testdata::data_file("minilm-bf16.ibp") else {
-        println!("skipped: minilm-bf16.ibp not found (scripts/stage-candle.sh makes it; set IBP_DATA_DIR)");
+        println!(
+            "skipped: minilm-bf16.ibp not found (scripts/stage-candle.sh makes it; set IBP_DATA_DIR)"
+        );
         return Ok(());
     };
     let src = IbpTensors::open(&path)?;
@@ -138,7 +148,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             } else {
                 None
             };
-            layer.push(Scaled { tensor: t, bytes, coded });
+            layer.push(Scaled {
+                tensor: t,
+                bytes,
+                coded,
+            });
         }
         real.push(layer);
     }
@@ -176,15 +190,30 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     .iter()
                     .zip(&real[i % 6])
                     .map(|(n, s)| match (&s.coded, compressed) {
-                        (Some((cb, p)), true) => {
-                            HostTensor::compressed(&gpu, &name(n), DType::BF16, s.tensor.shape().clone(), cb, &p.view())
-                        }
-                        _ => HostTensor::raw(&name(n), DType::BF16, s.tensor.shape().clone(), &s.bytes),
+                        (Some((cb, p)), true) => HostTensor::compressed(
+                            &gpu,
+                            &name(n),
+                            DType::BF16,
+                            s.tensor.shape().clone(),
+                            cb,
+                            &p.view(),
+                        ),
+                        _ => HostTensor::raw(
+                            &name(n),
+                            DType::BF16,
+                            s.tensor.shape().clone(),
+                            &s.bytes,
+                        ),
                     })
                     .collect::<candle_core::Result<Vec<_>>>()
             })
             .collect::<candle_core::Result<Vec<_>>>()?;
-        OffloadedStack::new(cdev, Gpu::new(0).map_err(candle_core::Error::wrap)?, layers, build)
+        OffloadedStack::new(
+            cdev,
+            Gpu::new(0).map_err(candle_core::Error::wrap)?,
+            layers,
+            build,
+        )
     };
     let t0 = Instant::now();
     let raw = host(false)?;
@@ -200,7 +229,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
 
     println!();
-    println!("| batch × {seq} tokens | resident (ms) | offloaded raw (ms) | offloaded IBP (ms) | IBP vs raw | entropy-coded |");
+    println!(
+        "| batch × {seq} tokens | resident (ms) | offloaded raw (ms) | offloaded IBP (ms) | IBP vs raw | entropy-coded |"
+    );
     println!("|---:|---:|---:|---:|---:|---|");
     for batch in [1usize, 32] {
         let x = Tensor::randn(0f32, 1.0, (batch, seq, 384 * scale), &dev)?.to_dtype(DType::BF16)?;
@@ -242,7 +273,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let i = time(&|| run_off(&ibp_stack))?;
         raw.check_blocking()?;
         ibp_stack.check_blocking()?;
-        println!("| {batch} | {r:.1} | {o:.1} | {i:.1} | {:.2}× | n/a (not landed) |", o / i);
+        println!(
+            "| {batch} | {r:.1} | {o:.1} | {i:.1} | {:.2}× | n/a (not landed) |",
+            o / i
+        );
     }
     Ok(())
 }

@@ -21,7 +21,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let tensors: HashMap<String, Tensor> = candle_core::safetensors::load(src, &Device::Cpu)?
         .into_iter()
         .map(|(k, v)| {
-            let v = if v.dtype().is_float() { v.to_dtype(DType::BF16)? } else { v };
+            let v = if v.dtype().is_float() {
+                v.to_dtype(DType::BF16)?
+            } else {
+                v
+            };
             Ok((k, v))
         })
         .collect::<candle_core::Result<_>>()?;

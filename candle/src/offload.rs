@@ -266,9 +266,9 @@ impl<L> OffloadedStack<L> {
             .ok_or_else(|| candle_core::Error::Msg("an offloaded stack of no layers".into()))?;
         for (i, l) in layers.iter().enumerate() {
             let same = l.len() == first.len()
-                && l.iter().zip(first).all(|(a, b)| {
-                    (&a.name, a.dtype, &a.shape) == (&b.name, b.dtype, &b.shape)
-                });
+                && l.iter()
+                    .zip(first)
+                    .all(|(a, b)| (&a.name, a.dtype, &a.shape) == (&b.name, b.dtype, &b.shape));
             if !same {
                 return Err(candle_core::Error::Msg(format!(
                     "layer {i} holds other tensors than layer 0"
@@ -303,7 +303,11 @@ impl<L> OffloadedStack<L> {
                 .zip(&tensors)
                 .map(|(h, t)| (h.name.clone(), t.clone()))
                 .collect();
-            let vb = VarBuilder::from_backend(Box::new(SlotBackend { tensors: map }), dtype, dev.clone());
+            let vb = VarBuilder::from_backend(
+                Box::new(SlotBackend { tensors: map }),
+                dtype,
+                dev.clone(),
+            );
             slots.push(Slot {
                 module: build(vb)?,
                 dst,
@@ -312,7 +316,9 @@ impl<L> OffloadedStack<L> {
         }
         let ctx = stream.context();
         let events = || -> Result<Vec<CudaEvent>> {
-            (0..2).map(|_| ctx.new_event(None).map_err(cuda_err)).collect()
+            (0..2)
+                .map(|_| ctx.new_event(None).map_err(cuda_err))
+                .collect()
         };
         // Nothing has run yet: both slots are free.
         let done = events()?;
@@ -371,8 +377,10 @@ impl<L> OffloadedStack<L> {
                     // outlives the asynchronous copy; (3) the copy stream
                     // waited for `done[s]`, recorded after the slot's last
                     // reader.
-                    unsafe { result::memcpy_htod_async(addr, &buf[..bytes], self.copy.cu_stream()) }
-                        .map_err(cuda_err)?;
+                    unsafe {
+                        result::memcpy_htod_async(addr, &buf[..bytes], self.copy.cu_stream())
+                    }
+                    .map_err(cuda_err)?;
                 }
                 Stored::Coded(ds) => {
                     // SAFETY: as for the raw copy: a live allocation of
@@ -380,9 +388,16 @@ impl<L> OffloadedStack<L> {
                     // writes, its readers ordered before by `done[s]` and
                     // after by `loaded[s]`.
                     let mut out = unsafe { SpanMut::from_raw_parts(addr, bytes) };
-                    let dec = Decoder::new(&self.gpu, ds, &DecodeOptions::default()).map_err(wrap)?;
-                    dec.enqueue(&self.gpu, &Request::range(0, ds.rows()), &mut out, &status, &on)
-                        .map_err(wrap)?;
+                    let dec =
+                        Decoder::new(&self.gpu, ds, &DecodeOptions::default()).map_err(wrap)?;
+                    dec.enqueue(
+                        &self.gpu,
+                        &Request::range(0, ds.rows()),
+                        &mut out,
+                        &status,
+                        &on,
+                    )
+                    .map_err(wrap)?;
                 }
             }
         }

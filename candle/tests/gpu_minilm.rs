@@ -25,7 +25,10 @@ fn cuda() -> Option<Device> {
             if std::env::var("IBP_REQUIRE_GPU").as_deref() == Ok("1") {
                 panic!("IBP_REQUIRE_GPU=1 but no CUDA device: {e}");
             }
-            println!("skipped: no CUDA device ({e})");
+            println!(
+                "skipped: no CUDA device ({})",
+                e.to_string().lines().next().unwrap_or_default()
+            );
             None
         }
     }

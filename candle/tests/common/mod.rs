@@ -53,7 +53,8 @@ fn restored_bf16() -> Option<PathBuf> {
             let file = ibp::container::IbpFile::open(&src).expect("opening minilm-bf16.ibp");
             let out = scratch("minilm-restored.safetensors");
             let mut w = std::io::BufWriter::new(std::fs::File::create(&out).unwrap());
-            file.restore(&mut w, &Default::default()).expect("restoring minilm-bf16.ibp");
+            file.restore(&mut w, &Default::default())
+                .expect("restoring minilm-bf16.ibp");
             std::io::Write::flush(&mut w).unwrap();
             Some(out)
         })
@@ -129,7 +130,11 @@ pub fn model_files(dtype: DType) -> Option<(PathBuf, PathBuf)> {
                 let t: std::collections::HashMap<String, Tensor> = t
                     .into_iter()
                     .map(|(k, v)| {
-                        let v = if v.dtype().is_float() { v.to_dtype(dtype).unwrap() } else { v };
+                        let v = if v.dtype().is_float() {
+                            v.to_dtype(dtype).unwrap()
+                        } else {
+                            v
+                        };
                         (k, v)
                     })
                     .collect();
