@@ -46,7 +46,7 @@ python3 scripts/import-cycles.py gpu-kernels/src host cli/src testdata/src
 step "clippy (the workspace: library, command line, test data, kernel emulator; the cuda feature; the kernel crate on the host)"
 # Q: why `--exclude ibp-candle` in this file's workspace commands? A: the
 # candle integration (candle/) builds candle, gemm and candle-transformers,
-# minutes cold on 2 cores; it has its own command (candle/README.md), run
+# minutes cold on 2 cores; it has its own command (docs/CANDLE.md), run
 # where its cost is chosen, not as a side effect of `--workspace`.
 cargo clippy --workspace --exclude ibp-candle --all-targets --features ibp/emu -- -D warnings
 # `testing`: the GPU foundation's test kernels (tests/gpu_foundation.rs);
