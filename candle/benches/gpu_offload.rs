@@ -141,7 +141,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             };
             let bytes = bytes_of(&t)?;
             let coded = if t.rank() == 2 {
-                let rows = Rows::new(&bytes, t.dim(1)? * 2)?;
+                // Rows of 384 values, MiniLM's own width (every dimension
+                // of the scaled matrices is a multiple of it).
+                let rows = Rows::new(&bytes, 384 * 2)?;
                 let f = fit(rows, &FitOptions::default())?;
                 let p = compress_packed(&f.codebook, rows, &LayoutOptions::default())?;
                 Some((f.codebook, p))

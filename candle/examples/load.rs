@@ -18,7 +18,9 @@ use ibp_candle::IbpTensors;
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let [st, ibp] = args.as_slice() else {
-        return Err("usage: load MODEL.safetensors MODEL.ibp (ibp compress writes the second)".into());
+        return Err(
+            "usage: load MODEL.safetensors MODEL.ibp (ibp compress writes the second)".into(),
+        );
     };
     let dev = Device::Cpu;
     let config: Config = serde_json::from_str(MINILM_CONFIG)?;
@@ -39,8 +41,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // "[CLS] hello, world! [SEP]" in bert-base-uncased's ids.
     let ids = Tensor::new(&[[101u32, 7592, 1010, 2088, 999, 102]], &dev)?;
     let types = ids.zeros_like()?;
-    let a = before.forward(&ids, &types, None)?.flatten_all()?.to_vec1::<f32>()?;
-    let b = after.forward(&ids, &types, None)?.flatten_all()?.to_vec1::<f32>()?;
+    let a = before
+        .forward(&ids, &types, None)?
+        .flatten_all()?
+        .to_vec1::<f32>()?;
+    let b = after
+        .forward(&ids, &types, None)?
+        .flatten_all()?
+        .to_vec1::<f32>()?;
     let same = a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits());
     let size = |p: &str| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
     println!(

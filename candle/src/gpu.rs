@@ -114,8 +114,10 @@ pub(crate) fn gather(
         ($t:ty) => {{
             // SAFETY: every element is written by the gather below before
             // anything reads the tensor (it is ordered on the same stream);
-            // an index out of range zero-fills its row.
-            let mut out = unsafe { dev.alloc::<$t>(elems)? };
+            // an index out of range zero-fills its row. Q: why at least one
+            // element? A: the driver refuses an allocation of 0 bytes; the
+            // tensor's shape says 0 rows, so that element is never read.
+            let mut out = unsafe { dev.alloc::<$t>(elems.max(1))? };
             if n > 0 {
                 launch(t, ids, start, end, &mut out, &stream)?;
             }

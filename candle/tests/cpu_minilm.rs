@@ -189,6 +189,8 @@ fn compressed_embedding_matches(dtype: DType) {
             ids.dims()
         );
     }
+    let none = Tensor::zeros(0, DType::U32, &Device::Cpu).unwrap();
+    assert_eq!(emb.forward(&none).unwrap().dims(), [0, 384]);
     let bad = Tensor::new(&[5u32, 30522], &Device::Cpu).unwrap();
     assert!(emb.forward(&bad).is_err());
     let negative = Tensor::new(&[-1i64], &Device::Cpu).unwrap();
