@@ -38,8 +38,9 @@ use crate::wrap;
 enum Stored {
     /// The tensor's bytes, pinned.
     Raw(PinnedBuffer<u8>),
-    /// Its ibp dataset, the compressed rows pinned.
-    Coded(GpuDataset),
+    /// Its ibp dataset, the compressed rows pinned (boxed: a dataset's
+    /// handles are ten times a buffer's).
+    Coded(Box<GpuDataset>),
 }
 
 /// One weight tensor of an offloaded layer, in pinned host memory.
@@ -87,7 +88,7 @@ impl HostTensor {
             name: name.into(),
             dtype,
             shape,
-            stored: Stored::Coded(ds),
+            stored: Stored::Coded(Box::new(ds)),
         })
     }
 
@@ -111,7 +112,7 @@ impl HostTensor {
                 name: name.into(),
                 dtype,
                 shape,
-                stored: Stored::Coded(ds),
+                stored: Stored::Coded(Box::new(ds)),
             })
         } else {
             HostTensor::raw(name, dtype, shape, &g.decompress().map_err(wrap)?)
