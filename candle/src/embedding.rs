@@ -16,7 +16,7 @@ use crate::backend::{IbpTensors, candle_dtype, cpu_storage_with, dims};
 /// asked for are decoded, straight into the output tensor's own memory:
 ///
 /// - on the CPU, by ibp's CPU decoder, one row at a time on rayon's pool;
-/// - on a CUDA device (feature `cuda`, after [`CompressedEmbedding::to_gpu`]),
+/// - on a CUDA device (feature `cuda`, after `CompressedEmbedding::to_gpu`),
 ///   by one ibp gather launched on candle's stream, from the table in device
 ///   memory or pinned host memory (read over PCIe).
 ///
