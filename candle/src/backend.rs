@@ -1,9 +1,12 @@
 //! [`IbpTensors`]: candle-nn's `SimpleBackend` over an `.ibp` container.
 
+use std::collections::HashMap;
+use std::ops::Range;
 use std::path::Path;
 
 use candle_core::{DType, Device, Result, Shape, Tensor};
 use ibp::container::{GroupView, IbpFile};
+use ibp::io::{Segment, SourceFormat};
 
 use crate::wrap;
 
@@ -22,19 +25,36 @@ use crate::wrap;
 /// On a CUDA device the tensor is decoded on the host and copied over, as
 /// candle's own safetensors loader does; [`crate::CompressedEmbedding`]
 /// decodes on the GPU.
+///
+/// Tensors under 256 bytes (`ibp::pipeline::TINY_TENSOR_BYTES`: scalars,
+/// short vectors, empty tensors) are not groups: `ibp compress` keeps them
+/// verbatim in the container's envelope, beside the safetensors header.
+/// They are found there, by the header the envelope holds.
 pub struct IbpTensors {
     file: IbpFile<'static>,
+    verbatim: HashMap<String, Verbatim>,
+}
+
+/// A tensor kept verbatim in the envelope: its type, shape, and its bytes
+/// as a range of one envelope piece.
+struct Verbatim {
+    dtype: ibp::io::DType,
+    shape: Vec<u64>,
+    piece: u32,
+    range: Range<usize>,
 }
 
 impl IbpTensors {
     /// Open an `.ibp` file (memory-mapped; every section checked here).
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
-        Ok(Self::new(IbpFile::open(path.as_ref()).map_err(wrap)?))
+        Self::new(IbpFile::open(path.as_ref()).map_err(wrap)?)
     }
 
-    /// The tensors of an open container.
-    pub fn new(file: IbpFile<'static>) -> Self {
-        IbpTensors { file }
+    /// The tensors of an open container. Errors when the container says it
+    /// came from a safetensors file whose header it does not hold intact.
+    pub fn new(file: IbpFile<'static>) -> Result<Self> {
+        let verbatim = verbatim_tensors(&file).map_err(wrap)?;
+        Ok(IbpTensors { file, verbatim })
     }
 
     /// The container.
@@ -42,9 +62,17 @@ impl IbpTensors {
         &self.file
     }
 
-    /// The tensors' names, in the file's order.
+    /// The tensors' names: the groups' in the file's order, then those
+    /// kept verbatim.
     pub fn names(&self) -> impl Iterator<Item = &str> {
-        self.file.groups().map(|g| g.name())
+        let mut tiny: Vec<&str> = self.verbatim.keys().map(String::as_str).collect();
+        tiny.sort_unstable();
+        self.file.groups().map(|g| g.name()).chain(tiny)
+    }
+
+    /// Whether the file holds tensor `name`.
+    pub fn contains(&self, name: &str) -> bool {
+        self.file.find_group(name).is_some() || self.verbatim.contains_key(name)
     }
 
     /// The group holding tensor `name`.
@@ -60,6 +88,11 @@ impl IbpTensors {
     /// Tensor `name` on `device`, in the dtype candle's safetensors loader
     /// gives it ([`candle_dtype`]).
     pub fn load(&self, name: &str, device: &Device) -> Result<Tensor> {
+        if self.file.find_group(name).is_none()
+            && let Some(v) = self.verbatim.get(name)
+        {
+            return self.load_verbatim(name, v, device);
+        }
         let g = self.group(name)?;
         let (dtype, widen) = candle_dtype(g.dtype()).ok_or_else(|| unsupported(&g))?;
         let dims = dims(g.shape())?;
@@ -79,6 +112,153 @@ impl IbpTensors {
             _ => t.to_device(device),
         }
     }
+}
+
+impl IbpTensors {
+    /// A tensor kept verbatim in the envelope.
+    fn load_verbatim(&self, name: &str, v: &Verbatim, device: &Device) -> Result<Tensor> {
+        let bytes = self
+            .file
+            .piece(v.piece)
+            .and_then(|p| p.get(v.range.clone()))
+            .ok_or_else(|| {
+                candle_core::Error::Msg(format!("tensor {name:?}: its bytes are gone"))
+            })?;
+        let (dtype, widen) = candle_dtype(&v.dtype).ok_or_else(|| {
+            candle_core::Error::Msg(format!(
+                "tensor {name:?} is of type {}, which candle's safetensors loader does not load either",
+                v.dtype.name()
+            ))
+            .bt()
+        })?;
+        let dims = dims(&v.shape)?;
+        let t = if widen {
+            let v: Vec<u32> = bytes
+                .as_chunks::<2>()
+                .0
+                .iter()
+                .map(|&b| u32::from(u16::from_le_bytes(b)))
+                .collect();
+            Tensor::from_vec(v, dims, &Device::Cpu)?
+        } else {
+            cpu_tensor_with(dtype, &dims, |out| {
+                out.copy_from_slice(bytes);
+                Ok(())
+            })?
+        };
+        match device {
+            Device::Cpu => Ok(t),
+            _ => t.to_device(device),
+        }
+    }
+}
+
+/// The safetensors header's tensors that are not groups (ibp keeps tensors
+/// under 256 bytes verbatim in the envelope), each located in the envelope
+/// piece that holds its bytes. Empty for a container of another format.
+fn verbatim_tensors(file: &IbpFile<'_>) -> ibp::Result<HashMap<String, Verbatim>> {
+    let mut out = HashMap::new();
+    if file.source().and_then(|s| s.source_format()) != Some(SourceFormat::Safetensors) {
+        return Ok(out);
+    }
+    let bad =
+        |what: &str| ibp::Error::corrupt(format!("a safetensors container whose envelope {what}"));
+    // Where each envelope segment lies in the original file.
+    let mut spans: Vec<(u64, u64, Option<u32>)> = Vec::new();
+    let mut at = 0u64;
+    for seg in file.envelope() {
+        let (len, piece) = match seg {
+            Segment::Raw(p) => (
+                file.piece(*p)
+                    .ok_or_else(|| bad("names a missing piece"))?
+                    .len() as u64,
+                Some(*p),
+            ),
+            Segment::Group(i) => (
+                file.group(*i)
+                    .ok_or_else(|| bad("names a missing group"))?
+                    .info()
+                    .data_len(),
+                None,
+            ),
+            Segment::Deflate { .. } => return Err(bad("holds a deflate segment")),
+        };
+        spans.push((at, at + len, piece));
+        at += len;
+    }
+    // The header: its length and JSON, at the start of the first piece.
+    let head = match spans.first() {
+        Some(&(0, _, Some(p))) => file.piece(p).unwrap_or_default(),
+        _ => return Err(bad("does not start with the header")),
+    };
+    let n = head
+        .get(..8)
+        .map(|b| u64::from_le_bytes(b.try_into().unwrap_or_default()))
+        .ok_or_else(|| bad("has a header under 8 bytes"))?;
+    let json = usize::try_from(n)
+        .ok()
+        .and_then(|n| head.get(8..8usize.checked_add(n)?))
+        .ok_or_else(|| bad("has a header longer than its first piece"))?;
+    let header: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(json)
+        .map_err(|e| bad(&format!("has a header that is not JSON ({e})")))?;
+    let data_start = 8 + n;
+    for (name, info) in header {
+        if name == "__metadata__" || file.find_group(&name).is_some() {
+            continue;
+        }
+        let field = |k: &str| {
+            info.get(k)
+                .ok_or_else(|| bad(&format!("lists {name:?} without {k}")))
+        };
+        let Some(dtype) = field("dtype")?
+            .as_str()
+            .and_then(ibp::io::DType::from_safetensors)
+        else {
+            continue; // a type that is not whole bytes: candle refuses it too
+        };
+        let nums = |k: &str| -> ibp::Result<Vec<u64>> {
+            field(k)?
+                .as_array()
+                .and_then(|a| a.iter().map(serde_json::Value::as_u64).collect())
+                .ok_or_else(|| bad(&format!("lists {name:?} with a bad {k}")))
+        };
+        let shape = nums("shape")?;
+        let &[b, e] = nums("data_offsets")?.as_slice() else {
+            return Err(bad(&format!("lists {name:?} with a bad data_offsets")));
+        };
+        let len = shape
+            .iter()
+            .try_fold(dtype.size(), |n, &d| n.checked_mul(d));
+        if b > e || len != Some(e - b) {
+            return Err(bad(&format!(
+                "lists {name:?} with a size that is not its shape's"
+            )));
+        }
+        let (b, e) = (data_start.saturating_add(b), data_start.saturating_add(e));
+        // Q: why any piece for an empty tensor? A: it has no bytes to find;
+        // its offset may fall between a group and the next piece.
+        let raw = spans.iter().filter_map(|&(s, end, p)| Some((s, end, p?)));
+        let found = if b == e {
+            raw.clone().next().map(|(_, _, p)| (p, 0..0))
+        } else {
+            raw.clone()
+                .find(|&(s, end, _)| s <= b && e <= end)
+                .map(|(s, _, p)| (p, (b - s) as usize..(e - s) as usize))
+        };
+        let Some((piece, range)) = found else {
+            return Err(bad(&format!("holds {name:?} in no single piece")));
+        };
+        out.insert(
+            name,
+            Verbatim {
+                dtype,
+                shape,
+                piece,
+                range,
+            },
+        );
+    }
+    Ok(out)
 }
 
 impl candle_nn::var_builder::SimpleBackend for IbpTensors {
@@ -107,7 +287,7 @@ impl candle_nn::var_builder::SimpleBackend for IbpTensors {
     }
 
     fn contains_tensor(&self, name: &str) -> bool {
-        self.file.find_group(name).is_some()
+        self.contains(name)
     }
 }
 

@@ -246,6 +246,24 @@ pub fn bits(t: &Tensor) -> Vec<u8> {
             .flat_map(|v| v.to_le_bytes())
             .collect(),
         DType::U8 => t.to_vec1::<u8>().unwrap(),
+        DType::F64 => t
+            .to_vec1::<f64>()
+            .unwrap()
+            .iter()
+            .flat_map(|v| v.to_bits().to_le_bytes())
+            .collect(),
+        DType::I32 => t
+            .to_vec1::<i32>()
+            .unwrap()
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect(),
+        DType::I16 => t
+            .to_vec1::<i16>()
+            .unwrap()
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect(),
         other => panic!("bits of {other:?}"),
     }
 }
