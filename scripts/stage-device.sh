@@ -36,13 +36,14 @@ fi
 # needs `testing`, the command line `bench-hooks`; the same features for
 # all four keep one build of the library per profile. `cudarc`: ibp on
 # cudarc's memory and streams (tests/gpu_cudarc.rs, the example
-# cudarc_interop).
+# cudarc_interop). The candle integration (candle/, package ibp-candle)
+# stages its own binaries (scripts/stage-candle.sh).
 feats=ibp/cuda,ibp/testing,ibp/bench-hooks,ibp-cli/cuda,ibp/cudarc
 { cd "$src"
-  cargo test --release --workspace --features "$feats" --no-run --message-format=json
-  cargo bench --workspace --features "$feats" --no-run --message-format=json
-  cargo build --release --workspace --features "$feats" --bin ibp --message-format=json
-  cargo build --release --workspace --features "$feats" --example embedding_bag --example gemv_stream --example cudarc_interop --message-format=json
+  cargo test --release --workspace --exclude ibp-candle --features "$feats" --no-run --message-format=json
+  cargo bench --workspace --exclude ibp-candle --features "$feats" --no-run --message-format=json
+  cargo build --release --workspace --exclude ibp-candle --features "$feats" --bin ibp --message-format=json
+  cargo build --release --workspace --exclude ibp-candle --features "$feats" --example embedding_bag --example gemv_stream --example cudarc_interop --message-format=json
   cd "$root"; } 2>/dev/null | python3 -c '
 import json, os, sys
 for line in sys.stdin:
