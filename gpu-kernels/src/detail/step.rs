@@ -374,13 +374,16 @@ fn expand<const C: u32, const CLASS: u8, S: Source, B: Book, M: Mem>(
                 }
             } else if CLASS == CLASS_NONE_FREE {
                 if (p >> j) & 1 == 1 { field64(&bv, j) } else { v }
+            } else if (p >> j) & 1 == 0 {
+                // Two 8-byte chunks a lane: a branch costs less here than
+                // both 64-bit outputs (measured: 0.93–1.01 with the select).
+                v
             } else {
                 // SAFETY: inside the RUN1 and FREE fields (chunk j of the
                 // lane's two), 8-aligned.
                 let (r, f) = unsafe { (b.ld_v2(lay.run1 + ob + 8 * j), b.ld_v2(lay.free + ob + 8 * j)) };
                 let w64 = |x: [u32; 2]| (x[0] as u64) | ((x[1] as u64) << 32);
-                let e = expand2_64(v, q & 0xff, (q >> 8) & 0xff, w64(r), w64(f), field64(&bv, j));
-                if (p >> j) & 1 == 1 { e } else { v }
+                expand2_64(v, q & 0xff, (q >> 8) & 0xff, w64(r), w64(f), field64(&bv, j))
             };
             o[2 * j as usize] = x as u32;
             o[2 * j as usize + 1] = (x >> 32) as u32;
