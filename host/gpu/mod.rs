@@ -103,6 +103,7 @@ mod dataset;
 mod decode;
 pub(crate) mod driver;
 mod fit;
+mod float_decode;
 mod groups;
 mod host_batches;
 mod kernels;
@@ -132,6 +133,7 @@ pub use decode::{
 pub use driver::copy_to_host_blocking;
 pub use driver::function::{DEFAULT_MAX_DYNAMIC_SHARED, set_max_dynamic_shared};
 pub use fit::Fitter;
+pub use float_decode::FloatDecoder;
 pub use groups::GpuGroups;
 pub use host_batches::{CompressedBatch, HostCompressor, HostOptions, HostRead};
 pub use kv_store::{KvStore, KvStoreOptions, PageWrites, SegmentInfo};

@@ -146,7 +146,12 @@ fn emulated_float_decode_equals_the_cpu_on_synthetic_rows() {
         (FloatType::F16, 101, 4, None),
         (FloatType::F16, 96, 1, None),
         (FloatType::Bf16, 77, 6, None),
-        (FloatType::Bf16, 64, 8, Some(Split::exponent(FloatType::Bf16, true, 3))),
+        (
+            FloatType::Bf16,
+            64,
+            8,
+            Some(Split::exponent(FloatType::Bf16, true, 3)),
+        ),
         (FloatType::F32, 50, 4, Some(Split::new(20, 12))),
         (FloatType::E4M3, 200, 32, None),
     ];
@@ -198,7 +203,10 @@ fn emulated_float_decode_equals_the_cpu_on_minilm_rows() {
         let rows = Rows::new(data, row).unwrap();
         let table = fit(t, rows, &FitOptions::default()).unwrap();
         let coded = compress(&table, rows).unwrap();
-        assert!(coded.coded_rows() > coded.rows() / 2, "MiniLM {t}: few coded");
+        assert!(
+            coded.coded_rows() > coded.rows() / 2,
+            "MiniLM {t}: few coded"
+        );
         check_group(&coded, &format!("MiniLM {t}"));
     }
 }
@@ -234,7 +242,10 @@ fn emulated_float_decode_reports_corrupt_rows_and_bad_ids() {
                 Ok(()) => assert_eq!(got, &want[..], "trial {trial}: row {i}"),
                 Err(_) => {
                     first_bad = first_bad.min(i as u64);
-                    assert!(got.iter().all(|&v| v == 0), "trial {trial}: row {i} not zeroed");
+                    assert!(
+                        got.iter().all(|&v| v == 0),
+                        "trial {trial}: row {i} not zeroed"
+                    );
                 }
             }
         }
@@ -246,7 +257,10 @@ fn emulated_float_decode_reports_corrupt_rows_and_bad_ids() {
         };
         assert_eq!(st, want_st, "trial {trial}");
     }
-    assert!(reported > 10, "only {reported} damaged groups had a refused row");
+    assert!(
+        reported > 10,
+        "only {reported} damaged groups had a refused row"
+    );
     // Ids past the end, in a gather: reported and zeroed, the rest decode.
     let img = Image::of(&coded);
     let ids = [3, coded.rows() as u64, 0, u64::MAX];

@@ -178,6 +178,13 @@ unsafe fn locate<H: Mem>(h: &H, p: &FloatDecodeParams, t: u64) -> Result<(u64, u
     Ok((start, end - start))
 }
 
+/// Elements of a row (`row_bytes / elem_bytes`, as a shift: no division,
+/// so no panic path for a zero divisor).
+#[inline(always)]
+fn elements(p: &FloatDecodeParams) -> u64 {
+    (p.row_bytes >> (p.elem_bytes.trailing_zeros() & 3)) as u64
+}
+
 /// What a lane knows of its row after decoding its sub-stream: where the
 /// sub-stream ended (an even lane's forward position, an odd lane's
 /// backward one) and the errors it saw.
@@ -239,7 +246,7 @@ unsafe fn decode_sub_stream<H: Mem, B: Book>(
     k: u32,
 ) -> Decoded {
     let s = p.sub_streams as u64;
-    let n = (p.row_bytes / p.elem_bytes) as u64;
+    let n = elements(p);
     let r = p.residual_bits;
     let res_bytes = (n * r as u64).div_ceil(8);
     if len < res_bytes {
@@ -343,7 +350,7 @@ unsafe fn check_meet<H: Mem>(
     f: u64,
     partner: u64,
 ) -> u64 {
-    let n = (p.row_bytes / p.elem_bytes) as u64;
+    let n = elements(p);
     let res_bytes = (n * p.residual_bits as u64).div_ceil(8);
     let area_bits = (len - res_bytes) * 8;
     let nreg = p.sub_streams.div_ceil(2);
@@ -409,7 +416,7 @@ unsafe fn copy_raw<H: Mem>(h: &H, p: &FloatDecodeParams, src: u64, out: u64, k: 
 /// `out` an output row.
 #[inline(always)]
 unsafe fn zero_row<H: Mem>(h: &H, p: &FloatDecodeParams, out: u64, k: u32) {
-    let n = (p.row_bytes / p.elem_bytes) as u64;
+    let n = elements(p);
     let mut i = k as u64;
     while i < n {
         // SAFETY: i < n.
@@ -437,14 +444,14 @@ pub unsafe fn decode<H: Lanes + Mem, B: Book>(
 ) {
     let s = p.sub_streams.clamp(1, 32);
     let g = s.next_power_of_two();
-    let per_warp = (32 / g) as u64;
+    let per_warp = (32 >> g.trailing_zeros()) as u64;
     let lane = h.lane();
     let k = lane & (g - 1);
     let mut i0 = warp * per_warp;
     // Every lane runs the same iterations (the shuffles below are
     // warp-wide); a group past the end idles through its last one.
     while i0 < p.count {
-        let i = i0 + (lane / g) as u64;
+        let i = i0 + (lane >> g.trailing_zeros()) as u64;
         let out = p.out + i * p.out_stride;
         let mut err = 0;
         let mut pos = 0;
@@ -476,7 +483,8 @@ pub unsafe fn decode<H: Lanes + Mem, B: Book>(
             }
         }
         // The odd lane's end to its even partner.
-        let partner = h.shfl_xor(pos as u32, 1) as u64 | (h.shfl_xor((pos >> 32) as u32, 1) as u64) << 32;
+        let partner =
+            h.shfl_xor(pos as u32, 1) as u64 | (h.shfl_xor((pos >> 32) as u32, 1) as u64) << 32;
         if let Some((src, len)) = coded
             && k < s
             && k & 1 == 0

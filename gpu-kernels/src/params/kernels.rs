@@ -23,7 +23,8 @@ use core::marker::PhantomData;
 
 use super::{
     CacheParams, CandidatesParams, ClearParams, CompactParams, CountParams, CpAsyncTestParams,
-    DecodeParams, EncodeParams, KvAppendParams, MeasureParams, ScanParams, WarpTestParams,
+    DecodeParams, EncodeParams, FloatDecodeParams, KvAppendParams, MeasureParams, ScanParams,
+    WarpTestParams,
 };
 
 /// A kernel of ibp's PTX and the one parameter block it takes.
@@ -123,6 +124,8 @@ kernels! {
     DECODE_CLUSTERED_STREAM: DecodeParams = "ibp_decode_clustered_stream";
     /// The GPU feature cache's gather.
     CACHE_GATHER: CacheParams = "ibp_cache_gather";
+    /// Decode of float-coded rows (`docs/FORMAT.md` §7).
+    FLOAT_DECODE: FloatDecodeParams = "ibp_float_decode";
     /// The fit's evaluation pass. 88 registers (from 108): 22 warps an SM
     /// instead of 18; it is latency-bound at 25% occupancy; 80 and under
     /// spill.
