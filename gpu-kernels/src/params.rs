@@ -550,7 +550,7 @@ pub struct FloatDecodeParams {
     pub out_stride: u64,
     /// Two u64: error bits and the smallest failed output row.
     pub status: u64,
-    /// Bytes of a row, raw (`L`).
+    /// Bytes of a row, raw (`L`, at most [`FLOAT_MAX_ROW_BYTES`]).
     pub row_bytes: u32,
     /// Bytes of an element: 1, 2 or 4.
     pub elem_bytes: u32,
@@ -579,5 +579,9 @@ pub struct FloatDecodeParams {
 /// The longest code the GPU decoder takes: its decode table (4096 u16
 /// entries, 8 KiB) fits shared memory beside anything.
 pub const FLOAT_MAX_CODE_LEN: u32 = 12;
+/// The longest row the GPU decoder takes, in bytes (16 MiB): every bit
+/// position of a row, and every position a damaged row's sub-stream can
+/// step to, fits a u32 with room to spare.
+pub const FLOAT_MAX_ROW_BYTES: u32 = 1 << 24;
 /// A decode-table entry that no code starts with.
 pub const FLOAT_NO_SYMBOL: u32 = 0xffff;

@@ -758,11 +758,12 @@ impl FloatCoded {
     /// Errors with [`crate::ErrorKind::InvalidArgument`] when its codes are
     /// longer than the GPU decoder's limit
     /// ([`ibp_kernels::params::FLOAT_MAX_CODE_LEN`], 12 bits: fit with
-    /// [`FitOptions::max_code_len`] at most 12, the default) or its region
-    /// lengths wider than 32 bits (rows of hundreds of millions of
-    /// elements).
+    /// [`FitOptions::max_code_len`] at most 12, the default) or rows longer
+    /// than [`ibp_kernels::params::FLOAT_MAX_ROW_BYTES`] (16 MiB).
     pub(crate) fn device_image(&self) -> Result<DeviceImage> {
-        use ibp_kernels::params::{FLOAT_MAX_CODE_LEN, FLOAT_NO_SYMBOL, FloatDecodeParams};
+        use ibp_kernels::params::{
+            FLOAT_MAX_CODE_LEN, FLOAT_MAX_ROW_BYTES, FLOAT_NO_SYMBOL, FloatDecodeParams,
+        };
         let t = &self.table;
         if u32::from(t.max_len) > FLOAT_MAX_CODE_LEN {
             return Err(Error::invalid(format!(
@@ -771,10 +772,10 @@ impl FloatCoded {
             )));
         }
         let sh = RowShape::new(t, self.row_bytes())?;
-        if sh.len_bits > 32 {
+        if self.row_bytes() > FLOAT_MAX_ROW_BYTES as usize {
             return Err(Error::invalid(format!(
-                "rows of {} elements need region lengths of {} bits; the GPU decoder takes up to 32",
-                sh.n, sh.len_bits
+                "rows of {} bytes; the GPU decoder takes rows of up to {FLOAT_MAX_ROW_BYTES} bytes",
+                self.row_bytes()
             )));
         }
         let mut table: Vec<u8> = t

@@ -81,8 +81,8 @@ impl FloatDecoder {
     /// Errors with [`crate::ErrorKind::InvalidArgument`] for a table whose
     /// codes are longer than 12 bits (fit with
     /// [`crate::float_code::FitOptions::max_code_len`] at most 12, the
-    /// default), and with [`crate::ErrorKind::Cuda`] when the memory cannot
-    /// be allocated.
+    /// default) or rows longer than 16 MiB, and with
+    /// [`crate::ErrorKind::Cuda`] when the memory cannot be allocated.
     pub fn new(gpu: &Gpu, coded: &FloatCoded) -> Result<Self> {
         let img = coded.device_image()?;
         let mut payload = Vec::new();

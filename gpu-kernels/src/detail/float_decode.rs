@@ -21,81 +21,94 @@
 //!
 //! # Hostile input
 //!
-//! Every read of a row's bytes goes through [`Bits`], which reads zeros
-//! outside the row's stored range (as the CPU decoder's `peek` does), so a
-//! corrupt length or a code running past its region never reads outside
-//! the payload. The decoder then applies the CPU decoder's checks in the
-//! same terms (region lengths inside the row, every code in the table, the
-//! sub-streams of each region meeting, zero padding), so a row is reported
-//! corrupt here exactly when the CPU decoder refuses it; its output row is
-//! zeroed and its output number reported in the status.
+//! Every read of a row's bytes is bounded by the row's stored length: a
+//! position at or past its end reads 0 without a load, and a read below
+//! it never happens, so a corrupt length or a code running past its
+//! region never reads outside the payload (and its padding). The decoder
+//! then applies the CPU decoder's checks in the same terms (region lengths
+//! inside the row, every code in the table, the sub-streams of each region
+//! meeting, zero padding), so a row is reported corrupt here exactly when
+//! the CPU decoder refuses it; its output row is zeroed and its output
+//! number reported in the status.
+//!
+//! Q: the CPU decoder reads zeros past a row's end; a window here that
+//! starts inside the row and runs past it holds the next row's bytes. Can
+//! that change a result? A: no. A table lookup takes `M` bits of which
+//! only the code's own matter (every entry that starts with a code holds
+//! it), so a code that ends inside the row decodes the same; one that runs
+//! past the end leaves its sub-stream's position past the row's end, where
+//! both decoders fail the meeting check whatever the code decoded to. The
+//! two checks that read up to a boundary (the residuals' padding, the gap
+//! in the last region) mask the bits they take.
 
 use crate::params::{FLOAT_MAX_CODE_LEN, FLOAT_NO_SYMBOL, FloatDecodeParams};
 use crate::params::{STATUS_BAD_INDEX, STATUS_CORRUPT};
 use crate::simt::{Book, Lanes, Mem, group_or};
 
-/// Bits of a byte range of global memory, LSB first, with bits outside the
-/// range read as 0; the last aligned 8 bytes read are kept, so a lane
-/// stepping through its sub-stream loads a new pair of words about once
-/// every 32 bits.
+/// The 32 bits of memory from bit `q` of the 4-aligned address `al` on,
+/// LSB first: two aligned word loads and a shift.
 ///
-/// The range's memory must be readable in whole 4-byte words from the
-/// 4-aligned address at or below `lo` to 8 bytes past the 4-aligned
-/// address at or below its last byte (the payload's padding).
+/// # Safety
+/// The two words at `al + 4·(q / 32)` readable.
+#[inline(always)]
+unsafe fn bits_at<H: Mem>(h: &H, al: u64, q: u32) -> u32 {
+    let a = al + ((q >> 5) << 2) as u64;
+    // SAFETY: the caller's contract.
+    let w = unsafe { h.ld_u32(a) as u64 | (h.ld_u32(a + 4) as u64) << 32 };
+    (w >> (q & 31)) as u32
+}
+
+/// A forward or backward reader of a row's code area: positions in bits
+/// from the area's first bit; a position at or past the area's end reads
+/// 0. The last aligned word pair read is kept, so a lane stepping through
+/// its sub-stream loads about once every 32 bits.
+///
+/// The payload must be readable in whole 4-byte words up to 8 bytes past
+/// the aligned word that holds the area's last byte (its padding).
 pub struct Bits {
-    lo: u64,
-    len: u64,
-    /// Aligned address of the words held (`u64::MAX`: none).
-    at: u64,
-    /// The 8 bytes at `at`, those outside the range zeroed.
+    /// The 4-aligned address at or below the area's first byte.
+    al: u64,
+    /// Bits from `al` to the area's first bit (0, 8, 16 or 24).
+    skip: u32,
+    /// Bits of the area.
+    len: u32,
+    /// The word index (from `al`) of the pair held; `u32::MAX`: none.
+    held: u32,
     word: u64,
 }
 
 impl Bits {
-    /// The `len` bytes at `lo`.
+    /// The `len_bytes` bytes at `lo`.
     #[inline(always)]
-    pub fn new(lo: u64, len: u64) -> Self {
+    pub fn new(lo: u64, len_bytes: u32) -> Self {
         Bits {
-            lo,
-            len,
-            at: u64::MAX,
+            al: lo & !3,
+            skip: ((lo & 3) * 8) as u32,
+            len: len_bytes * 8,
+            held: u32::MAX,
             word: 0,
         }
     }
 
-    /// The 32 bits from bit `bit` on, bits outside the range 0.
-    ///
-    /// Q: are all 32 exact? A: the word pair starts at most 3 bytes and 7
-    /// bits before `bit`, so at least 64 − 31 = 33 bits from `bit` on are
-    /// held.
+    /// The 32 bits from bit `bit` on; 0 when `bit` is at or past the end.
     ///
     /// # Safety
-    /// The range's memory is readable as [`Bits`] says.
+    /// The payload readable as [`Bits`] says.
     #[inline(always)]
-    pub unsafe fn peek<H: Mem>(&mut self, h: &H, bit: u64) -> u32 {
-        let off = bit >> 3;
-        if off >= self.len {
+    pub unsafe fn peek<H: Mem>(&mut self, h: &H, bit: u32) -> u32 {
+        if bit >= self.len {
             return 0;
         }
-        let byte = self.lo + off;
-        let at = byte & !3;
-        if at != self.at {
-            self.at = at;
-            // SAFETY: `at` is at or above the aligned address below `lo` and
-            // at most 3 bytes below a byte of the range, so both words are
-            // inside the readable span the caller guarantees.
-            let w = unsafe { h.ld_u32(at) as u64 | (h.ld_u32(at + 4) as u64) << 32 };
-            let skip = self.lo.saturating_sub(at);
-            let keep = self.lo + self.len - at;
-            let mut m = if keep >= 8 {
-                u64::MAX
-            } else {
-                (1u64 << (8 * keep)) - 1
-            };
-            m &= u64::MAX << (8 * skip);
-            self.word = w & m;
+        let q = self.skip + bit;
+        let wi = q >> 5;
+        if wi != self.held {
+            self.held = wi;
+            let a = self.al + (wi << 2) as u64;
+            // SAFETY: `bit` is inside the area, so the word holding it and
+            // the next are inside the readable span.
+            self.word = unsafe { h.ld_u32(a) as u64 | (h.ld_u32(a + 4) as u64) << 32 };
         }
-        (self.word >> ((byte - at) * 8 + (bit & 7))) as u32
+        (self.word >> (q & 31)) as u32
     }
 
     /// The `len` (1 to 15) bits below bit `end`, reversed (bit 0 of the
@@ -104,13 +117,13 @@ impl Bits {
     /// # Safety
     /// As [`Bits::peek`].
     #[inline(always)]
-    pub unsafe fn peek_back<H: Mem>(&mut self, h: &H, end: u64, len: u32) -> u32 {
+    pub unsafe fn peek_back<H: Mem>(&mut self, h: &H, end: u32, len: u32) -> u32 {
         // SAFETY: forwarded contract.
         let w = unsafe {
-            if end >= len as u64 {
-                self.peek(h, end - len as u64)
+            if end >= len {
+                self.peek(h, end - len)
             } else {
-                self.peek(h, 0) << (len as u64 - end) as u32
+                self.peek(h, 0) << (len - end)
             }
         };
         w.reverse_bits() >> (32 - len)
@@ -157,7 +170,7 @@ unsafe fn row_start<H: Mem>(h: &H, p: &FloatDecodeParams, t: u64) -> u64 {
 /// # Safety
 /// The index holds what [`FloatDecodeParams`] says.
 #[inline(always)]
-unsafe fn locate<H: Mem>(h: &H, p: &FloatDecodeParams, t: u64) -> Result<(u64, u64), u64> {
+unsafe fn locate<H: Mem>(h: &H, p: &FloatDecodeParams, t: u64) -> Result<(u64, u32), u64> {
     if t >= p.rows {
         return Err(STATUS_BAD_INDEX);
     }
@@ -175,62 +188,102 @@ unsafe fn locate<H: Mem>(h: &H, p: &FloatDecodeParams, t: u64) -> Result<(u64, u
     if end < start || end - start > p.row_bytes as u64 || end > p.payload_len {
         return Err(STATUS_CORRUPT);
     }
-    Ok((start, end - start))
+    Ok((start, (end - start) as u32))
 }
 
-/// Elements of a row (`row_bytes / elem_bytes`, as a shift: no division,
-/// so no panic path for a zero divisor).
-#[inline(always)]
-fn elements(p: &FloatDecodeParams) -> u64 {
-    (p.row_bytes >> (p.elem_bytes.trailing_zeros() & 3)) as u64
+/// What every row of a launch shares, derived once from the parameters.
+#[derive(Clone, Copy)]
+struct Shape {
+    /// Elements of a row.
+    n: u32,
+    /// log2 of an element's bytes.
+    eshift: u32,
+    /// Sub-streams.
+    s: u32,
+    /// Residual bits of an element, and their mask.
+    r: u32,
+    rmask: u32,
+    /// Bytes of the residual section.
+    res_bytes: u32,
+    /// Regions, and the bits of each stored region length (and their mask).
+    nreg: u32,
+    len_bits: u32,
+    lmask: u32,
+    /// Bits of a decode-table index.
+    m: u32,
+    /// The symbol field: its lowest bit, the mask of the residual's bits
+    /// below it, and where the residual's bits above it go.
+    low: u32,
+    lo_mask: u32,
+    hi_shift: u32,
 }
 
-/// What a lane knows of its row after decoding its sub-stream: where the
-/// sub-stream ended (an even lane's forward position, an odd lane's
-/// backward one) and the errors it saw.
-struct Decoded {
-    pos: u64,
-    err: u64,
-}
+impl Shape {
+    #[inline(always)]
+    fn of(p: &FloatDecodeParams) -> Self {
+        // Shifts only: no division, so no panic path for a zero divisor.
+        let eshift = p.elem_bytes.trailing_zeros() & 3;
+        let n = p.row_bytes >> eshift;
+        let r = p.residual_bits & 31;
+        let s = p.sub_streams.clamp(1, 32);
+        let low = p.low & 31;
+        Shape {
+            n,
+            eshift,
+            s,
+            r,
+            rmask: if r == 0 { 0 } else { u32::MAX >> (32 - r) },
+            res_bytes: (n * r).div_ceil(8),
+            nreg: s.div_ceil(2),
+            len_bits: p.len_bits,
+            lmask: if p.len_bits >= 32 {
+                u32::MAX
+            } else {
+                (1u32 << p.len_bits) - 1
+            },
+            m: p.max_len.clamp(1, FLOAT_MAX_CODE_LEN),
+            low,
+            lo_mask: if low == 0 { 0 } else { u32::MAX >> (32 - low) },
+            hi_shift: low + p.width,
+        }
+    }
 
-/// The element `i`'s value from its residual and symbol.
-#[inline(always)]
-fn compose(p: &FloatDecodeParams, residual: u32, sym: u32) -> u32 {
-    let lo_mask = if p.low == 0 {
-        0
-    } else {
-        u32::MAX >> (32 - p.low)
-    };
-    let hi_shift = p.low + p.width;
-    let hi = if hi_shift >= 32 {
-        0
-    } else {
-        (residual >> p.low) << hi_shift
-    };
-    (residual & lo_mask) | (sym << p.low) | hi
-}
+    /// Element value from its residual and symbol (`docs/FORMAT.md`
+    /// §7.3).
+    #[inline(always)]
+    fn compose(&self, residual: u32, sym: u32) -> u32 {
+        let hi = if self.hi_shift >= 32 {
+            0
+        } else {
+            (residual >> self.low) << self.hi_shift
+        };
+        (residual & self.lo_mask) | (sym << self.low) | hi
+    }
 
-/// Store element `i` (of `p.elem_bytes`) of the output row at `out`.
-///
-/// # Safety
-/// `i` below the row's elements; `out` aligned to the element size.
-#[inline(always)]
-unsafe fn store<H: Mem>(h: &H, p: &FloatDecodeParams, out: u64, i: u64, v: u32) {
-    // SAFETY: inside the output row, aligned (the caller's contract).
-    unsafe {
-        match p.elem_bytes {
-            1 => h.st_u8(out + i, v),
-            2 => h.st_u16(out + 2 * i, v),
-            _ => h.st_u32(out + 4 * i, v),
+    /// Store element `i` of the output row at `out`.
+    ///
+    /// # Safety
+    /// `i < n`; `out` an output row aligned to the element size.
+    #[inline(always)]
+    unsafe fn store<H: Mem>(&self, h: &H, out: u64, i: u32, v: u32) {
+        let a = out + (i << self.eshift) as u64;
+        // SAFETY: inside the output row, aligned (the caller's contract).
+        unsafe {
+            match self.eshift {
+                0 => h.st_u8(a, v),
+                1 => h.st_u16(a, v),
+                _ => h.st_u32(a, v),
+            }
         }
     }
 }
 
 /// Decode sub-stream `k` (< S) of a coded row stored at `src` (`len <
 /// row_bytes` bytes) into the output row at `out`: its elements' symbols
-/// and residuals. Returns where the sub-stream ended and the errors seen
-/// (a region start outside the row, a code not in the table); the meeting
-/// of the sub-streams is checked by [`check_meet`].
+/// and residuals. Returns where the sub-stream ended (an even lane's
+/// forward position, an odd lane's backward one) and the errors seen (a
+/// region outside the row, a code not in the table, non-zero residual
+/// padding); the meeting of the sub-streams is checked by [`check_meet`].
 ///
 /// # Safety
 /// As [`decode`]; `src .. src + len` inside the payload, `out` an output
@@ -239,99 +292,93 @@ unsafe fn store<H: Mem>(h: &H, p: &FloatDecodeParams, out: u64, i: u64, v: u32) 
 unsafe fn decode_sub_stream<H: Mem, B: Book>(
     h: &H,
     table: &B,
-    p: &FloatDecodeParams,
+    sh: &Shape,
     src: u64,
-    len: u64,
+    len: u32,
     out: u64,
     k: u32,
-) -> Decoded {
-    let s = p.sub_streams as u64;
-    let n = elements(p);
-    let r = p.residual_bits;
-    let res_bytes = (n * r as u64).div_ceil(8);
-    if len < res_bytes {
-        return Decoded {
-            pos: 0,
-            err: STATUS_CORRUPT,
-        };
+) -> (u32, u64) {
+    if len < sh.res_bytes {
+        return (0, STATUS_CORRUPT);
     }
-    let mut res = Bits::new(src, res_bytes);
-    let mut area = Bits::new(src + res_bytes, len - res_bytes);
-    let area_bits = (len - res_bytes) * 8;
+    let area_len = len - sh.res_bytes;
+    let mut area = Bits::new(src + sh.res_bytes as u64, area_len);
+    let area_bits = area_len * 8;
     // This lane's region and its bounds: region q's length is the q-th
     // stored length (len_bits bits each, before region 0).
-    let nreg = (s as u32).div_ceil(2);
-    let region = k / 2;
-    let lmask = if p.len_bits >= 32 {
-        u32::MAX
-    } else {
-        (1u32 << p.len_bits) - 1
-    };
-    let mut start = (nreg - 1) as u64 * p.len_bits as u64;
+    let region = k >> 1;
+    let mut start = (sh.nreg - 1) * sh.len_bits;
     let mut q = 0;
     while q < region {
-        // SAFETY: Bits reads inside the row.
-        start += unsafe { area.peek(h, q as u64 * p.len_bits as u64) & lmask } as u64;
+        // SAFETY: Bits reads inside the row. Each length is below 2^len_bits
+        // and there are at most 15: the sum stays far below 2^32.
+        start += unsafe { area.peek(h, q * sh.len_bits) } & sh.lmask;
         q += 1;
     }
-    let end = if region + 1 < nreg {
+    let end = if region + 1 < sh.nreg {
         // SAFETY: as above.
-        start + unsafe { area.peek(h, region as u64 * p.len_bits as u64) & lmask } as u64
+        start + (unsafe { area.peek(h, region * sh.len_bits) } & sh.lmask)
     } else {
         area_bits
     };
-    // Region starts are ascending, so every lane checking its own bounds
-    // is the CPU's check of the last region's start.
+    // Region starts ascend, so every lane checking its own bounds is the
+    // CPU's check of the last region's start.
     if start > area_bits || end > area_bits {
-        return Decoded {
-            pos: 0,
-            err: STATUS_CORRUPT,
-        };
+        return (0, STATUS_CORRUPT);
     }
-    let m = p.max_len.clamp(1, FLOAT_MAX_CODE_LEN);
-    let dmask = (1u32 << m) - 1;
-    let rmask = if r == 0 { 0 } else { u32::MAX >> (32 - r) };
+    let dmask = (1u32 << sh.m) - 1;
+    // The residuals are read as aligned word pairs from the row's aligned
+    // start (bit `sbit` of it is the row's first bit).
+    let ral = src & !3;
+    let sbit = ((src & 3) * 8) as u32;
     let forward = k & 1 == 0;
     let mut pos = if forward { start } else { end };
     let mut err = 0;
-    let mut i = k as u64;
-    while i < n {
+    let mut i = k;
+    while i < sh.n {
         // SAFETY: Bits reads inside the row; the index is below 2^m.
         let e = unsafe {
             let bits = if forward {
                 area.peek(h, pos) & dmask
             } else {
-                area.peek_back(h, pos, m)
+                area.peek_back(h, pos, sh.m)
             };
             entry(table, bits)
         };
         if e == FLOAT_NO_SYMBOL {
             err = STATUS_CORRUPT;
         }
-        let l = (e >> 12) as u64;
+        let l = e >> 12;
+        // Q: why wrapping? A: a damaged row's backward sub-stream may step
+        // below 0; the position is then far past the row's end (rows are
+        // at most FLOAT_MAX_ROW_BYTES), reads 0 and fails the meeting
+        // check, as the CPU decoder's does.
         pos = if forward {
-            pos + l
+            pos.wrapping_add(l)
         } else {
             pos.wrapping_sub(l)
         };
-        let residual = if r == 0 {
+        let residual = if sh.r == 0 {
             0
         } else {
-            // SAFETY: as above.
-            unsafe { res.peek(h, i * r as u64) & rmask }
+            // SAFETY: bit i·r of the residuals is inside the row (i < n),
+            // and the pair's second word at most 7 bytes past it.
+            unsafe { bits_at(h, ral, sbit + i * sh.r) & sh.rmask }
         };
         // SAFETY: i < n.
-        unsafe { store(h, p, out, i, compose(p, residual, e & 0xfff)) };
-        i += s;
+        unsafe { sh.store(h, out, i, sh.compose(residual, e & 0xfff)) };
+        i += sh.s;
     }
     // The residuals' padding, to a whole byte, is zero.
-    if k == 0 && r > 0 {
-        // SAFETY: as above.
-        if unsafe { res.peek(h, n * r as u64) } != 0 {
+    let pad = sh.res_bytes * 8 - sh.n * sh.r;
+    if k == 0 && pad > 0 {
+        // SAFETY: the padding bits are inside the row.
+        let v = unsafe { bits_at(h, ral, sbit + sh.n * sh.r) };
+        if v & ((1u32 << pad) - 1) != 0 {
             err = STATUS_CORRUPT;
         }
     }
-    Decoded { pos, err }
+    (pos, err)
 }
 
 /// An even lane's check that its region's two sub-streams meet: exactly in
@@ -343,26 +390,20 @@ unsafe fn decode_sub_stream<H: Mem, B: Book>(
 #[inline(always)]
 unsafe fn check_meet<H: Mem>(
     h: &H,
-    p: &FloatDecodeParams,
+    sh: &Shape,
     src: u64,
-    len: u64,
+    len: u32,
     k: u32,
-    f: u64,
-    partner: u64,
+    f: u32,
+    partner: u32,
 ) -> u64 {
-    let n = elements(p);
-    let res_bytes = (n * p.residual_bits as u64).div_ceil(8);
-    let area_bits = (len - res_bytes) * 8;
-    let nreg = p.sub_streams.div_ceil(2);
-    let b = if p.sub_streams == 1 {
-        area_bits
-    } else {
-        partner
-    };
-    let ok = if k / 2 + 1 < nreg {
+    let area_len = len - sh.res_bytes;
+    let area_bits = area_len * 8;
+    let b = if sh.s == 1 { area_bits } else { partner };
+    let ok = if (k >> 1) + 1 < sh.nreg {
         f == b
     } else {
-        let mut area = Bits::new(src + res_bytes, len - res_bytes);
+        let mut area = Bits::new(src + sh.res_bytes as u64, area_len);
         // SAFETY: Bits reads inside the row.
         f <= b
             && b - f < 8
@@ -378,32 +419,27 @@ unsafe fn check_meet<H: Mem>(
 /// # Safety
 /// As [`decode`]; `src .. src + L` inside the payload.
 #[inline(always)]
-unsafe fn copy_raw<H: Mem>(h: &H, p: &FloatDecodeParams, src: u64, out: u64, k: u32, g: u32) {
-    let l = p.row_bytes as u64;
-    if (out | l) & 3 == 0 {
+unsafe fn copy_raw<H: Mem>(h: &H, l: u32, src: u64, out: u64, k: u32, g: u32) {
+    if (out | l as u64) & 3 == 0 {
         // Q: why aligned word pairs and a shift? A: a raw row starts
         // anywhere in the payload (rows before it are of any length); the
         // output row is aligned, so each output word is read as the two
         // aligned words around it.
-        let sh = (src & 3) * 8;
-        let mut j = k as u64 * 4;
+        let (al, sbit) = (src & !3, ((src & 3) * 8) as u32);
+        let mut j = k * 4;
         while j < l {
-            let a = (src + j) & !3;
             // SAFETY: both words hold bytes of the row or of the payload's
             // padding (readable, as FloatDecodeParams says); the output word
             // is inside the row.
-            unsafe {
-                let w = h.ld_u32(a) as u64 | (h.ld_u32(a + 4) as u64) << 32;
-                h.st_u32(out + j, (w >> sh) as u32);
-            }
-            j += 4 * g as u64;
+            unsafe { h.st_u32(out + j as u64, bits_at(h, al, sbit + 8 * j)) };
+            j += 4 * g;
         }
     } else {
-        let mut j = k as u64;
+        let mut j = k;
         while j < l {
             // SAFETY: inside the stored row and the output row.
-            unsafe { h.st_u8(out + j, h.ld_u8(src + j)) };
-            j += g as u64;
+            unsafe { h.st_u8(out + j as u64, h.ld_u8(src + j as u64)) };
+            j += g;
         }
     }
 }
@@ -415,13 +451,12 @@ unsafe fn copy_raw<H: Mem>(h: &H, p: &FloatDecodeParams, src: u64, out: u64, k: 
 /// # Safety
 /// `out` an output row.
 #[inline(always)]
-unsafe fn zero_row<H: Mem>(h: &H, p: &FloatDecodeParams, out: u64, k: u32) {
-    let n = elements(p);
-    let mut i = k as u64;
-    while i < n {
+unsafe fn zero_row<H: Mem>(h: &H, sh: &Shape, out: u64, k: u32) {
+    let mut i = k;
+    while i < sh.n {
         // SAFETY: i < n.
-        unsafe { store(h, p, out, i, 0) };
-        i += p.sub_streams as u64;
+        unsafe { sh.store(h, out, i, 0) };
+        i += sh.s;
     }
 }
 
@@ -433,7 +468,8 @@ unsafe fn zero_row<H: Mem>(h: &H, p: &FloatDecodeParams, out: u64, k: u32) {
 /// # Safety
 /// The host filled `p` as [`FloatDecodeParams`] says (the group's payload,
 /// index and table, `count` output rows `out_stride` bytes apart, two
-/// status words); `table` reads the decode table.
+/// status words, rows of at most [`crate::params::FLOAT_MAX_ROW_BYTES`]);
+/// `table` reads the decode table.
 #[inline(always)]
 pub unsafe fn decode<H: Lanes + Mem, B: Book>(
     h: &H,
@@ -442,16 +478,17 @@ pub unsafe fn decode<H: Lanes + Mem, B: Book>(
     warp: u64,
     warps: u64,
 ) {
-    let s = p.sub_streams.clamp(1, 32);
-    let g = s.next_power_of_two();
-    let per_warp = (32 >> g.trailing_zeros()) as u64;
+    let sh = Shape::of(p);
+    let g = sh.s.next_power_of_two();
+    let gshift = g.trailing_zeros();
+    let per_warp = (32 >> gshift) as u64;
     let lane = h.lane();
     let k = lane & (g - 1);
     let mut i0 = warp * per_warp;
     // Every lane runs the same iterations (the shuffles below are
     // warp-wide); a group past the end idles through its last one.
     while i0 < p.count {
-        let i = i0 + (lane >> g.trailing_zeros()) as u64;
+        let i = i0 + (lane >> gshift) as u64;
         let out = p.out + i * p.out_stride;
         let mut err = 0;
         let mut pos = 0;
@@ -466,38 +503,36 @@ pub unsafe fn decode<H: Lanes + Mem, B: Book>(
             // SAFETY: forwarded contract.
             match unsafe { locate(h, p, t) } {
                 Err(e) => err = e,
-                Ok((start, len)) if len == p.row_bytes as u64 => {
+                Ok((start, len)) if len == p.row_bytes => {
                     // SAFETY: the row's bytes are inside the payload.
-                    unsafe { copy_raw(h, p, p.payload + start, out, k, g) };
+                    unsafe { copy_raw(h, p.row_bytes, p.payload + start, out, k, g) };
                 }
                 Ok((start, len)) => {
-                    if k < s {
+                    if k < sh.s {
                         // SAFETY: the row's bytes are inside the payload.
-                        let d = unsafe {
-                            decode_sub_stream(h, table, p, p.payload + start, len, out, k)
+                        (pos, err) = unsafe {
+                            decode_sub_stream(h, table, &sh, p.payload + start, len, out, k)
                         };
-                        (err, pos) = (d.err, d.pos);
                     }
                     coded = Some((p.payload + start, len));
                 }
             }
         }
         // The odd lane's end to its even partner.
-        let partner =
-            h.shfl_xor(pos as u32, 1) as u64 | (h.shfl_xor((pos >> 32) as u32, 1) as u64) << 32;
+        let partner = h.shfl_xor(pos, 1);
         if let Some((src, len)) = coded
-            && k < s
+            && k < sh.s
             && k & 1 == 0
             && err == 0
         {
             // SAFETY: as above.
-            err = unsafe { check_meet(h, p, src, len, k, pos, partner) };
+            err = unsafe { check_meet(h, &sh, src, len, k, pos, partner) };
         }
         let err = group_or(h, err as u32, g) as u64;
         if err != 0 {
-            if k < s {
+            if k < sh.s {
                 // SAFETY: out is output row i < count.
-                unsafe { zero_row(h, p, out, k) };
+                unsafe { zero_row(h, &sh, out, k) };
             }
             if k == 0 {
                 // SAFETY: the status holds two u64.
