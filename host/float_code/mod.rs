@@ -18,8 +18,10 @@
 //! - Every byte counts: [`FloatCoded::stored_bytes`] is the length of
 //!   [`FloatCoded::to_bytes`], table and index included.
 //!
-//! The bytes are specified in `docs/FORMAT.md` §7. The coding is not yet
-//! part of the `.ibp` container, the GPU path or the command line.
+//! The bytes are specified in `docs/FORMAT.md` §7. The GPU decodes a
+//! group's rows in device memory with `ibp::gpu::FloatDecoder` (feature
+//! `cuda`); the coding is not yet part of the `.ibp` container or the
+//! command line.
 //!
 //! # Which data it helps
 //!
