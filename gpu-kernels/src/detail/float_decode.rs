@@ -110,24 +110,6 @@ impl Bits {
         }
         (self.word >> (q & 31)) as u32
     }
-
-    /// The `len` (1 to 15) bits below bit `end`, reversed (bit 0 of the
-    /// result is bit `end − 1`); bits below 0 read as 0.
-    ///
-    /// # Safety
-    /// As [`Bits::peek`].
-    #[inline(always)]
-    pub unsafe fn peek_back<H: Mem>(&mut self, h: &H, end: u32, len: u32) -> u32 {
-        // SAFETY: forwarded contract.
-        let w = unsafe {
-            if end >= len {
-                self.peek(h, end - len)
-            } else {
-                self.peek(h, 0) << (len - end)
-            }
-        };
-        w.reverse_bits() >> (32 - len)
-    }
 }
 
 /// Entry `j` of the decode table: `symbol | length << 12`.
@@ -266,14 +248,30 @@ impl Shape {
     /// `i < n`; `out` an output row aligned to the element size.
     #[inline(always)]
     unsafe fn store<H: Mem>(&self, h: &H, out: u64, i: u32, v: u32) {
-        let a = out + (i << self.eshift) as u64;
-        // SAFETY: inside the output row, aligned (the caller's contract).
+        // SAFETY: forwarded contract.
         unsafe {
             match self.eshift {
-                0 => h.st_u8(a, v),
-                1 => h.st_u16(a, v),
-                _ => h.st_u32(a, v),
+                0 => store_as::<H, 0>(h, out, i, v),
+                1 => store_as::<H, 1>(h, out, i, v),
+                _ => store_as::<H, 2>(h, out, i, v),
             }
+        }
+    }
+}
+
+/// Store element `i` of `2^E` bytes of the output row at `out`.
+///
+/// # Safety
+/// `i < n`; `out` an output row aligned to the element size.
+#[inline(always)]
+unsafe fn store_as<H: Mem, const E: u32>(h: &H, out: u64, i: u32, v: u32) {
+    let a = out + (i << E) as u64;
+    // SAFETY: inside the output row, aligned (the caller's contract).
+    unsafe {
+        match E {
+            0 => h.st_u8(a, v),
+            1 => h.st_u16(a, v),
+            _ => h.st_u32(a, v),
         }
     }
 }
@@ -285,11 +283,14 @@ impl Shape {
 /// region outside the row, a code not in the table, non-zero residual
 /// padding); the meeting of the sub-streams is checked by [`check_meet`].
 ///
+/// `E`: log2 of the element's bytes (one copy of the loop per element
+/// size, without a branch a store).
+///
 /// # Safety
 /// As [`decode`]; `src .. src + len` inside the payload, `out` an output
-/// row.
+/// row; `E` is `sh.eshift`.
 #[inline(always)]
-unsafe fn decode_sub_stream<H: Mem, B: Book>(
+unsafe fn decode_sub_stream<H: Mem, B: Book, const E: u32>(
     h: &H,
     table: &B,
     sh: &Shape,
@@ -331,20 +332,32 @@ unsafe fn decode_sub_stream<H: Mem, B: Book>(
     // start (bit `sbit` of it is the row's first bit).
     let ral = src & !3;
     let sbit = ((src & 3) * 8) as u32;
-    let forward = k & 1 == 0;
-    let mut pos = if forward { start } else { end };
+    // Q: why one path for both directions? A: the even and odd lanes of a
+    // group run side by side; with a branch a direction the warp would run
+    // both paths for every code. A backward read is a forward read of the
+    // `m` bits below the position, bit-reversed, so selects suffice.
+    let back = k & 1 == 1;
+    let mut pos = if back { end } else { start };
     let mut err = 0;
     let mut i = k;
     while i < sh.n {
-        // SAFETY: Bits reads inside the row; the index is below 2^m.
-        let e = unsafe {
-            let bits = if forward {
-                area.peek(h, pos) & dmask
-            } else {
-                area.peek_back(h, pos, sh.m)
-            };
-            entry(table, bits)
+        let (q, up) = if !back {
+            (pos, 0)
+        } else if pos >= sh.m {
+            (pos - sh.m, 0)
+        } else {
+            // Bits below the area's start read as 0.
+            (0, sh.m - pos)
         };
+        // SAFETY: Bits reads inside the row.
+        let w = unsafe { area.peek(h, q) } << up;
+        let bits = if back {
+            w.reverse_bits() >> (32 - sh.m)
+        } else {
+            w & dmask
+        };
+        // SAFETY: bits < 2^m, the table's length.
+        let e = unsafe { entry(table, bits) };
         if e == FLOAT_NO_SYMBOL {
             err = STATUS_CORRUPT;
         }
@@ -353,10 +366,10 @@ unsafe fn decode_sub_stream<H: Mem, B: Book>(
         // below 0; the position is then far past the row's end (rows are
         // at most FLOAT_MAX_ROW_BYTES), reads 0 and fails the meeting
         // check, as the CPU decoder's does.
-        pos = if forward {
-            pos.wrapping_add(l)
-        } else {
+        pos = if back {
             pos.wrapping_sub(l)
+        } else {
+            pos.wrapping_add(l)
         };
         let residual = if sh.r == 0 {
             0
@@ -366,7 +379,7 @@ unsafe fn decode_sub_stream<H: Mem, B: Book>(
             unsafe { bits_at(h, ral, sbit + i * sh.r) & sh.rmask }
         };
         // SAFETY: i < n.
-        unsafe { sh.store(h, out, i, sh.compose(residual, e & 0xfff)) };
+        unsafe { store_as::<H, E>(h, out, i, sh.compose(residual, e & 0xfff)) };
         i += sh.s;
     }
     // The residuals' padding, to a whole byte, is zero.
@@ -509,9 +522,15 @@ pub unsafe fn decode<H: Lanes + Mem, B: Book>(
                 }
                 Ok((start, len)) => {
                     if k < sh.s {
-                        // SAFETY: the row's bytes are inside the payload.
+                        let src = p.payload + start;
+                        // SAFETY: the row's bytes are inside the payload;
+                        // E is the element size's log2.
                         (pos, err) = unsafe {
-                            decode_sub_stream(h, table, &sh, p.payload + start, len, out, k)
+                            match sh.eshift {
+                                0 => decode_sub_stream::<H, B, 0>(h, table, &sh, src, len, out, k),
+                                1 => decode_sub_stream::<H, B, 1>(h, table, &sh, src, len, out, k),
+                                _ => decode_sub_stream::<H, B, 2>(h, table, &sh, src, len, out, k),
+                            }
                         };
                     }
                     coded = Some((p.payload + start, len));
