@@ -1,8 +1,8 @@
 //! GPU decode of float-coded rows (`ibp::gpu::FloatDecoder`), bit for bit
 //! against the CPU decoder (`ibp::float_code`): ranges and gathers of
 //! MiniLM's word embeddings in bf16 and f32 (the whole table) and of
-//! synthetic FP8 and f16 rows, and damaged rows and ids past the end
-//! reported and zeroed. Prints `skipped: no CUDA device` without a GPU (a
+//! synthetic FP8 and f16 rows (coded and raw), and damaged rows and ids
+//! past the end reported and zeroed. Prints `skipped: no CUDA device` without a GPU (a
 //! failure with `IBP_REQUIRE_GPU=1`).
 //!
 //! The MiniLM test also prints kernel times (CUDA events around the
@@ -144,11 +144,16 @@ fn minilm_rows_decode_like_the_cpu() {
     }
 }
 
-/// Bell-shaped values of `t` (FP8 scaled up), `rows` rows of `n`.
-fn synthetic(t: FloatType, rows: usize, n: usize, seed: u64) -> Vec<u8> {
+/// Bell-shaped values of `t` (FP8 scaled up), `rows` rows of `n`; with
+/// `raw_every`, every such row random bits instead (stored raw).
+fn synthetic(t: FloatType, rows: usize, n: usize, seed: u64, raw_every: Option<usize>) -> Vec<u8> {
     let mut rng = Rng(seed | 1);
     let mut out = Vec::new();
-    for _ in 0..rows * n {
+    for j in 0..rows * n {
+        if raw_every.is_some_and(|e| (j / n) % e == e - 1) {
+            out.extend_from_slice(&rng.next().to_le_bytes()[..t.bytes()]);
+            continue;
+        }
         let x: f32 =
             (0..4).map(|_| (rng.next() % (1 << 20)) as f32).sum::<f32>() / (1 << 21) as f32 - 1.0;
         let bits = match t {
@@ -174,11 +179,17 @@ fn synthetic_fp8_and_f16_rows_decode_like_the_cpu() {
         (FloatType::F16, 768, 4),
         (FloatType::F16, 101, 8),
     ] {
-        let data = synthetic(t, 3000, n, n as u64);
+        let data = synthetic(t, 3000, n, n as u64, Some(13));
         let rows = Rows::new(&data, n * t.bytes()).unwrap();
         let opts = FitOptions::default().with_sub_streams(s);
         let coded = compress(&fit(t, rows, &opts).unwrap(), rows).unwrap();
-        check_group(&gpu, &coded, &format!("{t} n={n} S={s}"));
+        let what = format!("{t} n={n} S={s}");
+        // Both forms: coded rows and the random ones, stored raw.
+        assert!(
+            coded.coded_rows() > 0 && coded.coded_rows() < coded.rows(),
+            "{what}"
+        );
+        check_group(&gpu, &coded, &what);
     }
 }
 
@@ -187,7 +198,7 @@ fn damaged_rows_and_bad_ids_are_reported_and_zeroed() {
     let Some(gpu) = gpu_or_skip("damaged_rows_and_bad_ids_are_reported_and_zeroed") else {
         return;
     };
-    let data = synthetic(FloatType::Bf16, 200, 384, 3);
+    let data = synthetic(FloatType::Bf16, 200, 384, 3, None);
     let rows = Rows::new(&data, 768).unwrap();
     let coded = compress(
         &fit(FloatType::Bf16, rows, &FitOptions::default()).unwrap(),

@@ -307,12 +307,12 @@ pub unsafe fn ibp_cache_gather(p: CacheParams) {
 
 /// Decode of float-coded rows (`crate::detail::float_decode::decode`): a
 /// group of lanes a row (4 with the default 4 sub-streams, 8 rows a warp),
-/// the decode table copied into shared memory once per block when the host
-/// gave it room (`table_smem_bytes`), read from global memory otherwise.
+/// the decode table (at most 8 KiB) copied into shared memory once per
+/// block.
 ///
 /// # Safety
 /// As `crate::detail::float_decode::decode`; the launch provides
-/// `table_smem_bytes` of dynamic shared memory.
+/// `table_smem_bytes` (the table's bytes) of dynamic shared memory.
 #[kernel]
 pub unsafe fn ibp_float_decode(p: FloatDecodeParams) {
     let mut p = p;
@@ -326,25 +326,18 @@ pub unsafe fn ibp_float_decode(p: FloatDecodeParams) {
     p.out = arch::to_global(p.out);
     p.status = arch::to_global(p.status);
     let (warp, warps) = arch::global_warp();
-    if p.table_smem_bytes != 0 {
-        let base = arch::dyn_smem_base();
-        let words = p.table_smem_bytes / 4;
-        let mut i = arch::thread_idx();
-        while i < words {
-            // SAFETY: i·4 < table_smem_bytes, the table's length in whole
-            // words, and inside the launch's shared memory.
-            unsafe {
-                arch::st_shared_u32(base + i * 4, arch::ld_global_u32(p.table + i as u64 * 4))
-            };
-            i += arch::block_dim();
-        }
-        arch::sync_threads();
-        // SAFETY: forwarded contract; the table is in shared memory at `base`.
-        unsafe { crate::detail::float_decode::decode(&Hw, &SharedBook(base), &p, warp, warps) }
-    } else {
-        // SAFETY: forwarded contract; the table is read from global memory.
-        unsafe { crate::detail::float_decode::decode(&Hw, &GlobalBook(p.table), &p, warp, warps) }
+    let base = arch::dyn_smem_base();
+    let words = p.table_smem_bytes / 4;
+    let mut i = arch::thread_idx();
+    while i < words {
+        // SAFETY: i·4 < table_smem_bytes, the table's length in whole words,
+        // and inside the launch's shared memory.
+        unsafe { arch::st_shared_u32(base + i * 4, arch::ld_global_u32(p.table + i as u64 * 4)) };
+        i += arch::block_dim();
     }
+    arch::sync_threads();
+    // SAFETY: forwarded contract; the table is in shared memory at `base`.
+    unsafe { crate::detail::float_decode::decode(&Hw, &SharedBook(base), &p, warp, warps) }
 }
 
 /// This warp's place in the grid and its workspace after `first` (the

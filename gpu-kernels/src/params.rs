@@ -569,8 +569,8 @@ pub struct FloatDecodeParams {
     pub block_log2: u32,
     /// Bytes of a relative row start: 0, 2 or 4.
     pub rel_width: u32,
-    /// Bytes of the decode table copied into shared memory once per block
-    /// (`2^max_len · 2` rounded up to 4; 0: read it from global memory).
+    /// Bytes of the decode table (`2^max_len · 2`, at least 4), copied into
+    /// shared memory once per block.
     pub table_smem_bytes: u32,
     /// Unused (keeps the block a multiple of 8 bytes).
     pub _pad0: u32,
