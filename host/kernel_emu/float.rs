@@ -3,16 +3,141 @@
 //! for bit: ranges and gathers of MiniLM's word embeddings (bf16 and f32,
 //! when the model file is present), synthetic FP8, f16 and f32 rows under
 //! several sub-stream counts, ragged rows and raw rows, and hostile input
-//! (damaged rows, a damaged index, ids past the end).
+//! (damaged rows, a damaged index, ids past the end). Every load and store
+//! the body makes is checked against the buffers its contract names
+//! ([`Checked`]), so a read past the payload's padding fails a test.
 
-use ibp_kernel_emu::{Buffer, Grid, HostBytes, launch};
+use ibp_kernel_emu::{Buffer, Grid, HostBytes, Lane, launch};
 use ibp_kernels::detail::float_decode::decode;
 use ibp_kernels::params::{FloatDecodeParams, STATUS_BAD_INDEX, STATUS_CORRUPT};
+use ibp_kernels::simt::{Lanes, Mem};
 
 use crate::Rows;
 use crate::float_code::{FitOptions, FloatCoded, FloatType, Split, compress, fit};
 
 use super::xorshift;
+
+/// An emulated lane whose every load and store must fall inside the spans
+/// the kernel's contract gives it (`FloatDecodeParams`): the payload and
+/// its padding, the index, the ids, the output and the status. A read
+/// outside them (a damaged row's bytes followed past its end) fails the
+/// test instead of reading a neighbour's bytes.
+struct Checked<'a> {
+    lane: &'a Lane<'a>,
+    /// Readable spans `[start, end)`; the first `writable` are writable too.
+    spans: &'a [(u64, u64)],
+    writable: usize,
+}
+
+impl Checked<'_> {
+    fn check(&self, a: u64, n: u64, write: bool) {
+        let spans = if write {
+            &self.spans[..self.writable]
+        } else {
+            self.spans
+        };
+        assert!(
+            spans.iter().any(|&(s, e)| a >= s && a + n <= e),
+            "{} of {n} bytes at {a:#x} outside the kernel's buffers",
+            if write { "a store" } else { "a load" }
+        );
+    }
+}
+
+impl Lanes for Checked<'_> {
+    fn lane(&self) -> u32 {
+        self.lane.lane()
+    }
+    fn shfl_up(&self, x: u32, d: u32) -> u32 {
+        self.lane.shfl_up(x, d)
+    }
+    fn shfl_down(&self, x: u32, d: u32) -> u32 {
+        self.lane.shfl_down(x, d)
+    }
+    fn shfl_idx(&self, x: u32, src: u32) -> u32 {
+        self.lane.shfl_idx(x, src)
+    }
+    fn shfl_xor(&self, x: u32, m: u32) -> u32 {
+        self.lane.shfl_xor(x, m)
+    }
+    fn ballot(&self, pred: bool) -> u32 {
+        self.lane.ballot(pred)
+    }
+}
+
+// Every method checks the address against the spans, then forwards.
+impl Mem for Checked<'_> {
+    unsafe fn ld_u8(&self, a: u64) -> u32 {
+        self.check(a, 1, false);
+        // SAFETY: the caller's contract (the address checked above).
+        unsafe { self.lane.ld_u8(a) }
+    }
+    unsafe fn ld_u32(&self, a: u64) -> u32 {
+        self.check(a, 4, false);
+        // SAFETY: the caller's contract (the address checked above).
+        unsafe { self.lane.ld_u32(a) }
+    }
+    unsafe fn ld_u64(&self, a: u64) -> u64 {
+        self.check(a, 8, false);
+        // SAFETY: the caller's contract (the address checked above).
+        unsafe { self.lane.ld_u64(a) }
+    }
+    unsafe fn ld_ro_u64(&self, a: u64) -> u64 {
+        self.check(a, 8, false);
+        // SAFETY: the caller's contract (the address checked above).
+        unsafe { self.lane.ld_ro_u64(a) }
+    }
+    unsafe fn st_u8(&self, a: u64, v: u32) {
+        self.check(a, 1, true);
+        // SAFETY: the caller's contract (the address checked above).
+        unsafe { self.lane.st_u8(a, v) }
+    }
+    unsafe fn st_u32(&self, a: u64, v: u32) {
+        self.check(a, 4, true);
+        // SAFETY: the caller's contract (the address checked above).
+        unsafe { self.lane.st_u32(a, v) }
+    }
+    unsafe fn st_u64(&self, a: u64, v: u64) {
+        self.check(a, 8, true);
+        // SAFETY: the caller's contract (the address checked above).
+        unsafe { self.lane.st_u64(a, v) }
+    }
+    unsafe fn ld_v4(&self, a: u64) -> [u32; 4] {
+        self.check(a, 16, false);
+        // SAFETY: the caller's contract (the address checked above).
+        unsafe { self.lane.ld_v4(a) }
+    }
+    unsafe fn st_u16(&self, a: u64, v: u32) {
+        self.check(a, 2, true);
+        // SAFETY: the caller's contract (the address checked above).
+        unsafe { self.lane.st_u16(a, v) }
+    }
+    unsafe fn or_u64(&self, a: u64, v: u64) {
+        self.check(a, 8, true);
+        // SAFETY: the caller's contract (the address checked above).
+        unsafe { self.lane.or_u64(a, v) }
+    }
+    unsafe fn min_u64(&self, a: u64, v: u64) {
+        self.check(a, 8, true);
+        // SAFETY: the caller's contract (the address checked above).
+        unsafe { self.lane.min_u64(a, v) }
+    }
+    unsafe fn st_v4(&self, a: u64, v: [u32; 4]) {
+        self.check(a, 16, true);
+        // SAFETY: the caller's contract (the address checked above).
+        unsafe { self.lane.st_v4(a, v) }
+    }
+    unsafe fn or_u32(&self, a: u64, v: u32) {
+        self.check(a, 4, true);
+        // SAFETY: the caller's contract (the address checked above).
+        unsafe { self.lane.or_u32(a, v) }
+    }
+    unsafe fn add_u64(&self, a: u64, v: u64) {
+        self.check(a, 8, true);
+        // SAFETY: the caller's contract (the address checked above).
+        unsafe { self.lane.add_u64(a, v) }
+    }
+}
 
 /// A group's device buffers, as `ibp::gpu::FloatDecoder` uploads them.
 struct Image {
@@ -66,12 +191,31 @@ impl Image {
             ..self.params
         };
         let book = HostBytes(self.table.addr());
+        // What the contract lets the kernel touch: the output and the
+        // status (writable), the payload with its padding (the length
+        // rounded up to 8, and 8 bytes), the index and the ids.
+        let pay = p.payload_len.next_multiple_of(8) + 8;
+        let mut spans = vec![
+            (out.addr(), out.addr() + out.len() as u64),
+            (status.addr(), status.addr() + 16),
+            (p.payload, p.payload + pay),
+            (p.bases, p.bases + self.bases.len() as u64),
+            (p.rel, p.rel + self.rel.len() as u64),
+        ];
+        if let Some(b) = &ids_buf {
+            spans.push((b.addr(), b.addr() + b.len() as u64));
+        }
         launch(Grid::new(grid.0, grid.1), |lane| {
             let (w, n) = lane.global_warp();
+            let h = Checked {
+                lane,
+                spans: &spans,
+                writable: 2,
+            };
             // SAFETY: every buffer is sized as FloatDecodeParams states
             // (the payload with 16 bytes of padding, the others in whole
             // words), and outlives the launch.
-            unsafe { decode(lane, &book, &p, w, n) }
+            unsafe { decode(&h, &book, &p, w, n) }
         });
         let s = status.as_slice::<u64>();
         (out.bytes().to_vec(), [s[0], s[1]])

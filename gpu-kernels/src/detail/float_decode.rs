@@ -14,6 +14,13 @@
 //! table a code. A raw row (stored length `L`) is copied by the group's
 //! lanes.
 //!
+//! Q: why one store an element, not a group's elements assembled into one
+//! wide store? A: the loop issues about 70 SASS instructions a code, so
+//! instructions, not stores, are the likely limit; assembling a group's four elements costs two or
+//! three shuffles a code for the same number of store instructions (fewer
+//! lanes, wider), and saves only L2 write requests. To be measured on the
+//! GPU before it is paid for.
+//!
 //! Q: why a group of lanes a row, not a warp a row? A: a sub-stream is a
 //! chain of dependent lookups (position, bits, table, length), so a row
 //! offers exactly `S` lanes of work. Rows of 600–800 bytes decoded by a
