@@ -317,6 +317,24 @@ fn emulated_float_decode_equals_the_cpu_on_synthetic_rows() {
     }
 }
 
+#[test]
+fn emulated_float_decode_takes_a_lone_symbol_of_no_bits() {
+    // FP8 E4M3 values of one exponent: the table's one symbol has a code
+    // of 0 bits, and a row stores only its residuals.
+    let mut x = 11u64;
+    let data: Vec<u8> = (0..40 * 24)
+        .map(|_| (7 << 3) | (xorshift(&mut x) as u8 & 0x87))
+        .collect();
+    let rows = Rows::new(&data, 24).unwrap();
+    let split = Split::exponent(FloatType::E4M3, false, 0);
+    let opts = FitOptions::default().with_split(split);
+    let table = fit(FloatType::E4M3, rows, &opts).unwrap();
+    assert_eq!(table.symbols(), &[(7, 0)]);
+    let coded = compress(&table, rows).unwrap();
+    assert_eq!(coded.coded_rows(), coded.rows());
+    check_group(&coded, "one symbol");
+}
+
 /// MiniLM's word embeddings as f32 rows (384 values), the first `rows`.
 fn minilm(rows: usize) -> Option<(Vec<u8>, usize)> {
     let Some(path) = ibp_testdata::data_file("model.safetensors") else {
