@@ -124,11 +124,11 @@ kernels! {
     DECODE_CLUSTERED_STREAM: DecodeParams = "ibp_decode_clustered_stream";
     /// The GPU feature cache's gather.
     CACHE_GATHER: CacheParams = "ibp_cache_gather";
-    /// Decode of float-coded rows (`docs/FORMAT.md` §7). 64 registers
-    /// (from 72 for sm_90, 77 for sm_80): 32 warps an SM in blocks of 256
-    /// threads, no spills, 8 more SASS instructions; not yet timed against
-    /// other caps.
-    FLOAT_DECODE: FloatDecodeParams = "ibp_float_decode", max_registers = 64;
+    /// Decode of float-coded rows (`docs/FORMAT.md` §7). 48 registers
+    /// (from 72 for sm_90, 77 for sm_80): 40 warps an SM in blocks of 256
+    /// threads (32 at 64), no spills for sm_80 or sm_90 (ptxas), 8 more
+    /// SASS instructions for sm_90; at 40 it spills. Not yet timed.
+    FLOAT_DECODE: FloatDecodeParams = "ibp_float_decode", max_registers = 48;
     /// The fit's evaluation pass. 88 registers (from 108): 22 warps an SM
     /// instead of 18; it is latency-bound at 25% occupancy; 80 and under
     /// spill.
