@@ -37,7 +37,7 @@
 //! | [`encode`] | one row: [`encode::encode_row`], [`encode::decode_row`], stored sizes |
 //! | [`layout`] | a dataset of rows: the packed layout (smallest) and the fixed-stride layout (a slot per row) |
 //! | [`cluster`] | one codebook per cluster of rows, in memory |
-//! | [`float_code`] | a second coding of a group of floats beside IBP's: the exponent entropy-coded with a per-group table, rows still decoded one by one (not yet in the container) |
+//! | [`float_code`] | a second coding of a group of floats beside IBP's: the exponent entropy-coded with a per-group table, rows still decoded one by one, on the CPU or the GPU (not yet in the container) |
 //! | [`pipeline`] | a document into a container: the plan of how each group is stored (raw, packed, fixed, clustered), fit and compression on the CPU or a [`pipeline::GroupDevice`], verification ([`pipeline::compress_document`]) |
 //! | [`container`] | the `.ibp` file format: [`container::ContainerWriter`] writes it, [`container::IbpFile`] reads and restores it |
 //! | [`io`] | the user's formats (safetensors, npy, npz, raw) parsed into a [`io::Document`] and restored byte for byte |
@@ -45,7 +45,7 @@
 //! | [`Rows`], [`Error`], [`ErrorKind`], [`Progress`] | a dataset of equal-length rows; the one error type and its kinds; the progress hook of long operations |
 #![cfg_attr(
     feature = "cuda",
-    doc = "| [`gpu`] (feature `cuda`) | the GPU path: datasets in pinned or device memory, the [`gpu::Decoder`] (ranges and gathers, zero-copy or DMA), fit and compression, the feature cache, the KV store |"
+    doc = "| [`gpu`] (feature `cuda`) | the GPU path: datasets in pinned or device memory, the [`gpu::Decoder`] (ranges and gathers, zero-copy or DMA), the [`gpu::FloatDecoder`] of float-coded rows, fit and compression, the feature cache, the KV store |"
 )]
 #![cfg_attr(
     not(feature = "cuda"),
@@ -112,8 +112,8 @@
 //! The public API is what a host app calls; everything else is private to
 //! the crate. Counted with `scripts/public-items.py` over rustdoc's JSON
 //! (modules, types, traits, functions, methods, constants, public fields
-//! and variants; `#[doc(hidden)]` items left out): **819** items with the
-//! `cuda` feature (763 before `float_code`'s 56; 764 at b8cf772, issue 32); the `cudarc` feature adds
+//! and variants; `#[doc(hidden)]` items left out): **826** items with the
+//! `cuda` feature (819 before `gpu::FloatDecoder`'s 7; 763 before `float_code`'s 56; 764 at b8cf772, issue 32); the `cudarc` feature adds
 //! `gpu::cudarc_interop`.
 //!
 //! | module | items | why it is public |
@@ -128,7 +128,7 @@
 //! | [`container`] | 120 | the `.ibp` file: reading, restoring, inspecting groups and sections (`ibp inspect`), and the writer for files built by hand |
 //! | [`pipeline`] | 64 | compressing a parsed document into a container, on the CPU or a [`pipeline::GroupDevice`], with its options and per-group report |
 //! | [`io`] | 86 | the user's formats (safetensors, npy, npz, raw), parsed and restored byte for byte |
-//! | `gpu` (feature `cuda`) | 245 | the GPU path: `Gpu`, datasets (`GpuDataset`, `DeviceBook`), the `Decoder` and its `Request`s, the DMA paths, `Fitter`, `Compressor`, the feature cache, the KV store, pinned memory, other libraries' memory and streams (`Span`, `SpanMut`, `ForeignStream`) |
+//! | `gpu` (feature `cuda`) | 252 | the GPU path: `Gpu`, datasets (`GpuDataset`, `DeviceBook`), the `Decoder` and its `Request`s, the `FloatDecoder` of float-coded rows, the DMA paths, `Fitter`, `Compressor`, the feature cache, the KV store, pinned memory, other libraries' memory and streams (`Span`, `SpanMut`, `ForeignStream`) |
 //!
 //! Kept out on purpose: the kernels' tables (`kernel_tables`), the decode
 //! launch and its rows description, the driver layer (`gpu::driver`: every

@@ -506,3 +506,82 @@ impl DatasetView {
         ((self.row_bytes + 15) & !15) as u32
     }
 }
+
+/// `ibp_float_decode`: decode rows of a float-coded group (`docs/FORMAT.md`
+/// §7; the body is `crate::detail::float_decode`). Output row `i` (at `out
+/// + i * out_stride`) gets row `t = ids[i]` (u64 ids) or, when `ids` is 0,
+/// `t = first + i`. A row whose id is not below `rows` or whose stored
+/// bytes are not a row of this table is reported in `status` (two u64: an
+/// OR of `STATUS_*` bits, and the smallest failed output row, which the
+/// host initialises to `u64::MAX`) and its output row is zeroed.
+///
+/// The group's three parts live where the host put them: the payload
+/// (every row's stored bytes, readable up to `payload_len` rounded up to 8
+/// plus 8 bytes), the index (`bases`: `⌈rows / 2^block_log2⌉ + 1` u64;
+/// `rel`: `rel_width` bytes a row, readable in whole 4-byte words) and the
+/// decode table (`2^max_len` u16 entries `symbol | length << 12`, `0xffff`
+/// where no code starts, readable in whole 4-byte words).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FloatDecodeParams {
+    /// Every stored row, back to back.
+    pub payload: u64,
+    /// Bytes of the payload.
+    pub payload_len: u64,
+    /// Block bases: the payload offset of each block's first row, then the
+    /// payload's length.
+    pub bases: u64,
+    /// Each row's start relative to its block's base.
+    pub rel: u64,
+    /// The decode table.
+    pub table: u64,
+    /// Rows of the group.
+    pub rows: u64,
+    /// The requested rows (u64), or 0 for `first ..`.
+    pub ids: u64,
+    /// First row of a range (`ids` 0).
+    pub first: u64,
+    /// Output rows.
+    pub count: u64,
+    /// Output row 0 (aligned to the element size).
+    pub out: u64,
+    /// Bytes between output rows (`≥ row_bytes`, a multiple of the element
+    /// size).
+    pub out_stride: u64,
+    /// Two u64: error bits and the smallest failed output row.
+    pub status: u64,
+    /// Bytes of a row, raw (`L`, at most [`FLOAT_MAX_ROW_BYTES`]).
+    pub row_bytes: u32,
+    /// Bytes of an element: 1, 2 or 4.
+    pub elem_bytes: u32,
+    /// Residual bits of an element.
+    pub residual_bits: u32,
+    /// The symbol field: its lowest bit and its width.
+    pub low: u32,
+    pub width: u32,
+    /// Sub-streams per row (1 or even, ≤ 32).
+    pub sub_streams: u32,
+    /// Bits of each stored region length.
+    pub len_bits: u32,
+    /// The longest code, in bits (≤ [`FLOAT_MAX_CODE_LEN`]).
+    pub max_len: u32,
+    /// log2 of rows per index block.
+    pub block_log2: u32,
+    /// Bytes of a relative row start: 0, 2 or 4.
+    pub rel_width: u32,
+    /// Bytes of the decode table (`2^max_len · 2`, at least 4), copied into
+    /// shared memory once per block.
+    pub table_smem_bytes: u32,
+    /// Unused (keeps the block a multiple of 8 bytes).
+    pub _pad0: u32,
+}
+
+/// The longest code the GPU decoder takes: its decode table (4096 u16
+/// entries, 8 KiB) fits shared memory beside anything.
+pub const FLOAT_MAX_CODE_LEN: u32 = 12;
+/// The longest row the GPU decoder takes, in bytes (16 MiB): every bit
+/// position of a row, and every position a damaged row's sub-stream can
+/// step to, fits a u32 with room to spare.
+pub const FLOAT_MAX_ROW_BYTES: u32 = 1 << 24;
+/// A decode-table entry that no code starts with.
+pub const FLOAT_NO_SYMBOL: u32 = 0xffff;

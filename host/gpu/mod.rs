@@ -50,7 +50,8 @@
 //! [`Decoder::range_dma`], [`Decoder::range_auto`] (but for its first call
 //! with a scratch, which times both range paths once and waits for them:
 //! see its docs), [`Fitter::count_bits`],
-//! [`FeatureCache::gather`], [`KvStore::append`], [`KvStore::gather`]). A call that allocates or waits for the GPU
+//! [`FeatureCache::gather`], [`KvStore::append`], [`KvStore::gather`],
+//! [`FloatDecoder::range`], [`FloatDecoder::gather`]). A call that allocates or waits for the GPU
 //! ends in `_blocking` and says what it does in its first lines: fit and
 //! compression of a whole dataset ([`Fitter::fit_blocking`],
 //! [`Compressor::size_query_blocking`], [`Compressor::compress_blocking`],
@@ -69,7 +70,7 @@
 //! [`DecodeStatus::new`], [`DmaScratch::new`],
 //! [`PinnedBuffer::zeroed`], [`Registered::new`], [`Compressor::new`],
 //! [`DeviceCompressed::empty`], [`HostCompressor::new`], [`GpuGroups::new`]
-//! and [`FeatureCache::new`].
+//! [`FeatureCache::new`] and [`FloatDecoder::new`].
 //!
 //! # Memory and streams of other libraries
 //!
@@ -103,6 +104,7 @@ mod dataset;
 mod decode;
 pub(crate) mod driver;
 mod fit;
+mod float_decode;
 mod groups;
 mod host_batches;
 mod kernels;
@@ -132,6 +134,7 @@ pub use decode::{
 pub use driver::copy_to_host_blocking;
 pub use driver::function::{DEFAULT_MAX_DYNAMIC_SHARED, set_max_dynamic_shared};
 pub use fit::Fitter;
+pub use float_decode::FloatDecoder;
 pub use groups::GpuGroups;
 pub use host_batches::{CompressedBatch, HostCompressor, HostOptions, HostRead};
 pub use kv_store::{KvStore, KvStoreOptions, PageWrites, SegmentInfo};

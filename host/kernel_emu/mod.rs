@@ -652,5 +652,6 @@ fn crate_low_mask(n: u32) -> u64 {
 mod cache;
 mod count;
 mod decode;
+mod float;
 mod kv;
 mod shared_row;

@@ -21,6 +21,8 @@
 //!   the same traits.
 //! - [`cache`]: the GPU feature cache's index word and gather body (rows
 //!   from a cache slab or, on a miss, from the dataset in host memory).
+//! - [`float_decode`]: the float-coded rows' decoder (`docs/FORMAT.md` §7):
+//!   a group of lanes a row, one lane a sub-stream.
 //! - [`kv`]: the appendable KV store's commit of stored lengths and flags.
 //! - `scan` (nvptx only): the device-wide scan of stored lengths.
 
@@ -32,6 +34,7 @@ pub mod compact;
 pub mod count;
 pub mod decode;
 pub mod encode;
+pub mod float_decode;
 pub mod kv;
 pub mod pack;
 pub mod step;

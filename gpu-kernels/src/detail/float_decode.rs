@@ -1,0 +1,573 @@
+//! The float-coded rows' decoder (`docs/FORMAT.md` §7), over the
+//! [`crate::simt`] traits: the body of `ibp_float_decode`, run by the
+//! emulated warp in ibp's tests and compared there with the CPU decoder
+//! (`ibp::float_code`).
+//!
+//! # Lanes and rows
+//!
+//! A row of `S` sub-streams is decoded by a group of `G` consecutive lanes,
+//! `G` the power of two at or above `S` (lanes `S..G` of a group idle): with
+//! the default `S = 4`, a warp decodes 8 rows at once. Lane `k < S` of a
+//! group decodes sub-stream `k`, whose elements are `k, k + S, k + 2S, …`:
+//! an even lane reads its region forward from its first bit, an odd lane
+//! backward from its last, each with one lookup of the `2^M`-entry decode
+//! table a code. A raw row (stored length `L`) is copied by the group's
+//! lanes.
+//!
+//! Q: why one store an element, not a group's elements assembled into one
+//! wide store? A: the loop issues about 70 SASS instructions a code, so
+//! instructions, not stores, are the likely limit; assembling a group's four elements costs two or
+//! three shuffles a code for the same number of store instructions (fewer
+//! lanes, wider), and saves only L2 write requests. To be measured on the
+//! GPU before it is paid for.
+//!
+//! Q: why a group of lanes a row, not a warp a row? A: a sub-stream is a
+//! chain of dependent lookups (position, bits, table, length), so a row
+//! offers exactly `S` lanes of work. Rows of 600–800 bytes decoded by a
+//! whole warp would leave 28 of its 32 lanes idle.
+//!
+//! # Hostile input
+//!
+//! Every read of a row's bytes is bounded by the row's stored length: a
+//! position at or past its end reads 0 without a load, and a read below
+//! it never happens, so a corrupt length or a code running past its
+//! region never reads outside the payload (and its padding). The decoder
+//! then applies the CPU decoder's checks in the same terms (region lengths
+//! inside the row, every code in the table, the sub-streams of each region
+//! meeting, zero padding), so a row is reported corrupt here exactly when
+//! the CPU decoder refuses it; its output row is zeroed and its output
+//! number reported in the status.
+//!
+//! Q: the CPU decoder reads zeros past a row's end; a window here that
+//! starts inside the row and runs past it holds the next row's bytes. Can
+//! that change a result? A: no. A table lookup takes `M` bits of which
+//! only the code's own matter (every entry that starts with a code holds
+//! it), so a code that ends inside the row decodes the same; one that runs
+//! past the end leaves its sub-stream's position past the row's end, where
+//! both decoders fail the meeting check whatever the code decoded to. The
+//! two checks that read up to a boundary (the residuals' padding, the gap
+//! in the last region) mask the bits they take.
+
+use crate::params::{FLOAT_MAX_CODE_LEN, FLOAT_NO_SYMBOL, FloatDecodeParams};
+use crate::params::{STATUS_BAD_INDEX, STATUS_CORRUPT};
+use crate::simt::{Book, Lanes, Mem, group_or};
+
+/// The 32 bits of memory from bit `q` of the 4-aligned address `al` on,
+/// LSB first: two aligned word loads and a shift.
+///
+/// # Safety
+/// The two words at `al + 4·(q / 32)` readable.
+#[inline(always)]
+unsafe fn bits_at<H: Mem>(h: &H, al: u64, q: u32) -> u32 {
+    let a = al + ((q >> 5) << 2) as u64;
+    // SAFETY: the caller's contract.
+    let w = unsafe { h.ld_u32(a) as u64 | (h.ld_u32(a + 4) as u64) << 32 };
+    (w >> (q & 31)) as u32
+}
+
+/// A forward or backward reader of a row's code area: positions in bits
+/// from the area's first bit; a position at or past the area's end reads
+/// 0. The last aligned word pair read is kept, so a lane stepping through
+/// its sub-stream loads about once every 32 bits.
+///
+/// The payload must be readable in whole 4-byte words up to 8 bytes past
+/// the aligned word that holds the area's last byte (its padding).
+pub struct Bits {
+    /// The 4-aligned address at or below the area's first byte.
+    al: u64,
+    /// Bits from `al` to the area's first bit (0, 8, 16 or 24).
+    skip: u32,
+    /// Bits of the area.
+    len: u32,
+    /// The word index (from `al`) of the pair held; `u32::MAX`: none.
+    held: u32,
+    word: u64,
+}
+
+impl Bits {
+    /// The `len_bytes` bytes at `lo`.
+    #[inline(always)]
+    pub fn new(lo: u64, len_bytes: u32) -> Self {
+        Bits {
+            al: lo & !3,
+            skip: ((lo & 3) * 8) as u32,
+            len: len_bytes * 8,
+            held: u32::MAX,
+            word: 0,
+        }
+    }
+
+    /// The 32 bits from bit `bit` on; 0 when `bit` is at or past the end.
+    ///
+    /// # Safety
+    /// The payload readable as [`Bits`] says.
+    #[inline(always)]
+    pub unsafe fn peek<H: Mem>(&mut self, h: &H, bit: u32) -> u32 {
+        if bit >= self.len {
+            return 0;
+        }
+        let q = self.skip + bit;
+        let wi = q >> 5;
+        if wi != self.held {
+            self.held = wi;
+            let a = self.al + (wi << 2) as u64;
+            // SAFETY: `bit` is inside the area, so the word holding it and
+            // the next are inside the readable span.
+            self.word = unsafe { h.ld_u32(a) as u64 | (h.ld_u32(a + 4) as u64) << 32 };
+        }
+        (self.word >> (q & 31)) as u32
+    }
+}
+
+/// Entry `j` of the decode table: `symbol | length << 12`.
+///
+/// # Safety
+/// `j < 2^max_len`; the table holds `2^max_len` u16 in whole 4-byte words.
+#[inline(always)]
+unsafe fn entry<B: Book>(table: &B, j: u32) -> u32 {
+    // SAFETY: the caller's contract; the word holding entry j.
+    let w = unsafe { table.ld_u32((2 * j) & !3) };
+    (w >> ((j & 1) * 16)) & 0xffff
+}
+
+/// Where row `t` starts in the payload.
+///
+/// # Safety
+/// `t < p.rows`; the index holds what [`FloatDecodeParams`] says.
+#[inline(always)]
+unsafe fn row_start<H: Mem>(h: &H, p: &FloatDecodeParams, t: u64) -> u64 {
+    // SAFETY: t < rows, so block t >> log2 has a base, and row t a relative
+    // start (read in the aligned word that holds it).
+    unsafe {
+        let base = h.ld_u64(p.bases + 8 * (t >> p.block_log2));
+        let rel = match p.rel_width {
+            2 => {
+                let a = p.rel + 2 * t;
+                (h.ld_u32(a & !3) >> ((a & 2) * 8)) & 0xffff
+            }
+            4 => h.ld_u32(p.rel + 4 * t),
+            _ => 0,
+        };
+        base.saturating_add(rel as u64)
+    }
+}
+
+/// Row `t`'s stored bytes: payload offset and length, or the status bit
+/// that says why not (an id past the end, an index entry outside the
+/// payload or longer than the raw row).
+///
+/// # Safety
+/// The index holds what [`FloatDecodeParams`] says.
+#[inline(always)]
+unsafe fn locate<H: Mem>(h: &H, p: &FloatDecodeParams, t: u64) -> Result<(u64, u32), u64> {
+    if t >= p.rows {
+        return Err(STATUS_BAD_INDEX);
+    }
+    // SAFETY: t < rows (and t + 1 < rows for the next start).
+    let (start, end) = unsafe {
+        let start = row_start(h, p, t);
+        let end = if t + 1 == p.rows {
+            let blocks = (p.rows + (1u64 << p.block_log2) - 1) >> p.block_log2;
+            h.ld_u64(p.bases + 8 * blocks)
+        } else {
+            row_start(h, p, t + 1)
+        };
+        (start, end)
+    };
+    if end < start || end - start > p.row_bytes as u64 || end > p.payload_len {
+        return Err(STATUS_CORRUPT);
+    }
+    Ok((start, (end - start) as u32))
+}
+
+/// What every row of a launch shares, derived once from the parameters.
+#[derive(Clone, Copy)]
+struct Shape {
+    /// Elements of a row.
+    n: u32,
+    /// log2 of an element's bytes.
+    eshift: u32,
+    /// Sub-streams.
+    s: u32,
+    /// Residual bits of an element, and their mask.
+    r: u32,
+    rmask: u32,
+    /// Bytes of the residual section.
+    res_bytes: u32,
+    /// Regions, and the bits of each stored region length (and their mask).
+    nreg: u32,
+    len_bits: u32,
+    lmask: u32,
+    /// Bits of a decode-table index.
+    m: u32,
+    /// The symbol field: its lowest bit, the mask of the residual's bits
+    /// below it, and where the residual's bits above it go.
+    low: u32,
+    lo_mask: u32,
+    hi_shift: u32,
+}
+
+impl Shape {
+    #[inline(always)]
+    fn of(p: &FloatDecodeParams) -> Self {
+        // Shifts only: no division, so no panic path for a zero divisor.
+        let eshift = p.elem_bytes.trailing_zeros() & 3;
+        let n = p.row_bytes >> eshift;
+        let r = p.residual_bits & 31;
+        let s = p.sub_streams.clamp(1, 32);
+        let low = p.low & 31;
+        Shape {
+            n,
+            eshift,
+            s,
+            r,
+            rmask: if r == 0 { 0 } else { u32::MAX >> (32 - r) },
+            res_bytes: (n * r).div_ceil(8),
+            nreg: s.div_ceil(2),
+            len_bits: p.len_bits,
+            lmask: if p.len_bits >= 32 {
+                u32::MAX
+            } else {
+                (1u32 << p.len_bits) - 1
+            },
+            m: p.max_len.clamp(1, FLOAT_MAX_CODE_LEN),
+            low,
+            lo_mask: if low == 0 { 0 } else { u32::MAX >> (32 - low) },
+            hi_shift: low + p.width,
+        }
+    }
+
+    /// Element value from its residual and symbol (`docs/FORMAT.md`
+    /// §7.3).
+    #[inline(always)]
+    fn compose(&self, residual: u32, sym: u32) -> u32 {
+        let hi = if self.hi_shift >= 32 {
+            0
+        } else {
+            (residual >> self.low) << self.hi_shift
+        };
+        (residual & self.lo_mask) | (sym << self.low) | hi
+    }
+
+    /// Store element `i` of the output row at `out`.
+    ///
+    /// # Safety
+    /// `i < n`; `out` an output row aligned to the element size.
+    #[inline(always)]
+    unsafe fn store<H: Mem>(&self, h: &H, out: u64, i: u32, v: u32) {
+        // SAFETY: forwarded contract.
+        unsafe {
+            match self.eshift {
+                0 => store_as::<H, 0>(h, out, i, v),
+                1 => store_as::<H, 1>(h, out, i, v),
+                _ => store_as::<H, 2>(h, out, i, v),
+            }
+        }
+    }
+}
+
+/// Store element `i` of `2^E` bytes of the output row at `out`.
+///
+/// # Safety
+/// `i < n`; `out` an output row aligned to the element size.
+#[inline(always)]
+unsafe fn store_as<H: Mem, const E: u32>(h: &H, out: u64, i: u32, v: u32) {
+    let a = out + (i << E) as u64;
+    // SAFETY: inside the output row, aligned (the caller's contract).
+    unsafe {
+        match E {
+            0 => h.st_u8(a, v),
+            1 => h.st_u16(a, v),
+            _ => h.st_u32(a, v),
+        }
+    }
+}
+
+/// Decode sub-stream `k` (< S) of a coded row stored at `src` (`len <
+/// row_bytes` bytes) into the output row at `out`: its elements' symbols
+/// and residuals. Returns where the sub-stream ended (an even lane's
+/// forward position, an odd lane's backward one) and the errors seen (a
+/// region outside the row, a code not in the table, non-zero residual
+/// padding); the meeting of the sub-streams is checked by [`check_meet`].
+///
+/// `E`: log2 of the element's bytes (one copy of the loop per element
+/// size, without a branch a store).
+///
+/// # Safety
+/// As [`decode`]; `src .. src + len` inside the payload, `out` an output
+/// row; `E` is `sh.eshift`.
+#[inline(always)]
+unsafe fn decode_sub_stream<H: Mem, B: Book, const E: u32>(
+    h: &H,
+    table: &B,
+    sh: &Shape,
+    src: u64,
+    len: u32,
+    out: u64,
+    k: u32,
+) -> (u32, u64) {
+    if len < sh.res_bytes {
+        return (0, STATUS_CORRUPT);
+    }
+    let area_len = len - sh.res_bytes;
+    let mut area = Bits::new(src + sh.res_bytes as u64, area_len);
+    let area_bits = area_len * 8;
+    // This lane's region and its bounds: region q's length is the q-th
+    // stored length (len_bits bits each, before region 0).
+    let region = k >> 1;
+    let mut start = (sh.nreg - 1) * sh.len_bits;
+    let mut q = 0;
+    while q < region {
+        // SAFETY: Bits reads inside the row. Each length is below 2^len_bits
+        // and there are at most 15: the sum stays far below 2^32.
+        start += unsafe { area.peek(h, q * sh.len_bits) } & sh.lmask;
+        q += 1;
+    }
+    let end = if region + 1 < sh.nreg {
+        // SAFETY: as above.
+        start + (unsafe { area.peek(h, region * sh.len_bits) } & sh.lmask)
+    } else {
+        area_bits
+    };
+    // Region starts ascend, so every lane checking its own bounds is the
+    // CPU's check of the last region's start.
+    if start > area_bits || end > area_bits {
+        return (0, STATUS_CORRUPT);
+    }
+    let dmask = (1u32 << sh.m) - 1;
+    // The residuals are read as aligned word pairs from the row's aligned
+    // start (bit `sbit` of it is the row's first bit).
+    let ral = src & !3;
+    let sbit = ((src & 3) * 8) as u32;
+    // Q: why one path for both directions? A: the even and odd lanes of a
+    // group run side by side; with a branch a direction the warp would run
+    // both paths for every code. A backward read is a forward read of the
+    // `m` bits below the position, bit-reversed, so selects suffice.
+    let back = k & 1 == 1;
+    let mut pos = if back { end } else { start };
+    let mut err = 0;
+    let mut i = k;
+    while i < sh.n {
+        let (q, up) = if !back {
+            (pos, 0)
+        } else if pos >= sh.m {
+            (pos - sh.m, 0)
+        } else {
+            // Bits below the area's start read as 0.
+            (0, sh.m - pos)
+        };
+        // SAFETY: Bits reads inside the row.
+        let w = unsafe { area.peek(h, q) } << up;
+        let bits = if back {
+            w.reverse_bits() >> (32 - sh.m)
+        } else {
+            w & dmask
+        };
+        // SAFETY: bits < 2^m, the table's length.
+        let e = unsafe { entry(table, bits) };
+        if e == FLOAT_NO_SYMBOL {
+            err = STATUS_CORRUPT;
+        }
+        let l = e >> 12;
+        // Q: why wrapping? A: a damaged row's backward sub-stream may step
+        // below 0; the position is then far past the row's end (rows are
+        // at most FLOAT_MAX_ROW_BYTES), reads 0 and fails the meeting
+        // check, as the CPU decoder's does.
+        pos = if back {
+            pos.wrapping_sub(l)
+        } else {
+            pos.wrapping_add(l)
+        };
+        let residual = if sh.r == 0 {
+            0
+        } else {
+            // SAFETY: bit i·r of the residuals is inside the row (i < n),
+            // and the pair's second word at most 7 bytes past it.
+            unsafe { bits_at(h, ral, sbit + i * sh.r) & sh.rmask }
+        };
+        // SAFETY: i < n.
+        unsafe { store_as::<H, E>(h, out, i, sh.compose(residual, e & 0xfff)) };
+        i += sh.s;
+    }
+    // The residuals' padding, to a whole byte, is zero.
+    let pad = sh.res_bytes * 8 - sh.n * sh.r;
+    if k == 0 && pad > 0 {
+        // SAFETY: the padding bits are inside the row.
+        let v = unsafe { bits_at(h, ral, sbit + sh.n * sh.r) };
+        if v & ((1u32 << pad) - 1) != 0 {
+            err = STATUS_CORRUPT;
+        }
+    }
+    (pos, err)
+}
+
+/// An even lane's check that its region's two sub-streams meet: exactly in
+/// every region but the last, and in the last with fewer than 8 zero bits
+/// between them (with one sub-stream, between its end and the row's end).
+///
+/// # Safety
+/// As [`decode_sub_stream`].
+#[inline(always)]
+unsafe fn check_meet<H: Mem>(
+    h: &H,
+    sh: &Shape,
+    src: u64,
+    len: u32,
+    k: u32,
+    f: u32,
+    partner: u32,
+) -> u64 {
+    let area_len = len - sh.res_bytes;
+    let area_bits = area_len * 8;
+    let b = if sh.s == 1 { area_bits } else { partner };
+    let ok = if (k >> 1) + 1 < sh.nreg {
+        f == b
+    } else {
+        let mut area = Bits::new(src + sh.res_bytes as u64, area_len);
+        // SAFETY: Bits reads inside the row.
+        f <= b
+            && b - f < 8
+            && b <= area_bits
+            && unsafe { area.peek(h, f) } & ((1u32 << (b - f)) - 1) == 0
+    };
+    if ok { 0 } else { STATUS_CORRUPT }
+}
+
+/// Copy a raw row (`L` stored bytes at `src`) into the output row at `out`,
+/// lane `k` of `g` taking every `g`-th word (or byte).
+///
+/// # Safety
+/// As [`decode`]; `src .. src + L` inside the payload.
+#[inline(always)]
+unsafe fn copy_raw<H: Mem>(h: &H, l: u32, src: u64, out: u64, k: u32, g: u32) {
+    if (out | l as u64) & 3 == 0 {
+        // Q: why aligned word pairs and a shift? A: a raw row starts
+        // anywhere in the payload (rows before it are of any length); the
+        // output row is aligned, so each output word is read as the two
+        // aligned words around it.
+        let (al, sbit) = (src & !3, ((src & 3) * 8) as u32);
+        let mut j = k * 4;
+        while j < l {
+            // SAFETY: both words hold bytes of the row or of the payload's
+            // padding (readable, as FloatDecodeParams says); the output word
+            // is inside the row.
+            unsafe { h.st_u32(out + j as u64, bits_at(h, al, sbit + 8 * j)) };
+            j += 4 * g;
+        }
+    } else {
+        let mut j = k;
+        while j < l {
+            // SAFETY: inside the stored row and the output row.
+            unsafe { h.st_u8(out + j as u64, h.ld_u8(src + j as u64)) };
+            j += g;
+        }
+    }
+}
+
+/// Zero the elements `k, k + S, …` of the output row at `out` (every lane
+/// of a group zeroes the elements it would have written, so no lane waits
+/// for another's stores).
+///
+/// # Safety
+/// `out` an output row.
+#[inline(always)]
+unsafe fn zero_row<H: Mem>(h: &H, sh: &Shape, out: u64, k: u32) {
+    let mut i = k;
+    while i < sh.n {
+        // SAFETY: i < n.
+        unsafe { sh.store(h, out, i, 0) };
+        i += sh.s;
+    }
+}
+
+/// The decode: output row `i` gets row `ids[i]` (or `first + i`), for every
+/// `i` of this warp's groups (the warp takes rows `warp · R, …` and then
+/// every `warps · R`-th, `R = 32 / G` rows at once). A bad id or a corrupt
+/// row is reported in the status and its output row zeroed.
+///
+/// # Safety
+/// The host filled `p` as [`FloatDecodeParams`] says (the group's payload,
+/// index and table, `count` output rows `out_stride` bytes apart, two
+/// status words, rows of at most [`crate::params::FLOAT_MAX_ROW_BYTES`]);
+/// `table` reads the decode table.
+#[inline(always)]
+pub unsafe fn decode<H: Lanes + Mem, B: Book>(
+    h: &H,
+    table: &B,
+    p: &FloatDecodeParams,
+    warp: u64,
+    warps: u64,
+) {
+    let sh = Shape::of(p);
+    let g = sh.s.next_power_of_two();
+    let gshift = g.trailing_zeros();
+    let per_warp = (32 >> gshift) as u64;
+    let lane = h.lane();
+    let k = lane & (g - 1);
+    let mut i0 = warp * per_warp;
+    // Every lane runs the same iterations (the shuffles below are
+    // warp-wide); a group past the end idles through its last one.
+    while i0 < p.count {
+        let i = i0 + (lane >> gshift) as u64;
+        let out = p.out + i * p.out_stride;
+        let mut err = 0;
+        let mut pos = 0;
+        let mut coded = None;
+        if i < p.count {
+            let t = if p.ids == 0 {
+                p.first + i
+            } else {
+                // SAFETY: i < count, and ids holds count u64.
+                unsafe { h.ld_u64(p.ids + 8 * i) }
+            };
+            // SAFETY: forwarded contract.
+            match unsafe { locate(h, p, t) } {
+                Err(e) => err = e,
+                Ok((start, len)) if len == p.row_bytes => {
+                    // SAFETY: the row's bytes are inside the payload.
+                    unsafe { copy_raw(h, p.row_bytes, p.payload + start, out, k, g) };
+                }
+                Ok((start, len)) => {
+                    if k < sh.s {
+                        let src = p.payload + start;
+                        // SAFETY: the row's bytes are inside the payload;
+                        // E is the element size's log2.
+                        (pos, err) = unsafe {
+                            match sh.eshift {
+                                0 => decode_sub_stream::<H, B, 0>(h, table, &sh, src, len, out, k),
+                                1 => decode_sub_stream::<H, B, 1>(h, table, &sh, src, len, out, k),
+                                _ => decode_sub_stream::<H, B, 2>(h, table, &sh, src, len, out, k),
+                            }
+                        };
+                    }
+                    coded = Some((p.payload + start, len));
+                }
+            }
+        }
+        // The odd lane's end to its even partner.
+        let partner = h.shfl_xor(pos, 1);
+        if let Some((src, len)) = coded
+            && k < sh.s
+            && k & 1 == 0
+            && err == 0
+        {
+            // SAFETY: as above.
+            err = unsafe { check_meet(h, &sh, src, len, k, pos, partner) };
+        }
+        let err = group_or(h, err as u32, g) as u64;
+        if err != 0 {
+            if k < sh.s {
+                // SAFETY: out is output row i < count.
+                unsafe { zero_row(h, &sh, out, k) };
+            }
+            if k == 0 {
+                // SAFETY: the status holds two u64.
+                unsafe {
+                    h.or_u64(p.status, err);
+                    h.min_u64(p.status + 8, i);
+                }
+            }
+        }
+        i0 += warps * per_warp;
+    }
+}

@@ -1,0 +1,241 @@
+//! GPU decode of float-coded rows ([`crate::float_code`], `docs/FORMAT.md`
+//! §7): a group uploaded once ([`FloatDecoder::new`]), then any range or
+//! gather of its rows decoded into device memory by the kernel
+//! `ibp_float_decode` (body: `ibp_kernels::detail::float_decode`).
+//!
+//! ```no_run
+//! use ibp::gpu::cust::memory::DeviceBuffer;
+//! use ibp::gpu::cust::stream::{Stream, StreamFlags};
+//! use ibp::gpu::{DecodeStatus, FloatDecoder, Gpu, copy_to_host_blocking};
+//! use ibp::float_code::{FitOptions, FloatType, compress, fit};
+//! use ibp::Rows;
+//!
+//! # fn main() -> Result<(), ibp::Error> {
+//! let values: Vec<f32> = (0..64_000).map(|i| ((i % 97) as f32 - 48.0) / 256.0).collect();
+//! let rows = Rows::of(&values, 64)?;
+//! let coded = compress(&fit(FloatType::F32, rows, &FitOptions::default())?, rows)?;
+//!
+//! let gpu = Gpu::first()?;
+//! let dec = FloatDecoder::new(&gpu, &coded)?;
+//! let mut status = DecodeStatus::new()?;
+//! let stream = Stream::new(StreamFlags::NON_BLOCKING, None)?;
+//! let ids = DeviceBuffer::from_slice(&[999u64, 0, 7])?;
+//! let mut out = DeviceBuffer::<u8>::zeroed(3 * rows.row_bytes())?;
+//! dec.gather(&gpu, &ids, &mut out, &status, &stream)?; // enqueued, no sync
+//! stream.synchronize()?;
+//! status.check_blocking()?;
+//! assert_eq!(copy_to_host_blocking(&out)?[..rows.row_bytes()], *rows.row(999));
+//! # Ok(())
+//! # }
+//! ```
+
+use cust::memory::{DeviceBuffer, DeviceSlice};
+use ibp_kernels::params::FloatDecodeParams;
+
+use super::launch::resident_blocks;
+use super::memory::GpuWritable;
+use super::stream::GpuStream;
+use super::{DecodeStatus, Gpu, cuda_err, kernels};
+use crate::error::{Error, Result};
+use crate::float_code::FloatCoded;
+
+/// Warps a block of the decode.
+const WARPS: u32 = 8;
+
+/// Bytes of padding after the payload on the device: the decoder reads
+/// whole aligned words around a row's bytes (`FloatDecodeParams`).
+const PAYLOAD_PAD: usize = 16;
+
+/// A float-coded group in device memory, and the decode of its rows.
+///
+/// Made once per group ([`FloatDecoder::new`] allocates and copies); every
+/// decode ([`FloatDecoder::range`], [`FloatDecoder::gather`]) only
+/// enqueues a kernel on the caller's stream, into the caller's buffer, and
+/// reports damaged rows and ids past the end in a [`DecodeStatus`]
+/// (zeroing their output rows), as [`super::Decoder`] does.
+pub struct FloatDecoder {
+    payload: DeviceBuffer<u8>,
+    table: DeviceBuffer<u8>,
+    bases: DeviceBuffer<u8>,
+    rel: DeviceBuffer<u8>,
+    /// The shape and the group's addresses; the call fills the rest.
+    params: FloatDecodeParams,
+    /// Blocks that fill the device once.
+    resident: u32,
+}
+
+impl std::fmt::Debug for FloatDecoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FloatDecoder")
+            .field("rows", &self.params.rows)
+            .field("row_bytes", &self.params.row_bytes)
+            .field("sub_streams", &self.params.sub_streams)
+            .finish()
+    }
+}
+
+impl FloatDecoder {
+    /// Upload `coded` (its payload, index and decode table) to `gpu`'s
+    /// memory: allocates and copies, synchronously.
+    ///
+    /// Errors with [`crate::ErrorKind::InvalidArgument`] for a table whose
+    /// codes are longer than 12 bits (fit with
+    /// [`crate::float_code::FitOptions::max_code_len`] at most 12, the
+    /// default) or rows longer than 16 MiB, and with
+    /// [`crate::ErrorKind::Cuda`] when the memory cannot be allocated.
+    pub fn new(gpu: &Gpu, coded: &FloatCoded) -> Result<Self> {
+        let img = coded.device_image()?;
+        let mut payload = Vec::new();
+        payload
+            .try_reserve_exact(coded.payload().len() + PAYLOAD_PAD)
+            .map_err(|_| Error::out_of_memory(coded.payload().len(), "the payload's upload"))?;
+        payload.extend_from_slice(coded.payload());
+        payload.resize(coded.payload().len() + PAYLOAD_PAD, 0);
+        let up = |b: &[u8], what: &'static str| DeviceBuffer::from_slice(b).map_err(cuda_err(what));
+        let payload = up(&payload, "uploading a float-coded payload")?;
+        let table = up(&img.table, "uploading a float-code table")?;
+        let bases = up(&img.bases, "uploading a float-coded index")?;
+        let rel = up(&img.rel, "uploading a float-coded index")?;
+        let params = FloatDecodeParams {
+            payload: payload.as_device_ptr().as_raw(),
+            bases: bases.as_device_ptr().as_raw(),
+            rel: rel.as_device_ptr().as_raw(),
+            table: table.as_device_ptr().as_raw(),
+            table_smem_bytes: img.table.len() as u32,
+            ..img.params
+        };
+        let resident = resident_blocks(gpu, kernels::FLOAT_DECODE, 32 * WARPS, img.table.len())?;
+        Ok(Self {
+            payload,
+            table,
+            bases,
+            rel,
+            params,
+            resident,
+        })
+    }
+
+    /// Rows of the group.
+    pub fn rows(&self) -> u64 {
+        self.params.rows
+    }
+
+    /// Bytes of a row, decoded.
+    pub fn row_bytes(&self) -> usize {
+        self.params.row_bytes as usize
+    }
+
+    /// Bytes the group takes in device memory (payload, index, table).
+    pub fn device_bytes(&self) -> usize {
+        self.payload.len() + self.table.len() + self.bases.len() + self.rel.len()
+    }
+
+    /// Enqueue the decode of rows `first .. first + count` into `out` (row
+    /// `i` at `out[i·L ..]`, `L` = [`FloatDecoder::row_bytes`]).
+    ///
+    /// Errors with [`crate::ErrorKind::InvalidArgument`] for rows past the
+    /// end or an `out` shorter than `count · L` or not aligned to the
+    /// element size; damaged rows are reported later by `status`.
+    pub fn range<O: GpuWritable + ?Sized, S: GpuStream + ?Sized>(
+        &self,
+        gpu: &Gpu,
+        first: u64,
+        count: u64,
+        out: &mut O,
+        status: &DecodeStatus,
+        stream: &S,
+    ) -> Result<()> {
+        if first
+            .checked_add(count)
+            .is_none_or(|end| end > self.params.rows)
+        {
+            return Err(Error::invalid(format!(
+                "rows {first}..{first}+{count} of a group of {} rows",
+                self.params.rows
+            )));
+        }
+        self.enqueue(gpu, 0, first, count, out, status, stream)
+    }
+
+    /// Enqueue the decode of rows `ids` (any order, repeats allowed) into
+    /// `out` (row `i` gets row `ids[i]`). An id past the end is reported by
+    /// `status` (its output row zeroed).
+    ///
+    /// Errors with [`crate::ErrorKind::InvalidArgument`] for an `out`
+    /// shorter than `ids.len() · L` or not aligned to the element size.
+    pub fn gather<O: GpuWritable + ?Sized, S: GpuStream + ?Sized>(
+        &self,
+        gpu: &Gpu,
+        ids: &DeviceSlice<u64>,
+        out: &mut O,
+        status: &DecodeStatus,
+        stream: &S,
+    ) -> Result<()> {
+        let addr = ids.as_device_ptr().as_raw();
+        self.enqueue(gpu, addr, 0, ids.len() as u64, out, status, stream)
+    }
+
+    /// The one launch: `count` output rows, from `ids` (an address, 0 for
+    /// the range from `first`).
+    #[allow(clippy::too_many_arguments)]
+    fn enqueue<O: GpuWritable + ?Sized, S: GpuStream + ?Sized>(
+        &self,
+        gpu: &Gpu,
+        ids: u64,
+        first: u64,
+        count: u64,
+        out: &mut O,
+        status: &DecodeStatus,
+        stream: &S,
+    ) -> Result<()> {
+        let l = self.params.row_bytes as u64;
+        let need = count.checked_mul(l);
+        if need.is_none_or(|n| n > out.writable_len() as u64) {
+            return Err(Error::invalid(format!(
+                "{count} rows of {l} bytes need {} output bytes; the output holds {}",
+                count.saturating_mul(l),
+                out.writable_len()
+            )));
+        }
+        let addr = out.device_addr_mut();
+        if !addr.is_multiple_of(u64::from(self.params.elem_bytes)) {
+            return Err(Error::invalid(format!(
+                "the output at {addr:#x} is not aligned to the {}-byte elements",
+                self.params.elem_bytes
+            )));
+        }
+        if count == 0 {
+            return Ok(());
+        }
+        let p = FloatDecodeParams {
+            ids,
+            first,
+            count,
+            out: addr,
+            out_stride: l,
+            status: status.words.as_device_ptr().as_raw(),
+            ..self.params
+        };
+        // Rows a block decodes at once: 32 / G a warp.
+        let g = self.params.sub_streams.next_power_of_two();
+        let per_block = u64::from(WARPS * (32 / g));
+        let grid = count.div_ceil(per_block).min(u64::from(self.resident)) as u32;
+        // SAFETY: the payload (padded by PAYLOAD_PAD), index and table are
+        // this decoder's device buffers laid out by `device_image`, as
+        // FloatDecodeParams requires; `ids` holds `count` u64 (a
+        // DeviceSlice's length) or is 0 with `first + count <= rows`
+        // (checked by `range`); `out` holds `count` rows of `l` bytes,
+        // aligned to the element (checked above); the status is two u64;
+        // the launch gives `table_smem_bytes` of shared memory.
+        unsafe {
+            gpu.launch(
+                kernels::FLOAT_DECODE,
+                grid.max(1),
+                32 * WARPS,
+                self.params.table_smem_bytes,
+                stream,
+                p,
+            )
+        }
+    }
+}

@@ -1,0 +1,446 @@
+//! The float-coded rows' GPU decoder (`ibp_kernels::detail::float_decode`)
+//! on the emulated grid, against the CPU decoder (`crate::float_code`) bit
+//! for bit: ranges and gathers of MiniLM's word embeddings (bf16 and f32,
+//! when the model file is present), synthetic FP8, f16 and f32 rows under
+//! several sub-stream counts, ragged rows and raw rows, and hostile input
+//! (damaged rows, a damaged index, ids past the end). Every load and store
+//! the body makes is checked against the buffers its contract names
+//! ([`Checked`]), so a read past the payload's padding fails a test.
+
+use ibp_kernel_emu::{Buffer, Grid, HostBytes, Lane, launch};
+use ibp_kernels::detail::float_decode::decode;
+use ibp_kernels::params::{FloatDecodeParams, STATUS_BAD_INDEX, STATUS_CORRUPT};
+use ibp_kernels::simt::{Lanes, Mem};
+
+use crate::Rows;
+use crate::float_code::{FitOptions, FloatCoded, FloatType, Split, compress, fit};
+
+use super::xorshift;
+
+/// An emulated lane whose every load and store must fall inside the spans
+/// the kernel's contract gives it (`FloatDecodeParams`): the payload and
+/// its padding, the index, the ids, the output and the status. A read
+/// outside them (a damaged row's bytes followed past its end) fails the
+/// test instead of reading a neighbour's bytes.
+struct Checked<'a> {
+    lane: &'a Lane<'a>,
+    /// Readable spans `[start, end)`; the first `writable` are writable too.
+    spans: &'a [(u64, u64)],
+    writable: usize,
+}
+
+impl Checked<'_> {
+    fn check(&self, a: u64, n: u64, write: bool) {
+        let spans = if write {
+            &self.spans[..self.writable]
+        } else {
+            self.spans
+        };
+        assert!(
+            spans.iter().any(|&(s, e)| a >= s && a + n <= e),
+            "{} of {n} bytes at {a:#x} outside the kernel's buffers",
+            if write { "a store" } else { "a load" }
+        );
+    }
+}
+
+impl Lanes for Checked<'_> {
+    fn lane(&self) -> u32 {
+        self.lane.lane()
+    }
+    fn shfl_up(&self, x: u32, d: u32) -> u32 {
+        self.lane.shfl_up(x, d)
+    }
+    fn shfl_down(&self, x: u32, d: u32) -> u32 {
+        self.lane.shfl_down(x, d)
+    }
+    fn shfl_idx(&self, x: u32, src: u32) -> u32 {
+        self.lane.shfl_idx(x, src)
+    }
+    fn shfl_xor(&self, x: u32, m: u32) -> u32 {
+        self.lane.shfl_xor(x, m)
+    }
+    fn ballot(&self, pred: bool) -> u32 {
+        self.lane.ballot(pred)
+    }
+}
+
+// Every method checks the address against the spans, then forwards.
+impl Mem for Checked<'_> {
+    unsafe fn ld_u8(&self, a: u64) -> u32 {
+        self.check(a, 1, false);
+        // SAFETY: the caller's contract (the address checked above).
+        unsafe { self.lane.ld_u8(a) }
+    }
+    unsafe fn ld_u32(&self, a: u64) -> u32 {
+        self.check(a, 4, false);
+        // SAFETY: the caller's contract (the address checked above).
+        unsafe { self.lane.ld_u32(a) }
+    }
+    unsafe fn ld_u64(&self, a: u64) -> u64 {
+        self.check(a, 8, false);
+        // SAFETY: the caller's contract (the address checked above).
+        unsafe { self.lane.ld_u64(a) }
+    }
+    unsafe fn ld_ro_u64(&self, a: u64) -> u64 {
+        self.check(a, 8, false);
+        // SAFETY: the caller's contract (the address checked above).
+        unsafe { self.lane.ld_ro_u64(a) }
+    }
+    unsafe fn st_u8(&self, a: u64, v: u32) {
+        self.check(a, 1, true);
+        // SAFETY: the caller's contract (the address checked above).
+        unsafe { self.lane.st_u8(a, v) }
+    }
+    unsafe fn st_u32(&self, a: u64, v: u32) {
+        self.check(a, 4, true);
+        // SAFETY: the caller's contract (the address checked above).
+        unsafe { self.lane.st_u32(a, v) }
+    }
+    unsafe fn st_u64(&self, a: u64, v: u64) {
+        self.check(a, 8, true);
+        // SAFETY: the caller's contract (the address checked above).
+        unsafe { self.lane.st_u64(a, v) }
+    }
+    unsafe fn ld_v4(&self, a: u64) -> [u32; 4] {
+        self.check(a, 16, false);
+        // SAFETY: the caller's contract (the address checked above).
+        unsafe { self.lane.ld_v4(a) }
+    }
+    unsafe fn st_u16(&self, a: u64, v: u32) {
+        self.check(a, 2, true);
+        // SAFETY: the caller's contract (the address checked above).
+        unsafe { self.lane.st_u16(a, v) }
+    }
+    unsafe fn or_u64(&self, a: u64, v: u64) {
+        self.check(a, 8, true);
+        // SAFETY: the caller's contract (the address checked above).
+        unsafe { self.lane.or_u64(a, v) }
+    }
+    unsafe fn min_u64(&self, a: u64, v: u64) {
+        self.check(a, 8, true);
+        // SAFETY: the caller's contract (the address checked above).
+        unsafe { self.lane.min_u64(a, v) }
+    }
+    unsafe fn st_v4(&self, a: u64, v: [u32; 4]) {
+        self.check(a, 16, true);
+        // SAFETY: the caller's contract (the address checked above).
+        unsafe { self.lane.st_v4(a, v) }
+    }
+    unsafe fn or_u32(&self, a: u64, v: u32) {
+        self.check(a, 4, true);
+        // SAFETY: the caller's contract (the address checked above).
+        unsafe { self.lane.or_u32(a, v) }
+    }
+    unsafe fn add_u64(&self, a: u64, v: u64) {
+        self.check(a, 8, true);
+        // SAFETY: the caller's contract (the address checked above).
+        unsafe { self.lane.add_u64(a, v) }
+    }
+}
+
+/// A group's device buffers, as `ibp::gpu::FloatDecoder` uploads them.
+struct Image {
+    payload: Buffer,
+    table: Buffer,
+    bases: Buffer,
+    rel: Buffer,
+    params: FloatDecodeParams,
+}
+
+impl Image {
+    fn of(coded: &FloatCoded) -> Self {
+        let img = coded.device_image().unwrap();
+        // The payload's padding (FloatDecodeParams): 16 bytes past its end.
+        let mut payload = coded.payload().to_vec();
+        payload.resize(payload.len() + 16, 0);
+        Image {
+            payload: Buffer::from_bytes(&payload),
+            table: Buffer::from_bytes(&img.table),
+            bases: Buffer::from_bytes(&img.bases),
+            rel: Buffer::from_bytes(&img.rel),
+            params: img.params,
+        }
+    }
+
+    /// Decode `count` rows (`ids`, or `first ..` when `ids` is `None`) on a
+    /// grid of `blocks` × `warps`; returns the output rows (poisoned first)
+    /// and the two status words.
+    fn run(
+        &self,
+        ids: Option<&[u64]>,
+        first: u64,
+        count: usize,
+        grid: (u32, u32),
+    ) -> (Vec<u8>, [u64; 2]) {
+        let l = self.params.row_bytes as usize;
+        let ids_buf = ids.map(Buffer::from_slice);
+        let out = Buffer::from_bytes(&vec![0xA5u8; count * l]);
+        let status = Buffer::from_slice(&[0u64, u64::MAX]);
+        let p = FloatDecodeParams {
+            payload: self.payload.addr(),
+            bases: self.bases.addr(),
+            rel: self.rel.addr(),
+            table: self.table.addr(),
+            ids: ids_buf.as_ref().map_or(0, Buffer::addr),
+            first,
+            count: count as u64,
+            out: out.addr(),
+            out_stride: l as u64,
+            status: status.addr(),
+            ..self.params
+        };
+        let book = HostBytes(self.table.addr());
+        // What the contract lets the kernel touch: the output and the
+        // status (writable), the payload with its padding (the length
+        // rounded up to 8, and 8 bytes), the index and the ids.
+        let pay = p.payload_len.next_multiple_of(8) + 8;
+        let mut spans = vec![
+            (out.addr(), out.addr() + out.len() as u64),
+            (status.addr(), status.addr() + 16),
+            (p.payload, p.payload + pay),
+            (p.bases, p.bases + self.bases.len() as u64),
+            (p.rel, p.rel + self.rel.len() as u64),
+        ];
+        if let Some(b) = &ids_buf {
+            spans.push((b.addr(), b.addr() + b.len() as u64));
+        }
+        launch(Grid::new(grid.0, grid.1), |lane| {
+            let (w, n) = lane.global_warp();
+            let h = Checked {
+                lane,
+                spans: &spans,
+                writable: 2,
+            };
+            // SAFETY: every buffer is sized as FloatDecodeParams states
+            // (the payload with 16 bytes of padding, the others in whole
+            // words), and outlives the launch.
+            unsafe { decode(&h, &book, &p, w, n) }
+        });
+        let s = status.as_slice::<u64>();
+        (out.bytes().to_vec(), [s[0], s[1]])
+    }
+}
+
+/// The CPU's rows `ids` of `coded`.
+fn cpu_gather(coded: &FloatCoded, ids: &[u64]) -> Vec<u8> {
+    let mut out = vec![0u8; ids.len() * coded.row_bytes()];
+    coded.gather(ids, &mut out).unwrap();
+    out
+}
+
+/// Ranges and gathers of `coded` on the emulated GPU equal the CPU's, with
+/// a clean status.
+fn check_group(coded: &FloatCoded, what: &str) {
+    let img = Image::of(coded);
+    let n = coded.rows() as u64;
+    let mut x = 7 + n;
+    // Ranges: all, a middle piece, the last row; on grids of one warp and
+    // of several blocks.
+    for (first, count, grid) in [
+        (0, n, (1, 1)),
+        (n / 3, (n / 2).min(67), (3, 2)),
+        (n - 1, 1, (1, 1)),
+    ] {
+        let (out, st) = img.run(None, first, count as usize, grid);
+        let want = cpu_gather(coded, &(first..first + count).collect::<Vec<_>>());
+        assert_eq!(st, [0, u64::MAX], "{what}: range {first}+{count} status");
+        assert!(out == want, "{what}: range {first}+{count} differs");
+    }
+    // A gather: any order, repeats, both ends.
+    let mut ids: Vec<u64> = (0..53).map(|_| xorshift(&mut x) % n).collect();
+    ids.extend([0, n - 1, ids[3], 0]);
+    let (out, st) = img.run(Some(&ids), 0, ids.len(), (2, 2));
+    assert_eq!(st, [0, u64::MAX], "{what}: gather status");
+    assert!(out == cpu_gather(coded, &ids), "{what}: gather differs");
+}
+
+/// Bell-shaped values of `t`, `rows` rows of `n` elements, and every
+/// eleventh row random bits (stored raw).
+fn synthetic(t: FloatType, rows: usize, n: usize, seed: u64) -> Vec<u8> {
+    let mut s = seed | 1;
+    let mut out = Vec::new();
+    for r in 0..rows {
+        for _ in 0..n {
+            let u = xorshift(&mut s);
+            let bits = if r % 11 == 5 {
+                u as u32
+            } else {
+                let x = ((u >> 40) as f32 / (1u64 << 24) as f32 - 0.5)
+                    * ((u >> 8 & 0xff) as f32 / 64.0);
+                match t {
+                    FloatType::F32 => x.to_bits(),
+                    FloatType::Bf16 => u32::from(half::bf16::from_f32(x).to_bits()),
+                    FloatType::F16 => u32::from(half::f16::from_f32(x).to_bits()),
+                    FloatType::E4M3 => u32::from(ibp_testdata::fp8::E4M3.from_f32(x * 8.0)),
+                    FloatType::E5M2 => u32::from(ibp_testdata::fp8::E5M2.from_f32(x * 8.0)),
+                }
+            };
+            out.extend_from_slice(&bits.to_le_bytes()[..t.bytes()]);
+        }
+    }
+    out
+}
+
+#[test]
+fn emulated_float_decode_equals_the_cpu_on_synthetic_rows() {
+    let cases: &[(FloatType, usize, u8, Option<Split>)] = &[
+        (FloatType::E4M3, 37, 4, None),
+        (FloatType::E5M2, 64, 2, None),
+        (FloatType::F16, 101, 4, None),
+        (FloatType::F16, 96, 1, None),
+        (FloatType::Bf16, 77, 6, None),
+        (
+            FloatType::Bf16,
+            64,
+            8,
+            Some(Split::exponent(FloatType::Bf16, true, 3)),
+        ),
+        (FloatType::F32, 50, 4, Some(Split::new(20, 12))),
+        (FloatType::E4M3, 200, 32, None),
+    ];
+    for (c, &(t, n, s, split)) in cases.iter().enumerate() {
+        let data = synthetic(t, 90, n, 3 + c as u64);
+        let rows = Rows::new(&data, n * t.bytes()).unwrap();
+        let mut opts = FitOptions::default().with_sub_streams(s);
+        if let Some(sp) = split {
+            opts = opts.with_split(sp);
+        }
+        let table = fit(t, rows, &opts).unwrap();
+        let coded = compress(&table, rows).unwrap();
+        let what = format!("{t} n={n} S={s}");
+        assert!(coded.coded_rows() > 0, "{what}: nothing coded");
+        if n > 8 {
+            assert!(coded.coded_rows() < coded.rows(), "{what}: no raw rows");
+        }
+        check_group(&coded, &what);
+    }
+}
+
+#[test]
+fn emulated_float_decode_takes_a_lone_symbol_of_no_bits() {
+    // FP8 E4M3 values of one exponent: the table's one symbol has a code
+    // of 0 bits, and a row stores only its residuals.
+    let mut x = 11u64;
+    let data: Vec<u8> = (0..40 * 24)
+        .map(|_| (7 << 3) | (xorshift(&mut x) as u8 & 0x87))
+        .collect();
+    let rows = Rows::new(&data, 24).unwrap();
+    let split = Split::exponent(FloatType::E4M3, false, 0);
+    let opts = FitOptions::default().with_split(split);
+    let table = fit(FloatType::E4M3, rows, &opts).unwrap();
+    assert_eq!(table.symbols(), &[(7, 0)]);
+    let coded = compress(&table, rows).unwrap();
+    assert_eq!(coded.coded_rows(), coded.rows());
+    check_group(&coded, "one symbol");
+}
+
+/// MiniLM's word embeddings as f32 rows (384 values), the first `rows`.
+fn minilm(rows: usize) -> Option<(Vec<u8>, usize)> {
+    let Some(path) = ibp_testdata::data_file("model.safetensors") else {
+        eprintln!("skipped MiniLM rows: model.safetensors not found ($IBP_DATA_DIR)");
+        return None;
+    };
+    let f = crate::io::InputFile::open(&path).unwrap();
+    let opts =
+        crate::io::ParseOptions::default().with_select(["embeddings.word_embeddings.weight"]);
+    let doc = crate::io::parse(f.bytes(), crate::io::SourceFormat::Safetensors, &opts).unwrap();
+    let g = &doc.groups[0];
+    let l = g.row_shape(None).unwrap().row_bytes as usize;
+    Some((g.data[..rows * l].to_vec(), l))
+}
+
+#[test]
+fn emulated_float_decode_equals_the_cpu_on_minilm_rows() {
+    let Some((f32s, l)) = minilm(1500) else {
+        return;
+    };
+    let bf16: Vec<u8> = f32s
+        .as_chunks::<4>()
+        .0
+        .iter()
+        .flat_map(|b| half::bf16::from_f32(f32::from_le_bytes(*b)).to_le_bytes())
+        .collect();
+    for (t, data, row) in [(FloatType::F32, &f32s, l), (FloatType::Bf16, &bf16, l / 2)] {
+        let rows = Rows::new(data, row).unwrap();
+        let table = fit(t, rows, &FitOptions::default()).unwrap();
+        let coded = compress(&table, rows).unwrap();
+        assert!(
+            coded.coded_rows() > coded.rows() / 2,
+            "MiniLM {t}: few coded"
+        );
+        check_group(&coded, &format!("MiniLM {t}"));
+    }
+}
+
+#[test]
+fn emulated_float_decode_reports_corrupt_rows_and_bad_ids() {
+    let (t, n) = (FloatType::Bf16, 48);
+    let data = synthetic(t, 40, n, 77);
+    let rows = Rows::new(&data, n * 2).unwrap();
+    let table = fit(t, rows, &FitOptions::default()).unwrap();
+    let coded = compress(&table, rows).unwrap();
+    let bytes = coded.to_bytes();
+    let at = bytes.len() - coded.payload().len();
+    let all: Vec<u64> = (0..coded.rows() as u64).collect();
+    let mut x = 5u64;
+    let mut reported = 0;
+    // Damaged payloads: every output row is the CPU's, or zero when the CPU
+    // refuses the row, and the status names the first refused row.
+    for trial in 0..60 {
+        let mut b = bytes.clone();
+        for _ in 0..1 + trial % 3 {
+            let i = at + (xorshift(&mut x) as usize % coded.payload().len());
+            b[i] ^= 1 << (xorshift(&mut x) % 8);
+        }
+        let bad = FloatCoded::from_bytes(&b).unwrap();
+        let (out, st) = Image::of(&bad).run(None, 0, all.len(), (1, 2));
+        let l = coded.row_bytes();
+        let mut first_bad = u64::MAX;
+        for (i, &id) in all.iter().enumerate() {
+            let mut want = vec![0u8; l];
+            let got = &out[i * l..(i + 1) * l];
+            match bad.gather(&[id], &mut want) {
+                Ok(()) => assert_eq!(got, &want[..], "trial {trial}: row {i}"),
+                Err(_) => {
+                    first_bad = first_bad.min(i as u64);
+                    assert!(
+                        got.iter().all(|&v| v == 0),
+                        "trial {trial}: row {i} not zeroed"
+                    );
+                }
+            }
+        }
+        let want_st = if first_bad == u64::MAX {
+            [0, u64::MAX]
+        } else {
+            reported += 1;
+            [STATUS_CORRUPT, first_bad]
+        };
+        assert_eq!(st, want_st, "trial {trial}");
+    }
+    assert!(
+        reported > 10,
+        "only {reported} damaged groups had a refused row"
+    );
+    // Ids past the end, in a gather: reported and zeroed, the rest decode.
+    let img = Image::of(&coded);
+    let ids = [3, coded.rows() as u64, 0, u64::MAX];
+    let (out, st) = img.run(Some(&ids), 0, ids.len(), (1, 1));
+    assert_eq!(st, [STATUS_BAD_INDEX, 1]);
+    let l = coded.row_bytes();
+    assert_eq!(&out[..l], &cpu_gather(&coded, &[3])[..]);
+    assert!(out[l..2 * l].iter().all(|&v| v == 0));
+    assert_eq!(&out[2 * l..3 * l], &cpu_gather(&coded, &[0])[..]);
+    // A damaged index: row 6's start moved past the payload's end, so rows
+    // 5 and 6 lie outside it; the others still decode.
+    let mut img = Image::of(&coded);
+    let w = img.params.rel_width as usize;
+    assert_eq!(w, 2);
+    img.rel.bytes_mut()[6 * w..7 * w].copy_from_slice(&[0xff, 0xff]);
+    let (out, st) = img.run(None, 0, coded.rows(), (1, 1));
+    assert_eq!(st, [STATUS_CORRUPT, 5]);
+    assert!(out[5 * l..7 * l].iter().all(|&v| v == 0));
+    assert_eq!(&out[..5 * l], &cpu_gather(&coded, &all[..5])[..]);
+    assert_eq!(&out[7 * l..], &cpu_gather(&coded, &all[7..])[..]);
+}

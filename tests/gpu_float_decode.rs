@@ -1,0 +1,258 @@
+//! GPU decode of float-coded rows (`ibp::gpu::FloatDecoder`), bit for bit
+//! against the CPU decoder (`ibp::float_code`): ranges and gathers of
+//! MiniLM's word embeddings in bf16 and f32 (the whole table) and of
+//! synthetic FP8 and f16 rows (coded and raw), and damaged rows and ids
+//! past the end reported and zeroed. Prints `skipped: no CUDA device` without a GPU (a
+//! failure with `IBP_REQUIRE_GPU=1`).
+//!
+//! The MiniLM test also prints kernel times (CUDA events around the
+//! launches, warm-up excluded) with `eprintln!`: a rough hook, not a
+//! benchmark, and nothing is asserted on them.
+#![cfg(feature = "cuda")]
+
+mod common;
+
+use common::{Rng, data_file, gpu_or_skip};
+use cust::event::{Event, EventFlags};
+use cust::memory::DeviceBuffer;
+use cust::stream::{Stream, StreamFlags};
+use ibp::float_code::{FitOptions, FloatCoded, FloatType, compress, fit};
+use ibp::gpu::{DecodeStatus, FloatDecoder, Gpu, copy_to_host_blocking};
+use ibp::{ErrorKind, Rows};
+
+const POISON: u8 = 0xA5;
+
+/// The CPU's rows `ids` of `coded`.
+fn cpu_gather(coded: &FloatCoded, ids: &[u64]) -> Vec<u8> {
+    let mut out = vec![0u8; ids.len() * coded.row_bytes()];
+    coded.gather(ids, &mut out).unwrap();
+    out
+}
+
+/// Decode rows `first..first + count` on the GPU; the output and the
+/// status check's result.
+fn gpu_range(gpu: &Gpu, dec: &FloatDecoder, first: u64, count: u64) -> (Vec<u8>, ibp::Result<()>) {
+    let stream = Stream::new(StreamFlags::NON_BLOCKING, None).unwrap();
+    let mut status = DecodeStatus::new().unwrap();
+    let mut out =
+        DeviceBuffer::from_slice(&vec![POISON; count as usize * dec.row_bytes()]).unwrap();
+    dec.range(gpu, first, count, &mut out, &status, &stream)
+        .unwrap();
+    stream.synchronize().unwrap();
+    let st = status.check_blocking();
+    (copy_to_host_blocking(&out).unwrap(), st)
+}
+
+/// Decode rows `ids` on the GPU; the output and the status check's result.
+fn gpu_gather(gpu: &Gpu, dec: &FloatDecoder, ids: &[u64]) -> (Vec<u8>, ibp::Result<()>) {
+    let stream = Stream::new(StreamFlags::NON_BLOCKING, None).unwrap();
+    let mut status = DecodeStatus::new().unwrap();
+    let idx = DeviceBuffer::from_slice(ids).unwrap();
+    let mut out = DeviceBuffer::from_slice(&vec![POISON; ids.len() * dec.row_bytes()]).unwrap();
+    dec.gather(gpu, &idx, &mut out, &status, &stream).unwrap();
+    stream.synchronize().unwrap();
+    let st = status.check_blocking();
+    (copy_to_host_blocking(&out).unwrap(), st)
+}
+
+/// Ranges and gathers of `coded` equal the CPU's.
+fn check_group(gpu: &Gpu, coded: &FloatCoded, what: &str) -> FloatDecoder {
+    let dec = FloatDecoder::new(gpu, coded).unwrap();
+    let n = coded.rows() as u64;
+    for (first, count) in [(0, n), (n / 3, (n / 2).min(1000)), (n - 1, 1)] {
+        let (out, st) = gpu_range(gpu, &dec, first, count);
+        st.unwrap();
+        let want = cpu_gather(coded, &(first..first + count).collect::<Vec<_>>());
+        assert!(out == want, "{what}: range {first}+{count} differs");
+    }
+    let mut rng = Rng(n | 1);
+    let mut ids: Vec<u64> = (0..5000).map(|_| rng.next() % n).collect();
+    ids.extend([0, n - 1, ids[7], 0]);
+    let (out, st) = gpu_gather(gpu, &dec, &ids);
+    st.unwrap();
+    assert!(out == cpu_gather(coded, &ids), "{what}: gather differs");
+    dec
+}
+
+/// Kernel time of `f` (enqueues on the stream), best of 5 after a warm-up.
+fn time_ms(stream: &Stream, mut f: impl FnMut()) -> f32 {
+    f();
+    let mut best = f32::MAX;
+    for _ in 0..5 {
+        let (a, b) = (
+            Event::new(EventFlags::DEFAULT).unwrap(),
+            Event::new(EventFlags::DEFAULT).unwrap(),
+        );
+        a.record(stream).unwrap();
+        f();
+        b.record(stream).unwrap();
+        b.synchronize().unwrap();
+        best = best.min(b.elapsed_time_f32(&a).unwrap());
+    }
+    best
+}
+
+#[test]
+fn minilm_rows_decode_like_the_cpu() {
+    let Some(gpu) = gpu_or_skip("minilm_rows_decode_like_the_cpu") else {
+        return;
+    };
+    let Some(path) = data_file("model.safetensors") else {
+        eprintln!("minilm_rows_decode_like_the_cpu: skipped: model.safetensors not found");
+        return;
+    };
+    let f = ibp::io::InputFile::open(&path).unwrap();
+    let opts = ibp::io::ParseOptions::default().with_select(["embeddings.word_embeddings.weight"]);
+    let doc = ibp::io::parse(f.bytes(), ibp::io::SourceFormat::Safetensors, &opts).unwrap();
+    let g = &doc.groups[0];
+    let l = g.row_shape(None).unwrap().row_bytes as usize;
+    let f32s = g.data.to_vec();
+    let bf16: Vec<u8> = f32s
+        .as_chunks::<4>()
+        .0
+        .iter()
+        .flat_map(|b| half::bf16::from_f32(f32::from_le_bytes(*b)).to_le_bytes())
+        .collect();
+    for (t, data, row) in [(FloatType::Bf16, &bf16, l / 2), (FloatType::F32, &f32s, l)] {
+        let rows = Rows::new(data, row).unwrap();
+        let coded = compress(&fit(t, rows, &FitOptions::default()).unwrap(), rows).unwrap();
+        let what = format!("MiniLM {t}");
+        let dec = check_group(&gpu, &coded, &what);
+        // Timing hook (not a benchmark): every row, and a gather of 8192
+        // random rows, kernel only.
+        let stream = Stream::new(StreamFlags::NON_BLOCKING, None).unwrap();
+        let status = DecodeStatus::new().unwrap();
+        let n = coded.rows() as u64;
+        let mut out = DeviceBuffer::<u8>::zeroed(n as usize * row).unwrap();
+        let all = time_ms(&stream, || {
+            dec.range(&gpu, 0, n, &mut out, &status, &stream).unwrap()
+        });
+        let mut rng = Rng(9);
+        let ids: Vec<u64> = (0..8192).map(|_| rng.next() % n).collect();
+        let idx = DeviceBuffer::from_slice(&ids).unwrap();
+        let gat = time_ms(&stream, || {
+            dec.gather(&gpu, &idx, &mut out, &status, &stream).unwrap()
+        });
+        let gb = |rows: u64, ms: f32| rows as f64 * row as f64 / (ms as f64 * 1e6);
+        eprintln!(
+            "timing (rough, CUDA events, best of 5; not a benchmark): {what}: {} rows of {row} B, ratio {:.3}: range of all rows {all:.3} ms ({:.1} GB/s decoded), gather of 8192 {gat:.3} ms ({:.1} GB/s)",
+            n,
+            coded.stored_bytes() as f64 / (n as f64 * row as f64),
+            gb(n, all),
+            gb(8192, gat),
+        );
+    }
+}
+
+/// Bell-shaped values of `t` (FP8 scaled up), `rows` rows of `n`; with
+/// `raw_every`, every such row random bits instead (stored raw).
+fn synthetic(t: FloatType, rows: usize, n: usize, seed: u64, raw_every: Option<usize>) -> Vec<u8> {
+    let mut rng = Rng(seed | 1);
+    let mut out = Vec::new();
+    for j in 0..rows * n {
+        if raw_every.is_some_and(|e| (j / n) % e == e - 1) {
+            out.extend_from_slice(&rng.next().to_le_bytes()[..t.bytes()]);
+            continue;
+        }
+        let x: f32 =
+            (0..4).map(|_| (rng.next() % (1 << 20)) as f32).sum::<f32>() / (1 << 21) as f32 - 1.0;
+        let bits = match t {
+            FloatType::F16 => u32::from(half::f16::from_f32(x / 16.0).to_bits()),
+            FloatType::E4M3 => u32::from(ibp_testdata::fp8::E4M3.from_f32(x * 4.0)),
+            FloatType::E5M2 => u32::from(ibp_testdata::fp8::E5M2.from_f32(x * 4.0)),
+            FloatType::Bf16 => u32::from(half::bf16::from_f32(x).to_bits()),
+            FloatType::F32 => x.to_bits(),
+        };
+        out.extend_from_slice(&bits.to_le_bytes()[..t.bytes()]);
+    }
+    out
+}
+
+#[test]
+fn synthetic_fp8_and_f16_rows_decode_like_the_cpu() {
+    let Some(gpu) = gpu_or_skip("synthetic_fp8_and_f16_rows_decode_like_the_cpu") else {
+        return;
+    };
+    for (t, n, s) in [
+        (FloatType::E4M3, 1024, 4),
+        (FloatType::E5M2, 333, 2),
+        (FloatType::F16, 768, 4),
+        (FloatType::F16, 101, 8),
+    ] {
+        let data = synthetic(t, 3000, n, n as u64, Some(13));
+        let rows = Rows::new(&data, n * t.bytes()).unwrap();
+        let opts = FitOptions::default().with_sub_streams(s);
+        let coded = compress(&fit(t, rows, &opts).unwrap(), rows).unwrap();
+        let what = format!("{t} n={n} S={s}");
+        // Both forms: coded rows and the random ones, stored raw.
+        assert!(
+            coded.coded_rows() > 0 && coded.coded_rows() < coded.rows(),
+            "{what}"
+        );
+        check_group(&gpu, &coded, &what);
+    }
+}
+
+#[test]
+fn damaged_rows_and_bad_ids_are_reported_and_zeroed() {
+    let Some(gpu) = gpu_or_skip("damaged_rows_and_bad_ids_are_reported_and_zeroed") else {
+        return;
+    };
+    let data = synthetic(FloatType::Bf16, 200, 384, 3, None);
+    let rows = Rows::new(&data, 768).unwrap();
+    let coded = compress(
+        &fit(FloatType::Bf16, rows, &FitOptions::default()).unwrap(),
+        rows,
+    )
+    .unwrap();
+    assert_eq!(coded.coded_rows(), coded.rows());
+    let l = coded.row_bytes();
+    // Damage row 17's code area (its last byte), which the CPU refuses.
+    let mut bytes = coded.to_bytes();
+    let row = coded.row_range(17).unwrap();
+    let at = bytes.len() - coded.payload().len() + row.end - 1;
+    let mut damaged = None;
+    for bit in 0..8 {
+        bytes[at] ^= 1 << bit;
+        let bad = FloatCoded::from_bytes(&bytes).unwrap();
+        if bad.decompress_rows(17..18, &mut vec![0u8; l]).is_err() {
+            damaged = Some(bad);
+            break;
+        }
+        bytes[at] ^= 1 << bit;
+    }
+    let bad = damaged.expect("a bit of row 17's last byte the CPU refuses");
+    let dec = FloatDecoder::new(&gpu, &bad).unwrap();
+    let (out, st) = gpu_range(&gpu, &dec, 10, 20);
+    assert_eq!(st.unwrap_err().kind(), ErrorKind::Corrupt);
+    assert!(
+        out[7 * l..8 * l].iter().all(|&b| b == 0),
+        "row 17 not zeroed"
+    );
+    let want = cpu_gather(&coded, &(10..30).collect::<Vec<_>>());
+    assert_eq!(out[..7 * l], want[..7 * l]);
+    assert_eq!(out[8 * l..], want[8 * l..]);
+    // A gather: the damaged row reported as its output row; an id past the
+    // end as a bad argument.
+    let (out, st) = gpu_gather(&gpu, &dec, &[1, 17, 2]);
+    let e = st.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Corrupt);
+    assert!(e.to_string().contains("output row 1"), "{e}");
+    assert!(out[l..2 * l].iter().all(|&b| b == 0));
+    let (out, st) = gpu_gather(&gpu, &dec, &[1, 200, 2]);
+    assert_eq!(st.unwrap_err().kind(), ErrorKind::InvalidArgument);
+    assert!(out[l..2 * l].iter().all(|&b| b == 0));
+    assert_eq!(out[..l], cpu_gather(&coded, &[1])[..]);
+    // Rows past the end and a short output are refused on the host.
+    let stream = Stream::new(StreamFlags::NON_BLOCKING, None).unwrap();
+    let status = DecodeStatus::new().unwrap();
+    let mut out = DeviceBuffer::<u8>::zeroed(2 * l).unwrap();
+    let e = dec
+        .range(&gpu, 199, 2, &mut out, &status, &stream)
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+    let e = dec
+        .range(&gpu, 0, 3, &mut out, &status, &stream)
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+}
