@@ -29,10 +29,11 @@ use super::format::{
     TRAILER_LEN, Trailer,
 };
 use super::manifest::{GroupInfo, GroupLayout, Manifest, SourceInfo};
-use super::writer::check_envelope;
+use super::writer::{check_envelope, float_type_fits};
 use crate::cluster::ClusterIds;
 use crate::codebook::{Codebook, Threshold};
 use crate::error::{Error, ErrorKind, Result};
+use crate::float_code::FloatCoded;
 use crate::io::{DType, Document, PieceSource, Segment, TensorGroup, restore_segments};
 use crate::layout::{
     FixedStrideRef, Layout, PackedRef, decompress_fixed, decompress_fixed_row, decompress_packed,
@@ -131,6 +132,7 @@ struct GroupSections {
     slots: Option<Range<usize>>,
     raw: Option<Range<usize>>,
     ids: Option<Range<usize>>,
+    float: Option<Range<usize>>,
 }
 
 impl GroupSections {
@@ -143,6 +145,7 @@ impl GroupSections {
             SectionKind::Slots => &mut self.slots,
             SectionKind::Raw => &mut self.raw,
             SectionKind::ClusterIds => &mut self.ids,
+            SectionKind::FloatGroup => &mut self.float,
             SectionKind::Manifest | SectionKind::Piece => return None,
         })
     }
@@ -157,6 +160,14 @@ struct GroupEntry {
     /// The offsets table, decoded, when it cannot be used in place
     /// (unaligned buffer or big-endian machine).
     offsets_copy: Option<Vec<u64>>,
+    /// A float-coded group, read from its section at open.
+    ///
+    /// Q: why read it into memory, not in place like a packed group?
+    /// A: `FloatCoded::from_bytes` checks the table and every row's index
+    /// entry once, at open, as the container promises; it holds a copy of
+    /// the section (about the group's stored size). An in-place view is
+    /// for the GPU path, which does not take float-coded groups yet.
+    float: Option<FloatCoded>,
     stats: GroupStats,
 }
 
@@ -460,6 +471,12 @@ impl<'f> GroupView<'f> {
             .map(|c| (c.codebooks.as_slice(), &c.ids))
     }
 
+    /// The float-coded form (float-coded groups only), checked at open:
+    /// its table and the index of every row.
+    pub fn float(&self) -> Option<&'f FloatCoded> {
+        self.entry().float.as_ref()
+    }
+
     /// The threshold its codebook was fitted at, when recorded.
     pub fn threshold(&self) -> Option<Threshold> {
         self.info().threshold
@@ -551,6 +568,11 @@ impl<'f> GroupView<'f> {
                     .ok_or_else(|| missing(info))?;
                 c.decode(&p, out).map_err(|e| in_group(e, info))?;
             }
+            GroupLayout::Float => {
+                let f = self.float().ok_or_else(|| missing(info))?;
+                f.decompress_rows(0..f.rows(), out)
+                    .map_err(|e| in_group(e, info))?;
+            }
         }
         check_hash(info, xxh3_64(out))
     }
@@ -615,6 +637,11 @@ impl<'f> GroupView<'f> {
                 out.par_chunks_mut(l)
                     .enumerate()
                     .try_for_each(|(k, dst)| c.decode_row(&p, start + k, dst))
+                    .map_err(|e| in_group(e, info))?;
+            }
+            GroupLayout::Float => {
+                let f = self.float().ok_or_else(|| missing(info))?;
+                f.decompress_rows(start..rows.end as usize, out)
                     .map_err(|e| in_group(e, info))?;
             }
         }
