@@ -257,7 +257,12 @@ fn float_form(
     opts: &CompressOptions,
     report: &mut GroupReport,
 ) -> Result<Option<FloatCoded>> {
-    if opts.coding == Coding::Ibp {
+    // Q: why does `auto` leave a fixed-stride group alone? A: that layout
+    // is asked for its slots of full size (random access by index, never
+    // smaller than the input); `auto` would always trade them away.
+    if opts.coding == Coding::Ibp
+        || (opts.coding == Coding::Auto && opts.layout != GroupLayout::Coded(Layout::Packed))
+    {
         return Ok(None);
     }
     let Some(t) = float::float_type(&meta.dtype) else {
