@@ -18,8 +18,11 @@
 //! - Every byte counts: [`FloatCoded::stored_bytes`] is the length of
 //!   [`FloatCoded::to_bytes`], table and index included.
 //!
-//! The bytes are specified in `docs/FORMAT.md` §7. The coding is not yet
-//! part of the `.ibp` container, the GPU path or the command line.
+//! The bytes are specified in `docs/FORMAT.md` §7. The `.ibp` container
+//! stores a float-coded group as one section (§6.9,
+//! [`crate::container::GroupLayout::Float`]), and the pipeline and the
+//! command line choose it per group ([`crate::pipeline::Coding`]); the GPU
+//! path does not decode it yet.
 //!
 //! # Which data it helps
 //!

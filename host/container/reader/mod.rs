@@ -11,8 +11,10 @@
 //! - every section's xxh3-64 matches;
 //! - the manifest parses, every group has exactly the sections its layout
 //!   needs with exactly the lengths its shape implies, every codebook is
-//!   valid, every packed table is consistent (`PackedRef::validate`) and
-//!   every fixed-stride group passes `FixedStrideRef::validate`;
+//!   valid, every packed table is consistent (`PackedRef::validate`),
+//!   every fixed-stride group passes `FixedStrideRef::validate`, and every
+//!   float-coded group's table and row index are valid
+//!   (`FloatCoded::from_bytes`, `docs/FORMAT.md` §6.9);
 //! - the envelope uses every group and piece exactly once.
 
 use std::borrow::Cow;
