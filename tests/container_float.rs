@@ -109,7 +109,11 @@ fn every_coding_round_trips(original: &[u8], tag: &str) {
             if g.layout == GroupLayout::Float {
                 assert!(f < i, "{tag} {}: float chosen, not smaller", g.name);
             } else {
-                assert!(f + 64 > i, "{tag} {}: float not chosen, but smaller", g.name);
+                assert!(
+                    f + 64 > i,
+                    "{tag} {}: float not chosen, but smaller",
+                    g.name
+                );
             }
         }
     }
@@ -244,7 +248,11 @@ fn damaged_float_sections_give_typed_errors() {
 
     // The file's own checksum catches a flip before any of that.
     let mut flipped = bytes.clone();
-    let off = 64 + secs[..at].iter().map(|s| s.3.len().next_multiple_of(64)).sum::<usize>();
+    let off = 64
+        + secs[..at]
+            .iter()
+            .map(|s| s.3.len().next_multiple_of(64))
+            .sum::<usize>();
     flipped[off + len / 2] ^= 1;
     let e = IbpFile::from_bytes(&flipped).err().unwrap();
     assert_eq!(e.kind(), ErrorKind::Corrupt);
@@ -278,5 +286,9 @@ fn a_reader_without_float_coding_refuses_the_file_as_unsupported() {
     let mut s = secs.clone();
     s[mi].3 = serde_json::to_vec(&json).unwrap();
     let e = IbpFile::from_bytes(&assemble(1, &s)).err().unwrap();
-    assert_eq!(e.kind(), ErrorKind::Corrupt, "a bf16 table in an f16 group: {e}");
+    assert_eq!(
+        e.kind(),
+        ErrorKind::Corrupt,
+        "a bf16 table in an f16 group: {e}"
+    );
 }

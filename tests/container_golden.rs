@@ -183,5 +183,8 @@ fn golden_float_file_decodes() {
     assert_eq!(some, rows[30 * 192..35 * 192]);
     let restored = file.restore_to_vec().unwrap();
     assert_eq!(expected_line(&restored), expected, "restored bytes");
-    assert!(restored == src, "the golden file restores to the synthetic document");
+    assert!(
+        restored == src,
+        "the golden file restores to the synthetic document"
+    );
 }

@@ -544,10 +544,20 @@ fn coding_picks_per_tensor_and_can_be_forced() {
     assert!(t.contains("float (bf16, symbol bits"), "{t}");
     assert!(t.contains("; ibp "), "{t}");
     let t = ok(&args!["inspect", &out]);
-    assert!(t.contains("float (bf16") && t.contains("float group"), "{t}");
+    assert!(
+        t.contains("float (bf16") && t.contains("float group"),
+        "{t}"
+    );
 
     let err = fails(
-        &args!["compress", &input, "-o", dir.path("x.ibp"), "--coding", "zstd"],
+        &args![
+            "compress",
+            &input,
+            "-o",
+            dir.path("x.ibp"),
+            "--coding",
+            "zstd"
+        ],
         EXIT_INVALID,
     );
     assert!(err.contains("--coding zstd"), "{err}");

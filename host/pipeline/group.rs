@@ -17,10 +17,10 @@ use crate::container::{
     ContainerWriter, GroupData, GroupLayout, GroupMeta, GroupSections, SectionKind,
     sections_file_bytes,
 };
-use crate::float_code::FloatCoded;
 use crate::dataset::Rows;
 use crate::error::{Error, Result};
 use crate::fit::Fit;
+use crate::float_code::FloatCoded;
 use crate::layout::{Layout, decompress_packed_row};
 use crate::progress::Progress;
 
