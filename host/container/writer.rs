@@ -231,7 +231,8 @@ impl<W: Write> ContainerWriter<W> {
                 self.section(SectionKind::Payload, id, &[packed.payload()])?;
             }
             GroupData::Float(coded) => {
-                self.section(SectionKind::FloatGroup, id, &[&coded.to_bytes()])?;
+                let head = coded.head_bytes();
+                self.section(SectionKind::FloatGroup, id, &[&head, coded.payload()])?;
             }
         }
         self.push_group(meta, layout, chunk, threshold);

@@ -650,7 +650,17 @@ impl FloatCoded {
 
     /// The group's bytes: table, index, payload (`docs/FORMAT.md` §7.1).
     pub fn to_bytes(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(self.stored_bytes() as usize);
+        let mut out = self.head_bytes();
+        out.extend_from_slice(&self.payload);
+        out
+    }
+
+    /// The group's bytes before its payload: table and index; followed by
+    /// [`FloatCoded::payload`] they are [`FloatCoded::to_bytes`], so a
+    /// writer need not copy the payload.
+    pub fn head_bytes(&self) -> Vec<u8> {
+        let head = self.stored_bytes() as usize - self.payload.len();
+        let mut out = Vec::with_capacity(head);
         out.extend_from_slice(&self.table.to_bytes());
         out.extend_from_slice(&(self.row_bytes() as u32).to_le_bytes());
         out.extend_from_slice(&(self.rows as u64).to_le_bytes());
@@ -661,7 +671,6 @@ impl FloatCoded {
         for &r in &self.rel {
             out.extend_from_slice(&r.to_le_bytes()[..usize::from(self.rel_width)]);
         }
-        out.extend_from_slice(&self.payload);
         out
     }
 

@@ -17,9 +17,21 @@ pub enum Coding {
     Ibp,
     /// Per group, whichever of IBP and float coding takes fewer bytes in
     /// the file (IBP on a tie, and for dtypes float coding does not know).
+    ///
+    /// Only groups of at most one batch
+    /// ([`super::CompressOptions::batch_bytes`], 64 MiB by default) are
+    /// float-coded, and only in the packed layout.
+    ///
+    /// Q: why one batch? A: the float coder holds a group's coded form
+    /// (about the group) while IBP's size is found, where the IBP writer
+    /// streams its sections a batch at a time; within a batch, compression
+    /// still holds about `batch_bytes` whatever the input's size
+    /// (`docs/GUARANTEES.md`). A larger group keeps IBP, and its report
+    /// says why.
     Auto,
     /// Float coding for every group of a float dtype (bf16, f16, f32,
-    /// FP8) whatever its size; IBP for the others.
+    /// FP8) whatever its size (holding its coded form in memory); IBP for
+    /// the others.
     Float,
 }
 
@@ -46,17 +58,6 @@ impl Coding {
         }
     }
 }
-
-/// Groups larger than this are not float-coded by [`Coding::Auto`].
-///
-/// Q: why a limit? A: the float coder holds the group's coded form in
-/// memory (the IBP writer streams its sections in batches), and `auto`
-/// holds it while IBP's size is found: about the group again. 128 MiB
-/// keeps that within the memory the command line promises, as for
-/// clustered groups. [`Coding::Float`] codes a larger group anyway (its
-/// user asked for it), and the report of an `auto` group says why it was
-/// not tried.
-pub const MAX_FLOAT_GROUP_BYTES: u64 = 128 << 20;
 
 /// The float type a group of `dtype` is coded as, if float coding applies.
 pub(super) fn float_type(dtype: &DType) -> Option<FloatType> {
@@ -99,8 +100,11 @@ fn check(coded: &FloatCoded, rows: Rows<'_>, batch_bytes: usize) -> Result<()> {
         let out = &mut buf[..(end - start) * l];
         coded.decompress_rows(start..end, out)?;
         if *out != rows.bytes()[start * l..end * l] {
+            // Q: why not call it a bug outright? A: the rows were read
+            // twice (coded, then compared); an input changed in between
+            // fails here too, and the caller knows which it was.
             return Err(Error::corrupt(format!(
-                "verification failed: float-coded rows {start}..{end} do not decode to their input; this is an ibp bug, please report it"
+                "verification failed: float-coded rows {start}..{end} do not decode to the rows read when coding them (the input changed, or the float coder is wrong: please report it)"
             )));
         }
         start = end;

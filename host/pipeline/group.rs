@@ -9,7 +9,7 @@ use std::io::Write;
 use super::clustered::{self, ClusteredGroup};
 use super::cpu::CpuGroups;
 use super::device::{DeviceSeconds, GroupDevice, timed};
-use super::float::{self, Coding, MAX_FLOAT_GROUP_BYTES, float_file_bytes};
+use super::float::{self, Coding, float_file_bytes};
 use super::layouts::{coded_sections, verify_rows};
 use super::plan::{ClusterSizes, Facts, Plan, Step, Storage, plan};
 use super::{CompressOptions, GroupReport, popcount};
@@ -273,13 +273,13 @@ fn float_form(
         return Ok(None);
     };
     let bytes = rows.bytes().len() as u64;
-    if opts.coding == Coding::Auto && bytes > MAX_FLOAT_GROUP_BYTES {
+    if opts.coding == Coding::Auto && bytes > opts.batch_bytes as u64 {
         add_note(
             report,
             Some(format!(
-                "float coding not tried: its {} MiB are over the {} MiB `auto` codes (use --coding float)",
-                bytes >> 20,
-                MAX_FLOAT_GROUP_BYTES >> 20
+                "float coding not tried: its {:.1} MiB are over the {:.1} MiB batch it would hold at once (--coding float codes it anyway)",
+                bytes as f64 / (1 << 20) as f64,
+                opts.batch_bytes as f64 / (1 << 20) as f64
             )),
         );
         return Ok(None);

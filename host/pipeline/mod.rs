@@ -43,7 +43,7 @@ use std::io::Write;
 
 pub use clustered::{Clustering, MAX_CLUSTERED_GROUP_BYTES, MAX_CLUSTERS};
 pub use device::{DeviceSeconds, GroupDevice, compress_document_on};
-pub use float::{Coding, MAX_FLOAT_GROUP_BYTES};
+pub use float::Coding;
 
 use crate::cluster::ClusterOptions;
 use crate::codebook::{ChunkSize, Threshold};

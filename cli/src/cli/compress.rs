@@ -61,7 +61,8 @@ pub struct Args {
     /// ibp reads) or `float` (float coding for every float tensor). The
     /// report's layout column says which each tensor got, and the other's
     /// size. Float-coded files need an ibp that reads them (FORMAT.md
-    /// §6.9). With `--layout fixed`, `auto` keeps IBP.
+    /// §6.9). With `--layout fixed`, and for tensors over 64 MiB (the
+    /// float coder holds a tensor's coded form), `auto` keeps IBP.
     #[arg(long, value_name = "auto|ibp|float", default_value = "auto")]
     coding: String,
     /// Where to fit and compress: `auto` (the GPU when this ibp was built

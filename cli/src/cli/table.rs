@@ -217,7 +217,7 @@ impl GroupSummary {
             rows: info.rows,
             row_bytes: info.row_bytes,
             layout: info.layout.name(),
-            float_code: g.float().map(|f| {
+            float_code: g.float().ok().map(|f| {
                 let t = f.table();
                 let sp = t.split();
                 format!(

@@ -162,14 +162,6 @@ struct GroupEntry {
     /// The offsets table, decoded, when it cannot be used in place
     /// (unaligned buffer or big-endian machine).
     offsets_copy: Option<Vec<u64>>,
-    /// A float-coded group, read from its section at open.
-    ///
-    /// Q: why read it into memory, not in place like a packed group?
-    /// A: `FloatCoded::from_bytes` checks the table and every row's index
-    /// entry once, at open, as the container promises; it holds a copy of
-    /// the section (about the group's stored size). An in-place view is
-    /// for the GPU path, which does not take float-coded groups yet.
-    float: Option<FloatCoded>,
     stats: GroupStats,
 }
 
@@ -473,10 +465,32 @@ impl<'f> GroupView<'f> {
             .map(|c| (c.codebooks.as_slice(), &c.ids))
     }
 
-    /// The float-coded form (float-coded groups only), checked at open:
-    /// its table and the index of every row.
-    pub fn float(&self) -> Option<&'f FloatCoded> {
-        self.entry().float.as_ref()
+    /// The float-coded form (float-coded groups only), read from its
+    /// section; the table and every row's index entry were checked at
+    /// open, and are again here.
+    ///
+    /// Q: why read it on each call, not once at open? A: `FloatCoded`
+    /// owns its payload, so holding every float-coded group from open on
+    /// would hold their coded forms all at once (a model's worth); read
+    /// per call, one group's is held while it is decoded. Call it once and
+    /// keep the result to decode many row ranges of one group.
+    ///
+    /// Errors as [`FloatCoded::from_bytes`] (which cannot fail on a
+    /// section that passed open), and with [`ErrorKind::InvalidArgument`]
+    /// for a group that is not float-coded.
+    pub fn float(&self) -> Result<FloatCoded> {
+        let info = self.info();
+        if info.layout != GroupLayout::Float {
+            return Err(Error::invalid(format!(
+                "group {:?} is {}, not float-coded",
+                info.name,
+                info.layout.name()
+            )));
+        }
+        let bytes = self
+            .range(&self.entry().sections.float)
+            .ok_or_else(|| missing(info))?;
+        FloatCoded::from_bytes(bytes).map_err(|e| in_group(e, info))
     }
 
     /// The threshold its codebook was fitted at, when recorded.
@@ -571,7 +585,7 @@ impl<'f> GroupView<'f> {
                 c.decode(&p, out).map_err(|e| in_group(e, info))?;
             }
             GroupLayout::Float => {
-                let f = self.float().ok_or_else(|| missing(info))?;
+                let f = self.float()?;
                 f.decompress_rows(0..f.rows(), out)
                     .map_err(|e| in_group(e, info))?;
             }
@@ -642,7 +656,7 @@ impl<'f> GroupView<'f> {
                     .map_err(|e| in_group(e, info))?;
             }
             GroupLayout::Float => {
-                let f = self.float().ok_or_else(|| missing(info))?;
+                let f = self.float()?;
                 f.decompress_rows(start..rows.end as usize, out)
                     .map_err(|e| in_group(e, info))?;
             }
@@ -671,10 +685,20 @@ impl<'f> GroupView<'f> {
         let mut buf = alloc(block_rows * info.row_bytes, &info.name)?;
         let mut hash = Xxh3::new();
         let mut start = 0;
+        // A float-coded group is read from its section once, not per block.
+        let float = match info.layout {
+            GroupLayout::Float => Some(self.float()?),
+            _ => None,
+        };
         while start < info.rows {
             let end = (start + block_rows).min(info.rows);
             let chunk = &mut buf[..((end - start) * info.row_bytes) as usize];
-            self.decompress_rows(start..end, chunk)?;
+            match &float {
+                Some(f) => f
+                    .decompress_rows(start as usize..end as usize, chunk)
+                    .map_err(|e| in_group(e, info))?,
+                None => self.decompress_rows(start..end, chunk)?,
+            }
             hash.update(chunk);
             out.write_all(chunk).map_err(crate::io::write_error)?;
             start = end;

@@ -286,11 +286,11 @@ fn group_entry(bytes: &[u8], i: usize, info: GroupInfo, s: GroupSections) -> Res
     let mut codebook = None;
     let mut clusters = None;
     let mut offsets_copy = None;
-    let mut float = None;
     if info.layout == GroupLayout::Float {
+        // Checked here and dropped: `GroupView::float` reads it again, so
+        // open holds one group's coded form at a time, not every group's.
         let f = float_group(slice(&s.float), i, &info)?;
         stats.encoded_rows = f.coded_rows() as u64;
-        float = Some(f);
     } else if info.layout == GroupLayout::Raw {
         if len(&s.raw) != Some(data_len) {
             return Err(Error::truncated(format!(
@@ -344,7 +344,6 @@ fn group_entry(bytes: &[u8], i: usize, info: GroupInfo, s: GroupSections) -> Res
         codebook,
         clusters,
         offsets_copy,
-        float,
         stats,
     })
 }
