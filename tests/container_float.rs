@@ -292,3 +292,30 @@ fn a_reader_without_float_coding_refuses_the_file_as_unsupported() {
         "a bf16 table in an f16 group: {e}"
     );
 }
+
+/// `auto` float-codes a group only when it fits one batch (the float coder
+/// holds its coded form), keeps IBP otherwise and says why; `float` codes
+/// it anyway; the library's default codes with IBP alone.
+#[test]
+fn auto_tries_float_coding_only_within_one_batch() {
+    let (original, _, _) = float_container();
+    let doc = parse_safetensors(&original);
+    let group_bytes = 64 * 96 * 2;
+    let small = CompressOptions::default().with_batch_bytes(group_bytes - 1);
+    let (bytes, r) = compress(&doc, &small.clone().with_coding(Coding::Auto));
+    assert_ne!(r.groups[0].layout, GroupLayout::Float);
+    assert_eq!(r.groups[0].float_bytes, None);
+    let note = r.groups[0].note.as_deref().unwrap_or_default();
+    assert!(note.starts_with("float coding not tried"), "{note}");
+    check_restores(&IbpFile::from_bytes(&bytes).unwrap(), &original);
+
+    let (_, r) = compress(&doc, &small.with_coding(Coding::Float));
+    assert_eq!(r.groups[0].layout, GroupLayout::Float);
+    let whole = CompressOptions::default().with_batch_bytes(group_bytes);
+    let (_, r) = compress(&doc, &whole.clone().with_coding(Coding::Auto));
+    assert_eq!(r.groups[0].layout, GroupLayout::Float);
+    assert!(r.groups[0].ibp_bytes > r.groups[0].float_bytes);
+    let (_, r) = compress(&doc, &CompressOptions::default());
+    assert_ne!(r.groups[0].layout, GroupLayout::Float, "the default is IBP");
+    assert_eq!(r.groups[0].float_bytes, None);
+}
