@@ -8,7 +8,10 @@
 //! them breaks the compatibility promise.
 //!
 //! To write them (only for a new format version, or a new layout):
-//! `IBP_WRITE_GOLDEN=1 cargo test --test container_golden`.
+//! `IBP_WRITE_GOLDEN=1 cargo test --test container_golden`. The
+//! float-coded one (`v1-float.ibp`) is made from a synthetic bf16
+//! safetensors file built here, so it needs no data set; write it alone
+//! with `IBP_WRITE_GOLDEN=1 cargo test --test container_golden golden_float`.
 
 mod common;
 
@@ -17,7 +20,7 @@ use std::path::PathBuf;
 use ibp::container::{GroupLayout, IbpFile};
 use ibp::io::{self, Fingerprint, SourceFormat};
 use ibp::layout::Layout;
-use ibp::pipeline::{Clustering, CompressOptions, compress_document};
+use ibp::pipeline::{Clustering, Coding, CompressOptions, compress_document};
 
 /// The golden files: name, layout asked for, clusters, layout stored.
 const GOLDEN: [(&str, GroupLayout, Clustering, GroupLayout); 4] = [
@@ -121,4 +124,67 @@ fn write_golden() {
         std::fs::write(&path, &bytes).unwrap();
         std::fs::write(path.with_extension("ibp.expected"), expected_line(&npy)).unwrap();
     }
+}
+
+/// The float-coded golden file (`docs/FORMAT.md` §6.9): one bf16 tensor
+/// of 64 rows of 96 values, float-coded, from [`synthetic_bf16`].
+const FLOAT_GOLDEN: &str = "v1-float";
+
+/// A safetensors file of one bf16 tensor `w` of shape [64, 96], whose
+/// values are a fixed bell-shaped spread (a hash of the index, cubed):
+/// built here, so that the float golden file needs no data set.
+fn synthetic_bf16() -> Vec<u8> {
+    let (rows, cols) = (64usize, 96usize);
+    let data: Vec<u8> = (0..(rows * cols) as u32)
+        .flat_map(|i| {
+            let x = (i.wrapping_mul(2_654_435_761) >> 20) as f32 / 4096.0 - 0.5;
+            let v = ((x * x * x * 0.3 + x * 0.01).to_bits() >> 16) as u16;
+            v.to_le_bytes()
+        })
+        .collect();
+    let mut header = format!(
+        "{{\"w\":{{\"dtype\":\"BF16\",\"shape\":[{rows},{cols}],\"data_offsets\":[0,{}]}}}}",
+        data.len()
+    );
+    while header.len() % 8 != 0 {
+        header.push(' ');
+    }
+    let mut out = (header.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(header.as_bytes());
+    out.extend_from_slice(&data);
+    out
+}
+
+#[test]
+fn golden_float_file_decodes() {
+    let path = golden_dir().join(format!("{FLOAT_GOLDEN}.ibp"));
+    let src = synthetic_bf16();
+    if std::env::var("IBP_WRITE_GOLDEN").is_ok_and(|v| v == "1") {
+        let doc = io::parse(&src, SourceFormat::Safetensors, &Default::default()).unwrap();
+        let opts = CompressOptions::default().with_coding(Coding::Float);
+        let (bytes, report) = compress_document(&doc, &opts, Vec::new()).unwrap();
+        assert_eq!(report.groups[0].layout, GroupLayout::Float);
+        std::fs::write(&path, &bytes).unwrap();
+        std::fs::write(path.with_extension("ibp.expected"), expected_line(&src)).unwrap();
+    }
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let expected = std::fs::read_to_string(path.with_extension("ibp.expected")).unwrap();
+    let file = IbpFile::from_bytes(&bytes).unwrap();
+    let g = file.group(0).unwrap();
+    assert_eq!(g.layout(), GroupLayout::Float);
+    assert_eq!((g.rows(), g.row_bytes()), (64, 192));
+    let f = g.float().expect("a float-coded group has its coded form");
+    assert!(f.coded_rows() > 0, "no row was coded");
+    assert!(g.stats().stored_bytes < 64 * 192, "not smaller than raw");
+    // The group alone, a range of rows, and the whole file restored.
+    let rows = g.decompress().unwrap();
+    let mut some = vec![0u8; 5 * 192];
+    g.decompress_rows(30..35, &mut some).unwrap();
+    assert_eq!(some, rows[30 * 192..35 * 192]);
+    let restored = file.restore_to_vec().unwrap();
+    assert_eq!(expected_line(&restored), expected, "restored bytes");
+    assert!(
+        restored == src,
+        "the golden file restores to the synthetic document"
+    );
 }

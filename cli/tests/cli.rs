@@ -475,3 +475,90 @@ fn reports_summarise_unless_verbose() {
     );
     assert!(iv.lines().count() > i.lines().count() + 20, "{iv}");
 }
+
+/// `--coding`: `auto` float-codes a dense bf16 tensor and keeps IBP for an
+/// integer one, saying which and both sizes; `float` and `ibp` force one;
+/// every file decompresses byte for byte; a bad value is refused.
+#[test]
+fn coding_picks_per_tensor_and_can_be_forced() {
+    let dir = Scratch::new("coding");
+    // Dense bf16 weights (IBP finds few invariant bits; the exponents are
+    // concentrated) and small integers (IBP's case, not a float dtype).
+    let dense: Vec<f32> = (0..256 * 64u32)
+        .map(|i| {
+            let x = (i.wrapping_mul(2_654_435_761) >> 8) as f32 / 16_777_216.0 - 0.5;
+            x * x * x * 0.2 + x * 0.01
+        })
+        .collect();
+    let ints: Vec<u8> = (0..200 * 32u32)
+        .flat_map(|i| (i % 7).to_le_bytes())
+        .collect();
+    let input = dir.write(
+        "mixed.safetensors",
+        &safetensors(&[
+            ("dense", "BF16", &[256, 64], bf16_bytes(&dense)),
+            ("ints", "U32", &[200, 32], ints),
+        ]),
+    );
+    let c = |coding: &str| -> (Value, Value) {
+        let out = dir.path(&format!("mixed.{coding}.ibp"));
+        let c = ok_json(&args![
+            "compress", &input, "-o", &out, "--coding", coding, "--json"
+        ]);
+        // compress → inspect → decompress byte for byte, in a folder of
+        // its own (round_trip names its files after the layout).
+        let sub = Scratch::new(&format!("coding-{coding}"));
+        let i = round_trip(&sub, &input, "packed", &["--coding", coding]);
+        (c, i)
+    };
+    let (auto, i) = c("auto");
+    assert_eq!(auto["coding"], json!("auto"));
+    assert_eq!(group(&i, "dense")["layout"], json!("float"));
+    assert!(
+        group(&i, "dense")["float_code"]
+            .as_str()
+            .unwrap()
+            .starts_with("bf16, symbol bits"),
+        "{i}"
+    );
+    assert_eq!(group(&i, "ints")["layout"], json!("packed"));
+    // Both sizes of the float-coded tensor, the chosen one smaller.
+    let d = group(&auto, "dense");
+    assert!(d["ibp_bytes"].as_u64().unwrap() > d["float_bytes"].as_u64().unwrap());
+    assert_eq!(d["float_bytes"], d["stored_bytes"]);
+    assert!(group(&auto, "ints").get("float_bytes").is_none());
+
+    let (ibp_only, i) = c("ibp");
+    for g in i["groups"].as_array().unwrap() {
+        assert_ne!(g["layout"], json!("float"), "{g}");
+    }
+    assert!(ibp_only["output_bytes"].as_u64() > auto["output_bytes"].as_u64());
+    let (_, i) = c("float");
+    assert_eq!(group(&i, "dense")["layout"], json!("float"));
+    assert_eq!(group(&i, "ints")["layout"], json!("packed"));
+
+    // The table says which coding each tensor got, and the other's size.
+    let out = dir.path("mixed.text.ibp");
+    let t = ok(&args!["compress", &input, "-o", &out]);
+    assert!(t.contains("coding auto: 1 of 2 tensors float-coded"), "{t}");
+    assert!(t.contains("float (bf16, symbol bits"), "{t}");
+    assert!(t.contains("; ibp "), "{t}");
+    let t = ok(&args!["inspect", &out]);
+    assert!(
+        t.contains("float (bf16") && t.contains("float group"),
+        "{t}"
+    );
+
+    let err = fails(
+        &args![
+            "compress",
+            &input,
+            "-o",
+            dir.path("x.ibp"),
+            "--coding",
+            "zstd"
+        ],
+        EXIT_INVALID,
+    );
+    assert!(err.contains("--coding zstd"), "{err}");
+}

@@ -40,7 +40,8 @@ pub const NO_OWNER: u32 = u32::MAX;
 /// must refuse the file.
 pub const FLAG_REQUIRED: u16 = 1;
 
-/// The kinds of section this ibp knows (§6.3; kind 9 is §6.8's).
+/// The kinds of section this ibp knows (§6.3; kind 9 is §6.8's, kind 10
+/// §6.9's).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[repr(u32)]
 pub enum SectionKind {
@@ -63,11 +64,14 @@ pub enum SectionKind {
     /// A clustered group's cluster ids, `⌈log2 k⌉` bits per tensor
     /// (`docs/FORMAT.md` §6.8).
     ClusterIds = 9,
+    /// A float-coded group: its table, index and payload, the bytes of
+    /// [`crate::float_code::FloatCoded::to_bytes`] (`docs/FORMAT.md` §6.9).
+    FloatGroup = 10,
 }
 
 impl SectionKind {
     /// Every kind, for lookups.
-    pub const ALL: [SectionKind; 9] = [
+    pub const ALL: [SectionKind; 10] = [
         SectionKind::Manifest,
         SectionKind::Piece,
         SectionKind::Codebook,
@@ -77,6 +81,7 @@ impl SectionKind {
         SectionKind::Slots,
         SectionKind::Raw,
         SectionKind::ClusterIds,
+        SectionKind::FloatGroup,
     ];
 
     /// The kind with number `n`, if this ibp knows it.
@@ -96,6 +101,7 @@ impl SectionKind {
             SectionKind::Slots => "slots",
             SectionKind::Raw => "raw",
             SectionKind::ClusterIds => "cluster ids",
+            SectionKind::FloatGroup => "float group",
         }
     }
 }

@@ -78,16 +78,20 @@ pub enum GroupLayout {
     /// Packed layout with one codebook per cluster and a cluster id per
     /// tensor (§6.8): codebooks, cluster ids, flags, offsets, payload.
     Clustered,
+    /// Float-coded (`docs/FORMAT.md` §6.9 and §7): the exponents
+    /// entropy-coded with one table, in one float-group section.
+    Float,
 }
 
 impl GroupLayout {
-    /// The manifest's name for the layout: `raw`, `packed`, `fixed` or
-    /// `clustered`.
+    /// The manifest's name for the layout: `raw`, `packed`, `fixed`,
+    /// `clustered` or `float`.
     pub fn name(self) -> &'static str {
         match self {
             GroupLayout::Raw => "raw",
             GroupLayout::Coded(l) => l.name(),
             GroupLayout::Clustered => "clustered",
+            GroupLayout::Float => "float",
         }
     }
 
@@ -97,6 +101,7 @@ impl GroupLayout {
             GroupLayout::Coded(Layout::Packed),
             GroupLayout::Coded(Layout::FixedStride),
             GroupLayout::Clustered,
+            GroupLayout::Float,
         ]
         .into_iter()
         .find(|l| l.name() == name)
@@ -268,8 +273,10 @@ fn group_from_json(i: usize, g: GroupJson) -> Result<GroupInfo> {
         ))
     })?;
     let chunk = match (layout, g.chunk_bytes) {
-        (GroupLayout::Raw, None) => None,
-        (GroupLayout::Raw, Some(_)) => return Err(ctx("a raw group has a chunk size".into())),
+        (GroupLayout::Raw | GroupLayout::Float, None) => None,
+        (GroupLayout::Raw | GroupLayout::Float, Some(_)) => {
+            return Err(ctx(format!("a {} group has a chunk size", layout.name())));
+        }
         (_, None) => return Err(ctx("no chunk size".into())),
         (_, Some(c)) => Some(ChunkSize::try_from(c).map_err(|e| ctx(e.message().to_string()))?),
     };

@@ -1,6 +1,7 @@
 //! The `.ibp` container file (`docs/FORMAT.md` §6): a header, sections
 //! (the manifest, envelope pieces, and per group its codebook, flags,
-//! offsets and payload, or slots, or raw bytes), a directory and a trailer.
+//! offsets and payload, or slots, or raw bytes, or its float-coded form), a
+//! directory and a trailer.
 //!
 //! - [`ContainerWriter`] writes one front to back to any `Write`, taking
 //!   groups one at a time, so nothing needs to be held twice.

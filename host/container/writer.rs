@@ -20,6 +20,7 @@ use super::manifest::{GroupInfo, GroupLayout, Manifest, SourceInfo};
 use crate::cluster::{ClusterIds, id_bits};
 use crate::codebook::{Codebook, Threshold};
 use crate::error::{Error, Result};
+use crate::float_code::{FloatCoded, FloatType};
 use crate::io::{DType, Segment, element_count};
 use crate::layout::{FixedStrideRef, Layout, PackedRef, flag_bytes};
 
@@ -58,6 +59,9 @@ pub enum GroupData<'a> {
         /// `codebooks[ids[i]]`.
         packed: PackedRef<'a>,
     },
+    /// Float-coded (`docs/FORMAT.md` §6.9): one section holding
+    /// [`FloatCoded::to_bytes`].
+    Float(&'a FloatCoded),
 }
 
 /// What the writer needs to know about a group besides its stored form.
@@ -226,6 +230,10 @@ impl<W: Write> ContainerWriter<W> {
                 )?;
                 self.section(SectionKind::Payload, id, &[packed.payload()])?;
             }
+            GroupData::Float(coded) => {
+                let head = coded.head_bytes();
+                self.section(SectionKind::FloatGroup, id, &[&head, coded.payload()])?;
+            }
         }
         self.push_group(meta, layout, chunk, threshold);
         if let Some(g) = self.groups.last_mut() {
@@ -300,7 +308,7 @@ impl<W: Write> ContainerWriter<W> {
                     SectionLen::Exactly(meta.rows * meta.row_bytes),
                 ),
             ],
-            GroupLayout::Raw | GroupLayout::Clustered => {
+            GroupLayout::Raw | GroupLayout::Clustered | GroupLayout::Float => {
                 return Err(bad(&format!(
                     "a {} group is stored with add_group",
                     layout.name()
@@ -629,6 +637,10 @@ fn check_group(meta: &GroupMeta, data: &GroupData<'_>) -> Result<Described> {
                 Some(k),
             )
         }
+        GroupData::Float(coded) => {
+            c.float(coded)?;
+            (GroupLayout::Float, None, None, None)
+        }
     })
 }
 
@@ -640,6 +652,22 @@ struct GroupCheck<'m> {
 impl GroupCheck<'_> {
     fn bad(&self, m: String) -> Error {
         Error::invalid(format!("group {:?}: {m}", self.meta.name))
+    }
+
+    /// A float-coded group: its rows and type against the metadata (the
+    /// reader's check, `docs/FORMAT.md` §6.9).
+    fn float(&self, coded: &FloatCoded) -> Result<()> {
+        let meta = self.meta;
+        if coded.rows() as u64 != meta.rows || coded.row_bytes() as u64 != meta.row_bytes {
+            return Err(self.bad(format!(
+                "float-coded form has {} rows of {} bytes, metadata says {} of {}",
+                coded.rows(),
+                coded.row_bytes(),
+                meta.rows,
+                meta.row_bytes
+            )));
+        }
+        float_type_fits(coded.table().float_type(), &meta.dtype).map_err(|m| self.bad(m))
     }
 
     /// A codebook's rows and flag bitmap against the metadata.
@@ -721,6 +749,16 @@ impl GroupCheck<'_> {
             return Err(self.bad(format!("tensor {i} has a cluster id ≥ {k}")));
         }
         Ok(k32)
+    }
+}
+
+/// Whether a group of `dtype` may be float-coded as `t`: the dtype must be
+/// that float type (`docs/FORMAT.md` §6.9); the message says why not.
+pub(crate) fn float_type_fits(t: FloatType, dtype: &DType) -> std::result::Result<(), String> {
+    if FloatType::of_dtype(dtype) == Some(t) {
+        Ok(())
+    } else {
+        Err(format!("a {dtype} group cannot be float-coded as {t}"))
     }
 }
 

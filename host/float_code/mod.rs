@@ -18,10 +18,13 @@
 //! - Every byte counts: [`FloatCoded::stored_bytes`] is the length of
 //!   [`FloatCoded::to_bytes`], table and index included.
 //!
-//! The bytes are specified in `docs/FORMAT.md` §7. The GPU decodes a
-//! group's rows in device memory with `ibp::gpu::FloatDecoder` (feature
-//! `cuda`); the coding is not yet part of the `.ibp` container or the
-//! command line.
+//! The bytes are specified in `docs/FORMAT.md` §7. The `.ibp` container
+//! stores a float-coded group as one section (§6.9,
+//! [`crate::container::GroupLayout::Float`]), and the pipeline and the
+//! command line choose it per group ([`crate::pipeline::Coding`]). The GPU
+//! decodes a group's rows in device memory with `ibp::gpu::FloatDecoder`
+//! (feature `cuda`); a container's float group reaches it through
+//! `FloatCoded`, not yet through `GpuDataset`.
 //!
 //! # Which data it helps
 //!
@@ -649,7 +652,17 @@ impl FloatCoded {
 
     /// The group's bytes: table, index, payload (`docs/FORMAT.md` §7.1).
     pub fn to_bytes(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(self.stored_bytes() as usize);
+        let mut out = self.head_bytes();
+        out.extend_from_slice(&self.payload);
+        out
+    }
+
+    /// The group's bytes before its payload: table and index; followed by
+    /// [`FloatCoded::payload`] they are [`FloatCoded::to_bytes`], so a
+    /// writer need not copy the payload.
+    pub fn head_bytes(&self) -> Vec<u8> {
+        let head = self.stored_bytes() as usize - self.payload.len();
+        let mut out = Vec::with_capacity(head);
         out.extend_from_slice(&self.table.to_bytes());
         out.extend_from_slice(&(self.row_bytes() as u32).to_le_bytes());
         out.extend_from_slice(&(self.rows as u64).to_le_bytes());
@@ -660,7 +673,6 @@ impl FloatCoded {
         for &r in &self.rel {
             out.extend_from_slice(&r.to_le_bytes()[..usize::from(self.rel_width)]);
         }
-        out.extend_from_slice(&self.payload);
         out
     }
 

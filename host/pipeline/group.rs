@@ -9,15 +9,18 @@ use std::io::Write;
 use super::clustered::{self, ClusteredGroup};
 use super::cpu::CpuGroups;
 use super::device::{DeviceSeconds, GroupDevice, timed};
+use super::float::{self, Coding, float_file_bytes};
 use super::layouts::{coded_sections, verify_rows};
 use super::plan::{ClusterSizes, Facts, Plan, Step, Storage, plan};
 use super::{CompressOptions, GroupReport, popcount};
 use crate::container::{
     ContainerWriter, GroupData, GroupLayout, GroupMeta, GroupSections, SectionKind,
+    sections_file_bytes,
 };
 use crate::dataset::Rows;
 use crate::error::{Error, Result};
 use crate::fit::Fit;
+use crate::float_code::FloatCoded;
 use crate::layout::{Layout, decompress_packed_row};
 use crate::progress::Progress;
 
@@ -51,6 +54,12 @@ pub(super) fn store<'r, W: Write>(
         return w.add_group(g.meta, GroupData::Raw(g.data));
     }
     let rows = Rows::new(g.data, g.facts.row_bytes as usize)?;
+    let float = float_form(&g.meta, rows, opts, report)?;
+    if opts.coding == Coding::Float
+        && let Some(f) = &float
+    {
+        return write_float(w, g.meta, f, report);
+    }
     let mut secs = DeviceSeconds::default();
     let mut cpu = CpuGroups::new(opts.batch_bytes, opts.verify);
     let taken = match device {
@@ -73,7 +82,7 @@ pub(super) fn store<'r, W: Write>(
         report,
         secs,
     };
-    let r = job.run(dev, g.meta, g.facts);
+    let r = job.run(dev, g.meta, g.facts, float);
     dev.unload();
     if on_device {
         job.report.device_seconds = Some(job.secs);
@@ -100,9 +109,28 @@ struct Work {
 
 impl<'r, W: Write> Job<'_, 'r, W> {
     /// Follow the plan for the rows loaded on `dev`, then write the group.
-    fn run(&mut self, dev: &mut dyn GroupDevice<'r>, meta: GroupMeta, facts: Facts) -> Result<u32> {
+    /// A float-coded form, when given, is written instead when it takes
+    /// fewer bytes of file than the plan's form.
+    fn run(
+        &mut self,
+        dev: &mut dyn GroupDevice<'r>,
+        meta: GroupMeta,
+        facts: Facts,
+        float: Option<FloatCoded>,
+    ) -> Result<u32> {
+        let (n, l) = (facts.rows, facts.row_bytes);
         let (decided, work) = self.follow(dev, facts)?;
-        self.report.note = decided.note;
+        add_note(self.report, decided.note);
+        let (ibp_stored, ibp_file) = ibp_sizes(&decided.storage, &work, n, l)?;
+        self.report.ibp_bytes = Some(ibp_stored);
+        // Q: why compare padded sections? A: that is what each form adds
+        // to the file. The float form also has fewer directory entries (1
+        // against 4 or 5) and a shorter manifest entry (no chunk size or
+        // threshold), so choosing it never makes the file larger than IBP
+        // alone; on a tie IBP is kept.
+        if let Some(f) = float.filter(|f| float_file_bytes(f.stored_bytes()) < ibp_file) {
+            return write_float(self.w, meta, &f, self.report);
+        }
         match decided.storage {
             Storage::Raw(why) => {
                 self.report.raw_reason = Some(why);
@@ -197,6 +225,94 @@ impl<'r, W: Write> Job<'_, 'r, W> {
             })?;
         Ok((id, encoded))
     }
+}
+
+/// The bytes of the plan's form of a group of `n` rows of `l`: its
+/// sections, and what they take in the file (padded; a clustered group's
+/// overhead included).
+fn ibp_sizes(storage: &Storage, work: &Work, n: u64, l: u64) -> Result<(u64, u64)> {
+    Ok(match storage {
+        Storage::Raw(_) => (n * l, sections_file_bytes(&[n * l])),
+        Storage::Coded { layout, data, .. } => {
+            let mut lens = vec![2 * l];
+            lens.extend(coded_sections(*layout, n, *data).iter().map(|&(_, b)| b));
+            (lens.iter().sum(), sections_file_bytes(&lens))
+        }
+        Storage::Clustered => {
+            let c = work
+                .clustered
+                .as_ref()
+                .ok_or_else(|| Error::invalid("a group planned clustered without clusters"))?;
+            (c.packed.total_bytes(c.clusters.k()), c.file_bytes())
+        }
+    })
+}
+
+/// The float-coded form of a group, when `opts.coding` asks for one and
+/// float coding applies to its dtype (and, for `auto`, its size); records
+/// its size, or why there is none, in `report`.
+fn float_form(
+    meta: &GroupMeta,
+    rows: Rows<'_>,
+    opts: &CompressOptions,
+    report: &mut GroupReport,
+) -> Result<Option<FloatCoded>> {
+    // Q: why does `auto` leave a fixed-stride group alone? A: that layout
+    // is asked for its slots of full size (random access by index, never
+    // smaller than the input); `auto` would always trade them away.
+    if opts.coding == Coding::Ibp
+        || (opts.coding == Coding::Auto && opts.layout != GroupLayout::Coded(Layout::Packed))
+    {
+        return Ok(None);
+    }
+    let Some(t) = float::float_type(&meta.dtype) else {
+        if opts.coding == Coding::Float {
+            let why = format!("float coding does not apply to {} (IBP used)", meta.dtype);
+            add_note(report, Some(why));
+        }
+        return Ok(None);
+    };
+    let bytes = rows.bytes().len() as u64;
+    if opts.coding == Coding::Auto && bytes > opts.batch_bytes as u64 {
+        add_note(
+            report,
+            Some(format!(
+                "float coding not tried: its {:.1} MiB are over the {:.1} MiB batch it would hold at once (--coding float codes it anyway)",
+                bytes as f64 / (1 << 20) as f64,
+                opts.batch_bytes as f64 / (1 << 20) as f64
+            )),
+        );
+        return Ok(None);
+    }
+    let f = float::code(t, rows, opts.verify, opts.batch_bytes)?;
+    report.float_bytes = Some(f.stored_bytes());
+    Ok(Some(f))
+}
+
+/// Write a float-coded group and say so in `report`.
+fn write_float<W: Write>(
+    w: &mut ContainerWriter<W>,
+    meta: GroupMeta,
+    f: &FloatCoded,
+    report: &mut GroupReport,
+) -> Result<u32> {
+    let id = w.add_group(meta, GroupData::Float(f))?;
+    report.layout = GroupLayout::Float;
+    report.stats.encoded_rows = f.coded_rows() as u64;
+    report.stats.stored_bytes = f.stored_bytes();
+    report.threshold = None;
+    report.chunk = None;
+    report.clusters = None;
+    report.raw_reason = None;
+    Ok(id)
+}
+
+/// Add `note` to the report's note.
+fn add_note(report: &mut GroupReport, note: Option<String>) {
+    report.note = match (report.note.take(), note) {
+        (Some(a), Some(b)) => Some(format!("{a}; {b}")),
+        (a, b) => a.or(b),
+    };
 }
 
 fn fitted(work: &Work) -> Result<&Fit> {

@@ -33,6 +33,7 @@
 mod clustered;
 mod cpu;
 mod device;
+mod float;
 mod group;
 mod layouts;
 mod plan;
@@ -42,6 +43,7 @@ use std::io::Write;
 
 pub use clustered::{Clustering, MAX_CLUSTERED_GROUP_BYTES, MAX_CLUSTERS};
 pub use device::{DeviceSeconds, GroupDevice, compress_document_on};
+pub use float::Coding;
 
 use crate::cluster::ClusterOptions;
 use crate::codebook::{ChunkSize, Threshold};
@@ -83,6 +85,9 @@ pub struct CompressOptions<'a> {
     /// How clusters are fitted and swept (its `fit` is replaced by
     /// [`CompressOptions::fit`]).
     pub cluster_options: ClusterOptions,
+    /// Which coding groups are stored with: IBP (default), float coding
+    /// where it applies, or per group whichever is smaller ([`Coding`]).
+    pub coding: Coding,
     /// Called with the input bytes processed so far and the input's length
     /// (default none).
     pub progress: Option<Progress<'a>>,
@@ -107,6 +112,7 @@ impl Default for CompressOptions<'_> {
             batch_bytes: DEFAULT_BATCH_BYTES,
             clusters: Clustering::Off,
             cluster_options: ClusterOptions::default(),
+            coding: Coding::default(),
             progress: None,
         }
     }
@@ -155,6 +161,12 @@ impl<'a> CompressOptions<'a> {
         self
     }
 
+    /// Store groups with this coding ([`Coding`]).
+    pub fn with_coding(mut self, coding: Coding) -> Self {
+        self.coding = coding;
+        self
+    }
+
     /// Compress in batches of about `bytes` of memory (see
     /// [`CompressOptions::batch_bytes`]).
     pub fn with_batch_bytes(mut self, bytes: usize) -> Self {
@@ -174,10 +186,19 @@ impl<'a> CompressOptions<'a> {
 pub struct GroupReport {
     /// Tensor name.
     pub name: String,
-    /// How it was stored.
+    /// How it was stored ([`GroupLayout::Float`] when float-coded).
     pub layout: GroupLayout,
     /// Sizes.
     pub stats: GroupStats,
+    /// Bytes IBP's form took (its sections: raw, packed, fixed or
+    /// clustered, as IBP alone would store it), when it was worked out:
+    /// not when [`Coding::Float`] coded the group, nor for groups stored
+    /// raw before any fit.
+    pub ibp_bytes: Option<u64>,
+    /// Bytes the float-coded form took (table, index and payload), when
+    /// float coding was tried: [`Coding::Auto`] or [`Coding::Float`] on a
+    /// float dtype.
+    pub float_bytes: Option<u64>,
     /// Fitted threshold and chunk size (compressed groups).
     pub threshold: Option<Threshold>,
     /// Chunk size of the codebook (compressed groups).
@@ -437,6 +458,8 @@ impl<W: Write> State<'_, '_, W> {
                 original_bytes: shape.total_bytes(),
                 stored_bytes: shape.total_bytes(),
             },
+            ibp_bytes: None,
+            float_bytes: None,
             threshold: None,
             chunk: None,
             clusters: None,

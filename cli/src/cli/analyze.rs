@@ -74,6 +74,13 @@ struct Report {
     stored_with_metadata: u64,
     savings_with_metadata: f64,
     encoded_rows: u64,
+    /// Bytes of the float-coded form (table, index and payload: all of
+    /// its metadata), for bf16, f16, f32 and FP8 tensors; what `compress
+    /// --coding float` stores.
+    float_bytes: Option<u64>,
+    /// The coding `compress --coding auto` is predicted to pick: "float"
+    /// when `float_bytes` is below `stored_with_metadata`, else "ibp".
+    coding: &'static str,
     candidates: Vec<CandidateReport>,
 }
 
@@ -325,6 +332,8 @@ fn analyze_group(
         stored_with_metadata: raw_bytes,
         savings_with_metadata: 0.0,
         encoded_rows: 0,
+        float_bytes: None,
+        coding: "ibp",
         candidates: Vec::new(),
     };
     if shape.rows < 2 || shape.row_bytes == 0 {
@@ -353,6 +362,14 @@ fn analyze_group(
     r.stored_with_metadata = stored + metadata;
     r.savings_with_metadata = 1.0 - r.stored_with_metadata as f64 / raw_bytes as f64;
     r.encoded_rows = encoded;
+    if let Some(t) = ibp::float_code::FloatType::of_dtype(&g.dtype) {
+        let table = ibp::float_code::fit(t, rows, &ibp::float_code::FitOptions::default())?;
+        let coded = ibp::float_code::compress(&table, rows)?;
+        r.float_bytes = Some(coded.stored_bytes());
+        if coded.stored_bytes() < r.stored_with_metadata {
+            r.coding = "float";
+        }
+    }
     r.candidates = f
         .candidates
         .iter()
@@ -528,8 +545,10 @@ fn table_text(input: &str, counted_on: &str, reports: &[Report], candidates: boo
         "savings",
         "+metadata",
         "encoded",
+        "float",
+        "coding",
     ];
-    let rows: Vec<[String; 11]> = reports
+    let rows: Vec<[String; 13]> = reports
         .iter()
         .filter(|r| r.threshold.is_some() || reports.len() == 1)
         .map(|r| {
@@ -554,6 +573,14 @@ fn table_text(input: &str, counted_on: &str, reports: &[Report], candidates: boo
                 } else {
                     "raw".into()
                 },
+                r.float_bytes.map_or("-".into(), |b| {
+                    format!(
+                        "{} ({:.1}%)",
+                        human(b),
+                        100.0 * (1.0 - b as f64 / r.raw_bytes.max(1) as f64)
+                    )
+                }),
+                if fitted { r.coding.into() } else { "-".into() },
             ]
         })
         .collect();
@@ -585,6 +612,29 @@ fn table_text(input: &str, counted_on: &str, reports: &[Report], candidates: boo
             human(raw),
             human(stored),
             100.0 * (1.0 - stored as f64 / raw as f64)
+        );
+    }
+    let best: u64 = reports
+        .iter()
+        .map(|r| {
+            let ibp = if r.threshold.is_some() {
+                r.stored_with_metadata
+            } else {
+                r.raw_bytes
+            };
+            r.float_bytes.map_or(ibp, |f| f.min(ibp))
+        })
+        .sum();
+    if raw > 0 && reports.iter().any(|r| r.float_bytes.is_some()) {
+        let with_meta: u64 = reports.iter().map(|r| r.stored_with_metadata).sum();
+        let floats = reports.iter().filter(|r| r.coding == "float").count();
+        let _ = writeln!(
+            s,
+            "with metadata: ibp {} ({:.1}% saved); --coding auto {} ({:.1}% saved, {floats} tensors float-coded)",
+            human(with_meta),
+            100.0 * (1.0 - with_meta as f64 / raw as f64),
+            human(best),
+            100.0 * (1.0 - best as f64 / raw as f64)
         );
     }
     if candidates {
@@ -654,6 +704,8 @@ mod tests {
             stored_with_metadata: 8,
             savings_with_metadata: 0.5,
             encoded_rows: 2,
+            float_bytes: None,
+            coding: "ibp",
             candidates,
         }
     }

@@ -9,7 +9,7 @@ use ibp::container::{IbpFile, RestoreOptions};
 use ibp::io::{Fingerprint, SourceFormat};
 use ibp::layout::Layout;
 use ibp::pipeline::{
-    Clustering, CompressOptions, CompressReport, DEFAULT_BATCH_BYTES, DeviceSeconds,
+    Clustering, Coding, CompressOptions, CompressReport, DEFAULT_BATCH_BYTES, DeviceSeconds,
     compress_document,
 };
 use ibp::{Error, ErrorKind, Result};
@@ -55,6 +55,16 @@ pub struct Args {
     /// that reads them (FORMAT.md §6.8).
     #[arg(long, value_name = "auto|off|K", default_value = "off")]
     clusters: String,
+    /// How tensors are coded: `auto` (per tensor, whichever of IBP and
+    /// float coding makes the smaller file; IBP on a tie and for dtypes
+    /// other than bf16, f16, f32 and FP8), `ibp` (IBP only: files every
+    /// ibp reads) or `float` (float coding for every float tensor). The
+    /// report's layout column says which each tensor got, and the other's
+    /// size. Float-coded files need an ibp that reads them (FORMAT.md
+    /// §6.9). With `--layout fixed`, and for tensors over 64 MiB (the
+    /// float coder holds a tensor's coded form), `auto` keeps IBP.
+    #[arg(long, value_name = "auto|ibp|float", default_value = "auto")]
+    coding: String,
     /// Where to fit and compress: `auto` (the GPU when this ibp was built
     /// with `cuda` and one is usable, else the CPU), `cpu` or `gpu` (an
     /// error without a usable GPU). The container is byte for byte the same
@@ -94,6 +104,8 @@ struct Report {
     layout: &'static str,
     /// `--clusters` as given.
     clusters: String,
+    /// `--coding` as given.
+    coding: &'static str,
     groups: Vec<GroupSummary>,
     totals: Totals,
     notes: Vec<String>,
@@ -227,6 +239,7 @@ pub fn run(args: Args) -> Result<()> {
         file_savings: savings(report.input_bytes, output_bytes),
         layout: args.layout.layout().name(),
         clusters: args.clusters.clone(),
+        coding: Coding::parse(&args.coding)?.name(),
         totals: Totals::of(&groups),
         groups,
         notes: notes(&report),
@@ -293,6 +306,7 @@ fn options(
         .with_fit(fit)
         .with_layout(args.layout.layout().into())
         .with_clusters(clusters)
+        .with_coding(Coding::parse(&args.coding)?)
         .with_batch_bytes(usize::try_from(args.batch_bytes).unwrap_or(usize::MAX));
     if let Some(n) = args.fit.row_len {
         for g in &doc.groups {
@@ -346,9 +360,20 @@ fn summaries(file: &IbpFile, report: &CompressReport) -> Vec<GroupSummary> {
         .iter()
         .filter_map(|g| Some((g.name.as_str(), g.raw_reason.as_deref()?)))
         .collect();
+    let sizes: HashMap<&str, (Option<u64>, Option<u64>)> = report
+        .groups
+        .iter()
+        .map(|g| (g.name.as_str(), (g.ibp_bytes, g.float_bytes)))
+        .collect();
     let mut groups = GroupSummary::all(file);
     for g in &mut groups {
         g.raw_reason = reasons.get(g.name.as_str()).map(|r| r.to_string());
+        if let Some(&(ibp, float)) = sizes.get(g.name.as_str()) {
+            // Both sizes when both were worked out; the table shows the
+            // one not chosen beside the layout.
+            g.ibp_bytes = ibp.filter(|_| float.is_some());
+            g.float_bytes = float;
+        }
     }
     groups
 }
@@ -408,7 +433,15 @@ fn text(r: &Report, format: SourceFormat, verbose: bool, started: std::time::Ins
     } else {
         format!("; clustered: {}", clustered.join(", "))
     };
-    let _ = writeln!(s, "output: {} ({} layout{clusters})", r.output, r.layout);
+    let floats = r.groups.iter().filter(|g| g.layout == "float").count();
+    let _ = writeln!(
+        s,
+        "output: {} ({} layout{clusters}; coding {}: {floats} of {} tensors float-coded)",
+        r.output,
+        r.layout,
+        r.coding,
+        r.groups.len()
+    );
     s.push('\n');
     s.push_str(&group_summary(&r.groups, verbose));
     s.push('\n');

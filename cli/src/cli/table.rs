@@ -157,8 +157,20 @@ pub struct GroupSummary {
     pub rows: u64,
     /// Bytes per row (`L`).
     pub row_bytes: u64,
-    /// "packed", "fixed", "clustered" or "raw".
+    /// "packed", "fixed", "clustered", "float" or "raw".
     pub layout: &'static str,
+    /// A float-coded group's table: element type, symbol bits and
+    /// sub-streams per row (float groups).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub float_code: Option<String>,
+    /// Bytes IBP's form took, when the float form was chosen over it (only
+    /// known while compressing).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ibp_bytes: Option<u64>,
+    /// Bytes the float-coded form took, when it was tried (only known
+    /// while compressing).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub float_bytes: Option<u64>,
     /// Number of clusters `k` (clustered groups).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub clusters: Option<u32>,
@@ -205,6 +217,19 @@ impl GroupSummary {
             rows: info.rows,
             row_bytes: info.row_bytes,
             layout: info.layout.name(),
+            float_code: g.float().ok().map(|f| {
+                let t = f.table();
+                let sp = t.split();
+                format!(
+                    "{}, symbol bits {}..{}, {} sub-streams",
+                    t.float_type(),
+                    sp.low(),
+                    sp.low() + sp.width(),
+                    t.sub_streams()
+                )
+            }),
+            ibp_bytes: None,
+            float_bytes: None,
             clusters: info.clusters,
             cluster_id_bits: g.clusters().map(|(_, ids)| ids.bits()),
             chunk_bytes: info.chunk.map(|c| c.bytes()),
@@ -257,10 +282,7 @@ pub fn group_table<'g>(groups: impl IntoIterator<Item = &'g GroupSummary>) -> Ta
             g.dtype.clone(),
             format!("[{}]", shape.join(", ")),
             format!("{} × {} B", g.rows, g.row_bytes),
-            match (g.clusters, g.cluster_id_bits) {
-                (Some(k), Some(b)) => format!("{} (k = {k}, {b}-bit ids)", g.layout),
-                _ => g.layout.to_string(),
-            },
+            layout_cell(g),
             g.threshold.map_or_else(dash, |t| format!("{t:.2}")),
             g.chunk_bytes.map_or_else(dash, |c| format!("{c} B")),
             match (g.invariant_bits, g.invariant_fraction) {
@@ -274,6 +296,25 @@ pub fn group_table<'g>(groups: impl IntoIterator<Item = &'g GroupSummary>) -> Ta
         ]);
     }
     t
+}
+
+/// The layout column: the layout, its clusters or float table, and the
+/// other coding's size when compressing weighed both.
+fn layout_cell(g: &GroupSummary) -> String {
+    let mut s = match (g.clusters, g.cluster_id_bits, &g.float_code) {
+        (Some(k), Some(b), _) => format!("{} (k = {k}, {b}-bit ids)", g.layout),
+        (_, _, Some(f)) => format!("{} ({f})", g.layout),
+        _ => g.layout.to_string(),
+    };
+    let other = if g.layout == GroupLayout::Float.name() {
+        g.ibp_bytes.map(|b| format!("ibp {}", human(b)))
+    } else {
+        g.float_bytes.map(|b| format!("float {}", human(b)))
+    };
+    if let Some(o) = other {
+        s.push_str(&format!("; {o}"));
+    }
+    s
 }
 
 /// Sums over the groups of a file.

@@ -71,6 +71,12 @@ pub fn round_trip(dir: &Scratch, input: &Path, layout: &str, extra: &[&str]) -> 
     ]
     .to_vec();
     compress.extend(extra.iter().map(OsString::from));
+    // Q: why `--coding ibp` unless asked otherwise? A: `layout` names the
+    // IBP layout the callers check; on dense floats `--coding auto` (the
+    // default) may float-code instead (`coding_picks_per_tensor_...`).
+    if !extra.contains(&"--coding") {
+        compress.extend(args!["--coding", "ibp"]);
+    }
     let c = ok_json(&compress);
     let i = ok_json(&args!["inspect", &packed, "--json"]);
     let d = ok(&args!["decompress", &packed, "-o", &restored,]);
@@ -96,12 +102,21 @@ pub fn round_trip(dir: &Scratch, input: &Path, layout: &str, extra: &[&str]) -> 
     assert_eq!(i["source"]["xxh3"], json!(hex(fp.xxh3)));
     assert_eq!(c["totals"], i["totals"]);
     // What compress reported is what the file holds (compress adds why a
-    // group is raw, which only it knows).
+    // group is raw, and the size of the coding it did not choose, which
+    // only it knows).
     let mut groups = c["groups"].as_array().unwrap().clone();
     for g in &mut groups {
         let raw = g["layout"] == json!("raw");
         let reason = g.as_object_mut().unwrap().remove("raw_reason");
         assert_eq!(reason.is_some(), raw, "raw_reason of {g}");
+        let float = g.as_object_mut().unwrap().remove("float_bytes");
+        let ibp = g.as_object_mut().unwrap().remove("ibp_bytes");
+        if g["layout"] == json!("float") {
+            assert_eq!(float, Some(g["stored_bytes"].clone()), "float_bytes of {g}");
+            if let Some(i) = ibp {
+                assert!(i.as_u64() >= g["stored_bytes"].as_u64(), "ibp_bytes of {g}");
+            }
+        }
     }
     assert_eq!(Value::Array(groups), i["groups"]);
     for g in i["groups"].as_array().unwrap() {
@@ -121,6 +136,10 @@ pub fn round_trip(dir: &Scratch, input: &Path, layout: &str, extra: &[&str]) -> 
         if g["layout"] == json!("raw") {
             assert_eq!(g["stored_bytes"], g["raw_bytes"]);
             assert_eq!(g["chunk_bytes"], Value::Null);
+        } else if g["layout"] == json!("float") {
+            // Float-coded (`--coding auto` or `float`): no codebook.
+            assert_eq!(g["chunk_bytes"], Value::Null);
+            assert!(g["float_code"].is_string(), "float_code of {g}");
         } else {
             assert_eq!(g["layout"], json!(layout));
             assert!([1, 2, 4, 8].contains(&g["chunk_bytes"].as_u64().unwrap()));

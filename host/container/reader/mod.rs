@@ -11,8 +11,10 @@
 //! - every section's xxh3-64 matches;
 //! - the manifest parses, every group has exactly the sections its layout
 //!   needs with exactly the lengths its shape implies, every codebook is
-//!   valid, every packed table is consistent (`PackedRef::validate`) and
-//!   every fixed-stride group passes `FixedStrideRef::validate`;
+//!   valid, every packed table is consistent (`PackedRef::validate`),
+//!   every fixed-stride group passes `FixedStrideRef::validate`, and every
+//!   float-coded group's table and row index are valid
+//!   (`FloatCoded::from_bytes`, `docs/FORMAT.md` §6.9);
 //! - the envelope uses every group and piece exactly once.
 
 use std::borrow::Cow;
@@ -29,10 +31,11 @@ use super::format::{
     TRAILER_LEN, Trailer,
 };
 use super::manifest::{GroupInfo, GroupLayout, Manifest, SourceInfo};
-use super::writer::check_envelope;
+use super::writer::{check_envelope, float_type_fits};
 use crate::cluster::ClusterIds;
 use crate::codebook::{Codebook, Threshold};
 use crate::error::{Error, ErrorKind, Result};
+use crate::float_code::FloatCoded;
 use crate::io::{DType, Document, PieceSource, Segment, TensorGroup, restore_segments};
 use crate::layout::{
     FixedStrideRef, Layout, PackedRef, decompress_fixed, decompress_fixed_row, decompress_packed,
@@ -131,6 +134,7 @@ struct GroupSections {
     slots: Option<Range<usize>>,
     raw: Option<Range<usize>>,
     ids: Option<Range<usize>>,
+    float: Option<Range<usize>>,
 }
 
 impl GroupSections {
@@ -143,6 +147,7 @@ impl GroupSections {
             SectionKind::Slots => &mut self.slots,
             SectionKind::Raw => &mut self.raw,
             SectionKind::ClusterIds => &mut self.ids,
+            SectionKind::FloatGroup => &mut self.float,
             SectionKind::Manifest | SectionKind::Piece => return None,
         })
     }
@@ -460,6 +465,34 @@ impl<'f> GroupView<'f> {
             .map(|c| (c.codebooks.as_slice(), &c.ids))
     }
 
+    /// The float-coded form (float-coded groups only), read from its
+    /// section; the table and every row's index entry were checked at
+    /// open, and are again here.
+    ///
+    /// Q: why read it on each call, not once at open? A: `FloatCoded`
+    /// owns its payload, so holding every float-coded group from open on
+    /// would hold their coded forms all at once (a model's worth); read
+    /// per call, one group's is held while it is decoded. Call it once and
+    /// keep the result to decode many row ranges of one group.
+    ///
+    /// Errors as [`FloatCoded::from_bytes`] (which cannot fail on a
+    /// section that passed open), and with [`ErrorKind::InvalidArgument`]
+    /// for a group that is not float-coded.
+    pub fn float(&self) -> Result<FloatCoded> {
+        let info = self.info();
+        if info.layout != GroupLayout::Float {
+            return Err(Error::invalid(format!(
+                "group {:?} is {}, not float-coded",
+                info.name,
+                info.layout.name()
+            )));
+        }
+        let bytes = self
+            .range(&self.entry().sections.float)
+            .ok_or_else(|| missing(info))?;
+        FloatCoded::from_bytes(bytes).map_err(|e| in_group(e, info))
+    }
+
     /// The threshold its codebook was fitted at, when recorded.
     pub fn threshold(&self) -> Option<Threshold> {
         self.info().threshold
@@ -551,6 +584,11 @@ impl<'f> GroupView<'f> {
                     .ok_or_else(|| missing(info))?;
                 c.decode(&p, out).map_err(|e| in_group(e, info))?;
             }
+            GroupLayout::Float => {
+                let f = self.float()?;
+                f.decompress_rows(0..f.rows(), out)
+                    .map_err(|e| in_group(e, info))?;
+            }
         }
         check_hash(info, xxh3_64(out))
     }
@@ -617,6 +655,11 @@ impl<'f> GroupView<'f> {
                     .try_for_each(|(k, dst)| c.decode_row(&p, start + k, dst))
                     .map_err(|e| in_group(e, info))?;
             }
+            GroupLayout::Float => {
+                let f = self.float()?;
+                f.decompress_rows(start..rows.end as usize, out)
+                    .map_err(|e| in_group(e, info))?;
+            }
         }
         Ok(())
     }
@@ -642,10 +685,20 @@ impl<'f> GroupView<'f> {
         let mut buf = alloc(block_rows * info.row_bytes, &info.name)?;
         let mut hash = Xxh3::new();
         let mut start = 0;
+        // A float-coded group is read from its section once, not per block.
+        let float = match info.layout {
+            GroupLayout::Float => Some(self.float()?),
+            _ => None,
+        };
         while start < info.rows {
             let end = (start + block_rows).min(info.rows);
             let chunk = &mut buf[..((end - start) * info.row_bytes) as usize];
-            self.decompress_rows(start..end, chunk)?;
+            match &float {
+                Some(f) => f
+                    .decompress_rows(start as usize..end as usize, chunk)
+                    .map_err(|e| in_group(e, info))?,
+                None => self.decompress_rows(start..end, chunk)?,
+            }
             hash.update(chunk);
             out.write_all(chunk).map_err(crate::io::write_error)?;
             start = end;

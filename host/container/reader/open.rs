@@ -258,13 +258,17 @@ fn group_entry(bytes: &[u8], i: usize, info: GroupInfo, s: GroupSections) -> Res
         &s.slots,
         &s.raw,
         &s.ids,
+        &s.float,
     ];
     let present = all.map(Option::is_some);
     let wanted = match info.layout {
-        GroupLayout::Raw => [false, false, false, false, false, true, false],
-        GroupLayout::Coded(Layout::Packed) => [true, true, true, true, false, false, false],
-        GroupLayout::Coded(Layout::FixedStride) => [true, true, false, false, true, false, false],
-        GroupLayout::Clustered => [true, true, true, true, false, false, true],
+        GroupLayout::Raw => [false, false, false, false, false, true, false, false],
+        GroupLayout::Coded(Layout::Packed) => [true, true, true, true, false, false, false, false],
+        GroupLayout::Coded(Layout::FixedStride) => {
+            [true, true, false, false, true, false, false, false]
+        }
+        GroupLayout::Clustered => [true, true, true, true, false, false, true, false],
+        GroupLayout::Float => [false, false, false, false, false, false, false, true],
     };
     if present != wanted {
         return Err(bad(&format!(
@@ -282,7 +286,12 @@ fn group_entry(bytes: &[u8], i: usize, info: GroupInfo, s: GroupSections) -> Res
     let mut codebook = None;
     let mut clusters = None;
     let mut offsets_copy = None;
-    if info.layout == GroupLayout::Raw {
+    if info.layout == GroupLayout::Float {
+        // Checked here and dropped: `GroupView::float` reads it again, so
+        // open holds one group's coded form at a time, not every group's.
+        let f = float_group(slice(&s.float), i, &info)?;
+        stats.encoded_rows = f.coded_rows() as u64;
+    } else if info.layout == GroupLayout::Raw {
         if len(&s.raw) != Some(data_len) {
             return Err(Error::truncated(format!(
                 "group {i} ({:?}): raw section is not {data_len} bytes",
@@ -337,6 +346,25 @@ fn group_entry(bytes: &[u8], i: usize, info: GroupInfo, s: GroupSections) -> Res
         offsets_copy,
         stats,
     })
+}
+
+/// Read and check a float-coded group's section (`docs/FORMAT.md` §6.9):
+/// a valid table and index (`FloatCoded::from_bytes`), the manifest's rows
+/// and row length, and a table of the group's own float type.
+fn float_group(bytes: &[u8], i: usize, info: &GroupInfo) -> Result<FloatCoded> {
+    let f = FloatCoded::from_bytes(bytes).map_err(|e| corrupt_in(e, i, info))?;
+    let bad = |m: String| Error::corrupt(format!("group {i} ({:?}): {m}", info.name));
+    if f.rows() as u64 != info.rows || f.row_bytes() as u64 != info.row_bytes {
+        return Err(bad(format!(
+            "the float-group section holds {} rows of {} bytes, the manifest says {} of {}",
+            f.rows(),
+            f.row_bytes(),
+            info.rows,
+            info.row_bytes
+        )));
+    }
+    float_type_fits(f.table().float_type(), &info.dtype).map_err(bad)?;
+    Ok(f)
 }
 
 /// A codec error about stored data, as corruption of group `i`.
