@@ -112,8 +112,10 @@
 //! The public API is what a host app calls; everything else is private to
 //! the crate. Counted with `scripts/public-items.py` over rustdoc's JSON
 //! (modules, types, traits, functions, methods, constants, public fields
-//! and variants; `#[doc(hidden)]` items left out): **826** items with the
-//! `cuda` feature (819 before `gpu::FloatDecoder`'s 7; 763 before `float_code`'s 56; 764 at b8cf772, issue 32); the `cudarc` feature adds
+//! and variants; `#[doc(hidden)]` items left out): **841** items with the
+//! `cuda` feature (826 before float-coded groups in the container and the
+//! pipeline; 819 before `gpu::FloatDecoder`'s 7; 763 before `float_code`'s
+//! 56; 764 at b8cf772, issue 32); the `cudarc` feature adds
 //! `gpu::cudarc_interop`.
 //!
 //! | module | items | why it is public |
@@ -125,8 +127,8 @@
 //! | [`layout`] | 54 | the two layouts a dataset is stored in, owned and borrowed, and random access to one row |
 //! | [`cluster`] | 59 | clustered codebooks: their fit and sweep, ids, compression and decode |
 //! | [`float_code`] | 56 | the float coding (`docs/FORMAT.md` §7): element types, the symbol split, the fit and its table, compression, decode by range and gather, the bounds |
-//! | [`container`] | 120 | the `.ibp` file: reading, restoring, inspecting groups and sections (`ibp inspect`), and the writer for files built by hand |
-//! | [`pipeline`] | 64 | compressing a parsed document into a container, on the CPU or a [`pipeline::GroupDevice`], with its options and per-group report |
+//! | [`container`] | 124 | the `.ibp` file: reading, restoring, inspecting groups and sections (`ibp inspect`), and the writer for files built by hand |
+//! | [`pipeline`] | 74 | compressing a parsed document into a container, on the CPU or a [`pipeline::GroupDevice`], with its options and per-group report |
 //! | [`io`] | 86 | the user's formats (safetensors, npy, npz, raw), parsed and restored byte for byte |
 //! | `gpu` (feature `cuda`) | 252 | the GPU path: `Gpu`, datasets (`GpuDataset`, `DeviceBook`), the `Decoder` and its `Request`s, the `FloatDecoder` of float-coded rows, the DMA paths, `Fitter`, `Compressor`, the feature cache, the KV store, pinned memory, other libraries' memory and streams (`Span`, `SpanMut`, `ForeignStream`) |
 //!
