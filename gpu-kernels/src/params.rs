@@ -508,9 +508,9 @@ impl DatasetView {
 }
 
 /// `ibp_float_decode`: decode rows of a float-coded group (`docs/FORMAT.md`
-/// §7; the body is `crate::detail::float_decode`). Output row `i` (at `out
-/// + i * out_stride`) gets row `t = ids[i]` (u64 ids) or, when `ids` is 0,
-/// `t = first + i`. A row whose id is not below `rows` or whose stored
+/// §7; the body is `crate::detail::float_decode`). Output row `i`, at
+/// `out + i * out_stride`, gets row `t = ids[i]` (u64 ids) or, when `ids`
+/// is 0, `t = first + i`. A row whose id is not below `rows` or whose stored
 /// bytes are not a row of this table is reported in `status` (two u64: an
 /// OR of `STATUS_*` bits, and the smallest failed output row, which the
 /// host initialises to `u64::MAX`) and its output row is zeroed.
