@@ -150,8 +150,8 @@ fi
 
 if [ -x scripts/fuzz-smoke.sh ]; then
   step "fuzz smoke run"
-  # 10 s a target: a smoke run (CI's 8 minutes); longer runs by hand.
-  bash scripts/fuzz-smoke.sh "${IBP_FUZZ_SECONDS:-10}"
+  # 6 s a target: a smoke run (CI's 8 minutes); longer runs by hand.
+  bash scripts/fuzz-smoke.sh "${IBP_FUZZ_SECONDS:-6}"
 fi
 step "all checks passed"
 printf '\nseconds by step:\n'
