@@ -97,6 +97,8 @@
 pub mod bench;
 mod book;
 mod cache;
+#[cfg(feature = "nccl")]
+pub mod collective;
 mod compress;
 #[cfg(feature = "cudarc")]
 pub mod cudarc_interop;
