@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::{Rng, gpu_or_skip, gpu_required, notice, real_tables};
+use common::{Rng, gpu_or_skip, gpu_required, notice};
 use ibp::codebook::{ChunkSize, Codebook, Threshold};
 use ibp::gpu::collective::{
     CollectiveOptions, Communicator, Exchange, Partition, RawRows, ShardedRows,
@@ -77,9 +77,17 @@ fn synthetic(rng: &mut Rng, l: usize, n: usize) -> (Vec<u8>, Codebook, Packed) {
     (data, cb, packed)
 }
 
-/// Cora's features, fitted and packed.
+/// Cora's features (the repository's `data/cora-features.npz`), fitted
+/// and packed.
 fn cora() -> (Vec<u8>, Codebook, Packed) {
-    let (_, data, l) = real_tables("gpu_collective").swap_remove(0);
+    let npz = ibp::io::InputFile::open(
+        &common::data_file("cora-features.npz")
+            .expect("cora-features.npz (data/ in the repository)"),
+    )
+    .unwrap();
+    let (_, data, l) = ibp_testdata::real_tables(npz.bytes(), None)
+        .unwrap()
+        .swap_remove(0);
     let rows = Rows::new(&data, l).unwrap();
     let fitted = ibp::fit::fit(rows, &Default::default()).unwrap();
     let packed = compress_packed(&fitted.codebook, rows, &LayoutOptions::default()).unwrap();
@@ -111,12 +119,13 @@ fn all_gather_delivers_every_row_to_every_rank() {
     let Some(counts) = gpu_counts("all_gather_delivers_every_row_to_every_rank") else {
         return;
     };
-    for (name, data, cb, packed) in datasets() {
-        let want = cpu_decode(&cb, &packed, &data);
-        for &g in &counts {
-            let mut comm = communicator(g);
+    let sets = datasets();
+    for &g in &counts {
+        let mut comm = communicator(g);
+        for (name, data, cb, packed) in &sets {
+            let want = cpu_decode(cb, packed, data);
             let part = Partition::even(packed.rows as u64, comm.ranks()).unwrap();
-            let rows = ShardedRows::upload(&comm, &cb, &packed.view(), part).unwrap();
+            let rows = ShardedRows::upload(&comm, cb, &packed.view(), part).unwrap();
             // One step for all, and pieces of a few rows (many steps).
             for chunk in [u64::MAX, 700] {
                 let opts = CollectiveOptions::default().with_chunk_bytes(chunk);
@@ -199,14 +208,15 @@ fn all_to_all_delivers_each_ranks_mini_batch() {
         return;
     };
     let mut rng = Rng(11);
-    for (name, data, cb, packed) in datasets() {
-        let want = cpu_decode(&cb, &packed, &data);
-        let l = packed.row_bytes;
-        let n = packed.rows as u64;
-        for &g in &counts {
-            let mut comm = communicator(g);
+    let sets = datasets();
+    for &g in &counts {
+        let mut comm = communicator(g);
+        for (name, data, cb, packed) in &sets {
+            let want = cpu_decode(cb, packed, data);
+            let l = packed.row_bytes;
+            let n = packed.rows as u64;
             let part = Partition::even(n, comm.ranks()).unwrap();
-            let rows = ShardedRows::upload(&comm, &cb, &packed.view(), part).unwrap();
+            let rows = ShardedRows::upload(&comm, cb, &packed.view(), part).unwrap();
             // Random ids with repeats, a run of consecutive ones, and an
             // empty list on the last rank when there are several.
             let requests: Vec<Vec<u64>> = (0..comm.ranks())

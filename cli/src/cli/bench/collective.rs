@@ -168,7 +168,14 @@ pub(super) fn section(max_gpus: usize, real_bytes: usize, md: &mut String) -> Re
     let n = ibp::gpu::Gpu::count().min(max_gpus.max(1) as u32).max(1);
     let mut comm = Communicator::new(&(0..n).collect::<Vec<_>>())?;
     let ranks = comm.ranks();
-    let opts = CollectiveOptions::default();
+    // IBP_COLLECTIVE_CHUNK_MIB: the pipeline's step (an experiment knob).
+    let mut opts = CollectiveOptions::default();
+    if let Some(mib) = std::env::var("IBP_COLLECTIVE_CHUNK_MIB")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        opts = opts.with_chunk_bytes(mib << 20);
+    }
     let real = super::real_tables()?;
     let mut gather = Vec::new();
     let (name, data, l) = &real[0];
