@@ -173,6 +173,11 @@ impl Communicator {
         self.ranks.len()
     }
 
+    /// The devices of the ranks, in rank order.
+    pub fn ordinals(&self) -> Vec<u32> {
+        self.ranks.iter().map(|r| r.gpu.ordinal()).collect()
+    }
+
     /// Rank `rank`'s GPU. Panics for a rank past the last.
     pub fn gpu(&self, rank: usize) -> &Gpu {
         &self.ranks[rank].gpu

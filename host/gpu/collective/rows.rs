@@ -48,6 +48,8 @@ pub struct ShardedRows {
     max_stored: u64,
     book_bytes: u64,
     shards: Vec<Shard>,
+    /// The devices of the ranks, in rank order (the communicator's).
+    ordinals: Vec<u32>,
     /// Per rank: the streams that used its buffers (waited for on drop).
     uses: Vec<LastUses>,
 }
@@ -111,6 +113,7 @@ impl ShardedRows {
             offsets,
             book_bytes,
             uses: comm.ranks.iter().map(|_| LastUses::default()).collect(),
+            ordinals: comm.ordinals(),
             shards,
         })
     }
@@ -191,6 +194,7 @@ pub struct RawRows {
     part: Partition,
     row_bytes: u64,
     bufs: Vec<DeviceBuffer<u8>>,
+    ordinals: Vec<u32>,
     uses: Vec<LastUses>,
 }
 
@@ -229,6 +233,7 @@ impl RawRows {
             part,
             row_bytes: row_bytes as u64,
             uses: comm.ranks.iter().map(|_| LastUses::default()).collect(),
+            ordinals: comm.ordinals(),
             bufs,
         })
     }
@@ -269,6 +274,9 @@ fn check_part(comm: &Communicator, part: &Partition, rows: u64) -> Result<()> {
 /// [`Communicator::all_to_all`]: the runs of rows each pair of ranks
 /// moves, and each rank's ids on its GPU (the decode's gather index).
 pub struct Exchange {
+    /// The partition the runs were cut by (an exchange serves rows of
+    /// that partition only).
+    part: Partition,
     runs: Vec<Run>,
     index: Vec<Option<DeviceBuffer<u64>>>,
     counts: Vec<u64>,
@@ -303,6 +311,7 @@ impl Exchange {
             .map(|x| rows.payload_bytes_of(x.rows.clone()))
             .sum();
         Ok(Self {
+            part: rows.part.clone(),
             runs,
             index,
             counts: requests.iter().map(|r| r.len() as u64).collect(),
@@ -342,7 +351,7 @@ impl Communicator {
         out: &mut [O],
         opts: &CollectiveOptions,
     ) -> Result<()> {
-        self.check_rows(rows.shards.len(), out, |_| rows.rows() * rows.row_bytes)?;
+        self.check_rows(&rows.ordinals, out, |_| rows.rows() * rows.row_bytes)?;
         let mut decs = Vec::with_capacity(self.ranks());
         for (r, rank) in self.ranks.iter().enumerate() {
             rank.gpu.make_current()?;
@@ -462,8 +471,10 @@ impl Communicator {
     /// of all rows ([`RawRows::buffer`]). No synchronisation.
     pub fn all_gather_raw(&mut self, rows: &RawRows, opts: &CollectiveOptions) -> Result<()> {
         let l = rows.row_bytes;
-        if rows.bufs.len() != self.ranks() {
-            return Err(Error::invalid("raw rows of another communicator"));
+        if rows.ordinals != self.ordinals() {
+            return Err(Error::invalid(
+                "raw rows placed for another communicator's GPUs; upload them for this one",
+            ));
         }
         let steps = plan::steps(&rows.part, &|i| i * l, opts.chunk_bytes);
         self.order_after_callers()?;
@@ -516,12 +527,12 @@ impl Communicator {
         out: &mut [O],
         opts: &CollectiveOptions,
     ) -> Result<()> {
-        if ex.counts.len() != rows.shards.len() {
+        if ex.part != rows.part || ex.counts.len() != self.ranks() {
             return Err(Error::invalid(
-                "an exchange planned for another communicator",
+                "an exchange planned for other rows or another communicator; plan it for these",
             ));
         }
-        self.check_rows(rows.shards.len(), out, |r| ex.counts[r] * rows.row_bytes)?;
+        self.check_rows(&rows.ordinals, out, |r| ex.counts[r] * rows.row_bytes)?;
         let mut decs = Vec::with_capacity(self.ranks());
         for (r, rank) in self.ranks.iter().enumerate() {
             rank.gpu.make_current()?;
@@ -589,17 +600,24 @@ impl Communicator {
         Ok(())
     }
 
-    /// The host-side checks of a collective's outputs: one per rank, rank
-    /// `r`'s at least `need(r)` bytes.
+    /// The host-side checks of a collective: rows placed on this
+    /// communicator's GPUs, and one output per rank, rank `r`'s at least
+    /// `need(r)` bytes.
     fn check_rows<O: GpuWritable>(
         &self,
-        shards: usize,
+        ordinals: &[u32],
         out: &[O],
         need: impl Fn(usize) -> u64,
     ) -> Result<()> {
-        if shards != self.ranks() || out.len() != self.ranks() {
+        if ordinals != self.ordinals() {
             return Err(Error::invalid(format!(
-                "{} outputs and rows over {shards} ranks for a communicator of {}; give one of each per rank",
+                "rows placed on GPUs {ordinals:?} for a communicator over GPUs {:?}; upload them for this one",
+                self.ordinals()
+            )));
+        }
+        if out.len() != self.ranks() {
+            return Err(Error::invalid(format!(
+                "{} outputs for a communicator of {} ranks; give one per rank",
                 out.len(),
                 self.ranks()
             )));
