@@ -16,32 +16,20 @@
 #          flags, e.g. "--vertices 600000 --edges 15000000")
 #   all    tests, then bench (the default; cache is a run of its own)
 #
-# NCCL: the image's PyPI wheel (nvidia-nccl-cu*) holds libnccl.so.2; cudarc
-# loads libnccl.so, so a temporary directory with that link goes first on
-# LD_LIBRARY_PATH. NVLink multicast stays off (NCCL_NVLS_ENABLE=0) always.
+# NCCL: .device/device-nccl.sh links the image's PyPI libnccl.so.2 as
+# libnccl.so (what cudarc loads) and keeps NVLink multicast off.
 set -uo pipefail
 source .device/device-unpack.sh
 what=${1:-all}
 out=${OUT:-/tmp/ibp-out}
 mkdir -p "$out"
-export IBP_REQUIRE_GPU=1 IBP_DATA_DIR="$PWD/.device/data" NCCL_NVLS_ENABLE=0
+export IBP_REQUIRE_GPU=1 IBP_DATA_DIR="$PWD/.device/data"
 gpus=$(nvidia-smi -L | wc -l)
 export IBP_REQUIRE_GPUS=$gpus
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/gpu.txt"
 nvidia-smi topo -m >"$out/topo.txt" 2>&1 && cat "$out/topo.txt"
 
-nccl_dir=$(python3 -c 'import nvidia.nccl as m, os; print(os.path.join(list(m.__path__)[0], "lib"))' 2>/dev/null || true)
-if [ ! -e "$nccl_dir/libnccl.so.2" ]; then
-  nccl_dir=$(dirname "$(find / -name 'libnccl.so.2' -not -path '/proc/*' 2>/dev/null | head -n 1)" 2>/dev/null || true)
-fi
-if [ -e "$nccl_dir/libnccl.so.2" ]; then
-  link_dir=$(mktemp -d)
-  ln -s "$nccl_dir/libnccl.so.2" "$link_dir/libnccl.so"
-  export LD_LIBRARY_PATH="$link_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  echo "NCCL: $nccl_dir/libnccl.so.2 (as $link_dir/libnccl.so)"
-else
-  echo "NCCL: no libnccl.so.2 found (pip show nvidia-nccl-cu12 / -cu13); the tests will fail, the bench will say so"
-fi
+source .device/device-nccl.sh
 
 summary=("GPUs: $gpus")
 if [ "$what" = tests ] || [ "$what" = all ]; then
