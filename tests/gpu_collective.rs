@@ -1,6 +1,6 @@
 //! The compressed collectives through NCCL (`ibp::gpu::collective`):
 //! all-gather, broadcast and all-to-all of compressed rows, and the raw
-//! all-gather, on one GPU and on every GPU present, each rank's output
+//! all-gather and all-to-all, on one GPU and on every GPU present, each rank's output
 //! compared bit for bit with the CPU decode. Prints `skipped: no CUDA
 //! device`, `skipped: NCCL not found` or `skipped: needs 2 GPUs` when the
 //! machine lacks them (a failure with `IBP_REQUIRE_GPU=1`, and fewer than
@@ -230,7 +230,9 @@ fn all_to_all_delivers_each_ranks_mini_batch() {
                 })
                 .collect();
             let req: Vec<&[u64]> = requests.iter().map(|v| v.as_slice()).collect();
-            let ex = Exchange::new_blocking(&comm, &rows, &req).unwrap();
+            // Runs of asked-for rows only, and runs merged over gaps.
+            let gap = if name.starts_with("Cora") { 3 } else { 0 };
+            let ex = Exchange::new_blocking(&comm, &rows, &req, gap).unwrap();
             let mut out: Vec<_> = requests
                 .iter()
                 .enumerate()
@@ -321,9 +323,45 @@ fn bad_outputs_and_partitions_are_invalid_arguments_before_any_work() {
         .all_gather(&rows, &mut short, &CollectiveOptions::default())
         .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidArgument);
-    let e = Exchange::new_blocking(&comm, &rows, &[&[100]])
+    let e = Exchange::new_blocking(&comm, &rows, &[&[100]], 0)
         .err()
         .unwrap();
     assert_eq!(e.kind(), ErrorKind::InvalidArgument);
     comm.finish_blocking().unwrap();
+}
+
+#[test]
+fn the_raw_all_to_all_puts_each_requested_row_in_place() {
+    let Some(counts) = gpu_counts("the_raw_all_to_all_puts_each_requested_row_in_place") else {
+        return;
+    };
+    let mut rng = Rng(13);
+    let (data, cb, packed) = cora();
+    let (l, n) = (packed.row_bytes, packed.rows as u64);
+    for &g in &counts {
+        let mut comm = communicator(g);
+        let part = Partition::even(n, comm.ranks()).unwrap();
+        let rows = ShardedRows::upload(&comm, &cb, &packed.view(), part.clone()).unwrap();
+        let raw = RawRows::upload(&comm, &data, l, part).unwrap();
+        let requests: Vec<Vec<u64>> = (0..comm.ranks())
+            .map(|_| (0..200).map(|_| rng.next() % n).collect())
+            .collect();
+        let req: Vec<&[u64]> = requests.iter().map(|v| v.as_slice()).collect();
+        for gap in [0, 5] {
+            let ex = Exchange::new_blocking(&comm, &rows, &req, gap).unwrap();
+            comm.all_to_all_raw(&raw, &ex).unwrap();
+            comm.finish_blocking().unwrap();
+            for (r, q) in requests.iter().enumerate() {
+                comm.gpu(r).make_current().unwrap();
+                let got = copy_to_host_blocking(raw.buffer(r)).unwrap();
+                for &id in q {
+                    let at = id as usize * l;
+                    assert!(
+                        got[at..at + l] == data[at..at + l],
+                        "{g} GPUs, gap {gap}: rank {r}, row {id}"
+                    );
+                }
+            }
+        }
+    }
 }

@@ -287,7 +287,10 @@ impl Exchange {
     /// Plan the exchange of `requests[r]` (rank `r`'s rows, any order,
     /// repeats allowed; output row `i` of rank `r` receives row
     /// `requests[r][i]`) over `rows`' partition, and upload each rank's
-    /// ids. Allocates and copies; returns when the copies are done.
+    /// ids. Remote rows of one owner at most `max_gap_rows` apart travel
+    /// as one run, with the rows between (fewer NCCL calls; 0 sends only
+    /// what is asked for). Allocates and copies; returns when the copies
+    /// are done.
     ///
     /// Errors ([`crate::ErrorKind::InvalidArgument`]) for a list count
     /// other than the ranks', or a row past the last.
@@ -295,8 +298,9 @@ impl Exchange {
         comm: &Communicator,
         rows: &ShardedRows,
         requests: &[&[u64]],
+        max_gap_rows: u64,
     ) -> Result<Self> {
-        let runs = plan::exchange_runs(&rows.part, requests)?;
+        let runs = plan::exchange_runs(&rows.part, requests, max_gap_rows)?;
         let mut index = Vec::with_capacity(requests.len());
         for (r, req) in requests.iter().enumerate() {
             comm.ranks[r].gpu.make_current()?;
@@ -357,7 +361,13 @@ impl Communicator {
             rank.gpu.make_current()?;
             decs.push(rows.decoder(&rank.gpu, r, opts)?);
         }
-        let steps = plan::steps(&rows.part, &|i| rows.offsets[i as usize], opts.chunk_bytes);
+        // Q: why no steps on one rank? A: every row is its own: nothing
+        // to move, and the decode of its own rows covers them all.
+        let steps = if self.ranks() == 1 {
+            Vec::new()
+        } else {
+            plan::steps(&rows.part, &|i| rows.offsets[i as usize], opts.chunk_bytes)
+        };
         self.order_after_callers()?;
         // A rank's own rows need no transfer: decode them first, on its
         // stream, while its NCCL stream moves the others.
@@ -476,7 +486,11 @@ impl Communicator {
                 "raw rows placed for another communicator's GPUs; upload them for this one",
             ));
         }
-        let steps = plan::steps(&rows.part, &|i| i * l, opts.chunk_bytes);
+        let steps = if self.ranks() == 1 {
+            Vec::new()
+        } else {
+            plan::steps(&rows.part, &|i| i * l, opts.chunk_bytes)
+        };
         self.order_after_callers()?;
         for step in &steps {
             nccl::group_start()?;
@@ -595,6 +609,68 @@ impl Communicator {
                     &rank.stream,
                 )?;
             }
+            rows.uses[r].record(&rank.stream)?;
+        }
+        Ok(())
+    }
+
+    /// Enqueue the uncompressed baseline of [`Communicator::all_to_all`]:
+    /// the same runs of `ex` on raw rows, each into its place in the
+    /// receiving rank's buffer of all rows ([`RawRows::buffer`]), where the
+    /// requested rows then are. No gather into request order, no
+    /// synchronisation.
+    pub fn all_to_all_raw(&mut self, rows: &RawRows, ex: &Exchange) -> Result<()> {
+        if rows.ordinals != self.ordinals() {
+            return Err(Error::invalid(
+                "raw rows placed for another communicator's GPUs; upload them for this one",
+            ));
+        }
+        if ex.part != rows.part || ex.counts.len() != self.ranks() {
+            return Err(Error::invalid(
+                "an exchange planned for other rows or another communicator; plan it for these",
+            ));
+        }
+        let l = rows.row_bytes;
+        self.order_after_callers()?;
+        nccl::group_start()?;
+        let moved = (|| {
+            for run in &ex.runs {
+                let (a, bytes) = (
+                    run.rows.start * l,
+                    ((run.rows.end - run.rows.start) * l) as usize,
+                );
+                let at = |r: usize| rows.bufs[r].as_device_ptr().as_raw() + a;
+                let (src, dst) = (&self.ranks[run.src], &self.ranks[run.dst]);
+                // SAFETY: (1) both buffers hold all rows in their rank's
+                // context and the run lies inside the partition; streams
+                // of the same ranks; (2) the source rows are the owner's,
+                // which nothing writes; the destination's stream waits for
+                // the transfer; (3) both ends walk the runs in the same
+                // order inside this group.
+                unsafe {
+                    nccl::send(
+                        at(run.src),
+                        bytes,
+                        run.dst,
+                        self.comms[run.src],
+                        &src.comm_stream,
+                    )?;
+                    nccl::recv(
+                        at(run.dst),
+                        bytes,
+                        run.src,
+                        self.comms[run.dst],
+                        &dst.comm_stream,
+                    )?;
+                }
+            }
+            Ok::<(), Error>(())
+        })();
+        let ended = nccl::group_end();
+        moved?;
+        ended?;
+        for (r, rank) in self.ranks.iter().enumerate() {
+            self.order_arrival(r)?;
             rows.uses[r].record(&rank.stream)?;
         }
         Ok(())
