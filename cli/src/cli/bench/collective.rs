@@ -2,7 +2,8 @@
 //! collectives of `ibp::gpu::collective` against the same collectives on
 //! raw rows, on every GPU present (at most `--gpus`): all-gather of Cora's
 //! rows, of Cora scaled up to `--real-bytes`, and of MiniLM's bf16 word
-//! embeddings; broadcast of MiniLM's bf16 weights from rank 0.
+//! embeddings; broadcast of MiniLM's bf16 weights from rank 0; with two
+//! GPUs or more, the all-to-all of a GNN mini-batch over scaled Cora.
 //!
 //! Rates are nccl-tests' "algorithm bandwidth": the decoded bytes each
 //! rank ends with (all rows, `N · L`) per second. The link rate is the raw
@@ -85,12 +86,16 @@ fn time_reps(
     })
 }
 
-/// Measured compressed and raw seconds of one collective over `part`.
+/// Measured compressed and raw seconds of one collective.
 struct Row {
     name: String,
     what: &'static str,
+    /// Decoded bytes each rank ends with.
     raw_bytes: u64,
-    moved: u64,
+    /// Raw bytes / compressed bytes of what crossed the links.
+    ratio: f64,
+    /// Raw bytes that crossed each rank's links (on average).
+    link_bytes: f64,
     meta: u64,
     comp_s: f64,
     raw_s: f64,
@@ -129,11 +134,82 @@ fn measure(
     let reps = reps.clamp(1, 64) as u32;
     let comp_s = time_reps(comm, reps, |c| c.all_gather(&rows, &mut out, opts))?;
     let raw_s = time_reps(comm, reps, |c| c.all_gather_raw(&raw, opts))?;
+    let n = comm.ranks() as f64;
+    let raw_bytes = t.data.len() as u64;
     Ok(Row {
         name: t.name.clone(),
         what,
-        raw_bytes: t.data.len() as u64,
-        moved: rows.payload_bytes(),
+        raw_bytes,
+        ratio: raw_bytes as f64 / rows.payload_bytes().max(1) as f64,
+        link_bytes: match what {
+            "all-gather" => (n - 1.0) / n * raw_bytes as f64,
+            _ if n > 1.0 => raw_bytes as f64,
+            _ => 0.0,
+        },
+        meta: rows.metadata_bytes(),
+        comp_s,
+        raw_s,
+    })
+}
+
+/// A GNN mini-batch exchange: each rank asks for `batch` random rows of
+/// `t` (seeded), owned by an even partition; runs merged over gaps of up
+/// to `gap` rows. Checked on every rank, then timed against the raw
+/// all-to-all (rows moved into place, no gather).
+fn measure_all_to_all(
+    comm: &mut Communicator,
+    t: &Table,
+    batch: usize,
+    gap: u64,
+    opts: &CollectiveOptions,
+) -> Result<Row> {
+    let n = t.packed.rows as u64;
+    let part = Partition::even(n, comm.ranks())?;
+    let rows = ShardedRows::upload(comm, &t.cb, &t.packed.view(), part.clone())?;
+    let raw = RawRows::upload(comm, &t.data, t.l, part)?;
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let requests: Vec<Vec<u64>> = (0..comm.ranks())
+        .map(|_| {
+            (0..batch)
+                .map(|_| {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    seed % n
+                })
+                .collect()
+        })
+        .collect();
+    let req: Vec<&[u64]> = requests.iter().map(|v| v.as_slice()).collect();
+    let ex = ibp::gpu::collective::Exchange::new_blocking(comm, &rows, &req, gap)?;
+    let mut out = comm.alloc_outputs((batch * t.l) as u64)?;
+    comm.all_to_all(&rows, &ex, &mut out, opts)?;
+    comm.all_to_all_raw(&raw, &ex)?;
+    comm.finish_blocking()?;
+    for (r, q) in requests.iter().enumerate() {
+        comm.gpu(r).make_current()?;
+        let got = ibp::gpu::copy_to_host_blocking(&out[r])?;
+        let got_raw = ibp::gpu::copy_to_host_blocking(raw.buffer(r))?;
+        for (i, &id) in q.iter().enumerate() {
+            let at = id as usize * t.l;
+            let want = &t.data[at..at + t.l];
+            if &got[i * t.l..(i + 1) * t.l] != want || &got_raw[at..at + t.l] != want {
+                return Err(Error::corrupt(format!(
+                    "{}: rank {r} did not receive row {id} of its mini-batch",
+                    t.name
+                )));
+            }
+        }
+    }
+    let comp_s = time_reps(comm, 8, |c| c.all_to_all(&rows, &ex, &mut out, opts))?;
+    let raw_s = time_reps(comm, 8, |c| c.all_to_all_raw(&raw, &ex))?;
+    let moved_raw = ex.remote_rows() as f64 * t.l as f64;
+    Ok(Row {
+        name: format!("{}, {batch} random rows a rank, gaps ≤ {gap} rows", t.name),
+        what: "all-to-all",
+        raw_bytes: (batch * t.l) as u64,
+        ratio: moved_raw / ex.remote_bytes().max(1) as f64,
+        link_bytes: moved_raw / comm.ranks() as f64,
         meta: rows.metadata_bytes(),
         comp_s,
         raw_s,
@@ -192,6 +268,11 @@ pub(super) fn section(max_gpus: usize, real_bytes: usize, md: &mut String) -> Re
         eprintln!("collective: all-gather of {}", t.name);
         rows.push(measure(&mut comm, t, part, "all-gather", &opts)?);
     }
+    // The mini-batch exchange of a distributed GNN, over scaled Cora.
+    if ranks > 1 {
+        eprintln!("collective: all-to-all of {}", gather[1].name);
+        rows.push(measure_all_to_all(&mut comm, &gather[1], 16_384, 8, &opts)?);
+    }
     // The broadcast: the word embeddings and the layer sample, each a
     // weight group of its own (its own codebook), from rank 0.
     let mut weights = Vec::new();
@@ -212,8 +293,9 @@ pub(super) fn section(max_gpus: usize, real_bytes: usize, md: &mut String) -> Re
         "## Compressed collectives through NCCL ({ranks} GPU{})\n\n\
          - NCCL {}.{}.{}; NCCL_P2P_DISABLE={}, NCCL_SHM_DISABLE={}, NCCL_NVLS_ENABLE={}\n\
          - pipeline steps of {} MiB of each owner's compressed rows; decode on arrival (ibp's decoder, device-resident)\n\
-         - GB/s: decoded bytes each rank ends with (N·L) per second; link: the raw collective's bytes that crossed each rank's links ((n−1)/n of all-gather, all of a broadcast's) per second\n\
-         - ratio: raw bytes / compressed payload (metadata replicated once at set-up, not moved per call, in its own column)\n",
+         - GB/s: decoded bytes each rank ends with per second (all-gather and broadcast: all N·L; all-to-all: its mini-batch, decoded in request order); raw link: the raw collective's bytes that crossed each rank's links ((n−1)/n of an all-gather, all of a broadcast, a rank's share of an all-to-all's runs) per second\n\
+         - ratio: raw bytes / compressed bytes of what crossed the links (metadata replicated once at set-up, not moved per call, in its own column)\n\
+         - all-to-all: the raw baseline moves the same runs into place and gathers nothing; the compressed one also decodes the batch into request order\n",
         if ranks == 1 { "" } else { "s" },
         version / 10000,
         version / 100 % 100,
@@ -228,24 +310,19 @@ pub(super) fn section(max_gpus: usize, real_bytes: usize, md: &mut String) -> Re
         "| collective | rows | raw MB | ratio | metadata KB | compressed GB/s | raw GB/s | speed-up | raw link GB/s |\n|---|---|---:|---:|---:|---:|---:|---:|---:|"
     );
     for r in &rows {
-        let crossed = match r.what {
-            "all-gather" => (ranks as f64 - 1.0) / ranks as f64,
-            _ if ranks > 1 => 1.0,
-            _ => 0.0,
-        };
         let _ = writeln!(
             md,
             "| {} | {} | {:.1} | {:.2} | {:.1} | {:.1} | {:.1} | {:.2}× | {} |",
             r.what,
             r.name,
             r.raw_bytes as f64 / 1e6,
-            r.raw_bytes as f64 / r.moved.max(1) as f64,
+            r.ratio,
             r.meta as f64 / 1e3,
             r.raw_bytes as f64 / r.comp_s / 1e9,
             r.raw_bytes as f64 / r.raw_s / 1e9,
             r.raw_s / r.comp_s,
-            if crossed > 0.0 {
-                format!("{:.1}", crossed * r.raw_bytes as f64 / r.raw_s / 1e9)
+            if r.link_bytes > 0.0 {
+                format!("{:.1}", r.link_bytes / r.raw_s / 1e9)
             } else {
                 "none (one GPU)".into()
             },
