@@ -28,25 +28,34 @@ fn nccl_err(what: &str) -> impl FnOnce(NcclError) -> Error + '_ {
 /// Whether libnccl can be loaded, and its version (e.g. 22703 for 2.27.3).
 ///
 /// Errors with [`crate::ErrorKind::Unsupported`] when no `libnccl.so`
-/// (or a name cudarc looks for) is on the loader's path: cudarc's own
-/// calls would panic then, so every path into NCCL asks this first.
+/// (or a name cudarc looks for) is on the loader's path.
 pub(crate) fn version() -> Result<i32> {
+    loaded()?;
+    nr::get_nccl_version().map_err(nccl_err("reading the version"))
+}
+
+/// Whether libnccl can be loaded: asked once a process, before any call
+/// into NCCL. cudarc's own calls would panic without it; every path into
+/// NCCL here asks this first and returns an [`crate::ErrorKind::Unsupported`]
+/// error instead.
+fn loaded() -> Result<()> {
+    static PRESENT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     // SAFETY: loads a library by name (no call into it); the names are
     // cudarc's candidates for NCCL.
-    if !unsafe { sys::is_culib_present() } {
-        return Err(Error::unsupported(
-            "NCCL not found: put a directory with libnccl.so on LD_LIBRARY_PATH \
-             (a wheel's libnccl.so.2 needs a libnccl.so link beside it; \
-             scripts/device-collective.sh makes one)",
-        ));
+    if *PRESENT.get_or_init(|| unsafe { sys::is_culib_present() }) {
+        return Ok(());
     }
-    nr::get_nccl_version().map_err(nccl_err("reading the version"))
+    Err(Error::unsupported(
+        "NCCL not found: put a directory with libnccl.so on LD_LIBRARY_PATH \
+         (a wheel's libnccl.so.2 needs a libnccl.so link beside it; \
+         scripts/device-nccl.sh makes one)",
+    ))
 }
 
 /// `ncclCommInitAll`: one communicator per device of `ordinals`, rank `i`
 /// on device `ordinals[i]`, all driven by this process.
 pub(crate) fn init_all(ordinals: &[i32]) -> Result<Vec<Comm>> {
-    version()?;
+    loaded()?;
     let mut comms = vec![std::ptr::null_mut(); ordinals.len()];
     // SAFETY: `comms` holds one handle per device of `ordinals`, both of
     // `ordinals.len()` elements; NCCL writes the handles.
@@ -67,7 +76,7 @@ pub(crate) unsafe fn destroy(comm: Comm) {
 
 /// `ncclGroupStart`.
 pub(crate) fn group_start() -> Result<()> {
-    version()?;
+    loaded()?;
     nr::group_start()
         .map(drop)
         .map_err(nccl_err("starting a group"))
