@@ -279,10 +279,15 @@ fn an_uneven_partition_with_an_empty_rank_gathers_across_gpus() {
     let (data, cb, packed) = synthetic(&mut rng, 200, 301);
     let want = cpu_decode(&cb, &packed, &data);
     let mut comm = communicator(g);
-    // The first rank owns nothing, the second one row, the last the rest.
-    let mut bounds = vec![0u64, 0, 1];
+    // Rank 0 owns nothing; with three ranks or more, rank 1 owns one row
+    // and the ranks between it and the last none; the last owns the rest.
+    let mut bounds = vec![0u64, 0];
+    if g > 2 {
+        bounds.push(1);
+    }
     bounds.resize(g as usize, 1);
     bounds.push(301);
+    assert_eq!(bounds.len(), g as usize + 1);
     let part = Partition::from_bounds(bounds).unwrap();
     let rows = ShardedRows::upload(&comm, &cb, &packed.view(), part).unwrap();
     let mut out = comm.alloc_outputs(data.len() as u64).unwrap();
