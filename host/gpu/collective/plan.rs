@@ -128,6 +128,13 @@ pub(crate) fn steps(
     out
 }
 
+/// The bytes of rows `rows` in a payload where `bytes_before(row)` bytes
+/// precede `row`: what one broadcast or one send of them moves, at the
+/// same place on every rank.
+pub(crate) fn bytes_of(bytes_before: &dyn Fn(u64) -> u64, rows: &Range<u64>) -> Range<u64> {
+    bytes_before(rows.start)..bytes_before(rows.end)
+}
+
 /// Rows an all-to-all moves: from rank `src` (their owner) to rank `dst`,
 /// the consecutive rows `rows`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -377,6 +384,108 @@ mod tests {
             got,
             vec![(1, 0, 8..14), (2, 0, 14..20), (0, 2, 0..7), (1, 2, 7..8)]
         );
+    }
+
+    /// Rows of 1..=40 bytes, each byte its row's number: a payload whose
+    /// every byte says which row it belongs to.
+    fn payload(rows: u64) -> (Vec<u64>, Vec<u8>) {
+        let mut offsets = vec![0u64];
+        let mut bytes = Vec::new();
+        for r in 0..rows {
+            let len = 1 + (r * 7) % 40;
+            bytes.extend(std::iter::repeat_n(r as u8, len as usize));
+            offsets.push(bytes.len() as u64);
+        }
+        (offsets, bytes)
+    }
+
+    #[test]
+    fn the_steps_in_place_broadcasts_rebuild_every_ranks_payload() {
+        // The collective's walk, on the host: each rank starts with its
+        // own rows' bytes; each step copies every piece from its owner to
+        // every rank, at the same place.
+        let (offsets, full) = payload(300);
+        let before = |r: u64| offsets[r as usize];
+        for ranks in 1..=5 {
+            for part in [
+                Partition::even(300, ranks).unwrap(),
+                Partition::on_one(300, ranks, ranks - 1).unwrap(),
+            ] {
+                let mut bufs: Vec<Vec<u8>> = (0..ranks)
+                    .map(|r| {
+                        let mut b = vec![0xEEu8; full.len()];
+                        let own = bytes_of(&before, &part.range(r));
+                        let own = own.start as usize..own.end as usize;
+                        b[own.clone()].copy_from_slice(&full[own]);
+                        b
+                    })
+                    .collect();
+                for step in steps(&part, &before, 97) {
+                    for (owner, piece) in &step {
+                        let b = bytes_of(&before, piece);
+                        let b = b.start as usize..b.end as usize;
+                        let src = bufs[*owner][b.clone()].to_vec();
+                        for buf in bufs.iter_mut() {
+                            buf[b.clone()].copy_from_slice(&src);
+                        }
+                    }
+                }
+                assert!(bufs.iter().all(|b| *b == full), "{ranks} ranks, {part:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_runs_sends_bring_every_requested_row() {
+        let (offsets, full) = payload(500);
+        let before = |r: u64| offsets[r as usize];
+        let mut x = 0x1234_5678u64;
+        for ranks in 1..=4 {
+            let part = Partition::even(500, ranks).unwrap();
+            let requests: Vec<Vec<u64>> = (0..ranks)
+                .map(|_| {
+                    (0..120)
+                        .map(|_| {
+                            x ^= x << 13;
+                            x ^= x >> 7;
+                            x ^= x << 17;
+                            x % 500
+                        })
+                        .collect()
+                })
+                .collect();
+            let req: Vec<&[u64]> = requests.iter().map(|v| v.as_slice()).collect();
+            for gap in [0, 3, 50] {
+                let mut bufs: Vec<Vec<u8>> = (0..ranks)
+                    .map(|r| {
+                        let mut b = vec![0xEEu8; full.len()];
+                        let own = bytes_of(&before, &part.range(r));
+                        let own = own.start as usize..own.end as usize;
+                        b[own.clone()].copy_from_slice(&full[own]);
+                        b
+                    })
+                    .collect();
+                for run in exchange_runs(&part, &req, gap).unwrap() {
+                    assert_ne!(run.src, run.dst);
+                    assert!(part.range(run.src).start <= run.rows.start);
+                    assert!(run.rows.end <= part.range(run.src).end);
+                    let b = bytes_of(&before, &run.rows);
+                    let b = b.start as usize..b.end as usize;
+                    let src = bufs[run.src][b.clone()].to_vec();
+                    bufs[run.dst][b].copy_from_slice(&src);
+                }
+                for (r, q) in requests.iter().enumerate() {
+                    for &id in q {
+                        let b = bytes_of(&before, &(id..id + 1));
+                        let b = b.start as usize..b.end as usize;
+                        assert!(
+                            bufs[r][b.clone()] == full[b],
+                            "{ranks} ranks, gap {gap}: rank {r}, row {id}"
+                        );
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -392,10 +392,8 @@ impl Communicator {
                 for (r, rank) in self.ranks.iter().enumerate() {
                     let base = rows.shards[r].payload.as_device_ptr().as_raw();
                     for (owner, piece) in step {
-                        let (a, b) = (
-                            rows.offsets[piece.start as usize],
-                            rows.offsets[piece.end as usize],
-                        );
+                        let bytes = plan::bytes_of(&|i| rows.offsets[i as usize], piece);
+                        let (a, b) = (bytes.start, bytes.end);
                         if b == a {
                             continue;
                         }
@@ -498,6 +496,7 @@ impl Communicator {
                 for (r, rank) in self.ranks.iter().enumerate() {
                     let base = rows.bufs[r].as_device_ptr().as_raw();
                     for (owner, piece) in step {
+                        let span = plan::bytes_of(&|i| i * l, piece);
                         // SAFETY: (1) rank r's buffer of all rows, allocated
                         // in its context; `piece` is inside the partition;
                         // (2) nothing else uses the buffer during the
@@ -505,8 +504,8 @@ impl Communicator {
                         // (3) every rank walks the same steps in order.
                         unsafe {
                             nccl::broadcast_in_place(
-                                base + piece.start * l,
-                                ((piece.end - piece.start) * l) as usize,
+                                base + span.start,
+                                (span.end - span.start) as usize,
                                 *owner,
                                 self.comms[r],
                                 &rank.comm_stream,
@@ -556,10 +555,8 @@ impl Communicator {
         nccl::group_start()?;
         let moved = (|| {
             for run in &ex.runs {
-                let (a, b) = (
-                    rows.offsets[run.rows.start as usize],
-                    rows.offsets[run.rows.end as usize],
-                );
+                let bytes = plan::bytes_of(&|i| rows.offsets[i as usize], &run.rows);
+                let (a, b) = (bytes.start, bytes.end);
                 if b == a {
                     continue;
                 }
@@ -635,10 +632,8 @@ impl Communicator {
         nccl::group_start()?;
         let moved = (|| {
             for run in &ex.runs {
-                let (a, bytes) = (
-                    run.rows.start * l,
-                    ((run.rows.end - run.rows.start) * l) as usize,
-                );
+                let span = plan::bytes_of(&|i| i * l, &run.rows);
+                let (a, bytes) = (span.start, (span.end - span.start) as usize);
                 let at = |r: usize| rows.bufs[r].as_device_ptr().as_raw() + a;
                 let (src, dst) = (&self.ranks[run.src], &self.ranks[run.dst]);
                 // SAFETY: (1) both buffers hold all rows in their rank's
