@@ -151,17 +151,27 @@ fn the_raw_all_gather_delivers_the_same_rows() {
         return;
     };
     let (data, _, packed) = cora();
+    let n = packed.rows as u64;
     for &g in &counts {
         let mut comm = communicator(g);
-        let part = Partition::even(packed.rows as u64, comm.ranks()).unwrap();
-        let raw = RawRows::upload(&comm, &data, packed.row_bytes, part).unwrap();
-        let opts = CollectiveOptions::default().with_chunk_bytes(1 << 16);
-        comm.all_gather_raw(&raw, &opts).unwrap();
-        comm.finish_blocking().unwrap();
-        for r in 0..comm.ranks() {
-            comm.gpu(r).make_current().unwrap();
-            let got = copy_to_host_blocking(raw.buffer(r)).unwrap();
-            assert!(got == data, "{g} GPUs: rank {r} differs");
+        // Even (Cora's 2708 rows: NCCL's all-gather on 2 or 4 GPUs), and
+        // uneven (the broadcasts).
+        let mut uneven = vec![0u64, 1000];
+        uneven.resize(g as usize, 1000);
+        uneven.push(n);
+        for part in [
+            Partition::even(n, comm.ranks()).unwrap(),
+            Partition::from_bounds(uneven).unwrap(),
+        ] {
+            let raw = RawRows::upload(&comm, &data, packed.row_bytes, part.clone()).unwrap();
+            let opts = CollectiveOptions::default().with_chunk_bytes(1 << 16);
+            comm.all_gather_raw(&raw, &opts).unwrap();
+            comm.finish_blocking().unwrap();
+            for r in 0..comm.ranks() {
+                comm.gpu(r).make_current().unwrap();
+                let got = copy_to_host_blocking(raw.buffer(r)).unwrap();
+                assert!(got == data, "{g} GPUs, {part:?}: rank {r} differs");
+            }
         }
     }
 }

@@ -474,9 +474,15 @@ impl Communicator {
     }
 
     /// Enqueue the uncompressed baseline of [`Communicator::all_gather`]
-    /// (and of a broadcast, with a [`Partition::on_one`]): the same
-    /// pipelined in-place broadcasts on raw rows, into each rank's buffer
-    /// of all rows ([`RawRows::buffer`]). No synchronisation.
+    /// (and of a broadcast, with a [`Partition::on_one`]), into each rank's
+    /// buffer of all rows ([`RawRows::buffer`]): NCCL's own in-place
+    /// `ncclAllGather` when every rank owns as many rows (two or more
+    /// ranks), else the same pipelined in-place broadcasts as the
+    /// compressed one. No synchronisation.
+    ///
+    /// Q: why NCCL's all-gather where it applies? A: it is the strongest
+    /// baseline, NCCL's ring or tree tuned for the links; the compressed
+    /// collective must beat that, not a weaker walk.
     pub fn all_gather_raw(&mut self, rows: &RawRows, opts: &CollectiveOptions) -> Result<()> {
         let l = rows.row_bytes;
         if rows.ordinals != self.ordinals() {
@@ -484,12 +490,42 @@ impl Communicator {
                 "raw rows placed for another communicator's GPUs; upload them for this one",
             ));
         }
-        let steps = if self.ranks() == 1 {
+        let n = self.ranks();
+        let each = rows.part.range(0).end;
+        let even =
+            n > 1 && (0..n).all(|r| rows.part.range(r).end - rows.part.range(r).start == each);
+        let steps = if n == 1 || even {
             Vec::new()
         } else {
             plan::steps(&rows.part, &|i| i * l, opts.chunk_bytes)
         };
         self.order_after_callers()?;
+        if even && each > 0 {
+            nccl::group_start()?;
+            let sent = (|| {
+                for (r, rank) in self.ranks.iter().enumerate() {
+                    // SAFETY: (1) rank r's buffer of all rows (n · each
+                    // rows of `l` bytes: an even partition covers them),
+                    // allocated in its context, and its streams; (2)
+                    // nothing else uses the buffer until its stream has
+                    // waited for the transfer; (3) every rank makes this
+                    // one call inside this group.
+                    unsafe {
+                        nccl::all_gather_in_place(
+                            rows.bufs[r].as_device_ptr().as_raw(),
+                            (each * l) as usize,
+                            r,
+                            self.comms[r],
+                            &rank.comm_stream,
+                        )?
+                    };
+                }
+                Ok::<(), Error>(())
+            })();
+            let ended = nccl::group_end();
+            sent?;
+            ended?;
+        }
         for step in &steps {
             nccl::group_start()?;
             let sent = (|| {

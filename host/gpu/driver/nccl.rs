@@ -122,6 +122,36 @@ pub(crate) unsafe fn broadcast_in_place(
     .map_err(nccl_err("enqueuing a broadcast"))
 }
 
+/// `ncclAllGather` in place: rank `rank`'s `bytes` bytes at
+/// `base + rank · bytes` land at the same place on every rank, so that
+/// every rank ends with `ranks · bytes` bytes at `base`.
+///
+/// # Safety
+/// As [`broadcast_in_place`], for the `ranks · bytes` bytes at `base`.
+pub(crate) unsafe fn all_gather_in_place(
+    base: u64,
+    bytes: usize,
+    rank: usize,
+    comm: Comm,
+    stream: &Stream,
+) -> Result<()> {
+    let own = (base + (rank * bytes) as u64) as *const c_void;
+    // SAFETY: the caller's obligations; NCCL's in-place form (the send
+    // buffer is the rank's own slice of the receive buffer).
+    unsafe {
+        nr::all_gather(
+            own,
+            base as *mut c_void,
+            bytes,
+            sys::ncclDataType_t::ncclUint8,
+            comm,
+            stream.as_inner() as sys::cudaStream_t,
+        )
+    }
+    .map(drop)
+    .map_err(nccl_err("enqueuing an all-gather"))
+}
+
 /// `ncclSend` of `bytes` bytes from device address `addr` to rank `peer`.
 ///
 /// # Safety

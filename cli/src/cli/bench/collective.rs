@@ -295,7 +295,7 @@ pub(super) fn section(max_gpus: usize, real_bytes: usize, md: &mut String) -> Re
          - pipeline steps of {} MiB of each owner's compressed rows; decode on arrival (ibp's decoder, device-resident)\n\
          - GB/s: decoded bytes each rank ends with per second (all-gather and broadcast: all N·L; all-to-all: its mini-batch, decoded in request order); raw link: the raw collective's bytes that crossed each rank's links ((n−1)/n of an all-gather, all of a broadcast, a rank's share of an all-to-all's runs) per second\n\
          - ratio: raw bytes / compressed bytes of what crossed the links (metadata replicated once at set-up, not moved per call, in its own column)\n\
-         - all-to-all: the raw baseline moves the same runs into place and gathers nothing; the compressed one also decodes the batch into request order\n",
+         - baselines: the raw all-gather is NCCL's own in-place ncclAllGather where every rank owns as many rows (else the same pipelined broadcasts as the compressed one); the raw broadcast is the same pipelined ncclBroadcasts; the raw all-to-all moves the same runs into place and gathers nothing, while the compressed one also decodes the batch into request order\n",
         if ranks == 1 { "" } else { "s" },
         version / 10000,
         version / 100 % 100,
