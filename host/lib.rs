@@ -116,7 +116,8 @@
 //! `cuda` feature (826 before float-coded groups in the container and the
 //! pipeline; 819 before `gpu::FloatDecoder`'s 7; 763 before `float_code`'s
 //! 56; 764 at b8cf772, issue 32); the `cudarc` feature adds
-//! `gpu::cudarc_interop`.
+//! `gpu::cudarc_interop`, and `nccl` adds `gpu::collective` (compressed
+//! collectives across GPUs).
 //!
 //! | module | items | why it is public |
 //! | --- | --- | --- |

@@ -6,6 +6,8 @@
 # Usage: bash .device/device-run.sh [tests|benches|all|cache|examples|cli]
 set -uo pipefail
 source .device/device-unpack.sh
+# NCCL for tests/gpu_collective.rs (and NCCL_NVLS_ENABLE=0).
+source .device/device-nccl.sh
 what=${1:-all}
 out=${OUT:-/tmp/ibp-out}
 mkdir -p "$out"

@@ -36,9 +36,11 @@ fi
 # needs `testing`, the command line `bench-hooks`; the same features for
 # all four keep one build of the library per profile. `cudarc`: ibp on
 # cudarc's memory and streams (tests/gpu_cudarc.rs, the example
-# cudarc_interop). The candle integration (candle/, package ibp-candle)
+# cudarc_interop). `nccl`: the compressed collectives through NCCL
+# (tests/gpu_collective.rs, `ibp bench --section collective`; libnccl is
+# loaded at run time, scripts/device-collective.sh finds it). The candle integration (candle/, package ibp-candle)
 # stages its own binaries (scripts/stage-candle.sh).
-feats=ibp/cuda,ibp/testing,ibp/bench-hooks,ibp-cli/cuda,ibp/cudarc
+feats=ibp/cuda,ibp/testing,ibp/bench-hooks,ibp-cli/cuda,ibp/cudarc,ibp/nccl,ibp-cli/nccl
 { cd "$src"
   cargo test --release --workspace --exclude ibp-candle --features "$feats" --no-run --message-format=json
   cargo bench --workspace --exclude ibp-candle --features "$feats" --no-run --message-format=json
@@ -92,7 +94,7 @@ if [ -n "${IBP_BASELINE:-}" ]; then
   echo "$IBP_BASELINE" >.device/baseline-commit
 fi
 strip .device/bin/* 2>/dev/null || true
-cp scripts/device-run.sh scripts/device-profile.sh scripts/device-kv-profile.sh scripts/device-compress-check.sh scripts/device-unpack.sh scripts/device-reliability.sh scripts/device-structural-check.sh scripts/sweep-points.sh scripts/device-decoder.sh scripts/bench-compare.py .device/
+cp scripts/device-run.sh scripts/device-profile.sh scripts/device-kv-profile.sh scripts/device-compress-check.sh scripts/device-unpack.sh scripts/device-reliability.sh scripts/device-structural-check.sh scripts/sweep-points.sh scripts/device-decoder.sh scripts/device-collective.sh scripts/device-nccl.sh scripts/bench-compare.py .device/
 git rev-parse --short=12 HEAD >.device/commit
 # What travels is limited to 64 MiB: MiniLM's table goes compressed by ibp
 # itself, the binaries as one xz archive; .device/device-unpack.sh restores

@@ -57,7 +57,10 @@ step "clippy (the workspace: library, command line, test data, kernel emulator; 
 # A: cudarc builds no C and runs no nvcc; measured on a shared 2-core
 # machine it adds about 16 s (2.7 s checked for clippy, 12.9 s built for
 # the tests, 0.3 s its build script), within the tier's budget.
-gpu_feats=ibp/cuda,ibp/testing,ibp/bench-hooks,ibp-cli/cuda,ibp/cudarc
+# `nccl` (both packages): the compressed collectives (tests/gpu_collective.rs,
+# `ibp bench --section collective`); cudarc's NCCL bindings only, loaded at
+# run time, so nothing more to build or install.
+gpu_feats=ibp/cuda,ibp/testing,ibp/bench-hooks,ibp-cli/cuda,ibp/cudarc,ibp/nccl,ibp-cli/nccl
 if [ "$cuda" = 1 ]; then
   cargo clippy --workspace --exclude ibp-candle --all-targets --features "ibp/emu,$gpu_feats" -- -D warnings
   # Q: and the build without the cuda feature? A: its own code is the

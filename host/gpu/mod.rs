@@ -71,6 +71,10 @@
 //! [`PinnedBuffer::zeroed`], [`Registered::new`], [`Compressor::new`],
 //! [`DeviceCompressed::empty`], [`HostCompressor::new`], [`GpuGroups::new`]
 //! [`FeatureCache::new`] and [`FloatDecoder::new`].
+//! With feature `nccl`, the collectives (`collective::Communicator`'s
+//! `all_gather`, `broadcast`, `all_to_all` and their `_raw` baselines)
+//! enqueue on the ranks' streams; `finish_blocking`,
+//! `Exchange::new_blocking` and the uploads wait.
 //!
 //! # Memory and streams of other libraries
 //!
@@ -97,6 +101,8 @@
 pub mod bench;
 mod book;
 mod cache;
+#[cfg(feature = "nccl")]
+pub mod collective;
 mod compress;
 #[cfg(feature = "cudarc")]
 pub mod cudarc_interop;

@@ -18,6 +18,8 @@ pub(crate) mod device;
 pub(crate) mod event;
 pub(crate) mod function;
 pub(crate) mod host_memory;
+#[cfg(feature = "nccl")]
+pub(crate) mod nccl;
 
 use cust::memory::{DeviceBuffer, DeviceCopy, DeviceSlice};
 use cust::stream::{Stream, StreamFlags};

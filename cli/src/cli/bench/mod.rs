@@ -4,6 +4,8 @@
 
 #[cfg(feature = "cuda")]
 mod cache;
+#[cfg(feature = "nccl")]
+mod collective;
 mod compress;
 mod cpu;
 #[cfg(feature = "cuda")]
@@ -91,7 +93,9 @@ pub struct Args {
     /// look at the decode kernel alone); `peers` only the comparison with
     /// `--peers`; `cache` the GPU feature cache (IBP(C/M): graph and Zipf
     /// workloads, its own results file); `kv` the appendable KV store
-    /// (append of a decode step, bulk append, gather of random tokens).
+    /// (append of a decode step, bulk append, gather of random tokens);
+    /// `collective` the compressed collectives through NCCL against raw
+    /// ones (all-gather, broadcast; feature `nccl`, its own results file).
     #[arg(long, default_value = "all")]
     pub(super) section: String,
     #[command(flatten)]
@@ -127,8 +131,9 @@ pub struct Args {
     /// `--section cache`: GraphSAGE mini-batches to time.
     #[arg(long, default_value_t = 4)]
     batches: usize,
-    /// `--section cache`: use at most this many GPUs (all by default; the
-    /// table has rows for one GPU and for all of them).
+    /// `--section cache` and `collective`: use at most this many GPUs (all
+    /// by default; the cache's table has rows for one GPU and for all of
+    /// them).
     #[arg(long, default_value_t = 8)]
     gpus: usize,
 }
@@ -220,10 +225,10 @@ fn suite(args: Args) -> Result<()> {
     let (decode, compress) = match args.section.as_str() {
         "all" => (true, true),
         "decode" | "device" => (true, false),
-        "compress" | "peers" | "cache" | "kv" => (false, args.section == "compress"),
+        "compress" | "peers" | "cache" | "kv" | "collective" => (false, args.section == "compress"),
         other => {
             return Err(ibp::Error::invalid(format!(
-                "--section {other}: use all, decode, device, compress, peers, cache or kv"
+                "--section {other}: use all, decode, device, compress, peers, cache, kv or collective"
             )));
         }
     };
@@ -248,6 +253,8 @@ fn suite(args: Args) -> Result<()> {
     }
     if args.section == "cache" {
         cache_section(&gpu, &args, &mut md)?;
+    } else if args.section == "collective" {
+        collective_section(&args, &mut md)?;
     } else if args.section == "kv" {
         kv::section(&gpu, &stream, zc, &mut md)?;
     } else if args.section == "device" {
@@ -385,6 +392,8 @@ fn header(
                 " --vertices {} --edges {} --batches {} --gpus {}",
                 args.vertices, args.edges, args.batches, args.gpus
             )
+        } else if args.section == "collective" {
+            format!(" --real-bytes {} --gpus {}", args.real_bytes, args.gpus)
         } else {
             String::new()
         },
@@ -458,7 +467,21 @@ fn cache_section(gpu: &ibp::gpu::Gpu, args: &Args, md: &mut String) -> Result<()
     Ok(())
 }
 
-/// Writes the results file (`--out`, or docs/results/<gpu>[-cache|-kv].md)
+/// `--section collective`: the compressed collectives on up to `--gpus`
+/// GPUs (feature `nccl`).
+#[cfg(feature = "nccl")]
+fn collective_section(args: &Args, md: &mut String) -> Result<()> {
+    collective::section(args.gpus, args.real_bytes, md)
+}
+
+#[cfg(all(feature = "cuda", not(feature = "nccl")))]
+fn collective_section(_: &Args, _: &mut String) -> Result<()> {
+    Err(ibp::Error::unsupported(
+        "--section collective needs the `nccl` feature: build ibp-cli with --features nccl",
+    ))
+}
+
+/// Writes the results file (`--out`, or docs/results/<gpu>[-cache|-kv|-collective].md)
 /// and, when the run decoded, its plot beside it.
 #[cfg(feature = "cuda")]
 fn write_results(args: &Args, gpu_name: &str, md: &str, picture: &plot::BenchPlot) -> Result<()> {
@@ -466,6 +489,7 @@ fn write_results(args: &Args, gpu_name: &str, md: &str, picture: &plot::BenchPlo
         let suffix = match args.section.as_str() {
             "cache" => "-cache",
             "kv" => "-kv",
+            "collective" => "-collective",
             _ => "",
         };
         PathBuf::from(format!("docs/results/{}{suffix}.md", slug(gpu_name)))
