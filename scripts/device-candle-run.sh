@@ -3,8 +3,10 @@
 # scripts/stage-candle.sh staged: the candle integration's GPU tests (with
 # IBP_REQUIRE_GPU=1: a missing device fails) and its embedding benchmark.
 # `bash .device-candle/run.sh [tests|bench|offload]` (default: all three).
-# The offload bench pins ~16 GiB of host memory and holds ~9 GiB on the GPU
-# (IBP_OFFLOAD_GIB=8); it prints its table in a few minutes.
+# The offload bench pins ~20 GiB of host memory (raw, IBP and float-coded
+# copies of the stack) and holds ~10 GiB on the GPU (IBP_OFFLOAD_GIB=8); it
+# prints its table in a few minutes (IBP_OFFLOAD_FLOAT=0 leaves the
+# float-coded way out).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cd "$here"

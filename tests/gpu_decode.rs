@@ -712,6 +712,9 @@ fn gathers_take_u32_indices_and_strided_output() {
 #[path = "gpu_decode/dma_gather.rs"]
 mod dma_gather;
 
+#[path = "gpu_decode/staged.rs"]
+mod staged;
+
 /// `Decoder::enqueue` with each kind of request: a range from the middle, a
 /// u32 gather into strided rows (the bytes between rows untouched), and the
 /// ideal read (it needs stored lengths: refused on fixed-stride rows without

@@ -256,3 +256,70 @@ fn damaged_rows_and_bad_ids_are_reported_and_zeroed() {
         .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidArgument);
 }
+
+/// A decoder without its payload on the device (`FloatDecoder::new_staged`)
+/// decodes from a staging area the caller filled, bit for bit as the CPU,
+/// and refuses the resident calls and a short or misaligned staging area.
+#[test]
+fn staged_payload_decodes_like_the_cpu() {
+    let Some(gpu) = gpu_or_skip("staged_payload_decodes_like_the_cpu") else {
+        return;
+    };
+    for (t, n, s) in [(FloatType::Bf16, 384, 4), (FloatType::F16, 101, 2)] {
+        let data = synthetic(t, 2000, n, n as u64 + 5, Some(11));
+        let rows = Rows::new(&data, n * t.bytes()).unwrap();
+        let opts = FitOptions::default().with_sub_streams(s);
+        let coded = compress(&fit(t, rows, &opts).unwrap(), rows).unwrap();
+        let dec = FloatDecoder::new_staged(&gpu, &coded).unwrap();
+        let image = FloatDecoder::staging_image(&coded);
+        assert_eq!(image.len(), dec.staging_bytes());
+        let staging = DeviceBuffer::from_slice(&image).unwrap();
+        let stream = Stream::new(StreamFlags::NON_BLOCKING, None).unwrap();
+        let mut status = DecodeStatus::new().unwrap();
+        let rows_n = coded.rows() as u64;
+        for (first, count) in [(0, rows_n), (rows_n / 3, 500), (rows_n - 1, 1)] {
+            let mut out =
+                DeviceBuffer::from_slice(&vec![POISON; count as usize * dec.row_bytes()]).unwrap();
+            let span = ibp::gpu::Span::of(&staging, 0, image.len()).unwrap();
+            dec.range_staged(&gpu, first, count, &span, &mut out, &status, &stream)
+                .unwrap();
+            stream.synchronize().unwrap();
+            status.check_blocking().unwrap();
+            let want = cpu_gather(&coded, &(first..first + count).collect::<Vec<_>>());
+            assert!(
+                copy_to_host_blocking(&out).unwrap() == want,
+                "{t} n={n}: staged range {first}+{count} differs"
+            );
+        }
+        // No payload on the device: the resident calls are refused.
+        let mut out = DeviceBuffer::<u8>::zeroed(dec.row_bytes()).unwrap();
+        let e = dec
+            .range(&gpu, 0, 1, &mut out, &status, &stream)
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+        let ids = DeviceBuffer::from_slice(&[0u64]).unwrap();
+        let e = dec
+            .gather(&gpu, &ids, &mut out, &status, &stream)
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+        // A short or misaligned staging area, rows past the end (into an
+        // output large enough, so that only those are wrong).
+        let big = DeviceBuffer::<u8>::zeroed(image.len() + 256).unwrap();
+        let mut out = DeviceBuffer::<u8>::zeroed(rows_n as usize * dec.row_bytes()).unwrap();
+        for (at, len, first) in [
+            (0, image.len() - 1, 0),
+            (8, image.len(), 0),
+            (0, image.len(), 1),
+        ] {
+            let span = ibp::gpu::Span::of(&big, at, len).unwrap();
+            let e = dec
+                .range_staged(&gpu, first, rows_n, &span, &mut out, &status, &stream)
+                .unwrap_err();
+            assert_eq!(
+                e.kind(),
+                ErrorKind::InvalidArgument,
+                "{t}: at {at} len {len}"
+            );
+        }
+    }
+}

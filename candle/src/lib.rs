@@ -39,7 +39,7 @@ pub use embedding::CompressedEmbedding;
 #[cfg(feature = "cuda")]
 pub use gpu::GpuTable;
 #[cfg(feature = "cuda")]
-pub use offload::{HostTensor, OffloadedStack};
+pub use offload::{CodedTransfer, HostTensor, OffloadOptions, OffloadedStack};
 
 /// An ibp error as candle's (`candle_core::Error::Wrapped`): the ibp error
 /// stays reachable through `source()`, kind and message included.

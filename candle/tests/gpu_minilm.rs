@@ -3,7 +3,9 @@
 //! bit-identical sentence embeddings on the GPU, in f32 and from bf16
 //! weights; the compressed embedding's forward pass on the GPU (table in
 //! device or pinned host memory) returns what candle's `Embedding` and ibp's
-//! own gather return, bit for bit.
+//! own gather return, bit for bit; MiniLM's layers offloaded every way
+//! (raw, IBP zero-copy and DMA, float-coded) compute what they compute
+//! resident, bit for bit.
 //!
 //! Without a GPU each test prints "skipped: no CUDA device" and passes;
 //! with `IBP_REQUIRE_GPU=1` that is a failure.
@@ -196,4 +198,138 @@ fn gpu_embedding_matches_candle_and_ibp_f32() {
 #[test]
 fn gpu_embedding_matches_candle_and_ibp_bf16() {
     gpu_embedding_matches(DType::BF16);
+}
+
+/// The weight names of one BERT layer (under `encoder.layer.{i}.` in the
+/// file, `layer.0.` in a one-layer encoder).
+const LAYER: [&str; 16] = [
+    "attention.self.query.weight",
+    "attention.self.query.bias",
+    "attention.self.key.weight",
+    "attention.self.key.bias",
+    "attention.self.value.weight",
+    "attention.self.value.bias",
+    "attention.output.dense.weight",
+    "attention.output.dense.bias",
+    "attention.output.LayerNorm.weight",
+    "attention.output.LayerNorm.bias",
+    "intermediate.dense.weight",
+    "intermediate.dense.bias",
+    "output.dense.weight",
+    "output.dense.bias",
+    "output.LayerNorm.weight",
+    "output.LayerNorm.bias",
+];
+
+/// MiniLM's six layers in bf16, offloaded raw, IBP-compressed (zero-copy
+/// and DMA + device decode) and float-coded, each run as a stack of twelve
+/// (every layer twice, so that both slots are refilled), give the bits the
+/// same layers give resident.
+#[test]
+fn offloaded_layers_match_resident_every_way() {
+    use candle_nn::VarBuilder;
+    use candle_transformers::models::bert::{BertEncoder, Config};
+    use ibp::Rows;
+    use ibp::float_code::{self, FloatType};
+    use ibp::layout::{LayoutOptions, compress_packed};
+    use ibp_candle::{CodedTransfer, HostTensor, OffloadOptions, OffloadedStack};
+
+    let Some(dev) = cuda() else { return };
+    let Some((_, path)) = model_files(DType::BF16) else {
+        return;
+    };
+    let Device::Cuda(cdev) = &dev else {
+        unreachable!()
+    };
+    let src = IbpTensors::open(&path).unwrap();
+    let cfg = Config {
+        num_hidden_layers: 1,
+        hidden_dropout_prob: 0.0,
+        ..minilm_config()
+    };
+    let name = |n: &str| format!("layer.0.{n}");
+    // Per real layer: (name, tensor on the CPU, its bytes).
+    let real: Vec<Vec<(String, Tensor, Vec<u8>)>> = (0..6)
+        .map(|l| {
+            LAYER
+                .iter()
+                .map(|n| {
+                    let t = src
+                        .load(&format!("encoder.layer.{l}.{n}"), &Device::Cpu)
+                        .unwrap();
+                    let b = bits(&t);
+                    (name(n), t, b)
+                })
+                .collect()
+        })
+        .collect();
+    let order: Vec<usize> = (0..12).map(|i| i % 6).collect();
+    let x = Tensor::randn(0f32, 1.0, (2, 16, 384), &dev)
+        .unwrap()
+        .to_dtype(DType::BF16)
+        .unwrap();
+    let mask = Tensor::zeros((2, 1, 1, 16), DType::BF16, &dev).unwrap();
+    let mut want = x.clone();
+    for &l in &order {
+        let map = real[l]
+            .iter()
+            .map(|(n, t, _)| (n.clone(), t.to_device(&dev).unwrap()))
+            .collect();
+        let enc =
+            BertEncoder::load(VarBuilder::from_tensors(map, DType::BF16, &dev), &cfg).unwrap();
+        want = enc.forward(&want, &mask).unwrap();
+    }
+    let want = bits(&want);
+
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    enum Kept {
+        Raw,
+        Ibp,
+        Float,
+    }
+    let gpu = Gpu::new(0).unwrap();
+    let tensor = |kept: Kept, (n, t, b): &(String, Tensor, Vec<u8>)| -> HostTensor {
+        let shape = t.shape().clone();
+        if t.rank() != 2 || kept == Kept::Raw {
+            return HostTensor::raw(n, DType::BF16, shape, b).unwrap();
+        }
+        let rows = Rows::new(b, t.dims()[1] * 2).unwrap();
+        if kept == Kept::Ibp {
+            let f = ibp::fit::fit(rows, &ibp::fit::FitOptions::default()).unwrap();
+            let p = compress_packed(&f.codebook, rows, &LayoutOptions::default()).unwrap();
+            HostTensor::compressed(&gpu, n, DType::BF16, shape, &f.codebook, &p.view()).unwrap()
+        } else {
+            let fc =
+                float_code::fit(FloatType::Bf16, rows, &float_code::FitOptions::default()).unwrap();
+            let coded = float_code::compress(&fc, rows).unwrap();
+            HostTensor::float_coded(&gpu, n, DType::BF16, shape, &coded).unwrap()
+        }
+    };
+    for (kept, transfer) in [
+        (Kept::Raw, CodedTransfer::Dma),
+        (Kept::Ibp, CodedTransfer::ZeroCopy),
+        (Kept::Ibp, CodedTransfer::Dma),
+        (Kept::Float, CodedTransfer::Dma),
+    ] {
+        let layers = order
+            .iter()
+            .map(|&l| real[l].iter().map(|r| tensor(kept, r)).collect())
+            .collect();
+        let opts = OffloadOptions::default().with_transfer(transfer);
+        let stack = OffloadedStack::with_options(cdev, Gpu::new(0).unwrap(), layers, opts, |vb| {
+            BertEncoder::load(vb, &cfg)
+        })
+        .unwrap();
+        let (link, whole) = stack.bytes();
+        assert!(kept == Kept::Raw || link < whole, "{kept:?}: nothing saved");
+        // Twice: the second pass refills slots the first one used.
+        for pass in 0..2 {
+            let got = stack.forward(&x, |l, h| l.forward(h, &mask)).unwrap();
+            stack.check_blocking().unwrap();
+            assert!(
+                bits(&got) == want,
+                "{kept:?} {transfer:?}, pass {pass}: differs from resident"
+            );
+        }
+    }
 }

@@ -33,7 +33,7 @@ use cust::memory::{DeviceBuffer, DeviceSlice};
 use ibp_kernels::params::FloatDecodeParams;
 
 use super::launch::resident_blocks;
-use super::memory::GpuWritable;
+use super::memory::{GpuReadable, GpuWritable, Span};
 use super::stream::GpuStream;
 use super::{DecodeStatus, Gpu, cuda_err, kernels};
 use crate::error::{Error, Result};
@@ -54,7 +54,9 @@ const PAYLOAD_PAD: usize = 16;
 /// reports damaged rows and ids past the end in a [`DecodeStatus`]
 /// (zeroing their output rows), as [`super::Decoder`] does.
 pub struct FloatDecoder {
-    payload: DeviceBuffer<u8>,
+    /// The payload on the device; `None` for a decoder made by
+    /// [`FloatDecoder::new_staged`], whose payload the caller stages.
+    payload: Option<DeviceBuffer<u8>>,
     table: DeviceBuffer<u8>,
     bases: DeviceBuffer<u8>,
     rel: DeviceBuffer<u8>,
@@ -84,20 +86,54 @@ impl FloatDecoder {
     /// default) or rows longer than 16 MiB, and with
     /// [`crate::ErrorKind::Cuda`] when the memory cannot be allocated.
     pub fn new(gpu: &Gpu, coded: &FloatCoded) -> Result<Self> {
-        let img = coded.device_image()?;
         let mut payload = Vec::new();
         payload
             .try_reserve_exact(coded.payload().len() + PAYLOAD_PAD)
             .map_err(|_| Error::out_of_memory(coded.payload().len(), "the payload's upload"))?;
         payload.extend_from_slice(coded.payload());
         payload.resize(coded.payload().len() + PAYLOAD_PAD, 0);
+        let payload = DeviceBuffer::from_slice(&payload)
+            .map_err(cuda_err("uploading a float-coded payload"))?;
+        let mut dec = Self::without_payload(gpu, coded)?;
+        dec.payload = Some(payload);
+        Ok(dec)
+    }
+
+    /// Upload `coded`'s index and decode table but not its payload: each
+    /// decode ([`FloatDecoder::range_staged`]) reads the payload from a
+    /// staging area the caller filled (a DMA copy of
+    /// [`FloatDecoder::staging_image`]), so the payload itself can stay in
+    /// host memory between uses (offloaded weights). Allocates and copies
+    /// the index and table, synchronously; errors as [`FloatDecoder::new`].
+    pub fn new_staged(gpu: &Gpu, coded: &FloatCoded) -> Result<Self> {
+        Self::without_payload(gpu, coded)
+    }
+
+    /// The bytes a staging area for [`FloatDecoder::range_staged`] holds:
+    /// the payload, then zeroed padding (the decoder reads whole words
+    /// around a row's bytes). Copy them into device memory as they are.
+    pub fn staging_image(coded: &FloatCoded) -> Vec<u8> {
+        let mut v = coded.payload().to_vec();
+        v.resize(coded.payload().len() + PAYLOAD_PAD, 0);
+        v
+    }
+
+    /// Bytes of [`FloatDecoder::staging_image`]: what a staging area must
+    /// hold.
+    pub fn staging_bytes(&self) -> usize {
+        self.params.payload_len as usize + PAYLOAD_PAD
+    }
+
+    /// The index and table on the device; the payload's address is the
+    /// caller's to fill.
+    fn without_payload(gpu: &Gpu, coded: &FloatCoded) -> Result<Self> {
+        let img = coded.device_image()?;
         let up = |b: &[u8], what: &'static str| DeviceBuffer::from_slice(b).map_err(cuda_err(what));
-        let payload = up(&payload, "uploading a float-coded payload")?;
         let table = up(&img.table, "uploading a float-code table")?;
         let bases = up(&img.bases, "uploading a float-coded index")?;
         let rel = up(&img.rel, "uploading a float-coded index")?;
         let params = FloatDecodeParams {
-            payload: payload.as_device_ptr().as_raw(),
+            payload: 0,
             bases: bases.as_device_ptr().as_raw(),
             rel: rel.as_device_ptr().as_raw(),
             table: table.as_device_ptr().as_raw(),
@@ -106,7 +142,7 @@ impl FloatDecoder {
         };
         let resident = resident_blocks(gpu, kernels::FLOAT_DECODE, 32 * WARPS, img.table.len())?;
         Ok(Self {
-            payload,
+            payload: None,
             table,
             bases,
             rel,
@@ -127,7 +163,10 @@ impl FloatDecoder {
 
     /// Bytes the group takes in device memory (payload, index, table).
     pub fn device_bytes(&self) -> usize {
-        self.payload.len() + self.table.len() + self.bases.len() + self.rel.len()
+        self.payload.as_ref().map_or(0, |p| p.len())
+            + self.table.len()
+            + self.bases.len()
+            + self.rel.len()
     }
 
     /// Enqueue the decode of rows `first .. first + count` into `out` (row
@@ -154,7 +193,64 @@ impl FloatDecoder {
                 self.params.rows
             )));
         }
-        self.enqueue(gpu, 0, first, count, out, status, stream)
+        let payload = self.resident_payload()?;
+        self.enqueue(gpu, payload, 0, first, count, out, status, stream)
+    }
+
+    /// [`FloatDecoder::range`] for a decoder made by
+    /// [`FloatDecoder::new_staged`] (or any other): the payload is read from
+    /// `staged`, device memory holding [`FloatDecoder::staging_image`] of
+    /// the group, copied there by the caller and complete (or ordered
+    /// before `stream`) when the launch runs. What the staging area holds
+    /// otherwise decodes to wrong rows or is reported as damaged, never
+    /// read out of bounds.
+    ///
+    /// Errors as [`FloatDecoder::range`], and with
+    /// [`crate::ErrorKind::InvalidArgument`] for a staging area shorter than
+    /// [`FloatDecoder::staging_bytes`] or not aligned to
+    /// [`super::STAGING_ALIGN`] bytes.
+    #[allow(clippy::too_many_arguments)]
+    pub fn range_staged<O: GpuWritable + ?Sized, S: GpuStream + ?Sized>(
+        &self,
+        gpu: &Gpu,
+        first: u64,
+        count: u64,
+        staged: &Span<'_>,
+        out: &mut O,
+        status: &DecodeStatus,
+        stream: &S,
+    ) -> Result<()> {
+        if first
+            .checked_add(count)
+            .is_none_or(|end| end > self.params.rows)
+        {
+            return Err(Error::invalid(format!(
+                "rows {first}..{first}+{count} of a group of {} rows",
+                self.params.rows
+            )));
+        }
+        let addr = staged.device_addr();
+        if !addr.is_multiple_of(super::STAGING_ALIGN as u64)
+            || staged.byte_len() < self.staging_bytes()
+        {
+            return Err(Error::invalid(format!(
+                "a staging area of {} bytes at {addr:#x}; the payload needs {} bytes aligned to {} (FloatDecoder::staging_bytes)",
+                staged.byte_len(),
+                self.staging_bytes(),
+                super::STAGING_ALIGN
+            )));
+        }
+        self.enqueue(gpu, addr, 0, first, count, out, status, stream)
+    }
+
+    /// The payload's device address; errors for a staged decoder.
+    fn resident_payload(&self) -> Result<u64> {
+        match &self.payload {
+            Some(p) => Ok(p.as_device_ptr().as_raw()),
+            None => Err(Error::invalid(
+                "this float decoder keeps no payload on the device (FloatDecoder::new_staged); decode with range_staged",
+            )),
+        }
     }
 
     /// Enqueue the decode of rows `ids` (any order, repeats allowed) into
@@ -172,15 +268,17 @@ impl FloatDecoder {
         stream: &S,
     ) -> Result<()> {
         let addr = ids.as_device_ptr().as_raw();
-        self.enqueue(gpu, addr, 0, ids.len() as u64, out, status, stream)
+        let payload = self.resident_payload()?;
+        self.enqueue(gpu, payload, addr, 0, ids.len() as u64, out, status, stream)
     }
 
     /// The one launch: `count` output rows, from `ids` (an address, 0 for
-    /// the range from `first`).
+    /// the range from `first`), the payload at `payload`.
     #[allow(clippy::too_many_arguments)]
     fn enqueue<O: GpuWritable + ?Sized, S: GpuStream + ?Sized>(
         &self,
         gpu: &Gpu,
+        payload: u64,
         ids: u64,
         first: u64,
         count: u64,
@@ -208,6 +306,7 @@ impl FloatDecoder {
             return Ok(());
         }
         let p = FloatDecodeParams {
+            payload,
             ids,
             first,
             count,
@@ -220,8 +319,11 @@ impl FloatDecoder {
         let g = self.params.sub_streams.next_power_of_two();
         let per_block = u64::from(WARPS * (32 / g));
         let grid = count.div_ceil(per_block).min(u64::from(self.resident)) as u32;
-        // SAFETY: the payload (padded by PAYLOAD_PAD), index and table are
-        // this decoder's device buffers laid out by `device_image`, as
+        // SAFETY: the payload (padded by PAYLOAD_PAD) is this decoder's
+        // device buffer or a staging area the caller vouched for as device
+        // memory of at least `staging_bytes` (a `Span`, checked by
+        // `range_staged`); index and table are this decoder's device
+        // buffers laid out by `device_image`, as
         // FloatDecodeParams requires; `ids` holds `count` u64 (a
         // DeviceSlice's length) or is 0 with `first + count <= rows`
         // (checked by `range`); `out` holds `count` rows of `l` bytes,

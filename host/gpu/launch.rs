@@ -78,7 +78,29 @@ impl Gpu {
     /// Blocks of `block` threads with `shared` bytes of dynamic shared
     /// memory that one SM holds at once for kernel `k` (opting in to more
     /// than 48 KiB first).
+    ///
+    /// Q: why remember the answers?
+    /// A: every `Decoder::new` asks, and a caller that makes a decoder per
+    /// call (a candle module's forward pass, an offloaded layer's load)
+    /// would pay the driver's occupancy calculation each time: several µs
+    /// of host time, as much as a small gather's kernel. The answer depends
+    /// only on the kernel, the block and the shared memory.
     pub(crate) fn blocks_per_sm<P>(&self, k: Kernel<P>, block: u32, shared: usize) -> Result<u32> {
+        let key = (k.name(), block, shared);
+        let memo = || {
+            self.occupancy
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+        };
+        if let Some(&n) = memo().get(&key) {
+            return Ok(n);
+        }
+        let n = self.blocks_per_sm_uncached(k, block, shared)?;
+        memo().insert(key, n);
+        Ok(n)
+    }
+
+    fn blocks_per_sm_uncached<P>(&self, k: Kernel<P>, block: u32, shared: usize) -> Result<u32> {
         let f = self
             .module
             .get_function(k.name())

@@ -135,7 +135,7 @@ pub use compress::{Compressor, DeviceCompressed, MAX_ROW_BYTES};
 pub use dataset::{GpuDataset, Payload, Residency};
 pub use decode::{
     DEFAULT_DMA_PIECE_BYTES, DecodeOptions, DecodeStatus, Decoder, DmaScratch, GatherIndex, Mode,
-    RangeCalibration, RangePath, Request,
+    RangeCalibration, RangePath, Request, STAGING_ALIGN,
 };
 pub use driver::copy_to_host_blocking;
 pub use driver::function::{DEFAULT_MAX_DYNAMIC_SHARED, set_max_dynamic_shared};
@@ -216,6 +216,9 @@ pub struct DeviceInfo {
 pub struct Gpu {
     // Field order matters for drop order: the module before the context.
     module: Module,
+    /// [`Gpu::blocks_per_sm`]'s answers, by kernel name, block and shared
+    /// bytes (see there).
+    occupancy: std::sync::Mutex<std::collections::HashMap<(&'static str, u32, usize), u32>>,
     info: DeviceInfo,
     ordinal: u32,
     device: Device,
@@ -266,6 +269,7 @@ impl Gpu {
         .map_err(cuda_err("loading ibp's PTX"))?;
         Ok(Self {
             module,
+            occupancy: Default::default(),
             info,
             ordinal,
             device,

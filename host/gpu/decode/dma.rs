@@ -558,7 +558,7 @@ impl<'ds> Decoder<'ds> {
 
 impl Decoder<'_> {
     /// The dataset the DMA paths read (they need its host tables).
-    fn dataset(&self) -> Result<&GpuDataset> {
+    pub(super) fn dataset(&self) -> Result<&GpuDataset> {
         self.ds.ok_or_else(|| {
             Error::invalid(
                 "the DMA paths decode a dataset; this decoder was sized for a book alone",

@@ -13,6 +13,7 @@
 mod decoder;
 mod dma;
 mod request;
+mod staged;
 
 use cust::memory::DeviceBuffer;
 use ibp_kernels::params::{STATUS_BAD_INDEX, STATUS_CORRUPT};
@@ -21,6 +22,7 @@ pub use decoder::Decoder;
 pub(crate) use decoder::Shape;
 pub use dma::{DEFAULT_DMA_PIECE_BYTES, DmaScratch, RangeCalibration, RangePath};
 pub use request::{Mode, Request};
+pub use staged::STAGING_ALIGN;
 
 use crate::gpu::rows_view::Fetch;
 
