@@ -20,6 +20,9 @@ cd "$(dirname "$0")/.."
 source scripts/env.sh
 source scripts/candle-env.sh
 [ -x "$(command -v nvcc)" ] || { echo "no nvcc: run scripts/setup-candle.sh first" >&2; exit 1; }
+# Lints first: CI's clippy leaves this package out (scripts/test.sh says
+# why), so its CUDA half is checked here, where it is built.
+cargo clippy --release -p ibp-candle --features cuda --all-targets -- -D warnings
 out=.device-candle
 rm -rf "$out" && mkdir -p "$out/bin" "$out/data"
 {
