@@ -253,6 +253,13 @@ fn encode_row_of<const E: usize>(
         // run-time length costs a mispredicted exit per group; K fixed
         // unrolls it. K·r stays within the writer's 56 bits.
         match sh.r {
+            // One-byte elements with a one-bit residual (FP8's defaults:
+            // the sign, or the lowest mantissa bit): eight residuals are
+            // gathered from one word by a multiply.
+            1 if E == 1 => {
+                let bit = if sh.low == 0 { sh.width } else { 0 };
+                put_byte_bits(&mut w, row, bit);
+            }
             1..=7 => put_residuals::<E, 8>(&mut w, elems, sh.r, residual),
             8..=14 => put_residuals::<E, 4>(&mut w, elems, sh.r, residual),
             15..=28 => put_residuals::<E, 2>(&mut w, elems, sh.r, residual),
@@ -355,6 +362,29 @@ fn put_residuals<const E: usize, const K: usize>(
     }
     for v in tail {
         w.put(residual(v), r);
+    }
+}
+
+/// Write bit `bit` of every byte of `bytes`, byte `j`'s at position `j`.
+///
+/// Q: how does one multiply gather eight bits? A: with the bits isolated at
+/// positions `8j` of a word, the multiplier `Σ 2^(56 − 7j)` moves bit `8j`
+/// to `56 + j`; every other product lands at `56 + 8(i − j) + j`, outside
+/// bits 56–63 for `i ≠ j`, and no two products share a position, so
+/// nothing carries. Measured on MiniLM fp8 (docs/results/entropy-ratio-cpu.md):
+/// compress 0.33 → 0.43 GB/s a core.
+#[inline(always)]
+fn put_byte_bits(w: &mut BitWriter<'_>, bytes: &[u8], bit: u32) {
+    let gather = |g: &[u8; 8]| {
+        let x = (u64::from_le_bytes(*g) >> bit) & 0x0101_0101_0101_0101;
+        x.wrapping_mul(0x0102_0408_1020_4080) >> 56
+    };
+    let (groups, tail) = bytes.as_chunks::<8>();
+    for g in groups {
+        w.put(gather(g), 8);
+    }
+    for &v in tail {
+        w.put(u64::from(v >> bit & 1), 1);
     }
 }
 
