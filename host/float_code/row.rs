@@ -563,3 +563,38 @@ fn decode_row_of<const E: usize>(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The bits `put_byte_bits` writes are those of the general residual
+    /// writer for one-byte elements with one residual bit, for every bit
+    /// position and every tail length.
+    #[test]
+    fn byte_bits_by_multiply_equal_the_general_writer() {
+        let mut s = 0x2545_f491_4f6c_dd1du64;
+        let bytes: Vec<u8> = (0..75)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                s as u8
+            })
+            .collect();
+        for bit in 0..8 {
+            for n in 0..bytes.len() {
+                let row = &bytes[..n];
+                let (mut a, mut b) = (vec![0u8; n + 16], vec![0u8; n + 16]);
+                let mut wa = BitWriter::new(&mut a);
+                put_byte_bits(&mut wa, row, bit);
+                let la = wa.finish();
+                let mut wb = BitWriter::new(&mut b);
+                let elems = row.as_chunks::<1>().0;
+                put_residuals::<1, 8>(&mut wb, elems, 1, |v| u64::from(v[0] >> bit & 1));
+                let lb = wb.finish();
+                assert_eq!((la, &a[..la]), (lb, &b[..lb]), "bit {bit}, {n} bytes");
+            }
+        }
+    }
+}
