@@ -342,8 +342,10 @@ impl Communicator {
     /// in-place `ncclBroadcast` per owner and piece, all ranks in one
     /// group), and each piece is decoded on its rank's stream as soon as it
     /// has arrived, while the next piece travels; a rank's own rows are
-    /// decoded at once. No host synchronisation, no allocation:
-    /// [`Communicator::finish_blocking`] waits and checks the decodes.
+    /// decoded at once. No host synchronisation and no device allocation
+    /// (the call builds its plan and one decoder a rank in small host
+    /// vectors): [`Communicator::finish_blocking`] waits and checks the
+    /// decodes.
     ///
     /// `out[r]` must be memory of rank `r`'s GPU. Errors
     /// ([`crate::ErrorKind::InvalidArgument`], before anything is
@@ -567,8 +569,9 @@ impl Communicator {
     /// The remote rows' compressed bytes travel in runs of consecutive
     /// rows (one `ncclSend`/`ncclRecv` pair each, all in one group) into
     /// their place in each rank's payload; then one gather decode per
-    /// rank reads own and arrived rows alike. No synchronisation, no
-    /// allocation.
+    /// rank reads own and arrived rows alike. No synchronisation and no
+    /// device allocation (the decoders are small host values, made per
+    /// call).
     pub fn all_to_all<O: GpuWritable>(
         &mut self,
         rows: &ShardedRows,
