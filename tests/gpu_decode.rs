@@ -209,6 +209,39 @@ fn decode_matches_original_for_every_chunk_size_length_and_mix() {
     }
 }
 
+#[test]
+fn lane_decoder_matches_original_for_every_chunk_size_length_and_mix() {
+    let Some(gpu) =
+        gpu_or_skip("lane_decoder_matches_original_for_every_chunk_size_length_and_mix")
+    else {
+        return;
+    };
+    // A lane a tensor (`ibp_decode_lanes`) forced on: it serves the rows in
+    // device memory; pinned rows still take the batch decoder.
+    let lanes = DecodeOptions::default().with_lanes(true);
+    let mut rng = Rng(0x1a9e5);
+    for chunk in ChunkSize::ALL {
+        for &l in &[1usize, 3, 4, 7, 33, 100, 256, 768, 1000, 1531, 4099] {
+            for mix in [Mix::Encoded, Mix::Raw, Mix::Mixed] {
+                let n = (2_000_000 / l).clamp(3, 900);
+                let (data, cb) = dataset(&mut rng, l, n, chunk, mix);
+                let what = format!("lanes C={} L={l} {mix:?}", chunk.bytes());
+                check_with(&gpu, &mut rng, &data, l, &cb, &what, &lanes);
+            }
+        }
+        for kind in 0..3 {
+            let l = 1536;
+            let data = class_rows(&mut rng, kind, 300, l);
+            let rows = Rows::new(&data, l).unwrap();
+            let opts =
+                ibp::fit::FitOptions::default().with_chunk(ibp::fit::ChunkChoice::Fixed(chunk));
+            let cb = ibp::fit::fit(rows, &opts).unwrap().codebook;
+            let what = format!("lanes classes C={} kind {kind}", chunk.bytes());
+            check_with(&gpu, &mut rng, &data, l, &cb, &what, &lanes);
+        }
+    }
+}
+
 /// Rows whose codebooks put every step class of the batch decoder to work:
 /// f32 values with a narrow exponent range (free bits in two runs), sparse
 /// rows (columns without free bits, Cora's shape) and random patterns
@@ -314,7 +347,12 @@ fn corrupt_tensors_are_reported_and_zeroed_without_stray_writes() {
     );
     let rows = Rows::new(&data, l).unwrap();
     let mut found = 0;
-    for layout in ["packed", "fixed"] {
+    for (layout, opts) in [
+        ("packed", DecodeOptions::default()),
+        ("fixed", DecodeOptions::default()),
+        ("packed", DecodeOptions::default().with_lanes(true)),
+        ("fixed", DecodeOptions::default().with_lanes(true)),
+    ] {
         for trial in 0..40 {
             let (mut bytes, ds_of): (Vec<u8>, Uploader) = if layout == "packed" {
                 let p = compress_packed(&cb, rows, &LayoutOptions::default()).unwrap();
@@ -362,7 +400,7 @@ fn corrupt_tensors_are_reported_and_zeroed_without_stray_writes() {
             bytes[start + bit / 8] ^= 1 << (bit % 8);
             let ds = ds_of(&bytes);
             let index: Vec<u64> = (0..n as u64).collect();
-            match gpu_gather(&gpu, &ds, &index, &DecodeOptions::default()) {
+            match gpu_gather(&gpu, &ds, &index, &opts) {
                 Ok(out) => {
                     // The flip landed where it changes only the value of a
                     // raw chunk's bits: then only that tensor may differ.
@@ -370,7 +408,8 @@ fn corrupt_tensors_are_reported_and_zeroed_without_stray_writes() {
                     for (r, (a, b)) in out.chunks(l).zip(want.chunks(l)).enumerate() {
                         assert!(
                             a == b || r == victim,
-                            "{layout} trial {trial}: row {r} changed"
+                            "{layout} {:?} trial {trial}: row {r} changed",
+                            opts.lanes
                         );
                     }
                 }
@@ -378,7 +417,8 @@ fn corrupt_tensors_are_reported_and_zeroed_without_stray_writes() {
                     assert_eq!(
                         e.kind(),
                         ibp::ErrorKind::Corrupt,
-                        "{layout} trial {trial}: {e}"
+                        "{layout} {:?} trial {trial}: {e}",
+                        opts.lanes
                     );
                     found += 1;
                 }
@@ -386,14 +426,19 @@ fn corrupt_tensors_are_reported_and_zeroed_without_stray_writes() {
         }
     }
     assert!(
-        found > 10,
-        "only {found} of 80 damaged datasets were reported corrupt"
+        found > 20,
+        "only {found} of 160 damaged datasets were reported corrupt"
     );
     // An index out of range is reported, not read.
     let packed = compress_packed(&cb, rows, &LayoutOptions::default()).unwrap();
     let ds = GpuDataset::upload_packed(&gpu, &cb, &packed.view(), Residency::Device).unwrap();
-    let err = gpu_gather(&gpu, &ds, &[0, n as u64 + 5, 1], &DecodeOptions::default()).unwrap_err();
-    assert_eq!(err.kind(), ibp::ErrorKind::InvalidArgument);
+    for opts in [
+        DecodeOptions::default(),
+        DecodeOptions::default().with_lanes(true),
+    ] {
+        let err = gpu_gather(&gpu, &ds, &[0, n as u64 + 5, 1], &opts).unwrap_err();
+        assert_eq!(err.kind(), ibp::ErrorKind::InvalidArgument);
+    }
 }
 
 #[test]

@@ -194,6 +194,42 @@ unsafe fn decode_batch<const PAIRS: bool>(p: DecodeParams) {
     unsafe { crate::detail::decode::run::<_, _, false, PAIRS>(&Hw, &SharedBook(base), p, true, at) }
 }
 
+/// Decompression a lane a tensor (`crate::detail::decode::lanes`): each
+/// thread of the grid decodes output rows `thread, thread + threads, …`,
+/// with the decode book copied into shared memory once per block.
+///
+/// # Safety
+/// As `crate::detail::decode::lanes::run`; the launch provides
+/// `book_smem_bytes` (the whole book), rounded up to 16, then
+/// `LANE_RING_BYTES` a thread of dynamic shared memory.
+#[kernel]
+pub unsafe fn ibp_decode_lanes(p: DecodeParams) {
+    let p = global_decode(p);
+    let base = arch::dyn_smem_base();
+    let words = p.book_smem_bytes / 4;
+    let mut i = arch::thread_idx();
+    while i < words {
+        // SAFETY: i·4 < book_smem_bytes <= the book's length.
+        unsafe { arch::st_shared_u32(base + i * 4, arch::ld_global_u32(p.book + i as u64 * 4)) };
+        i += arch::block_dim();
+    }
+    arch::sync_threads();
+    let rings = base + p.book_smem_bytes.next_multiple_of(16);
+    let ring = rings + arch::thread_idx() * crate::detail::decode::lanes::LANE_RING_BYTES;
+    // SAFETY: forwarded contract; the book is in shared memory at `base`,
+    // each thread's ring after it.
+    unsafe {
+        crate::detail::decode::lanes::run(
+            &Hw,
+            &SharedBook(base),
+            p,
+            ring,
+            arch::global_thread(),
+            arch::grid_threads(),
+        )
+    }
+}
+
 /// Decompression in streaming mode (large tensors).
 ///
 /// # Safety
@@ -769,6 +805,33 @@ mod probe {
     probe!(ibp_probe_c4_any, 4, ANY, 255);
     probe!(ibp_probe_c2_any, 2, ANY, 255);
     probe!(ibp_probe_c1_any, 1, ANY, 255);
+    /// The lane decoder (`crate::detail::decode::lanes`) with its class
+    /// fixed: `ibp_probe_lanes_c{C}_{two,gen}`; its loop body is a lane
+    /// step (512 output bytes a warp, as the batch step).
+    macro_rules! lanes_probe {
+        ($name:ident, $c:literal, $class:expr) => {
+            /// Probe (see the module).
+            ///
+            /// # Safety
+            /// Never launched; built for its SASS only.
+            #[kernel]
+            pub unsafe fn $name(p: DecodeParams) {
+                // SAFETY: never launched.
+                unsafe {
+                    crate::detail::decode::lanes::probe::<$c, { $class }, _, _>(
+                        &Hw,
+                        &SharedBook(0),
+                        p,
+                    )
+                }
+            }
+        };
+    }
+    lanes_probe!(ibp_probe_lanes_c8_two, 8, CLASS_TWO_RUNS);
+    lanes_probe!(ibp_probe_lanes_c4_two, 4, CLASS_TWO_RUNS);
+    lanes_probe!(ibp_probe_lanes_c2_two, 2, CLASS_TWO_RUNS);
+    lanes_probe!(ibp_probe_lanes_c1_two, 1, CLASS_TWO_RUNS);
+    lanes_probe!(ibp_probe_lanes_c4_none, 4, CLASS_NONE_FREE);
     probe!(ibp_probe_c8_none_half, 8, CLASS_NONE_FREE, 1, 16);
     probe!(ibp_probe_c8_two_half, 8, CLASS_TWO_RUNS, 1, 16);
     probe!(ibp_probe_c4_two_half, 4, CLASS_TWO_RUNS, 1, 16);

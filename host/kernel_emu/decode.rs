@@ -84,7 +84,7 @@ impl EmuStorage {
 
 /// Run the whole decode kernel (`ibp_kernels::detail::decode::run`) on the CPU, one
 /// emulated warp after another, as the host launcher would size it (batch
-/// mode unless `streaming`, or when tensors are too long for it). Returns
+/// mode for `EmuKernel::Batch` unless tensors are too long for it). Returns
 /// the output rows (poisoned first) and the two status words.
 #[allow(clippy::too_many_arguments)]
 fn emu_kernel(
@@ -93,7 +93,7 @@ fn emu_kernel(
     layout: EmuStorage,
     index: Option<&[u64]>,
     count: u64,
-    streaming: bool,
+    kernel: EmuKernel,
     fetch: u32,
     corrupt: Option<Corrupt>,
 ) -> (Vec<u8>, [u64; 2]) {
@@ -104,7 +104,7 @@ fn emu_kernel(
         layout,
         wide.as_deref().map(EmuIndex::U64),
         count,
-        streaming,
+        kernel,
         fetch,
         corrupt,
         rows.row_bytes(),
@@ -132,6 +132,47 @@ impl Corrupt {
     }
 }
 
+/// Which decode kernel an emulated launch runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum EmuKernel {
+    /// `ibp_decode` or `ibp_decode_pairs` (batch mode; streaming when
+    /// tensors are too long for it).
+    Batch,
+    /// `ibp_decode_stream`.
+    Streaming,
+    /// `ibp_decode_lanes`.
+    Lanes,
+}
+
+/// Run the lane decoder (`ibp_kernels::detail::decode::lanes::run`) on one
+/// emulated warp of which 8 lanes work, so that each lane decodes several
+/// tensors in turn, the book read from host memory.
+fn emu_lanes(book: &Aligned, mut p: ibp_kernels::params::DecodeParams) {
+    use ibp_kernels::detail::decode::lanes::LANE_RING_BYTES;
+    use ibp_kernels::simt::Lanes;
+    p.book = book.addr();
+    p.book_smem_bytes = 0;
+    // Each lane's ring, filled with garbage.
+    let smem = Aligned::from(&vec![0x5au8; 32 * LANE_RING_BYTES as usize]);
+    run_warp_with(smem.addr(), |w| {
+        if w.lane() < 8 {
+            // SAFETY: every buffer is sized as DecodeParams requires, the
+            // payload in whole lines (`Lined`), the book in host memory,
+            // each lane's ring inside the shared memory.
+            unsafe {
+                ibp_kernels::detail::decode::lanes::run(
+                    w,
+                    &HostBytes(book.addr()),
+                    p,
+                    w.lane() * LANE_RING_BYTES,
+                    w.lane() as u64,
+                    8,
+                )
+            }
+        }
+    });
+}
+
 /// Row numbers of an emulated gather, in either width.
 #[derive(Clone, Copy)]
 enum EmuIndex<'a> {
@@ -148,7 +189,7 @@ fn emu_kernel_with(
     layout: EmuStorage,
     index: Option<EmuIndex<'_>>,
     count: u64,
-    streaming: bool,
+    kernel: EmuKernel,
     fetch: u32,
     corrupt: Option<Corrupt>,
     stride: usize,
@@ -252,7 +293,18 @@ fn emu_kernel_with(
         },
         ..Default::default()
     };
-    emu_launch(cb, &book, p, max_stored, streaming, half_lines, false);
+    match kernel {
+        EmuKernel::Lanes => emu_lanes(&book, p),
+        _ => emu_launch(
+            cb,
+            &book,
+            p,
+            max_stored,
+            kernel == EmuKernel::Streaming,
+            half_lines,
+            false,
+        ),
+    }
     let st = bytemuck::cast_slice::<u8, u64>(status.bytes());
     (out.bytes().to_vec(), [st[0], st[1]])
 }

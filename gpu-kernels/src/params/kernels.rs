@@ -118,6 +118,10 @@ kernels! {
     DECODE_PAIRS: DecodeParams = "ibp_decode_pairs";
     /// Decompression in streaming mode (large tensors).
     DECODE_STREAM: DecodeParams = "ibp_decode_stream";
+    /// Decompression a lane a tensor (device memory, many tensors). 96
+    /// registers (from 116 for sm_90): five warps a partition in blocks of
+    /// four warps, no spills; at 80 it spills 24 bytes.
+    DECODE_LANES: DecodeParams = "ibp_decode_lanes", max_registers = 96;
     /// Decompression of a clustered dataset in batch mode.
     DECODE_CLUSTERED: DecodeParams = "ibp_decode_clustered";
     /// Decompression of a clustered dataset in streaming mode.

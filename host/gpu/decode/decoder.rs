@@ -4,6 +4,7 @@
 use crate::gpu::memory::GpuWritable;
 use crate::gpu::stream::GpuStream;
 use cust::memory::DeviceSlice;
+use ibp_kernels::detail::decode::lanes::LANE_RING_BYTES;
 use ibp_kernels::params::{
     DECODE_FLAG_NO_CLASSES, DECODE_FLAG_NO_PREFIX, DECODE_FLAG_TRIM, DECODE_MODE_DECODE,
     DECODE_MODE_IDEAL, DecodeParams, FETCH_CP_ASYNC, FETCH_LOAD_STORE, WORKSPACE_PAD,
@@ -56,6 +57,11 @@ pub struct Decoder<'ds> {
     pub(crate) batch: bool,
     /// Two tensors a warp in batch mode (`ibp_decode_pairs`).
     pub(crate) pairs: bool,
+    /// The lane decoder's grid (`ibp_decode_lanes`), where it may run:
+    /// unclustered rows in device memory, the book in shared memory.
+    pub(crate) lanes: Option<LaneGrid>,
+    /// The caller's choice ([`DecodeOptions::lanes`]).
+    pub(crate) lanes_forced: Option<bool>,
     /// The caller's choice of fetch ([`DecodeOptions::fetch`]); `None`: by
     /// where each launch's rows live.
     pub(crate) fetch: Option<Fetch>,
@@ -65,6 +71,26 @@ pub struct Decoder<'ds> {
     /// and the first calls may race to calibrate.
     pub(crate) range_choice: std::sync::Mutex<Option<super::RangeCalibration>>,
 }
+
+/// The lane decoder's launch shape: blocks of `block` threads, at most
+/// `grid` blocks (those resident at once), `shared` bytes of shared memory
+/// a block (the book, then a ring a thread).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LaneGrid {
+    pub grid: u32,
+    pub block: u32,
+    pub shared: u32,
+    /// The book's bytes (the first of `shared`).
+    pub book: u32,
+    /// SMs the grid spans.
+    pub sms: u32,
+}
+
+/// Threads per block of the lane decoder.
+///
+/// Q: why four warps? A: at its cap of 96 registers an SM partition holds
+/// five warps; blocks of eight would leave it at four (two blocks an SM).
+const LANE_BLOCK: u32 = 128;
 
 /// What the decoder's sizing needs to know of the rows besides the book.
 #[derive(Clone, Copy, Debug)]
@@ -206,6 +232,25 @@ impl<'ds> Decoder<'ds> {
             .max_sms
             .unwrap_or(info.sm_count)
             .clamp(1, info.sm_count);
+        // The lane decoder: the whole book in shared memory, nothing else.
+        // The lane decoder: the whole book in shared memory, then a ring a
+        // thread.
+        let lane_shared =
+            book_len.next_multiple_of(16) + LANE_BLOCK as u64 * LANE_RING_BYTES as u64;
+        let lanes = if shape.host || clustered || opts.lanes == Some(false) || lane_shared > budget
+        {
+            None
+        } else {
+            let per_sm =
+                gpu.blocks_per_sm(kernels::DECODE_LANES, LANE_BLOCK, lane_shared as usize)?;
+            (per_sm > 0).then_some(LaneGrid {
+                grid: per_sm * sms,
+                block: LANE_BLOCK,
+                shared: lane_shared as u32,
+                book: book_len as u32,
+                sms,
+            })
+        };
         Ok(Decoder {
             book,
             ds: None,
@@ -222,6 +267,8 @@ impl<'ds> Decoder<'ds> {
             pbuf_words,
             batch,
             pairs,
+            lanes,
+            lanes_forced: opts.lanes,
             fetch: opts.fetch,
             range_choice: std::sync::Mutex::new(None),
         })
@@ -395,8 +442,34 @@ impl<'ds> Decoder<'ds> {
             row_base: out_skip_rows,
             clusters: rows.clusters.map_or(0, |c| c.0),
         };
-        let warps = (self.block / 32) as u64;
-        let grid = (self.grid as u64).min(count.div_ceil(warps)).max(1) as u32;
+        let lanes = self.lanes.filter(|g| {
+            !ideal
+                && !rows.host
+                && rows.clusters.is_none()
+                && self
+                    .lanes_forced
+                    .unwrap_or_else(|| lanes_pay(count, l, self.book.chunk, g.sms))
+        });
+        let (kernel, grid, block, shared) = match lanes {
+            Some(g) => {
+                let grid = (g.grid as u64).min(count.div_ceil(g.block as u64)).max(1) as u32;
+                (kernels::DECODE_LANES, grid, g.block, g.shared)
+            }
+            None => {
+                let warps = (self.block / 32) as u64;
+                let grid = (self.grid as u64).min(count.div_ceil(warps)).max(1) as u32;
+                (
+                    kernels::decode(self.batch, rows.clusters.is_some(), self.pairs),
+                    grid,
+                    self.block,
+                    self.shared_bytes,
+                )
+            }
+        };
+        let p = DecodeParams {
+            book_smem_bytes: lanes.map_or(p.book_smem_bytes, |g| g.book),
+            ..p
+        };
         // SAFETY: `rows` comes from one of the crate's constructors, each of
         // which covers its tables and stored bytes (a dataset's buffers were
         // sized and validated at upload: payload covering every slot in
@@ -408,18 +481,29 @@ impl<'ds> Decoder<'ds> {
         // constructor promised it, ordered on this stream); `index` holds
         // `count` entries of its width (a `Request` borrows it); status
         // holds two u64; the shared memory matches this decoder's carving;
-        // DecodeParams is the kernel's parameter type.
-        unsafe {
-            gpu.launch(
-                kernels::decode(self.batch, rows.clusters.is_some(), self.pairs),
-                grid,
-                self.block,
-                self.shared_bytes,
-                stream,
-                p,
-            )
-        }
+        // DecodeParams is the kernel's parameter type. The lane decoder
+        // (unclustered rows in device memory only) takes the whole book as
+        // its shared memory and reads each tensor in 16-byte blocks that
+        // hold its bytes, inside the payload's whole lines.
+        unsafe { gpu.launch(kernel, grid, block, shared, stream, p) }
     }
+}
+
+/// Whether a launch of `count` tensors of `l` bytes in `chunk`-byte chunks
+/// decodes a lane a tensor (`ibp_decode_lanes`) by default, on `sms` SMs.
+///
+/// Q: where does the rule come from?
+/// A: from what each decoder pays a tensor and what the lane decoder needs
+/// to fill the GPU. A warp a tensor pays a warp step of 512 output bytes
+/// (the last one partly empty) plus about 140 warp instructions of
+/// per-tensor work, so short rows waste most of it; a lane a tensor pays
+/// only its own chunks, but a warp then holds 32 tensors, and a launch
+/// needs at least eight warps an SM to hide each lane's chain of
+/// dependent shifts. Rows up to 4 KiB (a book that leaves room for more
+/// than one block an SM) qualify.
+pub(crate) fn lanes_pay(count: u64, l: u64, chunk: u32, sms: u32) -> bool {
+    let _ = chunk;
+    l <= 4096 && count >= 32 * 8 * sms as u64
 }
 
 /// Whether batch mode decodes tensors of `l` bytes two a warp by default

@@ -54,6 +54,14 @@ pub struct DecodeOptions {
     /// Clustered datasets and streaming mode always decode one at a time.
     /// Output is identical either way.
     pub pairs: Option<bool>,
+    /// Decode a lane a tensor (kernel `ibp_decode_lanes`: 32 tensors a
+    /// warp in lockstep) rather than a warp a tensor. `None`: where it
+    /// pays, by a rule on the launch (tensors in device memory, not
+    /// clustered, enough of them to fill the GPU a lane each; see
+    /// `Decoder::lanes_pay`). `Some(true)` still needs tensors in device
+    /// memory, an unclustered dataset and its book in shared memory.
+    /// Output is identical either way.
+    pub lanes: Option<bool>,
 }
 
 impl DecodeOptions {
@@ -85,6 +93,13 @@ impl DecodeOptions {
     /// [`DecodeOptions::pairs`]).
     pub fn with_pairs(mut self, on: bool) -> Self {
         self.pairs = Some(on);
+        self
+    }
+
+    /// Decode a lane a tensor, or a warp a tensor (see
+    /// [`DecodeOptions::lanes`]).
+    pub fn with_lanes(mut self, on: bool) -> Self {
+        self.lanes = Some(on);
         self
     }
 

@@ -28,12 +28,14 @@ fn emulated_decode_kernel_equals_the_original_rows_in_every_mode() {
             let cb = fit(rows, &opts).unwrap().codebook;
             // Streaming mode reads no length table: its fixed-stride case is
             // `Fixed` alone.
-            for (layout, streaming) in [
-                (EmuStorage::PACKED, false),
-                (EmuStorage::FIXED, false),
-                (EmuStorage::FIXED_LENGTHS, false),
-                (EmuStorage::PACKED, true),
-                (EmuStorage::FIXED, true),
+            for (layout, kernel) in [
+                (EmuStorage::PACKED, EmuKernel::Batch),
+                (EmuStorage::FIXED, EmuKernel::Batch),
+                (EmuStorage::FIXED_LENGTHS, EmuKernel::Batch),
+                (EmuStorage::PACKED, EmuKernel::Streaming),
+                (EmuStorage::FIXED, EmuKernel::Streaming),
+                (EmuStorage::PACKED, EmuKernel::Lanes),
+                (EmuStorage::FIXED, EmuKernel::Lanes),
             ] {
                 {
                     let fetch = if cases % 2 == 0 {
@@ -42,11 +44,10 @@ fn emulated_decode_kernel_equals_the_original_rows_in_every_mode() {
                         FETCH_LOAD_STORE
                     };
                     cases += 1;
-                    let what =
-                        format!("kind {kind} L={l} C={chunk} {layout:?} streaming {streaming}");
+                    let what = format!("kind {kind} L={l} C={chunk} {layout:?} {kernel:?}");
                     // A range of every row.
                     let (out, st) =
-                        emu_kernel(&cb, rows, layout, None, n as u64, streaming, fetch, None);
+                        emu_kernel(&cb, rows, layout, None, n as u64, kernel, fetch, None);
                     assert_eq!(st, [0, u64::MAX], "status: {what}");
                     assert!(out == data, "range differs: {what}");
                     if layout == EmuStorage::FIXED_LENGTHS {
@@ -68,7 +69,7 @@ fn emulated_decode_kernel_equals_the_original_rows_in_every_mode() {
                         layout,
                         Some(&ix),
                         ix.len() as u64,
-                        streaming,
+                        kernel,
                         fetch,
                         None,
                     );
@@ -114,7 +115,7 @@ fn emulated_gathers_take_u32_indices_and_strided_output() {
         let opts = FitOptions::default().with_chunk(crate::fit::ChunkChoice::Fixed(chunk));
         let cb = fit(rows, &opts).unwrap().codebook;
         let ix: Vec<u32> = (0..2 * n as u32).map(|i| (i * 5 + 1) % n as u32).collect();
-        for streaming in [false, true] {
+        for kernel in [EmuKernel::Batch, EmuKernel::Streaming, EmuKernel::Lanes] {
             // An odd stride: rows 3 bytes apart from a multiple of L, so
             // neither the row starts nor the stores are aligned.
             let stride = l + 3;
@@ -124,13 +125,13 @@ fn emulated_gathers_take_u32_indices_and_strided_output() {
                 EmuStorage::PACKED,
                 Some(EmuIndex::U32(&ix)),
                 ix.len() as u64,
-                streaming,
+                kernel,
                 FETCH_CP_ASYNC,
                 None,
                 stride,
                 None,
             );
-            let what = format!("L={l} streaming {streaming}");
+            let what = format!("L={l} {kernel:?}");
             assert_eq!(st, [0, u64::MAX], "{what}");
             for (i, &t) in ix.iter().enumerate() {
                 let t = t as usize;
@@ -172,7 +173,7 @@ fn a_tensor_larger_than_the_half_is_reported_and_the_rest_decode() {
             layout,
             None,
             n as u64,
-            false,
+            EmuKernel::Batch,
             FETCH_CP_ASYNC,
             None,
             l,
@@ -232,11 +233,13 @@ fn corrupt_tensor_is_reported(cb: &Codebook, rows: Rows<'_>, what: &str) -> [usi
         overruns.map(Corrupt::Participation),
     ];
     let ran = [padded.is_some() as usize, overruns.is_some() as usize];
-    for (c, streaming) in cases
-        .into_iter()
-        .flatten()
-        .flat_map(|c| [(c, false), (c, true)])
-    {
+    for (c, kernel) in cases.into_iter().flatten().flat_map(|c| {
+        [
+            (c, EmuKernel::Batch),
+            (c, EmuKernel::Streaming),
+            (c, EmuKernel::Lanes),
+        ]
+    }) {
         let t = c.tensor();
         let (out, st) = emu_kernel(
             cb,
@@ -244,11 +247,11 @@ fn corrupt_tensor_is_reported(cb: &Codebook, rows: Rows<'_>, what: &str) -> [usi
             EmuStorage::PACKED,
             None,
             n as u64,
-            streaming,
+            kernel,
             FETCH_CP_ASYNC,
             Some(c),
         );
-        let what = format!("{c:?}: {what} streaming {streaming}");
+        let what = format!("{c:?}: {what} {kernel:?}");
         assert_eq!(st, [STATUS_CORRUPT, t as u64], "{what}");
         for i in 0..n {
             let got = &out[i * l..(i + 1) * l];

@@ -81,6 +81,10 @@ pub struct Args {
     /// (experiments).
     #[arg(long, hide = true)]
     pairs: Option<String>,
+    /// Decode a lane a tensor (`on`), a warp a tensor (`off`), or by the
+    /// rule (default; experiments).
+    #[arg(long, hide = true)]
+    lanes: Option<String>,
     /// With `--section device`, `cache` or `compress`, only the tables whose
     /// name contains this (for profilers).
     #[arg(long, hide = true)]
@@ -184,6 +188,16 @@ pub(super) fn decode_options(args: &Args) -> Result<ibp::gpu::DecodeOptions> {
         Some(other) => {
             return Err(ibp::Error::invalid(format!(
                 "--pairs {other}: use on or off"
+            )));
+        }
+    }
+    match args.lanes.as_deref() {
+        None => {}
+        Some("on") => opts = opts.with_lanes(true),
+        Some("off") => opts = opts.with_lanes(false),
+        Some(other) => {
+            return Err(ibp::Error::invalid(format!(
+                "--lanes {other}: use on or off"
             )));
         }
     }
@@ -400,6 +414,12 @@ fn header(
         if args.stages { " --stages" } else { "" },
         if peers { " --peers nvcomp" } else { "" }
     );
+    let flags = match (&args.lanes, &args.pairs) {
+        (Some(l), Some(p)) => format!("{flags} --lanes {l} --pairs {p}"),
+        (Some(l), None) => format!("{flags} --lanes {l}"),
+        (None, Some(p)) => format!("{flags} --pairs {p}"),
+        (None, None) => flags,
+    };
     let flags = if args.section == "device" {
         let sweep = if args.no_sweep {
             " --no-sweep".to_string()

@@ -53,6 +53,7 @@ use crate::params::{
 use crate::simt::{Book, Machine, warp_sum64};
 
 mod batch;
+pub mod lanes;
 mod ring;
 
 use ring::{Ring, Streamed};
