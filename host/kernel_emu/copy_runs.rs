@@ -33,7 +33,11 @@ fn check(src: &[u8], dst: &[u8], ranges: &[[u64; 3]], warps: u64) {
         // source to whole 8-byte words past its end.
         run_warp(|w| unsafe { copy_runs(w, &HostMem, &p, wid, warps) });
     }
-    assert!(out.bytes() == &want[..], "{} ranges, {warps} warps", ranges.len());
+    assert!(
+        out.bytes() == &want[..],
+        "{} ranges, {warps} warps",
+        ranges.len()
+    );
 }
 
 fn noise(n: usize, seed: u64) -> Vec<u8> {
