@@ -93,6 +93,8 @@ pub struct Exchange {
     /// lists were made from: rows laid out otherwise are refused.
     row_bytes: u64,
     layout: u64,
+    /// The devices of the ranks its buffers were made on.
+    ordinals: Vec<u32>,
     runs: Vec<Run>,
     index: Vec<Option<DeviceBuffer<u64>>>,
     counts: Vec<u64>,
@@ -160,6 +162,7 @@ impl Exchange {
             part: rows.part.clone(),
             row_bytes: l,
             layout: rows.layout,
+            ordinals: comm.ordinals(),
             runs,
             index,
             counts: requests.iter().map(|r| r.len() as u64).collect(),
@@ -204,8 +207,8 @@ impl Exchange {
 
     /// Refuse an exchange planned for another partition, layout or
     /// communicator.
-    fn check(&self, ranks: usize, part: &Partition, row_bytes: u64) -> Result<()> {
-        if self.part != *part || self.counts.len() != ranks || self.row_bytes != row_bytes {
+    fn check(&self, comm: &Communicator, part: &Partition, row_bytes: u64) -> Result<()> {
+        if self.part != *part || self.ordinals != comm.ordinals() || self.row_bytes != row_bytes {
             return Err(Error::invalid(
                 "an exchange planned for other rows or another communicator; plan it for these",
             ));
@@ -248,7 +251,7 @@ impl Communicator {
         out: &mut [O],
         opts: &CollectiveOptions,
     ) -> Result<()> {
-        ex.check(self.ranks(), &rows.part, rows.row_bytes)?;
+        ex.check(self, &rows.part, rows.row_bytes)?;
         if ex.layout != rows.layout {
             return Err(Error::invalid(
                 "an exchange planned for rows of another layout; plan it for these",
@@ -303,7 +306,7 @@ impl Communicator {
                 "raw rows placed for another communicator's GPUs; upload them for this one",
             ));
         }
-        ex.check(self.ranks(), &rows.part, rows.row_bytes)?;
+        ex.check(self, &rows.part, rows.row_bytes)?;
         let path = Path {
             raw: true,
             bufs: rows
