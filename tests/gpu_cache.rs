@@ -453,12 +453,25 @@ fn two_gpus_read_each_others_slabs_and_gather_the_original_rows() {
         for (name, host_f, slab_f, on) in VARIANTS {
             let hosts = [&u0[host_f as usize], &u1[host_f as usize]];
             let slab = &u0[slab_f as usize];
-            for placement in [Placement::Partition, Placement::Replicate] {
+            // The two ends, a hybrid of four replicated rows, and the
+            // automatic choice (a hybrid whose rule saw no scores).
+            for asked in [
+                Some(Placement::Partition),
+                Some(Placement::Replicate),
+                Some(Placement::Hybrid { replicated: 4 }),
+                None,
+            ] {
                 let budget = (n * t.l) as u64 / 20;
                 let hot = if on { &hot[..] } else { &[][..] };
-                let opts = CacheOptions::new(budget).with_placement(placement);
+                let mut opts = CacheOptions::new(budget);
+                opts.placement = asked;
                 let cache = FeatureCache::with_slab_rows(&[&g0, &g1], &hosts, slab, hot, &opts)
                     .unwrap_or_else(|e| panic!("{} {name}: {e}", t.name));
+                let placement = cache.placement();
+                match asked {
+                    Some(p) => assert_eq!(placement, p),
+                    None => assert!(matches!(placement, Placement::Hybrid { .. })),
+                }
                 let mut hits = 0;
                 for (g, ds) in [(&g0, hosts[0]), (&g1, hosts[1])] {
                     g.make_current().unwrap();
@@ -474,6 +487,12 @@ fn two_gpus_read_each_others_slabs_and_gather_the_original_rows() {
                     hits += s.local_hits + s.peer_hits;
                     if placement == Placement::Replicate {
                         assert_eq!(s.peer_hits, 0);
+                    }
+                    // Replicated rows are local hits on every GPU.
+                    if let Placement::Hybrid { replicated } = placement {
+                        let k = (replicated as usize).min(hot.len()).min(4);
+                        let s = cache.stats(g, ds, &hot[..k]).unwrap();
+                        assert_eq!(s.peer_hits, 0, "{} {name} {placement:?}", t.name);
                     }
                 }
                 assert_eq!(hits > 0, on, "{} {name} {placement:?}", t.name);

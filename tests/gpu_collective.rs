@@ -243,27 +243,42 @@ fn all_to_all_delivers_each_ranks_mini_batch() {
             // Runs of asked-for rows only, and runs merged over gaps.
             let gap = if name.starts_with("Cora") { 3 } else { 0 };
             let ex = Exchange::new_blocking(&comm, &rows, &req, gap).unwrap();
-            let mut out: Vec<_> = requests
-                .iter()
-                .enumerate()
-                .map(|(r, q)| {
-                    comm.gpu(r).make_current().unwrap();
-                    cust_zeroed((q.len() * l).max(1))
-                })
-                .collect();
+            // One send a pair of ranks at most, whatever the runs.
+            let ranks = comm.ranks();
+            assert!(ex.sends() <= ranks * (ranks - 1), "{} sends", ex.sends());
+            let outs = |comm: &Communicator| -> Vec<_> {
+                requests
+                    .iter()
+                    .enumerate()
+                    .map(|(r, q)| {
+                        comm.gpu(r).make_current().unwrap();
+                        cust_zeroed((q.len() * l).max(1))
+                    })
+                    .collect()
+            };
+            let (mut out, mut again) = (outs(&comm), outs(&comm));
+            // The same exchange twice back to back, the second time into a
+            // fresh upload (whose remote rows are not in place yet): the
+            // second call's packs reuse the staging of the first's sends.
+            let fresh =
+                ShardedRows::upload(&comm, cb, &packed.view(), rows.partition().clone()).unwrap();
             comm.all_to_all(&rows, &ex, &mut out, &CollectiveOptions::default())
+                .unwrap();
+            comm.all_to_all(&fresh, &ex, &mut again, &CollectiveOptions::default())
                 .unwrap();
             comm.finish_blocking().unwrap();
             for (r, q) in requests.iter().enumerate() {
                 comm.gpu(r).make_current().unwrap();
-                let got = copy_to_host_blocking(&out[r]).unwrap();
-                for (i, &id) in q.iter().enumerate() {
-                    let (i, id) = (i * l, id as usize * l);
-                    assert!(
-                        got[i..i + l] == want[id..id + l],
-                        "{name}: {g} GPUs: rank {r}, output row {}",
-                        i / l
-                    );
+                for (k, o) in [&out[r], &again[r]].into_iter().enumerate() {
+                    let got = copy_to_host_blocking(o).unwrap();
+                    for (i, &id) in q.iter().enumerate() {
+                        let (i, id) = (i * l, id as usize * l);
+                        assert!(
+                            got[i..i + l] == want[id..id + l],
+                            "{name}: {g} GPUs: rank {r}, call {k}, output row {}",
+                            i / l
+                        );
+                    }
                 }
             }
         }
@@ -342,6 +357,20 @@ fn bad_outputs_and_partitions_are_invalid_arguments_before_any_work() {
         .err()
         .unwrap();
     assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+    // An exchange's copy lists fit the layout it was planned for: rows of
+    // another layout (same partition) are refused.
+    let (other, ocb, opacked) = synthetic(&mut rng, 64, 100);
+    assert_ne!(other, data);
+    let ex = Exchange::new_blocking(&comm, &rows, &[&[1, 2]], 0).unwrap();
+    let orows =
+        ShardedRows::upload(&comm, &ocb, &opacked.view(), rows.partition().clone()).unwrap();
+    let mut out = comm.alloc_outputs(2 * 64).unwrap();
+    if opacked.offsets != packed.offsets {
+        let e = comm
+            .all_to_all(&orows, &ex, &mut out, &CollectiveOptions::default())
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+    }
     comm.finish_blocking().unwrap();
 }
 

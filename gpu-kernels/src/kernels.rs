@@ -6,8 +6,8 @@ use crate::arch;
 use crate::detail::scan::{block_exclusive_scan, global_scan, thread_sizes};
 use crate::hw::{GlobalBook, Hw, SharedBook};
 use crate::params::{
-    CacheParams, CandidatesParams, ClearParams, CompactParams, CountParams, CpAsyncTestParams,
-    DecodeParams, EncodeParams, FloatDecodeParams, KvAppendParams, MeasureParams, SCAN_PER_THREAD,
+    CacheParams, CandidatesParams, ClearParams, CompactParams, CopyRunsParams, CountParams,
+    CpAsyncTestParams, DecodeParams, EncodeParams, FloatDecodeParams, KvAppendParams, MeasureParams, SCAN_PER_THREAD,
     SCAN_TILE, ScanParams, WarpTestParams, workspace_bytes,
 };
 use crate::prelude::kernel;
@@ -623,6 +623,23 @@ pub unsafe fn ibp_compact(p: CompactParams) {
     };
     // SAFETY: forwarded contract.
     unsafe { crate::detail::compact::compact(&Hw, &Hw, &p, wid, nwarps) }
+}
+
+/// Byte ranges from one buffer to another, one warp a range.
+///
+/// # Safety
+/// As [`CopyRunsParams`] states.
+#[kernel]
+pub unsafe fn ibp_copy_runs(p: CopyRunsParams) {
+    let (wid, nwarps) = arch::global_warp();
+    let p = CopyRunsParams {
+        ranges: arch::to_global(p.ranges),
+        src: arch::to_global(p.src),
+        dst: arch::to_global(p.dst),
+        ..p
+    };
+    // SAFETY: forwarded contract.
+    unsafe { crate::detail::copy_runs::copy_runs(&Hw, &Hw, &p, wid, nwarps) }
 }
 
 /// Scan, phase 1: each block sums its tile into `partials[tile]` and writes

@@ -321,6 +321,24 @@ pub struct CompactParams {
     pub out_len: u64,
 }
 
+/// `ibp_copy_runs`: copy `count` byte ranges from the buffer at `src` to
+/// the buffer at `dst`. `ranges` holds `count` triples of u64, range `i`
+/// being `[src_off, dst_off, len]` at `ranges + 24 · i`: bytes
+/// `src + src_off ..+ len` go to `dst + dst_off ..+ len`. Offsets and
+/// lengths are arbitrary bytes (0 included); the destination ranges do not
+/// overlap each other or any source range. Only the ranges' bytes of `dst`
+/// are written; of `src`, the aligned 4-byte words holding range bytes are
+/// read. One warp a range (the collectives' pack and unpack of the runs of
+/// rows an all-to-all moves, `host/gpu/collective`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CopyRunsParams {
+    pub ranges: u64,
+    pub count: u64,
+    pub src: u64,
+    pub dst: u64,
+}
+
 /// `ibp_encode_clear`: before `ibp_encode_c*` writes a packed output,
 /// zero the 16-byte groups of `out` where two of its writes meet (see
 /// [`EncodeParams`]): for tensor `i < rows` (stored length `sizes[i]`,

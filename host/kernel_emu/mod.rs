@@ -650,6 +650,7 @@ fn crate_low_mask(n: u32) -> u64 {
 }
 
 mod cache;
+mod copy_runs;
 mod count;
 mod decode;
 mod float;

@@ -30,7 +30,7 @@ use crate::simt::{Lanes, Mem};
 /// The aligned words from `a & !3` are readable up to the one holding
 /// byte `a + 15`.
 #[inline(always)]
-unsafe fn group_at<M: Mem>(m: &M, a: u64, sh: u32) -> [u32; 4] {
+pub(crate) unsafe fn group_at<M: Mem>(m: &M, a: u64, sh: u32) -> [u32; 4] {
     let w = a & !3;
     // SAFETY: (this block) the contract.
     unsafe {

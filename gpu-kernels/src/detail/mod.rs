@@ -12,6 +12,8 @@
 //! - [`candidates`]: the fit's candidate codebooks from the bit counts.
 //! - [`pack`]: the encoder's lane-parallel bit packing and its ring.
 //! - [`compact`]: the packed layout from stored forms written into slots.
+//! - [`copy_runs`]: byte ranges from one buffer to another (a collective's
+//!   pack and unpack).
 //! - [`table`]: the decoder's per-chunk entry table.
 //! - [`book`]: the decode book (the codebook laid out for 16 output bytes
 //!   per lane) and the two-run expansion.
@@ -31,6 +33,7 @@ pub mod book;
 pub mod cache;
 pub mod candidates;
 pub mod compact;
+pub mod copy_runs;
 pub mod count;
 pub mod decode;
 pub mod encode;

@@ -22,8 +22,8 @@
 use core::marker::PhantomData;
 
 use super::{
-    CacheParams, CandidatesParams, ClearParams, CompactParams, CountParams, CpAsyncTestParams,
-    DecodeParams, EncodeParams, FloatDecodeParams, KvAppendParams, MeasureParams, ScanParams,
+    CacheParams, CandidatesParams, ClearParams, CompactParams, CopyRunsParams, CountParams,
+    CpAsyncTestParams, DecodeParams, EncodeParams, FloatDecodeParams, KvAppendParams, MeasureParams, ScanParams,
     WarpTestParams,
 };
 
@@ -182,6 +182,9 @@ kernels! {
     /// The packed layout from slots. 40 registers (from 48, no spills)
     /// hold 50 warps an SM; it waits on memory.
     COMPACT: CompactParams = "ibp_compact", max_registers = 40;
+    /// Byte ranges from one buffer to another (a collective's pack and
+    /// unpack of the runs of rows an all-to-all moves).
+    COPY_RUNS: CopyRunsParams = "ibp_copy_runs";
     /// Scan of stored lengths, phase 1: tile sums and flag bytes.
     SCAN_TILES: ScanParams = "ibp_scan_tiles";
     /// Scan, phase 2: the tile sums' scan, one block.

@@ -47,12 +47,21 @@
 //! in front of another's (raw) host rows.
 //!
 //! # Several GPUs
-//! One slab per GPU (up to eight), one index per GPU. With peer access
-//! between every pair ([`Placement::Partition`], the default then) each hot
-//! row lives in one slab and the others read it over NVLink, so N GPUs
-//! cache N budgets' worth of rows; otherwise every slab holds the same rows
-//! ([`Placement::Replicate`]). A row in a slab a GPU cannot reach is a miss
-//! there, read from host memory.
+//! One slab per GPU (up to eight), one index per GPU. [`Placement::Partition`]
+//! puts each hot row in one slab and the others read it over NVLink, so N
+//! GPUs cache N budgets' worth of rows, but N − 1 of every N hits are
+//! remote single-row reads, far slower than local ones;
+//! [`Placement::Replicate`] puts the same rows in every slab, all hits
+//! local but one budget's worth. With peer access between every pair the
+//! default is between the two, [`Placement::Hybrid`]: every slab holds the
+//! hottest rows, as many as [`replicated_rows`] predicts to read fastest
+//! from the hot rows' stored bytes, their scores
+//! ([`CacheOptions::hot_scores`]) and the read rates
+//! ([`CacheOptions::rates`]), and the rest of the slabs is partitioned
+//! over the next rows; each GPU's index points at its own copy of a
+//! replicated row. Without peer access between every pair the default is
+//! replication. A row in a slab a GPU cannot reach is a miss there, read
+//! from host memory.
 //!
 //! # Refills and streams
 //! [`FeatureCache::refill_blocking`] writes the new slab contents and index on the
@@ -73,7 +82,10 @@ use cust::stream::Stream;
 use ibp_kernels::detail::cache::{MAX_SLABS, NOT_CACHED, unpack};
 use ibp_kernels::params::CacheParams;
 
-pub use plan::{Placement, access_counts, top_k_by_score};
+pub use plan::{
+    HOST_READ_RATE, LOCAL_READ_RATE, PEER_READ_RATE, Placement, ReadRates, access_counts,
+    replicated_rows, top_k_by_score,
+};
 
 use super::Gpu;
 use super::dataset::GpuDataset;
@@ -88,11 +100,22 @@ use host_rows::{HostRows, LINE, line_bytes};
 pub struct CacheOptions {
     /// Bytes of device memory per GPU for cached rows (the slab).
     pub budget_bytes: u64,
-    /// Where hot rows go across GPUs. `None`: partition when every GPU
-    /// reaches every other's memory, replicate otherwise.
+    /// Where hot rows go across GPUs. `None`: when every GPU reaches
+    /// every other's memory, [`Placement::Hybrid`] with the hottest rows
+    /// [`replicated_rows`] chooses (from `rates` and `hot_scores`) in
+    /// every slab and the rest partitioned; otherwise replicate.
     pub placement: Option<Placement>,
     /// Warps per block of the gather. `None`: 8.
     pub warps_per_block: Option<u32>,
+    /// The read rates the automatic placement weighs (default: the H200's,
+    /// [`ReadRates::default`]).
+    pub rates: ReadRates,
+    /// The scores of the hot rows given to [`FeatureCache::new`]
+    /// (`hot_scores[i]` of `hot[i]`: the degrees or access counts they
+    /// were ranked by), the automatic placement's access-frequency proxy.
+    /// `None`, a list of another length, and refills: `1 / (i + 1)` for
+    /// the `i`-th hot row (a Zipf-like fall).
+    pub hot_scores: Option<Vec<f64>>,
 }
 
 impl CacheOptions {
@@ -113,6 +136,18 @@ impl CacheOptions {
     /// Set the gather's warps per block.
     pub fn with_warps_per_block(mut self, warps: u32) -> Self {
         self.warps_per_block = Some(warps);
+        self
+    }
+
+    /// Set the read rates of the automatic placement.
+    pub fn with_rates(mut self, rates: ReadRates) -> Self {
+        self.rates = rates;
+        self
+    }
+
+    /// Give the hot rows' scores (see [`CacheOptions::hot_scores`]).
+    pub fn with_hot_scores(mut self, scores: Vec<f64>) -> Self {
+        self.hot_scores = Some(scores);
         self
     }
 }
@@ -165,6 +200,10 @@ struct Part {
 pub struct FeatureCache {
     parts: Vec<Part>,
     reach: Vec<Vec<bool>>,
+    /// The placement asked for (`None`: chosen at each fill).
+    asked: Option<Placement>,
+    rates: ReadRates,
+    /// The placement of the last fill.
     placement: Placement,
     budget: u64,
     rows: u64,
@@ -258,13 +297,6 @@ impl FeatureCache {
         } else {
             vec![vec![true]]
         };
-        let placement = opts
-            .placement
-            .unwrap_or(if reach.iter().flatten().all(|&r| r) {
-                Placement::Partition
-            } else {
-                Placement::Replicate
-            });
         let slab_bytes = opts.budget_bytes.next_multiple_of(LINE).max(LINE);
         let mut parts = Vec::with_capacity(n);
         for (i, gpu) in gpus.iter().enumerate() {
@@ -299,14 +331,17 @@ impl FeatureCache {
         let mut cache = FeatureCache {
             parts,
             reach,
-            placement,
+            asked: opts.placement,
+            rates: opts.rates,
+            placement: opts.placement.unwrap_or(Placement::Replicate),
             budget: opts.budget_bytes,
             rows: src.rows,
             row_bytes: src.row_bytes,
             host: host_fp,
             source,
         };
-        cache.write(gpus, src, hot, None)?;
+        let scores = opts.hot_scores.as_deref().filter(|s| s.len() == hot.len());
+        cache.write(gpus, src, hot, scores, None)?;
         gpus[0].make_current()?;
         Ok(cache)
     }
@@ -328,7 +363,7 @@ impl FeatureCache {
         if streams.len() != gpus.len() {
             return Err(Error::invalid("give each GPU of the cache its stream"));
         }
-        self.write(gpus, slab_rows, hot, Some(streams))
+        self.write(gpus, slab_rows, hot, None, Some(streams))
     }
 
     /// Fill the slabs and indexes with `hot`: enqueued on `streams` through
@@ -343,6 +378,7 @@ impl FeatureCache {
         gpus: &[&Gpu],
         slab_rows: &GpuDataset,
         hot: &[u64],
+        scores: Option<&[f64]>,
         streams: Option<&[&Stream]>,
     ) -> Result<()> {
         if gpus.len() != self.parts.len() {
@@ -367,6 +403,7 @@ impl FeatureCache {
         let flags = driver::copy_to_host_blocking(&slab_rows.flags)?;
         let stored = |r: u64| Some(rows.stored(r));
         let encoded = |r: u64| flags[r as usize / 8] >> (r % 8) & 1 == 1;
+        self.placement = self.choose(hot, scores, &stored);
         let slabs = plan::place(
             hot,
             self.rows,
@@ -448,6 +485,39 @@ impl FeatureCache {
             part.used = used;
         }
         gpus[0].make_current()
+    }
+
+    /// The placement of a fill of `hot`: the one asked for; else, for one
+    /// GPU, its one slab (`Partition`); else, when every GPU reaches every
+    /// other, the hybrid with the rows
+    /// [`replicated_rows`] chooses from the hot rows' stored bytes and
+    /// scores (`scores[i]` of `hot[i]`, else `1 / (i + 1)`); else
+    /// replication.
+    fn choose(
+        &self,
+        hot: &[u64],
+        scores: Option<&[f64]>,
+        stored: &impl Fn(u64) -> Option<u64>,
+    ) -> Placement {
+        if let Some(p) = self.asked {
+            return p;
+        }
+        if self.parts.len() == 1 {
+            // One slab: nothing to replicate or share.
+            return Placement::Partition;
+        }
+        if !self.reach.iter().flatten().all(|&r| r) {
+            return Placement::Replicate;
+        }
+        let rows: Vec<(u64, f64)> = plan::cacheable(hot, self.rows, stored)
+            .into_iter()
+            .map(|(_, n, i)| {
+                let s = scores.map_or(1.0 / (i + 1) as f64, |s| s[i]);
+                (n, s)
+            })
+            .collect();
+        let replicated = plan::replicated_rows(&rows, self.budget, self.parts.len(), &self.rates);
+        Placement::Hybrid { replicated }
     }
 
     /// Enqueue: output row `i` of `out` (`ids.len()` rows of `L` bytes)
@@ -547,7 +617,8 @@ impl FeatureCache {
         self.parts.iter().map(|p| p.used).collect()
     }
 
-    /// The placement in use.
+    /// The placement of the last fill (with the automatic choice, the
+    /// hybrid and its replicated rows).
     pub fn placement(&self) -> Placement {
         self.placement
     }

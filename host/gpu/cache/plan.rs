@@ -53,17 +53,166 @@ pub fn access_counts(trace: &[u64], rows: usize) -> Vec<u64> {
 pub enum Placement {
     /// Each row in one slab, the slabs taking turns down the hot list: the
     /// GPUs together hold N times the rows, and a GPU reads the others'
-    /// rows through peer access (the default when every GPU reaches every
-    /// other).
+    /// rows through peer access.
     Partition,
     /// Every slab holds the same rows, the hottest that fit (the default
     /// when some GPU cannot reach another's memory: a row it cannot reach
     /// would be a miss).
     Replicate,
+    /// Every slab holds the same `replicated` hottest rows (those of the
+    /// first `replicated` cacheable rows of the hot list that fit, as
+    /// [`Placement::Replicate`] places them), and the rest of each slab
+    /// takes the following rows in turns, as [`Placement::Partition`]
+    /// does. `replicated: 0` is `Partition`; `u64::MAX` is `Replicate`.
+    /// With no placement given and every GPU reaching every other, the
+    /// cache takes this with `replicated` from [`replicated_rows`].
+    Hybrid {
+        /// Hot rows held by every slab.
+        replicated: u64,
+    },
+}
+
+/// How fast a GPU reads a cached row's stored bytes from each place:
+/// what [`replicated_rows`] weighs the placements by. Bytes a second.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ReadRates {
+    /// From its own slab (device memory).
+    pub local: f64,
+    /// From a peer GPU's slab (NVLink or PCIe peer access).
+    pub peer: f64,
+    /// From host memory, a miss (the dataset in pinned memory, over PCIe).
+    pub host: f64,
+}
+
+/// [`ReadRates::local`] by default: the H200's device-to-device copy,
+/// 4.2 TB/s counting bytes read plus written
+/// (docs/results/nvidia-h200-baseline-6810b64.md), rounded down.
+pub const LOCAL_READ_RATE: f64 = 4.0e12;
+
+/// [`ReadRates::peer`] by default: stored bytes of a row over the extra
+/// time a remote hit took against a local one, in the cache bench on
+/// H200s over NVLink: 0.42 TB/s a GPU for Cora's 224-byte rows on 2 GPUs
+/// (docs/results/nvidia-h200-cache.md, 5%), 0.14 TB/s for them and about
+/// 0.33 TB/s for MiniLM f32's 1.3 KB rows on 4 GPUs, each GPU then read
+/// by three (docs/results/nvidia-h200-x4-cache-2026-11-28.md, 5% and
+/// 25%). Single rows read by one warp are latency-bound, far below the
+/// link's bulk rate.
+pub const PEER_READ_RATE: f64 = 0.25e12;
+
+/// [`ReadRates::host`] by default: PCIe Gen5 x16 from pinned memory, a
+/// 55.5 GB/s copy and 51.3 GB/s zero-copy kernel read on the H200 machine
+/// (docs/results/nvidia-h200-x4-cache-2026-11-28.md, its header).
+pub const HOST_READ_RATE: f64 = 50.0e9;
+
+impl Default for ReadRates {
+    fn default() -> Self {
+        Self {
+            local: LOCAL_READ_RATE,
+            peer: PEER_READ_RATE,
+            host: HOST_READ_RATE,
+        }
+    }
+}
+
+/// How many of the hottest rows every slab should hold, the rest of the
+/// budgets partitioned ([`Placement::Hybrid`]): the `R` that minimises the
+/// predicted read time per access,
+/// `Σ score(row) × bytes(row) / rate(row)`, over `rows` (the cacheable
+/// hot rows, hottest first, as `(stored bytes, score)`; a score is an
+/// access frequency proxy, e.g. a degree or an access count), `gpus`
+/// slabs of `budget` bytes each and `rates`:
+/// - the first `R` rows, replicated, are read locally (`rates.local`);
+/// - the following rows, as many as the `gpus · (budget − their bytes)`
+///   left over hold (the last one in part), are partitioned: a GPU finds `1/gpus` of them in its
+///   own slab and the rest in its peers', so each byte costs
+///   `1/(gpus·local) + (gpus − 1)/(gpus·peer)` seconds (times add, not
+///   rates);
+/// - the rest are misses, read from host memory (`rates.host`).
+///
+/// Never more rows than one budget holds. Among equal predictions the
+/// smallest `R` (more distinct rows cached). 0 for one GPU or no rows.
+///
+/// Q: why a rule and not a share of the budget?
+/// A: the trade depends on the skew and on the rates. A row replicated
+/// saves its peer reads, `(gpus − 1)/gpus` of its accesses, and costs
+/// `gpus − 1` copies' room, which partitioned colder rows would have used
+/// to avoid host reads: worth it when the row is hot enough against the
+/// coldest rows it displaces. With peer reads as slow as host reads every
+/// row that fits is replicated; with peer reads as fast as local ones
+/// none is.
+pub fn replicated_rows(rows: &[(u64, f64)], budget: u64, gpus: usize, rates: &ReadRates) -> u64 {
+    if gpus <= 1 || rows.is_empty() {
+        return 0;
+    }
+    let g = gpus as f64;
+    let (t_local, t_peer, t_host) = (1.0 / rates.local, 1.0 / rates.peer, 1.0 / rates.host);
+    let t_part = t_local / g + t_peer * (g - 1.0) / g;
+    // Prefix sums of bytes and of score × bytes.
+    let mut bytes = Vec::with_capacity(rows.len() + 1);
+    let mut weight = Vec::with_capacity(rows.len() + 1);
+    let (mut b, mut w) = (0u64, 0f64);
+    bytes.push(0);
+    weight.push(0.0);
+    for &(n, score) in rows {
+        b = b.saturating_add(n);
+        // A score that is not a number, or below 0, weighs nothing.
+        w += if score > 0.0 { score * n as f64 } else { 0.0 };
+        bytes.push(b);
+        weight.push(w);
+    }
+    let total = w;
+    let (mut best, mut best_r) = (f64::INFINITY, 0usize);
+    for r in 0..=rows.len() {
+        if bytes[r] > budget {
+            break;
+        }
+        // The partitioned rows: as many as the room left in all slabs
+        // holds, the first that does not fit counted for the share that
+        // does (the fluid estimate of `place`'s turns, which fill the
+        // gaps with later rows).
+        let room = (gpus as u64).saturating_mul(budget - bytes[r]);
+        let limit = bytes[r].saturating_add(room);
+        let p = (bytes.partition_point(|&x| x <= limit) - 1).max(r);
+        let mut part = weight[p];
+        if p < rows.len() {
+            let share = (limit - bytes[p]) as f64 / rows[p].0.max(1) as f64;
+            part += share.min(1.0) * (weight[p + 1] - weight[p]);
+        }
+        let cost = weight[r] * t_local + (part - weight[r]) * t_part + (total - part) * t_host;
+        // Q: why a tolerance? A: sums over millions of rows round; a
+        // difference below it is a tie, which goes to the smaller R.
+        if cost < best * (1.0 - 1e-9) {
+            best = cost;
+            best_r = r;
+        }
+    }
+    best_r as u64
 }
 
 /// One slab's rows, in slab order: `(row, offset)`.
 pub(crate) type SlabRows = Vec<(u64, u64)>;
+
+/// The rows of `hot` a cache can hold, in hot order: each row once, below
+/// `rows`, with a stored length (`stored(row)`, `None`: not cacheable) of
+/// at most [`MAX_SLOT_BYTES`]; as `(row, stored bytes, place in hot)`.
+pub(crate) fn cacheable(
+    hot: &[u64],
+    rows: u64,
+    stored: impl Fn(u64) -> Option<u64>,
+) -> Vec<(u64, u64, usize)> {
+    let mut placed = vec![false; rows as usize];
+    let mut out = Vec::with_capacity(hot.len());
+    for (i, &row) in hot.iter().enumerate() {
+        match placed.get_mut(row as usize) {
+            Some(p) if !*p => *p = true,
+            _ => continue,
+        }
+        if let Some(n) = stored(row).filter(|&n| n <= MAX_SLOT_BYTES) {
+            out.push((row, n, i));
+        }
+    }
+    out
+}
 
 /// Lay out `hot` (hottest first; rows below `rows`) in `slabs` slabs of
 /// `budget` bytes each. `stored(row)` is the row's stored length (`None`:
@@ -90,38 +239,30 @@ pub(crate) fn place(
     let mut used = vec![0u64; slabs];
     let mut smallest = u64::MAX;
     let mut turn = 0usize;
-    let mut placed = vec![false; rows as usize];
-    for &row in hot {
-        match placed.get_mut(row as usize) {
-            Some(p) if !*p => *p = true,
-            _ => continue,
-        }
-        let Some(n) = stored(row).filter(|&n| n <= MAX_SLOT_BYTES) else {
-            continue;
-        };
+    let replicated = match how {
+        Placement::Partition => 0,
+        Placement::Replicate => u64::MAX,
+        Placement::Hybrid { replicated } => replicated,
+    };
+    for (k, (row, n, _)) in cacheable(hot, rows, stored).into_iter().enumerate() {
         smallest = smallest.min(n);
-        match how {
-            Placement::Replicate => {
-                // Every slab has the same layout: slab 0 decides.
-                if used[0] + n <= budget {
-                    for s in out.iter_mut() {
-                        s.push((row, used[0]));
-                    }
-                    for u in used.iter_mut() {
-                        *u += n;
-                    }
+        if (k as u64) < replicated {
+            // Every slab has the same layout so far: slab 0 decides.
+            if used[0] + n <= budget {
+                for s in out.iter_mut() {
+                    s.push((row, used[0]));
+                }
+                for u in used.iter_mut() {
+                    *u += n;
                 }
             }
-            Placement::Partition => {
-                if let Some(s) = (0..slabs)
-                    .map(|d| (turn + d) % slabs)
-                    .find(|&s| used[s] + n <= budget)
-                {
-                    out[s].push((row, used[s]));
-                    used[s] += n;
-                    turn = s + 1;
-                }
-            }
+        } else if let Some(s) = (0..slabs)
+            .map(|d| (turn + d) % slabs)
+            .find(|&s| used[s] + n <= budget)
+        {
+            out[s].push((row, used[s]));
+            used[s] += n;
+            turn = s + 1;
         }
     }
     if out.iter().all(|s| s.is_empty()) && smallest != u64::MAX {
@@ -225,6 +366,165 @@ mod tests {
         // A row named twice is placed once.
         let p = place(&[3, 3, 4], 5, |_| Some(10), 1, 100, Placement::Partition).unwrap();
         assert_eq!(p, vec![vec![(3, 0), (4, 10)]]);
+    }
+
+    /// 300 rows of 10..=49 bytes, scores falling as 1/(i + 1)^0.8.
+    fn skewed() -> Vec<(u64, f64)> {
+        (0..300u64)
+            .map(|i| (10 + (i * 7) % 40, 1e4 / ((i + 1) as f64).powf(0.8)))
+            .collect()
+    }
+
+    /// The most leading rows of `rows` one budget holds.
+    fn fit_in_one(rows: &[(u64, f64)], budget: u64) -> u64 {
+        let mut b = 0;
+        rows.iter()
+            .take_while(|&&(n, _)| {
+                b += n;
+                b <= budget
+            })
+            .count() as u64
+    }
+
+    #[test]
+    fn the_rule_replicates_all_that_fits_when_peers_are_as_slow_as_the_host() {
+        let rows = skewed();
+        for gpus in [2, 4, 8] {
+            for budget in [30, 500, 2000, 9000] {
+                let host = 50e9;
+                let r = ReadRates {
+                    local: 4e12,
+                    peer: host,
+                    host,
+                };
+                let want = fit_in_one(&rows, budget);
+                assert_eq!(
+                    replicated_rows(&rows, budget, gpus, &r),
+                    want,
+                    "{gpus} GPUs, budget {budget}"
+                );
+                // Peers as fast as the GPU's own memory: nothing replicated.
+                let r = ReadRates { peer: 4e12, ..r };
+                assert_eq!(replicated_rows(&rows, budget, gpus, &r), 0);
+            }
+        }
+        // One GPU, or no rows: nothing to replicate.
+        assert_eq!(replicated_rows(&rows, 500, 1, &ReadRates::default()), 0);
+        assert_eq!(replicated_rows(&[], 500, 4, &ReadRates::default()), 0);
+        // Everything fits in one budget: replicated whole, whatever the
+        // peers' speed below the GPU's own.
+        let all: u64 = rows.iter().map(|r| r.0).sum();
+        let r = ReadRates::default();
+        assert_eq!(replicated_rows(&rows, all, 4, &r), rows.len() as u64);
+    }
+
+    #[test]
+    fn the_rule_replicates_more_as_peer_reads_slow_and_never_past_the_budget() {
+        let rows = skewed();
+        for gpus in [2, 4] {
+            for budget in [200, 1000, 3000] {
+                let mut last = 0;
+                // Peer rates from local (4 TB/s) down to host (50 GB/s).
+                for k in 0..=40 {
+                    let peer = 4e12 * (50e9f64 / 4e12).powf(k as f64 / 40.0);
+                    let r = ReadRates {
+                        local: 4e12,
+                        peer,
+                        host: 50e9,
+                    };
+                    let got = replicated_rows(&rows, budget, gpus, &r);
+                    assert!(got >= last, "{gpus} GPUs, budget {budget}, peer {peer:e}");
+                    let bytes: u64 = rows[..got as usize].iter().map(|r| r.0).sum();
+                    assert!(bytes <= budget);
+                    last = got;
+                }
+                assert_eq!(last, fit_in_one(&rows, budget));
+            }
+        }
+        // The defaults fall in between on a skewed list.
+        let r = replicated_rows(&rows, 1000, 4, &ReadRates::default());
+        assert!(r > 0 && r < fit_in_one(&rows, 1000), "{r}");
+    }
+
+    #[test]
+    fn a_hybrid_places_its_replicas_in_every_slab_and_the_rest_once() {
+        let len = |r: u64| Some(10 + r % 7);
+        let hot: Vec<u64> = (0..60).rev().collect();
+        let budget = 120;
+        for (slabs, replicated) in [(2, 3), (3, 5), (4, 0), (4, 8), (2, 100)] {
+            let how = Placement::Hybrid { replicated };
+            let p = place(&hot, 60, len, slabs, budget, how).unwrap();
+            let cand = cacheable(&hot, 60, len);
+            // The first `replicated` rows that fit, at the same offsets in
+            // every slab, first.
+            let mut used = 0;
+            let mut reps = Vec::new();
+            for &(row, n, _) in cand.iter().take(replicated as usize) {
+                if used + n <= budget {
+                    reps.push((row, used));
+                    used += n;
+                }
+            }
+            for s in &p {
+                assert_eq!(s[..reps.len()], reps[..], "{slabs} slabs, {replicated}");
+                // Each row at most once a slab, within the budget.
+                let mut seen = std::collections::HashSet::new();
+                assert!(s.iter().all(|&(r, _)| seen.insert(r)));
+                let end = s
+                    .iter()
+                    .map(|&(r, o)| o + len(r).unwrap())
+                    .max()
+                    .unwrap_or(0);
+                assert!(end <= budget);
+            }
+            // Every other row in one slab at most.
+            let mut count = std::collections::HashMap::new();
+            for s in &p {
+                for &(r, _) in &s[reps.len()..] {
+                    *count.entry(r).or_insert(0) += 1;
+                    assert!(!reps.iter().any(|&(x, _)| x == r));
+                }
+            }
+            assert!(count.values().all(|&c| c == 1));
+            // Replicated rows are local for every GPU; partitioned ones in
+            // exactly one slab.
+            for g in 0..slabs {
+                let order: Vec<usize> = std::iter::once(g)
+                    .chain((0..slabs).filter(|&j| j != g))
+                    .collect();
+                let w = index_words(60, &p, &order, |_| true, len).unwrap();
+                for &(r, _) in &reps {
+                    assert_eq!(unpack(w[r as usize]).unwrap().slab as usize, g);
+                }
+                for &r in count.keys() {
+                    let e = unpack(w[r as usize]).unwrap();
+                    assert!(p[e.slab as usize].iter().any(|&(x, _)| x == r));
+                }
+            }
+        }
+        // The ends: no replicas is the partition, all is the replication.
+        let a = place(
+            &hot,
+            60,
+            len,
+            3,
+            budget,
+            Placement::Hybrid { replicated: 0 },
+        );
+        let b = place(&hot, 60, len, 3, budget, Placement::Partition);
+        assert_eq!(a.unwrap(), b.unwrap());
+        let a = place(
+            &hot,
+            60,
+            len,
+            3,
+            budget,
+            Placement::Hybrid {
+                replicated: u64::MAX,
+            },
+        );
+        let b = place(&hot, 60, len, 3, budget, Placement::Replicate);
+        assert_eq!(a.unwrap(), b.unwrap());
     }
 
     #[test]

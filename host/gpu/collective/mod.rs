@@ -38,11 +38,14 @@
 //! [`crate::ErrorKind::Unsupported`] error. How the same code spans hosts:
 //! docs/MULTI-HOST.md.
 
+mod exchange;
+mod launch;
 mod plan;
 mod rows;
 
+pub use exchange::Exchange;
 pub use plan::Partition;
-pub use rows::{Exchange, RawRows, ShardedRows};
+pub use rows::{RawRows, ShardedRows};
 
 use cust::memory::DeviceBuffer;
 use cust::stream::Stream;

@@ -1,7 +1,8 @@
 //! Planning of the collectives in plain code, tested without a GPU: which
 //! rank owns which rows ([`Partition`]), the pipeline's steps (each
-//! owner's rows cut into pieces of about a chunk's bytes), and the runs of
-//! rows an all-to-all moves between each pair of ranks.
+//! owner's rows cut into pieces of about a chunk's bytes), the runs of
+//! rows an all-to-all moves between each pair of ranks, and how each rank
+//! packs them into one send per peer and unpacks what it receives.
 
 use std::ops::Range;
 
@@ -201,6 +202,99 @@ pub(crate) fn exchange_runs(
         }
     }
     Ok(runs)
+}
+
+/// One rank's side of an all-to-all that moves each pair of ranks' runs
+/// in one send: the runs it sends, packed back to back into its send
+/// staging buffer, peer after peer in rank order; the runs it receives,
+/// back to back in its receive staging buffer in the same order; and the
+/// copies that pack and unpack them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct PeerPlan {
+    /// Per rank `p`: the bytes of the send staging buffer that go to `p`
+    /// (empty for itself and for peers it sends nothing).
+    pub send: Vec<Range<u64>>,
+    /// Per rank `p`: the bytes of the receive staging buffer that come
+    /// from `p`.
+    pub recv: Vec<Range<u64>>,
+    /// `[payload offset, staging offset, bytes]`: the runs it sends, from
+    /// its payload into the send staging buffer.
+    pub pack: Vec<[u64; 3]>,
+    /// `[staging offset, payload offset, bytes]`: the runs it receives,
+    /// from the receive staging buffer into their place in its payload.
+    pub unpack: Vec<[u64; 3]>,
+}
+
+impl PeerPlan {
+    /// Bytes of the send staging buffer.
+    pub fn send_bytes(&self) -> u64 {
+        self.send.iter().map(|r| r.end).max().unwrap_or(0)
+    }
+
+    /// Bytes of the receive staging buffer.
+    pub fn recv_bytes(&self) -> u64 {
+        self.recv.iter().map(|r| r.end).max().unwrap_or(0)
+    }
+}
+
+/// Each of `ranks` ranks' [`PeerPlan`] for `runs` (as [`exchange_runs`]
+/// orders them) in a payload where `bytes_before(row)` bytes precede
+/// `row`. Runs of no bytes are left out.
+///
+/// Q: why does the receive side line up with the send side?
+/// A: the sender packs its runs for peer `d` in the order the list holds
+/// them (by row), and the receiver unpacks the bytes from `s` in the same
+/// order: both walk the runs of the pair `(s, d)` alike, so the `k`-th
+/// byte sent is the `k`-th received. One send per pair, so NCCL's matching
+/// (in order per pair, inside a group) has nothing to reorder.
+pub(crate) fn peer_plans(
+    ranks: usize,
+    runs: &[Run],
+    bytes_before: &dyn Fn(u64) -> u64,
+) -> Vec<PeerPlan> {
+    let mut plans: Vec<PeerPlan> = (0..ranks)
+        .map(|_| PeerPlan {
+            send: vec![0..0; ranks],
+            recv: vec![0..0; ranks],
+            ..PeerPlan::default()
+        })
+        .collect();
+    // The runs of each pair, in list order (by row within a pair).
+    let mut pair: Vec<Vec<&Run>> = vec![Vec::new(); ranks * ranks];
+    for run in runs {
+        if run.src < ranks && run.dst < ranks && run.src != run.dst {
+            pair[run.src * ranks + run.dst].push(run);
+        }
+    }
+    for (s, plan) in plans.iter_mut().enumerate() {
+        let mut at = 0u64;
+        for d in 0..ranks {
+            let start = at;
+            for run in &pair[s * ranks + d] {
+                let b = bytes_of(bytes_before, &run.rows);
+                if b.end > b.start {
+                    plan.pack.push([b.start, at, b.end - b.start]);
+                    at += b.end - b.start;
+                }
+            }
+            plan.send[d] = start..at;
+        }
+    }
+    for (d, plan) in plans.iter_mut().enumerate() {
+        let mut at = 0u64;
+        for s in 0..ranks {
+            let start = at;
+            for run in &pair[s * ranks + d] {
+                let b = bytes_of(bytes_before, &run.rows);
+                if b.end > b.start {
+                    plan.unpack.push([at, b.start, b.end - b.start]);
+                    at += b.end - b.start;
+                }
+            }
+            plan.recv[s] = start..at;
+        }
+    }
+    plans
 }
 
 #[cfg(test)]
@@ -473,6 +567,122 @@ mod tests {
                     let b = b.start as usize..b.end as usize;
                     let src = bufs[run.src][b.clone()].to_vec();
                     bufs[run.dst][b].copy_from_slice(&src);
+                }
+                for (r, q) in requests.iter().enumerate() {
+                    for &id in q {
+                        let b = bytes_of(&before, &(id..id + 1));
+                        let b = b.start as usize..b.end as usize;
+                        assert!(
+                            bufs[r][b.clone()] == full[b],
+                            "{ranks} ranks, gap {gap}: rank {r}, row {id}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn peer_plans_pack_each_pairs_runs_in_row_order_peer_after_peer() {
+        // 0..7, 7..14, 14..20; rows of 10 bytes.
+        let part = Partition::even(20, 3).unwrap();
+        let reqs: Vec<Vec<u64>> = vec![vec![19, 8, 9, 3, 10, 14, 13], vec![], vec![0, 1, 15, 6, 7]];
+        let r: Vec<&[u64]> = reqs.iter().map(|v| v.as_slice()).collect();
+        let runs = exchange_runs(&part, &r, 0).unwrap();
+        let p = peer_plans(3, &runs, &|row| 10 * row);
+        // Rank 0 sends rows 0..2 and 6 to rank 2 (nothing to rank 1).
+        assert_eq!(p[0].pack, vec![[0, 0, 20], [60, 20, 10]]);
+        assert_eq!(p[0].send, vec![0..0, 0..0, 0..30]);
+        // Rank 1 sends 8..11 and 13 to rank 0, then 7 to rank 2.
+        assert_eq!(p[1].pack, vec![[80, 0, 30], [130, 30, 10], [70, 40, 10]]);
+        assert_eq!(p[1].send, vec![0..40, 40..40, 40..50]);
+        // Rank 2 sends 14 and 19 to rank 0.
+        assert_eq!(p[2].pack, vec![[140, 0, 10], [190, 10, 10]]);
+        // Rank 0 receives rank 1's runs, then rank 2's, each in row order,
+        // each back at its payload offset.
+        assert_eq!(p[0].recv, vec![0..0, 0..40, 40..60]);
+        assert_eq!(
+            p[0].unpack,
+            vec![[0, 80, 30], [30, 130, 10], [40, 140, 10], [50, 190, 10]]
+        );
+        assert!(p[1].unpack.is_empty() && p[1].recv_bytes() == 0);
+        assert_eq!(p[2].recv, vec![0..30, 30..40, 40..40]);
+        assert_eq!(p[2].unpack, vec![[0, 0, 20], [20, 60, 10], [30, 70, 10]]);
+        // Each pair's send and receive are the same size.
+        for s in 0..3 {
+            for d in 0..3 {
+                let (a, b) = (&p[s].send[d], &p[d].recv[s]);
+                assert_eq!(a.end - a.start, b.end - b.start, "{s} -> {d}");
+            }
+            assert_eq!(
+                p[s].send_bytes(),
+                p[s].pack.iter().map(|x| x[2]).sum::<u64>()
+            );
+        }
+        // Runs of no bytes are left out.
+        let p = peer_plans(3, &runs, &|row| row.saturating_sub(14));
+        assert!(p[0].pack.is_empty() && p[1].pack.is_empty());
+        assert_eq!(p[2].pack, vec![[0, 0, 1], [5, 1, 1]]);
+        assert_eq!(p[0].unpack, vec![[0, 0, 1], [1, 5, 1]]);
+        assert_eq!(p[0].recv, vec![0..0, 0..0, 0..2]);
+    }
+
+    #[test]
+    fn packed_sends_bring_every_requested_row() {
+        // The all-to-all's walk on the host: pack each rank's runs into
+        // its send buffer, one copy per pair into the receiver's buffer,
+        // unpack into the payload; every requested row arrives.
+        let (offsets, full) = payload(500);
+        let before = |r: u64| offsets[r as usize];
+        let mut x = 0x2545_f491u64;
+        for ranks in 1..=5 {
+            let part = Partition::even(500, ranks).unwrap();
+            let requests: Vec<Vec<u64>> = (0..ranks)
+                .map(|_| {
+                    (0..150)
+                        .map(|_| {
+                            x ^= x << 13;
+                            x ^= x >> 7;
+                            x ^= x << 17;
+                            x % 500
+                        })
+                        .collect()
+                })
+                .collect();
+            let req: Vec<&[u64]> = requests.iter().map(|v| v.as_slice()).collect();
+            for gap in [0, 4] {
+                let mut bufs: Vec<Vec<u8>> = (0..ranks)
+                    .map(|r| {
+                        let mut b = vec![0xEEu8; full.len()];
+                        let own = bytes_of(&before, &part.range(r));
+                        let own = own.start as usize..own.end as usize;
+                        b[own.clone()].copy_from_slice(&full[own]);
+                        b
+                    })
+                    .collect();
+                let runs = exchange_runs(&part, &req, gap).unwrap();
+                let plans = peer_plans(ranks, &runs, &before);
+                let copy = |from: &[u8], to: &mut [u8], list: &[[u64; 3]]| {
+                    for &[s, d, n] in list {
+                        let (s, d, n) = (s as usize, d as usize, n as usize);
+                        to[d..d + n].copy_from_slice(&from[s..s + n]);
+                    }
+                };
+                let sends: Vec<Vec<u8>> = (0..ranks)
+                    .map(|r| {
+                        let mut st = vec![0u8; plans[r].send_bytes() as usize];
+                        copy(&bufs[r], &mut st, &plans[r].pack);
+                        st
+                    })
+                    .collect();
+                for d in 0..ranks {
+                    let mut rv = vec![0xCCu8; plans[d].recv_bytes() as usize];
+                    for s in 0..ranks {
+                        let (a, b) = (&plans[s].send[d], &plans[d].recv[s]);
+                        rv[b.start as usize..b.end as usize]
+                            .copy_from_slice(&sends[s][a.start as usize..a.end as usize]);
+                    }
+                    copy(&rv, &mut bufs[d], &plans[d].unpack);
                 }
                 for (r, q) in requests.iter().enumerate() {
                     for &id in q {

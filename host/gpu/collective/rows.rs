@@ -1,11 +1,11 @@
 //! Rows spread over a communicator's ranks, compressed ([`ShardedRows`])
 //! and raw ([`RawRows`]), and the collectives that move them: the
-//! pipelined in-place broadcasts behind all-gather and broadcast, and the
-//! send/receive runs behind all-to-all ([`Exchange`]).
+//! pipelined in-place broadcasts behind all-gather and broadcast (the
+//! all-to-all is `exchange.rs`).
 
-use cust::memory::{CopyDestination, DeviceBuffer};
+use cust::memory::{CopyDestination, DeviceBuffer, DeviceSlice};
 
-use super::plan::{self, Partition, Run};
+use super::plan::{self, Partition};
 use super::{CollectiveOptions, Communicator};
 use crate::codebook::Codebook;
 use crate::error::{Error, Result};
@@ -21,13 +21,13 @@ use crate::layout::PackedRef;
 /// One rank's copy of a packed dataset: the metadata whole, the payload
 /// at full size with the rank's own rows' bytes in place (the rest filled
 /// by the collectives).
-struct Shard {
+pub(super) struct Shard {
     book: DeviceBook,
     flags: DeviceBuffer<u8>,
     offsets: DeviceBuffer<u64>,
     /// The whole payload's size, padded to whole 128-byte lines (the
     /// decoder reads whole lines).
-    payload: DeviceBuffer<u8>,
+    pub(super) payload: DeviceBuffer<u8>,
 }
 
 /// A packed compressed dataset spread over a [`Communicator`]'s ranks by
@@ -41,17 +41,20 @@ struct Shard {
 /// metadata every rank holds from the start, so no collective exchanges
 /// sizes, the property the fixed stride was wanted for.
 pub struct ShardedRows {
-    part: Partition,
-    row_bytes: u64,
+    pub(super) part: Partition,
+    pub(super) row_bytes: u64,
     /// The offsets on the host (the plans cut pieces and runs by them).
-    offsets: Vec<u64>,
+    pub(super) offsets: Vec<u64>,
+    /// A hash of the offsets: an all-to-all's copy lists are made from
+    /// them, and refused for rows laid out otherwise.
+    pub(super) layout: u64,
     max_stored: u64,
     book_bytes: u64,
-    shards: Vec<Shard>,
+    pub(super) shards: Vec<Shard>,
     /// The devices of the ranks, in rank order (the communicator's).
-    ordinals: Vec<u32>,
+    pub(super) ordinals: Vec<u32>,
     /// Per rank: the streams that used its buffers (waited for on drop).
-    uses: Vec<LastUses>,
+    pub(super) uses: Vec<LastUses>,
 }
 
 impl ShardedRows {
@@ -110,6 +113,7 @@ impl ShardedRows {
             part,
             row_bytes: packed.row_bytes() as u64,
             max_stored: offsets.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0),
+            layout: xxhash_rust::xxh3::xxh3_64(bytemuck::cast_slice(&offsets)),
             offsets,
             book_bytes,
             uses: comm.ranks.iter().map(|_| LastUses::default()).collect(),
@@ -151,7 +155,7 @@ impl ShardedRows {
     }
 
     /// Rank `r`'s decoder and the view of its rows.
-    fn decoder<'a>(
+    pub(super) fn decoder<'a>(
         &'a self,
         gpu: &Gpu,
         r: usize,
@@ -191,11 +195,14 @@ impl Drop for ShardedRows {
 /// compressed collectives: rank `r` starts with the rows it owns, in a
 /// buffer of all rows, which [`Communicator::all_gather_raw`] fills.
 pub struct RawRows {
-    part: Partition,
-    row_bytes: u64,
-    bufs: Vec<DeviceBuffer<u8>>,
-    ordinals: Vec<u32>,
-    uses: Vec<LastUses>,
+    pub(super) part: Partition,
+    pub(super) row_bytes: u64,
+    /// Per rank: all rows, padded to whole 16-byte groups.
+    pub(super) bufs: Vec<DeviceBuffer<u8>>,
+    /// Per rank: the rows of `bufs`, without the padding.
+    views: Vec<DeviceSlice<u8>>,
+    pub(super) ordinals: Vec<u32>,
+    pub(super) uses: Vec<LastUses>,
 }
 
 impl RawRows {
@@ -220,7 +227,9 @@ impl RawRows {
             rank.gpu.make_current()?;
             let own = part.range(r);
             let (a, b) = (own.start as usize * row_bytes, own.end as usize * row_bytes);
-            let buf = DeviceBuffer::<u8>::zeroed(data.len().max(1))
+            // Whole 16-byte groups: the all-to-all's unpack reads the
+            // aligned words that hold a range's bytes.
+            let buf = DeviceBuffer::<u8>::zeroed(data.len().max(1).next_multiple_of(16))
                 .map_err(cuda_err("allocating raw rows"))?;
             if b > a {
                 buf.index(a..b)
@@ -229,19 +238,21 @@ impl RawRows {
             }
             bufs.push(buf);
         }
+        let views = bufs.iter().map(|b| b.index(..data.len())).collect();
         Ok(Self {
             part,
             row_bytes: row_bytes as u64,
             uses: comm.ranks.iter().map(|_| LastUses::default()).collect(),
             ordinals: comm.ordinals(),
             bufs,
+            views,
         })
     }
 
     /// Rank `r`'s buffer of all rows (complete after an all-gather).
     /// Panics for a rank past the last.
-    pub fn buffer(&self, r: usize) -> &DeviceBuffer<u8> {
-        &self.bufs[r]
+    pub fn buffer(&self, r: usize) -> &DeviceSlice<u8> {
+        &self.views[r]
     }
 
     /// Which rank owns which rows.
@@ -268,71 +279,6 @@ fn check_part(comm: &Communicator, part: &Partition, rows: u64) -> Result<()> {
         )));
     }
     Ok(())
-}
-
-/// A mini-batch's rows by id on each rank, planned for
-/// [`Communicator::all_to_all`]: the runs of rows each pair of ranks
-/// moves, and each rank's ids on its GPU (the decode's gather index).
-pub struct Exchange {
-    /// The partition the runs were cut by (an exchange serves rows of
-    /// that partition only).
-    part: Partition,
-    runs: Vec<Run>,
-    index: Vec<Option<DeviceBuffer<u64>>>,
-    counts: Vec<u64>,
-    remote_bytes: u64,
-}
-
-impl Exchange {
-    /// Plan the exchange of `requests[r]` (rank `r`'s rows, any order,
-    /// repeats allowed; output row `i` of rank `r` receives row
-    /// `requests[r][i]`) over `rows`' partition, and upload each rank's
-    /// ids. Remote rows of one owner at most `max_gap_rows` apart travel
-    /// as one run, with the rows between (fewer NCCL calls; 0 sends only
-    /// what is asked for). Allocates and copies; returns when the copies
-    /// are done.
-    ///
-    /// Errors ([`crate::ErrorKind::InvalidArgument`]) for a list count
-    /// other than the ranks', or a row past the last.
-    pub fn new_blocking(
-        comm: &Communicator,
-        rows: &ShardedRows,
-        requests: &[&[u64]],
-        max_gap_rows: u64,
-    ) -> Result<Self> {
-        let runs = plan::exchange_runs(&rows.part, requests, max_gap_rows)?;
-        let mut index = Vec::with_capacity(requests.len());
-        for (r, req) in requests.iter().enumerate() {
-            comm.ranks[r].gpu.make_current()?;
-            index.push(if req.is_empty() {
-                None
-            } else {
-                Some(DeviceBuffer::from_slice(req).map_err(cuda_err("uploading requests"))?)
-            });
-        }
-        let remote_bytes = runs
-            .iter()
-            .map(|x| rows.payload_bytes_of(x.rows.clone()))
-            .sum();
-        Ok(Self {
-            part: rows.part.clone(),
-            runs,
-            index,
-            counts: requests.iter().map(|r| r.len() as u64).collect(),
-            remote_bytes,
-        })
-    }
-
-    /// Compressed bytes moved between ranks (each remote row once per
-    /// rank that asks for it).
-    pub fn remote_bytes(&self) -> u64 {
-        self.remote_bytes
-    }
-
-    /// Rows moved between ranks.
-    pub fn remote_rows(&self) -> u64 {
-        self.runs.iter().map(|r| r.rows.end - r.rows.start).sum()
-    }
 }
 
 impl Communicator {
@@ -564,156 +510,10 @@ impl Communicator {
         Ok(())
     }
 
-    /// Enqueue an all-to-all of a mini-batch: rank `r`'s `out[r]` receives,
-    /// as output row `i`, row `requests[r][i]` of `ex`'s plan, decoded.
-    /// The remote rows' compressed bytes travel in runs of consecutive
-    /// rows (one `ncclSend`/`ncclRecv` pair each, all in one group) into
-    /// their place in each rank's payload; then one gather decode per
-    /// rank reads own and arrived rows alike. No synchronisation and no
-    /// device allocation (the decoders are small host values, made per
-    /// call).
-    pub fn all_to_all<O: GpuWritable>(
-        &mut self,
-        rows: &ShardedRows,
-        ex: &Exchange,
-        out: &mut [O],
-        opts: &CollectiveOptions,
-    ) -> Result<()> {
-        if ex.part != rows.part || ex.counts.len() != self.ranks() {
-            return Err(Error::invalid(
-                "an exchange planned for other rows or another communicator; plan it for these",
-            ));
-        }
-        self.check_rows(&rows.ordinals, out, |r| ex.counts[r] * rows.row_bytes)?;
-        let mut decs = Vec::with_capacity(self.ranks());
-        for (r, rank) in self.ranks.iter().enumerate() {
-            rank.gpu.make_current()?;
-            decs.push(rows.decoder(&rank.gpu, r, opts)?);
-        }
-        self.order_after_callers()?;
-        nccl::group_start()?;
-        let moved = (|| {
-            for run in &ex.runs {
-                let bytes = plan::bytes_of(&|i| rows.offsets[i as usize], &run.rows);
-                let (a, b) = (bytes.start, bytes.end);
-                if b == a {
-                    continue;
-                }
-                let (src, dst) = (&self.ranks[run.src], &self.ranks[run.dst]);
-                let at = |r: usize| rows.shards[r].payload.as_device_ptr().as_raw() + a;
-                // SAFETY: (1) both payloads hold the whole payload's bytes
-                // in their rank's context, `a..b` inside (validated
-                // offsets), streams of the same ranks; (2) the source bytes
-                // are the owner's own rows, which nothing writes; the
-                // destination bytes are read only by the gather after
-                // `arrived`; (3) both ends walk the runs in the same order
-                // inside this group.
-                unsafe {
-                    nccl::send(
-                        at(run.src),
-                        (b - a) as usize,
-                        run.dst,
-                        self.comms[run.src],
-                        &src.comm_stream,
-                    )?;
-                    nccl::recv(
-                        at(run.dst),
-                        (b - a) as usize,
-                        run.src,
-                        self.comms[run.dst],
-                        &dst.comm_stream,
-                    )?;
-                }
-            }
-            Ok::<(), Error>(())
-        })();
-        let ended = nccl::group_end();
-        moved?;
-        ended?;
-        for (r, rank) in self.ranks.iter().enumerate() {
-            self.order_arrival(r)?;
-            if let Some(index) = &ex.index[r] {
-                let (dec, view) = &decs[r];
-                let req = Request::gather(index);
-                dec.launch(
-                    &rank.gpu,
-                    view,
-                    &req,
-                    0,
-                    &mut out[r],
-                    &rank.status,
-                    &rank.stream,
-                )?;
-            }
-            rows.uses[r].record(&rank.stream)?;
-        }
-        Ok(())
-    }
-
-    /// Enqueue the uncompressed baseline of [`Communicator::all_to_all`]:
-    /// the same runs of `ex` on raw rows, each into its place in the
-    /// receiving rank's buffer of all rows ([`RawRows::buffer`]), where the
-    /// requested rows then are. No gather into request order, no
-    /// synchronisation.
-    pub fn all_to_all_raw(&mut self, rows: &RawRows, ex: &Exchange) -> Result<()> {
-        if rows.ordinals != self.ordinals() {
-            return Err(Error::invalid(
-                "raw rows placed for another communicator's GPUs; upload them for this one",
-            ));
-        }
-        if ex.part != rows.part || ex.counts.len() != self.ranks() {
-            return Err(Error::invalid(
-                "an exchange planned for other rows or another communicator; plan it for these",
-            ));
-        }
-        let l = rows.row_bytes;
-        self.order_after_callers()?;
-        nccl::group_start()?;
-        let moved = (|| {
-            for run in &ex.runs {
-                let span = plan::bytes_of(&|i| i * l, &run.rows);
-                let (a, bytes) = (span.start, (span.end - span.start) as usize);
-                let at = |r: usize| rows.bufs[r].as_device_ptr().as_raw() + a;
-                let (src, dst) = (&self.ranks[run.src], &self.ranks[run.dst]);
-                // SAFETY: (1) both buffers hold all rows in their rank's
-                // context and the run lies inside the partition; streams
-                // of the same ranks; (2) the source rows are the owner's,
-                // which nothing writes; the destination's stream waits for
-                // the transfer; (3) both ends walk the runs in the same
-                // order inside this group.
-                unsafe {
-                    nccl::send(
-                        at(run.src),
-                        bytes,
-                        run.dst,
-                        self.comms[run.src],
-                        &src.comm_stream,
-                    )?;
-                    nccl::recv(
-                        at(run.dst),
-                        bytes,
-                        run.src,
-                        self.comms[run.dst],
-                        &dst.comm_stream,
-                    )?;
-                }
-            }
-            Ok::<(), Error>(())
-        })();
-        let ended = nccl::group_end();
-        moved?;
-        ended?;
-        for (r, rank) in self.ranks.iter().enumerate() {
-            self.order_arrival(r)?;
-            rows.uses[r].record(&rank.stream)?;
-        }
-        Ok(())
-    }
-
     /// The host-side checks of a collective: rows placed on this
     /// communicator's GPUs, and one output per rank, rank `r`'s at least
     /// `need(r)` bytes.
-    fn check_rows<O: GpuWritable>(
+    pub(super) fn check_rows<O: GpuWritable>(
         &self,
         ordinals: &[u32],
         out: &[O],

@@ -30,7 +30,7 @@ use cust::memory::DeviceBuffer;
 use cust::stream::{Stream, StreamFlags};
 use ibp::codebook::Codebook;
 use ibp::gpu::{
-    CacheOptions, CacheStats, DecodeStatus, FeatureCache, Gpu, GpuDataset, Residency,
+    CacheOptions, CacheStats, DecodeStatus, FeatureCache, Gpu, GpuDataset, Placement, Residency,
     top_k_by_score,
 };
 use ibp::layout::{FixedStride, LayoutOptions, Packed, compress_packed};
@@ -39,6 +39,8 @@ use ibp_testdata::raw_packed;
 
 use super::graph::{SplitMix, Zipf, rmat, sage_batch};
 
+#[cfg(test)]
+mod predict;
 mod verdict;
 
 use verdict::{judge, layouts};
@@ -178,6 +180,9 @@ struct Workload {
     name: &'static str,
     batches: Vec<Vec<u32>>,
     hot: Vec<u64>,
+    /// The hot rows' scores (degrees, access counts): the cache's
+    /// automatic placement weighs them.
+    scores: Vec<f64>,
 }
 
 /// One measured point.
@@ -185,6 +190,8 @@ struct Workload {
 struct Point {
     rate: f64,
     stats: CacheStats,
+    /// The cache's placement (`None`: no hot rows).
+    placement: Option<Placement>,
 }
 
 /// Every variant's point for one (table, workload, budget, GPU count).
@@ -257,16 +264,8 @@ pub(super) fn section(gpus: &[&Gpu], a: &CacheArgs, md: &mut String) -> Result<(
         gnn.len()
     );
     let workloads = [
-        Workload {
-            name: "GNN (GraphSAGE 15-10-5)",
-            batches: gnn,
-            hot: top_k_by_score(&degrees, v),
-        },
-        Workload {
-            name: "DLRM (Zipf 1.05)",
-            batches: dlrm,
-            hot: top_k_by_score(&freq, v),
-        },
+        workload("GNN (GraphSAGE 15-10-5)", gnn, &degrees, v),
+        workload("DLRM (Zipf 1.05)", dlrm, &freq, v),
     ];
 
     let _ = writeln!(
@@ -282,13 +281,14 @@ pub(super) fn section(gpus: &[&Gpu], a: &CacheArgs, md: &mut String) -> Result<(
          The slabs are packed in every variant. \
          Default: packed, the layout measured faster overall on the H200 (line-aligned rows read fewer lines but were slower); the targets are judged on it, and *Host layouts* below gives this run's measured ratio. \
          Decoder: `ibp_kernels::device::decode_slot`, one warp per row (each row's 16-byte pieces fetched, then decoded by the batch decoder's step). \
-         With 2 GPUs the batches alternate between them, each GPU reading the other's slab through peer access (partitioned hot set), and *GB/s* is the aggregate.\n",
+         With several GPUs the batches alternate between them, each GPU reading the others' slabs through peer access, and *GB/s* is the aggregate. \
+         *placement*: where the hot rows went across the GPUs' slabs (the cache's automatic choice: the hottest rows replicated in every slab, as many as `ibp::gpu::replicated_rows` predicts to read fastest from the hot rows' stored bytes, their scores (degrees, access counts) and the default read rates, the rest partitioned).\n",
         a.edges,
         workloads[0].batches.len(),
     );
     let _ = writeln!(
         md,
-        "| table | workload | budget | variant | GPUs | GB/s | × base | ideal × | hit rate | PCIe GB |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+        "| table | workload | budget | variant | GPUs | GB/s | × base | ideal × | hit rate | PCIe GB | placement |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
     );
     let mut groups = Vec::new();
     for (name, data, l) in super::real_tables()? {
@@ -308,6 +308,30 @@ pub(super) fn section(gpus: &[&Gpu], a: &CacheArgs, md: &mut String) -> Result<(
     let _ = writeln!(md);
     eprintln!("cache section done in {:.0} s", t0.elapsed().as_secs_f64());
     Ok(())
+}
+
+/// A workload whose hot set is the `k` rows of highest `score`, with
+/// their scores.
+fn workload(name: &'static str, batches: Vec<Vec<u32>>, score: &[u64], k: usize) -> Workload {
+    let hot = top_k_by_score(score, k);
+    let scores = hot.iter().map(|&r| score[r as usize] as f64).collect();
+    Workload {
+        name,
+        batches,
+        hot,
+        scores,
+    }
+}
+
+/// A cell's placement, for the table: `—` without a cache.
+fn placement_name(p: Option<Placement>, gpus: usize) -> String {
+    match p {
+        None => "—".into(),
+        Some(_) if gpus == 1 => "one slab".into(),
+        Some(Placement::Partition) => "partition".into(),
+        Some(Placement::Replicate) => "replicate".into(),
+        Some(Placement::Hybrid { replicated }) => format!("hybrid, {replicated} rows replicated"),
+    }
 }
 
 /// The table's rows assigned to `v` vertices: compressed packed (stored
@@ -526,17 +550,21 @@ fn write_points(
         };
         let _ = writeln!(
             md,
-            "| {table} | {workload} | {pct}% | {} | {n} | {:.1} | {ratio:.2} | {ideal} | {:.3} | {:.2} |",
+            "| {table} | {workload} | {pct}% | {} | {n} | {:.1} | {ratio:.2} | {ideal} | {:.3} | {:.2} | {} |",
             var.name,
             p.rate / 1e9,
             p.stats.hit_rate(),
-            p.stats.host_bytes as f64 / 1e9
+            p.stats.host_bytes as f64 / 1e9,
+            placement_name(p.placement, n)
         );
         eprintln!(
-            "  {workload} {pct}% {} x{n}: {:.1} GB/s (x{ratio:.2}, ideal {ideal}), hit rate {:.3}",
+            "  {workload} {pct}% {} x{n}: {:.1} GB/s (x{ratio:.2}, ideal {ideal}), hit rate {:.3} (local {}, peer {}), {}",
             var.name,
             p.rate / 1e9,
-            p.stats.hit_rate()
+            p.stats.hit_rate(),
+            p.stats.local_hits,
+            p.stats.peer_hits,
+            placement_name(p.placement, n)
         );
     }
 }
@@ -566,7 +594,13 @@ fn measure(
         (true, Host::Raw) => &sets[0].comp,
         (true, h) => sets[0].host(h),
     };
-    let cache = FeatureCache::with_slab_rows(&gpus, &hosts, slab, hot, &CacheOptions::new(budget))?;
+    // The hot rows' scores: the automatic placement's rule weighs them.
+    let opts = CacheOptions::new(budget).with_hot_scores(if hot.is_empty() {
+        Vec::new()
+    } else {
+        w.scores.clone()
+    });
+    let cache = FeatureCache::with_slab_rows(&gpus, &hosts, slab, hot, &opts)?;
     let n = lanes.len();
     // Warm-up and check: batch 0 on every GPU.
     for (i, lane) in lanes.iter_mut().enumerate() {
@@ -636,6 +670,7 @@ fn measure(
     Ok(Point {
         rate: stats.delivered_bytes as f64 / times[1],
         stats,
+        placement: (!hot.is_empty()).then(|| cache.placement()),
     })
 }
 
@@ -695,6 +730,7 @@ mod tests {
                         host_bytes: (1000.0 / r) as u64,
                         ..Default::default()
                     },
+                    placement: None,
                 })
                 .collect(),
         }

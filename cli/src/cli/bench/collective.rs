@@ -86,6 +86,13 @@ fn time_reps(
     })
 }
 
+/// One line on stderr before each collective call the section makes (the
+/// check and the timed runs), so that a run cut by a time limit on the
+/// device shows which call hung.
+fn start(what: &str, kind: &str, t: &str, ranks: usize) {
+    eprintln!("collective: {what} {kind}, {ranks} ranks, {t}, start");
+}
+
 /// Measured compressed and raw seconds of one collective.
 struct Row {
     name: String,
@@ -112,7 +119,11 @@ fn measure(
     let raw = RawRows::upload(comm, &t.data, t.l, part)?;
     let mut out = comm.alloc_outputs(t.data.len() as u64)?;
     // Checked on every rank before timing.
+    let n = comm.ranks();
+    start(what, "compressed (check)", &t.name, n);
     comm.all_gather(&rows, &mut out, opts)?;
+    comm.finish_blocking()?;
+    start(what, "raw (check)", &t.name, n);
     comm.all_gather_raw(&raw, opts)?;
     comm.finish_blocking()?;
     for (r, o) in out.iter().enumerate() {
@@ -132,7 +143,9 @@ fn measure(
     // MB takes tens of microseconds; the host's wait would dominate one.
     let reps = (256 << 20) / t.data.len().max(1);
     let reps = reps.clamp(1, 64) as u32;
+    start(what, "compressed (timed)", &t.name, n);
     let comp_s = time_reps(comm, reps, |c| c.all_gather(&rows, &mut out, opts))?;
+    start(what, "raw (timed)", &t.name, n);
     let raw_s = time_reps(comm, reps, |c| c.all_gather_raw(&raw, opts))?;
     let n = comm.ranks() as f64;
     let raw_bytes = t.data.len() as u64;
@@ -183,7 +196,17 @@ fn measure_all_to_all(
     let req: Vec<&[u64]> = requests.iter().map(|v| v.as_slice()).collect();
     let ex = ibp::gpu::collective::Exchange::new_blocking(comm, &rows, &req, gap)?;
     let mut out = comm.alloc_outputs((batch * t.l) as u64)?;
+    let ranks = comm.ranks();
+    eprintln!(
+        "collective: all_to_all plan: {} runs, {} sends, {} remote rows",
+        ex.runs(),
+        ex.sends(),
+        ex.remote_rows()
+    );
+    start("all_to_all", "compressed (check)", &t.name, ranks);
     comm.all_to_all(&rows, &ex, &mut out, opts)?;
+    comm.finish_blocking()?;
+    start("all_to_all", "raw (check)", &t.name, ranks);
     comm.all_to_all_raw(&raw, &ex)?;
     comm.finish_blocking()?;
     for (r, q) in requests.iter().enumerate() {
@@ -201,11 +224,18 @@ fn measure_all_to_all(
             }
         }
     }
+    start("all_to_all", "compressed (timed)", &t.name, ranks);
     let comp_s = time_reps(comm, 8, |c| c.all_to_all(&rows, &ex, &mut out, opts))?;
+    start("all_to_all", "raw (timed)", &t.name, ranks);
     let raw_s = time_reps(comm, 8, |c| c.all_to_all_raw(&raw, &ex))?;
     let moved_raw = ex.remote_rows() as f64 * t.l as f64;
     Ok(Row {
-        name: format!("{}, {batch} random rows a rank, gaps ≤ {gap} rows", t.name),
+        name: format!(
+            "{}, {batch} random rows a rank, gaps ≤ {gap} rows, {} runs in {} sends",
+            t.name,
+            ex.runs(),
+            ex.sends()
+        ),
         what: "all-to-all",
         raw_bytes: (batch * t.l) as u64,
         ratio: moved_raw / ex.remote_bytes().max(1) as f64,
@@ -265,12 +295,10 @@ pub(super) fn section(max_gpus: usize, real_bytes: usize, md: &mut String) -> Re
     let mut rows = Vec::new();
     for t in &gather {
         let part = Partition::even(t.packed.rows as u64, ranks)?;
-        eprintln!("collective: all-gather of {}", t.name);
         rows.push(measure(&mut comm, t, part, "all-gather", &opts)?);
     }
     // The mini-batch exchange of a distributed GNN, over scaled Cora.
     if ranks > 1 {
-        eprintln!("collective: all-to-all of {}", gather[1].name);
         rows.push(measure_all_to_all(&mut comm, &gather[1], 16_384, 8, &opts)?);
     }
     // The broadcast: the word embeddings and the layer sample, each a
@@ -284,7 +312,6 @@ pub(super) fn section(max_gpus: usize, real_bytes: usize, md: &mut String) -> Re
     }
     for t in &weights {
         let part = Partition::on_one(t.packed.rows as u64, ranks, 0)?;
-        eprintln!("collective: broadcast of {}", t.name);
         rows.push(measure(&mut comm, t, part, "broadcast", &opts)?);
     }
     let env = |k: &str| std::env::var(k).unwrap_or_else(|_| "unset".into());
