@@ -38,7 +38,8 @@ if [ "$what" = tests ] || [ "$what" = all ]; then
   grep -E 'panicked|skipped' -A3 "$out/test-gpu_collective.log" | head -20
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
-  for way in nvlink shm sockets; do
+  # IBP_COLLECTIVE_WAYS: which of the three (default all), e.g. "nvlink sockets".
+  for way in ${IBP_COLLECTIVE_WAYS:-nvlink shm sockets}; do
     case $way in
       nvlink) env=() ;;
       shm) env=(NCCL_P2P_DISABLE=1) ;;
@@ -46,7 +47,7 @@ if [ "$what" = bench ] || [ "$what" = all ]; then
     esac
     log=$out/collective-$way.log
     # NCCL_DEBUG=INFO: the log names the transport each channel took.
-    env "${env[@]}" NCCL_DEBUG=INFO timeout 200 .device/bin/ibp.bin bench --section collective \
+    env "${env[@]}" NCCL_DEBUG=INFO timeout "${IBP_COLLECTIVE_TIMEOUT:-200}" .device/bin/ibp.bin bench --section collective \
       --gpus "$gpus" ${IBP_COLLECTIVE_ARGS:-} --out "$out/collective-$way.md" >"$log" 2>&1
     rc=$?
     via=$(grep -oE 'via (P2P|SHM|NET)[^ ]*' "$log" | sort | uniq -c | tr '\n' ' ')

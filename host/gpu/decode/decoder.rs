@@ -448,7 +448,7 @@ impl<'ds> Decoder<'ds> {
                 && rows.clusters.is_none()
                 && self
                     .lanes_forced
-                    .unwrap_or_else(|| lanes_pay(count, l, self.book.chunk, g.sms))
+                    .unwrap_or_else(|| lanes_pay(count, l, g.sms))
         });
         let (kernel, grid, block, shared) = match lanes {
             Some(g) => {
@@ -489,21 +489,22 @@ impl<'ds> Decoder<'ds> {
     }
 }
 
-/// Whether a launch of `count` tensors of `l` bytes in `chunk`-byte chunks
-/// decodes a lane a tensor (`ibp_decode_lanes`) by default, on `sms` SMs.
+/// Whether a launch of `count` tensors of `l` bytes decodes a lane a
+/// tensor (`ibp_decode_lanes`) by default, on `sms` SMs.
 ///
 /// Q: where does the rule come from?
-/// A: from what each decoder pays a tensor and what the lane decoder needs
-/// to fill the GPU. A warp a tensor pays a warp step of 512 output bytes
-/// (the last one partly empty) plus about 140 warp instructions of
-/// per-tensor work, so short rows waste most of it; a lane a tensor pays
-/// only its own chunks, but a warp then holds 32 tensors, and a launch
-/// needs at least eight warps an SM to hide each lane's chain of
-/// dependent shifts. Rows up to 4 KiB (a book that leaves room for more
-/// than one block an SM) qualify.
-pub(crate) fn lanes_pay(count: u64, l: u64, chunk: u32, sms: u32) -> bool {
-    let _ = chunk;
-    l <= 4096 && count >= 32 * 8 * sms as u64
+/// A: from the row-length sweep, both decoders in one binary (H200,
+/// 2026-11-28, `scripts/device-lanes.sh`; every chunk size, 25–90%
+/// savings): a lane a tensor ran rows of 64 bytes at 4.8–6.1× the batch
+/// decoder and rows of 128 bytes at 1.8–3.1×, but rows of 256 bytes at
+/// 0.75–1.37× and longer rows at 0.41–0.99×. Its steps cost what the batch
+/// decoder's do; what it saves is the per-tensor work and the half-empty
+/// steps, which dominate only short rows. Past them it is bound by its
+/// memory traffic: each warp instruction's 16-byte stores and fetches touch
+/// 32 rows. It also needs a lane a tensor to fill the GPU: at least eight
+/// warps an SM of tensors in the launch.
+pub(crate) fn lanes_pay(count: u64, l: u64, sms: u32) -> bool {
+    l <= 128 && count >= 32 * 8 * sms as u64
 }
 
 /// Whether batch mode decodes tensors of `l` bytes two a warp by default
@@ -550,7 +551,20 @@ fn check_output(out_len: u64, rows: u64, stride: u64, l: u64) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::{check_output, pairs_pay};
+
     use crate::ErrorKind;
+
+    #[test]
+    fn lanes_pay_for_many_short_rows_only() {
+        use super::lanes_pay;
+        assert!(lanes_pay(1 << 20, 64, 132));
+        assert!(lanes_pay(1 << 20, 128, 132));
+        assert!(!lanes_pay(1 << 20, 129, 132));
+        assert!(!lanes_pay(1 << 20, 768, 132));
+        // Too few tensors to give eight warps an SM a tensor a lane.
+        assert!(!lanes_pay(32 * 8 * 132 - 1, 64, 132));
+        assert!(lanes_pay(32 * 8 * 132, 64, 132));
+    }
 
     #[test]
     fn pairs_pay_where_a_rows_last_whole_step_is_at_most_half_full() {

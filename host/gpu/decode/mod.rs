@@ -57,8 +57,8 @@ pub struct DecodeOptions {
     /// Decode a lane a tensor (kernel `ibp_decode_lanes`: 32 tensors a
     /// warp in lockstep) rather than a warp a tensor. `None`: where it
     /// pays, by a rule on the launch (tensors in device memory, not
-    /// clustered, enough of them to fill the GPU a lane each; see
-    /// `Decoder::lanes_pay`). `Some(true)` still needs tensors in device
+    /// clustered, rows of at most 128 bytes, enough of them to fill the GPU
+    /// a lane each). `Some(true)` still needs tensors in device
     /// memory, an unclustered dataset and its book in shared memory.
     /// Output is identical either way.
     pub lanes: Option<bool>,
