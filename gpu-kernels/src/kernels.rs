@@ -7,8 +7,8 @@ use crate::detail::scan::{block_exclusive_scan, global_scan, thread_sizes};
 use crate::hw::{GlobalBook, Hw, SharedBook};
 use crate::params::{
     CacheParams, CandidatesParams, ClearParams, CompactParams, CopyRunsParams, CountParams,
-    CpAsyncTestParams, DecodeParams, EncodeParams, FloatDecodeParams, KvAppendParams, MeasureParams, SCAN_PER_THREAD,
-    SCAN_TILE, ScanParams, WarpTestParams, workspace_bytes,
+    CpAsyncTestParams, DecodeParams, EncodeParams, FloatDecodeParams, KvAppendParams,
+    MeasureParams, SCAN_PER_THREAD, SCAN_TILE, ScanParams, WarpTestParams, workspace_bytes,
 };
 use crate::prelude::kernel;
 use crate::simt;

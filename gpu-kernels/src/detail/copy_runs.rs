@@ -78,13 +78,7 @@ pub unsafe fn copy_range<W: Lanes, M: Mem>(w: &W, m: &M, src: u64, dst: u64, len
 /// # Safety
 /// As [`CopyRunsParams`] states; every lane of a warp calls it with the
 /// same arguments.
-pub unsafe fn copy_runs<W: Lanes, M: Mem>(
-    w: &W,
-    m: &M,
-    p: &CopyRunsParams,
-    wid: u64,
-    nwarps: u64,
-) {
+pub unsafe fn copy_runs<W: Lanes, M: Mem>(w: &W, m: &M, p: &CopyRunsParams, wid: u64, nwarps: u64) {
     let mut i = wid;
     while i < p.count {
         let at = p.ranges.wrapping_add(24 * i);

@@ -243,7 +243,7 @@ fn param4<B: Book>(b: &B, off: u32) -> [u32; 4] {
 
 /// Entry of chunk `k` from the global entry table (general path).
 #[inline(always)]
-fn entry<const C: u32, M: Mem>(m: &M, entries: u64, k: u32) -> Entry {
+pub(crate) fn entry<const C: u32, M: Mem>(m: &M, entries: u64, k: u32) -> Entry {
     let a = entries + k as u64 * entry_bytes(C) as u64;
     let mut w = [0u32; 18];
     let mut i = 0;

@@ -23,8 +23,8 @@ use core::marker::PhantomData;
 
 use super::{
     CacheParams, CandidatesParams, ClearParams, CompactParams, CopyRunsParams, CountParams,
-    CpAsyncTestParams, DecodeParams, EncodeParams, FloatDecodeParams, KvAppendParams, MeasureParams, ScanParams,
-    WarpTestParams,
+    CpAsyncTestParams, DecodeParams, EncodeParams, FloatDecodeParams, KvAppendParams,
+    MeasureParams, ScanParams, WarpTestParams,
 };
 
 /// A kernel of ibp's PTX and the one parameter block it takes.

@@ -49,8 +49,8 @@ use crate::detail::bits::{low_mask, low_mask32};
 use crate::detail::book::{
     CLASS_GENERAL, CLASS_NONE_FREE, CLASS_TWO_RUNS, Layout, chunks_per_lane,
 };
-use crate::detail::step::{ANY, RowStore, Sink};
-use crate::detail::table::{self, Entry, entry_bytes};
+use crate::detail::step::{ANY, RowStore, Sink, entry};
+use crate::detail::table;
 use crate::params::{DECODE_FLAG_NO_CLASSES, DecodeParams, STATUS_BAD_INDEX, STATUS_CORRUPT};
 use crate::simt::{Book, Machine, Mem};
 
@@ -247,24 +247,6 @@ fn fields<const C: u32, B: Book>(b: &B, lay: &Layout, k0: u32) -> Fields {
             prm,
         }
     }
-}
-
-/// Chunk `k`'s entry of the global table (the general path).
-#[inline(always)]
-fn entry<const C: u32, M: Mem>(m: &M, entries: u64, k: u32) -> Entry {
-    let a = entries + k as u64 * entry_bytes(C) as u64;
-    let mut w = [0u32; 18];
-    let mut i = 0;
-    while i < 9 {
-        if i * 8 < entry_bytes(C) {
-            // SAFETY: inside entry k of the table (k < K), 8-aligned.
-            let x = unsafe { m.ld_ro_u64(a + 8 * i as u64) };
-            w[2 * i as usize] = x as u32;
-            w[2 * i as usize + 1] = (x >> 32) as u32;
-        }
-        i += 1;
-    }
-    Entry::from_words::<C>(&w)
 }
 
 /// One chunk of at most 4 bytes: its payload `v` (low `wj` bits valid,
@@ -520,14 +502,7 @@ pub unsafe fn run<M: Machine, B: Book>(
             unsafe { mm.ld_u64(p.index + 8 * i) }
         };
         if t >= p.rows {
-            fail(
-                mm,
-                p.status,
-                i.wrapping_add(p.row_base),
-                out,
-                l,
-                STATUS_BAD_INDEX,
-            );
+            fail(mm, &p, i, out, STATUS_BAD_INDEX);
             i += lanes;
             continue;
         }
@@ -579,14 +554,7 @@ pub unsafe fn run<M: Machine, B: Book>(
             && (!encoded
                 || (if packed { e == len } else { e < l }) && after & low_mask32(pad) == 0);
         if !ok {
-            fail(
-                mm,
-                p.status,
-                i.wrapping_add(p.row_base),
-                out,
-                l,
-                STATUS_CORRUPT,
-            );
+            fail(mm, &p, i, out, STATUS_CORRUPT);
         }
         i += lanes;
     }
@@ -621,18 +589,31 @@ pub unsafe fn probe<const C: u32, const CLASS: u8, M: Machine, B: Book>(
         p.out,
     );
     if end ^ after == 0 {
-        fail(mm, p.status, 0, p.out, p.row_bytes, STATUS_CORRUPT);
+        zero_and_report(mm, p.status, 0, p.out, p.row_bytes, STATUS_CORRUPT);
     }
+}
+
+/// Report `code` for output row `i` of the launch and zero the row.
+///
+/// Q: why does it take the parameters' fields, not the block? A: a
+/// reference to the block passed to a function that is not inlined puts
+/// the block in local memory (a 176-byte stack frame).
+#[inline(always)]
+fn fail<M: Mem>(mm: &M, p: &DecodeParams, i: u64, out: u64, code: u64) {
+    zero_and_report(
+        mm,
+        p.status,
+        i.wrapping_add(p.row_base),
+        out,
+        p.row_bytes,
+        code,
+    );
 }
 
 /// Report `code` for row `row` of the call (status words at `status`)
 /// and zero its `l` output bytes at `out`.
-///
-/// Q: why scalars, not the parameter block? A: a reference to the block
-/// passed to a function that is not inlined puts the block in local
-/// memory (a 176-byte stack frame).
 #[inline(never)]
-fn fail<M: Mem>(mm: &M, status: u64, row: u64, out: u64, l: u64, code: u64) {
+fn zero_and_report<M: Mem>(mm: &M, status: u64, row: u64, out: u64, l: u64, code: u64) {
     // SAFETY: status holds two u64 (host-allocated); the row is the
     // launch's, `l` bytes.
     unsafe {
