@@ -100,6 +100,10 @@ impl Async for Hw {
         arch::cp_async_wait_group::<1>()
     }
     #[inline(always)]
+    fn wait_all_but_two(&self) {
+        arch::cp_async_wait_group::<2>()
+    }
+    #[inline(always)]
     fn sync_warp(&self) {
         arch::sync_warp()
     }

@@ -189,6 +189,8 @@ pub trait Async {
     fn wait_all(&self);
     /// Wait for every group of the lane but the most recent one.
     fn wait_all_but_last(&self);
+    /// Wait for every group of the lane but the two most recent ones.
+    fn wait_all_but_two(&self);
     /// `bar.warp.sync`: the warp's lanes meet; shared-memory writes before
     /// it are visible to every lane after it.
     fn sync_warp(&self);

@@ -161,6 +161,20 @@ impl Lane<'_> {
     }
 
     /// Write landed copies into shared memory.
+    /// Land every committed group of copies but the newest `n`; the open
+    /// group (after the last commit) is not waited for either.
+    fn wait_all_but(&self, n: usize) {
+        let mut p = self.pending.borrow_mut();
+        let open = p.pop().unwrap_or_default();
+        let keep = p.len().saturating_sub(n);
+        let newest = p.split_off(keep);
+        let done: Vec<_> = std::mem::take(&mut *p).into_iter().flatten().collect();
+        p.extend(newest);
+        p.push(open);
+        drop(p);
+        self.land(done.into_iter());
+    }
+
     fn land(&self, copies: impl Iterator<Item = (u32, [u32; 4])>) {
         for (dst, v) in copies {
             // SAFETY: `dst` was a valid destination when the copy was
@@ -328,16 +342,10 @@ impl Async for Lane<'_> {
         self.land(groups.into_iter().flatten());
     }
     fn wait_all_but_last(&self) {
-        let mut p = self.pending.borrow_mut();
-        // The open group (after the last commit) is not waited for, nor is
-        // the newest committed group.
-        let open = p.pop().unwrap_or_default();
-        let newest = p.pop().unwrap_or_default();
-        let done: Vec<_> = std::mem::take(&mut *p).into_iter().flatten().collect();
-        p.push(newest);
-        p.push(open);
-        drop(p);
-        self.land(done.into_iter());
+        self.wait_all_but(1);
+    }
+    fn wait_all_but_two(&self) {
+        self.wait_all_but(2);
     }
     fn sync_warp(&self) {
         self.wait(&self.ex.barrier);

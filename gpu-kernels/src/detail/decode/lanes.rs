@@ -73,10 +73,15 @@ pub const LANE_RING_BYTES: u32 = 16 * RING_BLOCKS + 16;
 /// 16-byte blocks in a lane's ring.
 const RING_BLOCKS: u32 = 8;
 
-/// Blocks a lane keeps fetched from the one its position is in: a lane
-/// step reads at most 128 + 32 bits past its position (4 blocks from
-/// it), and the newest block may still be in flight.
-const AHEAD: u32 = 5;
+/// Blocks a lane keeps fetched from the one its position is in. A lane
+/// step reads at most 159 bits past its position (the block it is in and
+/// the next two), and a step waits for all but the two newest groups of
+/// copies, so the blocks it reads were fetched two steps or more before.
+///
+/// Q: why two steps? A: with one (five blocks ahead, the newest group
+/// pending) the first shared load after the wait held 24% of the lane
+/// decoder's stall samples (Nsight Compute, 768-byte rows, H200).
+const AHEAD: u32 = 6;
 
 /// One lane's reader of its tensor's stored bits (see the module docs):
 /// the tensor's 16-byte blocks copied by `cp.async` into the lane's ring,
@@ -141,14 +146,14 @@ impl Reader {
 
     /// Once a lane step, before its reads: keep [`AHEAD`] blocks fetched
     /// from the current one (a step moves at most one block on), and wait
-    /// for all but the newest.
+    /// for all but the two newest groups.
     #[inline(always)]
     fn advance<H: Machine>(&mut self, h: &H) {
         if self.fetched < (self.pos >> 7) + AHEAD {
             self.issue(h);
         }
         h.commit();
-        h.wait_all_but_last();
+        h.wait_all_but_two();
     }
 
     /// The 32 stream bits from bit `bit` (inside the resident blocks).
@@ -163,21 +168,27 @@ impl Reader {
 }
 
 /// A lane's participation bits: 32 at a time from the tensor's first
-/// bytes, read as aligned words (the last one kept).
+/// bytes, read as aligned words, one word ahead of use.
+///
+/// Q: why ahead? A: read when used, the word's load (an L2 round trip: the
+/// tensor's blocks go to the ring past L1) held 23% of the lane decoder's
+/// stall samples (Nsight Compute, 768-byte rows, H200).
 struct Pbits {
     al: u64,
     shift: u32,
-    last: u64,
+    /// The last word (from `al`) that holds a byte of the tensor.
+    last: u32,
     hi: u32,
+    /// The word after `hi`, in flight while `hi` is used.
+    nx: u32,
     /// 0 for a raw tensor, whose chunks all read as not matching.
     keep: u32,
 }
 
 impl Pbits {
     #[inline(always)]
-    fn word<M: Mem>(&self, m: &M, i: u64) -> u32 {
-        let a = self.al + 4 * i;
-        let a = if a > self.last { self.last } else { a };
+    fn word<M: Mem>(&self, m: &M, i: u32) -> u32 {
+        let a = self.al + 4 * (if i > self.last { self.last } else { i }) as u64;
         // SAFETY: a 4-aligned word holding a byte of the tensor's stored
         // bytes (clamped to its last), inside the payload.
         unsafe { m.ld_u32(a) }
@@ -188,20 +199,23 @@ impl Pbits {
         let mut p = Pbits {
             al: row & !3,
             shift: ((row & 3) * 8) as u32,
-            last: (row + len - 1) & !3,
+            last: ((row + len - 1 - (row & !3)) >> 2) as u32,
             hi: 0,
+            nx: 0,
             keep: if encoded { u32::MAX } else { 0 },
         };
         p.hi = p.word(m, 0);
+        p.nx = p.word(m, 1);
         p
     }
 
     /// Participation bits of chunks `32·i … 32·i + 31` (call with `i` =
     /// 0, 1, 2, … in order).
     #[inline(always)]
-    fn next<M: Mem>(&mut self, m: &M, i: u64) -> u32 {
+    fn next<M: Mem>(&mut self, m: &M, i: u32) -> u32 {
         let lo = self.hi;
-        self.hi = self.word(m, i + 1);
+        self.hi = self.nx;
+        self.nx = self.word(m, i + 2);
         let w = ((lo as u64 | (self.hi as u64) << 32) >> self.shift) as u32;
         w & self.keep
     }
@@ -428,12 +442,12 @@ fn decode_tensor<const C: u32, const FIXED: u8, M: Machine, B: Book>(
     while s < steps {
         let k0 = s * cpl;
         // Warp-uniform: every lane stands at the same chunk.
-        if k0 % 32 == 0 {
-            pw = pb.next(mm, (k0 / 32) as u64);
+        if k0.is_multiple_of(32) {
+            pw = pb.next(mm, k0 / 32);
         }
         if FIXED != ANY {
             class = FIXED;
-        } else if s % 32 == 0 {
+        } else if s.is_multiple_of(32) {
             class = if classes {
                 // SAFETY: inside the CLASS field (book step s / 32).
                 unsafe { b.ld_u8(lay.class + s / 32) as u8 }
