@@ -499,10 +499,11 @@ impl<'ds> Decoder<'ds> {
 /// decoder and rows of 128 bytes at 1.8–3.1×, but rows of 256 bytes at
 /// 0.75–1.37× and longer rows at 0.41–0.99×. Its steps cost what the batch
 /// decoder's do; what it saves is the per-tensor work and the half-empty
-/// steps, which dominate only short rows. Past them it is bound by its
-/// memory traffic: each warp instruction's 16-byte stores and fetches touch
-/// 32 rows. It also needs a lane a tensor to fill the GPU: at least eight
-/// warps an SM of tensors in the launch.
+/// steps, which dominate only short rows. Past them it waits on memory (a
+/// warp's 16-byte stores and fetches touch 32 rows each; 0.24 instructions
+/// issued a scheduler a cycle on 768-byte rows). It also needs a lane a
+/// tensor to fill the GPU: at least eight warps an SM of tensors in the
+/// launch.
 pub(crate) fn lanes_pay(count: u64, l: u64, sms: u32) -> bool {
     l <= 128 && count >= 32 * 8 * sms as u64
 }
