@@ -10,30 +10,31 @@
 //! others, so the warp scan, the step's prefix and the batch bookkeeping
 //! are gone. What is left per chunk is the chunk's own work: its
 //! participation bit, its width, a funnel shift and the expansion. The
-//! batch decoder spends about 54 lane instructions a 2-byte chunk
-//! (`scripts/sass.sh --steps`: 650 warp instructions a 768-byte bf16 row);
-//! this one about half of that, and a row of 64 bytes costs a lane only
-//! its 32 chunks, where a warp step of 512 bytes would run mostly empty.
+//! steps of the two decoders cost about the same (`scripts/sass.sh
+//! --steps`: 245 against 234 SASS instructions a 512-byte step, 2-byte
+//! chunks); what this one drops is the rest: about 370 warp instructions
+//! a 768-byte bf16 row against the batch decoder's 650, and a row of 64
+//! bytes costs a lane only its 32 chunks, where a warp step of 512 bytes
+//! would run mostly empty.
 //!
 //! Q: what does it give up?
-//! A: reads. Each lane streams its own tensor with 16-byte loads, so a
-//! warp's load touches up to 32 lines (the batch decoder's touch four).
-//! The loads stay few (one per 16 stored bytes, kept in registers), and
-//! the host takes this kernel only for tensors in device memory, where
-//! lines come from L2, never over PCIe. It also needs many tensors a
-//! launch (a lane each) to fill the GPU: the host's rule is in
-//! `host/gpu/decode/decoder.rs` (`lanes_pay`).
+//! A: locality. Each lane fetches its own tensor, so a warp's fetch and
+//! a warp's 16-byte store touch up to 32 rows (the batch decoder's touch
+//! four lines), and a launch needs many tensors (a lane each) to fill the
+//! GPU. Measured on the H200, it wins on rows of up to 128 bytes and loses
+//! past 256; the host's rule is in `host/gpu/decode/decoder.rs`
+//! (`lanes_pay`), and it only serves tensors in device memory.
 //!
 //! # A lane's stream reader
 //!
-//! A 64-bit accumulator (`lo`, `hi`) holds the next `n` stream bits, least
-//! significant first; a queue of up to four words (`q`, `cnt`) holds the
-//! rest of the last 16-byte block loaded, and `nx` the next block, loaded
-//! one block ahead so that its latency hides behind a block's decode.
-//! [`Reader::fill`] tops the accumulator up to more than 32 bits, so every
-//! group of chunks whose payload fits 32 bits (an output word of 1-, 2- or
-//! 4-byte chunks) reads its bits from the accumulator with funnel shifts.
-//! Loads are clamped to the tensor's last 16-byte block, so a corrupt
+//! A lane copies its tensor's 16-byte blocks with `cp.async` into its own
+//! ring of eight blocks in shared memory (plus a second copy of the first,
+//! so a window never wraps), six blocks ahead of its position; a lane step
+//! moves at most one block on, so one copy a step keeps up, and each step
+//! waits for the copies of two steps before. The chunks of an output word
+//! (at most 32 payload bits for 1-, 2- and 4-byte chunks) come from one
+//! 32-bit window at the lane's bit position: two shared loads and a funnel
+//! shift. Copies are clamped to the tensor's own blocks, so a corrupt
 //! tensor reads garbage from its own bytes, never past them; the stored
 //! length check at the end then fails it.
 //!
@@ -65,7 +66,7 @@ macro_rules! each {
     };
 }
 
-/// Bytes of a lane's ring in shared memory: [`RING_BLOCKS`] blocks of 16
+/// Bytes of a lane's ring in shared memory: eight blocks of 16
 /// bytes, then a second copy of the first block (so that a window that
 /// starts in the ring's last word reads its next word without a wrap).
 pub const LANE_RING_BYTES: u32 = 16 * RING_BLOCKS + 16;
