@@ -43,18 +43,5 @@ if [ "$what" = bench ] || [ "$what" = all ]; then
 fi
 if [ "$what" = sweep ] || [ "$what" = all ]; then
   echo "== sweep: pairs ${SWEEP_ON:-on} / off, per cell (row, savings, GB/s ${SWEEP_ON:-on}, GB/s off, ratio, moved/copy ${SWEEP_ON:-on})"
-  python3 - "$out/sweep-on.md" "$out/sweep-off.md" <<'PY'
-import sys
-def cells(p):
-    d = {}
-    for l in open(p):
-        c = [x.strip() for x in l.strip().strip("|").split("|")]
-        if len(c) >= 8 and c[0].endswith("chunks") and c[0][0].isdigit():
-            d[(c[0], c[1])] = (float(c[4]), c[6])
-    return d
-a, b = cells(sys.argv[1]), cells(sys.argv[2])
-for k in a:
-    if k in b:
-        print(f"{k[0]:>22} {k[1]:>6} {a[k][0]:7.0f} {b[k][0]:7.0f} {a[k][0]/b[k][0]:5.2f} {a[k][1]}")
-PY
+  python3 .device/sweep-compare.py "$out/sweep-on.md" "$out/sweep-off.md"
 fi

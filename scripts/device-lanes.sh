@@ -42,20 +42,7 @@ fi
 printf '%s\n' "${summary[@]}"
 if [ -f "$out/sweep-on.md" ] && [ -f "$out/sweep-off.md" ]; then
   echo "== sweep: cell, savings, GB/s lanes on, GB/s off, on/off, moved/copy on, moved/copy off"
-  python3 - "$out/sweep-on.md" "$out/sweep-off.md" <<'PY'
-import sys
-def cells(p):
-    d = {}
-    for l in open(p):
-        c = [x.strip() for x in l.strip().strip("|").split("|")]
-        if len(c) >= 8 and c[0].endswith("chunks") and c[0][0].isdigit():
-            d[(c[0], c[1])] = (float(c[4]), c[6])
-    return d
-a, b = cells(sys.argv[1]), cells(sys.argv[2])
-for k in a:
-    if k in b:
-        print(f"{k[0]:>18} {k[1]:>6} {a[k][0]:7.0f} {b[k][0]:7.0f} {a[k][0]/b[k][0]:5.2f} {a[k][1]:>5} {b[k][1]:>5}")
-PY
+  python3 .device/sweep-compare.py "$out/sweep-on.md" "$out/sweep-off.md"
 fi
 if [ -f "$out/dev-on1.md" ] && [ -f "$out/dev-off1.md" ]; then
   echo "== device tables: lanes on / off"

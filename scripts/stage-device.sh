@@ -94,7 +94,7 @@ if [ -n "${IBP_BASELINE:-}" ]; then
   echo "$IBP_BASELINE" >.device/baseline-commit
 fi
 strip .device/bin/* 2>/dev/null || true
-cp scripts/device-run.sh scripts/device-profile.sh scripts/device-kv-profile.sh scripts/device-compress-check.sh scripts/device-unpack.sh scripts/device-reliability.sh scripts/device-structural-check.sh scripts/sweep-points.sh scripts/device-decoder.sh scripts/device-collective.sh scripts/device-nccl.sh scripts/device-lanes.sh scripts/bench-compare.py .device/
+cp scripts/device-run.sh scripts/device-profile.sh scripts/device-kv-profile.sh scripts/device-compress-check.sh scripts/device-unpack.sh scripts/device-reliability.sh scripts/device-structural-check.sh scripts/sweep-points.sh scripts/device-decoder.sh scripts/device-collective.sh scripts/device-nccl.sh scripts/device-lanes.sh scripts/bench-compare.py scripts/sweep-compare.py .device/
 git rev-parse --short=12 HEAD >.device/commit
 # What travels is limited to 64 MiB: MiniLM's table goes compressed by ibp
 # itself, the binaries as one xz archive; .device/device-unpack.sh restores
