@@ -232,13 +232,13 @@ impl<'ds> Decoder<'ds> {
             .max_sms
             .unwrap_or(info.sm_count)
             .clamp(1, info.sm_count);
-        // The lane decoder: the whole book in shared memory, nothing else.
         // The lane decoder: the whole book in shared memory, then a ring a
-        // thread.
+        // thread; sized only where a launch may take it (forced on, or
+        // rows the rule accepts).
         let lane_shared =
             book_len.next_multiple_of(16) + LANE_BLOCK as u64 * LANE_RING_BYTES as u64;
-        let lanes = if shape.host || clustered || opts.lanes == Some(false) || lane_shared > budget
-        {
+        let lanes_wanted = opts.lanes.unwrap_or(l <= LANE_MAX_ROW);
+        let lanes = if shape.host || clustered || !lanes_wanted || lane_shared > budget {
             None
         } else {
             let per_sm =
@@ -505,8 +505,11 @@ impl<'ds> Decoder<'ds> {
 /// tensor to fill the GPU: at least eight warps an SM of tensors in the
 /// launch.
 pub(crate) fn lanes_pay(count: u64, l: u64, sms: u32) -> bool {
-    l <= 128 && count >= 32 * 8 * sms as u64
+    l <= LANE_MAX_ROW && count >= 32 * 8 * sms as u64
 }
+
+/// The longest row the lane decoder takes by default (`lanes_pay`).
+const LANE_MAX_ROW: u64 = 128;
 
 /// Whether batch mode decodes tensors of `l` bytes two a warp by default
 /// (`ibp_decode_pairs`), with halves of `half_lines` lines and tensors
