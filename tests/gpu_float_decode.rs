@@ -1,7 +1,8 @@
 //! GPU decode of float-coded rows (`ibp::gpu::FloatDecoder`), bit for bit
 //! against the CPU decoder (`ibp::float_code`): ranges and gathers of
 //! MiniLM's word embeddings in bf16 and f32 (the whole table) and of
-//! synthetic FP8 and f16 rows (coded and raw), and damaged rows and ids
+//! synthetic FP8 and f16 rows (coded and raw), from device memory and
+//! zero-copy from pinned memory, and damaged rows and ids
 //! past the end reported and zeroed. Prints `skipped: no CUDA device` without a GPU (a
 //! failure with `IBP_REQUIRE_GPU=1`).
 //!
@@ -17,7 +18,7 @@ use cust::event::{Event, EventFlags};
 use cust::memory::DeviceBuffer;
 use cust::stream::{Stream, StreamFlags};
 use ibp::float_code::{FitOptions, FloatCoded, FloatType, compress, fit};
-use ibp::gpu::{DecodeStatus, FloatDecoder, Gpu, copy_to_host_blocking};
+use ibp::gpu::{DecodeStatus, FloatDecoder, Gpu, PinnedBuffer, copy_to_host_blocking};
 use ibp::{ErrorKind, Rows};
 
 const POISON: u8 = 0xA5;
@@ -70,7 +71,31 @@ fn check_group(gpu: &Gpu, coded: &FloatCoded, what: &str) -> FloatDecoder {
     ids.extend([0, n - 1, ids[7], 0]);
     let (out, st) = gpu_gather(gpu, &dec, &ids);
     st.unwrap();
-    assert!(out == cpu_gather(coded, &ids), "{what}: gather differs");
+    let want = cpu_gather(coded, &ids);
+    assert!(out == want, "{what}: gather differs");
+    // The payload read zero-copy from pinned memory: the same rows.
+    let pinned = PinnedBuffer::from_slice(&FloatDecoder::staging_image(coded)).unwrap();
+    let span = pinned.span(0..pinned.len()).unwrap();
+    let stream = Stream::new(StreamFlags::NON_BLOCKING, None).unwrap();
+    let mut status = DecodeStatus::new().unwrap();
+    let idx = DeviceBuffer::from_slice(&ids).unwrap();
+    let mut zc = DeviceBuffer::from_slice(&vec![POISON; want.len()]).unwrap();
+    dec.gather_staged(gpu, &idx, &span, &mut zc, &status, &stream)
+        .unwrap();
+    let mut all = DeviceBuffer::from_slice(&vec![POISON; n as usize * dec.row_bytes()]).unwrap();
+    dec.range_staged(gpu, 0, n, &span, &mut all, &status, &stream)
+        .unwrap();
+    stream.synchronize().unwrap();
+    status.check_blocking().unwrap();
+    assert!(
+        copy_to_host_blocking(&zc).unwrap() == want,
+        "{what}: zero-copy gather differs"
+    );
+    let every = cpu_gather(coded, &(0..n).collect::<Vec<_>>());
+    assert!(
+        copy_to_host_blocking(&all).unwrap() == every,
+        "{what}: zero-copy range differs"
+    );
     dec
 }
 

@@ -201,7 +201,9 @@ impl FloatDecoder {
     /// [`FloatDecoder::new_staged`] (or any other): the payload is read from
     /// `staged`, device memory holding [`FloatDecoder::staging_image`] of
     /// the group, copied there by the caller and complete (or ordered
-    /// before `stream`) when the launch runs. What the staging area holds
+    /// before `stream`) when the launch runs; or that image in mapped pinned
+    /// host memory ([`super::PinnedBuffer::span`]), read zero-copy over the
+    /// link. What the staging area holds
     /// otherwise decodes to wrong rows or is reported as damaged, never
     /// read out of bounds.
     ///
@@ -229,17 +231,7 @@ impl FloatDecoder {
                 self.params.rows
             )));
         }
-        let addr = staged.device_addr();
-        if !addr.is_multiple_of(super::STAGING_ALIGN as u64)
-            || staged.byte_len() < self.staging_bytes()
-        {
-            return Err(Error::invalid(format!(
-                "a staging area of {} bytes at {addr:#x}; the payload needs {} bytes aligned to {} (FloatDecoder::staging_bytes)",
-                staged.byte_len(),
-                self.staging_bytes(),
-                super::STAGING_ALIGN
-            )));
-        }
+        let addr = self.staged_payload(staged)?;
         self.enqueue(gpu, addr, 0, first, count, out, status, stream)
     }
 
@@ -270,6 +262,44 @@ impl FloatDecoder {
         let addr = ids.as_device_ptr().as_raw();
         let payload = self.resident_payload()?;
         self.enqueue(gpu, payload, addr, 0, ids.len() as u64, out, status, stream)
+    }
+
+    /// [`FloatDecoder::gather`] with the payload read from `staged`, as
+    /// [`FloatDecoder::range_staged`] reads it: device memory holding
+    /// [`FloatDecoder::staging_image`], or that image in mapped pinned host
+    /// memory (a [`super::PinnedBuffer`]'s span), which the kernel then
+    /// reads zero-copy, only the bytes of the rows asked for.
+    ///
+    /// Errors as [`FloatDecoder::gather`] and, for the staging area, as
+    /// [`FloatDecoder::range_staged`].
+    pub fn gather_staged<O: GpuWritable + ?Sized, S: GpuStream + ?Sized>(
+        &self,
+        gpu: &Gpu,
+        ids: &DeviceSlice<u64>,
+        staged: &Span<'_>,
+        out: &mut O,
+        status: &DecodeStatus,
+        stream: &S,
+    ) -> Result<()> {
+        let payload = self.staged_payload(staged)?;
+        let addr = ids.as_device_ptr().as_raw();
+        self.enqueue(gpu, payload, addr, 0, ids.len() as u64, out, status, stream)
+    }
+
+    /// The address of a staging area, checked: aligned and long enough.
+    fn staged_payload(&self, staged: &Span<'_>) -> Result<u64> {
+        let addr = staged.device_addr();
+        if !addr.is_multiple_of(super::STAGING_ALIGN as u64)
+            || staged.byte_len() < self.staging_bytes()
+        {
+            return Err(Error::invalid(format!(
+                "a staging area of {} bytes at {addr:#x}; the payload needs {} bytes aligned to {} (FloatDecoder::staging_bytes)",
+                staged.byte_len(),
+                self.staging_bytes(),
+                super::STAGING_ALIGN
+            )));
+        }
+        Ok(addr)
     }
 
     /// The one launch: `count` output rows, from `ids` (an address, 0 for
@@ -320,9 +350,9 @@ impl FloatDecoder {
         let per_block = u64::from(WARPS * (32 / g));
         let grid = count.div_ceil(per_block).min(u64::from(self.resident)) as u32;
         // SAFETY: the payload (padded by PAYLOAD_PAD) is this decoder's
-        // device buffer or a staging area the caller vouched for as device
-        // memory of at least `staging_bytes` (a `Span`, checked by
-        // `range_staged`); index and table are this decoder's device
+        // device buffer or a staging area the caller vouched for as memory
+        // the device reads (a `Span`: device memory or mapped pinned
+        // memory) of at least `staging_bytes` (checked by `staged_payload`); index and table are this decoder's device
         // buffers laid out by `device_image`, as
         // FloatDecodeParams requires; `ids` holds `count` u64 (a
         // DeviceSlice's length) or is 0 with `first + count <= rows`

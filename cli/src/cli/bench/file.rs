@@ -37,6 +37,8 @@ struct Selection {
     /// tensor chosen), for the peers' typed codecs.
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     elem: (usize, bool),
+    /// The first tensor's type where ibp's float coding applies to it.
+    float_type: Option<ibp::float_code::FloatType>,
 }
 
 /// A tensor left out, and why.
@@ -106,6 +108,7 @@ fn select(doc: &Document<'_>, named: bool, cap: usize) -> Result<Selection> {
     let mut data = Vec::new();
     let mut selected_bytes = 0;
     let mut elem = None;
+    let mut float_type = None;
     let l = row_bytes as usize;
     let cap = cap.max(l) / l * l;
     for &(i, len, _) in &usable {
@@ -118,6 +121,9 @@ fn select(doc: &Document<'_>, named: bool, cap: usize) -> Result<Selection> {
             continue;
         }
         let g = doc.group_with_data(i)?;
+        if elem.is_none() {
+            float_type = ibp::float_code::FloatType::of_dtype(&g.dtype);
+        }
         elem.get_or_insert_with(|| {
             use ibp::io::DType;
             let float = matches!(g.dtype, DType::F64 | DType::F32 | DType::F16 | DType::BF16);
@@ -135,6 +141,7 @@ fn select(doc: &Document<'_>, named: bool, cap: usize) -> Result<Selection> {
         data,
         selected_bytes,
         elem: elem.unwrap_or((1, false)),
+        float_type,
     })
 }
 
@@ -334,6 +341,7 @@ fn measure(args: &Args, file: &str, format: &'static str, sel: Selection) -> Res
                 row_bytes: l,
                 elem_bytes: sel.elem.0,
                 float: sel.elem.1,
+                float_type: sel.float_type,
                 codebook: cb,
             };
             Some(super::peers::table_markdown(&gpu, &stream, p, &t, &opts)?)

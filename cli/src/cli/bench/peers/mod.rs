@@ -101,6 +101,9 @@ pub struct Table<'a> {
     /// Whether the elements are floats (ANS then also runs with its float
     /// type).
     pub float: bool,
+    /// The float type, where ibp's float coding (`ibp::float_code`) applies:
+    /// its row ("ibp float code") is measured beside IBP's.
+    pub float_type: Option<ibp::float_code::FloatType>,
     /// ibp's codebook for it.
     pub codebook: &'a ibp::codebook::Codebook,
 }
@@ -165,6 +168,9 @@ pub fn compare(
         device.decoded_rate() / 1e9
     );
     let mut rows = vec![ibp_row];
+    if let Some(ft) = t.float_type {
+        rows.push(float_row(gpu, stream, t, ft));
+    }
     let elem = if row.is_multiple_of(t.elem_bytes) {
         t.elem_bytes
     } else {
@@ -221,6 +227,68 @@ pub fn compare(
     Ok(rows)
 }
 
+/// ibp's float coding of `t` as elements of `ft`: a row of the comparison
+/// (what fails is noted in the row, as a peer's failures are).
+#[cfg(feature = "cuda")]
+fn float_row(
+    gpu: &ibp::gpu::Gpu,
+    stream: &ibp::gpu::cust::stream::Stream,
+    t: &Table,
+    ft: ibp::float_code::FloatType,
+) -> measure::Row {
+    use ibp_cli::measure::float::measure_float;
+    eprintln!("  {}: ibp float code ({ft})...", t.name);
+    let mut row = measure::Row {
+        codec: FLOAT_CODEC.into(),
+        ..Default::default()
+    };
+    match measure_float(
+        gpu,
+        stream,
+        t.data,
+        t.row_bytes,
+        ft,
+        &measure::GATHER_BATCHES,
+    ) {
+        Ok(r) => {
+            eprintln!(
+                "  {}: ibp float code ratio {:.3} ({} of {} rows coded), pinned {:.1} GB/s (overlapped), device {:.0} GB/s",
+                t.name, r.ratio, r.coded_rows, r.rows, r.overlapped, r.device
+            );
+            row.ratio = r.ratio;
+            row.row_ratio = r.ratio;
+            row.overlapped = Some(r.overlapped);
+            row.zero_copy = Some(r.zero_copy);
+            row.device = Some(r.device);
+            row.gathers = r
+                .gathers
+                .iter()
+                .map(|g| measure::GatherRates {
+                    batch: g.batch,
+                    zero_copy: Some(g.zero_copy),
+                    copy: None,
+                    device: Some(g.device),
+                })
+                .collect();
+        }
+        Err(e) => {
+            eprintln!("  {}: ibp float code failed: {e}", t.name);
+            row.failures.push(e.to_string());
+        }
+    }
+    row
+}
+
+/// The float coding's name in the comparison.
+#[cfg(feature = "cuda")]
+const FLOAT_CODEC: &str = "ibp float code";
+
+/// Whether a row of the comparison is one of ibp's codings.
+#[cfg(feature = "cuda")]
+fn is_ours(codec: &str) -> bool {
+    codec == "ibp" || codec == FLOAT_CODEC
+}
+
 /// Whether codec number `i` (from 0) may start when the codecs before it
 /// took `spent` of `budget`: the first always does, so every table has one
 /// peer row.
@@ -246,14 +314,19 @@ fn time_left(
 /// Element width and whether floats, from a real table's name ("... f32",
 /// "... bf16").
 #[cfg(feature = "cuda")]
-fn element_of(name: &str) -> (usize, bool) {
-    if name.ends_with("bf16") || name.ends_with("f16") {
-        (2, true)
-    } else if name.ends_with("f32") {
-        (4, true)
-    } else {
-        (1, false)
-    }
+fn element_of(name: &str) -> (usize, Option<ibp::float_code::FloatType>) {
+    use ibp::float_code::FloatType;
+    let t = [
+        ("bf16", FloatType::Bf16),
+        ("f16", FloatType::F16),
+        ("f32", FloatType::F32),
+        ("fp8 e4m3", FloatType::E4M3),
+        ("fp8 e5m2", FloatType::E5M2),
+    ]
+    .into_iter()
+    .find(|(suffix, _)| name.ends_with(suffix))
+    .map(|(_, t)| t);
+    (t.map_or(1, FloatType::bytes), t)
 }
 
 /// The peers section of `ibp bench`: every real table (as the "Real data"
@@ -271,18 +344,20 @@ pub fn section(
     eprintln!("peers on the real tables...");
     let label = peers.label();
     let mut results = Vec::new();
-    for (name, data, row) in super::real_tables()? {
+    for (name, data, row) in with_fp8(super::real_tables()?) {
         let fit = ibp::fit::fit(ibp::Rows::new(&data, row)?, &Default::default())?;
         let reps = real_bytes.div_ceil(data.len()).max(1);
         let big = data.repeat(reps);
-        let (elem_bytes, float) = element_of(&name);
+        let (elem_bytes, float_type) = element_of(&name);
         let table = format!("{name} (×{reps})");
         let t = Table {
             name: &table,
             data: &big,
             row_bytes: row,
             elem_bytes,
-            float,
+            // FP8 is a float to ibp's coding, bytes to ANS (no FP8 type).
+            float: float_type.is_some_and(|t| t.bytes() > 1),
+            float_type,
             codebook: &fit.codebook,
         };
         let rows = compare(gpu, stream, peers, &t, opts)?;
@@ -295,6 +370,35 @@ pub fn section(
     }
     md.push_str(&markdown(&label, &results));
     Ok(())
+}
+
+/// The real tables and, when MiniLM's f32 embeddings are among them, their
+/// FP8 casts (E4M3 and E5M2, round to nearest even, saturating): a model
+/// quantised to FP8, for the float coding's comparison.
+#[cfg(feature = "cuda")]
+fn with_fp8(mut tables: Vec<(String, Vec<u8>, usize)>) -> Vec<(String, Vec<u8>, usize)> {
+    let casts: Vec<_> = tables
+        .iter()
+        .filter(|(name, _, _)| name.starts_with("MiniLM") && name.ends_with("f32"))
+        .flat_map(|(name, data, row)| {
+            let base = name.trim_end_matches("f32");
+            [
+                (ibp_testdata::fp8::E4M3, "fp8 e4m3"),
+                (ibp_testdata::fp8::E5M2, "fp8 e5m2"),
+            ]
+            .map(|(f, suffix)| {
+                let bytes = data
+                    .as_chunks::<4>()
+                    .0
+                    .iter()
+                    .map(|b| f.from_f32(f32::from_le_bytes(*b)))
+                    .collect();
+                (format!("{base}{suffix}"), bytes, row / 4)
+            })
+        })
+        .collect();
+    tables.extend(casts);
+    tables
 }
 
 /// One table (e.g. `ibp bench FILE`'s) compared with the peers, as
@@ -369,7 +473,7 @@ fn markdown(peer: &str, results: &[(String, Vec<RowView>)]) -> String {
     }
     let _ = writeln!(
         md,
-        "\n### ibp ÷ best peer\n\nEach cell: ibp's value ÷ the best {peer} configuration's (named), over the paths of that column (*pinned*: the best of a row's paths from pinned memory). Above 1: ibp ahead.\n"
+        "\n### ibp ÷ best peer\n\nEach cell: ibp's value ÷ the best {peer} configuration's (named), over the paths of that column (*pinned*: the best of a row's paths from pinned memory). Above 1: ibp ahead. One line a coding of ibp's: IBP, and on float tables the float code (`ibp::float_code`, its ratio counting the payload, the row index and the code table).\n"
     );
     let mut head = String::from("| data | ratio | bulk pinned | bulk device |");
     let mut rule = String::from("| --- | --- | --- | --- |");
@@ -379,10 +483,26 @@ fn markdown(peer: &str, results: &[(String, Vec<RowView>)]) -> String {
     }
     let _ = writeln!(md, "{head}\n{rule}");
     for (table, rows) in results {
-        let Some((ibp, peers)) = rows.split_first() else {
-            continue;
-        };
-        let _ = write!(md, "| {table} |");
+        let (ours, peers): (Vec<&RowView>, Vec<&RowView>) =
+            rows.iter().partition(|r| is_ours(&r.codec));
+        for ibp in ours {
+            summary_line(&mut md, table, ibp, &peers, batches.len());
+        }
+    }
+    md
+}
+
+/// One line of the summary: `ibp` (one of ibp's codings) ÷ the best of
+/// `peers`, column by column.
+#[cfg(feature = "cuda")]
+fn summary_line(md: &mut String, table: &str, ibp: &RowView, peers: &[&RowView], batches: usize) {
+    use std::fmt::Write as _;
+    {
+        if ibp.codec == "ibp" {
+            let _ = write!(md, "| {table} |");
+        } else {
+            let _ = write!(md, "| {table}, {} |", ibp.codec);
+        }
         let mut col = |f: &dyn Fn(&RowView) -> Option<f64>| {
             let best = peers
                 .iter()
@@ -397,7 +517,7 @@ fn markdown(peer: &str, results: &[(String, Vec<RowView>)]) -> String {
         col(&|r| Some(r.ratio));
         col(&|r| best_of(&[r.copy_decode, r.overlapped, r.zero_copy]));
         col(&|r| r.device);
-        for i in 0..batches.len() {
+        for i in 0..batches {
             col(&|r| {
                 r.gathers
                     .get(i)
@@ -407,7 +527,6 @@ fn markdown(peer: &str, results: &[(String, Vec<RowView>)]) -> String {
         }
         md.push('\n');
     }
-    md
 }
 
 /// The largest of the values present.
@@ -472,6 +591,30 @@ mod tests {
     }
 
     #[test]
+    fn each_of_ibps_codings_is_compared_with_the_peers_only() {
+        let ibp = row("ibp", 1.3, 60.0, 700.0, (50.0, None));
+        let float = row(FLOAT_CODEC, 1.5, 80.0, 500.0, (40.0, None));
+        let ans = row("ANS float16", 1.45, 20.0, 1700.0, (3.0, Some(2.0)));
+        let md = markdown("nvCOMP 6.0.0", &[("bf16".into(), vec![ibp, float, ans])]);
+        let summary: Vec<&str> = md
+            .lines()
+            .skip_while(|l| !l.starts_with("### ibp"))
+            .filter(|l| l.starts_with("| bf16"))
+            .collect();
+        // One line a coding of ibp's, each over ANS (the only peer): the
+        // float code's 1.5 against ANS's 1.45, not against IBP's 1.3.
+        assert_eq!(summary.len(), 2, "{md}");
+        assert!(
+            summary[0].starts_with("| bf16 | 0.90 (ANS float16) |"),
+            "{md}"
+        );
+        assert!(
+            summary[1].starts_with("| bf16, ibp float code | 1.03 (ANS float16) |"),
+            "{md}"
+        );
+    }
+
+    #[test]
     fn codecs_follow_the_element_type() {
         let names = |e, f| {
             nvcomp::Codec::for_elements(e, f)
@@ -488,8 +631,17 @@ mod tests {
             ["ANS", "ANS float16", "Bitcomp u16", "Cascaded u16", "LZ4"]
         );
         assert_eq!(names(1, false), ["ANS", "Bitcomp", "Cascaded", "LZ4"]);
-        assert_eq!(element_of("MiniLM word embeddings bf16"), (2, true));
-        assert_eq!(element_of("Cora features f32"), (4, true));
+        use ibp::float_code::FloatType;
+        assert_eq!(
+            element_of("MiniLM word embeddings bf16"),
+            (2, Some(FloatType::Bf16))
+        );
+        assert_eq!(element_of("Cora features f32"), (4, Some(FloatType::F32)));
+        assert_eq!(
+            element_of("MiniLM word embeddings fp8 e4m3"),
+            (1, Some(FloatType::E4M3))
+        );
+        assert_eq!(element_of("a table"), (1, None));
     }
 }
 

@@ -25,6 +25,8 @@ use ibp::gpu::{
 use ibp::layout::{Layout, LayoutOptions, compress_fixed, compress_packed};
 use ibp::{Error, Result, Rows};
 
+pub mod float;
+
 /// A CUDA error as ibp's, naming what failed.
 fn cuda_err(what: &'static str) -> impl Fn(CudaError) -> Error {
     move |e| Error::cuda(format!("{what}: {e}"))
@@ -354,6 +356,24 @@ pub fn measure_range_auto(
     })
 }
 
+/// `sets` sets of `batch` uniform random row ids below `n`: the ids every
+/// gather of `ibp bench` decodes (the same for a given `n` and `batch`).
+pub fn gather_ids(n: u64, batch: usize, sets: usize) -> Vec<Vec<u64>> {
+    let mut s = 0x9e37_79b9_7f4a_7c15u64 ^ batch as u64;
+    (0..sets)
+        .map(|_| {
+            (0..batch)
+                .map(|_| {
+                    s ^= s << 13;
+                    s ^= s >> 7;
+                    s ^= s << 17;
+                    s % n
+                })
+                .collect()
+        })
+        .collect()
+}
+
 /// Random gathers of compressed rows: `batch` uniform random row ids of a
 /// packed dataset placed per `residency`, decoded into a device buffer.
 /// Eight index sets rotate (so device-resident gathers are not served from
@@ -429,18 +449,9 @@ fn measure_gather_by(
         Some(scratch) => dec.gather_dma_blocking(gpu, &ids.0, out, status, scratch, stream),
         None => dec.gather(gpu, &ids.1, out, status, stream),
     };
-    let mut s = 0x9e37_79b9_7f4a_7c15u64 ^ batch as u64;
     let mut sets = Vec::new();
     let mut stored = 0u64;
-    for _ in 0..8 {
-        let ids: Vec<u64> = (0..batch)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                s % n
-            })
-            .collect();
+    for ids in gather_ids(n, batch, 8) {
         stored += ids
             .iter()
             .map(|&t| packed.offsets[t as usize + 1] - packed.offsets[t as usize])

@@ -1,0 +1,265 @@
+//! The float coding's decode rates (`ibp::float_code`, issue 34), measured
+//! the way the rest of `ibp bench` measures ibp's IBP path and the way
+//! `--peers nvcomp` measures nvCOMP, on the same bytes, so that a table's
+//! rows compare cell by cell:
+//! - *overlapped*: the coded payload in pinned memory, copied to a device
+//!   staging area in pieces of about 8 MiB decoded (the copy of piece k+1 on
+//!   a second stream beside the decode of piece k), each piece decoded by
+//!   [`FloatDecoder::range_staged`] once its bytes have landed;
+//! - *zero-copy*: [`FloatDecoder::range_staged`] reading the payload from
+//!   mapped pinned memory;
+//! - *device*: [`FloatDecoder::range`], the payload in device memory;
+//! - random gathers of the row ids of ibp's gather benchmark
+//!   ([`super::gather_ids`]), zero-copy ([`FloatDecoder::gather_staged`])
+//!   and from device memory.
+//!
+//! Every path decodes once into a poisoned buffer and is compared with the
+//! original bytes before it is timed ([`super::time_median`]).
+
+use ibp::float_code::{FitOptions, FloatCoded, FloatType, compress, fit};
+use ibp::gpu::bench::{Event, copy_to_device_async};
+use ibp::gpu::cust::memory::DeviceBuffer;
+use ibp::gpu::cust::stream::{Stream, StreamFlags};
+use ibp::gpu::{DecodeStatus, FloatDecoder, Gpu, PinnedBuffer, Span, copy_to_host_blocking};
+use ibp::{Error, Result, Rows};
+
+use super::{cuda_err, gather_ids, time_median};
+
+/// Decoded bytes a piece of the overlapped path holds (at least one row).
+pub const PIECE_BYTES: usize = 8 << 20;
+
+/// The bytes a buffer is poisoned with before a checked decode.
+const POISON: u8 = 0xA5;
+
+/// One gather batch size's decoded GB/s.
+#[derive(Clone, Copy, Debug)]
+pub struct FloatGather {
+    /// Rows a batch.
+    pub batch: usize,
+    /// Payload read from pinned memory by the kernel.
+    pub zero_copy: f64,
+    /// Payload in device memory.
+    pub device: f64,
+}
+
+/// The float coding of a table and its decode rates (decoded GB/s).
+#[derive(Clone, Debug)]
+pub struct FloatRates {
+    /// Original bytes ÷ every stored byte (payload, index, table).
+    pub ratio: f64,
+    /// Rows stored coded, of all rows.
+    pub coded_rows: usize,
+    pub rows: usize,
+    /// Pieces copied beside the decode of the previous piece.
+    pub overlapped: f64,
+    /// The kernel reading pinned memory.
+    pub zero_copy: f64,
+    /// The payload in device memory.
+    pub device: f64,
+    /// Random gathers, one entry a batch size.
+    pub gathers: Vec<FloatGather>,
+}
+
+/// Fit and code `data` (rows of `row_bytes` elements of type `t`) on the
+/// CPU, then measure every decode path and gathers of `batches` rows.
+pub fn measure_float(
+    gpu: &Gpu,
+    stream: &Stream,
+    data: &[u8],
+    row_bytes: usize,
+    t: FloatType,
+    batches: &[usize],
+) -> Result<FloatRates> {
+    let rows = Rows::new(data, row_bytes)?;
+    let coded = compress(&fit(t, rows, &FitOptions::default())?, rows)?;
+    let n = coded.rows() as u64;
+    let dev = FloatDecoder::new(gpu, &coded)?;
+    let image = PinnedBuffer::from_slice(&FloatDecoder::staging_image(&coded))?;
+    let pinned = image
+        .span(0..image.len())
+        .ok_or_else(|| Error::invalid("the pinned staging image's span"))?;
+    let staging = DeviceBuffer::<u8>::zeroed(dev.staging_bytes())
+        .map_err(cuda_err("allocating the staging area"))?;
+    let mut status = DecodeStatus::new()?;
+    let mut out =
+        DeviceBuffer::<u8>::zeroed(data.len()).map_err(cuda_err("allocating the output"))?;
+
+    let device = checked(
+        stream,
+        data,
+        &mut status,
+        "device",
+        &mut out,
+        &mut |o, st| dev.range(gpu, 0, n, o, st, stream),
+    )?;
+    let zero_copy = checked(
+        stream,
+        data,
+        &mut status,
+        "zero-copy",
+        &mut out,
+        &mut |o, st| dev.range_staged(gpu, 0, n, &pinned, o, st, stream),
+    )?;
+    let overlapped = {
+        let copies = Stream::new(StreamFlags::NON_BLOCKING, None)
+            .map_err(cuda_err("creating the copy stream"))?;
+        let pieces = pieces(&coded, PIECE_BYTES)?;
+        let events = pieces
+            .iter()
+            .map(|_| Event::new())
+            .collect::<Result<Vec<_>>>()?;
+        let start = Event::new()?;
+        let base = staging.as_device_ptr().as_raw();
+        let staged = Span::of(&staging, 0, staging.len())
+            .ok_or_else(|| Error::invalid("the staging area's span"))?;
+        // The staging area is zeroed until the first call's copies land, so
+        // the check sees what this path copied.
+        let r = checked(
+            stream,
+            data,
+            &mut status,
+            "overlapped",
+            &mut out,
+            &mut |o, st| {
+                start.record(stream)?;
+                start.wait_on(&copies)?;
+                for (p, ev) in pieces.iter().zip(&events) {
+                    // SAFETY: `p.bytes` lies inside the pinned image and the
+                    // staging area (both staging_bytes long); both outlive
+                    // every timed call, and each call is synchronised (the
+                    // decode stream waits for every copy) before they drop.
+                    unsafe {
+                        copy_to_device_async(
+                            base + p.bytes.start as u64,
+                            &image[p.bytes.clone()],
+                            &copies,
+                        )?
+                    };
+                    ev.record(&copies)?;
+                    ev.wait_on(stream)?;
+                    let count = p.rows.end - p.rows.start;
+                    dev.range_staged(gpu, p.rows.start, count, &staged, o, st, stream)?;
+                }
+                Ok(())
+            },
+        );
+        copies.synchronize().map_err(cuda_err("the copy stream"))?;
+        r?
+    };
+
+    let mut gathers = Vec::new();
+    for &batch in batches {
+        let mut gout = DeviceBuffer::<u8>::zeroed(batch * row_bytes)
+            .map_err(cuda_err("allocating the output"))?;
+        let sets = gather_ids(n, batch, 8)
+            .into_iter()
+            .map(|ids| {
+                let d = DeviceBuffer::from_slice(&ids).map_err(cuda_err("uploading ids"))?;
+                Ok((ids, d))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let mut rate = |zero_copy: bool| -> Result<f64> {
+            for (ids, d) in &sets {
+                gout.set_8(POISON)
+                    .map_err(cuda_err("poisoning the output"))?;
+                if zero_copy {
+                    dev.gather_staged(gpu, d, &pinned, &mut gout, &status, stream)?;
+                } else {
+                    dev.gather(gpu, d, &mut gout, &status, stream)?;
+                }
+                stream.synchronize().map_err(cuda_err("gathering"))?;
+                status.check_blocking()?;
+                let got = copy_to_host_blocking(&gout)?;
+                for (i, &t) in ids.iter().enumerate() {
+                    let t = t as usize;
+                    if got[i * row_bytes..(i + 1) * row_bytes]
+                        != data[t * row_bytes..(t + 1) * row_bytes]
+                    {
+                        return Err(Error::corrupt(
+                            "benchmark float-code gather differs from the original data",
+                        ));
+                    }
+                }
+            }
+            let mut k = 0;
+            let s = time_median(stream, 8, 24, || {
+                k = (k + 1) % sets.len();
+                if zero_copy {
+                    dev.gather_staged(gpu, &sets[k].1, &pinned, &mut gout, &status, stream)
+                } else {
+                    dev.gather(gpu, &sets[k].1, &mut gout, &status, stream)
+                }
+            })?;
+            status.check_blocking()?;
+            Ok((batch * row_bytes) as f64 / s / 1e9)
+        };
+        let zero_copy = rate(true)?;
+        let device = rate(false)?;
+        gathers.push(FloatGather {
+            batch,
+            zero_copy,
+            device,
+        });
+    }
+    Ok(FloatRates {
+        ratio: data.len() as f64 / coded.stored_bytes() as f64,
+        coded_rows: coded.coded_rows(),
+        rows: coded.rows(),
+        overlapped,
+        zero_copy,
+        device,
+        gathers,
+    })
+}
+
+/// Decode with `f` once into a poisoned `out`, compare with `data`, then
+/// time `f`: decoded GB/s.
+fn checked(
+    stream: &Stream,
+    data: &[u8],
+    status: &mut DecodeStatus,
+    name: &str,
+    out: &mut DeviceBuffer<u8>,
+    f: &mut dyn FnMut(&mut DeviceBuffer<u8>, &DecodeStatus) -> Result<()>,
+) -> Result<f64> {
+    out.set_8(POISON)
+        .map_err(cuda_err("poisoning the output"))?;
+    f(out, status)?;
+    stream
+        .synchronize()
+        .map_err(|e| Error::cuda(format!("float-code decode ({name}): {e}")))?;
+    status.check_blocking()?;
+    if copy_to_host_blocking(out)? != data {
+        return Err(Error::corrupt(format!(
+            "benchmark float-code decode ({name}) differs from the original data"
+        )));
+    }
+    let s = time_median(stream, 2, 9, || f(out, status))?;
+    status.check_blocking()?;
+    Ok(data.len() as f64 / s / 1e9)
+}
+
+/// A piece of the overlapped path: its rows and their payload bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Piece {
+    rows: std::ops::Range<u64>,
+    bytes: std::ops::Range<usize>,
+}
+
+/// `coded`'s rows in pieces of about `decoded` decoded bytes (at least one
+/// row each), with the payload bytes each piece's rows are stored in.
+fn pieces(coded: &FloatCoded, decoded: usize) -> Result<Vec<Piece>> {
+    let per = (decoded / coded.row_bytes().max(1)).max(1);
+    let mut v = Vec::new();
+    let mut first = 0;
+    while first < coded.rows() {
+        let end = (first + per).min(coded.rows());
+        let bytes = coded.row_range(first)?.start..coded.row_range(end - 1)?.end;
+        v.push(Piece {
+            rows: first as u64..end as u64,
+            bytes,
+        });
+        first = end;
+    }
+    Ok(v)
+}
