@@ -15,6 +15,9 @@
 # IBP_STAGE_LAYER_MB, default 4 MB); `bash .device/device-run.sh examples`
 # runs them.
 #
+# With IBP_STAGE_NVCOMP=1 nvCOMP travels too, for device-float.sh (issue 34's
+# float coding beside nvCOMP).
+#
 # With IBP_BASELINE=COMMIT it also builds that commit's `ibp` binary as
 # .device/bin/ibp-baseline.bin, and device-run.sh then runs its decode
 # benchmark in the same session, for before/after tables from one machine.
@@ -94,8 +97,15 @@ if [ -n "${IBP_BASELINE:-}" ]; then
   echo "$IBP_BASELINE" >.device/baseline-commit
 fi
 strip .device/bin/* 2>/dev/null || true
-cp scripts/device-run.sh scripts/device-profile.sh scripts/device-kv-profile.sh scripts/device-compress-check.sh scripts/device-unpack.sh scripts/device-reliability.sh scripts/device-structural-check.sh scripts/sweep-points.sh scripts/device-decoder.sh scripts/device-collective.sh scripts/device-nccl.sh scripts/device-lanes.sh scripts/bench-compare.py scripts/sweep-compare.py .device/
+cp scripts/device-run.sh scripts/device-profile.sh scripts/device-kv-profile.sh scripts/device-compress-check.sh scripts/device-unpack.sh scripts/device-reliability.sh scripts/device-structural-check.sh scripts/sweep-points.sh scripts/device-decoder.sh scripts/device-collective.sh scripts/device-nccl.sh scripts/device-lanes.sh scripts/device-float.sh scripts/bench-compare.py scripts/sweep-compare.py .device/
 git rev-parse --short=12 HEAD >.device/commit
+# IBP_STAGE_NVCOMP=1: nvCOMP too (trimmed to sm_90 and gzip'd, about 4 MB),
+# for `ibp bench --peers nvcomp` from .device (device-float.sh).
+if [ "${IBP_STAGE_NVCOMP:-0}" = 1 ]; then
+  [ -s .tools/nvcomp/libnvcomp.so.6 ] || IBP_FETCH_NVCOMP=1 bash scripts/setup.sh
+  python3 scripts/nvcomp-trim.py .tools/nvcomp/libnvcomp.so.6 .device/libnvcomp.so.6 90 >&2
+  gzip -9 .device/libnvcomp.so.6
+fi
 # What travels is limited to 64 MiB: MiniLM's table goes compressed by ibp
 # itself, the binaries as one xz archive; .device/device-unpack.sh restores
 # both on the GPU machine (and checks the table's hash).

@@ -20,7 +20,9 @@ use ibp::float_code::{FitOptions, FloatCoded, FloatType, compress, fit};
 use ibp::gpu::bench::{Event, copy_to_device_async};
 use ibp::gpu::cust::memory::DeviceBuffer;
 use ibp::gpu::cust::stream::{Stream, StreamFlags};
-use ibp::gpu::{DecodeStatus, FloatDecoder, Gpu, PinnedBuffer, Span, copy_to_host_blocking};
+use ibp::gpu::{
+    DecodeStatus, FloatDecoder, Gpu, PinnedBuffer, Span, SpanMut, copy_to_host_blocking,
+};
 use ibp::{Error, Result, Rows};
 
 use super::{cuda_err, gather_ids, time_median};
@@ -138,7 +140,16 @@ pub fn measure_float(
                     ev.record(&copies)?;
                     ev.wait_on(stream)?;
                     let count = p.rows.end - p.rows.start;
-                    dev.range_staged(gpu, p.rows.start, count, &staged, o, st, stream)?;
+                    // A range decode writes its first row at its output's
+                    // start: each piece gets the part of `o` its rows go to.
+                    let at = o.as_device_ptr().as_raw() + p.rows.start * row_bytes as u64;
+                    // SAFETY: rows `p.rows` of `o` (count · row_bytes bytes
+                    // from `at`) lie inside it; `o` is borrowed mutably for
+                    // this call, and the pieces' parts are disjoint and
+                    // written in order on one stream.
+                    let mut part =
+                        unsafe { SpanMut::from_raw_parts(at, count as usize * row_bytes) };
+                    dev.range_staged(gpu, p.rows.start, count, &staged, &mut part, st, stream)?;
                 }
                 Ok(())
             },

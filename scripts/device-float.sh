@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine, from the repository root, over what
+# scripts/stage-device.sh put into .device/, staged with IBP_STAGE_NVCOMP=1
+# (nvCOMP, trimmed to sm_90, as .device/libnvcomp.so.6.gz). Builds nothing. Issue 34's measurements in one call:
+#   1. the float coding's GPU tests (IBP_REQUIRE_GPU=1);
+#   2. Nsight Compute on one bulk float decode (MiniLM bf16): issue rate,
+#      occupancy, the warps' stall reasons (IBP_FLOAT_NCU=0 skips it);
+#   3. `ibp bench --section peers --peers nvcomp`: the float code's row beside
+#      IBP's and nvCOMP's on every real table and MiniLM's FP8 casts.
+# Logs and results go to $OUT; a short table is printed last. Arguments go to
+# `ibp bench` (e.g. --real-bytes 268435456).
+# Usage: bash .device/device-float.sh [IBP BENCH OPTIONS]
+set -uo pipefail
+out=${OUT:-/tmp/ibp-out}
+mkdir -p "$out"
+tmp=$(mktemp -d /tmp/ibp-float.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+source .device/device-unpack.sh
+gzip -dc .device/libnvcomp.so.6.gz >"$tmp/libnvcomp.so.6" || { echo "no .device/libnvcomp.so.6.gz: stage with IBP_STAGE_NVCOMP=1"; exit 1; }
+export IBP_NVCOMP="$tmp/libnvcomp.so.6" IBP_DATA_DIR="$PWD/.device/data" IBP_REQUIRE_GPU=1 IBP_REQUIRE_NVCOMP=1
+summary=()
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$out/gpu.txt"
+for t in .device/bin/gpu_float_*.test; do
+  [ -x "$t" ] || continue
+  n=$(basename "$t" .test)
+  if timeout 120 "$t" --test-threads=1 >"$out/test-$n.log" 2>&1; then r=PASS; else r=FAIL; fi
+  summary+=("test  $n: $r ($(grep -E '^test result' "$out/test-$n.log" | tail -1))")
+  grep -E 'panicked' -A3 "$out/test-$n.log" | head -8
+  grep -E '^timing' "$out/test-$n.log" | cut -c1-220
+done
+if [ "${IBP_FLOAT_NCU:-1}" = 1 ] && [ -x .device/bin/gpu_float_decode.test ]; then
+  timeout 150 ncu --clock-control none --kernel-name regex:'^ibp_float_decode' --launch-skip 0 --launch-count 1 \
+    --section SpeedOfLight --section Occupancy --section SchedulerStats --section WarpStateStats \
+    --section LaunchStats --csv .device/bin/gpu_float_decode.test minilm_rows_decode_like_the_cpu --test-threads=1 \
+    >"$out/ncu-float.csv" 2>"$out/ncu-float.err"
+  summary+=("ncu ibp_float_decode: rc=$?")
+  python3 - "$out/ncu-float.csv" <<'EOF' || true
+import csv, sys
+rows = list(csv.reader(open(sys.argv[1], errors="replace")))
+head = next((i for i, r in enumerate(rows) if "Metric Name" in r), None)
+if head is None:
+    sys.exit("no ncu table")
+h = rows[head]
+name, val, unit = h.index("Metric Name"), h.index("Metric Value"), h.index("Metric Unit")
+keep = ("Duration", "Registers Per Thread", "Achieved Occupancy", "Issued Warp Per Scheduler",
+        "No Eligible", "Active Warps Per Scheduler", "Eligible Warps Per Scheduler",
+        "Memory Throughput", "DRAM Throughput", "L1/TEX Cache Throughput", "Compute (SM) Throughput",
+        "Warp Cycles Per Issued Instruction", "Avg. Active Threads Per Warp",
+        "Avg. Not Predicated Off Threads Per Warp")
+for r in rows[head + 1:]:
+    if len(r) > val and r[name] in keep:
+        print(f"ncu: {r[name]}: {r[val]} {r[unit]}")
+EOF
+fi
+timeout 420 .device/bin/ibp.bin bench --section peers --peers nvcomp --out "$out/peers.md" "$@" >"$out/ibp-bench-peers.log" 2>&1
+summary+=("ibp bench --section peers --peers nvcomp: rc=$?")
+grep -E 'failed|^ibp:' "$out/ibp-bench-peers.log" | head -20
+if [ -s "$out/peers.md" ]; then
+  echo "== $out/peers.md"; grep -E '^(#|\||- )' "$out/peers.md" | grep -vE '^\| ---'
+else # cut short: the tables measured so far, from the log
+  echo "== (no results file) tables from $out/ibp-bench-peers.log"; grep -E '^\|' "$out/ibp-bench-peers.log" | grep -vE '^\| ---'
+fi
+printf '%s\n' "${summary[@]}"
