@@ -142,8 +142,8 @@ impl Communicator {
     /// With one rank: nothing moves, an infinite link and no step time.
     ///
     /// Errors ([`crate::ErrorKind::InvalidArgument`]) as
-    /// [`Communicator::all_gather`]'s, and for outputs of fewer than
-    /// `128 · ranks` bytes (no room for the link's probe).
+    /// [`Communicator::all_gather`]'s, and for rows of fewer than
+    /// `128 · ranks` bytes in all (no room for the link's probe).
     pub fn calibrate_blocking<O: GpuWritable>(
         &mut self,
         rows: &ShardedRows,
@@ -156,15 +156,13 @@ impl Communicator {
             if n == 1 {
                 self.link = Some((f64::INFINITY, 0.0));
             } else {
-                let room = out
-                    .iter()
-                    .map(|o| o.writable_len() as u64)
-                    .min()
-                    .unwrap_or(0);
+                // The rows' bytes of each output, what `check_rows` vouched
+                // for (the probes stay inside them).
+                let room = rows.rows() * rows.row_bytes;
                 let probe = (room / n as u64).min(PROBE_BYTES) / 128 * 128;
                 if probe == 0 {
                     return Err(Error::invalid(format!(
-                        "outputs of {room} bytes are too small to measure the link: give each rank at least {} bytes",
+                        "rows of {room} bytes in all are too small to measure the link through the outputs: the probe needs {} (128 a rank)",
                         128 * n
                     )));
                 }
