@@ -3,7 +3,7 @@
 //! IBP(C/M)), with compressed host rows packed and line-aligned
 //! (fixed-stride with a length table), at several budgets, gathered into
 //! poisoned output with guard bytes, on one GPU and on two (skipped visibly
-//! with one); refills; a dataset the cache was not built for; a budget
+//! with one); a batch split in shares over every GPU there is; refills; a dataset the cache was not built for; a budget
 //! below one row; bad ids; the PCIe lines line-aligned misses cost.
 //! Prints `skipped: no CUDA device` without a GPU (a failure with
 //! `IBP_REQUIRE_GPU=1`).
@@ -17,7 +17,7 @@ use cust::stream::{Stream, StreamFlags};
 use ibp::Rows;
 use ibp::codebook::Codebook;
 use ibp::gpu::{
-    CacheOptions, DecodeStatus, FeatureCache, Gpu, GpuDataset, Placement, Residency,
+    CacheOptions, DecodeStatus, FeatureCache, Gpu, GpuDataset, Placement, Residency, ShareLane,
     copy_to_host_blocking, top_k_by_score,
 };
 use ibp::layout::{FixedStride, LayoutOptions, Packed, compress_fixed, compress_packed};
@@ -508,4 +508,87 @@ fn two_gpus_read_each_others_slabs_and_gather_the_original_rows() {
             }
         }
     }
+}
+
+#[test]
+fn a_batch_split_over_every_gpu_gathers_the_original_rows() {
+    let test = "a_batch_split_over_every_gpu_gathers_the_original_rows";
+    let Some(first) = gpu_or_skip(test) else {
+        return;
+    };
+    // Every GPU there is (one included: one share, the same code).
+    let mut gpus = vec![first];
+    for o in 1..Gpu::count().min(8) {
+        gpus.push(Gpu::new(o).expect("GPU"));
+    }
+    let g: Vec<&Gpu> = gpus.iter().collect();
+    let mut rng = Rng(3);
+    for t in tables(&mut rng) {
+        let n = t.rows();
+        let (ids, hot) = access(&mut rng, n, 3001);
+        let narrow: Vec<u32> = ids.iter().map(|&x| x as u32).collect();
+        let want = expected(&t.data, t.l, &ids);
+        let uploads: Vec<[GpuDataset; 3]> = g
+            .iter()
+            .map(|x| {
+                x.make_current().unwrap();
+                t.uploads(x)
+            })
+            .collect();
+        for (name, host_f, slab_f, on) in VARIANTS {
+            let hosts: Vec<&GpuDataset> = uploads.iter().map(|u| &u[host_f as usize]).collect();
+            let slab = &uploads[0][slab_f as usize];
+            let hot = if on { &hot[..] } else { &[][..] };
+            let opts = CacheOptions::new((n * t.l) as u64 / 20);
+            let cache = FeatureCache::with_slab_rows(&g, &hosts, slab, hot, &opts)
+                .unwrap_or_else(|e| panic!("{} {name}: {e}", t.name));
+            let cut = cache.shares(hosts[0], &narrow).unwrap();
+            assert_eq!(cut.len(), g.len());
+            assert_eq!((cut[0].start, cut[cut.len() - 1].end), (0, ids.len()));
+            let mut parts = Vec::new();
+            for (i, x) in g.iter().enumerate() {
+                x.make_current().unwrap();
+                parts.push((
+                    DeviceBuffer::from_slice(&narrow).unwrap(),
+                    DeviceBuffer::from_slice(&vec![POISON; cut[i].len() * t.l + GUARD]).unwrap(),
+                    DecodeStatus::new().unwrap(),
+                    stream(),
+                ));
+            }
+            let mut lanes: Vec<ShareLane<'_, u32>> = parts
+                .iter_mut()
+                .enumerate()
+                .map(|(i, (d, out, status, s))| ShareLane {
+                    gpu: g[i],
+                    ds: hosts[i],
+                    ids: d,
+                    out,
+                    status,
+                    stream: s,
+                })
+                .collect();
+            // A share past the ids is refused before anything runs.
+            let mut bad = cut.clone();
+            bad[0] = 0..ids.len() + 1;
+            let e = cache.gather_shares(&mut lanes, &bad).unwrap_err();
+            assert_eq!(e.kind(), ibp::ErrorKind::InvalidArgument);
+            cache.gather_shares(&mut lanes, &cut).unwrap();
+            drop(lanes);
+            let mut got = Vec::new();
+            for (i, (_, out, status, s)) in parts.iter_mut().enumerate() {
+                g[i].make_current().unwrap();
+                s.synchronize().unwrap();
+                status.check_blocking().unwrap();
+                let host = copy_to_host_blocking(out).unwrap();
+                let rows = cut[i].len() * t.l;
+                assert!(
+                    host[rows..].iter().all(|&b| b == POISON),
+                    "GPU {i} wrote past its share"
+                );
+                got.extend_from_slice(&host[..rows]);
+            }
+            assert!(got == want, "{} {name} over {} GPUs", t.name, g.len());
+        }
+    }
+    gpus[0].make_current().unwrap();
 }

@@ -1,7 +1,8 @@
 //! The compressed collectives through NCCL (`ibp::gpu::collective`):
 //! all-gather, broadcast and all-to-all of compressed rows, and the raw
 //! all-gather and all-to-all, on one GPU and on every GPU present, each rank's output
-//! compared bit for bit with the CPU decode. Prints `skipped: no CUDA
+//! compared bit for bit with the CPU decode; the all-gather's compressed,
+//! raw and automatic ways alike. Prints `skipped: no CUDA
 //! device`, `skipped: NCCL not found` or `skipped: needs 2 GPUs` when the
 //! machine lacks them (a failure with `IBP_REQUIRE_GPU=1`, and fewer than
 //! `IBP_REQUIRE_GPUS` GPUs a failure too).
@@ -12,7 +13,7 @@ mod common;
 use common::{Rng, gpu_or_skip, gpu_required, notice};
 use ibp::codebook::{ChunkSize, Codebook, Threshold};
 use ibp::gpu::collective::{
-    CollectiveOptions, Communicator, Exchange, Partition, RawRows, ShardedRows,
+    CollectiveOptions, Communicator, Exchange, GatherPath, Partition, RawRows, ShardedRows,
 };
 use ibp::gpu::{Gpu, copy_to_host_blocking};
 use ibp::layout::{LayoutOptions, Packed, compress_packed, decompress_packed};
@@ -405,6 +406,87 @@ fn the_raw_all_to_all_puts_each_requested_row_in_place() {
                         "{g} GPUs, gap {gap}: rank {r}, row {id}"
                     );
                 }
+            }
+        }
+    }
+}
+
+#[test]
+fn every_path_delivers_the_same_rows_bit_for_bit() {
+    let test = "every_path_delivers_the_same_rows_bit_for_bit";
+    let Some(counts) = gpu_counts(test) else {
+        return;
+    };
+    let (data, cb, packed) = cora();
+    let want = cpu_decode(&cb, &packed, &data);
+    let n = packed.rows as u64;
+    const POISON: u8 = 0xA5;
+    const GUARD: usize = 256;
+    for &g in &counts {
+        let mut comm = communicator(g);
+        let ranks = comm.ranks();
+        // Even (NCCL's all-gather on the raw way), uneven with an empty
+        // rank (pipelined broadcasts), and one owner (a broadcast).
+        let mut uneven = vec![0u64, 0];
+        uneven.resize(ranks, 700);
+        uneven.push(n);
+        let parts = [
+            Partition::even(n, ranks).unwrap(),
+            Partition::from_bounds(uneven[uneven.len() - ranks - 1..].to_vec()).unwrap(),
+            Partition::on_one(n, ranks, ranks - 1).unwrap(),
+        ];
+        for part in parts {
+            let rows = ShardedRows::upload(&comm, &cb, &packed.view(), part.clone()).unwrap();
+            for path in [GatherPath::Compressed, GatherPath::Raw, GatherPath::Auto] {
+                for chunk in [u64::MAX, 20_000] {
+                    let opts = CollectiveOptions::default()
+                        .with_chunk_bytes(chunk)
+                        .with_path(path);
+                    let mut out: Vec<_> = (0..ranks)
+                        .map(|r| {
+                            comm.gpu(r).make_current().unwrap();
+                            ibp::gpu::cust::memory::DeviceBuffer::from_slice(&vec![
+                                POISON;
+                                data.len()
+                                    + GUARD
+                            ])
+                            .unwrap()
+                        })
+                        .collect();
+                    let took = comm.all_gather(&rows, &mut out, &opts).unwrap();
+                    comm.finish_blocking().unwrap();
+                    match path {
+                        GatherPath::Auto => assert_ne!(took, GatherPath::Auto),
+                        p => assert_eq!(took, p),
+                    }
+                    for (r, o) in out.iter().enumerate() {
+                        comm.gpu(r).make_current().unwrap();
+                        let got = copy_to_host_blocking(o).unwrap();
+                        assert!(
+                            got[..data.len()] == want[..],
+                            "{g} GPUs, {part:?}, {path:?} (took {took:?}), chunk {chunk}: rank {r} differs"
+                        );
+                        assert!(
+                            got[data.len()..].iter().all(|&b| b == POISON),
+                            "{g} GPUs, {path:?}: rank {r} written past its rows"
+                        );
+                    }
+                }
+            }
+            // The rates behind the automatic way were measured once and
+            // kept (one rank: no link to measure, no choice made).
+            if ranks > 1 {
+                let r = comm.known_rates(&rows).expect("measured");
+                assert!(r.link > 0.0 && r.step_s > 0.0 && r.decode > 0.0, "{r:?}");
+                let p = ibp::gpu::collective::predict_paths(
+                    &comm.path_sizes(&rows, &CollectiveOptions::default()),
+                    &r,
+                );
+                notice(&format!(
+                    "{test}: {g} GPUs, {part:?}: {r:?}; predicted compressed {:.1} µs, raw {:.1} µs",
+                    p.0 * 1e6,
+                    p.1 * 1e6
+                ));
             }
         }
     }

@@ -132,7 +132,8 @@ use crate::error::{Error, Result};
 pub use book::DeviceBook;
 pub use cache::{
     CacheOptions, CacheStats, FeatureCache, HOST_READ_RATE, LOCAL_READ_RATE, PEER_READ_RATE,
-    Placement, ReadRates, access_counts, replicated_rows, top_k_by_score,
+    Placement, ReadRates, ShareLane, access_counts, balanced_shares, replicated_rows,
+    top_k_by_score,
 };
 pub use compress::{Compressor, DeviceCompressed, MAX_ROW_BYTES};
 pub use dataset::{GpuDataset, Payload, Residency};

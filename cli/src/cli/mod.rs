@@ -47,7 +47,7 @@ enum Command {
     /// GPU decompression benchmarks (the paper's Figure 7 grid, gathers,
     /// device-resident decode, real tables); writes docs/results/<gpu>.md.
     /// With FILE: the same measurements on that file's tensors.
-    Bench(bench::Args),
+    Bench(Box<bench::Args>),
     /// Draw a results file of `ibp bench` as SVG: decoded GB/s against
     /// savings per tensor size, the ideal, the link ceilings and the real
     /// tables (what `ibp bench` writes beside its results itself).
@@ -85,7 +85,7 @@ pub fn run() -> i32 {
         Command::Compress(a) => compress::run(a),
         Command::Decompress(a) => decompress::run(a),
         Command::Inspect(a) => inspect::run(a),
-        Command::Bench(a) => bench::run(a),
+        Command::Bench(a) => bench::run(*a),
         Command::Plot(a) => bench::plot::run(a),
         Command::KvData(a) => kv_data::run(a),
         Command::Ptx { out } => write_ptx(&out),

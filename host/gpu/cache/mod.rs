@@ -63,6 +63,12 @@
 //! replication. A row in a slab a GPU cannot reach is a miss there, read
 //! from host memory.
 //!
+//! To spread one mini-batch over the GPUs, [`FeatureCache::shares`] cuts
+//! its ids into one contiguous share per GPU of about equal predicted time
+//! (from the index and the read rates), and [`FeatureCache::gather_shares`]
+//! enqueues each share's gather on its GPU: the batch takes as long as its
+//! slowest share, not its slowest GPU's whole batch. One GPU is one share.
+//!
 //! # Refills and streams
 //! [`FeatureCache::refill_blocking`] writes the new slab contents and index on the
 //! stream it is given for each GPU: gathers enqueued on that stream before
@@ -76,6 +82,7 @@ mod host_rows;
 mod launch;
 mod peer;
 mod plan;
+mod shares;
 
 use cust::memory::{DeviceBuffer, DeviceSlice};
 use cust::stream::Stream;
@@ -84,8 +91,9 @@ use ibp_kernels::params::CacheParams;
 
 pub use plan::{
     HOST_READ_RATE, LOCAL_READ_RATE, PEER_READ_RATE, Placement, ReadRates, access_counts,
-    replicated_rows, top_k_by_score,
+    balanced_shares, replicated_rows, top_k_by_score,
 };
+pub use shares::ShareLane;
 
 use super::Gpu;
 use super::dataset::GpuDataset;

@@ -12,7 +12,10 @@
 //!   holds the codebook, the flag bitmap and the offsets (the metadata,
 //!   replicated once). Since every rank knows where every row's bytes sit,
 //!   a collective moves payload only and exchanges no sizes.
-//! - [`Communicator::all_gather`]: every rank ends with every row decoded;
+//! - [`Communicator::all_gather`]: every rank ends with every row decoded,
+//!   moved compressed or raw ([`GatherPath`]: by default chosen per call by
+//!   [`choose_path`] from rates measured once,
+//!   [`Communicator::calibrate_blocking`]);
 //!   [`Communicator::broadcast`]: the same from one owner (a weight set);
 //!   [`Communicator::all_to_all`]: each rank a mini-batch of rows by id
 //!   ([`Exchange`]). [`RawRows`] and [`Communicator::all_gather_raw`] are
@@ -38,11 +41,14 @@
 //! [`crate::ErrorKind::Unsupported`] error. How the same code spans hosts:
 //! docs/MULTI-HOST.md.
 
+mod choice;
 mod exchange;
 mod launch;
+mod paths;
 mod plan;
 mod rows;
 
+pub use choice::{GatherPath, PathRates, PathSizes, choose_path, predict_paths};
 pub use exchange::Exchange;
 pub use plan::Partition;
 pub use rows::{RawRows, ShardedRows};
@@ -63,6 +69,12 @@ pub struct CollectiveOptions {
     pub chunk_bytes: u64,
     /// The decoders' options.
     pub decode: DecodeOptions,
+    /// How an all-gather or a broadcast moves the rows: compressed, raw
+    /// (each owner decodes its own, NCCL moves the decoded rows), or
+    /// chosen per call from measured rates (the default; see
+    /// [`Communicator::all_gather`]). The all-to-all always moves
+    /// compressed rows.
+    pub path: GatherPath,
 }
 
 impl Default for CollectiveOptions {
@@ -70,6 +82,7 @@ impl Default for CollectiveOptions {
         Self {
             chunk_bytes: 4 << 20,
             decode: DecodeOptions::default(),
+            path: GatherPath::Auto,
         }
     }
 }
@@ -84,6 +97,12 @@ impl CollectiveOptions {
     /// Set the decoders' options.
     pub fn with_decode(mut self, decode: DecodeOptions) -> Self {
         self.decode = decode;
+        self
+    }
+
+    /// Force a way, or [`GatherPath::Auto`].
+    pub fn with_path(mut self, path: GatherPath) -> Self {
+        self.path = path;
         self
     }
 }
@@ -114,6 +133,9 @@ pub(crate) struct Rank {
 pub struct Communicator {
     comms: Vec<nccl::Comm>,
     ranks: Vec<Rank>,
+    /// The link's measured bytes a second into a rank and seconds a step
+    /// ([`Communicator::calibrate_blocking`]), once measured.
+    link: Option<(f64, f64)>,
 }
 
 impl Communicator {
@@ -152,7 +174,11 @@ impl Communicator {
         }
         let list: Vec<i32> = ordinals.iter().map(|&o| o as i32).collect();
         let comms = nccl::init_all(&list)?;
-        Ok(Self { comms, ranks })
+        Ok(Self {
+            comms,
+            ranks,
+            link: None,
+        })
     }
 
     /// A communicator over every GPU of this machine.
@@ -285,6 +311,11 @@ mod tests {
     #[test]
     fn options_keep_at_least_one_byte_a_step() {
         assert_eq!(CollectiveOptions::default().chunk_bytes, 4 << 20);
+        assert_eq!(CollectiveOptions::default().path, GatherPath::Auto);
+        assert_eq!(
+            CollectiveOptions::default().with_path(GatherPath::Raw).path,
+            GatherPath::Raw
+        );
         assert_eq!(
             CollectiveOptions::default().with_chunk_bytes(0).chunk_bytes,
             1

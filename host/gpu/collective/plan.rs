@@ -136,6 +136,23 @@ pub(crate) fn bytes_of(bytes_before: &dyn Fn(u64) -> u64, rows: &Range<u64>) -> 
     bytes_before(rows.start)..bytes_before(rows.end)
 }
 
+/// `ranges` of rows sorted, with ranges that touch or overlap joined: one
+/// decode launch each instead of one a piece (a rank's remote pieces of
+/// one step are the other owners' rows, adjacent across owners). Empty
+/// ranges are dropped.
+pub(crate) fn merge_adjacent(mut ranges: Vec<Range<u64>>) -> Vec<Range<u64>> {
+    ranges.retain(|r| r.start < r.end);
+    ranges.sort_by_key(|r| r.start);
+    let mut out: Vec<Range<u64>> = Vec::with_capacity(ranges.len());
+    for r in ranges {
+        match out.last_mut() {
+            Some(last) if r.start <= last.end => last.end = last.end.max(r.end),
+            _ => out.push(r),
+        }
+    }
+    out
+}
+
 /// Rows an all-to-all moves: from rank `src` (their owner) to rank `dst`,
 /// the consecutive rows `rows`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -351,6 +368,21 @@ mod tests {
             Partition::on_one(5, 2, 2).unwrap_err().kind(),
             ErrorKind::InvalidArgument
         );
+    }
+
+    #[test]
+    fn adjacent_pieces_merge_into_one_decode() {
+        // Rank 1 of 4 after a one-step all-gather: the others' rows.
+        assert_eq!(
+            merge_adjacent(vec![0..10, 20..30, 30..40]),
+            vec![0..10, 20..40]
+        );
+        assert_eq!(
+            merge_adjacent(vec![30..40, 5..5, 10..30, 0..10]),
+            vec![0..40]
+        );
+        assert_eq!(merge_adjacent(vec![0..5, 3..4, 8..9]), vec![0..5, 8..9]);
+        assert!(merge_adjacent(vec![]).is_empty());
     }
 
     #[test]

@@ -6,7 +6,7 @@
 use cust::memory::{CopyDestination, DeviceBuffer, DeviceSlice};
 
 use super::plan::{self, Partition};
-use super::{CollectiveOptions, Communicator};
+use super::{CollectiveOptions, Communicator, GatherPath};
 use crate::codebook::Codebook;
 use crate::error::{Error, Result};
 use crate::gpu::book::DeviceBook;
@@ -55,6 +55,9 @@ pub struct ShardedRows {
     pub(super) ordinals: Vec<u32>,
     /// Per rank: the streams that used its buffers (waited for on drop).
     pub(super) uses: Vec<LastUses>,
+    /// Decoded bytes a second of a rank's own rows, measured once
+    /// ([`Communicator::calibrate_blocking`]).
+    pub(super) decode_rate: std::sync::OnceLock<f64>,
 }
 
 impl ShardedRows {
@@ -119,6 +122,7 @@ impl ShardedRows {
             uses: comm.ranks.iter().map(|_| LastUses::default()).collect(),
             ordinals: comm.ordinals(),
             shards,
+            decode_rate: std::sync::OnceLock::new(),
         })
     }
 
@@ -283,15 +287,25 @@ fn check_part(comm: &Communicator, part: &Partition, rows: u64) -> Result<()> {
 
 impl Communicator {
     /// Enqueue an all-gather: every rank ends with every row of `rows`
-    /// decoded into its `out[r]` (row `i` at `i·L`). Each owner's rows go
-    /// out in pieces of about `opts.chunk_bytes` compressed bytes (one
-    /// in-place `ncclBroadcast` per owner and piece, all ranks in one
-    /// group), and each piece is decoded on its rank's stream as soon as it
-    /// has arrived, while the next piece travels; a rank's own rows are
-    /// decoded at once. No host synchronisation and no device allocation
-    /// (the call builds its plan and one decoder a rank in small host
-    /// vectors): [`Communicator::finish_blocking`] waits and checks the
-    /// decodes.
+    /// decoded into its `out[r]` (row `i` at `i·L`), by the way
+    /// `opts.path` names ([`GatherPath`]; returned: the way taken, never
+    /// `Auto`):
+    ///
+    /// - **compressed**: each owner's rows go out in pieces of about
+    ///   `opts.chunk_bytes` compressed bytes, and each piece is decoded on
+    ///   its rank's stream as soon as it has arrived, while the next piece
+    ///   travels; a rank's own rows are decoded at once;
+    /// - **raw**: each owner decodes its own rows into its output, then
+    ///   NCCL moves the decoded rows between the outputs;
+    /// - **auto** (the default): the way [`super::choose_path`] predicts
+    ///   faster from the sizes and the rates measured on this communicator
+    ///   and these rows. **The first auto call on rows not yet measured
+    ///   synchronises once**: it runs [`Communicator::calibrate_blocking`]
+    ///   into `out` first. Call that yourself to pay it ahead of time.
+    ///
+    /// Otherwise no host synchronisation and no device allocation (the call
+    /// builds its plan and one decoder a rank in small host vectors):
+    /// [`Communicator::finish_blocking`] waits and checks the decodes.
     ///
     /// `out[r]` must be memory of rank `r`'s GPU. Errors
     /// ([`crate::ErrorKind::InvalidArgument`], before anything is
@@ -302,16 +316,60 @@ impl Communicator {
         rows: &ShardedRows,
         out: &mut [O],
         opts: &CollectiveOptions,
-    ) -> Result<()> {
+    ) -> Result<GatherPath> {
         self.check_rows(&rows.ordinals, out, |_| rows.rows() * rows.row_bytes)?;
-        let mut decs = Vec::with_capacity(self.ranks());
+        let path = match opts.path {
+            GatherPath::Auto => self.choose_blocking(rows, out, opts)?,
+            p => p,
+        };
+        match path {
+            GatherPath::Raw => self.all_gather_decoded_raw(rows, out, opts)?,
+            _ => self.all_gather_compressed(rows, out, opts)?,
+        }
+        Ok(if path == GatherPath::Raw {
+            path
+        } else {
+            GatherPath::Compressed
+        })
+    }
+
+    /// The compressed way of [`Communicator::all_gather`] (arguments
+    /// checked).
+    ///
+    /// Work a call enqueues, `n` ranks and `s` steps (the count behind the
+    /// latency of small tables): one event record and wait a rank before
+    /// (the NCCL stream after the caller's work) and a record and wait a
+    /// rank and step after (the decodes after the transfers); one NCCL
+    /// group a step, holding, when the step has several owners, one
+    /// `ncclSend` from each owner to each other rank and the matching
+    /// `ncclRecv` (at most `n·(n − 1)` of each, run concurrently, one NCCL
+    /// kernel a rank), else one `ncclBroadcast` a rank; decode launches: one
+    /// a rank for its own rows, then one a rank and step for each run of
+    /// adjacent remote pieces (on 4 ranks and one step: 4 + 6).
+    ///
+    /// Q: why sends and receives, not one broadcast per owner and piece?
+    /// A: the broadcasts of a group run one after another, each a chain
+    /// through every rank: four ranks paid four chains' latency a step,
+    /// and the 15.5 MB Cora all-gather ran at 0.72× the raw one on 4
+    /// H200s. The sends of a group run at once, one hop each, and move
+    /// the same bytes over each rank's links. A piece with one owner (a
+    /// broadcast) keeps `ncclBroadcast`: its chain sends each byte once
+    /// from the owner, where sends would send it `n − 1` times.
+    fn all_gather_compressed<O: GpuWritable>(
+        &mut self,
+        rows: &ShardedRows,
+        out: &mut [O],
+        opts: &CollectiveOptions,
+    ) -> Result<()> {
+        let n = self.ranks();
+        let mut decs = Vec::with_capacity(n);
         for (r, rank) in self.ranks.iter().enumerate() {
             rank.gpu.make_current()?;
             decs.push(rows.decoder(&rank.gpu, r, opts)?);
         }
         // Q: why no steps on one rank? A: every row is its own: nothing
         // to move, and the decode of its own rows covers them all.
-        let steps = if self.ranks() == 1 {
+        let steps = if n == 1 {
             Vec::new()
         } else {
             plan::steps(&rows.part, &|i| rows.offsets[i as usize], opts.chunk_bytes)
@@ -334,35 +392,52 @@ impl Communicator {
                 &rank.stream,
             )?;
         }
+        let before = |i: u64| rows.offsets[i as usize];
         for step in &steps {
+            let owners = step
+                .iter()
+                .filter(|(_, p)| !plan::bytes_of(&before, p).is_empty())
+                .count();
             nccl::group_start()?;
             let sent = (|| {
                 for (r, rank) in self.ranks.iter().enumerate() {
                     let base = rows.shards[r].payload.as_device_ptr().as_raw();
                     for (owner, piece) in step {
-                        let bytes = plan::bytes_of(&|i| rows.offsets[i as usize], piece);
-                        let (a, b) = (bytes.start, bytes.end);
-                        if b == a {
+                        let bytes = plan::bytes_of(&before, piece);
+                        let (a, len) = (base + bytes.start, (bytes.end - bytes.start) as usize);
+                        if len == 0 {
                             continue;
                         }
                         // SAFETY: (1) the shard's payload was allocated in
                         // rank r's context with the whole payload's bytes,
-                        // and `a..b` lies inside it (offsets validated at
-                        // upload); the streams are rank r's; (2) the only
-                        // other access to these bytes is the decode of rows
-                        // whose lines share them, which reads other bytes
-                        // and ignores these (a piece's rows are decoded
-                        // only after it arrived, ordered by `arrived`);
+                        // and `a .. a + len` lies inside it (offsets
+                        // validated at upload); the streams are rank r's;
+                        // (2) the only other access to these bytes is the
+                        // decode of rows whose lines share them, which reads
+                        // other bytes and ignores these (a piece's rows are
+                        // decoded only after it arrived, ordered by
+                        // `arrived`); an owner's own bytes are only read;
                         // (3) every rank walks the same steps in the same
-                        // order, inside this group.
+                        // order inside this group: a broadcast is made by
+                        // every rank, and each send from `owner` to a rank
+                        // meets that rank's receive from `owner`, one pair
+                        // per piece.
                         unsafe {
-                            nccl::broadcast_in_place(
-                                base + a,
-                                (b - a) as usize,
-                                *owner,
-                                self.comms[r],
-                                &rank.comm_stream,
-                            )?
+                            if owners == 1 {
+                                nccl::broadcast_in_place(
+                                    a,
+                                    len,
+                                    *owner,
+                                    self.comms[r],
+                                    &rank.comm_stream,
+                                )?
+                            } else if *owner == r {
+                                for peer in (0..n).filter(|&p| p != r) {
+                                    nccl::send(a, len, peer, self.comms[r], &rank.comm_stream)?;
+                                }
+                            } else {
+                                nccl::recv(a, len, *owner, self.comms[r], &rank.comm_stream)?;
+                            }
                         };
                     }
                 }
@@ -375,16 +450,18 @@ impl Communicator {
             for (r, rank) in self.ranks.iter().enumerate() {
                 self.order_arrival(r)?;
                 let (dec, view) = &decs[r];
-                for (owner, piece) in step {
-                    if *owner == r {
-                        continue;
-                    }
-                    let req = Request::range(piece.start, piece.end - piece.start);
+                let remote = step
+                    .iter()
+                    .filter(|(o, _)| *o != r)
+                    .map(|(_, p)| p.clone())
+                    .collect();
+                for run in plan::merge_adjacent(remote) {
+                    let req = Request::range(run.start, run.end - run.start);
                     dec.launch(
                         &rank.gpu,
                         view,
                         &req,
-                        piece.start,
+                        run.start,
                         &mut out[r],
                         &rank.status,
                         &rank.stream,
@@ -401,7 +478,8 @@ impl Communicator {
 
     /// Enqueue a broadcast of a weight set: [`Communicator::all_gather`]
     /// of `rows` whose partition puts every row on one rank
-    /// ([`Partition::on_one`]). Errors
+    /// ([`Partition::on_one`]), by the way `opts.path` names (returned).
+    /// Errors
     /// ([`crate::ErrorKind::InvalidArgument`]) for rows owned by more than
     /// one rank.
     pub fn broadcast<O: GpuWritable>(
@@ -409,7 +487,7 @@ impl Communicator {
         rows: &ShardedRows,
         out: &mut [O],
         opts: &CollectiveOptions,
-    ) -> Result<()> {
+    ) -> Result<GatherPath> {
         let owners = (0..rows.part.ranks())
             .filter(|&r| !rows.part.range(r).is_empty())
             .count();
@@ -438,29 +516,62 @@ impl Communicator {
                 "raw rows placed for another communicator's GPUs; upload them for this one",
             ));
         }
+        self.order_after_callers()?;
+        let bases: Vec<u64> = rows
+            .bufs
+            .iter()
+            .map(|b| b.as_device_ptr().as_raw())
+            .collect();
+        // SAFETY: each base is rank r's buffer of all rows (at least
+        // `rows() · l` bytes), allocated in its context; nothing else uses
+        // the buffers until the ranks' streams have waited for the
+        // transfers (below).
+        unsafe { self.raw_transfer(&bases, &rows.part, l, opts.chunk_bytes)? };
+        for (r, rank) in self.ranks.iter().enumerate() {
+            self.order_arrival(r)?;
+            rows.uses[r].record(&rank.stream)?;
+        }
+        Ok(())
+    }
+
+    /// Enqueue on the NCCL streams the moves that give every rank's buffer
+    /// at `bases[r]` (rows of `l` bytes, row `i` at `i·l`) every row from
+    /// its owner's: one in-place `ncclAllGather` when every rank owns as
+    /// many rows (two ranks or more), else pipelined in-place broadcasts of
+    /// about `chunk` bytes of each owner a step. Nothing with one rank.
+    /// The caller orders the NCCL streams after the owners' rows are in
+    /// place, and the ranks' streams after the moves.
+    ///
+    /// # Safety
+    /// (1) `bases[r]` is an allocation of rank `r`'s context of at least
+    /// `part.rows() · l` bytes; (2) nothing else reads or writes those
+    /// bytes until the moves are done, ordered as above.
+    pub(super) unsafe fn raw_transfer(
+        &self,
+        bases: &[u64],
+        part: &Partition,
+        l: u64,
+        chunk: u64,
+    ) -> Result<()> {
         let n = self.ranks();
-        let each = rows.part.range(0).end;
-        let even =
-            n > 1 && (0..n).all(|r| rows.part.range(r).end - rows.part.range(r).start == each);
+        let each = part.range(0).end;
+        let even = n > 1 && (0..n).all(|r| part.range(r).end - part.range(r).start == each);
         let steps = if n == 1 || even {
             Vec::new()
         } else {
-            plan::steps(&rows.part, &|i| i * l, opts.chunk_bytes)
+            plan::steps(part, &|i| i * l, chunk)
         };
-        self.order_after_callers()?;
         if even && each > 0 {
             nccl::group_start()?;
             let sent = (|| {
                 for (r, rank) in self.ranks.iter().enumerate() {
-                    // SAFETY: (1) rank r's buffer of all rows (n · each
-                    // rows of `l` bytes: an even partition covers them),
-                    // allocated in its context, and its streams; (2)
-                    // nothing else uses the buffer until its stream has
-                    // waited for the transfer; (3) every rank makes this
-                    // one call inside this group.
+                    // SAFETY: the caller's (1) and (2): rank r's buffer of
+                    // n · each rows (an even partition covers them) and its
+                    // streams; (3) every rank makes this one call inside
+                    // this group.
                     unsafe {
                         nccl::all_gather_in_place(
-                            rows.bufs[r].as_device_ptr().as_raw(),
+                            bases[r],
                             (each * l) as usize,
                             r,
                             self.comms[r],
@@ -478,17 +589,14 @@ impl Communicator {
             nccl::group_start()?;
             let sent = (|| {
                 for (r, rank) in self.ranks.iter().enumerate() {
-                    let base = rows.bufs[r].as_device_ptr().as_raw();
                     for (owner, piece) in step {
                         let span = plan::bytes_of(&|i| i * l, piece);
-                        // SAFETY: (1) rank r's buffer of all rows, allocated
-                        // in its context; `piece` is inside the partition;
-                        // (2) nothing else uses the buffer during the
-                        // collective (its stream waits for the transfers);
-                        // (3) every rank walks the same steps in order.
+                        // SAFETY: the caller's (1) and (2); `piece` is
+                        // inside the partition; (3) every rank walks the
+                        // same steps in order.
                         unsafe {
                             nccl::broadcast_in_place(
-                                base + span.start,
+                                bases[r] + span.start,
                                 (span.end - span.start) as usize,
                                 *owner,
                                 self.comms[r],
@@ -502,10 +610,6 @@ impl Communicator {
             let ended = nccl::group_end();
             sent?;
             ended?;
-        }
-        for (r, rank) in self.ranks.iter().enumerate() {
-            self.order_arrival(r)?;
-            rows.uses[r].record(&rank.stream)?;
         }
         Ok(())
     }

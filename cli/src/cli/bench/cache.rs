@@ -19,8 +19,10 @@
 //!   against no cache, the cached ones against the baseline), and, labelled
 //!   as such, against the baseline as the issue states it.
 //!
-//! Batches are sampled on the host up front; only the GPU gathers are
-//! timed, with CUDA events (median of 3 passes over all batches after a
+//! With several GPUs each batch is split into one share a GPU, cut by
+//! predicted time (`FeatureCache::shares`); one GPU gathers every batch
+//! whole. Batches are sampled and cut on the host up front; only the GPU
+//! gathers are timed, with CUDA events (median of 3 passes over all batches after a
 //! warm-up that checks rows against the table).
 
 use std::fmt::Write as _;
@@ -31,7 +33,7 @@ use cust::stream::{Stream, StreamFlags};
 use ibp::codebook::Codebook;
 use ibp::gpu::{
     CacheOptions, CacheStats, DecodeStatus, FeatureCache, Gpu, GpuDataset, Placement, Residency,
-    top_k_by_score,
+    ShareLane, top_k_by_score,
 };
 use ibp::layout::{FixedStride, LayoutOptions, Packed, compress_packed};
 use ibp::{Error, Result, Rows};
@@ -52,6 +54,8 @@ pub(super) struct CacheArgs {
     pub batches: usize,
     pub max_gpus: usize,
     pub only: Option<String>,
+    /// Budgets in percent of the table (`--budgets`; default 1, 5, 25).
+    pub budgets: Vec<u64>,
 }
 
 const SEED: u64 = 0x1b9_5eed;
@@ -60,6 +64,8 @@ const SEEDS_PER_BATCH: usize = 1024;
 const DLRM_BATCH: usize = 8192;
 const DLRM_BATCHES: usize = 32;
 const ZIPF_S: f64 = 1.05;
+/// The budgets measured by default, in percent (`--budgets`' default).
+#[cfg(test)]
 const BUDGETS: [u64; 3] = [1, 5, 25];
 
 /// Where a variant's misses read their rows.
@@ -281,7 +287,7 @@ pub(super) fn section(gpus: &[&Gpu], a: &CacheArgs, md: &mut String) -> Result<(
          The slabs are packed in every variant. \
          Default: packed, the layout measured faster overall on the H200 (line-aligned rows read fewer lines but were slower); the targets are judged on it, and *Host layouts* below gives this run's measured ratio. \
          Decoder: `ibp_kernels::device::decode_slot`, one warp per row (each row's 16-byte pieces fetched, then decoded by the batch decoder's step). \
-         With several GPUs the batches alternate between them, each GPU reading the others' slabs through peer access, and *GB/s* is the aggregate. \
+         With several GPUs each mini-batch is spread over all of them: its ids cut into one contiguous share a GPU of equal predicted time (`ibp::gpu::FeatureCache::shares`, from the cache's index and read rates), each GPU gathering its share (hits from its own slab or the others' through peer access, misses from host rows), and *GB/s* is the aggregate; one GPU gathers every batch whole, the same total work. \
          *placement*: where the hot rows went across the GPUs' slabs (the cache's automatic choice: the hottest rows replicated in every slab, as many as `ibp::gpu::replicated_rows` predicts to read fastest from the hot rows' stored bytes, their scores (degrees, access counts) and the default read rates, the rest partitioned).\n",
         a.edges,
         workloads[0].batches.len(),
@@ -295,7 +301,17 @@ pub(super) fn section(gpus: &[&Gpu], a: &CacheArgs, md: &mut String) -> Result<(
         if a.only.as_deref().is_some_and(|o| !name.contains(o)) {
             continue;
         }
-        table(&gpus, &name, &data, l, v, &workloads, md, &mut groups)?;
+        table(
+            &gpus,
+            &name,
+            &data,
+            l,
+            v,
+            &workloads,
+            &a.budgets,
+            md,
+            &mut groups,
+        )?;
     }
     let _ = writeln!(md, "\n### Host layouts\n");
     for line in layouts(&groups) {
@@ -382,6 +398,7 @@ fn table(
     l: usize,
     v: usize,
     workloads: &[Workload],
+    budgets: &[u64],
     md: &mut String,
     groups: &mut Vec<Group>,
 ) -> Result<()> {
@@ -428,10 +445,10 @@ fn table(
             sets: &sets,
             w,
             ids: &ids_on_every_gpu(&lanes, w)?,
-            check_rows: &rows_of(&w.batches[0][..w.batches[0].len().min(2048)]),
+            expect: &rows_of,
         };
         let mut uncached = std::collections::HashMap::new();
-        for pct in BUDGETS {
+        for &pct in budgets {
             for n in 1..=lanes.len() {
                 if n > 1 && n != lanes.len() {
                     continue;
@@ -474,8 +491,9 @@ struct WorkloadRun<'a> {
     sets: &'a [Uploads],
     w: &'a Workload,
     ids: &'a [Vec<DeviceBuffer<u32>>],
-    /// The rows of the first batch's first ids, to check each cache.
-    check_rows: &'a [u8],
+    /// The expected rows of some ids (from the raw table), to check each
+    /// cache.
+    expect: &'a dyn Fn(&[u32]) -> Vec<u8>,
 }
 
 impl WorkloadRun<'_> {
@@ -505,19 +523,9 @@ impl WorkloadRun<'_> {
             } else {
                 (&[][..], 0)
             };
-            let p = measure(
-                lanes,
-                self.sets,
-                var,
-                hot,
-                budget,
-                w,
-                self.ids,
-                self.check_rows,
-            )
-            .map_err(|e| {
-                Error::invalid(format!("{} {} {pct}% {}: {e}", self.name, w.name, var.name))
-            })?;
+            let p = measure(lanes, self.sets, var, hot, budget, w, self.ids, self.expect).map_err(
+                |e| Error::invalid(format!("{} {} {pct}% {}: {e}", self.name, w.name, var.name)),
+            )?;
             if !var.on {
                 uncached.insert((vi, n), p);
             }
@@ -570,7 +578,9 @@ fn write_points(
 }
 
 /// Build one variant's cache over `lanes`, check a batch, and time passes
-/// over all batches (alternating between GPUs).
+/// over all batches, each spread over the GPUs in shares of equal
+/// predicted time (`FeatureCache::shares`, `gather_shares`; one GPU
+/// gathers every batch whole, the same total work).
 #[allow(clippy::too_many_arguments)]
 fn measure(
     lanes: &mut [Lane<'_>],
@@ -580,7 +590,7 @@ fn measure(
     budget: u64,
     w: &Workload,
     ids: &[Vec<DeviceBuffer<u32>>],
-    check_rows: &[u8],
+    expect: &dyn Fn(&[u32]) -> Vec<u8>,
 ) -> Result<Point> {
     let gpus: Vec<&Gpu> = lanes.iter().map(|x| x.gpu).collect();
     let hosts: Vec<&GpuDataset> = sets[..lanes.len()]
@@ -601,37 +611,44 @@ fn measure(
         w.scores.clone()
     });
     let cache = FeatureCache::with_slab_rows(&gpus, &hosts, slab, hot, &opts)?;
-    let n = lanes.len();
-    // Warm-up and check: batch 0 on every GPU.
+    // Each batch's shares, cut on the host before the clock starts (a
+    // sampler hands its ids over from the host too).
+    let shares: Vec<Vec<std::ops::Range<usize>>> = w
+        .batches
+        .iter()
+        .map(|b| cache.shares(hosts[0], b))
+        .collect::<Result<_>>()?;
+    // Warm-up and check: batch 0, each GPU's share against the table.
+    gather_batch(&cache, lanes, &hosts, ids, 0, &shares[0])?;
     for (i, lane) in lanes.iter_mut().enumerate() {
         lane.gpu.make_current()?;
-        let ds = hosts[i];
-        cache.gather(
-            lane.gpu,
-            ds,
-            &ids[i][0],
-            &mut lane.out,
-            &lane.status,
-            &lane.stream,
-        )?;
         lane.stream.synchronize().map_err(cuda("warm-up"))?;
         lane.status.check_blocking()?;
-        let head = lane.out.index(..check_rows.len());
-        let got = ibp::gpu::copy_to_host_blocking(&head)?;
-        if got != *check_rows {
-            return Err(Error::corrupt("gathered rows differ from the table"));
+        let s = &shares[0][i];
+        let head = &w.batches[0][s.start..s.end.min(s.start + 2048)];
+        if head.is_empty() {
+            continue;
+        }
+        let want = expect(head);
+        let got = ibp::gpu::copy_to_host_blocking(&lane.out.index(..want.len()))?;
+        if got != want {
+            return Err(Error::corrupt(format!(
+                "GPU {}: gathered rows differ from the table",
+                lane.gpu.ordinal()
+            )));
         }
     }
     let mut stats = CacheStats::default();
-    for (b, batch) in w.batches.iter().enumerate() {
-        let i = b % n;
-        let ids64: Vec<u64> = batch.iter().map(|&t| t as u64).collect();
-        let s = cache.stats(lanes[i].gpu, hosts[i], &ids64)?;
-        stats.rows += s.rows;
-        stats.local_hits += s.local_hits;
-        stats.peer_hits += s.peer_hits;
-        stats.host_bytes += s.host_bytes;
-        stats.delivered_bytes += s.delivered_bytes;
+    for (batch, cut) in w.batches.iter().zip(&shares) {
+        for (i, share) in cut.iter().enumerate() {
+            let ids64: Vec<u64> = batch[share.clone()].iter().map(|&t| t as u64).collect();
+            let s = cache.stats(lanes[i].gpu, hosts[i], &ids64)?;
+            stats.rows += s.rows;
+            stats.local_hits += s.local_hits;
+            stats.peer_hits += s.peer_hits;
+            stats.host_bytes += s.host_bytes;
+            stats.delivered_bytes += s.delivered_bytes;
+        }
     }
     let mut times = Vec::new();
     for _ in 0..3 {
@@ -642,18 +659,8 @@ fn measure(
             a.record(&lane.stream).map_err(cuda("event"))?;
             ev.push(a);
         }
-        for (b, _) in w.batches.iter().enumerate() {
-            let i = b % n;
-            let lane = &mut lanes[i];
-            lane.gpu.make_current()?;
-            cache.gather(
-                lane.gpu,
-                hosts[i],
-                &ids[i][b],
-                &mut lane.out,
-                &lane.status,
-                &lane.stream,
-            )?;
+        for (b, cut) in shares.iter().enumerate() {
+            gather_batch(&cache, lanes, &hosts, ids, b, cut)?;
         }
         let mut worst = 0f64;
         for (i, lane) in lanes.iter_mut().enumerate() {
@@ -672,6 +679,30 @@ fn measure(
         stats,
         placement: (!hot.is_empty()).then(|| cache.placement()),
     })
+}
+
+/// Enqueue batch `b` over `lanes`, lane `i` gathering `cut[i]`.
+fn gather_batch(
+    cache: &FeatureCache,
+    lanes: &mut [Lane<'_>],
+    hosts: &[&GpuDataset],
+    ids: &[Vec<DeviceBuffer<u32>>],
+    b: usize,
+    cut: &[std::ops::Range<usize>],
+) -> Result<()> {
+    let mut shares: Vec<ShareLane<'_, u32>> = lanes
+        .iter_mut()
+        .enumerate()
+        .map(|(i, lane)| ShareLane {
+            gpu: lane.gpu,
+            ds: hosts[i],
+            ids: &ids[i][b],
+            out: &mut lane.out,
+            status: &lane.status,
+            stream: &lane.stream,
+        })
+        .collect();
+    cache.gather_shares(&mut shares, cut)
 }
 
 #[cfg(test)]

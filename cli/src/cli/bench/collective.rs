@@ -16,7 +16,10 @@
 use std::fmt::Write as _;
 use std::time::Instant;
 
-use ibp::gpu::collective::{CollectiveOptions, Communicator, Partition, RawRows, ShardedRows};
+use ibp::gpu::collective::{
+    CollectiveOptions, Communicator, GatherPath, Partition, PathRates, RawRows, ShardedRows,
+    predict_paths,
+};
 use ibp::layout::{LayoutOptions, Packed, compress_packed};
 use ibp::{Error, Result, Rows};
 
@@ -106,6 +109,20 @@ struct Row {
     meta: u64,
     comp_s: f64,
     raw_s: f64,
+    /// All-gathers and broadcasts: the raw way of the compressed rows
+    /// (each owner decodes its own, NCCL moves the decoded rows), the
+    /// automatic way with the way it took, the measured rates and the
+    /// prediction (compressed, raw seconds).
+    ways: Option<Ways>,
+}
+
+/// The raw and automatic ways of one all-gather or broadcast.
+struct Ways {
+    decoded_raw_s: f64,
+    auto_s: f64,
+    took: GatherPath,
+    rates: PathRates,
+    predicted: (f64, f64),
 }
 
 fn measure(
@@ -118,24 +135,48 @@ fn measure(
     let rows = ShardedRows::upload(comm, &t.cb, &t.packed.view(), part.clone())?;
     let raw = RawRows::upload(comm, &t.data, t.l, part)?;
     let mut out = comm.alloc_outputs(t.data.len() as u64)?;
-    // Checked on every rank before timing.
     let n = comm.ranks();
-    start(what, "compressed (check)", &t.name, n);
-    comm.all_gather(&rows, &mut out, opts)?;
-    comm.finish_blocking()?;
+    // The rates the automatic way weighs, measured once (synchronises).
+    start(what, "calibration", &t.name, n);
+    let rates = comm.calibrate_blocking(&rows, &mut out, opts)?;
+    let predicted = predict_paths(&comm.path_sizes(&rows, opts), &rates);
+    let comp = opts.clone().with_path(GatherPath::Compressed);
+    let decoded_raw = opts.clone().with_path(GatherPath::Raw);
+    let auto = opts.clone().with_path(GatherPath::Auto);
+    // Every way checked on every rank before timing.
+    let mut took = GatherPath::Auto;
+    for (kind, o) in [
+        ("compressed (check)", &comp),
+        ("decoded raw (check)", &decoded_raw),
+        ("auto (check)", &auto),
+    ] {
+        start(what, kind, &t.name, n);
+        // Fresh zeroed outputs: each way must write every row itself.
+        out = comm.alloc_outputs(t.data.len() as u64)?;
+        let p = comm.all_gather(&rows, &mut out, o)?;
+        comm.finish_blocking()?;
+        if o.path == GatherPath::Auto {
+            took = p;
+        }
+        for (r, buf) in out.iter().enumerate() {
+            comm.gpu(r).make_current()?;
+            if ibp::gpu::copy_to_host_blocking(buf)? != t.data {
+                return Err(Error::corrupt(format!(
+                    "{}: rank {r} did not receive the rows ({kind})",
+                    t.name
+                )));
+            }
+        }
+    }
     start(what, "raw (check)", &t.name, n);
     comm.all_gather_raw(&raw, opts)?;
     comm.finish_blocking()?;
-    for (r, o) in out.iter().enumerate() {
+    for r in 0..n {
         comm.gpu(r).make_current()?;
-        let got = ibp::gpu::copy_to_host_blocking(o)?;
-        let got_raw = ibp::gpu::copy_to_host_blocking(raw.buffer(r))?;
-        if got != t.data || got_raw != t.data {
+        if ibp::gpu::copy_to_host_blocking(raw.buffer(r))? != t.data {
             return Err(Error::corrupt(format!(
-                "{}: rank {r} did not receive the rows (compressed {}, raw {})",
-                t.name,
-                got == t.data,
-                got_raw == t.data
+                "{}: rank {r} did not receive the raw rows",
+                t.name
             )));
         }
     }
@@ -144,9 +185,19 @@ fn measure(
     let reps = (256 << 20) / t.data.len().max(1);
     let reps = reps.clamp(1, 64) as u32;
     start(what, "compressed (timed)", &t.name, n);
-    let comp_s = time_reps(comm, reps, |c| c.all_gather(&rows, &mut out, opts))?;
+    let comp_s = time_reps(comm, reps, |c| {
+        c.all_gather(&rows, &mut out, &comp).map(drop)
+    })?;
     start(what, "raw (timed)", &t.name, n);
     let raw_s = time_reps(comm, reps, |c| c.all_gather_raw(&raw, opts))?;
+    start(what, "decoded raw (timed)", &t.name, n);
+    let decoded_raw_s = time_reps(comm, reps, |c| {
+        c.all_gather(&rows, &mut out, &decoded_raw).map(drop)
+    })?;
+    start(what, "auto (timed)", &t.name, n);
+    let auto_s = time_reps(comm, reps, |c| {
+        c.all_gather(&rows, &mut out, &auto).map(drop)
+    })?;
     let n = comm.ranks() as f64;
     let raw_bytes = t.data.len() as u64;
     Ok(Row {
@@ -162,6 +213,13 @@ fn measure(
         meta: rows.metadata_bytes(),
         comp_s,
         raw_s,
+        ways: Some(Ways {
+            decoded_raw_s,
+            auto_s,
+            took,
+            rates,
+            predicted,
+        }),
     })
 }
 
@@ -243,6 +301,7 @@ fn measure_all_to_all(
         meta: rows.metadata_bytes(),
         comp_s,
         raw_s,
+        ways: None,
     })
 }
 
@@ -322,6 +381,8 @@ pub(super) fn section(max_gpus: usize, real_bytes: usize, md: &mut String) -> Re
          - pipeline steps of {} MiB of each owner's compressed rows; decode on arrival (ibp's decoder, device-resident)\n\
          - GB/s: decoded bytes each rank ends with per second (all-gather and broadcast: all N·L; all-to-all: its mini-batch, decoded in request order); raw link: the raw collective's bytes that crossed each rank's links ((n−1)/n of an all-gather, all of a broadcast, a rank's share of an all-to-all's runs) per second\n\
          - ratio: raw bytes / compressed bytes of what crossed the links (metadata replicated once at set-up, not moved per call, in its own column)\n\
+         - ways of an all-gather or broadcast (`ibp::gpu::collective::GatherPath`): *compressed* (forced: compressed pieces move, each rank decodes on arrival; one NCCL group a step, with sends and receives between every pair of ranks when a step has several owners, else a broadcast), *decoded raw* (forced: each owner decodes its own rows, then NCCL moves the decoded rows: `ncclAllGather` in place when ranks own as many rows, else pipelined broadcasts), *auto* (the default: the way `ibp::gpu::collective::choose_path` predicts faster from the sizes and the rates measured once by `Communicator::calibrate_blocking`; *auto took* names the way it took, and *predicted* gives its two predictions in µs); *speed-up* is compressed against the raw baseline, *auto ×* the automatic way against it\n\
+         - measured rates (per communicator, then per table): link GB/s into a rank, µs a step, decode GB/s of a rank's own rows\n\
          - baselines: the raw all-gather is NCCL's own in-place ncclAllGather where every rank owns as many rows (else the same pipelined broadcasts as the compressed one); the raw broadcast is the same pipelined ncclBroadcasts; the raw all-to-all moves the same runs into place and gathers nothing, while the compressed one also decodes the batch into request order\n",
         if ranks == 1 { "" } else { "s" },
         version / 10000,
@@ -334,12 +395,12 @@ pub(super) fn section(max_gpus: usize, real_bytes: usize, md: &mut String) -> Re
     );
     let _ = writeln!(
         md,
-        "| collective | rows | raw MB | ratio | metadata KB | compressed GB/s | raw GB/s | speed-up | raw link GB/s |\n|---|---|---:|---:|---:|---:|---:|---:|---:|"
+        "| collective | rows | raw MB | ratio | metadata KB | compressed GB/s | raw GB/s | speed-up | decoded raw GB/s | auto GB/s | auto took | auto × | predicted µs (compressed / raw) | measured: link GB/s, step µs, decode GB/s | raw link GB/s |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|---|---:|"
     );
     for r in &rows {
         let _ = writeln!(
             md,
-            "| {} | {} | {:.1} | {:.2} | {:.1} | {:.1} | {:.1} | {:.2}× | {} |",
+            "| {} | {} | {:.1} | {:.2} | {:.1} | {:.1} | {:.1} | {:.2}× | {} | {} |",
             r.what,
             r.name,
             r.raw_bytes as f64 / 1e6,
@@ -348,6 +409,7 @@ pub(super) fn section(max_gpus: usize, real_bytes: usize, md: &mut String) -> Re
             r.raw_bytes as f64 / r.comp_s / 1e9,
             r.raw_bytes as f64 / r.raw_s / 1e9,
             r.raw_s / r.comp_s,
+            ways_cells(r),
             if r.link_bytes > 0.0 {
                 format!("{:.1}", r.link_bytes / r.raw_s / 1e9)
             } else {
@@ -357,4 +419,34 @@ pub(super) fn section(max_gpus: usize, real_bytes: usize, md: &mut String) -> Re
     }
     let _ = writeln!(md);
     Ok(())
+}
+
+/// The cells of the raw and automatic ways (dashes for the all-to-all).
+fn ways_cells(r: &Row) -> String {
+    let Some(w) = &r.ways else {
+        return "— | — | — | — | — | —".into();
+    };
+    let gbs = |s: f64| r.raw_bytes as f64 / s / 1e9;
+    let took = match w.took {
+        GatherPath::Raw => "raw",
+        _ => "compressed",
+    };
+    let finite = |x: f64, scale: f64| {
+        if x.is_finite() {
+            format!("{:.1}", x * scale)
+        } else {
+            "∞".into()
+        }
+    };
+    format!(
+        "{:.1} | {:.1} | {took} | {:.2}× | {} / {} | {}, {}, {}",
+        gbs(w.decoded_raw_s),
+        gbs(w.auto_s),
+        r.raw_s / w.auto_s,
+        finite(w.predicted.0, 1e6),
+        finite(w.predicted.1, 1e6),
+        finite(w.rates.link, 1e-9),
+        finite(w.rates.step_s, 1e6),
+        finite(w.rates.decode, 1e-9),
+    )
 }

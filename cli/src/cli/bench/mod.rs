@@ -132,9 +132,14 @@ pub struct Args {
     /// `--section cache`: undirected edges of the R-MAT graph.
     #[arg(long, default_value_t = 62_000_000)]
     edges: usize,
-    /// `--section cache`: GraphSAGE mini-batches to time.
+    /// `--section cache`: GraphSAGE mini-batches to time (with several
+    /// GPUs each batch is split over all of them).
     #[arg(long, default_value_t = 4)]
     batches: usize,
+    /// `--section cache`: the cache budgets, in percent of the table's
+    /// uncompressed bytes (comma-separated).
+    #[arg(long, value_delimiter = ',', value_name = "PERCENT", default_values_t = [1u64, 5, 25])]
+    budgets: Vec<u64>,
     /// `--section cache` and `collective`: use at most this many GPUs (all
     /// by default; the cache's table has rows for one GPU and for all of
     /// them).
@@ -403,8 +408,16 @@ fn header(
         "{}{}{}",
         if args.section == "cache" {
             format!(
-                " --vertices {} --edges {} --batches {} --gpus {}",
-                args.vertices, args.edges, args.batches, args.gpus
+                " --vertices {} --edges {} --batches {} --budgets {} --gpus {}",
+                args.vertices,
+                args.edges,
+                args.batches,
+                args.budgets
+                    .iter()
+                    .map(u64::to_string)
+                    .collect::<Vec<_>>()
+                    .join(","),
+                args.gpus
             )
         } else if args.section == "collective" {
             format!(" --real-bytes {} --gpus {}", args.real_bytes, args.gpus)
@@ -474,6 +487,7 @@ fn cache_section(gpu: &ibp::gpu::Gpu, args: &Args, md: &mut String) -> Result<()
         batches: args.batches,
         max_gpus: args.gpus,
         only: args.only.clone(),
+        budgets: args.budgets.clone(),
     };
     cache::section(&all, &a, md)?;
     if let Some(g) = more.first() {
