@@ -342,7 +342,18 @@ unsafe fn decode_sub_stream<H: Mem, B: Book, const E: u32>(
     // Q: why one path for both directions? A: the even and odd lanes of a
     // group run side by side; with a branch a direction the warp would run
     // both paths for every code. A backward read is a forward read of the
-    // `m` bits below the position, bit-reversed, so selects suffice.
+    // 32 bits below the position, bit-reversed, so selects suffice.
+    //
+    // Q: why two codes a read? A: a read is the loop's longest part (the
+    // held word's check and load, the direction's selects and shifts), and
+    // 32 bits hold any two codes (2 × 12 bits, or a missing symbol's 15 and
+    // a 12-bit look-up): the second code's bits are the read's bits after
+    // the first code's, exactly the bits a read at its position would give,
+    // with one exception that cannot change a verdict. A forward read at or
+    // past the area's end gives 0 where this one gives the bytes after the
+    // row; a first code ending there leaves the second one's end past the
+    // area, which fails the meeting check whatever it decoded to, as a code
+    // decoded from zeros would.
     let back = k & 1 == 1;
     let mut pos = if back { end } else { start };
     let mut err = 0;
@@ -350,44 +361,54 @@ unsafe fn decode_sub_stream<H: Mem, B: Book, const E: u32>(
     while i < sh.n {
         let (q, up) = if !back {
             (pos, 0)
-        } else if pos >= sh.m {
-            (pos - sh.m, 0)
+        } else if pos >= 32 {
+            (pos - 32, 0)
         } else {
             // Bits below the area's start read as 0.
-            (0, sh.m - pos)
+            (0, 32 - pos)
         };
         // SAFETY: Bits reads inside the row.
-        let w = unsafe { area.peek(h, q) } << up;
-        let bits = if back {
-            w.reverse_bits() >> (32 - sh.m)
-        } else {
-            w & dmask
-        };
-        // SAFETY: bits < 2^m, the table's length.
-        let e = unsafe { entry(table, bits) };
-        if e == FLOAT_NO_SYMBOL {
+        let w = ((u64::from(unsafe { area.peek(h, q) }) << up) & 0xffff_ffff) as u32;
+        // The bits in reading order from bit 0 on.
+        let rd = if back { w.reverse_bits() } else { w };
+        // SAFETY: both indices are below 2^m, the table's length.
+        let e1 = unsafe { entry(table, rd & dmask) };
+        let l1 = e1 >> 12;
+        // SAFETY: as above (l1 ≤ 15).
+        let e2 = unsafe { entry(table, (rd >> l1) & dmask) };
+        let i2 = i + sh.s;
+        let two = i2 < sh.n;
+        if e1 == FLOAT_NO_SYMBOL || (two && e2 == FLOAT_NO_SYMBOL) {
             err = STATUS_CORRUPT;
         }
-        let l = e >> 12;
+        let step = if two { l1 + (e2 >> 12) } else { l1 };
         // Q: why wrapping? A: a damaged row's backward sub-stream may step
         // below 0; the position is then far past the row's end (rows are
         // at most FLOAT_MAX_ROW_BYTES), reads 0 and fails the meeting
         // check, as the CPU decoder's does.
         pos = if back {
-            pos.wrapping_sub(l)
+            pos.wrapping_sub(step)
         } else {
-            pos.wrapping_add(l)
+            pos.wrapping_add(step)
         };
-        let residual = if sh.r == 0 {
-            0
-        } else {
-            // SAFETY: bit i·r of the residuals is inside the row (i < n),
-            // and the pair's second word at most 7 bytes past it.
-            unsafe { bits_at(h, ral, sbit + i * sh.r) & sh.rmask }
-        };
-        // SAFETY: i < n.
-        unsafe { store_as::<H, E>(h, out, i, sh.compose(residual, e & 0xfff)) };
-        i += sh.s;
+        // SAFETY: i < n (and i2 < n for the second).
+        unsafe {
+            store_as::<H, E>(
+                h,
+                out,
+                i,
+                sh.compose(residual(h, sh, ral, sbit, i), e1 & 0xfff),
+            );
+            if two {
+                store_as::<H, E>(
+                    h,
+                    out,
+                    i2,
+                    sh.compose(residual(h, sh, ral, sbit, i2), e2 & 0xfff),
+                );
+            }
+        }
+        i = i2 + sh.s;
     }
     // The residuals' padding, to a whole byte, is zero.
     let pad = sh.res_bytes * 8 - sh.n * sh.r;
@@ -399,6 +420,22 @@ unsafe fn decode_sub_stream<H: Mem, B: Book, const E: u32>(
         }
     }
     (pos, err)
+}
+
+/// Element `i`'s residual bits, from the residual section of the row whose
+/// first bit is bit `sbit` of the 4-aligned address `ral`.
+///
+/// # Safety
+/// `i < n`: bit i·r of the residuals is inside the row, and the word pair
+/// read at most 7 bytes past it (the payload's padding).
+#[inline(always)]
+unsafe fn residual<H: Mem>(h: &H, sh: &Shape, ral: u64, sbit: u32, i: u32) -> u32 {
+    if sh.r == 0 {
+        0
+    } else {
+        // SAFETY: the caller's contract.
+        unsafe { bits_at(h, ral, sbit + i * sh.r) & sh.rmask }
+    }
 }
 
 /// An even lane's check that its region's two sub-streams meet: exactly in
