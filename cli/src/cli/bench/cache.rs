@@ -19,9 +19,11 @@
 //!   against no cache, the cached ones against the baseline), and, labelled
 //!   as such, against the baseline as the issue states it.
 //!
-//! With several GPUs each batch is split into one share a GPU, cut by
-//! predicted time (`FeatureCache::shares`); one GPU gathers every batch
-//! whole. Batches are sampled and cut on the host up front; only the GPU
+//! With several GPUs the batches alternate between them (`--spread
+//! alternate`, the default), or each batch is split into one share a GPU,
+//! cut by predicted time (`--spread split`, `FeatureCache::shares`); one
+//! GPU gathers every batch whole. Batches are sampled and cut on the host
+//! up front; only the GPU
 //! gathers are timed, with CUDA events (median of 3 passes over all batches after a
 //! warm-up that checks rows against the table).
 
@@ -56,6 +58,28 @@ pub(super) struct CacheArgs {
     pub only: Option<String>,
     /// Budgets in percent of the table (`--budgets`; default 1, 5, 25).
     pub budgets: Vec<u64>,
+    /// How several GPUs share the batches (`--spread`).
+    pub spread: Spread,
+}
+
+/// How several GPUs share a workload's batches.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Spread {
+    /// Each GPU gathers whole batches in turn (batch b on GPU b mod n).
+    Alternate,
+    /// Every batch cut into one share a GPU of equal predicted time
+    /// (`FeatureCache::shares`, `gather_shares`).
+    Split,
+}
+
+impl Spread {
+    /// The option's value, for the results' command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Spread::Alternate => "alternate",
+            Spread::Split => "split",
+        }
+    }
 }
 
 const SEED: u64 = 0x1b9_5eed;
@@ -287,10 +311,16 @@ pub(super) fn section(gpus: &[&Gpu], a: &CacheArgs, md: &mut String) -> Result<(
          The slabs are packed in every variant. \
          Default: packed, the layout measured faster overall on the H200 (line-aligned rows read fewer lines but were slower); the targets are judged on it, and *Host layouts* below gives this run's measured ratio. \
          Decoder: `ibp_kernels::device::decode_slot`, one warp per row (each row's 16-byte pieces fetched, then decoded by the batch decoder's step). \
-         With several GPUs each mini-batch is spread over all of them: its ids cut into one contiguous share a GPU of equal predicted time (`ibp::gpu::FeatureCache::shares`, from the cache's index and read rates), each GPU gathering its share (hits from its own slab or the others' through peer access, misses from host rows), and *GB/s* is the aggregate; one GPU gathers every batch whole, the same total work. \
+         With several GPUs {}, and *GB/s* is the aggregate; one GPU gathers every batch whole, the same total work. \
          *placement*: where the hot rows went across the GPUs' slabs (the cache's automatic choice: the hottest rows replicated in every slab, as many as `ibp::gpu::replicated_rows` predicts to read fastest from the hot rows' stored bytes, their scores (degrees, access counts) and the default read rates, the rest partitioned).\n",
         a.edges,
         workloads[0].batches.len(),
+        match a.spread {
+            Spread::Alternate =>
+                "the batches alternate between them (`--spread alternate`), each GPU gathering whole batches (hits from its own slab or the others' through peer access, misses from host rows)",
+            Spread::Split =>
+                "each mini-batch is spread over all of them (`--spread split`): its ids cut into one contiguous share a GPU of equal predicted time (`ibp::gpu::FeatureCache::shares`, from the cache's index and read rates), each GPU gathering its share (hits from its own slab or the others' through peer access, misses from host rows)",
+        },
     );
     let _ = writeln!(
         md,
@@ -301,17 +331,7 @@ pub(super) fn section(gpus: &[&Gpu], a: &CacheArgs, md: &mut String) -> Result<(
         if a.only.as_deref().is_some_and(|o| !name.contains(o)) {
             continue;
         }
-        table(
-            &gpus,
-            &name,
-            &data,
-            l,
-            v,
-            &workloads,
-            &a.budgets,
-            md,
-            &mut groups,
-        )?;
+        table(&gpus, &name, &data, l, v, &workloads, a, md, &mut groups)?;
     }
     let _ = writeln!(md, "\n### Host layouts\n");
     for line in layouts(&groups) {
@@ -398,7 +418,7 @@ fn table(
     l: usize,
     v: usize,
     workloads: &[Workload],
-    budgets: &[u64],
+    a: &CacheArgs,
     md: &mut String,
     groups: &mut Vec<Group>,
 ) -> Result<()> {
@@ -446,9 +466,10 @@ fn table(
             w,
             ids: &ids_on_every_gpu(&lanes, w)?,
             expect: &rows_of,
+            spread: a.spread,
         };
         let mut uncached = std::collections::HashMap::new();
-        for &pct in budgets {
+        for &pct in &a.budgets {
             for n in 1..=lanes.len() {
                 if n > 1 && n != lanes.len() {
                     continue;
@@ -494,6 +515,7 @@ struct WorkloadRun<'a> {
     /// The expected rows of some ids (from the raw table), to check each
     /// cache.
     expect: &'a dyn Fn(&[u32]) -> Vec<u8>,
+    spread: Spread,
 }
 
 impl WorkloadRun<'_> {
@@ -523,9 +545,20 @@ impl WorkloadRun<'_> {
             } else {
                 (&[][..], 0)
             };
-            let p = measure(lanes, self.sets, var, hot, budget, w, self.ids, self.expect).map_err(
-                |e| Error::invalid(format!("{} {} {pct}% {}: {e}", self.name, w.name, var.name)),
-            )?;
+            let p = measure(
+                lanes,
+                self.sets,
+                var,
+                hot,
+                budget,
+                w,
+                self.ids,
+                self.expect,
+                self.spread,
+            )
+            .map_err(|e| {
+                Error::invalid(format!("{} {} {pct}% {}: {e}", self.name, w.name, var.name))
+            })?;
             if !var.on {
                 uncached.insert((vi, n), p);
             }
@@ -591,6 +624,7 @@ fn measure(
     w: &Workload,
     ids: &[Vec<DeviceBuffer<u32>>],
     expect: &dyn Fn(&[u32]) -> Vec<u8>,
+    spread: Spread,
 ) -> Result<Point> {
     let gpus: Vec<&Gpu> = lanes.iter().map(|x| x.gpu).collect();
     let hosts: Vec<&GpuDataset> = sets[..lanes.len()]
@@ -616,7 +650,20 @@ fn measure(
     let shares: Vec<Vec<std::ops::Range<usize>>> = w
         .batches
         .iter()
-        .map(|b| cache.shares(hosts[0], b))
+        .enumerate()
+        .map(|(b, batch)| match spread {
+            Spread::Split => cache.shares(hosts[0], batch),
+            // The whole batch on GPU b mod n, nothing on the others.
+            Spread::Alternate => Ok((0..lanes.len())
+                .map(|i| {
+                    if i == b % lanes.len() {
+                        0..batch.len()
+                    } else {
+                        0..0
+                    }
+                })
+                .collect()),
+        })
         .collect::<Result<_>>()?;
     // Warm-up and check: batch 0, each GPU's share against the table.
     gather_batch(&cache, lanes, &hosts, ids, 0, &shares[0])?;

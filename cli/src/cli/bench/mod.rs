@@ -132,10 +132,15 @@ pub struct Args {
     /// `--section cache`: undirected edges of the R-MAT graph.
     #[arg(long, default_value_t = 62_000_000)]
     edges: usize,
-    /// `--section cache`: GraphSAGE mini-batches to time (with several
-    /// GPUs each batch is split over all of them).
+    /// `--section cache`: GraphSAGE mini-batches to time.
     #[arg(long, default_value_t = 4)]
     batches: usize,
+    /// `--section cache`: how several GPUs share the batches: `alternate`
+    /// (each GPU gathers whole batches in turn, a data-parallel step) or
+    /// `split` (every batch cut into one share a GPU of equal predicted
+    /// time, `FeatureCache::shares`).
+    #[arg(long, value_enum, default_value_t = cache::Spread::Alternate)]
+    spread: cache::Spread,
     /// `--section cache`: the cache budgets, in percent of the table's
     /// uncompressed bytes (comma-separated).
     #[arg(long, value_delimiter = ',', value_name = "PERCENT", default_values_t = [1u64, 5, 25])]
@@ -408,10 +413,11 @@ fn header(
         "{}{}{}",
         if args.section == "cache" {
             format!(
-                " --vertices {} --edges {} --batches {} --budgets {} --gpus {}",
+                " --vertices {} --edges {} --batches {} --spread {} --budgets {} --gpus {}",
                 args.vertices,
                 args.edges,
                 args.batches,
+                args.spread.name(),
                 args.budgets
                     .iter()
                     .map(u64::to_string)
@@ -488,6 +494,7 @@ fn cache_section(gpu: &ibp::gpu::Gpu, args: &Args, md: &mut String) -> Result<()
         max_gpus: args.gpus,
         only: args.only.clone(),
         budgets: args.budgets.clone(),
+        spread: args.spread,
     };
     cache::section(&all, &a, md)?;
     if let Some(g) = more.first() {
