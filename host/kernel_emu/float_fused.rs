@@ -21,12 +21,15 @@ struct SmemBook<'a, 'b>(&'a Lane<'b>, u32);
 // SAFETY (every method): forwarded to the caller, as `Book` documents.
 impl Book for SmemBook<'_, '_> {
     unsafe fn ld_u8(&self, off: u32) -> u32 {
+        // SAFETY: the caller's (an offset inside the table).
         unsafe { self.0.lds_u8(self.1 + off) }
     }
     unsafe fn ld_u32(&self, off: u32) -> u32 {
+        // SAFETY: the caller's (an offset inside the table).
         unsafe { self.0.lds_u32(self.1 + off) }
     }
     unsafe fn ld_v2(&self, off: u32) -> [u32; 2] {
+        // SAFETY: the caller's (an offset inside the table).
         unsafe {
             [
                 self.0.lds_u32(self.1 + off),
@@ -35,6 +38,7 @@ impl Book for SmemBook<'_, '_> {
         }
     }
     unsafe fn ld_v4(&self, off: u32) -> [u32; 4] {
+        // SAFETY: the caller's (an offset inside the table).
         unsafe { self.0.lds_v4(self.1 + off) }
     }
 }

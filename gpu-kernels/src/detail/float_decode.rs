@@ -618,9 +618,10 @@ pub unsafe fn decode<H: Lanes + Mem, B: Book>(
                 Ok((start, len)) => {
                     if k < sh.s {
                         let src = p.payload + start;
-                        // SAFETY: the row's bytes are inside the payload;
-                        // E is the element size's log2.
                         let w = GlobalWords(h);
+                        // SAFETY: the row's bytes are inside the payload,
+                        // and `out` is output row i, aligned to the element
+                        // (the sink's width is the element size).
                         (pos, err) = unsafe {
                             match sh.eshift {
                                 0 => decode_sub_stream(
