@@ -62,7 +62,7 @@ pub trait FloatSink {
 ///
 /// # Safety
 /// `view` is a group's view made by the host (`FloatDecoder::device_view`
-/// or `device_view_staged`, its global form: [`FloatView::to_global`]),
+/// or `device_view_staged`, its global form: `FloatView::to_global`),
 /// whose buffers are alive; `table` reads that group's decode table
 /// (`view.table_bytes` bytes, e.g. a copy in shared memory);
 /// `ws .. ws + view.workspace_bytes()` is this warp's shared memory,
