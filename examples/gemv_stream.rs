@@ -33,13 +33,12 @@ use std::process::ExitCode;
 use cust::memory::DeviceBuffer;
 use cust::stream::{Stream, StreamFlags};
 use fused_host::{
-    Kernels, Measured, Rng, arg, bf16_of_f32, cu, data_dir, exit_code, report, time_median,
+    Kernels, Measured, Reference, Rng, arg, cu, exit_code, minilm_layer_rows, report, time_median,
     time_payload_read,
 };
-use fused_kernels::{GemvParams, OK};
+use fused_kernels::GemvParams;
 use ibp::gpu::{
     DecodeOptions, DecodeStatus, Decoder, Gpu, GpuDataset, GpuReadable, PinnedBuffer, Residency,
-    copy_to_host_blocking,
 };
 use ibp::layout::{LayoutOptions, compress_packed};
 use ibp::{Error, Result, Rows};
@@ -51,58 +50,10 @@ fn main() -> ExitCode {
     exit_code("gemv_stream", run())
 }
 
-/// MiniLM's layer matrices as bf16 rows of [`COLS`] elements, and where
-/// they came from.
-fn layer_rows() -> Result<(Vec<u8>, String)> {
-    let dir = data_dir();
-    let sample = dir.join("minilm-layers-bf16.safetensors");
-    let full = dir.join("model.safetensors");
-    let is_layer = |n: &str| n.starts_with("encoder.layer.") && n.ends_with(".weight");
-    if full.is_file() {
-        let f = ibp::io::InputFile::open(&full)?;
-        let doc = ibp::io::parse(
-            f.bytes(),
-            ibp::io::SourceFormat::Safetensors,
-            &Default::default(),
-        )?;
-        let mut out = Vec::new();
-        let mut n = 0;
-        for g in doc.groups.iter().filter(|g| is_layer(&g.name)) {
-            // 2-D f32 matrices only (LayerNorm weights are vectors); each
-            // has 384 × k elements, read as rows of 384.
-            if g.shape.len() != 2 || g.dtype.size() != 4 || g.data.len() % (4 * COLS) != 0 {
-                continue;
-            }
-            n += 1;
-            out.extend(bf16_of_f32(&g.data));
-        }
-        if n > 0 {
-            return Ok((out, format!("{n} layer matrices of {}", full.display())));
-        }
-    }
-    if sample.is_file() {
-        let f = ibp::io::InputFile::open(&sample)?;
-        let doc = ibp::io::parse(
-            f.bytes(),
-            ibp::io::SourceFormat::Safetensors,
-            &Default::default(),
-        )?;
-        let g = &doc.groups[0];
-        return Ok((
-            g.data.to_vec(),
-            format!("the row sample {}", sample.display()),
-        ));
-    }
-    Err(Error::invalid(format!(
-        "no MiniLM layer weights in {} (model.safetensors or minilm-layers-bf16.safetensors; scripts/setup.sh downloads the model)",
-        dir.display()
-    )))
-}
-
 fn run() -> Result<()> {
     let gb = arg("--gb", 1.0);
     let gpu = Gpu::first()?;
-    let (base, source) = layer_rows()?;
+    let (base, source) = minilm_layer_rows(COLS)?;
     let l = 2 * COLS;
     let base_rows = base.len() / l;
     let reps = ((gb * 1e9) as usize).div_ceil(base.len()).max(1);
@@ -127,7 +78,7 @@ fn run() -> Result<()> {
     }
     let mut rng = Rng(0x5eed_9e37);
     let x: Vec<f32> = (0..COLS).map(|_| (2.0 * rng.unit() - 1.0) as f32).collect();
-    let reference = Reference::of(&base, &x);
+    let reference = Reference::of(&base, COLS, &x);
     let d_x = DeviceBuffer::from_slice(&x).map_err(cu)?;
     let y = DeviceBuffer::<f32>::zeroed(rows).map_err(cu)?;
     let status = DeviceBuffer::<u32>::zeroed(1).map_err(cu)?;
@@ -205,53 +156,4 @@ fn run() -> Result<()> {
         return Err(Error::corrupt("a GEMV result is outside the bound"));
     }
     Ok(())
-}
-
-/// The CPU's GEMV of the base rows, in f64: each row's sum and the bound
-/// on its f32 error (Σ|w·x|).
-struct Reference {
-    want: Vec<f64>,
-    bound: Vec<f64>,
-}
-
-impl Reference {
-    fn of(base: &[u8], x: &[f32]) -> Reference {
-        let (want, bound) = base
-            .chunks(2 * COLS)
-            .map(|row| {
-                let (mut s, mut b) = (0f64, 0f64);
-                for (e, xe) in x.iter().enumerate() {
-                    let w = half::bf16::from_le_bytes([row[2 * e], row[2 * e + 1]]).to_f32() as f64;
-                    s += w * *xe as f64;
-                    b += (w * *xe as f64).abs();
-                }
-                (s, b)
-            })
-            .unzip();
-        Reference { want, bound }
-    }
-
-    /// Whether every `y` (replicas of the base rows) is within
-    /// n·2⁻²⁴·Σ|wx| of the reference and the status is OK; prints what is
-    /// not.
-    fn holds(&self, what: &str, y: &DeviceBuffer<f32>, status: &DeviceBuffer<u32>) -> Result<bool> {
-        let tol = COLS as f64 * (-24f64).exp2();
-        let got = copy_to_host_blocking(y)?;
-        let st = copy_to_host_blocking(status)?[0];
-        let base_rows = self.want.len();
-        let bad = got
-            .iter()
-            .enumerate()
-            .filter(|&(r, &v)| {
-                let b = r % base_rows;
-                (v as f64 - self.want[b]).abs() > tol * self.bound[b] + f64::MIN_POSITIVE
-            })
-            .count();
-        if bad != 0 || st != OK {
-            let rows = got.len();
-            eprintln!("{what}: {bad} of {rows} outputs outside the bound, status {st}");
-            return Ok(false);
-        }
-        Ok(true)
-    }
 }

@@ -45,8 +45,8 @@ if [ "$what" = cache ]; then
   tail -5 "$out/ibp-bench-cache.log"
   [ -s "$out/cache.md" ] && grep -E '^(#|\||- )' "$out/cache.md" | grep -vE '^\| ---' | head -250
 fi
-# `examples`: the fused-decode examples (issue 11): their tables, checks and targets. EXAMPLE_ARGS_BAG and
-# EXAMPLE_ARGS_GEMV add flags (e.g. "--bags 4096", "--gb 0.5").
+# `examples`: the fused-decode examples (issue 11): their tables, checks and targets. EXAMPLE_ARGS_BAG,
+# EXAMPLE_ARGS_GEMV and EXAMPLE_ARGS_FLOAT_GEMV add flags (e.g. "--bags 4096", "--gb 0.5", "--sub-streams 16").
 if [ "$what" = examples ]; then
   for e in .device/bin/*.example; do
     [ -x "$e" ] || continue
@@ -54,6 +54,7 @@ if [ "$what" = examples ]; then
     case $n in
       embedding_bag) args=${EXAMPLE_ARGS_BAG:-} ;;
       gemv_stream) args=${EXAMPLE_ARGS_GEMV:-} ;;
+      float_gemv) args=${EXAMPLE_ARGS_FLOAT_GEMV:-} ;;
       *) args= ;;
     esac
     # shellcheck disable=SC2086

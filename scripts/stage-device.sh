@@ -48,7 +48,7 @@ feats=ibp/cuda,ibp/testing,ibp/bench-hooks,ibp-cli/cuda,ibp/cudarc,ibp/nccl,ibp-
   cargo test --release --workspace --exclude ibp-candle --features "$feats" --no-run --message-format=json
   cargo bench --workspace --exclude ibp-candle --features "$feats" --no-run --message-format=json
   cargo build --release --workspace --exclude ibp-candle --features "$feats" --bin ibp --message-format=json
-  cargo build --release --workspace --exclude ibp-candle --features "$feats" --example embedding_bag --example gemv_stream --example cudarc_interop --message-format=json
+  cargo build --release --workspace --exclude ibp-candle --features "$feats" --example embedding_bag --example gemv_stream --example float_gemv --example cudarc_interop --message-format=json
   cd "$root"; } 2>/dev/null | python3 -c '
 import json, os, sys
 for line in sys.stdin:
@@ -63,7 +63,7 @@ for line in sys.stdin:
     if "example" in kinds:
         # Only the examples that run on the GPU by themselves (`cargo test`
         # also builds the others: tools that want arguments or host data).
-        if name in ("embedding_bag", "gemv_stream", "cudarc_interop"):
+        if name in ("embedding_bag", "gemv_stream", "float_gemv", "cudarc_interop"):
             print(name + ".example", exe)
         continue
     # nvCOMP'"'"'s test travels with scripts/stage-peers.sh, not here.

@@ -346,3 +346,106 @@ fn a_kernel_crate_built_outside_the_repository_runs_on_the_gpu() {
         );
     }
 }
+
+/// The float-coded rows' device API (`decode_float_row`) in the examples'
+/// kernels: `float_rows_u16` decodes every row of a bf16 group, which must
+/// equal the original bytes, and `float_gemv_bf16` multiplies them with
+/// `x`, which must equal the CPU's GEMV in the kernel's order bit for bit;
+/// for `S` = 16 and 32, the payload in pinned host memory and in device
+/// memory, with raw rows among the coded ones.
+#[test]
+fn fused_float_rows_and_gemv_equal_the_cpu_bit_for_bit() {
+    use fused_kernels::FloatGemvParams;
+    use ibp::float_code::{FitOptions, FloatType};
+    use ibp::gpu::{FloatDecoder, PinnedBuffer};
+
+    let Some(gpu) = gpu_or_skip("fused_float_rows_and_gemv_equal_the_cpu_bit_for_bit") else {
+        return;
+    };
+    let k = Kernels::load(&gpu).unwrap();
+    let stream = Stream::new(StreamFlags::NON_BLOCKING, None).unwrap();
+    let mut rng = Rng(9191);
+    let (cols, n) = (384, 2000);
+    let l = 2 * cols;
+    // Bell-shaped bf16 weights, every 37th row random bits (stored raw).
+    let mut data = Vec::with_capacity(n * l);
+    for r in 0..n {
+        for _ in 0..cols {
+            let u = rng.next();
+            let h = if r % 37 == 3 {
+                u as u16
+            } else {
+                let v = ((u >> 40) as f32 / (1u64 << 24) as f32 - 0.5)
+                    * ((u >> 8 & 0xff) as f32 / 512.0);
+                (v.to_bits() >> 16) as u16
+            };
+            data.extend(h.to_le_bytes());
+        }
+    }
+    let x: Vec<f32> = (0..cols)
+        .map(|i| f32::from_bits((0x3f80 | (rng.next() as u32 & 0x7f) | (i as u32 & 1) << 15) << 16))
+        .collect();
+    for s in [32u8, 16] {
+        let rows = Rows::new(&data, l).unwrap();
+        let opts = FitOptions::default().with_sub_streams(s);
+        let table = ibp::float_code::fit(FloatType::Bf16, rows, &opts).unwrap();
+        let coded = ibp::float_code::compress(&table, rows).unwrap();
+        assert!(coded.coded_rows() > 0 && coded.coded_rows() < n, "S={s}");
+        let want = fused_host::kernel_order_gemv(&data, cols, s as usize, &x);
+        let staged = PinnedBuffer::from_slice(&FloatDecoder::staging_image(&coded)).unwrap();
+        let span = staged.span(0..staged.len()).unwrap();
+        let pinned = FloatDecoder::new_staged(&gpu, &coded).unwrap();
+        let device = FloatDecoder::new(&gpu, &coded).unwrap();
+        for (what, view) in [
+            ("pinned", pinned.device_view_staged(&span).unwrap()),
+            ("device", device.device_view().unwrap()),
+        ] {
+            let d_x = DeviceBuffer::from_slice(&x).unwrap();
+            let y = DeviceBuffer::<f32>::zeroed(n).unwrap();
+            let status = DeviceBuffer::<u32>::zeroed(1).unwrap();
+            let out = DeviceBuffer::<u8>::zeroed(n * l).unwrap();
+            let p = FloatGemvParams {
+                view,
+                x: d_x.as_device_ptr().as_raw(),
+                y: y.as_device_ptr().as_raw(),
+                status: status.as_device_ptr().as_raw(),
+                out: out.as_device_ptr().as_raw(),
+                cols: cols as u32,
+                ws_bytes: view.workspace_bytes(),
+            };
+            let fixed =
+                view.table_bytes.next_multiple_of(16) + (4 * cols as u32).next_multiple_of(16);
+            for name in ["float_rows_u16", "float_gemv_bf16"] {
+                let block = k.block_for(name, fixed, p.ws_bytes).unwrap();
+                // SAFETY: FloatGemvParams for both kernels; the view's
+                // decoders and staging area, x (cols), y (n), out (n rows)
+                // live; the table, x and a workspace a warp of shared memory.
+                unsafe { k.launch_block(name, block, &stream, p) }.unwrap();
+            }
+            stream.synchronize().unwrap();
+            assert_eq!(
+                copy_to_host_blocking(&status).unwrap(),
+                [OK],
+                "S={s} {what}"
+            );
+            assert!(
+                copy_to_host_blocking(&out).unwrap() == data,
+                "S={s} {what}: decoded rows differ"
+            );
+            // The random rows hold NaNs: a NaN's payload is the machine's,
+            // so two NaNs count as equal.
+            let nan = |b: u32| f32::from_bits(b).is_nan();
+            let got: Vec<u32> = copy_to_host_blocking(&y)
+                .unwrap()
+                .iter()
+                .map(|v| v.to_bits())
+                .collect();
+            let bad = got
+                .iter()
+                .zip(&want)
+                .filter(|&(&a, &b)| a != b && !(nan(a) && nan(b)))
+                .count();
+            assert_eq!(bad, 0, "S={s} {what}: {bad} of {n} y differ");
+        }
+    }
+}

@@ -9,9 +9,10 @@
 use std::ffi::c_void;
 
 use cust::function::BlockSize;
+use cust::memory::DeviceBuffer;
 use cust::module::{Module, ModuleJitOption};
 use cust::stream::Stream;
-use ibp::gpu::{Gpu, cust, jit_max_registers};
+use ibp::gpu::{Gpu, copy_to_host_blocking, cust, jit_max_registers};
 use ibp::{Error, Result};
 
 /// The examples' kernels, for sm_80 and later: the shipped file, by its path
@@ -196,16 +197,158 @@ pub fn bf16_of_f32(f32_bytes: &[u8]) -> impl Iterator<Item = u8> + '_ {
         .flat_map(|b| half::bf16::from_f32(f32::from_le_bytes(*b)).to_le_bytes())
 }
 
+/// MiniLM's layer matrices as bf16 rows of `cols` elements (384, its
+/// hidden size), and where they came from: every 2-D
+/// `encoder.layer.*.weight` of `model.safetensors` in [`data_dir`] (rounded
+/// to bf16), or, when `minilm-layers-bf16.safetensors` is there instead
+/// (what scripts/stage-device.sh carries to the GPU machine: a row sample
+/// of the same matrices, already bf16), that file.
+pub fn minilm_layer_rows(cols: usize) -> Result<(Vec<u8>, String)> {
+    let dir = data_dir();
+    let sample = dir.join("minilm-layers-bf16.safetensors");
+    let full = dir.join("model.safetensors");
+    let is_layer = |n: &str| n.starts_with("encoder.layer.") && n.ends_with(".weight");
+    if full.is_file() {
+        let f = ibp::io::InputFile::open(&full)?;
+        let doc = ibp::io::parse(
+            f.bytes(),
+            ibp::io::SourceFormat::Safetensors,
+            &Default::default(),
+        )?;
+        let mut out = Vec::new();
+        let mut n = 0;
+        for g in doc.groups.iter().filter(|g| is_layer(&g.name)) {
+            // 2-D f32 matrices only (LayerNorm weights are vectors); each
+            // has 384 × k elements, read as rows of 384.
+            if g.shape.len() != 2 || g.dtype.size() != 4 || g.data.len() % (4 * cols) != 0 {
+                continue;
+            }
+            n += 1;
+            out.extend(bf16_of_f32(&g.data));
+        }
+        if n > 0 {
+            return Ok((out, format!("{n} layer matrices of {}", full.display())));
+        }
+    }
+    if sample.is_file() {
+        let f = ibp::io::InputFile::open(&sample)?;
+        let doc = ibp::io::parse(
+            f.bytes(),
+            ibp::io::SourceFormat::Safetensors,
+            &Default::default(),
+        )?;
+        let g = &doc.groups[0];
+        return Ok((
+            g.data.to_vec(),
+            format!("the row sample {}", sample.display()),
+        ));
+    }
+    Err(Error::invalid(format!(
+        "no MiniLM layer weights in {} (model.safetensors or minilm-layers-bf16.safetensors; scripts/setup.sh downloads the model)",
+        dir.display()
+    )))
+}
+
+/// The CPU's GEMV of bf16 rows, in f64: each row's sum and the bound on its
+/// f32 error (Σ|w·x|).
+pub struct Reference {
+    want: Vec<f64>,
+    bound: Vec<f64>,
+    cols: usize,
+}
+
+impl Reference {
+    /// The reference of the rows `base` (bf16, `cols` a row).
+    pub fn of(base: &[u8], cols: usize, x: &[f32]) -> Reference {
+        let (want, bound) = base
+            .chunks(2 * cols)
+            .map(|row| {
+                let (mut s, mut b) = (0f64, 0f64);
+                for (e, xe) in x.iter().enumerate() {
+                    let w = half::bf16::from_le_bytes([row[2 * e], row[2 * e + 1]]).to_f32() as f64;
+                    s += w * *xe as f64;
+                    b += (w * *xe as f64).abs();
+                }
+                (s, b)
+            })
+            .unzip();
+        Reference { want, bound, cols }
+    }
+
+    /// Whether every `y` (replicas of the base rows) is within
+    /// n·2⁻²⁴·Σ|wx| of the reference and the status is OK; prints what is
+    /// not.
+    pub fn holds(
+        &self,
+        what: &str,
+        y: &DeviceBuffer<f32>,
+        status: &DeviceBuffer<u32>,
+    ) -> Result<bool> {
+        let tol = self.cols as f64 * (-24f64).exp2();
+        let got = copy_to_host_blocking(y)?;
+        let st = copy_to_host_blocking(status)?[0];
+        let base_rows = self.want.len();
+        let bad = got
+            .iter()
+            .enumerate()
+            .filter(|&(r, &v)| {
+                let b = r % base_rows;
+                (v as f64 - self.want[b]).abs() > tol * self.bound[b] + f64::MIN_POSITIVE
+            })
+            .count();
+        if bad != 0 || st != fused_kernels::OK {
+            let rows = got.len();
+            eprintln!("{what}: {bad} of {rows} outputs outside the bound, status {st}");
+            return Ok(false);
+        }
+        Ok(true)
+    }
+}
+
+/// `y` of the rows `base` (bf16, `cols` a row) in the order of the float
+/// GEMV kernel (`fused_kernels::float_gemv`), as f32 bits: lane `k < s` sums `w[i]·x[i]` for `i = k, k + s, …` from 0.0,
+/// lanes `s..32` hold 0.0, then partners 16, 8, 4, 2, 1 are added.
+pub fn kernel_order_gemv(base: &[u8], cols: usize, s: usize, x: &[f32]) -> Vec<u32> {
+    base.chunks(2 * cols)
+        .map(|row| {
+            let mut lanes = [0f32; 32];
+            for (k, acc) in lanes.iter_mut().enumerate().take(s) {
+                for i in (k..cols).step_by(s) {
+                    let w = f32::from_bits(
+                        u32::from(u16::from_le_bytes([row[2 * i], row[2 * i + 1]])) << 16,
+                    );
+                    *acc += w * x[i];
+                }
+            }
+            let mut m = 16;
+            while m > 0 {
+                let prev = lanes;
+                for (l, v) in lanes.iter_mut().enumerate() {
+                    *v = prev[l] + prev[l ^ m];
+                }
+                m >>= 1;
+            }
+            lanes[0].to_bits()
+        })
+        .collect()
+}
+
 /// Median seconds of `read_bytes` reading the dataset's whole payload
 /// zero-copy (the sequential read a fused kernel's rate is set against).
 pub fn time_payload_read(k: &Kernels, stream: &Stream, ds: &ibp::gpu::GpuDataset) -> Result<f64> {
-    let xor = cust::memory::DeviceBuffer::<u32>::zeroed(1).map_err(cu)?;
+    time_read(k, stream, ds.payload().device_addr(), ds.stored_bytes())
+}
+
+/// Median seconds of `read_bytes` reading `bytes` bytes at `src` (16-aligned
+/// device memory or mapped pinned host memory), sequentially.
+pub fn time_read(k: &Kernels, stream: &Stream, src: u64, bytes: u64) -> Result<f64> {
+    let xor = DeviceBuffer::<u32>::zeroed(1).map_err(cu)?;
     let p = fused_kernels::ReadParams {
-        src: ds.payload().device_addr(),
-        bytes: ds.stored_bytes(),
+        src,
+        bytes,
         out: xor.as_device_ptr().as_raw(),
     };
-    // SAFETY: the payload holds stored_bytes readable bytes; one u32 out.
+    // SAFETY: the caller's source holds `bytes` readable bytes; one u32 out.
     time_median(stream, 2, 9, || unsafe {
         k.launch("read_bytes", 0, stream, p)
     })

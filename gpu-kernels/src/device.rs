@@ -25,10 +25,16 @@
 //! Rows may live in device memory or in mapped pinned host memory: the
 //! view holds addresses, and both are read with the same `ld.global`.
 //!
+//! Float-coded rows (`docs/FORMAT.md` §7, `ibp::float_code`) decode the
+//! same way, a warp a row, through [`float::decode_float_row`]: each lane
+//! is handed its elements one at a time ([`float::FloatSink`]).
+//!
 //! The fetch is bounded by the row's slot (the 16-byte pieces that hold its
 //! bytes, never past them), a corrupt row is reported
 //! ([`RowError::Corrupt`]) and nothing outside its slot is read;
 //! the decode itself is the built-in kernels' step ([`crate::detail::step`]).
+
+pub mod float;
 
 use crate::detail::bits::WARP;
 use crate::detail::book::Layout;

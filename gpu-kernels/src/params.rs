@@ -594,6 +594,113 @@ pub struct FloatDecodeParams {
     pub _pad0: u32,
 }
 
+impl FloatDecodeParams {
+    /// The group's part of the parameters (what a row's decode reads),
+    /// as the fused device API takes it.
+    #[inline(always)]
+    pub const fn view(&self) -> FloatView {
+        FloatView {
+            payload: self.payload,
+            payload_len: self.payload_len,
+            bases: self.bases,
+            rel: self.rel,
+            table: self.table,
+            rows: self.rows,
+            row_bytes: self.row_bytes,
+            elem_bytes: self.elem_bytes,
+            residual_bits: self.residual_bits,
+            low: self.low,
+            width: self.width,
+            sub_streams: self.sub_streams,
+            len_bits: self.len_bits,
+            max_len: self.max_len,
+            block_log2: self.block_log2,
+            rel_width: self.rel_width,
+            table_bytes: self.table_smem_bytes,
+            _pad0: 0,
+        }
+    }
+}
+
+/// A float-coded group (`docs/FORMAT.md` §7) as a user kernel sees it:
+/// what [`crate::device::float::decode_float_row`] needs to decode any of
+/// its rows inside the kernel. The host makes it
+/// (`ibp::gpu::FloatDecoder::device_view` or `device_view_staged`); its
+/// addresses are valid while that decoder (and a staged payload) lives.
+///
+/// The payload is 16-aligned and readable up to its length rounded up to
+/// 16, plus 16 bytes; the index and the decode table are as
+/// [`FloatDecodeParams`] says.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FloatView {
+    /// Every stored row, back to back (16-aligned).
+    pub payload: u64,
+    /// Bytes of the payload.
+    pub payload_len: u64,
+    /// Block bases: the payload offset of each block's first row, then the
+    /// payload's length.
+    pub bases: u64,
+    /// Each row's start relative to its block's base.
+    pub rel: u64,
+    /// The decode table (`table_bytes` bytes), to be copied into shared
+    /// memory once per block.
+    pub table: u64,
+    /// Rows of the group.
+    pub rows: u64,
+    /// Bytes of a row, raw (`L`, at most [`FLOAT_MAX_ROW_BYTES`]).
+    pub row_bytes: u32,
+    /// Bytes of an element: 1, 2 or 4.
+    pub elem_bytes: u32,
+    /// Residual bits of an element.
+    pub residual_bits: u32,
+    /// The symbol field: its lowest bit and its width.
+    pub low: u32,
+    pub width: u32,
+    /// Sub-streams per row (1 or even, ≤ 32): the lanes that decode a row.
+    pub sub_streams: u32,
+    /// Bits of each stored region length.
+    pub len_bits: u32,
+    /// The longest code, in bits (≤ [`FLOAT_MAX_CODE_LEN`]).
+    pub max_len: u32,
+    /// log2 of rows per index block.
+    pub block_log2: u32,
+    /// Bytes of a relative row start: 0, 2 or 4.
+    pub rel_width: u32,
+    /// Bytes of the decode table (`2^max_len · 2`, at least 4, a multiple
+    /// of 4).
+    pub table_bytes: u32,
+    /// Unused (keeps the block a multiple of 8 bytes).
+    pub _pad0: u32,
+}
+
+impl FloatView {
+    /// Bytes of shared memory a warp's workspace needs for
+    /// [`crate::device::float::decode_float_row`]: the row's stored bytes
+    /// at their offset in a 16-byte piece (at most 15), rounded up to 16,
+    /// and 16 bytes past them (the decoder reads aligned word pairs).
+    #[inline(always)]
+    pub const fn workspace_bytes(&self) -> u32 {
+        ((self.row_bytes + 15 + 15) & !15) + 16
+    }
+
+    /// The view with every address converted to a global one
+    /// (`cvta.to.global`): the host passes generic addresses, and
+    /// `ld.global` wants global ones. Call it once at the top of a kernel.
+    #[cfg(target_arch = "nvptx64")]
+    #[inline(always)]
+    pub fn to_global(self) -> Self {
+        let g = |a: u64| if a == 0 { 0 } else { crate::arch::to_global(a) };
+        FloatView {
+            payload: g(self.payload),
+            bases: g(self.bases),
+            rel: g(self.rel),
+            table: g(self.table),
+            ..self
+        }
+    }
+}
+
 /// The longest code the GPU decoder takes: its decode table (4096 u16
 /// entries, 8 KiB) fits shared memory beside anything.
 pub const FLOAT_MAX_CODE_LEN: u32 = 12;

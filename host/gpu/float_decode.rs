@@ -30,7 +30,7 @@
 //! ```
 
 use cust::memory::{DeviceBuffer, DeviceSlice};
-use ibp_kernels::params::FloatDecodeParams;
+use ibp_kernels::params::{FloatDecodeParams, FloatView};
 
 use super::launch::resident_blocks;
 use super::memory::{GpuReadable, GpuWritable, Span};
@@ -233,6 +233,39 @@ impl FloatDecoder {
         }
         let addr = self.staged_payload(staged)?;
         self.enqueue(gpu, addr, 0, first, count, out, status, stream)
+    }
+
+    /// The group as a user kernel decodes it, a warp a row
+    /// (`ibp_kernels::device::float::decode_float_row`; docs/DEVICE-API.md,
+    /// "Float-coded rows"), with the payload this decoder keeps on the
+    /// device. Its addresses are valid while `self` lives.
+    ///
+    /// Errors with [`crate::ErrorKind::InvalidArgument`] for a decoder made
+    /// by [`FloatDecoder::new_staged`] (use
+    /// [`FloatDecoder::device_view_staged`]).
+    pub fn device_view(&self) -> Result<FloatView> {
+        let payload = self.resident_payload()?;
+        Ok(FloatDecodeParams {
+            payload,
+            ..self.params
+        }
+        .view())
+    }
+
+    /// [`FloatDecoder::device_view`] with the payload read from `staged`:
+    /// [`FloatDecoder::staging_image`] in device memory or in mapped pinned
+    /// host memory (a [`super::PinnedBuffer`]'s span, read zero-copy by the
+    /// kernel: only the rows it decodes cross the link). Its addresses are
+    /// valid while `self` and the staging area live.
+    ///
+    /// Errors as [`FloatDecoder::range_staged`] for the staging area.
+    pub fn device_view_staged(&self, staged: &Span<'_>) -> Result<FloatView> {
+        let payload = self.staged_payload(staged)?;
+        Ok(FloatDecodeParams {
+            payload,
+            ..self.params
+        }
+        .view())
     }
 
     /// The payload's device address; errors for a staged decoder.

@@ -8,6 +8,9 @@
 //!   alone (the ideal).
 //! - [`gemv`]: `y = W·x` with `W` in bf16 rows and f32 accumulation, one
 //!   warp per row: decoded in registers (fused), or plain rows (baselines).
+//! - [`float_gemv`]: the same GEMV with `W`'s rows float-coded
+//!   (`ibp::float_code`), each decoded in registers by the float-coded
+//!   rows' device API (`ibp_kernels::device::float`).
 //! - [`read`]: a sequential read of bytes (the zero-copy read rate).
 //!
 //! The parameter blocks are `#[repr(C)]` structs defined here once; the
@@ -17,6 +20,7 @@
 #![cfg_attr(target_arch = "nvptx64", feature(abi_ptx))]
 
 use ibp_kernels::device::DatasetView;
+use ibp_kernels::device::float::FloatView;
 
 /// Status of a bag (or, or-ed together, of a GEMV): every row decoded.
 pub const OK: u32 = 0;
@@ -79,6 +83,30 @@ pub struct GemvParams {
     pub _pad: u32,
 }
 
+/// `y = W·x` over the rows of a float-coded group `W` (bf16, `cols` a
+/// row): [`float_gemv::float_gemv_bf16`]; [`float_gemv::float_rows_u16`]
+/// stores the rows instead.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FloatGemvParams {
+    /// `W`, float-coded (`ibp::gpu::FloatDecoder::device_view` or
+    /// `device_view_staged`).
+    pub view: FloatView,
+    /// f32, `cols`, each a bf16 value (8-bit significand: the products are
+    /// exact).
+    pub x: u64,
+    /// f32, one per row.
+    pub y: u64,
+    /// One u32: [`BAD_INDEX`] / [`CORRUPT`] bits or-ed in.
+    pub status: u64,
+    /// `float_rows_u16`: `rows × row_bytes` bytes, the decoded rows.
+    pub out: u64,
+    /// Elements per row.
+    pub cols: u32,
+    /// Bytes of shared memory per warp (`view.workspace_bytes()`).
+    pub ws_bytes: u32,
+}
+
 /// A sequential read of `bytes` bytes at `src` (16-aligned; the tail past
 /// the last whole 16 bytes is not read); the xor of what was read lands in
 /// `out` (one u32), so that nothing is optimised away.
@@ -95,6 +123,8 @@ pub struct ReadParams {
 
 #[cfg(target_arch = "nvptx64")]
 pub mod bag;
+#[cfg(target_arch = "nvptx64")]
+pub mod float_gemv;
 #[cfg(target_arch = "nvptx64")]
 pub mod gemv;
 #[cfg(target_arch = "nvptx64")]

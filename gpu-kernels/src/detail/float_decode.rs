@@ -1,7 +1,12 @@
 //! The float-coded rows' decoder (`docs/FORMAT.md` §7), over the
 //! [`crate::simt`] traits: the body of `ibp_float_decode`, run by the
 //! emulated warp in ibp's tests and compared there with the CPU decoder
-//! (`ibp::float_code`).
+//! (`ibp::float_code`). Its sub-stream decoder ([`decode_sub_stream`]) is
+//! also the fused device API's
+//! ([`crate::device::float::decode_float_row`]): one loop, which reads a
+//! row's bytes through [`Words`] (global memory here, the warp's workspace
+//! in shared memory there) and hands each element to a [`FloatSink`] (a
+//! store into the output row here, the user's registers there).
 //!
 //! # Lanes and rows
 //!
@@ -48,9 +53,58 @@
 //! two checks that read up to a boundary (the residuals' padding, the gap
 //! in the last region) mask the bits they take.
 
-use crate::params::{FLOAT_MAX_CODE_LEN, FLOAT_NO_SYMBOL, FloatDecodeParams};
+pub use crate::device::float::FloatSink;
+use crate::params::{FLOAT_MAX_CODE_LEN, FLOAT_NO_SYMBOL, FloatDecodeParams, FloatView};
 use crate::params::{STATUS_BAD_INDEX, STATUS_CORRUPT};
-use crate::simt::{Book, Lanes, Mem, group_or};
+use crate::simt::{Book, Lanes, Mem, Shared, group_or};
+
+/// Where a row's stored bytes are read from: aligned 4-byte words by
+/// address.
+pub trait Words {
+    /// The 4-aligned word at `a`.
+    ///
+    /// # Safety
+    /// `a` readable and 4-aligned.
+    unsafe fn word(&self, a: u64) -> u32;
+}
+
+/// Row bytes in global memory (device or mapped pinned host memory).
+pub struct GlobalWords<'a, H>(pub &'a H);
+
+impl<H: Mem> Words for GlobalWords<'_, H> {
+    #[inline(always)]
+    unsafe fn word(&self, a: u64) -> u32 {
+        // SAFETY: the caller's contract.
+        unsafe { self.0.ld_u32(a) }
+    }
+}
+
+/// Row bytes in shared memory (a warp's workspace), by shared address.
+pub struct SharedWords<'a, H>(pub &'a H);
+
+impl<H: Shared> Words for SharedWords<'_, H> {
+    #[inline(always)]
+    unsafe fn word(&self, a: u64) -> u32 {
+        // SAFETY: the caller's contract (a shared address, below 2^32).
+        unsafe { self.0.lds_u32(a as u32) }
+    }
+}
+
+/// The bulk decode's sink: element `i` stored into the output row at
+/// `out`, `2^E` bytes an element.
+struct StoreRow<'a, H, const E: u32> {
+    h: &'a H,
+    out: u64,
+}
+
+impl<H: Mem, const E: u32> FloatSink for StoreRow<'_, H, E> {
+    #[inline(always)]
+    fn put(&mut self, i: u32, v: u32) {
+        // SAFETY: made by `decode` for output row `out` (aligned to the
+        // element), which the decoder hands only its own elements (i < n).
+        unsafe { store_as::<H, E>(self.h, self.out, i, v) }
+    }
+}
 
 /// The 32 bits of memory from bit `q` of the 4-aligned address `al` on,
 /// LSB first: two aligned word loads and a shift.
@@ -58,10 +112,10 @@ use crate::simt::{Book, Lanes, Mem, group_or};
 /// # Safety
 /// The two words at `al + 4·(q / 32)` readable.
 #[inline(always)]
-unsafe fn bits_at<H: Mem>(h: &H, al: u64, q: u32) -> u32 {
+unsafe fn bits_at<W: Words>(h: &W, al: u64, q: u32) -> u32 {
     let a = al + ((q >> 5) << 2) as u64;
     // SAFETY: the caller's contract.
-    let w = unsafe { h.ld_u32(a) as u64 | (h.ld_u32(a + 4) as u64) << 32 };
+    let w = unsafe { h.word(a) as u64 | (h.word(a + 4) as u64) << 32 };
     (w >> (q & 31)) as u32
 }
 
@@ -102,7 +156,7 @@ impl Bits {
     /// # Safety
     /// The payload readable as [`Bits`] says.
     #[inline(always)]
-    pub unsafe fn peek<H: Mem>(&mut self, h: &H, bit: u32) -> u32 {
+    pub unsafe fn peek<W: Words>(&mut self, h: &W, bit: u32) -> u32 {
         if bit >= self.len {
             return 0;
         }
@@ -113,7 +167,7 @@ impl Bits {
             let a = self.al + (wi << 2) as u64;
             // SAFETY: `bit` is inside the area, so the word holding it and
             // the next are inside the readable span.
-            self.word = unsafe { h.ld_u32(a) as u64 | (h.ld_u32(a + 4) as u64) << 32 };
+            self.word = unsafe { h.word(a) as u64 | (h.word(a + 4) as u64) << 32 };
         }
         (self.word >> (q & 31)) as u32
     }
@@ -133,9 +187,9 @@ unsafe fn entry<B: Book>(table: &B, j: u32) -> u32 {
 /// Where row `t` starts in the payload.
 ///
 /// # Safety
-/// `t < p.rows`; the index holds what [`FloatDecodeParams`] says.
+/// `t < p.rows`; the index holds what [`FloatView`] says.
 #[inline(always)]
-unsafe fn row_start<H: Mem>(h: &H, p: &FloatDecodeParams, t: u64) -> u64 {
+unsafe fn row_start<H: Mem>(h: &H, p: &FloatView, t: u64) -> u64 {
     // SAFETY: t < rows, so block t >> log2 has a base, and row t a relative
     // start (read in the aligned word that holds it).
     unsafe {
@@ -157,9 +211,9 @@ unsafe fn row_start<H: Mem>(h: &H, p: &FloatDecodeParams, t: u64) -> u64 {
 /// payload or longer than the raw row).
 ///
 /// # Safety
-/// The index holds what [`FloatDecodeParams`] says.
+/// The index holds what [`FloatView`] says.
 #[inline(always)]
-unsafe fn locate<H: Mem>(h: &H, p: &FloatDecodeParams, t: u64) -> Result<(u64, u32), u64> {
+pub unsafe fn locate<H: Mem>(h: &H, p: &FloatView, t: u64) -> Result<(u64, u32), u64> {
     if t >= p.rows {
         return Err(STATUS_BAD_INDEX);
     }
@@ -180,9 +234,9 @@ unsafe fn locate<H: Mem>(h: &H, p: &FloatDecodeParams, t: u64) -> Result<(u64, u
     Ok((start, (end - start) as u32))
 }
 
-/// What every row of a launch shares, derived once from the parameters.
+/// What every row of a group shares, derived once from its view.
 #[derive(Clone, Copy)]
-struct Shape {
+pub struct Shape {
     /// Elements of a row.
     n: u32,
     /// log2 of an element's bytes.
@@ -208,8 +262,9 @@ struct Shape {
 }
 
 impl Shape {
+    /// The shape of `p`'s rows.
     #[inline(always)]
-    fn of(p: &FloatDecodeParams) -> Self {
+    pub fn of(p: &FloatView) -> Self {
         // Shifts only: no division, so no panic path for a zero divisor.
         let eshift = p.elem_bytes.trailing_zeros() & 3;
         let n = p.row_bytes >> eshift;
@@ -249,6 +304,12 @@ impl Shape {
         (residual & self.lo_mask) | (sym << self.low) | hi
     }
 
+    /// Sub-streams of a row: the lanes that decode it.
+    #[inline(always)]
+    pub fn sub_streams(&self) -> u32 {
+        self.s
+    }
+
     /// Store element `i` of the output row at `out`.
     ///
     /// # Safety
@@ -284,27 +345,29 @@ unsafe fn store_as<H: Mem, const E: u32>(h: &H, out: u64, i: u32, v: u32) {
 }
 
 /// Decode sub-stream `k` (< S) of a coded row stored at `src` (`len <
-/// row_bytes` bytes) into the output row at `out`: its elements' symbols
-/// and residuals. Returns where the sub-stream ended (an even lane's
-/// forward position, an odd lane's backward one) and the errors seen (a
-/// region outside the row, a code not in the table, non-zero residual
-/// padding); the meeting of the sub-streams is checked by [`check_meet`].
+/// row_bytes` bytes, read through `h`): its elements `k, k + S, …` in
+/// order, each handed to `sink` as `(i, value)`. Returns where the
+/// sub-stream ended (an even lane's forward position, an odd lane's
+/// backward one) and the errors seen (a region outside the row, a code not
+/// in the table, non-zero residual padding); the meeting of the
+/// sub-streams is checked by [`check_meet`].
 ///
-/// `E`: log2 of the element's bytes (one copy of the loop per element
-/// size, without a branch a store).
+/// The bulk kernel passes one sink type per element size (a store of that
+/// width), so the loop has no branch a store.
 ///
 /// # Safety
-/// As [`decode`]; `src .. src + len` inside the payload, `out` an output
-/// row; `E` is `sh.eshift`.
+/// `h` reads `src .. src + len` and whole 4-byte words up to 8 bytes past
+/// the aligned word that holds its last byte; `table` reads the group's
+/// decode table (`2^max_len` entries).
 #[inline(always)]
-unsafe fn decode_sub_stream<H: Mem, B: Book, const E: u32>(
-    h: &H,
+pub unsafe fn decode_sub_stream<W: Words, B: Book, K: FloatSink>(
+    h: &W,
     table: &B,
     sh: &Shape,
     src: u64,
     len: u32,
-    out: u64,
     k: u32,
+    sink: &mut K,
 ) -> (u32, u64) {
     if len < sh.res_bytes {
         return (0, STATUS_CORRUPT);
@@ -393,19 +456,9 @@ unsafe fn decode_sub_stream<H: Mem, B: Book, const E: u32>(
         };
         // SAFETY: i < n (and i2 < n for the second).
         unsafe {
-            store_as::<H, E>(
-                h,
-                out,
-                i,
-                sh.compose(residual(h, sh, ral, sbit, i), e1 & 0xfff),
-            );
+            sink.put(i, sh.compose(residual(h, sh, ral, sbit, i), e1 & 0xfff));
             if two {
-                store_as::<H, E>(
-                    h,
-                    out,
-                    i2,
-                    sh.compose(residual(h, sh, ral, sbit, i2), e2 & 0xfff),
-                );
+                sink.put(i2, sh.compose(residual(h, sh, ral, sbit, i2), e2 & 0xfff));
             }
         }
         i = i2 + sh.s;
@@ -429,7 +482,7 @@ unsafe fn decode_sub_stream<H: Mem, B: Book, const E: u32>(
 /// `i < n`: bit i·r of the residuals is inside the row, and the word pair
 /// read at most 7 bytes past it (the payload's padding).
 #[inline(always)]
-unsafe fn residual<H: Mem>(h: &H, sh: &Shape, ral: u64, sbit: u32, i: u32) -> u32 {
+unsafe fn residual<W: Words>(h: &W, sh: &Shape, ral: u64, sbit: u32, i: u32) -> u32 {
     if sh.r == 0 {
         0
     } else {
@@ -445,8 +498,8 @@ unsafe fn residual<H: Mem>(h: &H, sh: &Shape, ral: u64, sbit: u32, i: u32) -> u3
 /// # Safety
 /// As [`decode_sub_stream`].
 #[inline(always)]
-unsafe fn check_meet<H: Mem>(
-    h: &H,
+pub unsafe fn check_meet<W: Words>(
+    h: &W,
     sh: &Shape,
     src: u64,
     len: u32,
@@ -488,7 +541,7 @@ unsafe fn copy_raw<H: Mem>(h: &H, l: u32, src: u64, out: u64, k: u32, g: u32) {
             // SAFETY: both words hold bytes of the row or of the payload's
             // padding (readable, as FloatDecodeParams says); the output word
             // is inside the row.
-            unsafe { h.st_u32(out + j as u64, bits_at(h, al, sbit + 8 * j)) };
+            unsafe { h.st_u32(out + j as u64, bits_at(&GlobalWords(h), al, sbit + 8 * j)) };
             j += 4 * g;
         }
     } else {
@@ -498,6 +551,31 @@ unsafe fn copy_raw<H: Mem>(h: &H, l: u32, src: u64, out: u64, k: u32, g: u32) {
             unsafe { h.st_u8(out + j as u64, h.ld_u8(src + j as u64)) };
             j += g;
         }
+    }
+}
+
+/// Hand the elements `k, k + S, …` of a raw row (`L` stored bytes at `src`,
+/// read through `h`) to `sink`, as [`decode_sub_stream`] hands a coded
+/// row's.
+///
+/// # Safety
+/// As [`decode_sub_stream`], with `len = L`.
+#[inline(always)]
+pub unsafe fn put_raw<W: Words, K: FloatSink>(h: &W, sh: &Shape, src: u64, k: u32, sink: &mut K) {
+    let (al, sbit) = (src & !3, ((src & 3) * 8) as u32);
+    let bits = 8 << sh.eshift;
+    let emask = if bits >= 32 {
+        u32::MAX
+    } else {
+        (1u32 << bits) - 1
+    };
+    let mut i = k;
+    while i < sh.n {
+        // SAFETY: element i is inside the row; the pair's second word at
+        // most 7 bytes past it (the caller's contract).
+        let v = unsafe { bits_at(h, al, sbit + (i << sh.eshift) * 8) } & emask;
+        sink.put(i, v);
+        i += sh.s;
     }
 }
 
@@ -535,7 +613,8 @@ pub unsafe fn decode<H: Lanes + Mem, B: Book>(
     warp: u64,
     warps: u64,
 ) {
-    let sh = Shape::of(p);
+    let v = p.view();
+    let sh = Shape::of(&v);
     let g = sh.s.next_power_of_two();
     let gshift = g.trailing_zeros();
     let per_warp = (32 >> gshift) as u64;
@@ -558,7 +637,7 @@ pub unsafe fn decode<H: Lanes + Mem, B: Book>(
                 unsafe { h.ld_u64(p.ids + 8 * i) }
             };
             // SAFETY: forwarded contract.
-            match unsafe { locate(h, p, t) } {
+            match unsafe { locate(h, &v, t) } {
                 Err(e) => err = e,
                 Ok((start, len)) if len == p.row_bytes => {
                     // SAFETY: the row's bytes are inside the payload.
@@ -567,13 +646,39 @@ pub unsafe fn decode<H: Lanes + Mem, B: Book>(
                 Ok((start, len)) => {
                     if k < sh.s {
                         let src = p.payload + start;
-                        // SAFETY: the row's bytes are inside the payload;
-                        // E is the element size's log2.
+                        let w = GlobalWords(h);
+                        // SAFETY: the row's bytes are inside the payload,
+                        // and `out` is output row i, aligned to the element
+                        // (the sink's width is the element size).
                         (pos, err) = unsafe {
                             match sh.eshift {
-                                0 => decode_sub_stream::<H, B, 0>(h, table, &sh, src, len, out, k),
-                                1 => decode_sub_stream::<H, B, 1>(h, table, &sh, src, len, out, k),
-                                _ => decode_sub_stream::<H, B, 2>(h, table, &sh, src, len, out, k),
+                                0 => decode_sub_stream(
+                                    &w,
+                                    table,
+                                    &sh,
+                                    src,
+                                    len,
+                                    k,
+                                    &mut StoreRow::<H, 0> { h, out },
+                                ),
+                                1 => decode_sub_stream(
+                                    &w,
+                                    table,
+                                    &sh,
+                                    src,
+                                    len,
+                                    k,
+                                    &mut StoreRow::<H, 1> { h, out },
+                                ),
+                                _ => decode_sub_stream(
+                                    &w,
+                                    table,
+                                    &sh,
+                                    src,
+                                    len,
+                                    k,
+                                    &mut StoreRow::<H, 2> { h, out },
+                                ),
                             }
                         };
                     }
@@ -589,7 +694,7 @@ pub unsafe fn decode<H: Lanes + Mem, B: Book>(
             && err == 0
         {
             // SAFETY: as above.
-            err = unsafe { check_meet(h, &sh, src, len, k, pos, partner) };
+            err = unsafe { check_meet(&GlobalWords(h), &sh, src, len, k, pos, partner) };
         }
         let err = group_or(h, err as u32, g) as u64;
         if err != 0 {
