@@ -654,5 +654,6 @@ mod copy_runs;
 mod count;
 mod decode;
 mod float;
+mod float_encode;
 mod kv;
 mod shared_row;

@@ -23,7 +23,8 @@ use core::marker::PhantomData;
 
 use super::{
     CacheParams, CandidatesParams, ClearParams, CompactParams, CopyRunsParams, CountParams,
-    CpAsyncTestParams, DecodeParams, EncodeParams, FloatDecodeParams, KvAppendParams,
+    CpAsyncTestParams, DecodeParams, EncodeParams, FloatDecodeParams, FloatEncodeParams,
+    KvAppendParams,
     MeasureParams, ScanParams, WarpTestParams,
 };
 
@@ -133,6 +134,12 @@ kernels! {
     /// threads (32 at 64), no spills for sm_80 or sm_90 (ptxas), 8 more
     /// SASS instructions for sm_90; at 40 it spills. Not yet timed.
     FLOAT_DECODE: FloatDecodeParams = "ibp_float_decode", max_registers = 48;
+    /// The float coding's symbol histogram (the GPU fit).
+    FLOAT_HIST: FloatEncodeParams = "ibp_float_hist";
+    /// The float coding's stored length of every row.
+    FLOAT_SIZE: FloatEncodeParams = "ibp_float_size";
+    /// The float coding's rows and index, written.
+    FLOAT_ENCODE: FloatEncodeParams = "ibp_float_encode";
     /// The fit's evaluation pass. 88 registers (from 108): 22 warps an SM
     /// instead of 18; it is latency-bound at 25% occupancy; 80 and under
     /// spill.
