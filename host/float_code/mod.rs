@@ -22,8 +22,10 @@
 //! stores a float-coded group as one section (§6.9,
 //! [`crate::container::GroupLayout::Float`]), and the pipeline and the
 //! command line choose it per group ([`crate::pipeline::Coding`]). The GPU
-//! decodes a group's rows in device memory with `ibp::gpu::FloatDecoder`
-//! (feature `cuda`); a container's float group reaches it through
+//! fits and encodes a group in device memory with `ibp::gpu::FloatEncoder`
+//! (the same table and bytes as [`fit`] and [`compress`]) and decodes a
+//! group's rows with `ibp::gpu::FloatDecoder` (feature `cuda`); a
+//! container's float group reaches it through
 //! `FloatCoded`, not yet through `GpuDataset`.
 //!
 //! # Which data it helps
