@@ -430,31 +430,27 @@ unsafe fn write_sub_stream<H: Mem, B: Book, const E: u32>(
     if last == u32::MAX {
         return;
     }
+    // Q: why one loop for both directions? A: the even and odd lanes of a
+    // group run side by side; with a loop a direction the warp would run
+    // both loops one after the other. The direction is three values chosen
+    // once: where to start and stop, the step, and which form of the code
+    // (`rev` at bit 0 or `code` at bit 12) to write.
+    let back = k & 1 == 1;
+    let (mut i, stop) = if back { (last, k) } else { (k, last) };
+    let step = if back { sh.s.wrapping_neg() } else { sh.s };
+    let form = if back { 12 } else { 0 };
     let mut sink = Sink::new(al, at);
-    if k & 1 == 0 {
-        let mut i = k;
-        while i < sh.n {
-            // SAFETY: i < n; the symbol is below 2^width; the sink stays in
-            // the sub-stream's bits.
-            unsafe {
-                let e = code(table, sh.symbol(element::<H, E>(h, row, i)));
-                sink.put(h, e & 0xfff, e >> 24);
-            }
-            i += sh.s;
+    loop {
+        // SAFETY: i is an element of the sub-stream (k ≤ i ≤ last < n); the
+        // symbol is below 2^width; the sink stays in the sub-stream's bits.
+        unsafe {
+            let e = code(table, sh.symbol(element::<H, E>(h, row, i)));
+            sink.put(h, (e >> form) & 0xfff, e >> 24);
         }
-    } else {
-        let mut i = last;
-        loop {
-            // SAFETY: as above.
-            unsafe {
-                let e = code(table, sh.symbol(element::<H, E>(h, row, i)));
-                sink.put(h, (e >> 12) & 0xfff, e >> 24);
-            }
-            if i < k + sh.s {
-                break;
-            }
-            i -= sh.s;
+        if i == stop {
+            break;
         }
+        i = i.wrapping_add(step);
     }
     // SAFETY: as above.
     unsafe { sink.finish(h) };
