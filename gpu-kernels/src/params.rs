@@ -644,6 +644,10 @@ pub struct FloatEncodeParams {
     /// The index's block bases and relative starts.
     pub bases: u64,
     pub rel: u64,
+    /// When not 0, `rows · sub_streams` u32: `ibp_float_size` writes each
+    /// sub-stream's code bits there (row-major) and `ibp_float_encode`
+    /// reads them instead of counting again.
+    pub lane_bits: u64,
     /// Bytes of a row (at most [`FLOAT_MAX_ROW_BYTES`]).
     pub row_bytes: u32,
     /// Bytes of an element: 1, 2 or 4.

@@ -47,6 +47,13 @@ const BLOCK: u32 = 256;
 /// table).
 const MAX_SYMBOL_BINS: usize = 1 << crate::float_code::MAX_SYMBOL_BITS;
 
+/// Sub-streams a row whose code bits the size pass keeps for the encoder
+/// (32 bytes a row); with more, the encoder counts them again.
+///
+/// Q: why not room for 32? A: 128 bytes a row is a sixth of a 768-byte
+/// row; the default is 4 sub-streams.
+const LANE_BITS_PER_ROW: usize = 8;
+
 /// A group's last compression on the device: its shape and its payload's
 /// length.
 #[derive(Clone, Copy, Debug)]
@@ -78,6 +85,9 @@ pub struct FloatEncoder<'g> {
     table: DeviceBuffer<u32>,
     /// Sizes, offsets and the scan's scratch.
     work: Work,
+    /// Each sub-stream's code bits from the size pass, for up to
+    /// [`LANE_BITS_PER_ROW`] sub-streams a row.
+    lane_bits: DeviceBuffer<u32>,
     payload: DeviceBuffer<u8>,
     bases: DeviceBuffer<u64>,
     rel: DeviceBuffer<u8>,
@@ -114,6 +124,10 @@ impl<'g> FloatEncoder<'g> {
             hist: device_buffer(8 * MAX_SYMBOL_BINS, "allocating a histogram")?,
             table: device_buffer(MAX_SYMBOL_BINS, "allocating an encode table")?,
             work: Work::new(max_rows.max(1))?,
+            lane_bits: device_buffer(
+                LANE_BITS_PER_ROW * max_rows.max(1),
+                "allocating sub-stream sums",
+            )?,
             payload: device_buffer(max_bytes.next_multiple_of(4) + 4, "allocating a payload")?,
             bases: device_buffer(max_rows + 1, "allocating an index")?,
             rel: device_buffer((4 * max_rows).max(4), "allocating an index")?,
@@ -268,6 +282,11 @@ impl<'g> FloatEncoder<'g> {
             payload: self.payload.as_device_ptr().as_raw(),
             bases: self.bases.as_device_ptr().as_raw(),
             rel: self.rel.as_device_ptr().as_raw(),
+            lane_bits: if shape.sub_streams as usize <= LANE_BITS_PER_ROW {
+                self.lane_bits.as_device_ptr().as_raw()
+            } else {
+                0
+            },
             ..shape
         };
         let smem = p.table_smem_bytes;
@@ -284,7 +303,8 @@ impl<'g> FloatEncoder<'g> {
         // SAFETY: the rows are `n · row_bytes` bytes of 4-aligned device
         // memory (checked), readable in whole words; the table holds
         // 2^width u32 (just copied); `sizes` holds at least `n` u64 (the
-        // Work of `max_rows`); the launch gives `table_smem_bytes` of
+        // Work of `max_rows`) and `lane_bits` (when set) `n · S` u32 (S at
+        // most LANE_BITS_PER_ROW); the launch gives `table_smem_bytes` of
         // shared memory.
         unsafe {
             self.gpu.launch(

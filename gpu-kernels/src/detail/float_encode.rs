@@ -335,8 +335,12 @@ pub unsafe fn measure<H: Lanes + Mem, B: Book>(
     while i0 < p.rows {
         let i = i0 + (h.lane() >> gr.gshift) as u64;
         // SAFETY: forwarded contract.
-        let (bits, missing, _) = unsafe { lane_bits(h, table, p, &sh, i, gr.k) };
-        let bits = group_sum(h, bits, gr.g);
+        let (mine, missing, _) = unsafe { lane_bits(h, table, p, &sh, i, gr.k) };
+        if p.lane_bits != 0 && i < p.rows && gr.k < sh.s {
+            // SAFETY: lane_bits holds rows · S u32.
+            unsafe { h.st_u32(p.lane_bits + 4 * (i * sh.s as u64 + gr.k as u64), mine) };
+        }
+        let bits = group_sum(h, mine, gr.g);
         let missing = crate::simt::group_or(h, missing as u32, gr.g) != 0;
         if gr.k == 0 && i < p.rows {
             // SAFETY: sizes holds `rows` u64.
@@ -479,9 +483,23 @@ pub unsafe fn encode<H: Lanes + Mem, B: Book>(
     while i0 < p.rows {
         let i = i0 + (h.lane() >> gr.gshift) as u64;
         // SAFETY: forwarded contract.
-        let (bits, missing, last) = unsafe { lane_bits(h, table, p, &sh, i, k) };
-        let total = group_sum(h, bits, gr.g);
-        let missing = crate::simt::group_or(h, missing as u32, gr.g) != 0;
+        let live = i < p.rows;
+        let (bits, last) = if p.lane_bits == 0 {
+            // SAFETY: forwarded contract.
+            let (b, _, last) = unsafe { lane_bits(h, table, p, &sh, i, k) };
+            (b, last)
+        } else if live && k < sh.s && k < sh.n {
+            // Q: why keep the size pass's sums? A: counting again costs
+            // about 15 instructions an element, a fifth of the encoder's
+            // work; reading them back costs a load a lane a row.
+            // SAFETY: lane_bits holds rows · S u32, written by the size
+            // pass for these rows.
+            let b = unsafe { h.ld_u32(p.lane_bits + 4 * (i * sh.s as u64 + k as u64)) };
+            let per = (sh.n - 1 - k).checked_div(sh.s).unwrap_or(0);
+            (b, k + per * sh.s)
+        } else {
+            (0, u32::MAX)
+        };
         // Regions: an even lane's region holds its sub-stream and its odd
         // partner's; their starts are a scan over the group. Every lane
         // makes every shuffle.
@@ -500,15 +518,17 @@ pub unsafe fn encode<H: Lanes + Mem, B: Book>(
         let excl = incl.wrapping_sub(x);
         let (p_excl, p_x) = (h.shfl_xor(excl, 1), h.shfl_xor(x, 1));
         let (reg_start, reg_len) = if k & 1 == 0 { (excl, x) } else { (p_excl, p_x) };
-        let live = i < p.rows;
-        let len = sh.stored_len(total, missing);
-        let coded = live && len < sh.l;
-        let off = if live {
+        // The stored length is the size pass's, read back from the scan.
+        let (off, len) = if live {
             // SAFETY: i < rows; offsets holds rows + 1 u64 (the scan).
-            unsafe { h.ld_u64(p.offsets + 8 * i) }
+            unsafe {
+                let off = h.ld_u64(p.offsets + 8 * i);
+                (off, (h.ld_u64(p.offsets + 8 * (i + 1)) - off) as u32)
+            }
         } else {
-            0
+            (0, 0)
         };
+        let coded = live && len < sh.l;
         let al = p.payload + (off & !3);
         let sbit = ((off & 3) * 8) as u32;
         let area = sbit + sh.res_bytes * 8;
