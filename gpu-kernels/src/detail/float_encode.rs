@@ -363,7 +363,11 @@ unsafe fn write_raw<H: Mem>(h: &H, sh: &Shape, row: u64, al: u64, sbit: u32, k: 
         let v = if row & 3 == 0 {
             // SAFETY: the aligned word at row + j is readable (whole words).
             let w = unsafe { h.ld_u32(row + j as u64) };
-            if nb == 4 { w } else { w & ((1u32 << (8 * nb)) - 1) }
+            if nb == 4 {
+                w
+            } else {
+                w & ((1u32 << (8 * nb)) - 1)
+            }
         } else {
             let mut w = 0;
             let mut b = 0;

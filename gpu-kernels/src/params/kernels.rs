@@ -24,8 +24,7 @@ use core::marker::PhantomData;
 use super::{
     CacheParams, CandidatesParams, ClearParams, CompactParams, CopyRunsParams, CountParams,
     CpAsyncTestParams, DecodeParams, EncodeParams, FloatDecodeParams, FloatEncodeParams,
-    KvAppendParams,
-    MeasureParams, ScanParams, WarpTestParams,
+    KvAppendParams, MeasureParams, ScanParams, WarpTestParams,
 };
 
 /// A kernel of ibp's PTX and the one parameter block it takes.
