@@ -562,6 +562,16 @@ pub unsafe fn red_shared_or_u32(addr: u32, v: u32) {
     unsafe { asm!("red.shared.or.b32 [{a}], {v};", a = in(reg32) addr, v = in(reg32) v) }
 }
 
+/// `red.shared.add.u32`.
+///
+/// # Safety
+/// `addr` is a 4-aligned shared address inside the block's allocation.
+#[inline(always)]
+pub unsafe fn red_shared_add_u32(addr: u32, v: u32) {
+    // SAFETY: the caller guarantees the address.
+    unsafe { asm!("red.shared.add.u32 [{a}], {v};", a = in(reg32) addr, v = in(reg32) v) }
+}
+
 /// `ld.global.nc.u64`: a read-only 8-aligned load.
 ///
 /// # Safety

@@ -79,6 +79,10 @@ impl Shared for Hw {
     unsafe fn ors_u32(&self, a: u32, v: u32) {
         unsafe { arch::red_shared_or_u32(a, v) }
     }
+    #[inline(always)]
+    unsafe fn adds_u32(&self, a: u32, v: u32) {
+        unsafe { arch::red_shared_add_u32(a, v) }
+    }
 }
 
 impl Async for Hw {

@@ -7,11 +7,13 @@ use crate::detail::scan::{block_exclusive_scan, global_scan, thread_sizes};
 use crate::hw::{GlobalBook, Hw, SharedBook};
 use crate::params::{
     CacheParams, CandidatesParams, ClearParams, CompactParams, CopyRunsParams, CountParams,
-    CpAsyncTestParams, DecodeParams, EncodeParams, FloatDecodeParams, KvAppendParams,
-    MeasureParams, SCAN_PER_THREAD, SCAN_TILE, ScanParams, WarpTestParams, workspace_bytes,
+    CpAsyncTestParams, DecodeParams, EncodeParams, KvAppendParams, MeasureParams, SCAN_PER_THREAD,
+    SCAN_TILE, ScanParams, WarpTestParams, workspace_bytes,
 };
 use crate::prelude::kernel;
 use crate::simt;
+
+mod float;
 
 /// One `#[kernel]` entry point per chunk size, each calling the body
 /// given with its chunk size (`name => body::<C, ..>`): a kernel per chunk
@@ -339,41 +341,6 @@ pub unsafe fn ibp_cache_gather(p: CacheParams) {
         // SAFETY: forwarded contract; the book is read from global memory.
         unsafe { crate::detail::cache::gather(&Hw, &GlobalBook(p.view.book), &p, ws, warp, warps) }
     }
-}
-
-/// Decode of float-coded rows (`crate::detail::float_decode::decode`): a
-/// group of lanes a row (4 with the default 4 sub-streams, 8 rows a warp),
-/// the decode table (at most 8 KiB) copied into shared memory once per
-/// block.
-///
-/// # Safety
-/// As `crate::detail::float_decode::decode`; the launch provides
-/// `table_smem_bytes` (the table's bytes) of dynamic shared memory.
-#[kernel]
-pub unsafe fn ibp_float_decode(p: FloatDecodeParams) {
-    let mut p = p;
-    p.payload = arch::to_global(p.payload);
-    p.bases = arch::to_global(p.bases);
-    p.rel = arch::to_global(p.rel);
-    p.table = arch::to_global(p.table);
-    if p.ids != 0 {
-        p.ids = arch::to_global(p.ids);
-    }
-    p.out = arch::to_global(p.out);
-    p.status = arch::to_global(p.status);
-    let (warp, warps) = arch::global_warp();
-    let base = arch::dyn_smem_base();
-    let words = p.table_smem_bytes / 4;
-    let mut i = arch::thread_idx();
-    while i < words {
-        // SAFETY: i·4 < table_smem_bytes, the table's length in whole words,
-        // and inside the launch's shared memory.
-        unsafe { arch::st_shared_u32(base + i * 4, arch::ld_global_u32(p.table + i as u64 * 4)) };
-        i += arch::block_dim();
-    }
-    arch::sync_threads();
-    // SAFETY: forwarded contract; the table is in shared memory at `base`.
-    unsafe { crate::detail::float_decode::decode(&Hw, &SharedBook(base), &p, warp, warps) }
 }
 
 /// This warp's place in the grid and its workspace after `first` (the

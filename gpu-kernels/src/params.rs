@@ -710,3 +710,72 @@ pub const FLOAT_MAX_CODE_LEN: u32 = 12;
 pub const FLOAT_MAX_ROW_BYTES: u32 = 1 << 24;
 /// A decode-table entry that no code starts with.
 pub const FLOAT_NO_SYMBOL: u32 = 0xffff;
+
+/// `ibp_float_hist`, `ibp_float_size` and `ibp_float_encode`: the GPU
+/// encoder of the float coding (`docs/FORMAT.md` §7; the bodies are
+/// `crate::detail::float_encode`).
+///
+/// - `ibp_float_hist` adds the count of every value of the `width`-bit field
+///   at `low` over every element of the rows into `hist` (`2^width` u64,
+///   zeroed by the host), with `2^width` u32 of dynamic shared memory.
+/// - `ibp_float_size` writes every row's stored length to `sizes` (`rows`
+///   u64): coded, or `row_bytes` when the table does not shorten it.
+/// - `ibp_float_encode`, after the scan of `sizes` into `offsets` (`rows +
+///   1` u64), ORs every row's stored bytes into `payload` (zeroed by the
+///   host, readable and writable up to `offsets[rows]` rounded up to 4) at
+///   `offsets[i]`, and writes the index: `bases` (`⌈rows / 2^block_log2⌉ + 1`
+///   u64) and `rel` (`rel_width` bytes a row, in whole 4-byte words).
+///
+/// The rows are `rows` rows of `row_bytes` bytes from `src` (4-aligned,
+/// readable in whole 4-byte words); `table` (the size and encode kernels) is
+/// the encode table, `2^width` u32 entries `rev | code << 12 | len << 24`
+/// ([`FLOAT_NO_CODE`] for a symbol without a code), copied into
+/// `table_smem_bytes` of dynamic shared memory.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FloatEncodeParams {
+    /// The rows, back to back.
+    pub src: u64,
+    /// Rows.
+    pub rows: u64,
+    /// The encode table.
+    pub table: u64,
+    /// The symbol histogram (`ibp_float_hist`).
+    pub hist: u64,
+    /// Stored lengths, u64 a row.
+    pub sizes: u64,
+    /// Their exclusive scan, `rows + 1` u64.
+    pub offsets: u64,
+    /// The payload (zeroed before `ibp_float_encode`).
+    pub payload: u64,
+    /// The index's block bases and relative starts.
+    pub bases: u64,
+    pub rel: u64,
+    /// When not 0, `rows · sub_streams` u32: `ibp_float_size` writes each
+    /// sub-stream's code bits there (row-major) and `ibp_float_encode`
+    /// reads them instead of counting again.
+    pub lane_bits: u64,
+    /// Bytes of a row (at most [`FLOAT_MAX_ROW_BYTES`]).
+    pub row_bytes: u32,
+    /// Bytes of an element: 1, 2 or 4.
+    pub elem_bytes: u32,
+    /// Residual bits of an element.
+    pub residual_bits: u32,
+    /// The symbol field: its lowest bit and its width.
+    pub low: u32,
+    pub width: u32,
+    /// Sub-streams per row (1 or even, ≤ 32).
+    pub sub_streams: u32,
+    /// Bits of each stored region length.
+    pub len_bits: u32,
+    /// log2 of rows per index block.
+    pub block_log2: u32,
+    /// Bytes of a relative row start: 0, 2 or 4.
+    pub rel_width: u32,
+    /// Bytes of dynamic shared memory: the table (or the histogram), `4 ·
+    /// 2^width`.
+    pub table_smem_bytes: u32,
+}
+
+/// An encode-table entry of a symbol the table has no code for.
+pub const FLOAT_NO_CODE: u32 = u32::MAX;

@@ -172,6 +172,11 @@ pub trait Shared {
     /// # Safety
     /// `a` inside shared memory, 4-aligned.
     unsafe fn ors_u32(&self, a: u32, v: u32);
+    /// Add `v` to the u32 at `a`, atomically (a histogram's bins).
+    ///
+    /// # Safety
+    /// `a` inside shared memory, 4-aligned.
+    unsafe fn adds_u32(&self, a: u32, v: u32);
 }
 
 /// Asynchronous copies from global into shared memory, and the warp's

@@ -22,8 +22,10 @@
 //! stores a float-coded group as one section (§6.9,
 //! [`crate::container::GroupLayout::Float`]), and the pipeline and the
 //! command line choose it per group ([`crate::pipeline::Coding`]). The GPU
-//! decodes a group's rows in device memory with `ibp::gpu::FloatDecoder`
-//! (feature `cuda`); a container's float group reaches it through
+//! fits and encodes a group in device memory with `ibp::gpu::FloatEncoder`
+//! (the same table and bytes as [`fit`] and [`compress`]) and decodes a
+//! group's rows with `ibp::gpu::FloatDecoder` (feature `cuda`); a
+//! container's float group reaches it through
 //! `FloatCoded`, not yet through `GpuDataset`.
 //!
 //! # Which data it helps
@@ -58,6 +60,8 @@
 //! ```
 #![forbid(unsafe_code)]
 
+#[cfg(any(test, feature = "cuda"))]
+mod device;
 mod row;
 mod table;
 #[cfg(test)]
@@ -279,7 +283,7 @@ impl FitOptions {
 }
 
 /// The histogram of `split`'s field over every element of `rows`.
-fn histogram(t: FloatType, split: Split, rows: Rows<'_>) -> Vec<u64> {
+pub(crate) fn histogram(t: FloatType, split: Split, rows: Rows<'_>) -> Vec<u64> {
     let size = 1usize << split.width;
     let (low, wmask) = (u32::from(split.low), (1u32 << split.width) - 1);
     let e = t.bytes();
@@ -318,73 +322,116 @@ fn histogram(t: FloatType, split: Split, rows: Rows<'_>) -> Vec<u64> {
 /// Errors with [`crate::ErrorKind::InvalidArgument`] when the rows are not
 /// whole elements of `t` or an option is out of range.
 pub fn fit(t: FloatType, rows: Rows<'_>, opts: &FitOptions) -> Result<Table> {
-    let sh_check = |s: Split| s.check(t);
-    if !rows.row_bytes().is_multiple_of(t.bytes()) {
-        return Err(Error::invalid(format!(
-            "rows of {} bytes are not whole {t} elements",
-            rows.row_bytes()
-        )));
-    }
-    if !table::valid_sub_streams(opts.sub_streams) {
-        return Err(Error::invalid(format!(
-            "{} sub-streams; 1 or an even number up to {MAX_SUB_STREAMS} are valid",
-            opts.sub_streams
-        )));
-    }
-    if !(1..=MAX_CODE_LEN).contains(&opts.max_code_len) {
-        return Err(Error::invalid(format!(
-            "a code length limit of {} bits; 1 to {MAX_CODE_LEN} are valid",
-            opts.max_code_len
-        )));
-    }
-    // Count once over the widest field, and read every candidate's counts
-    // off it.
-    let (wide, candidates) = match opts.split {
-        Some(s) => {
-            sh_check(s)?;
-            (s, vec![s])
+    let plan = FitPlan::new(t, rows.row_bytes(), opts)?;
+    let counts = histogram(t, plan.wide, rows);
+    plan.choose(&counts, rows.rows())
+}
+
+/// What [`fit`] counts and how it chooses, once the options are checked:
+/// the widest field (whose histogram every candidate's counts are read
+/// off) and the candidates. The GPU fit (`ibp::gpu::FloatEncoder::fit`)
+/// counts the same field on the device and calls the same
+/// [`FitPlan::choose`], so both fits give the same table.
+#[derive(Clone, Debug)]
+pub(crate) struct FitPlan {
+    pub t: FloatType,
+    pub wide: Split,
+    candidates: Vec<Split>,
+    row_bytes: usize,
+    opts: FitOptions,
+}
+
+impl FitPlan {
+    /// Check `opts` for rows of `row_bytes` of `t`.
+    ///
+    /// Errors as [`fit`].
+    pub fn new(t: FloatType, row_bytes: usize, opts: &FitOptions) -> Result<Self> {
+        if !row_bytes.is_multiple_of(t.bytes()) {
+            return Err(Error::invalid(format!(
+                "rows of {row_bytes} bytes are not whole {t} elements"
+            )));
         }
-        None => {
-            let e = t.exponent_bits();
-            let k = t.mantissa_bits().min(3).min(MAX_SYMBOL_BITS - 1 - e);
-            let wide = Split::exponent(t, true, k);
-            let mut c = Vec::new();
-            for m in 0..=k {
-                c.push(Split::exponent(t, true, m));
-                c.push(Split::exponent(t, false, m));
+        if !table::valid_sub_streams(opts.sub_streams) {
+            return Err(Error::invalid(format!(
+                "{} sub-streams; 1 or an even number up to {MAX_SUB_STREAMS} are valid",
+                opts.sub_streams
+            )));
+        }
+        if !(1..=MAX_CODE_LEN).contains(&opts.max_code_len) {
+            return Err(Error::invalid(format!(
+                "a code length limit of {} bits; 1 to {MAX_CODE_LEN} are valid",
+                opts.max_code_len
+            )));
+        }
+        // Count once over the widest field, and read every candidate's
+        // counts off it.
+        let (wide, candidates) = match opts.split {
+            Some(s) => {
+                s.check(t)?;
+                (s, vec![s])
             }
-            (wide, c)
-        }
-    };
-    let counts = histogram(t, wide, rows);
-    let n = rows.row_bytes() / t.bytes();
-    let elements = (rows.rows() * n) as u64;
-    /// Predicted bits, the split, its code lengths and their limit.
-    type Candidate = (u64, Split, Vec<(u16, u8)>, u8);
-    let mut best: Option<Candidate> = None;
-    for c in candidates {
-        let shift = c.low - wide.low;
-        let mut cc = vec![0u64; 1 << c.width];
-        for (s, &v) in counts.iter().enumerate() {
-            cc[(s >> shift) & ((1 << c.width) - 1)] += v;
-        }
-        let (lens, ml) = table::code_lengths(&cc, opts.max_code_len);
-        let code_bits: u64 = lens
-            .iter()
-            .map(|&(s, l)| cc[usize::from(s)] * u64::from(l))
-            .sum();
-        let r = u64::from(t.bits() - u32::from(c.width));
-        let s = usize::from(opts.sub_streams);
-        let head = (s.div_ceil(2) as u64 - 1) * u64::from(row::len_bits(n, s, ml));
-        let bits = code_bits + elements * r + rows.rows() as u64 * head;
-        if best.as_ref().is_none_or(|b| bits < b.0) {
-            best = Some((bits, c, lens, ml));
-        }
+            None => {
+                let e = t.exponent_bits();
+                let k = t.mantissa_bits().min(3).min(MAX_SYMBOL_BITS - 1 - e);
+                let wide = Split::exponent(t, true, k);
+                let mut c = Vec::new();
+                for m in 0..=k {
+                    c.push(Split::exponent(t, true, m));
+                    c.push(Split::exponent(t, false, m));
+                }
+                (wide, c)
+            }
+        };
+        Ok(Self {
+            t,
+            wide,
+            candidates,
+            row_bytes,
+            opts: *opts,
+        })
     }
-    let Some((_, split, lens, ml)) = best else {
-        return Err(Error::invalid("no symbol field to fit"));
-    };
-    Table::from_lengths(t, split, opts.sub_streams, ml, lens)
+
+    /// The table of the candidate with the fewest predicted bits, from the
+    /// histogram of the wide field (`2^wide.width` counts) over `rows`
+    /// rows.
+    pub fn choose(&self, counts: &[u64], rows: usize) -> Result<Table> {
+        let (t, wide, opts) = (self.t, self.wide, &self.opts);
+        if counts.len() != 1 << wide.width {
+            return Err(Error::invalid(format!(
+                "{} counts of a {}-bit field",
+                counts.len(),
+                wide.width
+            )));
+        }
+        let n = self.row_bytes / t.bytes();
+        let elements = (rows * n) as u64;
+        /// Predicted bits, the split, its code lengths and their limit.
+        type Candidate = (u64, Split, Vec<(u16, u8)>, u8);
+        let mut best: Option<Candidate> = None;
+        for &c in &self.candidates {
+            let shift = c.low - wide.low;
+            let mut cc = vec![0u64; 1 << c.width];
+            for (s, &v) in counts.iter().enumerate() {
+                cc[(s >> shift) & ((1 << c.width) - 1)] += v;
+            }
+            let (lens, ml) = table::code_lengths(&cc, opts.max_code_len);
+            let code_bits: u64 = lens
+                .iter()
+                .map(|&(s, l)| cc[usize::from(s)] * u64::from(l))
+                .sum();
+            let r = u64::from(t.bits() - u32::from(c.width));
+            let s = usize::from(opts.sub_streams);
+            let head = (s.div_ceil(2) as u64 - 1) * u64::from(row::len_bits(n, s, ml));
+            let bits = code_bits + elements * r + rows as u64 * head;
+            if best.as_ref().is_none_or(|b| bits < b.0) {
+                best = Some((bits, c, lens, ml));
+            }
+        }
+        let Some((_, split, lens, ml)) = best else {
+            return Err(Error::invalid("no symbol field to fit"));
+        };
+        Table::from_lengths(t, split, opts.sub_streams, ml, lens)
+    }
 }
 
 /// The most bytes a stored row takes in the payload: the raw row's, since
@@ -410,7 +457,7 @@ const INDEX_HEADER: usize = 16;
 /// for rows of `row_bytes`: 2-byte offsets in the largest block (up to 256
 /// rows) whose rows all start within 65,535 bytes of its first, else
 /// 4-byte offsets in blocks of 256 rows, else one block a row.
-fn index_shape(row_bytes: usize) -> (u8, u8) {
+pub(crate) fn index_shape(row_bytes: usize) -> (u8, u8) {
     let max = max_stored_row_bytes(row_bytes) as u64;
     for log2 in (1..=8u8).rev() {
         if ((1u64 << log2) - 1) * max <= u64::from(u16::MAX) {
@@ -757,92 +804,5 @@ impl FloatCoded {
             g.row_range(i)?;
         }
         Ok(g)
-    }
-}
-
-/// What the GPU decoder reads of a group, laid out for device memory
-/// (`ibp_kernels::params::FloatDecodeParams`): the decode table as u16
-/// entries, the block bases and the relative starts, each padded to whole
-/// 4-byte words, and the parameter block with every shape field filled
-/// (the addresses, `count`, `ids`, `first` and `status` left 0).
-#[cfg(any(test, feature = "cuda"))]
-pub(crate) struct DeviceImage {
-    pub table: Vec<u8>,
-    pub bases: Vec<u8>,
-    pub rel: Vec<u8>,
-    pub params: ibp_kernels::params::FloatDecodeParams,
-}
-
-#[cfg(any(test, feature = "cuda"))]
-impl FloatCoded {
-    /// The group as the GPU decoder reads it.
-    ///
-    /// Errors with [`crate::ErrorKind::InvalidArgument`] when its codes are
-    /// longer than the GPU decoder's limit
-    /// ([`ibp_kernels::params::FLOAT_MAX_CODE_LEN`], 12 bits: fit with
-    /// [`FitOptions::max_code_len`] at most 12, the default) or rows longer
-    /// than [`ibp_kernels::params::FLOAT_MAX_ROW_BYTES`] (16 MiB).
-    pub(crate) fn device_image(&self) -> Result<DeviceImage> {
-        use ibp_kernels::params::{
-            FLOAT_MAX_CODE_LEN, FLOAT_MAX_ROW_BYTES, FLOAT_NO_SYMBOL, FloatDecodeParams,
-        };
-        let t = &self.table;
-        if u32::from(t.max_len) > FLOAT_MAX_CODE_LEN {
-            return Err(Error::invalid(format!(
-                "codes of up to {} bits; the GPU decoder takes up to {FLOAT_MAX_CODE_LEN} (fit with max_code_len {FLOAT_MAX_CODE_LEN} or less)",
-                t.max_len
-            )));
-        }
-        let sh = RowShape::new(t, self.row_bytes())?;
-        if self.row_bytes() > FLOAT_MAX_ROW_BYTES as usize {
-            return Err(Error::invalid(format!(
-                "rows of {} bytes; the GPU decoder takes rows of up to {FLOAT_MAX_ROW_BYTES} bytes",
-                self.row_bytes()
-            )));
-        }
-        let mut table: Vec<u8> = t
-            .dec
-            .iter()
-            .flat_map(|&e| {
-                let v = if e == table::NO_SYMBOL {
-                    FLOAT_NO_SYMBOL as u16
-                } else {
-                    // Symbols are below 2^12 and lengths at most 12.
-                    ((e & 0xfff) | (e >> 16) << 12) as u16
-                };
-                v.to_le_bytes()
-            })
-            .collect();
-        table.resize(table.len().next_multiple_of(4), 0);
-        let bases: Vec<u8> = self.bases.iter().flat_map(|b| b.to_le_bytes()).collect();
-        let w = usize::from(self.rel_width);
-        let mut rel: Vec<u8> = self
-            .rel
-            .iter()
-            .flat_map(|r| r.to_le_bytes().into_iter().take(w))
-            .collect();
-        rel.resize(rel.len().next_multiple_of(4).max(4), 0);
-        let params = FloatDecodeParams {
-            payload_len: self.payload.len() as u64,
-            rows: self.rows as u64,
-            // Below 4 GiB, as `compress` checked.
-            row_bytes: self.row_bytes() as u32,
-            elem_bytes: sh.elem as u32,
-            residual_bits: sh.r,
-            low: sh.low,
-            width: sh.width,
-            sub_streams: sh.s as u32,
-            len_bits: sh.len_bits,
-            max_len: sh.max_len,
-            block_log2: u32::from(self.block_log2),
-            rel_width: u32::from(self.rel_width),
-            ..Default::default()
-        };
-        Ok(DeviceImage {
-            table,
-            bases,
-            rel,
-            params,
-        })
     }
 }

@@ -22,11 +22,11 @@ use super::xorshift;
 /// its padding, the index, the ids, the output and the status. A read
 /// outside them (a damaged row's bytes followed past its end) fails the
 /// test instead of reading a neighbour's bytes.
-struct Checked<'a> {
-    lane: &'a Lane<'a>,
+pub(super) struct Checked<'a> {
+    pub(super) lane: &'a Lane<'a>,
     /// Readable spans `[start, end)`; the first `writable` are writable too.
-    spans: &'a [(u64, u64)],
-    writable: usize,
+    pub(super) spans: &'a [(u64, u64)],
+    pub(super) writable: usize,
 }
 
 impl Checked<'_> {
@@ -257,7 +257,7 @@ fn check_group(coded: &FloatCoded, what: &str) {
 
 /// Bell-shaped values of `t`, `rows` rows of `n` elements, and every
 /// eleventh row random bits (stored raw).
-fn synthetic(t: FloatType, rows: usize, n: usize, seed: u64) -> Vec<u8> {
+pub(super) fn synthetic(t: FloatType, rows: usize, n: usize, seed: u64) -> Vec<u8> {
     let mut s = seed | 1;
     let mut out = Vec::new();
     for r in 0..rows {
@@ -336,7 +336,7 @@ fn emulated_float_decode_takes_a_lone_symbol_of_no_bits() {
 }
 
 /// MiniLM's word embeddings as f32 rows (384 values), the first `rows`.
-fn minilm(rows: usize) -> Option<(Vec<u8>, usize)> {
+pub(super) fn minilm(rows: usize) -> Option<(Vec<u8>, usize)> {
     let Some(path) = ibp_testdata::data_file("model.safetensors") else {
         eprintln!("skipped MiniLM rows: model.safetensors not found ($IBP_DATA_DIR)");
         return None;

@@ -655,5 +655,6 @@ mod count;
 mod decode;
 mod float;
 mod float_fused;
+mod float_encode;
 mod kv;
 mod shared_row;

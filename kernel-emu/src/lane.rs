@@ -318,6 +318,10 @@ impl Shared for Lane<'_> {
         // SAFETY: the caller's contract (this method's `# Safety`).
         unsafe { HostBytes(self.smem).ors_u32(a, v) }
     }
+    unsafe fn adds_u32(&self, a: u32, v: u32) {
+        // SAFETY: the caller's contract (this method's `# Safety`).
+        unsafe { HostBytes(self.smem).adds_u32(a, v) }
+    }
 }
 
 /// Asynchronous copies as the hardware may perform them: a copy lands in

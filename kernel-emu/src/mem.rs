@@ -113,6 +113,10 @@ impl Shared for HostBytes {
         // SAFETY: the caller's contract (this method's `# Safety`).
         unsafe { HostMem.or_u32(self.0 + a as u64, v) }
     }
+    unsafe fn adds_u32(&self, a: u32, v: u32) {
+        // SAFETY: the caller's contract (this method's `# Safety`).
+        unsafe { AtomicU32::from_ptr((self.0 + a as u64) as *mut u32) }.fetch_add(v, Relaxed);
+    }
 }
 
 // SAFETY: (every method) the caller passes offsets inside the table at

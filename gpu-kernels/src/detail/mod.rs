@@ -38,6 +38,7 @@ pub mod count;
 pub mod decode;
 pub mod encode;
 pub mod float_decode;
+pub mod float_encode;
 pub mod kv;
 pub mod pack;
 pub mod step;

@@ -23,8 +23,8 @@ use core::marker::PhantomData;
 
 use super::{
     CacheParams, CandidatesParams, ClearParams, CompactParams, CopyRunsParams, CountParams,
-    CpAsyncTestParams, DecodeParams, EncodeParams, FloatDecodeParams, KvAppendParams,
-    MeasureParams, ScanParams, WarpTestParams,
+    CpAsyncTestParams, DecodeParams, EncodeParams, FloatDecodeParams, FloatEncodeParams,
+    KvAppendParams, MeasureParams, ScanParams, WarpTestParams,
 };
 
 /// A kernel of ibp's PTX and the one parameter block it takes.
@@ -133,6 +133,12 @@ kernels! {
     /// session) keep a second element's residual and code live: at 48 (40
     /// warps) that spilled 4 bytes on sm_90.
     FLOAT_DECODE: FloatDecodeParams = "ibp_float_decode", max_registers = 56;
+    /// The float coding's symbol histogram (the GPU fit).
+    FLOAT_HIST: FloatEncodeParams = "ibp_float_hist";
+    /// The float coding's stored length of every row.
+    FLOAT_SIZE: FloatEncodeParams = "ibp_float_size";
+    /// The float coding's rows and index, written.
+    FLOAT_ENCODE: FloatEncodeParams = "ibp_float_encode";
     /// The fit's evaluation pass. 88 registers (from 108): 22 warps an SM
     /// instead of 18; it is latency-bound at 25% occupancy; 80 and under
     /// spill.

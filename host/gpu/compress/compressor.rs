@@ -4,8 +4,7 @@
 use cust::memory::{DeviceBuffer, DeviceSlice};
 use cust::stream::Stream;
 use ibp_kernels::params::{
-    ClearParams, CompactParams, ENCODE_SLOTS_SCRATCH, EncodeParams, MeasureParams, SCAN_BLOCK,
-    SCAN_TILE, ScanParams,
+    ClearParams, CompactParams, ENCODE_SLOTS_SCRATCH, EncodeParams, MeasureParams,
 };
 
 use super::{
@@ -112,47 +111,7 @@ impl<'g> Compressor<'g> {
         total: u64,
         stream: &Stream,
     ) -> Result<()> {
-        if rows == 0 {
-            return Ok(());
-        }
-        let tiles = (rows as u64).div_ceil(SCAN_TILE);
-        let p = ScanParams {
-            sizes: work.sizes.as_device_ptr().as_raw(),
-            rows: rows as u64,
-            row_bytes: row_bytes as u64,
-            offsets: work.offsets.as_device_ptr().as_raw(),
-            flags: work.flags.as_device_ptr().as_raw(),
-            partials: work.partials.as_device_ptr().as_raw(),
-            tiles,
-            total,
-        };
-        let smem = 33 * 8;
-        // SAFETY: the Work buffers were sized for at least `rows` tensors;
-        // ScanParams is the kernels' type; 33 u64 of shared memory as the
-        // block scan needs.
-        unsafe {
-            self.gpu.launch(
-                kernels::SCAN_TILES,
-                tiles as u32,
-                SCAN_BLOCK,
-                smem,
-                stream,
-                p,
-            )?;
-            if offsets {
-                self.gpu
-                    .launch(kernels::SCAN_PARTIALS, 1, SCAN_BLOCK, smem, stream, p)?;
-                self.gpu.launch(
-                    kernels::SCAN_APPLY,
-                    tiles as u32,
-                    SCAN_BLOCK,
-                    smem,
-                    stream,
-                    p,
-                )?;
-            }
-        }
-        Ok(())
+        super::enqueue_scan(self.gpu, work, rows, row_bytes, offsets, total, stream)
     }
 
     /// Enqueue `ibp_encode_clear`: zero the groups of the packed output

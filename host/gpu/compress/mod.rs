@@ -26,10 +26,10 @@
 
 use cust::memory::{CopyDestination, DeviceBuffer};
 use cust::stream::Stream;
-use ibp_kernels::params::SCAN_TILE;
+use ibp_kernels::params::{SCAN_BLOCK, SCAN_TILE, ScanParams};
 
 use super::driver::{copy_prefix, device_buffer, new_stream};
-use super::kernels::Kernel;
+use super::kernels::{self, Kernel};
 use super::launch::resident_blocks;
 use super::memory::{GpuReadable, PinnedBuffer};
 use super::{Gpu, cuda_err};
@@ -308,6 +308,59 @@ impl Work {
             )?,
         })
     }
+}
+
+/// Enqueue the scan of `rows` sizes in `work` on `gpu`: flags always,
+/// offsets when `offsets` (and the total to `total` when not 0).
+pub(crate) fn enqueue_scan(
+    gpu: &Gpu,
+    work: &Work,
+    rows: usize,
+    row_bytes: usize,
+    offsets: bool,
+    total: u64,
+    stream: &Stream,
+) -> Result<()> {
+    if rows == 0 {
+        return Ok(());
+    }
+    let tiles = (rows as u64).div_ceil(SCAN_TILE);
+    let p = ScanParams {
+        sizes: work.sizes.as_device_ptr().as_raw(),
+        rows: rows as u64,
+        row_bytes: row_bytes as u64,
+        offsets: work.offsets.as_device_ptr().as_raw(),
+        flags: work.flags.as_device_ptr().as_raw(),
+        partials: work.partials.as_device_ptr().as_raw(),
+        tiles,
+        total,
+    };
+    let smem = 33 * 8;
+    // SAFETY: the Work buffers were sized for at least `rows` tensors;
+    // ScanParams is the kernels' type; 33 u64 of shared memory as the
+    // block scan needs.
+    unsafe {
+        gpu.launch(
+            kernels::SCAN_TILES,
+            tiles as u32,
+            SCAN_BLOCK,
+            smem,
+            stream,
+            p,
+        )?;
+        if offsets {
+            gpu.launch(kernels::SCAN_PARTIALS, 1, SCAN_BLOCK, smem, stream, p)?;
+            gpu.launch(
+                kernels::SCAN_APPLY,
+                tiles as u32,
+                SCAN_BLOCK,
+                smem,
+                stream,
+                p,
+            )?;
+        }
+    }
+    Ok(())
 }
 
 /// Blocks for a warp-per-tensor kernel over `tensors` tensors.

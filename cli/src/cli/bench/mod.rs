@@ -12,6 +12,8 @@ mod cpu;
 mod decode;
 mod file;
 #[cfg(feature = "cuda")]
+mod float;
+#[cfg(feature = "cuda")]
 mod graph;
 #[cfg(feature = "cuda")]
 mod kv;
@@ -99,7 +101,9 @@ pub struct Args {
     /// workloads, its own results file); `kv` the appendable KV store
     /// (append of a decode step, bulk append, gather of random tokens);
     /// `collective` the compressed collectives through NCCL against raw
-    /// ones (all-gather, broadcast; feature `nccl`, its own results file).
+    /// ones (all-gather, broadcast; feature `nccl`, its own results file);
+    /// `float` the float coding's GPU fit and compression (its own results
+    /// file).
     #[arg(long, default_value = "all")]
     pub(super) section: String,
     #[command(flatten)]
@@ -249,10 +253,12 @@ fn suite(args: Args) -> Result<()> {
     let (decode, compress) = match args.section.as_str() {
         "all" => (true, true),
         "decode" | "device" => (true, false),
-        "compress" | "peers" | "cache" | "kv" | "collective" => (false, args.section == "compress"),
+        "compress" | "peers" | "cache" | "kv" | "collective" | "float" => {
+            (false, args.section == "compress")
+        }
         other => {
             return Err(ibp::Error::invalid(format!(
-                "--section {other}: use all, decode, device, compress, peers, cache, kv or collective"
+                "--section {other}: use all, decode, device, compress, float, peers, cache, kv or collective"
             )));
         }
     };
@@ -275,7 +281,9 @@ fn suite(args: Args) -> Result<()> {
             &mut md,
         )?;
     }
-    if args.section == "cache" {
+    if args.section == "float" {
+        float::section(&gpu, args.real_bytes, &mut md)?;
+    } else if args.section == "cache" {
         cache_section(&gpu, &args, &mut md)?;
     } else if args.section == "collective" {
         collective_section(&args, &mut md)?;
@@ -531,6 +539,7 @@ fn write_results(args: &Args, gpu_name: &str, md: &str, picture: &plot::BenchPlo
             "cache" => "-cache",
             "kv" => "-kv",
             "collective" => "-collective",
+            "float" => "-float",
             _ => "",
         };
         PathBuf::from(format!("docs/results/{}{suffix}.md", slug(gpu_name)))

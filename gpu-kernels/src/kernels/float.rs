@@ -1,0 +1,141 @@
+//! The float coding's kernel entry points (`docs/FORMAT.md` §7): the
+//! decode and the encoder's three kernels, thin as the others in
+//! `kernels`.
+
+use crate::arch;
+use crate::hw::{Hw, SharedBook};
+use crate::params::{FloatDecodeParams, FloatEncodeParams};
+use crate::prelude::kernel;
+
+/// Decode of float-coded rows (`crate::detail::float_decode::decode`): a
+/// group of lanes a row (4 with the default 4 sub-streams, 8 rows a warp),
+/// the decode table (at most 8 KiB) copied into shared memory once per
+/// block.
+///
+/// # Safety
+/// As `crate::detail::float_decode::decode`; the launch provides
+/// `table_smem_bytes` (the table's bytes) of dynamic shared memory.
+#[kernel]
+pub unsafe fn ibp_float_decode(p: FloatDecodeParams) {
+    let mut p = p;
+    p.payload = arch::to_global(p.payload);
+    p.bases = arch::to_global(p.bases);
+    p.rel = arch::to_global(p.rel);
+    p.table = arch::to_global(p.table);
+    if p.ids != 0 {
+        p.ids = arch::to_global(p.ids);
+    }
+    p.out = arch::to_global(p.out);
+    p.status = arch::to_global(p.status);
+    let (warp, warps) = arch::global_warp();
+    let base = arch::dyn_smem_base();
+    let words = p.table_smem_bytes / 4;
+    let mut i = arch::thread_idx();
+    while i < words {
+        // SAFETY: i·4 < table_smem_bytes, the table's length in whole words,
+        // and inside the launch's shared memory.
+        unsafe { arch::st_shared_u32(base + i * 4, arch::ld_global_u32(p.table + i as u64 * 4)) };
+        i += arch::block_dim();
+    }
+    arch::sync_threads();
+    // SAFETY: forwarded contract; the table is in shared memory at `base`.
+    unsafe { crate::detail::float_decode::decode(&Hw, &SharedBook(base), &p, warp, warps) }
+}
+
+/// The float coding's encode parameters with global addresses.
+#[inline(always)]
+fn float_encode_globals(p: FloatEncodeParams) -> FloatEncodeParams {
+    let g = |a: u64| if a == 0 { 0 } else { arch::to_global(a) };
+    FloatEncodeParams {
+        src: g(p.src),
+        table: g(p.table),
+        hist: g(p.hist),
+        sizes: g(p.sizes),
+        offsets: g(p.offsets),
+        payload: g(p.payload),
+        bases: g(p.bases),
+        rel: g(p.rel),
+        ..p
+    }
+}
+
+/// Copy the float coding's encode table (`table_smem_bytes`) into the
+/// block's shared memory; returns its base.
+///
+/// # Safety
+/// The table holds `table_smem_bytes` bytes in whole words; the launch
+/// gives that much dynamic shared memory.
+#[inline(always)]
+unsafe fn float_table_to_shared(p: &FloatEncodeParams) -> u32 {
+    let base = arch::dyn_smem_base();
+    let mut i = arch::thread_idx();
+    while i < p.table_smem_bytes / 4 {
+        // SAFETY: i·4 < table_smem_bytes (the caller's contract).
+        unsafe { arch::st_shared_u32(base + i * 4, arch::ld_global_u32(p.table + i as u64 * 4)) };
+        i += arch::block_dim();
+    }
+    arch::sync_threads();
+    base
+}
+
+/// The float coding's symbol histogram (`crate::detail::float_encode::histogram`),
+/// a thread a 4-byte word, the bins in shared memory.
+///
+/// # Safety
+/// As `crate::detail::float_encode::histogram`; the launch provides
+/// `table_smem_bytes` (`4 · 2^width`) of dynamic shared memory.
+#[kernel]
+pub unsafe fn ibp_float_hist(p: FloatEncodeParams) {
+    let p = float_encode_globals(p);
+    let tid = arch::thread_idx();
+    let bd = arch::block_dim();
+    let thread = arch::block_idx() as u64 * bd as u64 + tid as u64;
+    let threads = arch::grid_dim() as u64 * bd as u64;
+    // SAFETY: forwarded contract.
+    unsafe {
+        crate::detail::float_encode::histogram(
+            &Hw,
+            &p,
+            arch::dyn_smem_base(),
+            tid,
+            bd,
+            thread,
+            threads,
+        )
+    }
+}
+
+/// The float coding's stored length of every row
+/// (`crate::detail::float_encode::measure`), a group of lanes a row, the
+/// encode table in shared memory.
+///
+/// # Safety
+/// As `crate::detail::float_encode::measure`; the launch provides
+/// `table_smem_bytes` of dynamic shared memory.
+#[kernel]
+pub unsafe fn ibp_float_size(p: FloatEncodeParams) {
+    let p = float_encode_globals(p);
+    let (warp, warps) = arch::global_warp();
+    // SAFETY: forwarded contract.
+    unsafe {
+        let base = float_table_to_shared(&p);
+        crate::detail::float_encode::measure(&Hw, &SharedBook(base), &p, warp, warps)
+    }
+}
+
+/// The float coding's rows and index (`crate::detail::float_encode::encode`),
+/// a group of lanes a row, the encode table in shared memory.
+///
+/// # Safety
+/// As `crate::detail::float_encode::encode`; the launch provides
+/// `table_smem_bytes` of dynamic shared memory.
+#[kernel]
+pub unsafe fn ibp_float_encode(p: FloatEncodeParams) {
+    let p = float_encode_globals(p);
+    let (warp, warps) = arch::global_warp();
+    // SAFETY: forwarded contract.
+    unsafe {
+        let base = float_table_to_shared(&p);
+        crate::detail::float_encode::encode(&Hw, &SharedBook(base), &p, warp, warps)
+    }
+}
