@@ -5,7 +5,9 @@
 #   1. the float coding's GPU tests (IBP_REQUIRE_GPU=1);
 #   2. Nsight Compute on one bulk float decode (MiniLM bf16): issue rate,
 #      occupancy, the warps' stall reasons (IBP_FLOAT_NCU=0 skips it);
-#   3. `ibp bench --section peers --peers nvcomp`: the float code's row beside
+#   3. the fused API on float-coded rows, its GEMV example, and the GPU
+#      encoder's bench (`ibp bench --section float`);
+#   4. `ibp bench --section peers --peers nvcomp`: the float code's row beside
 #      IBP's and nvCOMP's on every real table and MiniLM's FP8 casts.
 # Logs and results go to $OUT; a short table is printed last. Arguments go to
 # `ibp bench` (e.g. --real-bytes 268435456).
@@ -51,6 +53,25 @@ for r in rows[head + 1:]:
     if len(r) > val and r[name] in keep:
         print(f"ncu: {r[name]}: {r[val]} {r[unit]}")
 EOF
+fi
+# The fused API on float-coded rows (tests/gpu_device_api.rs) and its bf16
+# GEMV example (examples/float_gemv.rs, S = 32; EXAMPLE_ARGS_FLOAT_GEMV adds
+# flags); the GPU encoder's bench (fit + compress, MiniLM to 1 GiB).
+if [ -x .device/bin/gpu_device_api.test ]; then
+  if timeout 120 .device/bin/gpu_device_api.test fused_float --test-threads=1 >"$out/test-device-api-float.log" 2>&1; then r=PASS; else r=FAIL; fi
+  summary+=("test  gpu_device_api fused_float: $r ($(grep -E '^test result' "$out/test-device-api-float.log" | tail -1))")
+  grep -E 'panicked' -A3 "$out/test-device-api-float.log" | head -8
+fi
+if [ -x .device/bin/float_gemv.example ]; then
+  # shellcheck disable=SC2086
+  timeout 150 .device/bin/float_gemv.example ${EXAMPLE_ARGS_FLOAT_GEMV:-} >"$out/example-float_gemv.log" 2>&1
+  summary+=("example float_gemv: rc=$?")
+  grep -vE '^\|-' "$out/example-float_gemv.log" | grep -v '^$' | tail -30
+fi
+if [ "${IBP_FLOAT_ENCODE_BENCH:-1}" = 1 ]; then
+  timeout 150 .device/bin/ibp.bin bench --section float --out "$out/float.md" >"$out/ibp-bench-float.log" 2>&1
+  summary+=("ibp bench --section float: rc=$?")
+  grep -E '^(\||- )' "$out/float.md" 2>/dev/null | grep -vE '^\| ---' | tail -20
 fi
 timeout 420 .device/bin/ibp.bin bench --section peers --peers nvcomp --out "$out/peers.md" "$@" >"$out/ibp-bench-peers.log" 2>&1
 summary+=("ibp bench --section peers --peers nvcomp: rc=$?")
