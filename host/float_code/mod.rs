@@ -771,38 +771,7 @@ impl FloatCoded {
             .iter()
             .map(|c| u64::from_le_bytes(*c))
             .collect();
-        let w = usize::from(rel_width);
-        let r = take(&mut at, w * rows, "row offsets")?;
-        let rel: Vec<u32> = if w == 0 {
-            vec![0; rows]
-        } else {
-            r.chunks_exact(w)
-                .map(|c| {
-                    let mut v = [0u8; 4];
-                    v[..w].copy_from_slice(c);
-                    u32::from_le_bytes(v)
-                })
-                .collect()
-        };
-        let payload = bytes[at..].to_vec();
-        if bases[0] != 0 || bases[nb - 1] != payload.len() as u64 {
-            return Err(Error::corrupt(
-                "a float-coded group's offsets do not span its payload",
-            ));
-        }
-        let g = Self {
-            table,
-            shape: RowShapeKey { row_bytes },
-            rows,
-            block_log2,
-            rel_width,
-            bases,
-            rel,
-            payload,
-        };
-        for i in 0..rows {
-            g.row_range(i)?;
-        }
-        Ok(g)
+        let r = take(&mut at, usize::from(rel_width) * rows, "row offsets")?;
+        Self::from_parts(&table, rows, row_bytes, bases, r, bytes[at..].to_vec())
     }
 }
