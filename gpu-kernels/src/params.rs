@@ -590,8 +590,12 @@ pub struct FloatDecodeParams {
     /// Bytes of the decode table (`2^max_len · 2`, at least 4), copied into
     /// shared memory once per block.
     pub table_smem_bytes: u32,
-    /// Unused (keeps the block a multiple of 8 bytes).
-    pub _pad0: u32,
+    /// `ibp_float_decode_staged`: bytes of shared memory a group of lanes
+    /// stages its row in (at least [`FloatView::workspace_bytes`], a
+    /// multiple of 16), the warps' workspaces after the table (its bytes
+    /// rounded up to 16); the payload then 16-aligned and readable up to its
+    /// length rounded up to 16. 0 for `ibp_float_decode`.
+    pub stage_bytes: u32,
 }
 
 impl FloatDecodeParams {

@@ -32,7 +32,6 @@
 use cust::memory::{DeviceBuffer, DeviceSlice};
 use ibp_kernels::params::{FloatDecodeParams, FloatView};
 
-use super::launch::resident_blocks;
 use super::memory::{GpuReadable, GpuWritable, Span};
 use super::stream::GpuStream;
 use super::{DecodeStatus, Gpu, cuda_err, kernels};
@@ -41,6 +40,47 @@ use crate::float_code::FloatCoded;
 
 /// Warps a block of the decode.
 const WARPS: u32 = 8;
+
+/// The most shared memory a block of the staged decode takes: two blocks
+/// an SM (16 warps) at least. Rows whose groups' stages need more (rows
+/// past about 1.7 KB with four sub-streams) are read where they lie.
+const STAGED_MAX_SHARED: u32 = 112 << 10;
+
+/// The launch a decoder makes: the kernel, the bytes a group stages its row
+/// in (0: none), the block's shared memory and the blocks that fill the
+/// device once.
+#[derive(Clone, Copy, Debug)]
+struct Plan {
+    kernel: kernels::Kernel<FloatDecodeParams>,
+    stage_bytes: u32,
+    shared: u32,
+    resident: u32,
+}
+
+impl Plan {
+    /// The staged decode when a block's stages fit [`STAGED_MAX_SHARED`]
+    /// (and `staged` allows it), else the decode that reads rows where
+    /// they lie.
+    fn choose(gpu: &Gpu, p: &FloatDecodeParams, staged: bool) -> Result<Self> {
+        let table = p.table_smem_bytes.next_multiple_of(16);
+        let groups = 32 / p.sub_streams.clamp(1, 32).next_power_of_two();
+        let stage = p.view().workspace_bytes();
+        let shared = table + WARPS * groups * stage;
+        let (kernel, stage_bytes, shared) = if staged && shared <= STAGED_MAX_SHARED {
+            (kernels::FLOAT_DECODE_STAGED, stage, shared)
+        } else {
+            (kernels::FLOAT_DECODE, 0, p.table_smem_bytes)
+        };
+        let resident =
+            gpu.blocks_per_sm(kernel, 32 * WARPS, shared as usize)? * gpu.info().sm_count;
+        Ok(Plan {
+            kernel,
+            stage_bytes,
+            shared,
+            resident,
+        })
+    }
+}
 
 /// Bytes of padding after the payload on the device: the decoder reads
 /// whole aligned words around a row's bytes (`FloatDecodeParams`).
@@ -62,8 +102,8 @@ pub struct FloatDecoder {
     rel: DeviceBuffer<u8>,
     /// The shape and the group's addresses; the call fills the rest.
     params: FloatDecodeParams,
-    /// Blocks that fill the device once.
-    resident: u32,
+    /// The kernel and its shared memory.
+    plan: Plan,
 }
 
 impl std::fmt::Debug for FloatDecoder {
@@ -140,15 +180,32 @@ impl FloatDecoder {
             table_smem_bytes: img.table.len() as u32,
             ..img.params
         };
-        let resident = resident_blocks(gpu, kernels::FLOAT_DECODE, 32 * WARPS, img.table.len())?;
+        let plan = Plan::choose(gpu, &params, true)?;
         Ok(Self {
             payload: None,
             table,
             bases,
             rel,
             params,
-            resident,
+            plan,
         })
+    }
+
+    /// Whether coded rows are staged in shared memory before their decode
+    /// (`ibp_float_decode_staged`; the default wherever a block's stages
+    /// fit in 112 KiB, rows of up to about 1.7 KB with four sub-streams):
+    /// `false` reads every row where it lies (`ibp_float_decode`), the
+    /// decoder of rows too long to stage. For measuring one against the
+    /// other; both decode the same bytes.
+    pub fn with_staging(mut self, gpu: &Gpu, staged: bool) -> Result<Self> {
+        self.plan = Plan::choose(gpu, &self.params, staged)?;
+        Ok(self)
+    }
+
+    /// Whether this decoder stages rows in shared memory
+    /// ([`FloatDecoder::with_staging`]).
+    pub fn stages_rows(&self) -> bool {
+        self.plan.stage_bytes != 0
     }
 
     /// Rows of the group.
@@ -376,12 +433,13 @@ impl FloatDecoder {
             out: addr,
             out_stride: l,
             status: status.words.as_device_ptr().as_raw(),
+            stage_bytes: self.plan.stage_bytes,
             ..self.params
         };
         // Rows a block decodes at once: 32 / G a warp.
         let g = self.params.sub_streams.next_power_of_two();
         let per_block = u64::from(WARPS * (32 / g));
-        let grid = count.div_ceil(per_block).min(u64::from(self.resident)) as u32;
+        let grid = count.div_ceil(per_block).min(u64::from(self.plan.resident)) as u32;
         // SAFETY: the payload (padded by PAYLOAD_PAD) is this decoder's
         // device buffer or a staging area the caller vouched for as memory
         // the device reads (a `Span`: device memory or mapped pinned
@@ -391,13 +449,17 @@ impl FloatDecoder {
         // DeviceSlice's length) or is 0 with `first + count <= rows`
         // (checked by `range`); `out` holds `count` rows of `l` bytes,
         // aligned to the element (checked above); the status is two u64;
-        // the launch gives `table_smem_bytes` of shared memory.
+        // the launch gives `table_smem_bytes` of shared memory, and for the
+        // staged kernel the table rounded to 16 plus WARPS · 32 / G stages
+        // of `stage_bytes` (`Plan::choose`), the payload 16-aligned (a
+        // device allocation, or a staging area aligned to STAGING_ALIGN)
+        // and padded by PAYLOAD_PAD = 16 bytes.
         unsafe {
             gpu.launch(
-                kernels::FLOAT_DECODE,
+                self.plan.kernel,
                 grid.max(1),
                 32 * WARPS,
-                self.params.table_smem_bytes,
+                self.plan.shared,
                 stream,
                 p,
             )

@@ -10,7 +10,7 @@
 use ibp_kernel_emu::{Buffer, Grid, HostBytes, Lane, launch};
 use ibp_kernels::detail::float_decode::decode;
 use ibp_kernels::params::{FloatDecodeParams, STATUS_BAD_INDEX, STATUS_CORRUPT};
-use ibp_kernels::simt::{Lanes, Mem};
+use ibp_kernels::simt::{Async, Lanes, Mem, Shared};
 
 use crate::Rows;
 use crate::float_code::{FitOptions, FloatCoded, FloatType, Split, compress, fit};
@@ -139,6 +139,62 @@ impl Mem for Checked<'_> {
     }
 }
 
+// Shared memory is the emulator's own, bounded by the block's size; the
+// staged decode's stages and barriers forward as they are.
+impl Shared for Checked<'_> {
+    unsafe fn lds_u8(&self, a: u32) -> u32 {
+        // SAFETY: the caller's contract.
+        unsafe { self.lane.lds_u8(a) }
+    }
+    unsafe fn lds_u32(&self, a: u32) -> u32 {
+        // SAFETY: the caller's contract.
+        unsafe { self.lane.lds_u32(a) }
+    }
+    unsafe fn sts_u32(&self, a: u32, v: u32) {
+        // SAFETY: the caller's contract.
+        unsafe { self.lane.sts_u32(a, v) }
+    }
+    unsafe fn sts_v4(&self, a: u32, v: [u32; 4]) {
+        // SAFETY: the caller's contract.
+        unsafe { self.lane.sts_v4(a, v) }
+    }
+    unsafe fn lds_v4(&self, a: u32) -> [u32; 4] {
+        // SAFETY: the caller's contract.
+        unsafe { self.lane.lds_v4(a) }
+    }
+    unsafe fn ors_u32(&self, a: u32, v: u32) {
+        // SAFETY: the caller's contract.
+        unsafe { self.lane.ors_u32(a, v) }
+    }
+    unsafe fn adds_u32(&self, a: u32, v: u32) {
+        // SAFETY: the caller's contract.
+        unsafe { self.lane.adds_u32(a, v) }
+    }
+}
+
+impl Async for Checked<'_> {
+    unsafe fn cp16(&self, dst: u32, src: u64) {
+        self.check(src, 16, false);
+        // SAFETY: the caller's contract (the source checked above).
+        unsafe { self.lane.cp16(dst, src) }
+    }
+    fn commit(&self) {
+        self.lane.commit()
+    }
+    fn wait_all(&self) {
+        self.lane.wait_all()
+    }
+    fn wait_all_but_last(&self) {
+        self.lane.wait_all_but_last()
+    }
+    fn wait_all_but_two(&self) {
+        self.lane.wait_all_but_two()
+    }
+    fn sync_warp(&self) {
+        self.lane.sync_warp()
+    }
+}
+
 /// A group's device buffers, as `ibp::gpu::FloatDecoder` uploads them.
 struct Image {
     payload: Buffer,
@@ -164,9 +220,32 @@ impl Image {
     }
 
     /// Decode `count` rows (`ids`, or `first ..` when `ids` is `None`) on a
-    /// grid of `blocks` × `warps`; returns the output rows (poisoned first)
-    /// and the two status words.
+    /// grid of `blocks` × `warps`, by both kernels (rows read where they
+    /// lie, and staged in shared memory first), which must agree byte for
+    /// byte; returns the output rows (poisoned first) and the two status
+    /// words.
     fn run(
+        &self,
+        ids: Option<&[u64]>,
+        first: u64,
+        count: usize,
+        grid: (u32, u32),
+    ) -> (Vec<u8>, [u64; 2]) {
+        let direct = self.run_as::<false>(ids, first, count, grid);
+        let staged = self.run_as::<true>(ids, first, count, grid);
+        assert!(
+            direct == staged,
+            "the staged decode differs from the direct one (status {:?} against {:?})",
+            staged.1,
+            direct.1
+        );
+        direct
+    }
+
+    /// [`Image::run`] by one kernel: `STAGE`, each coded row staged in the
+    /// block's shared memory (a stage of `FloatView::workspace_bytes` a
+    /// group, as `ibp::gpu::FloatDecoder` lays them out).
+    fn run_as<const STAGE: bool>(
         &self,
         ids: Option<&[u64]>,
         first: u64,
@@ -188,8 +267,15 @@ impl Image {
             out: out.addr(),
             out_stride: l as u64,
             status: status.addr(),
+            stage_bytes: if STAGE {
+                self.params.view().workspace_bytes()
+            } else {
+                0
+            },
             ..self.params
         };
+        let groups = 32 / p.sub_streams.clamp(1, 32).next_power_of_two();
+        let per_warp = groups * p.stage_bytes;
         let book = HostBytes(self.table.addr());
         // What the contract lets the kernel touch: the output and the
         // status (writable), the payload with its padding (the length
@@ -205,17 +291,20 @@ impl Image {
         if let Some(b) = &ids_buf {
             spans.push((b.addr(), b.addr() + b.len() as u64));
         }
-        launch(Grid::new(grid.0, grid.1), |lane| {
+        let g = Grid::new(grid.0, grid.1).with_shared_bytes((grid.1 * per_warp) as usize);
+        launch(g, |lane| {
             let (w, n) = lane.global_warp();
             let h = Checked {
                 lane,
                 spans: &spans,
                 writable: 2,
             };
+            let ws = lane.warp_in_block() * per_warp;
             // SAFETY: every buffer is sized as FloatDecodeParams states
-            // (the payload with 16 bytes of padding, the others in whole
-            // words), and outlives the launch.
-            unsafe { decode(&h, &book, &p, w, n) }
+            // (the payload 128-aligned with 16 bytes of padding, the others
+            // in whole words), and outlives the launch; the block's shared
+            // memory holds each warp's stages.
+            unsafe { decode::<_, _, STAGE>(&h, &book, &p, w, n, ws) }
         });
         let s = status.as_slice::<u64>();
         (out.bytes().to_vec(), [s[0], s[1]])

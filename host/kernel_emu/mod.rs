@@ -654,7 +654,7 @@ mod copy_runs;
 mod count;
 mod decode;
 mod float;
-mod float_fused;
 mod float_encode;
+mod float_fused;
 mod kv;
 mod shared_row;

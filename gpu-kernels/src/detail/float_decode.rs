@@ -56,7 +56,7 @@
 pub use crate::device::float::FloatSink;
 use crate::params::{FLOAT_MAX_CODE_LEN, FLOAT_NO_SYMBOL, FloatDecodeParams, FloatView};
 use crate::params::{STATUS_BAD_INDEX, STATUS_CORRUPT};
-use crate::simt::{Book, Lanes, Mem, Shared, group_or};
+use crate::simt::{Async, Book, Lanes, Mem, Shared, group_or};
 
 /// Where a row's stored bytes are read from: aligned 4-byte words by
 /// address.
@@ -595,23 +595,70 @@ unsafe fn zero_row<H: Mem>(h: &H, sh: &Shape, out: u64, k: u32) {
     }
 }
 
+/// Copy the 16-byte pieces that hold the `len` bytes at `src` into shared
+/// memory at `ws`, lane `k` of `g` taking pieces `k, k + g, …`; returns
+/// the shared address the first byte lands at. The caller synchronises
+/// before the bytes are read.
+///
+/// Q: why stage a row in shared memory? A: a lane reads its sub-stream a
+/// word pair at a time and every element's residual as a word pair of its
+/// own, scattered over the row: from global memory each such load is a
+/// request to L1 (eight rows a warp, eight lines a load), and from mapped
+/// host memory a transfer over the link. The group's 16-byte loads of
+/// consecutive pieces read each stored byte once.
+///
+/// # Safety
+/// `src`'s pieces are readable (a payload 16-aligned and readable up to its
+/// length rounded up to 16); `ws` is 16-aligned and `ws ..
+/// ws + FloatView::workspace_bytes()` is the group's shared memory.
+#[inline(always)]
+pub unsafe fn stage_row<H: Mem + Shared>(
+    h: &H,
+    src: u64,
+    len: u32,
+    ws: u32,
+    k: u32,
+    g: u32,
+) -> u64 {
+    let a0 = src & !15;
+    let pieces = (((src + len as u64 + 15) & !15) - a0) as u32 / 16;
+    let mut j = k;
+    while j < pieces {
+        // SAFETY: piece j holds bytes of the row (the caller's contract);
+        // at most ⌈(L + 15) / 16⌉ pieces, inside the workspace.
+        unsafe { h.sts_v4(ws + 16 * j, h.ld_v4(a0 + 16 * j as u64)) };
+        j += g;
+    }
+    (ws + (src & 15) as u32) as u64
+}
+
 /// The decode: output row `i` gets row `ids[i]` (or `first + i`), for every
 /// `i` of this warp's groups (the warp takes rows `warp · R, …` and then
 /// every `warps · R`-th, `R = 32 / G` rows at once). A bad id or a corrupt
 /// row is reported in the status and its output row zeroed.
 ///
+/// With `STAGE`, each group first copies its coded row into its part of
+/// the warp's shared workspace at `ws` ([`stage_row`]; `p.stage_bytes` a
+/// group, [`FloatView::workspace_bytes`]) and decodes it from there; raw
+/// rows are copied where they lie.
+///
 /// # Safety
 /// The host filled `p` as [`FloatDecodeParams`] says (the group's payload,
 /// index and table, `count` output rows `out_stride` bytes apart, two
 /// status words, rows of at most [`crate::params::FLOAT_MAX_ROW_BYTES`]);
-/// `table` reads the decode table.
+/// `table` reads the decode table. With `STAGE`: the payload 16-aligned
+/// and readable up to its length rounded up to 16, and
+/// `ws .. ws + (32 / G) · stage_bytes` this warp's shared memory,
+/// 16-aligned, `stage_bytes` at least [`FloatView::workspace_bytes`] and a
+/// multiple of 16.
 #[inline(always)]
-pub unsafe fn decode<H: Lanes + Mem, B: Book>(
+pub unsafe fn decode<H: Lanes + Mem + Shared + Async, B: Book, const STAGE: bool>(
     h: &H,
     table: &B,
     p: &FloatDecodeParams,
     warp: u64,
     warps: u64,
+    ws: u32,
 ) {
     let v = p.view();
     let sh = Shape::of(&v);
@@ -620,6 +667,7 @@ pub unsafe fn decode<H: Lanes + Mem, B: Book>(
     let per_warp = (32 >> gshift) as u64;
     let lane = h.lane();
     let k = lane & (g - 1);
+    let wsg = ws + (lane >> gshift) * p.stage_bytes;
     let mut i0 = warp * per_warp;
     // Every lane runs the same iterations (the shuffles below are
     // warp-wide); a group past the end idles through its last one.
@@ -628,6 +676,8 @@ pub unsafe fn decode<H: Lanes + Mem, B: Book>(
         let out = p.out + i * p.out_stride;
         let mut err = 0;
         let mut pos = 0;
+        // A coded row: where its bytes are read (global or shared) and its
+        // stored length.
         let mut coded = None;
         if i < p.count {
             let t = if p.ids == 0 {
@@ -644,47 +694,38 @@ pub unsafe fn decode<H: Lanes + Mem, B: Book>(
                     unsafe { copy_raw(h, p.row_bytes, p.payload + start, out, k, g) };
                 }
                 Ok((start, len)) => {
-                    if k < sh.s {
-                        let src = p.payload + start;
-                        let w = GlobalWords(h);
-                        // SAFETY: the row's bytes are inside the payload,
-                        // and `out` is output row i, aligned to the element
-                        // (the sink's width is the element size).
-                        (pos, err) = unsafe {
-                            match sh.eshift {
-                                0 => decode_sub_stream(
-                                    &w,
-                                    table,
-                                    &sh,
-                                    src,
-                                    len,
-                                    k,
-                                    &mut StoreRow::<H, 0> { h, out },
-                                ),
-                                1 => decode_sub_stream(
-                                    &w,
-                                    table,
-                                    &sh,
-                                    src,
-                                    len,
-                                    k,
-                                    &mut StoreRow::<H, 1> { h, out },
-                                ),
-                                _ => decode_sub_stream(
-                                    &w,
-                                    table,
-                                    &sh,
-                                    src,
-                                    len,
-                                    k,
-                                    &mut StoreRow::<H, 2> { h, out },
-                                ),
-                            }
-                        };
-                    }
-                    coded = Some((p.payload + start, len));
+                    let src = p.payload + start;
+                    // SAFETY: the payload and the workspace as the contract
+                    // says for STAGE.
+                    let at = if STAGE {
+                        unsafe { stage_row(h, src, len, wsg, k, g) }
+                    } else {
+                        src
+                    };
+                    coded = Some((at, len));
                 }
             }
+        }
+        if STAGE {
+            // The group's pieces are in shared memory (warp-wide: every
+            // lane runs this iteration).
+            h.sync_warp();
+        }
+        if let Some((src, len)) = coded
+            && k < sh.s
+        {
+            // SAFETY: the row's bytes are at `src` (global, inside the
+            // payload, or shared, in the group's workspace, with the bytes
+            // after them readable as `Bits` needs), and `out` is output row
+            // i, aligned to the element (the sink's width is the element
+            // size).
+            (pos, err) = unsafe {
+                if STAGE {
+                    decode_into(&SharedWords(h), h, table, &sh, src, len, k, out)
+                } else {
+                    decode_into(&GlobalWords(h), h, table, &sh, src, len, k, out)
+                }
+            };
         }
         // The odd lane's end to its even partner.
         let partner = h.shfl_xor(pos, 1);
@@ -694,7 +735,13 @@ pub unsafe fn decode<H: Lanes + Mem, B: Book>(
             && err == 0
         {
             // SAFETY: as above.
-            err = unsafe { check_meet(&GlobalWords(h), &sh, src, len, k, pos, partner) };
+            err = unsafe {
+                if STAGE {
+                    check_meet(&SharedWords(h), &sh, src, len, k, pos, partner)
+                } else {
+                    check_meet(&GlobalWords(h), &sh, src, len, k, pos, partner)
+                }
+            };
         }
         let err = group_or(h, err as u32, g) as u64;
         if err != 0 {
@@ -710,6 +757,37 @@ pub unsafe fn decode<H: Lanes + Mem, B: Book>(
                 }
             }
         }
+        if STAGE {
+            // The next iteration's pieces overwrite the workspace.
+            h.sync_warp();
+        }
         i0 += warps * per_warp;
+    }
+}
+
+/// Sub-stream `k` of the coded row at `src` (read through `w`) decoded
+/// into output row `out`, one copy of the loop an element size.
+///
+/// # Safety
+/// As [`decode_sub_stream`]; `out` an output row aligned to the element.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn decode_into<W: Words, H: Mem, B: Book>(
+    w: &W,
+    h: &H,
+    table: &B,
+    sh: &Shape,
+    src: u64,
+    len: u32,
+    k: u32,
+    out: u64,
+) -> (u32, u64) {
+    // SAFETY: forwarded contract.
+    unsafe {
+        match sh.eshift {
+            0 => decode_sub_stream(w, table, sh, src, len, k, &mut StoreRow::<H, 0> { h, out }),
+            1 => decode_sub_stream(w, table, sh, src, len, k, &mut StoreRow::<H, 1> { h, out }),
+            _ => decode_sub_stream(w, table, sh, src, len, k, &mut StoreRow::<H, 2> { h, out }),
+        }
     }
 }

@@ -30,7 +30,7 @@
 
 use super::RowError;
 use crate::detail::float_decode::{
-    Shape, SharedWords, check_meet, decode_sub_stream, locate, put_raw,
+    Shape, SharedWords, check_meet, decode_sub_stream, locate, put_raw, stage_row,
 };
 pub use crate::params::FloatView;
 use crate::params::STATUS_BAD_INDEX;
@@ -82,28 +82,16 @@ pub unsafe fn decode_float_row<H: Machine, B: Book, K: FloatSink>(
         Err(STATUS_BAD_INDEX) => return Err(RowError::BadIndex),
         Err(_) => return Err(RowError::Corrupt),
     };
-    // The 16-byte pieces that hold the row, into the workspace.
-    // Q: why through shared memory, not each lane's words read where they
-    // lie? A: a lane reads its region a word pair at a time, scattered
-    // over the row; from mapped host memory each such read would be a
-    // transfer of its own over the link. The warp's 16-byte loads of
-    // consecutive pieces read each stored byte over the link once.
-    let src = view.payload + start;
-    let a0 = src & !15;
-    let pieces = (((src + len as u64 + 15) & !15) - a0) as u32 / 16;
+    // The 16-byte pieces that hold the row, into the workspace, the
+    // whole warp's loads (see `stage_row` for why through shared memory).
     let lane = h.lane();
-    let mut j = lane;
-    while j < pieces {
-        // SAFETY: piece j holds bytes of the row: inside the payload's
-        // readable span (16-aligned, padded); at most
-        // ⌈(L + 15) / 16⌉ pieces, inside the workspace.
-        unsafe { h.sts_v4(ws + 16 * j, h.ld_v4(a0 + 16 * j as u64)) };
-        j += 32;
-    }
+    // SAFETY: the row's pieces lie in the payload's readable span
+    // (16-aligned, padded), and the workspace holds
+    // `workspace_bytes()` (the caller's).
+    let row = unsafe { stage_row(h, view.payload + start, len, ws, lane, 32) };
     h.sync_warp();
     let sh = Shape::of(view);
     let words = SharedWords(h);
-    let row = (ws + (src & 15) as u32) as u64;
     let coded = len != view.row_bytes;
     let (mut pos, mut err) = (0, 0);
     if lane < sh.sub_streams() {

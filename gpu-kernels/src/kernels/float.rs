@@ -10,13 +10,38 @@ use crate::prelude::kernel;
 /// Decode of float-coded rows (`crate::detail::float_decode::decode`): a
 /// group of lanes a row (4 with the default 4 sub-streams, 8 rows a warp),
 /// the decode table (at most 8 KiB) copied into shared memory once per
-/// block.
+/// block, each row read where it lies.
 ///
 /// # Safety
 /// As `crate::detail::float_decode::decode`; the launch provides
 /// `table_smem_bytes` (the table's bytes) of dynamic shared memory.
 #[kernel]
 pub unsafe fn ibp_float_decode(p: FloatDecodeParams) {
+    // SAFETY: forwarded contract.
+    unsafe { float_decode::<false>(p) }
+}
+
+/// [`ibp_float_decode`] with each coded row staged in shared memory first
+/// (`crate::detail::float_decode::stage_row`): a group's 16-byte loads
+/// of the row's pieces, then its sub-streams decoded from there.
+///
+/// # Safety
+/// As `crate::detail::float_decode::decode` with `STAGE`; the launch
+/// provides the table's bytes rounded up to 16, plus `32 / G ·
+/// stage_bytes` for each warp of the block, of dynamic shared memory.
+#[kernel]
+pub unsafe fn ibp_float_decode_staged(p: FloatDecodeParams) {
+    // SAFETY: forwarded contract.
+    unsafe { float_decode::<true>(p) }
+}
+
+/// The two decode kernels' body: global addresses, the table into shared
+/// memory, each warp's workspace after it.
+///
+/// # Safety
+/// As the kernels'.
+#[inline(always)]
+unsafe fn float_decode<const STAGE: bool>(p: FloatDecodeParams) {
     let mut p = p;
     p.payload = arch::to_global(p.payload);
     p.bases = arch::to_global(p.bases);
@@ -38,8 +63,23 @@ pub unsafe fn ibp_float_decode(p: FloatDecodeParams) {
         i += arch::block_dim();
     }
     arch::sync_threads();
-    // SAFETY: forwarded contract; the table is in shared memory at `base`.
-    unsafe { crate::detail::float_decode::decode(&Hw, &SharedBook(base), &p, warp, warps) }
+    // This warp's workspace: after the table, (32 / G) groups' stages.
+    let g = p.sub_streams.clamp(1, 32).next_power_of_two();
+    let per_warp = 32 / g;
+    let ws =
+        base + ((p.table_smem_bytes + 15) & !15) + arch::warp_in_block() * per_warp * p.stage_bytes;
+    // SAFETY: forwarded contract; the table is in shared memory at `base`,
+    // the workspace after it.
+    unsafe {
+        crate::detail::float_decode::decode::<_, _, STAGE>(
+            &Hw,
+            &SharedBook(base),
+            &p,
+            warp,
+            warps,
+            ws,
+        )
+    }
 }
 
 /// The float coding's encode parameters with global addresses.

@@ -133,6 +133,9 @@ kernels! {
     /// session) keep a second element's residual and code live: at 48 (40
     /// warps) that spilled 4 bytes on sm_90.
     FLOAT_DECODE: FloatDecodeParams = "ibp_float_decode", max_registers = 56;
+    /// The same with each coded row staged in shared memory first (rows
+    /// whose groups' stages fit: `FloatDecoder` chooses).
+    FLOAT_DECODE_STAGED: FloatDecodeParams = "ibp_float_decode_staged", max_registers = 56;
     /// The float coding's symbol histogram (the GPU fit).
     FLOAT_HIST: FloatEncodeParams = "ibp_float_hist";
     /// The float coding's stored length of every row.
