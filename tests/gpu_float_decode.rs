@@ -13,7 +13,7 @@
 
 mod common;
 
-use common::{Rng, data_file, gpu_or_skip};
+use common::{Rng, data_file, float_rows, gpu_or_skip};
 use cust::event::{Event, EventFlags};
 use cust::memory::DeviceBuffer;
 use cust::stream::{Stream, StreamFlags};
@@ -185,30 +185,6 @@ fn minilm_rows_decode_like_the_cpu() {
     }
 }
 
-/// Bell-shaped values of `t` (FP8 scaled up), `rows` rows of `n`; with
-/// `raw_every`, every such row random bits instead (stored raw).
-fn synthetic(t: FloatType, rows: usize, n: usize, seed: u64, raw_every: Option<usize>) -> Vec<u8> {
-    let mut rng = Rng(seed | 1);
-    let mut out = Vec::new();
-    for j in 0..rows * n {
-        if raw_every.is_some_and(|e| (j / n) % e == e - 1) {
-            out.extend_from_slice(&rng.next().to_le_bytes()[..t.bytes()]);
-            continue;
-        }
-        let x: f32 =
-            (0..4).map(|_| (rng.next() % (1 << 20)) as f32).sum::<f32>() / (1 << 21) as f32 - 1.0;
-        let bits = match t {
-            FloatType::F16 => u32::from(half::f16::from_f32(x / 16.0).to_bits()),
-            FloatType::E4M3 => u32::from(ibp_testdata::fp8::E4M3.from_f32(x * 4.0)),
-            FloatType::E5M2 => u32::from(ibp_testdata::fp8::E5M2.from_f32(x * 4.0)),
-            FloatType::Bf16 => u32::from(half::bf16::from_f32(x).to_bits()),
-            FloatType::F32 => x.to_bits(),
-        };
-        out.extend_from_slice(&bits.to_le_bytes()[..t.bytes()]);
-    }
-    out
-}
-
 #[test]
 fn synthetic_fp8_and_f16_rows_decode_like_the_cpu() {
     let Some(gpu) = gpu_or_skip("synthetic_fp8_and_f16_rows_decode_like_the_cpu") else {
@@ -220,7 +196,7 @@ fn synthetic_fp8_and_f16_rows_decode_like_the_cpu() {
         (FloatType::F16, 768, 4),
         (FloatType::F16, 101, 8),
     ] {
-        let data = synthetic(t, 3000, n, n as u64, Some(13));
+        let data = float_rows(t, 3000, n, n as u64, Some(13));
         let rows = Rows::new(&data, n * t.bytes()).unwrap();
         let opts = FitOptions::default().with_sub_streams(s);
         let coded = compress(&fit(t, rows, &opts).unwrap(), rows).unwrap();
@@ -239,7 +215,7 @@ fn damaged_rows_and_bad_ids_are_reported_and_zeroed() {
     let Some(gpu) = gpu_or_skip("damaged_rows_and_bad_ids_are_reported_and_zeroed") else {
         return;
     };
-    let data = synthetic(FloatType::Bf16, 200, 384, 3, None);
+    let data = float_rows(FloatType::Bf16, 200, 384, 3, None);
     let rows = Rows::new(&data, 768).unwrap();
     let coded = compress(
         &fit(FloatType::Bf16, rows, &FitOptions::default()).unwrap(),
@@ -307,7 +283,7 @@ fn staged_payload_decodes_like_the_cpu() {
         return;
     };
     for (t, n, s) in [(FloatType::Bf16, 384, 4), (FloatType::F16, 101, 2)] {
-        let data = synthetic(t, 2000, n, n as u64 + 5, Some(11));
+        let data = float_rows(t, 2000, n, n as u64 + 5, Some(11));
         let rows = Rows::new(&data, n * t.bytes()).unwrap();
         let opts = FitOptions::default().with_sub_streams(s);
         let coded = compress(&fit(t, rows, &opts).unwrap(), rows).unwrap();

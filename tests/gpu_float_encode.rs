@@ -16,7 +16,7 @@ mod common;
 
 use std::time::Instant;
 
-use common::{Rng, data_file, gpu_or_skip};
+use common::{data_file, float_rows, gpu_or_skip};
 use cust::memory::DeviceBuffer;
 use ibp::float_code::{FitOptions, FloatType, Split, compress, fit};
 use ibp::gpu::{FloatEncoder, Gpu};
@@ -108,30 +108,6 @@ fn minilm_tables_encode_like_the_cpu() {
     }
 }
 
-/// Bell-shaped values of `t`, `rows` rows of `n`; every `raw_every`-th row
-/// random bits (stored raw).
-fn synthetic(t: FloatType, rows: usize, n: usize, seed: u64, raw_every: usize) -> Vec<u8> {
-    let mut rng = Rng(seed | 1);
-    let mut out = Vec::new();
-    for j in 0..rows * n {
-        if (j / n) % raw_every == raw_every - 1 {
-            out.extend_from_slice(&rng.next().to_le_bytes()[..t.bytes()]);
-            continue;
-        }
-        let x: f32 =
-            (0..4).map(|_| (rng.next() % (1 << 20)) as f32).sum::<f32>() / (1 << 21) as f32 - 1.0;
-        let bits = match t {
-            FloatType::F16 => u32::from(half::f16::from_f32(x / 16.0).to_bits()),
-            FloatType::E4M3 => u32::from(ibp_testdata::fp8::E4M3.from_f32(x * 4.0)),
-            FloatType::E5M2 => u32::from(ibp_testdata::fp8::E5M2.from_f32(x * 4.0)),
-            FloatType::Bf16 => u32::from(half::bf16::from_f32(x).to_bits()),
-            FloatType::F32 => x.to_bits(),
-        };
-        out.extend_from_slice(&bits.to_le_bytes()[..t.bytes()]);
-    }
-    out
-}
-
 #[test]
 fn synthetic_rows_encode_like_the_cpu() {
     let Some(gpu) = gpu_or_skip("synthetic_rows_encode_like_the_cpu") else {
@@ -145,7 +121,7 @@ fn synthetic_rows_encode_like_the_cpu() {
         (FloatType::Bf16, 3, 1, None),
         (FloatType::F32, 129, 4, Some(Split::new(20, 12))),
     ] {
-        let data = synthetic(t, 3001, n, n as u64, 13);
+        let data = float_rows(t, 3001, n, n as u64, Some(13));
         let rows = Rows::new(&data, n * t.bytes()).unwrap();
         let mut opts = FitOptions::default().with_sub_streams(s);
         if let Some(sp) = split {
@@ -154,7 +130,7 @@ fn synthetic_rows_encode_like_the_cpu() {
         check(&gpu, t, rows, &opts, &format!("{t} n={n} S={s}"), 0);
     }
     // From host rows, through the encoder's own input buffer.
-    let data = synthetic(FloatType::Bf16, 500, 384, 3, 7);
+    let data = float_rows(FloatType::Bf16, 500, 384, 3, Some(7));
     let rows = Rows::new(&data, 768).unwrap();
     let mut enc = FloatEncoder::with_host_input(&gpu, 500, data.len()).unwrap();
     let opts = FitOptions::default();
@@ -167,7 +143,7 @@ fn bad_arguments_are_typed_errors() {
     let Some(gpu) = gpu_or_skip("bad_arguments_are_typed_errors") else {
         return;
     };
-    let data = synthetic(FloatType::Bf16, 100, 64, 5, 1000);
+    let data = float_rows(FloatType::Bf16, 100, 64, 5, Some(1000));
     let rows = Rows::new(&data, 128).unwrap();
     let dev = DeviceBuffer::from_slice(&data).unwrap();
     let table = fit(FloatType::Bf16, rows, &FitOptions::default()).unwrap();

@@ -13,6 +13,7 @@ use ibp_kernels::simt::{Block, Book, Lanes, Mem, Shared};
 use crate::Rows;
 use crate::float_code::{FitOptions, FloatCoded, FloatType, compress, fit};
 
+use super::float::synthetic;
 use super::xorshift;
 
 /// The decode table in the block's shared memory, at `.1`.
@@ -184,33 +185,6 @@ fn cpu_rows(coded: &FloatCoded, ids: &[u64], e: usize) -> Vec<u32> {
             u32::from_le_bytes(b)
         })
         .collect()
-}
-
-/// Bell-shaped values of `t` (`rows` rows of `n`), every eleventh row
-/// random bits (stored raw).
-fn synthetic(t: FloatType, rows: usize, n: usize, seed: u64) -> Vec<u8> {
-    let mut s = seed | 1;
-    let mut out = Vec::new();
-    for r in 0..rows {
-        for _ in 0..n {
-            let u = xorshift(&mut s);
-            let bits = if r % 11 == 5 {
-                u as u32
-            } else {
-                let x = ((u >> 40) as f32 / (1u64 << 24) as f32 - 0.5)
-                    * ((u >> 8 & 0xff) as f32 / 64.0);
-                match t {
-                    FloatType::F32 => x.to_bits(),
-                    FloatType::Bf16 => u32::from(half::bf16::from_f32(x).to_bits()),
-                    FloatType::F16 => u32::from(half::f16::from_f32(x).to_bits()),
-                    FloatType::E4M3 => u32::from(ibp_testdata::fp8::E4M3.from_f32(x * 8.0)),
-                    FloatType::E5M2 => u32::from(ibp_testdata::fp8::E5M2.from_f32(x * 8.0)),
-                }
-            };
-            out.extend_from_slice(&bits.to_le_bytes()[..t.bytes()]);
-        }
-    }
-    out
 }
 
 #[test]

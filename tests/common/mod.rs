@@ -94,3 +94,37 @@ pub fn real_tables(test: &str) -> Vec<(String, Vec<u8>, usize)> {
     }
     ibp_testdata::real_tables(cora.bytes(), model.as_deref()).unwrap()
 }
+
+/// Bell-shaped values of `t` (FP8 scaled up), `rows` rows of `n`; with
+/// `raw_every`, every such row random bits instead (stored raw).
+pub fn float_rows(
+    t: ibp::float_code::FloatType,
+    rows: usize,
+    n: usize,
+    seed: u64,
+    raw_every: Option<usize>,
+) -> Vec<u8> {
+    let mut rng = Rng(seed | 1);
+    let mut out = Vec::new();
+    for j in 0..rows * n {
+        if raw_every.is_some_and(|e| (j / n) % e == e - 1) {
+            out.extend_from_slice(&rng.next().to_le_bytes()[..t.bytes()]);
+            continue;
+        }
+        let x: f32 =
+            (0..4).map(|_| (rng.next() % (1 << 20)) as f32).sum::<f32>() / (1 << 21) as f32 - 1.0;
+        let bits = match t {
+            ibp::float_code::FloatType::F16 => u32::from(half::f16::from_f32(x / 16.0).to_bits()),
+            ibp::float_code::FloatType::E4M3 => {
+                u32::from(ibp_testdata::fp8::E4M3.from_f32(x * 4.0))
+            }
+            ibp::float_code::FloatType::E5M2 => {
+                u32::from(ibp_testdata::fp8::E5M2.from_f32(x * 4.0))
+            }
+            ibp::float_code::FloatType::Bf16 => u32::from(half::bf16::from_f32(x).to_bits()),
+            ibp::float_code::FloatType::F32 => x.to_bits(),
+        };
+        out.extend_from_slice(&bits.to_le_bytes()[..t.bytes()]);
+    }
+    out
+}

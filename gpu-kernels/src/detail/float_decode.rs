@@ -53,7 +53,6 @@
 //! two checks that read up to a boundary (the residuals' padding, the gap
 //! in the last region) mask the bits they take.
 
-pub use crate::device::float::FloatSink;
 use crate::params::{FLOAT_MAX_CODE_LEN, FLOAT_NO_SYMBOL, FloatDecodeParams, FloatView};
 use crate::params::{STATUS_BAD_INDEX, STATUS_CORRUPT};
 use crate::simt::{Async, Book, Lanes, Mem, Shared, group_or};
@@ -88,6 +87,17 @@ impl<H: Shared> Words for SharedWords<'_, H> {
         // SAFETY: the caller's contract (a shared address, below 2^32).
         unsafe { self.0.lds_u32(a as u32) }
     }
+}
+
+/// The consumer of a float-coded row's elements, one lane's share (the
+/// fused API's, `crate::device::float::FloatSink`, and the bulk decode's
+/// stores).
+pub trait FloatSink {
+    /// Element `i` of the row, its bits in the low `8·elem_bytes` bits of
+    /// `v` (a bf16 as `u16` bits: `f32::from_bits(v << 16)`). Called by
+    /// lanes `k < S` only, with `i = k, k + S, …` in that order, so a sink
+    /// must not shuffle.
+    fn put(&mut self, i: u32, v: u32);
 }
 
 /// The bulk decode's sink: element `i` stored into the output row at
@@ -695,9 +705,9 @@ pub unsafe fn decode<H: Lanes + Mem + Shared + Async, B: Book, const STAGE: bool
                 }
                 Ok((start, len)) => {
                     let src = p.payload + start;
-                    // SAFETY: the payload and the workspace as the contract
-                    // says for STAGE.
                     let at = if STAGE {
+                        // SAFETY: the payload and the workspace as the
+                        // contract says for STAGE.
                         unsafe { stage_row(h, src, len, wsg, k, g) }
                     } else {
                         src

@@ -29,21 +29,13 @@
 //! registers to assemble pieces.
 
 use super::RowError;
+pub use crate::detail::float_decode::FloatSink;
 use crate::detail::float_decode::{
     Shape, SharedWords, check_meet, decode_sub_stream, locate, put_raw, stage_row,
 };
 pub use crate::params::FloatView;
 use crate::params::STATUS_BAD_INDEX;
 use crate::simt::{Book, Machine};
-
-/// The consumer of a float-coded row's elements, one lane's share.
-pub trait FloatSink {
-    /// Element `i` of the row, its bits in the low `8·elem_bytes` bits of
-    /// `v` (a bf16 as `u16` bits: `f32::from_bits(v << 16)`). Called by
-    /// lanes `k < S` only, with `i = k, k + S, …` in that order, so a sink
-    /// must not shuffle.
-    fn put(&mut self, i: u32, v: u32);
-}
 
 /// Decode row `t` of the float-coded group `view` into `sink`, the calling
 /// warp's 32 lanes together (warp-uniform control: every lane passes the
