@@ -62,6 +62,7 @@
 
 #[cfg(any(test, feature = "cuda"))]
 mod device;
+mod parts;
 mod row;
 mod table;
 #[cfg(test)]

@@ -29,6 +29,7 @@
 
 use std::fmt::Write as _;
 
+use super::Spread;
 use cust::event::{Event, EventFlags};
 use cust::memory::DeviceBuffer;
 use cust::stream::{Stream, StreamFlags};
@@ -60,26 +61,6 @@ pub(super) struct CacheArgs {
     pub budgets: Vec<u64>,
     /// How several GPUs share the batches (`--spread`).
     pub spread: Spread,
-}
-
-/// How several GPUs share a workload's batches.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Spread {
-    /// Each GPU gathers whole batches in turn (batch b on GPU b mod n).
-    Alternate,
-    /// Every batch cut into one share a GPU of equal predicted time
-    /// (`FeatureCache::shares`, `gather_shares`).
-    Split,
-}
-
-impl Spread {
-    /// The option's value, for the results' command line.
-    pub fn name(self) -> &'static str {
-        match self {
-            Spread::Alternate => "alternate",
-            Spread::Split => "split",
-        }
-    }
 }
 
 const SEED: u64 = 0x1b9_5eed;

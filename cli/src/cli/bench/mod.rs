@@ -143,8 +143,8 @@ pub struct Args {
     /// (each GPU gathers whole batches in turn, a data-parallel step) or
     /// `split` (every batch cut into one share a GPU of equal predicted
     /// time, `FeatureCache::shares`).
-    #[arg(long, value_enum, default_value_t = cache::Spread::Alternate)]
-    spread: cache::Spread,
+    #[arg(long, value_enum, default_value_t = Spread::Alternate)]
+    spread: Spread,
     /// `--section cache`: the cache budgets, in percent of the table's
     /// uncompressed bytes (comma-separated).
     #[arg(long, value_delimiter = ',', value_name = "PERCENT", default_values_t = [1u64, 5, 25])]
@@ -620,4 +620,25 @@ fn utc_now() -> String {
     let mo = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + i64::from(mo <= 2);
     format!("{y:04}-{mo:02}-{d:02} {h:02}:{m:02} UTC")
+}
+
+/// How several GPUs share a workload's batches.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Spread {
+    /// Each GPU gathers whole batches in turn (batch b on GPU b mod n).
+    Alternate,
+    /// Every batch cut into one share a GPU of equal predicted time
+    /// (`FeatureCache::shares`, `gather_shares`).
+    Split,
+}
+
+#[cfg(feature = "cuda")]
+impl Spread {
+    /// The option's value, for the results' command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Spread::Alternate => "alternate",
+            Spread::Split => "split",
+        }
+    }
 }
