@@ -49,9 +49,12 @@ fn a_missing_library_is_a_typed_error() {
     assert_eq!(e.kind(), ErrorKind::Unsupported);
     assert!(e.message().contains("nvCOMP not found"), "{e}");
     assert!(e.message().contains("IBP_NVCOMP"), "{e}");
-    // A folder without the library.
-    let dir = std::env::temp_dir();
+    // A folder without the library (a new empty one: the temp folder itself
+    // may hold a copy, as a device script's staging leaves one there).
+    let dir = std::env::temp_dir().join(format!("ibp-no-nvcomp-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
     let e = Nvcomp::locate(Some(&dir)).unwrap_err();
+    let _ = std::fs::remove_dir(&dir);
     assert!(e.message().contains("nvCOMP not found"), "{e}");
 }
 
