@@ -585,7 +585,9 @@ pub struct FloatDecodeParams {
     pub max_len: u32,
     /// log2 of rows per index block.
     pub block_log2: u32,
-    /// Bytes of a relative row start: 0, 2 or 4.
+    /// Bytes of a relative row start: 0, 2 or 4; or
+    /// [`FLOAT_DIRECT_INDEX`]: `bases` then holds each row's start (u64,
+    /// from `payload`) and `rel` its stored length (u32).
     pub rel_width: u32,
     /// Bytes of the decode table (`2^max_len · 2`, at least 4), copied into
     /// shared memory once per block.
@@ -669,7 +671,8 @@ pub struct FloatView {
     pub max_len: u32,
     /// log2 of rows per index block.
     pub block_log2: u32,
-    /// Bytes of a relative row start: 0, 2 or 4.
+    /// Bytes of a relative row start: 0, 2 or 4; or
+    /// [`FLOAT_DIRECT_INDEX`] (a start and a length a row).
     pub rel_width: u32,
     /// Bytes of the decode table (`2^max_len · 2`, at least 4, a multiple
     /// of 4).
@@ -712,6 +715,13 @@ pub const FLOAT_MAX_CODE_LEN: u32 = 12;
 /// position of a row, and every position a damaged row's sub-stream can
 /// step to, fits a u32 with room to spare.
 pub const FLOAT_MAX_ROW_BYTES: u32 = 1 << 24;
+/// `rel_width` of a direct index: row `t` is the `rel[t]` (u32) bytes at
+/// `payload + bases[t]` (u64), wherever the rows lie (slots, a cache's
+/// slab, pinned pages: with `payload` 0 and `payload_len` `u64::MAX` the
+/// starts are addresses). Not a stored form (`docs/FORMAT.md` §7's index is
+/// the block one): the host builds it for rows it placed itself, and the
+/// decoder still checks each length against the row and the span.
+pub const FLOAT_DIRECT_INDEX: u32 = 8;
 /// A decode-table entry that no code starts with.
 pub const FLOAT_NO_SYMBOL: u32 = 0xffff;
 

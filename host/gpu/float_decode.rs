@@ -30,13 +30,13 @@
 //! ```
 
 use cust::memory::{DeviceBuffer, DeviceSlice};
-use ibp_kernels::params::{FloatDecodeParams, FloatView};
+use ibp_kernels::params::{FLOAT_DIRECT_INDEX, FloatDecodeParams, FloatView};
 
 use super::memory::{GpuReadable, GpuWritable, Span};
 use super::stream::GpuStream;
 use super::{DecodeStatus, Gpu, cuda_err, kernels};
 use crate::error::{Error, Result};
-use crate::float_code::FloatCoded;
+use crate::float_code::{FloatCoded, Table};
 
 /// Warps a block of the decode.
 const WARPS: u32 = 8;
@@ -85,6 +85,36 @@ impl Plan {
 /// Bytes of padding after the payload on the device: the decoder reads
 /// whole aligned words around a row's bytes (`FloatDecodeParams`).
 const PAYLOAD_PAD: usize = 16;
+
+/// Where a launch reads and how many rows it writes: the payload's
+/// address, the ids' address (0 for the range from `first`) and the rows.
+#[derive(Clone, Copy)]
+struct Launch {
+    payload: u64,
+    ids: u64,
+    first: u64,
+    count: u64,
+}
+
+/// Rows of one float-coded group placed by their owner, as
+/// [`FloatDecoder::gather_direct`] reads them
+/// (`ibp_kernels::params::FLOAT_DIRECT_INDEX`): row `t` is the `lens[t]`
+/// bytes at `span + starts[t]`.
+///
+/// Every field is a device address or a count: `starts` (u64) and `lens`
+/// (u32) hold `rows` entries in memory the device reads; every row lies
+/// inside `span .. span + span_len`, a span 16-aligned whose 16-byte
+/// pieces around each row, and the 16 bytes after each row, the device
+/// reads too (with `span` 0 and `span_len` `u64::MAX` the starts are
+/// addresses: rows in a slab and in mapped pinned pages at once).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct DirectIndex {
+    pub span: u64,
+    pub span_len: u64,
+    pub starts: u64,
+    pub lens: u64,
+    pub rows: u64,
+}
 
 /// A float-coded group in device memory, and the decode of its rows.
 ///
@@ -392,6 +422,64 @@ impl FloatDecoder {
         Ok(addr)
     }
 
+    /// A decoder of rows under `table`, `row_bytes` bytes each, that their
+    /// owner places itself (a KV store's slots, a cache's slab and host
+    /// rows): the decode table on the device, no payload or index; decode
+    /// with [`FloatDecoder::gather_direct`]. Allocates and copies the
+    /// table, synchronously; errors as [`FloatDecoder::new`].
+    pub(crate) fn for_table(gpu: &Gpu, table: &Table, row_bytes: usize) -> Result<Self> {
+        let none = crate::float_code::compress(table, crate::Rows::new(&[], row_bytes)?)?;
+        Self::without_payload(gpu, &none)
+    }
+
+    /// Enqueue the decode of rows placed by a [`DirectIndex`]: output row
+    /// `i` gets row `ids[i]` (`ids` a device address of `count` u64), or
+    /// `first + i` when `ids` is 0. A row whose index entry is out of its
+    /// span or longer than a row, and an id past the index, are reported by
+    /// `status` (their output rows zeroed).
+    ///
+    /// Errors with [`crate::ErrorKind::InvalidArgument`] for an `out`
+    /// shorter than `count · L` or not aligned to the element size.
+    ///
+    /// # Safety
+    /// `rows` is as [`DirectIndex`] says, and `ids`, when not 0, the device
+    /// address of `count` u64, each valid until the decode has run.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn gather_direct<O: GpuWritable + ?Sized, S: GpuStream + ?Sized>(
+        &self,
+        gpu: &Gpu,
+        rows: &DirectIndex,
+        ids: u64,
+        first: u64,
+        count: u64,
+        out: &mut O,
+        status: &DecodeStatus,
+        stream: &S,
+    ) -> Result<()> {
+        let placed = FloatDecodeParams {
+            payload_len: rows.span_len,
+            bases: rows.starts,
+            rel: rows.lens,
+            rows: rows.rows,
+            block_log2: 0,
+            rel_width: FLOAT_DIRECT_INDEX,
+            ..self.params
+        };
+        if ids == 0 && first.checked_add(count).is_none_or(|e| e > rows.rows) {
+            return Err(Error::invalid(format!(
+                "rows {first}..+{count} of a direct index of {} rows",
+                rows.rows
+            )));
+        }
+        let at = Launch {
+            payload: rows.span,
+            ids,
+            first,
+            count,
+        };
+        self.enqueue_as(gpu, &placed, at, out, status, stream)
+    }
+
     /// The one launch: `count` output rows, from `ids` (an address, 0 for
     /// the range from `first`), the payload at `payload`.
     #[allow(clippy::too_many_arguments)]
@@ -406,7 +494,33 @@ impl FloatDecoder {
         status: &DecodeStatus,
         stream: &S,
     ) -> Result<()> {
-        let l = self.params.row_bytes as u64;
+        let at = Launch {
+            payload,
+            ids,
+            first,
+            count,
+        };
+        self.enqueue_as(gpu, &self.params, at, out, status, stream)
+    }
+
+    /// [`FloatDecoder::enqueue`] of the group `group` (this decoder's, or
+    /// one placed by a [`DirectIndex`]).
+    fn enqueue_as<O: GpuWritable + ?Sized, S: GpuStream + ?Sized>(
+        &self,
+        gpu: &Gpu,
+        group: &FloatDecodeParams,
+        at: Launch,
+        out: &mut O,
+        status: &DecodeStatus,
+        stream: &S,
+    ) -> Result<()> {
+        let Launch {
+            payload,
+            ids,
+            first,
+            count,
+        } = at;
+        let l = group.row_bytes as u64;
         let need = count.checked_mul(l);
         if need.is_none_or(|n| n > out.writable_len() as u64) {
             return Err(Error::invalid(format!(
@@ -416,10 +530,10 @@ impl FloatDecoder {
             )));
         }
         let addr = out.device_addr_mut();
-        if !addr.is_multiple_of(u64::from(self.params.elem_bytes)) {
+        if !addr.is_multiple_of(u64::from(group.elem_bytes)) {
             return Err(Error::invalid(format!(
                 "the output at {addr:#x} is not aligned to the {}-byte elements",
-                self.params.elem_bytes
+                group.elem_bytes
             )));
         }
         if count == 0 {
@@ -434,18 +548,20 @@ impl FloatDecoder {
             out_stride: l,
             status: status.words.as_device_ptr().as_raw(),
             stage_bytes: self.plan.stage_bytes,
-            ..self.params
+            ..*group
         };
         // Rows a block decodes at once: 32 / G a warp.
-        let g = self.params.sub_streams.next_power_of_two();
+        let g = group.sub_streams.next_power_of_two();
         let per_block = u64::from(WARPS * (32 / g));
         let grid = count.div_ceil(per_block).min(u64::from(self.plan.resident)) as u32;
         // SAFETY: the payload (padded by PAYLOAD_PAD) is this decoder's
         // device buffer or a staging area the caller vouched for as memory
         // the device reads (a `Span`: device memory or mapped pinned
-        // memory) of at least `staging_bytes` (checked by `staged_payload`); index and table are this decoder's device
-        // buffers laid out by `device_image`, as
-        // FloatDecodeParams requires; `ids` holds `count` u64 (a
+        // memory) of at least `staging_bytes` (checked by `staged_payload`),
+        // or the span of a DirectIndex its caller vouched for
+        // (`gather_direct`'s contract); index and table are this decoder's
+        // device buffers laid out by `device_image` (or the DirectIndex's),
+        // as FloatDecodeParams requires; `ids` holds `count` u64 (a
         // DeviceSlice's length) or is 0 with `first + count <= rows`
         // (checked by `range`); `out` holds `count` rows of `l` bytes,
         // aligned to the element (checked above); the status is two u64;

@@ -9,7 +9,9 @@
 
 use ibp_kernel_emu::{Buffer, Grid, HostBytes, Lane, launch};
 use ibp_kernels::detail::float_decode::decode;
-use ibp_kernels::params::{FloatDecodeParams, STATUS_BAD_INDEX, STATUS_CORRUPT};
+use ibp_kernels::params::{
+    FLOAT_DIRECT_INDEX, FloatDecodeParams, STATUS_BAD_INDEX, STATUS_CORRUPT,
+};
 use ibp_kernels::simt::{Async, Lanes, Mem, Shared};
 
 use crate::Rows;
@@ -216,6 +218,37 @@ impl Image {
             bases: Buffer::from_bytes(&img.bases),
             rel: Buffer::from_bytes(&img.rel),
             params: img.params,
+        }
+    }
+
+    /// The rows of `coded` placed by a direct index
+    /// (`FLOAT_DIRECT_INDEX`): in slots of `row_bytes + 32` bytes in
+    /// reverse order, row `t` at byte `t % 5` of its slot, as a KV store or
+    /// a cache places rows it owns.
+    fn direct(coded: &FloatCoded) -> Self {
+        let base = Self::of(coded);
+        let n = coded.rows();
+        let slot = coded.row_bytes().next_multiple_of(16) + 32;
+        let mut payload = vec![0u8; n * slot + 16];
+        let (mut starts, mut lens) = (Vec::new(), Vec::new());
+        for t in 0..n {
+            let r = coded.row_range(t).unwrap();
+            let at = (n - 1 - t) * slot + t % 5;
+            payload[at..at + r.len()].copy_from_slice(&coded.payload()[r.clone()]);
+            starts.push(at as u64);
+            lens.push(r.len() as u32);
+        }
+        Image {
+            payload: Buffer::from_bytes(&payload),
+            bases: Buffer::from_slice(&starts),
+            rel: Buffer::from_slice(&lens),
+            params: FloatDecodeParams {
+                payload_len: (n * slot) as u64,
+                rel_width: FLOAT_DIRECT_INDEX,
+                block_log2: 0,
+                ..base.params
+            },
+            table: base.table,
         }
     }
 
@@ -532,4 +565,51 @@ fn emulated_float_decode_reports_corrupt_rows_and_bad_ids() {
     assert!(out[5 * l..7 * l].iter().all(|&v| v == 0));
     assert_eq!(&out[..5 * l], &cpu_gather(&coded, &all[..5])[..]);
     assert_eq!(&out[7 * l..], &cpu_gather(&coded, &all[7..])[..]);
+}
+
+#[test]
+fn emulated_float_decode_reads_rows_by_a_direct_index() {
+    // Rows placed where their owner put them (slots, reverse order,
+    // unaligned starts) decode as the CPU's, by range and by gather.
+    for (t, n, s) in [(FloatType::Bf16, 64, 4), (FloatType::F32, 33, 2)] {
+        let data = synthetic(t, 45, n, 19 + n as u64);
+        let rows = Rows::new(&data, n * t.bytes()).unwrap();
+        let table = fit(t, rows, &FitOptions::default().with_sub_streams(s)).unwrap();
+        let coded = compress(&table, rows).unwrap();
+        let img = Image::direct(&coded);
+        let all: Vec<u64> = (0..coded.rows() as u64).collect();
+        let (out, st) = img.run(None, 0, all.len(), (2, 2));
+        assert_eq!(st, [0, u64::MAX], "{t}: direct range status");
+        assert!(out == cpu_gather(&coded, &all), "{t}: direct range differs");
+        let ids = [7, 0, 44, 7, 20];
+        let (out, st) = img.run(Some(&ids), 0, ids.len(), (1, 1));
+        assert_eq!(st, [0, u64::MAX], "{t}: direct gather status");
+        assert!(
+            out == cpu_gather(&coded, &ids),
+            "{t}: direct gather differs"
+        );
+    }
+    // A length past the row, and a row past the span: refused, zeroed.
+    let data = synthetic(FloatType::Bf16, 12, 40, 5);
+    let rows = Rows::new(&data, 80).unwrap();
+    let coded = compress(
+        &fit(FloatType::Bf16, rows, &FitOptions::default()).unwrap(),
+        rows,
+    )
+    .unwrap();
+    let mut img = Image::direct(&coded);
+    img.rel.bytes_mut()[4 * 3..4 * 4].copy_from_slice(&81u32.to_le_bytes());
+    let end = img.params.payload_len - 10;
+    img.bases.bytes_mut()[8 * 9..8 * 10].copy_from_slice(&end.to_le_bytes());
+    let all: Vec<u64> = (0..12).collect();
+    let (out, st) = img.run(None, 0, 12, (1, 1));
+    assert_eq!(st, [STATUS_CORRUPT, 3]);
+    for i in 0..12 {
+        let got = &out[i * 80..(i + 1) * 80];
+        if i == 3 || (i == 9 && coded.row_range(9).unwrap().len() > 10) {
+            assert!(got.iter().all(|&v| v == 0), "row {i} not zeroed");
+        } else if i != 9 {
+            assert_eq!(got, &cpu_gather(&coded, &all[i..=i])[..], "row {i}");
+        }
+    }
 }

@@ -53,7 +53,8 @@
 //! two checks that read up to a boundary (the residuals' padding, the gap
 //! in the last region) mask the bits they take.
 
-use crate::params::{FLOAT_MAX_CODE_LEN, FLOAT_NO_SYMBOL, FloatDecodeParams, FloatView};
+use crate::params::{FLOAT_DIRECT_INDEX, FLOAT_MAX_CODE_LEN, FLOAT_NO_SYMBOL};
+use crate::params::{FloatDecodeParams, FloatView};
 use crate::params::{STATUS_BAD_INDEX, STATUS_CORRUPT};
 use crate::simt::{Async, Book, Lanes, Mem, Shared, group_or};
 
@@ -226,6 +227,14 @@ unsafe fn row_start<H: Mem>(h: &H, p: &FloatView, t: u64) -> u64 {
 pub unsafe fn locate<H: Mem>(h: &H, p: &FloatView, t: u64) -> Result<(u64, u32), u64> {
     if t >= p.rows {
         return Err(STATUS_BAD_INDEX);
+    }
+    if p.rel_width == FLOAT_DIRECT_INDEX {
+        // SAFETY: t < rows; a direct index holds a start and a length a row.
+        let (start, len) = unsafe { (h.ld_u64(p.bases + 8 * t), h.ld_u32(p.rel + 4 * t)) };
+        if len > p.row_bytes || start > p.payload_len || p.payload_len - start < len as u64 {
+            return Err(STATUS_CORRUPT);
+        }
+        return Ok((start, len));
     }
     // SAFETY: t < rows (and t + 1 < rows for the next start).
     let (start, end) = unsafe {
