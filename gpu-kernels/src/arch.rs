@@ -437,6 +437,18 @@ pub unsafe fn ld_global_u64(addr: u64) -> u64 {
     r
 }
 
+/// Load a u16 from shared memory.
+///
+/// # Safety
+/// `addr` a valid, 2-aligned shared address.
+#[inline(always)]
+pub unsafe fn ld_shared_u16(addr: u32) -> u32 {
+    let r: u16;
+    // SAFETY: the caller guarantees the address.
+    unsafe { asm!("ld.shared.u16 {r}, [{a}];", r = out(reg16) r, a = in(reg32) addr) }
+    r as u32
+}
+
 /// Load a byte from shared memory.
 ///
 /// # Safety

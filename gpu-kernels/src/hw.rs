@@ -127,6 +127,10 @@ impl Book for SharedBook {
         unsafe { arch::ld_shared_u32(self.0 + off) }
     }
     #[inline(always)]
+    unsafe fn ld_u16(&self, off: u32) -> u32 {
+        unsafe { arch::ld_shared_u16(self.0 + off) }
+    }
+    #[inline(always)]
     unsafe fn ld_v2(&self, off: u32) -> [u32; 2] {
         unsafe { arch::ld_shared_v2(self.0 + off) }
     }

@@ -228,6 +228,16 @@ pub trait Book {
     /// # Safety
     /// `off` inside the table, 4-aligned.
     unsafe fn ld_u32(&self, off: u32) -> u32;
+    /// Load a u16 (by default from the aligned word that holds it).
+    ///
+    /// # Safety
+    /// `off` inside the table, 2-aligned, its 4-aligned word inside too.
+    #[inline(always)]
+    unsafe fn ld_u16(&self, off: u32) -> u32 {
+        // SAFETY: the caller's contract.
+        let w = unsafe { self.ld_u32(off & !3) };
+        (w >> ((off & 2) * 8)) & 0xffff
+    }
     /// Load 8 bytes.
     ///
     /// # Safety

@@ -66,6 +66,15 @@ pub trait Words {
     /// # Safety
     /// `a` readable and 4-aligned.
     unsafe fn word(&self, a: u64) -> u32;
+    /// The byte at `a` (by default from the word that holds it).
+    ///
+    /// # Safety
+    /// The 4-aligned word holding `a` readable.
+    #[inline(always)]
+    unsafe fn byte(&self, a: u64) -> u32 {
+        // SAFETY: the caller's contract.
+        (unsafe { self.word(a & !3) } >> ((a & 3) * 8)) & 0xff
+    }
 }
 
 /// Row bytes in global memory (device or mapped pinned host memory).
@@ -77,6 +86,11 @@ impl<H: Mem> Words for GlobalWords<'_, H> {
         // SAFETY: the caller's contract.
         unsafe { self.0.ld_u32(a) }
     }
+    #[inline(always)]
+    unsafe fn byte(&self, a: u64) -> u32 {
+        // SAFETY: the caller's contract.
+        unsafe { self.0.ld_u8(a) }
+    }
 }
 
 /// Row bytes in shared memory (a warp's workspace), by shared address.
@@ -87,6 +101,11 @@ impl<H: Shared> Words for SharedWords<'_, H> {
     unsafe fn word(&self, a: u64) -> u32 {
         // SAFETY: the caller's contract (a shared address, below 2^32).
         unsafe { self.0.lds_u32(a as u32) }
+    }
+    #[inline(always)]
+    unsafe fn byte(&self, a: u64) -> u32 {
+        // SAFETY: the caller's contract (a shared address, below 2^32).
+        unsafe { self.0.lds_u8(a as u32) }
     }
 }
 
@@ -168,19 +187,25 @@ impl Bits {
     /// The payload readable as [`Bits`] says.
     #[inline(always)]
     pub unsafe fn peek<W: Words>(&mut self, h: &W, bit: u32) -> u32 {
-        if bit >= self.len {
-            return 0;
-        }
-        let q = self.skip + bit;
+        // Q: why read at bit 0 for a position past the end, and select 0
+        // after? A: a lane's forward and backward reads reach the end at
+        // different steps; a branch around the read would split the warp
+        // there, a select does not.
+        let inside = bit < self.len;
+        let q = self.skip + if inside { bit } else { 0 };
         let wi = q >> 5;
         if wi != self.held {
             self.held = wi;
             let a = self.al + (wi << 2) as u64;
-            // SAFETY: `bit` is inside the area, so the word holding it and
-            // the next are inside the readable span.
+            // SAFETY: `q` is the area's first bit or a bit inside it, so
+            // the word holding it and the next are inside the readable span.
             self.word = unsafe { h.word(a) as u64 | (h.word(a + 4) as u64) << 32 };
         }
-        (self.word >> (q & 31)) as u32
+        if inside {
+            (self.word >> (q & 31)) as u32
+        } else {
+            0
+        }
     }
 }
 
@@ -190,9 +215,8 @@ impl Bits {
 /// `j < 2^max_len`; the table holds `2^max_len` u16 in whole 4-byte words.
 #[inline(always)]
 unsafe fn entry<B: Book>(table: &B, j: u32) -> u32 {
-    // SAFETY: the caller's contract; the word holding entry j.
-    let w = unsafe { table.ld_u32((2 * j) & !3) };
-    (w >> ((j & 1) * 16)) & 0xffff
+    // SAFETY: the caller's contract; entry j and the word holding it.
+    unsafe { table.ld_u16(2 * j) }
 }
 
 /// Where row `t` starts in the payload.
@@ -421,10 +445,7 @@ pub unsafe fn decode_sub_stream<W: Words, B: Book, K: FloatSink>(
     // start (bit `sbit` of it is the row's first bit).
     let ral = src & !3;
     let sbit = ((src & 3) * 8) as u32;
-    // Q: why one path for both directions? A: the even and odd lanes of a
-    // group run side by side; with a branch a direction the warp would run
-    // both paths for every code. A backward read is a forward read of the
-    // 32 bits below the position, bit-reversed, so selects suffice.
+    // Both directions take one path ([`read_at`]).
     //
     // Q: why two codes a read? A: a read is the loop's longest part (the
     // held word's check and load, the direction's selects and shifts), and
@@ -438,50 +459,52 @@ pub unsafe fn decode_sub_stream<W: Words, B: Book, K: FloatSink>(
     // decoded from zeros would.
     let back = k & 1 == 1;
     let mut pos = if back { end } else { start };
-    let mut err = 0;
+    // Any code missing from the table, as a flag (no branch a code).
+    let mut bad = false;
     let mut i = k;
-    while i < sh.n {
-        let (q, up) = if !back {
-            (pos, 0)
-        } else if pos >= 32 {
-            (pos - 32, 0)
-        } else {
-            // Bits below the area's start read as 0.
-            (0, 32 - pos)
-        };
+    // Q: why a loop of whole pairs and a tail? A: the pair's second code
+    // is then always an element, so the loop carries no test and no
+    // branch for it.
+    while i + sh.s < sh.n {
         // SAFETY: Bits reads inside the row.
-        let w = ((u64::from(unsafe { area.peek(h, q) }) << up) & 0xffff_ffff) as u32;
-        // The bits in reading order from bit 0 on.
-        let rd = if back { w.reverse_bits() } else { w };
+        let rd = unsafe { read_at(h, &mut area, pos, back) };
         // SAFETY: both indices are below 2^m, the table's length.
         let e1 = unsafe { entry(table, rd & dmask) };
         let l1 = e1 >> 12;
         // SAFETY: as above (l1 ≤ 15).
         let e2 = unsafe { entry(table, (rd >> l1) & dmask) };
+        bad |= (e1 == FLOAT_NO_SYMBOL) | (e2 == FLOAT_NO_SYMBOL);
+        pos = advance(pos, l1 + (e2 >> 12), back);
         let i2 = i + sh.s;
-        let two = i2 < sh.n;
-        if e1 == FLOAT_NO_SYMBOL || (two && e2 == FLOAT_NO_SYMBOL) {
-            err = STATUS_CORRUPT;
-        }
-        let step = if two { l1 + (e2 >> 12) } else { l1 };
-        // Q: why wrapping? A: a damaged row's backward sub-stream may step
-        // below 0; the position is then far past the row's end (rows are
-        // at most FLOAT_MAX_ROW_BYTES), reads 0 and fails the meeting
-        // check, as the CPU decoder's does.
-        pos = if back {
-            pos.wrapping_sub(step)
-        } else {
-            pos.wrapping_add(step)
-        };
-        // SAFETY: i < n (and i2 < n for the second).
+        // SAFETY: i < i2 < n.
         unsafe {
-            sink.put(i, sh.compose(residual(h, sh, ral, sbit, i), e1 & 0xfff));
-            if two {
-                sink.put(i2, sh.compose(residual(h, sh, ral, sbit, i2), e2 & 0xfff));
-            }
+            sink.put(
+                i,
+                sh.compose(residual(h, sh, src, ral, sbit, i), e1 & 0xfff),
+            );
+            sink.put(
+                i2,
+                sh.compose(residual(h, sh, src, ral, sbit, i2), e2 & 0xfff),
+            );
         }
         i = i2 + sh.s;
     }
+    if i < sh.n {
+        // SAFETY: as in the loop.
+        let rd = unsafe { read_at(h, &mut area, pos, back) };
+        // SAFETY: as in the loop.
+        let e1 = unsafe { entry(table, rd & dmask) };
+        bad |= e1 == FLOAT_NO_SYMBOL;
+        pos = advance(pos, e1 >> 12, back);
+        // SAFETY: i < n.
+        unsafe {
+            sink.put(
+                i,
+                sh.compose(residual(h, sh, src, ral, sbit, i), e1 & 0xfff),
+            )
+        };
+    }
+    let mut err = if bad { STATUS_CORRUPT } else { 0 };
     // The residuals' padding, to a whole byte, is zero.
     let pad = sh.res_bytes * 8 - sh.n * sh.r;
     if k == 0 && pad > 0 {
@@ -494,16 +517,61 @@ pub unsafe fn decode_sub_stream<W: Words, B: Book, K: FloatSink>(
     (pos, err)
 }
 
-/// Element `i`'s residual bits, from the residual section of the row whose
-/// first bit is bit `sbit` of the 4-aligned address `ral`.
+/// The 32 code bits at a sub-stream's position, in reading order from
+/// bit 0: those from `pos` on (forward), or the 32 below `pos`
+/// bit-reversed (backward; bits below the area's start read as 0).
+///
+/// Q: why one path for both directions, with selects? A: the even and
+/// odd lanes of a group run side by side; with a branch a direction the
+/// warp would run both paths for every read. A backward read is a forward
+/// read of the 32 bits below the position, bit-reversed.
+///
+/// # Safety
+/// As [`Bits::peek`].
+#[inline(always)]
+unsafe fn read_at<W: Words>(h: &W, area: &mut Bits, pos: u32, back: bool) -> u32 {
+    let (q, up) = if back {
+        (pos.max(32) - 32, 32 - pos.min(32))
+    } else {
+        (pos, 0)
+    };
+    // SAFETY: the caller's contract.
+    let w = ((u64::from(unsafe { area.peek(h, q) }) << up) & 0xffff_ffff) as u32;
+    if back { w.reverse_bits() } else { w }
+}
+
+/// A sub-stream's position after `step` bits.
+///
+/// Q: why wrapping? A: a damaged row's backward sub-stream may step below
+/// 0; the position is then far past the row's end (rows are at most
+/// FLOAT_MAX_ROW_BYTES), reads 0 and fails the meeting check, as the CPU
+/// decoder's does.
+#[inline(always)]
+fn advance(pos: u32, step: u32, back: bool) -> u32 {
+    if back {
+        pos.wrapping_sub(step)
+    } else {
+        pos.wrapping_add(step)
+    }
+}
+
+/// Element `i`'s residual bits, from the residual section of the row at
+/// `src`, whose first bit is bit `sbit` of the 4-aligned address `ral`.
+///
+/// Q: why a path for 8 bits? A: bf16's default split leaves sign and
+/// mantissa, 8 bits, as the residual: one byte load where a word pair
+/// takes two loads, a funnel shift and the address arithmetic.
 ///
 /// # Safety
 /// `i < n`: bit i·r of the residuals is inside the row, and the word pair
 /// read at most 7 bytes past it (the payload's padding).
 #[inline(always)]
-unsafe fn residual<W: Words>(h: &W, sh: &Shape, ral: u64, sbit: u32, i: u32) -> u32 {
+unsafe fn residual<W: Words>(h: &W, sh: &Shape, src: u64, ral: u64, sbit: u32, i: u32) -> u32 {
     if sh.r == 0 {
         0
+    } else if sh.r == 8 {
+        // SAFETY: byte i of the residuals is inside the row.
+        unsafe { h.byte(src + i as u64) }
     } else {
         // SAFETY: the caller's contract.
         unsafe { bits_at(h, ral, sbit + i * sh.r) & sh.rmask }

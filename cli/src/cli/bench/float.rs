@@ -46,8 +46,16 @@ fn cast(f32s: &[u8], t: FloatType) -> Vec<u8> {
         .collect()
 }
 
-/// Append the float coding's fit and compression section to `md`.
-pub fn section(gpu: &Gpu, real_bytes: usize, md: &mut String) -> Result<()> {
+/// Append the float coding's fit and compression section to `md`, and the
+/// decode's row-length sweep ([`super::float_sweep`]) unless `no_sweep`
+/// (`sweep_only`: the sweep alone).
+pub fn section(
+    gpu: &Gpu,
+    real_bytes: usize,
+    sweep_only: bool,
+    no_sweep: bool,
+    md: &mut String,
+) -> Result<()> {
     let Some((_, f32s, l)) = super::real_tables()?
         .into_iter()
         .find(|(name, _, _)| name == "MiniLM word embeddings f32")
@@ -58,6 +66,24 @@ pub fn section(gpu: &Gpu, real_bytes: usize, md: &mut String) -> Result<()> {
         );
         return Ok(());
     };
+    if !sweep_only {
+        encode_table(gpu, real_bytes, &f32s, l, md)?;
+    }
+    if !no_sweep {
+        super::float_sweep::section(gpu, &f32s, cast, md)?;
+    }
+    Ok(())
+}
+
+/// The fit and compression table: every type, replicated to at least
+/// `real_bytes`, rows of `l / 4` values.
+fn encode_table(
+    gpu: &Gpu,
+    real_bytes: usize,
+    f32s: &[u8],
+    l: usize,
+    md: &mut String,
+) -> Result<()> {
     let _ = writeln!(
         md,
         "## Float coding: fit and compression\n\nMiniLM's word embeddings cast to each type (FP8 scaled by 16), replicated to at least {real_bytes} bytes, default options (4 sub-streams). Wall-clock time of the blocking calls, median of 5 after a warm-up: *fit* is `FloatEncoder::fit` (histogram kernel, its read-back and the host's choice), *encode* `FloatEncoder::encode` (sizes, scan, read-back of the total, memset, encode kernel), the output left on the device; *CPU* is `float_code::fit` plus `compress` on this machine's CPU ({} threads), one run. Every configuration was first compared byte for byte with the CPU. Rates are input bytes per second.\n\n| data | bytes | ratio | fit ms | encode ms | **fit + encode GB/s** | CPU GB/s |\n| --- | --- | --- | --- | --- | --- | --- |",
@@ -71,7 +97,7 @@ pub fn section(gpu: &Gpu, real_bytes: usize, md: &mut String) -> Result<()> {
         FloatType::E4M3,
         FloatType::E5M2,
     ] {
-        let one = cast(&f32s, t);
+        let one = cast(f32s, t);
         let copies = real_bytes.div_ceil(one.len()).max(1);
         let data = one.repeat(copies);
         let row = n * t.bytes();

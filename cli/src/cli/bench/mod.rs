@@ -14,6 +14,8 @@ mod file;
 #[cfg(feature = "cuda")]
 mod float;
 #[cfg(feature = "cuda")]
+mod float_sweep;
+#[cfg(feature = "cuda")]
 mod graph;
 #[cfg(feature = "cuda")]
 mod kv;
@@ -108,11 +110,11 @@ pub struct Args {
     pub(super) section: String,
     #[command(flatten)]
     pub(super) peers: peers::PeerArgs,
-    /// `--section device`: only the row-length sweep, none of the other
-    /// tables.
+    /// `--section device` and `float`: only the row-length sweep, none of
+    /// the other tables.
     #[arg(long, conflicts_with = "no_sweep")]
     pub(super) sweep_only: bool,
-    /// `--section device`: leave the row-length sweep out.
+    /// `--section device` and `float`: leave the row-length sweep out.
     #[arg(long)]
     pub(super) no_sweep: bool,
     /// `--section device`: the sweep's row lengths in bytes
@@ -282,7 +284,13 @@ fn suite(args: Args) -> Result<()> {
         )?;
     }
     if args.section == "float" {
-        float::section(&gpu, args.real_bytes, &mut md)?;
+        float::section(
+            &gpu,
+            args.real_bytes,
+            args.sweep_only,
+            args.no_sweep,
+            &mut md,
+        )?;
     } else if args.section == "cache" {
         cache_section(&gpu, &args, &mut md)?;
     } else if args.section == "collective" {
@@ -335,6 +343,14 @@ fn check_peer_flags(args: &Args) -> Result<()> {
 /// The sweep's options apply to `--section device` alone.
 #[cfg(feature = "cuda")]
 fn check_sweep_flags(args: &Args) -> Result<()> {
+    if args.section == "float"
+        && !(args.sweep_rows.is_some()
+            || args.sweep_chunks.is_some()
+            || args.sweep_savings.is_some()
+            || args.sweep_mib != 128)
+    {
+        return Ok(());
+    }
     let given = args.sweep_only
         || args.no_sweep
         || args.sweep_rows.is_some()
@@ -343,7 +359,7 @@ fn check_sweep_flags(args: &Args) -> Result<()> {
         || args.sweep_mib != 128;
     if given && args.section != "device" {
         return Err(ibp::Error::invalid(
-            "the --sweep-* options and --no-sweep apply to --section device",
+            "the --sweep-* options and --no-sweep apply to --section device (--sweep-only and --no-sweep to --section float too)",
         ));
     }
     Ok(())

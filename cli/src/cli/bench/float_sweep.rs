@@ -1,0 +1,116 @@
+//! `ibp bench --section float`'s row-length sweep of the float coding's
+//! device-resident decode: MiniLM's real values (cast to bf16, f32 and FP8
+//! E4M3) laid out as rows of 64 B to 16 KiB, each table replicated to
+//! about 64 MiB, coded with the default options and decoded whole from
+//! device memory by both kernels (`ibp_float_decode_staged` where a
+//! block's stages fit, and `ibp_float_decode`), against the device copy of
+//! the same run. Every configuration is decoded once into a poisoned
+//! buffer and compared with the original before it is timed.
+//!
+//! Q: why real values at every length, not synthetic rows? A: the coding's
+//! work follows the data (code lengths, raw rows); the sweep changes only
+//! the row length, so each cell's difference is the shape's.
+
+#![cfg(feature = "cuda")]
+
+use std::fmt::Write as _;
+
+use cust::memory::DeviceBuffer;
+use cust::stream::{Stream, StreamFlags};
+use ibp::float_code::{FitOptions, FloatType, compress, fit};
+use ibp::gpu::{DecodeStatus, FloatDecoder, Gpu, copy_to_host_blocking};
+use ibp::{Error, Result, Rows};
+
+use ibp_cli::measure::time_median;
+
+/// Bytes each cell decodes, about.
+const CELL_BYTES: usize = 64 << 20;
+
+/// Row lengths of the sweep, in bytes.
+const ROW_BYTES: [usize; 6] = [64, 256, 768, 2048, 8192, 16384];
+
+/// Append the sweep to `md`: one row a type and row length. `values` are
+/// MiniLM's word embeddings (f32), `cast` makes a type's bytes of them.
+pub(super) fn section(
+    gpu: &Gpu,
+    values: &[u8],
+    cast: fn(&[u8], FloatType) -> Vec<u8>,
+    md: &mut String,
+) -> Result<()> {
+    let stream = Stream::new(StreamFlags::NON_BLOCKING, None)
+        .map_err(|e| Error::cuda(format!("creating a stream: {e}")))?;
+    let copy = super::decode::device_copy_rate(&stream)?;
+    let _ = writeln!(
+        md,
+        "## Float coding: row-length sweep, device-resident range decode\n\nMiniLM's word embeddings cast to each type (FP8 scaled by 16), as rows of the given length, replicated to about {} MiB, default options (4 sub-streams); decoded whole from device memory, median of 9 calls after 2 warm-ups, output checked first. *staged*: `ibp_float_decode_staged` (where a block's stages fit 112 KiB; `-` otherwise); *direct*: `ibp_float_decode`; *moved / copy*: the faster kernel's (stored + decoded bytes) a second ÷ this run's device copy ({copy:.0} GB/s, read plus written). Rates are decoded bytes a second.\n\n| type | row bytes | ratio | staged GB/s | direct GB/s | moved / copy | default kernel |\n| --- | --- | --- | --- | --- | --- | --- |",
+        CELL_BYTES >> 20
+    );
+    for t in [FloatType::Bf16, FloatType::F32, FloatType::E4M3] {
+        let one = cast(values, t);
+        for row in ROW_BYTES {
+            let usable = one.len() / row * row;
+            if usable == 0 {
+                continue;
+            }
+            let data = one[..usable].repeat(CELL_BYTES.div_ceil(usable).max(1));
+            let rows = Rows::new(&data, row)?;
+            let coded = compress(&fit(t, rows, &FitOptions::default())?, rows)?;
+            let ratio = data.len() as f64 / coded.stored_bytes() as f64;
+            let dec = FloatDecoder::new(gpu, &coded)?;
+            let default_staged = dec.stages_rows();
+            let mut out = DeviceBuffer::<u8>::zeroed(data.len())
+                .map_err(|e| Error::cuda(format!("allocating the output: {e}")))?;
+            let mut status = DecodeStatus::new()?;
+            let staged = if default_staged {
+                Some(rate(gpu, &stream, &dec, &data, &mut out, &mut status)?)
+            } else {
+                None
+            };
+            let direct = dec.with_staging(gpu, false)?;
+            let direct_rate = rate(gpu, &stream, &direct, &data, &mut out, &mut status)?;
+            let best = staged.unwrap_or(0.0).max(direct_rate);
+            let moved = best * (1.0 + 1.0 / ratio);
+            let _ = writeln!(
+                md,
+                "| {t} | {row} | {ratio:.3} | {} | {direct_rate:.1} | {:.2} | {} |",
+                staged.map_or("-".to_string(), |s| format!("{s:.1}")),
+                moved / copy,
+                if default_staged { "staged" } else { "direct" }
+            );
+        }
+    }
+    md.push('\n');
+    Ok(())
+}
+
+/// `dec`'s whole range decoded into `out`, checked against `data`, then
+/// timed: decoded GB/s.
+fn rate(
+    gpu: &Gpu,
+    stream: &Stream,
+    dec: &FloatDecoder,
+    data: &[u8],
+    out: &mut DeviceBuffer<u8>,
+    status: &mut DecodeStatus,
+) -> Result<f64> {
+    out.set_8(0xA5)
+        .map_err(|e| Error::cuda(format!("poisoning the output: {e}")))?;
+    dec.range(gpu, 0, dec.rows(), out, &*status, stream)?;
+    stream
+        .synchronize()
+        .map_err(|e| Error::cuda(format!("float-code sweep decode: {e}")))?;
+    status.check_blocking()?;
+    if copy_to_host_blocking(out)? != data {
+        return Err(Error::corrupt(
+            "benchmark self-check failed: the float-code sweep's decode differs from the original data",
+        ));
+    }
+    let s = {
+        let st = &*status;
+        time_median(stream, 2, 9, || {
+            dec.range(gpu, 0, dec.rows(), out, st, stream)
+        })?
+    };
+    status.check_blocking()?;
+    Ok(data.len() as f64 / s / 1e9)
+}
