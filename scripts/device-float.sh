@@ -68,10 +68,19 @@ if [ -x .device/bin/float_gemv.example ]; then
   summary+=("example float_gemv: rc=$?")
   grep -vE '^\|-' "$out/example-float_gemv.log" | grep -v '^$' | tail -30
 fi
-if [ "${IBP_FLOAT_ENCODE_BENCH:-1}" = 1 ]; then
-  timeout 150 .device/bin/ibp.bin bench --section float --out "$out/float.md" >"$out/ibp-bench-float.log" 2>&1
-  summary+=("ibp bench --section float: rc=$?")
-  grep -E '^(\||- )' "$out/float.md" 2>/dev/null | grep -vE '^\| ---' | tail -20
+# The encoder's table and the decode's row-length sweep (IBP_FLOAT_ENCODE_BENCH=0:
+# the sweep alone); with a baseline binary (stage-device.sh's IBP_BASELINE), its
+# sweep too, in the same call.
+float_args=()
+[ "${IBP_FLOAT_ENCODE_BENCH:-1}" = 1 ] || float_args=(--sweep-only)
+timeout 200 .device/bin/ibp.bin bench --section float "${float_args[@]}" --out "$out/float.md" >"$out/ibp-bench-float.log" 2>&1
+summary+=("ibp bench --section float: rc=$?")
+grep -E '^(\||- )' "$out/float.md" 2>/dev/null | grep -vE '^\| ---' | tail -30
+if [ -x .device/bin/ibp-baseline.bin ]; then
+  timeout 200 .device/bin/ibp-baseline.bin bench --section float --sweep-only --out "$out/float-baseline.md" >"$out/ibp-bench-float-baseline.log" 2>&1
+  summary+=("baseline ($(cat .device/baseline-commit)) ibp bench --section float --sweep-only: rc=$?")
+  echo "== baseline $(cat .device/baseline-commit)"
+  grep -E '^\|' "$out/float-baseline.md" 2>/dev/null | grep -vE '^\| ---' | tail -20
 fi
 timeout 420 .device/bin/ibp.bin bench --section peers --peers nvcomp --out "$out/peers.md" "$@" >"$out/ibp-bench-peers.log" 2>&1
 summary+=("ibp bench --section peers --peers nvcomp: rc=$?")
