@@ -31,6 +31,23 @@ const GATHER_TOKENS: usize = 1024;
 /// Rows of one bulk append.
 const BULK_ROWS: usize = (128 << 20) / L;
 
+/// The real KV rows as one table for the peers' comparison ("KV cache
+/// bf16", rows of one token's keys or values of one layer, 768 bytes), or
+/// `None` without MiniLM's files.
+///
+/// Q: why one table, not one a layer and part? A: every codec then sees
+/// the same bytes; one group a layer and part would fit the float coding's
+/// table closer (its ratio on the CPU with twelve groups: 1.494), so one
+/// table is the conservative side for ibp.
+pub(super) fn real_table() -> Result<Option<(String, Vec<u8>, usize)>> {
+    let dir = MiniLmFiles::default_dir();
+    if !dir.join("kv-bf16.safetensors").is_file() && !MiniLmFiles::in_dir(&dir).exist() {
+        return Ok(None);
+    }
+    let (rows, _) = real_rows()?;
+    Ok(Some(("KV cache (MiniLM, real) bf16".to_string(), rows, L)))
+}
+
 /// Real KV rows, token-major (`ibp_testdata::kv::token_major`): from
 /// `kv-bf16.safetensors` in the data folder (what `ibp kv-data` writes and
 /// `scripts/stage-device.sh` stages), else from a forward pass over the

@@ -89,8 +89,8 @@ pub struct Args {
     /// rule (default; experiments).
     #[arg(long, hide = true)]
     lanes: Option<String>,
-    /// With `--section device`, `cache` or `compress`, only the tables whose
-    /// name contains this (for profilers).
+    /// With `--section device`, `cache`, `compress` or `--peers`, only the
+    /// tables whose name contains this (for profilers).
     #[arg(long, hide = true)]
     pub(super) only: Option<String>,
     /// With the compression benchmarks, also time each kernel stage alone.
@@ -303,7 +303,15 @@ fn suite(args: Args) -> Result<()> {
         decode::decode_sections(&b, &args, zc, &mut md, &mut picture)?;
     }
     if let Some(p) = &peers {
-        peers::section(&gpu, &stream, p, args.real_bytes, &opts, &mut md)?;
+        peers::section(
+            &gpu,
+            &stream,
+            p,
+            args.real_bytes,
+            &opts,
+            args.only.as_deref(),
+            &mut md,
+        )?;
     }
     println!("{md}");
     write_results(&args, &info.name, &md, &picture)

@@ -339,12 +339,20 @@ pub fn section(
     peers: &Peers,
     real_bytes: usize,
     opts: &ibp::gpu::DecodeOptions,
+    only: Option<&str>,
     md: &mut String,
 ) -> ibp::Result<()> {
     eprintln!("peers on the real tables...");
     let label = peers.label();
     let mut results = Vec::new();
-    for (name, data, row) in with_fp8(super::real_tables()?) {
+    let mut tables = with_fp8(super::real_tables()?);
+    if let Some(kv) = super::kv::real_table()? {
+        tables.push(kv);
+    }
+    for (name, data, row) in tables {
+        if only.is_some_and(|o| !name.contains(o)) {
+            continue;
+        }
         let fit = ibp::fit::fit(ibp::Rows::new(&data, row)?, &Default::default())?;
         let reps = real_bytes.div_ceil(data.len()).max(1);
         let big = data.repeat(reps);
