@@ -39,7 +39,7 @@ pub(super) fn section(
 ) -> Result<()> {
     let stream = Stream::new(StreamFlags::NON_BLOCKING, None)
         .map_err(|e| Error::cuda(format!("creating a stream: {e}")))?;
-    let copy = super::decode::device_copy_rate(&stream)?;
+    let copy = super::decode::device_copy_rate(&stream)? / 1e9;
     let _ = writeln!(
         md,
         "## Float coding: row-length sweep, device-resident range decode\n\nMiniLM's word embeddings cast to each type (FP8 scaled by 16), as rows of the given length, replicated to about {} MiB, default options (4 sub-streams); decoded whole from device memory, median of 9 calls after 2 warm-ups, output checked first. *staged*: `ibp_float_decode_staged` (where a block's stages fit 112 KiB; `-` otherwise); *direct*: `ibp_float_decode`; *moved / copy*: the faster kernel's (stored + decoded bytes) a second ÷ this run's device copy ({copy:.0} GB/s, read plus written). Rates are decoded bytes a second.\n\n| type | row bytes | ratio | staged GB/s | direct GB/s | moved / copy | default kernel |\n| --- | --- | --- | --- | --- | --- | --- |",
