@@ -43,7 +43,7 @@ use crate::float_code::FloatCoded;
 
 /// Bytes past a row the decoder may read: the 16-byte piece it ends in
 /// and the next (`ibp_kernels::params::FloatDecodeParams`).
-const READ_PAST: usize = 32;
+pub(crate) const READ_PAST: usize = 32;
 
 /// A float-coded group's payload in mapped pinned host memory (zero-padded
 /// as [`FloatDecoder::staging_image`] is), with its row starts on the
@@ -152,7 +152,7 @@ impl PinnedFloatRows {
 /// (`from`: `starts[a]` rounded down to 128; `to = starts[b]`), as many
 /// rows as keep `to − from` within `cap`. `None` when row `a` alone does
 /// not fit.
-fn next_piece(starts: &[u64], a: u64, end: u64, cap: u64) -> Option<(u64, u64, u64)> {
+pub(crate) fn next_piece(starts: &[u64], a: u64, end: u64, cap: u64) -> Option<(u64, u64, u64)> {
     let from = starts[a as usize] & !(STAGING_ALIGN as u64 - 1);
     if starts[a as usize + 1] - from > cap {
         return None;

@@ -78,7 +78,7 @@
 //! payload) are freed when it is dropped, which does not wait: synchronise
 //! the streams its gathers ran on first, as for every ibp buffer.
 
-mod plan;
+pub(crate) mod plan;
 
 use cust::memory::{DeviceBuffer, DeviceSlice};
 
