@@ -1,7 +1,12 @@
 //! GPU decode of float-coded rows ([`crate::float_code`], `docs/FORMAT.md`
 //! §7): a group uploaded once ([`FloatDecoder::new`]), then any range or
 //! gather of its rows decoded into device memory by the kernel
-//! `ibp_float_decode` (body: `ibp_kernels::detail::float_decode`).
+//! `ibp_float_decode` (body: `ibp_kernels::detail::float_decode`). The
+//! group's payload may also stay in pinned host memory
+//! ([`super::PinnedFloatRows`]): decoded zero-copy
+//! ([`FloatDecoder::range_staged`], [`FloatDecoder::gather_staged`]) or
+//! copied by DMA piece by piece ([`FloatDecoder::range_dma`]); the rows of a
+//! [`super::FloatFeatureCache`] are placed by the cache itself.
 //!
 //! ```no_run
 //! use ibp::gpu::cust::memory::DeviceBuffer;
