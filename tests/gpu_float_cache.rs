@@ -272,3 +272,67 @@ fn the_caches_pinned_rows_decode_zero_copy() {
         copy_to_host_blocking(&out).unwrap() == cpu_gather(&coded, &(0..rows).collect::<Vec<_>>())
     );
 }
+
+/// MiniLM's word embeddings in bf16 (when the model file is present): a
+/// cache of a quarter of the payload and a DMA range of every row, both
+/// equal to the CPU's.
+#[test]
+fn minilm_bf16_cache_and_dma_range_equal_the_cpu() {
+    let Some(gpu) = gpu_or_skip("minilm_bf16_cache_and_dma_range_equal_the_cpu") else {
+        return;
+    };
+    let Some(path) = common::data_file("model.safetensors") else {
+        common::notice(
+            "minilm_bf16_cache_and_dma_range_equal_the_cpu: skipped: model.safetensors not found",
+        );
+        return;
+    };
+    let f = ibp::io::InputFile::open(&path).unwrap();
+    let opts = ibp::io::ParseOptions::default().with_select(["embeddings.word_embeddings.weight"]);
+    let doc = ibp::io::parse(f.bytes(), ibp::io::SourceFormat::Safetensors, &opts).unwrap();
+    let g = &doc.groups[0];
+    let l = g.row_shape(None).unwrap().row_bytes as usize / 2;
+    let bf16: Vec<u8> = g
+        .data
+        .to_vec()
+        .as_chunks::<4>()
+        .0
+        .iter()
+        .flat_map(|b| half::bf16::from_f32(f32::from_le_bytes(*b)).to_le_bytes())
+        .collect();
+    let rows = Rows::new(&bf16, l).unwrap();
+    let coded = compress(
+        &fit(FloatType::Bf16, rows, &FitOptions::default()).unwrap(),
+        rows,
+    )
+    .unwrap();
+    let n = coded.rows() as u64;
+    let mut rng = Rng(77);
+    let hot: Vec<u64> = (0..n / 3).map(|_| rng.next() % n).collect();
+    let budget = 12 * n + coded.payload().len() as u64 / 4;
+    let cache = FloatFeatureCache::new(&gpu, &coded, &hot, budget).unwrap();
+    assert!(cache.cached_rows() > 0 && cache.cached_rows() < n);
+    check_batches(&gpu, &coded, &cache, "MiniLM bf16");
+    let dec = FloatDecoder::new_staged(&gpu, &coded).unwrap();
+    let mut scratch = DmaScratch::new(1 << 20).unwrap();
+    let stream = Stream::new(StreamFlags::NON_BLOCKING, None).unwrap();
+    let mut status = DecodeStatus::new().unwrap();
+    let mut out = DeviceBuffer::from_slice(&vec![POISON; bf16.len()]).unwrap();
+    dec.range_dma(
+        &gpu,
+        0,
+        n,
+        cache.host_rows(),
+        &mut out,
+        &status,
+        &mut scratch,
+        &stream,
+    )
+    .unwrap();
+    stream.synchronize().unwrap();
+    status.check_blocking().unwrap();
+    assert!(
+        copy_to_host_blocking(&out).unwrap() == bf16,
+        "MiniLM bf16: DMA range differs"
+    );
+}
