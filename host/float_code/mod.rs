@@ -79,6 +79,9 @@ use crate::io::DType;
 
 pub use table::{MAX_CODE_LEN, MAX_SUB_STREAMS, MAX_SYMBOL_BITS, Table};
 
+#[cfg(feature = "cuda")]
+pub(crate) use device::DeviceImage;
+
 use row::{RowShape, decode_row, encode_row};
 
 /// The floating-point element types the coding knows.

@@ -1,7 +1,12 @@
 //! GPU decode of float-coded rows ([`crate::float_code`], `docs/FORMAT.md`
 //! §7): a group uploaded once ([`FloatDecoder::new`]), then any range or
 //! gather of its rows decoded into device memory by the kernel
-//! `ibp_float_decode` (body: `ibp_kernels::detail::float_decode`).
+//! `ibp_float_decode` (body: `ibp_kernels::detail::float_decode`). The
+//! group's payload may also stay in pinned host memory
+//! ([`super::PinnedFloatRows`]): decoded zero-copy
+//! ([`FloatDecoder::range_staged`], [`FloatDecoder::gather_staged`]) or
+//! copied by DMA piece by piece ([`FloatDecoder::range_dma`]); the rows of a
+//! [`super::FloatFeatureCache`] are placed by the cache itself.
 //!
 //! ```no_run
 //! use ibp::gpu::cust::memory::DeviceBuffer;
@@ -86,14 +91,30 @@ impl Plan {
 /// whole aligned words around a row's bytes (`FloatDecodeParams`).
 const PAYLOAD_PAD: usize = 16;
 
+/// A hash of a group's index as the decoder reads it (shape, block bases,
+/// relative starts): two images with the same hash place every row alike.
+pub(super) fn index_fingerprint(img: &crate::float_code::DeviceImage) -> u64 {
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    let p = &img.params;
+    for v in [p.rows, p.payload_len, u64::from(p.row_bytes)] {
+        h.update(&v.to_le_bytes());
+    }
+    for v in [p.block_log2, p.rel_width] {
+        h.update(&v.to_le_bytes());
+    }
+    h.update(&img.bases);
+    h.update(&img.rel);
+    h.digest()
+}
+
 /// Where a launch reads and how many rows it writes: the payload's
 /// address, the ids' address (0 for the range from `first`) and the rows.
 #[derive(Clone, Copy)]
-struct Launch {
-    payload: u64,
-    ids: u64,
-    first: u64,
-    count: u64,
+pub(super) struct Launch {
+    pub payload: u64,
+    pub ids: u64,
+    pub first: u64,
+    pub count: u64,
 }
 
 /// Rows of one float-coded group placed by their owner, as
@@ -131,7 +152,11 @@ pub struct FloatDecoder {
     bases: DeviceBuffer<u8>,
     rel: DeviceBuffer<u8>,
     /// The shape and the group's addresses; the call fills the rest.
-    params: FloatDecodeParams,
+    pub(super) params: FloatDecodeParams,
+    /// [`index_fingerprint`] of the group's index: a payload in pinned
+    /// memory ([`super::PinnedFloatRows`]) is decoded only with the index it
+    /// was laid out by.
+    pub(super) index_hash: u64,
     /// The kernel and its shared memory.
     plan: Plan,
 }
@@ -212,6 +237,7 @@ impl FloatDecoder {
         };
         let plan = Plan::choose(gpu, &params, true)?;
         Ok(Self {
+            index_hash: index_fingerprint(&img),
             payload: None,
             table,
             bases,
@@ -504,8 +530,8 @@ impl FloatDecoder {
     }
 
     /// [`FloatDecoder::enqueue`] of the group `group` (this decoder's, or
-    /// one placed by a [`DirectIndex`]).
-    fn enqueue_as<O: GpuWritable + ?Sized, S: GpuStream + ?Sized>(
+    /// one placed by a [`DirectIndex`], or a piece of it in a DMA ring).
+    pub(super) fn enqueue_as<O: GpuWritable + ?Sized, S: GpuStream + ?Sized>(
         &self,
         gpu: &Gpu,
         group: &FloatDecodeParams,

@@ -51,7 +51,8 @@
 //! with a scratch, which times both range paths once and waits for them:
 //! see its docs), [`Fitter::count_bits`],
 //! [`FeatureCache::gather`], [`KvStore::append`], [`KvStore::gather`],
-//! [`FloatDecoder::range`], [`FloatDecoder::gather`]). A call that allocates or waits for the GPU
+//! [`FloatDecoder::range`], [`FloatDecoder::gather`],
+//! [`FloatDecoder::range_dma`], [`FloatFeatureCache::gather`]). A call that allocates or waits for the GPU
 //! ends in `_blocking` and says what it does in its first lines: fit and
 //! compression of a whole dataset ([`Fitter::fit_blocking`],
 //! [`Compressor::size_query_blocking`], [`Compressor::compress_blocking`],
@@ -70,7 +71,9 @@
 //! [`DecodeStatus::new`], [`DmaScratch::new`],
 //! [`PinnedBuffer::zeroed`], [`Registered::new`], [`Compressor::new`],
 //! [`DeviceCompressed::empty`], [`HostCompressor::new`], [`GpuGroups::new`]
-//! [`FeatureCache::new`] and [`FloatDecoder::new`].
+//! [`FeatureCache::new`], [`FloatDecoder::new`], [`PinnedFloatRows::new`]
+//! and [`FloatFeatureCache::new`] (pinned and device memory, copies, one
+//! wait).
 //! With feature `nccl`, the collectives (`collective::Communicator`'s
 //! `all_gather`, `broadcast`, `all_to_all` and their `_raw` baselines)
 //! enqueue on the ranks' streams; `finish_blocking`,
@@ -110,7 +113,9 @@ mod dataset;
 mod decode;
 pub(crate) mod driver;
 mod fit;
+pub(crate) mod float_cache;
 mod float_decode;
+pub(crate) mod float_dma;
 mod float_encode;
 mod groups;
 mod host_batches;
@@ -145,7 +150,9 @@ pub use decode::{
 pub use driver::copy_to_host_blocking;
 pub use driver::function::{DEFAULT_MAX_DYNAMIC_SHARED, set_max_dynamic_shared};
 pub use fit::Fitter;
+pub use float_cache::{FloatCacheStats, FloatFeatureCache};
 pub use float_decode::FloatDecoder;
+pub use float_dma::PinnedFloatRows;
 pub use float_encode::FloatEncoder;
 pub use groups::GpuGroups;
 pub use host_batches::{CompressedBatch, HostCompressor, HostOptions, HostRead};

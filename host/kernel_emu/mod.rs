@@ -656,5 +656,7 @@ mod decode;
 mod float;
 mod float_encode;
 mod float_fused;
+#[cfg(feature = "cuda")]
+mod float_placed;
 mod kv;
 mod shared_row;

@@ -2,10 +2,11 @@
 //! the way the rest of `ibp bench` measures ibp's IBP path and the way
 //! `--peers nvcomp` measures nvCOMP, on the same bytes, so that a table's
 //! rows compare cell by cell:
-//! - *overlapped*: the coded payload in pinned memory, copied to a device
-//!   staging area in pieces of about 8 MiB decoded (the copy of piece k+1 on
-//!   a second stream beside the decode of piece k), each piece decoded by
-//!   [`FloatDecoder::range_staged`] once its bytes have landed;
+//! - *overlapped*: [`FloatDecoder::range_dma`], the coded payload in
+//!   pinned memory copied into a [`DmaScratch`]'s two device pieces of
+//!   [`DEFAULT_DMA_PIECE_BYTES`] stored bytes (the copy of piece k+1 on the
+//!   scratch's stream beside the decode of piece k), each piece decoded
+//!   once its bytes have landed;
 //! - *zero-copy*: [`FloatDecoder::range_staged`] reading the payload from
 //!   mapped pinned memory;
 //! - *device*: [`FloatDecoder::range`], the payload in device memory;
@@ -16,19 +17,16 @@
 //! Every path decodes once into a poisoned buffer and is compared with the
 //! original bytes before it is timed ([`super::time_median`]).
 
-use ibp::float_code::{FitOptions, FloatCoded, FloatType, compress, fit};
-use ibp::gpu::bench::{Event, copy_to_device_async};
+use ibp::float_code::{FitOptions, FloatType, compress, fit};
 use ibp::gpu::cust::memory::DeviceBuffer;
-use ibp::gpu::cust::stream::{Stream, StreamFlags};
+use ibp::gpu::cust::stream::Stream;
 use ibp::gpu::{
-    DecodeStatus, FloatDecoder, Gpu, PinnedBuffer, Span, SpanMut, copy_to_host_blocking,
+    DEFAULT_DMA_PIECE_BYTES, DecodeStatus, DmaScratch, FloatDecoder, Gpu, PinnedFloatRows,
+    copy_to_host_blocking,
 };
 use ibp::{Error, Result, Rows};
 
 use super::{cuda_err, gather_ids, time_median};
-
-/// Decoded bytes a piece of the overlapped path holds (at least one row).
-pub const PIECE_BYTES: usize = 8 << 20;
 
 /// The bytes a buffer is poisoned with before a checked decode.
 const POISON: u8 = 0xA5;
@@ -76,12 +74,8 @@ pub fn measure_float(
     let coded = compress(&fit(t, rows, &FitOptions::default())?, rows)?;
     let n = coded.rows() as u64;
     let dev = FloatDecoder::new(gpu, &coded)?;
-    let image = PinnedBuffer::from_slice(&FloatDecoder::staging_image(&coded))?;
-    let pinned = image
-        .span(0..image.len())
-        .ok_or_else(|| Error::invalid("the pinned staging image's span"))?;
-    let staging = DeviceBuffer::<u8>::zeroed(dev.staging_bytes())
-        .map_err(cuda_err("allocating the staging area"))?;
+    let host = PinnedFloatRows::new(&coded)?;
+    let pinned = host.span();
     let mut status = DecodeStatus::new()?;
     let mut out =
         DeviceBuffer::<u8>::zeroed(data.len()).map_err(cuda_err("allocating the output"))?;
@@ -103,59 +97,18 @@ pub fn measure_float(
         &mut |o, st| dev.range_staged(gpu, 0, n, &pinned, o, st, stream),
     )?;
     let overlapped = {
-        let copies = Stream::new(StreamFlags::NON_BLOCKING, None)
-            .map_err(cuda_err("creating the copy stream"))?;
-        let pieces = pieces(&coded, PIECE_BYTES)?;
-        let events = pieces
-            .iter()
-            .map(|_| Event::new())
-            .collect::<Result<Vec<_>>>()?;
-        let start = Event::new()?;
-        let base = staging.as_device_ptr().as_raw();
-        let staged = Span::of(&staging, 0, staging.len())
-            .ok_or_else(|| Error::invalid("the staging area's span"))?;
-        // The staging area is zeroed until the first call's copies land, so
-        // the check sees what this path copied.
-        let r = checked(
+        // The staging area is the scratch's two device pieces, which never
+        // held these rows before this call: the check sees what this path
+        // copied.
+        let mut scratch = DmaScratch::new(DEFAULT_DMA_PIECE_BYTES)?;
+        checked(
             stream,
             data,
             &mut status,
             "overlapped",
             &mut out,
-            &mut |o, st| {
-                start.record(stream)?;
-                start.wait_on(&copies)?;
-                for (p, ev) in pieces.iter().zip(&events) {
-                    // SAFETY: `p.bytes` lies inside the pinned image and the
-                    // staging area (both staging_bytes long); both outlive
-                    // every timed call, and each call is synchronised (the
-                    // decode stream waits for every copy) before they drop.
-                    unsafe {
-                        copy_to_device_async(
-                            base + p.bytes.start as u64,
-                            &image[p.bytes.clone()],
-                            &copies,
-                        )?
-                    };
-                    ev.record(&copies)?;
-                    ev.wait_on(stream)?;
-                    let count = p.rows.end - p.rows.start;
-                    // A range decode writes its first row at its output's
-                    // start: each piece gets the part of `o` its rows go to.
-                    let at = o.as_device_ptr().as_raw() + p.rows.start * row_bytes as u64;
-                    // SAFETY: rows `p.rows` of `o` (count · row_bytes bytes
-                    // from `at`) lie inside it; `o` is borrowed mutably for
-                    // this call, and the pieces' parts are disjoint and
-                    // written in order on one stream.
-                    let mut part =
-                        unsafe { SpanMut::from_raw_parts(at, count as usize * row_bytes) };
-                    dev.range_staged(gpu, p.rows.start, count, &staged, &mut part, st, stream)?;
-                }
-                Ok(())
-            },
-        );
-        copies.synchronize().map_err(cuda_err("the copy stream"))?;
-        r?
+            &mut |o, st| dev.range_dma(gpu, 0, n, &host, o, st, &mut scratch, stream),
+        )?
     };
 
     let mut gathers = Vec::new();
@@ -248,29 +201,4 @@ fn checked(
     let s = time_median(stream, 2, 9, || f(out, status))?;
     status.check_blocking()?;
     Ok(data.len() as f64 / s / 1e9)
-}
-
-/// A piece of the overlapped path: its rows and their payload bytes.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Piece {
-    rows: std::ops::Range<u64>,
-    bytes: std::ops::Range<usize>,
-}
-
-/// `coded`'s rows in pieces of about `decoded` decoded bytes (at least one
-/// row each), with the payload bytes each piece's rows are stored in.
-fn pieces(coded: &FloatCoded, decoded: usize) -> Result<Vec<Piece>> {
-    let per = (decoded / coded.row_bytes().max(1)).max(1);
-    let mut v = Vec::new();
-    let mut first = 0;
-    while first < coded.rows() {
-        let end = (first + per).min(coded.rows());
-        let bytes = coded.row_range(first)?.start..coded.row_range(end - 1)?.end;
-        v.push(Piece {
-            rows: first as u64..end as u64,
-            bytes,
-        });
-        first = end;
-    }
-    Ok(v)
 }

@@ -571,14 +571,19 @@ impl Decoder<'_> {
 /// ([`Decoder::range_dma`], [`Decoder::gather_dma_blocking`]), allocated
 /// once and reused by every call: two device pieces, two pinned staging
 /// pieces (the gather's), of `piece_bytes` each.
+///
+/// The float decoder's [`crate::gpu::FloatDecoder::range_dma`] uses the
+/// same scratch (its device pieces, copy stream and events; not the pinned
+/// staging pieces), so one scratch serves a container's IBP and float
+/// groups in turn.
 pub struct DmaScratch {
-    bufs: [DeviceBuffer<u8>; 2],
+    pub(in crate::gpu) bufs: [DeviceBuffer<u8>; 2],
     staging: [PinnedBuffer<u8>; 2],
     piece_bytes: usize,
-    copy_stream: Stream,
-    start: Event,
-    copied: [Event; 2],
-    decoded: [Event; 2],
+    pub(in crate::gpu) copy_stream: Stream,
+    pub(in crate::gpu) start: Event,
+    pub(in crate::gpu) copied: [Event; 2],
+    pub(in crate::gpu) decoded: [Event; 2],
     /// Events with timing for the range paths' calibration (created with
     /// the scratch, so that `range_auto` allocates nothing).
     /// Shared (not copied) so that the calibration holds them while it

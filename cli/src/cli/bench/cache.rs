@@ -15,6 +15,9 @@
 //!   cache + uncompressed host rows (the baseline), IBP(M), IBP(C), IBP(C/M);
 //!   IBP(M) and IBP(C/M) with both host layouts (packed, and line-aligned:
 //!   fixed-stride with a length table; see `ibp::gpu::FeatureCache`).
+//! - On the bf16 table, one GPU: the float coding's cache
+//!   (`ibp::gpu::FloatFeatureCache`, `cache/float.rs`) at the same budgets
+//!   and ids, printed beside them and not judged.
 //! - Judgement: each variant against its uncompressed counterpart (IBP(M)
 //!   against no cache, the cached ones against the baseline), and, labelled
 //!   as such, against the baseline as the issue states it.
@@ -44,6 +47,7 @@ use ibp_testdata::raw_packed;
 
 use super::graph::{SplitMix, Zipf, rmat, sage_batch};
 
+mod float;
 #[cfg(test)]
 mod predict;
 mod verdict;
@@ -293,7 +297,8 @@ pub(super) fn section(gpus: &[&Gpu], a: &CacheArgs, md: &mut String) -> Result<(
          Default: packed, the layout measured faster overall on the H200 (line-aligned rows read fewer lines but were slower); the targets are judged on it, and *Host layouts* below gives this run's measured ratio. \
          Decoder: `ibp_kernels::device::decode_slot`, one warp per row (each row's 16-byte pieces fetched, then decoded by the batch decoder's step). \
          With several GPUs {}, and *GB/s* is the aggregate; one GPU gathers every batch whole, the same total work. \
-         *placement*: where the hot rows went across the GPUs' slabs (the cache's automatic choice: the hottest rows replicated in every slab, as many as `ibp::gpu::replicated_rows` predicts to read fastest from the hot rows' stored bytes, their scores (degrees, access counts) and the default read rates, the rest partitioned).\n",
+         *placement*: where the hot rows went across the GPUs' slabs (the cache's automatic choice: the hottest rows replicated in every slab, as many as `ibp::gpu::replicated_rows` predicts to read fastest from the hot rows' stored bytes, their scores (degrees, access counts) and the default read rates, the rest partitioned). \
+         *float-coded cache* (bf16 table, one GPU): `ibp::gpu::FloatFeatureCache`, the scaled-up table float-coded whole, misses read zero-copy from its pinned payload; its budget pays for its index (12 bytes a row) as well as its slab, and its *PCIe GB* counts the misses' stored bytes, not lines; not judged.\n",
         a.edges,
         workloads[0].batches.len(),
         match a.spread {
@@ -440,7 +445,13 @@ fn table(
     let total = (v * l) as u64;
     let saved = 1.0 - comp.payload.len() as f64 / total as f64;
     let table = format!("{name} ({:.1}% saved)", 100.0 * saved);
+    // The float coding's cache beside them, on the bf16 table, one GPU.
+    let fcoded = float::coded(name, data, &raw.payload, l)?;
     for w in workloads {
+        let fids = match fcoded {
+            Some(_) => float::ids(&lanes[0], w)?,
+            None => Vec::new(),
+        };
         let run = WorkloadRun {
             name,
             sets: &sets,
@@ -457,6 +468,15 @@ fn table(
                 }
                 let points = run.points(&mut lanes[..n], pct, total, &mut uncached)?;
                 write_points(md, &table, w.name, pct, n, &points);
+                if let (Some(fc), 1) = (&fcoded, n) {
+                    let budget = total * pct / 100;
+                    let p = float::measure(&mut lanes[0], fc, w, &fids, budget, &rows_of).map_err(
+                        |e| {
+                            Error::invalid(format!("{name} {} {pct}% {}: {e}", w.name, float::NAME))
+                        },
+                    )?;
+                    float::write_row(md, &table, w.name, pct, p.as_ref(), points[BASELINE].rate);
+                }
                 groups.push(Group {
                     table: table.clone(),
                     workload: w.name,
