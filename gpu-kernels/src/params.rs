@@ -793,3 +793,57 @@ pub struct FloatEncodeParams {
 
 /// An encode-table entry of a symbol the table has no code for.
 pub const FLOAT_NO_CODE: u32 = u32::MAX;
+
+/// `ibp_float_kv_place`: the float-coded KV store's placement
+/// (`crate::detail::float_kv`; `ibp::gpu::FloatKvStore`). Row `i < rows`
+/// of an append is `stage[offsets[i] .. offsets[i + 1]]` (its stored
+/// form, coded or raw, as `ibp_float_encode` wrote it); it becomes store
+/// row `first + i`, copied into its slot (`pages + (first + i) ·
+/// slot_bytes`) when it fits, else into the next overflow entry (`pages +
+/// overflow_at + e · entry_bytes`, `e` handed out by the counter
+/// `counters[0]`), and its index entry is written: `starts[first + i]`
+/// (from `pages`) and `lens[first + i]`. When `e ≥ overflow_entries` the
+/// row is not stored: its length is [`FLOAT_KV_REFUSED`] (which the
+/// decoder refuses) and `counters[1]` takes the minimum with its store
+/// row.
+///
+/// `stage` is readable in whole 4-byte words up to `offsets[rows]` plus 20
+/// bytes; `offsets` holds `rows + 1` u64, each length at most
+/// `entry_bytes`; `pages` (16-aligned, mapped pinned host memory or device
+/// memory) is writable over the slots of rows `first .. first + rows` and
+/// the overflow area, each slot and entry a multiple of 16 bytes and
+/// 16-aligned; `counters` two u64 (the next entry, the first refused row),
+/// `starts` and `lens` `first + rows` entries, in device memory.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FloatKvPlaceParams {
+    /// The append's stored forms, back to back (device memory).
+    pub stage: u64,
+    /// Their starts in `stage`: `rows + 1` u64.
+    pub offsets: u64,
+    /// Rows of the append.
+    pub rows: u64,
+    /// The store row of row 0.
+    pub first: u64,
+    /// The store's span: the slots, then the overflow area.
+    pub pages: u64,
+    /// Bytes of a slot (a multiple of 16).
+    pub slot_bytes: u64,
+    /// Byte offset of overflow entry 0 from `pages` (a multiple of 16).
+    pub overflow_at: u64,
+    /// Bytes of an overflow entry (the raw row rounded up to 16).
+    pub entry_bytes: u64,
+    /// Entries of the overflow area.
+    pub overflow_entries: u64,
+    /// Two u64: the next overflow entry, the first refused store row.
+    pub counters: u64,
+    /// Every store row's start from `pages` (u64).
+    pub starts: u64,
+    /// Every store row's stored length (u32).
+    pub lens: u64,
+}
+
+/// The length of a store row the float-coded KV store could not place (its
+/// overflow area was full): longer than any row, so the decoder reports
+/// it as damaged instead of reading it.
+pub const FLOAT_KV_REFUSED: u32 = u32::MAX;

@@ -51,7 +51,8 @@
 //! with a scratch, which times both range paths once and waits for them:
 //! see its docs), [`Fitter::count_bits`],
 //! [`FeatureCache::gather`], [`KvStore::append`], [`KvStore::gather`],
-//! [`FloatDecoder::range`], [`FloatDecoder::gather`]). A call that allocates or waits for the GPU
+//! [`FloatDecoder::range`], [`FloatDecoder::gather`],
+//! [`FloatKvStore::append`], [`FloatKvStore::gather`]). A call that allocates or waits for the GPU
 //! ends in `_blocking` and says what it does in its first lines: fit and
 //! compression of a whole dataset ([`Fitter::fit_blocking`],
 //! [`Compressor::size_query_blocking`], [`Compressor::compress_blocking`],
@@ -62,7 +63,7 @@
 //! [`DeviceCompressed::to_fixed_blocking`], [`copy_to_host_blocking`],
 //! [`DecodeStatus::check_blocking`]), and [`Fitter::count_bits_blocking`],
 //! [`Decoder::gather_dma_blocking`], [`Decoder::calibrate_range_blocking`],
-//! [`FeatureCache::refill_blocking`].
+//! [`FeatureCache::refill_blocking`], [`FloatKvStore::check_blocking`].
 //! Constructors allocate by nature and say so in their docs: [`Gpu::new`],
 //! [`GpuDataset::upload_packed`], [`GpuDataset::upload_fixed`] and
 //! [`GpuDataset::with_length_table`] (device or pinned memory and a copy),
@@ -70,7 +71,8 @@
 //! [`DecodeStatus::new`], [`DmaScratch::new`],
 //! [`PinnedBuffer::zeroed`], [`Registered::new`], [`Compressor::new`],
 //! [`DeviceCompressed::empty`], [`HostCompressor::new`], [`GpuGroups::new`]
-//! [`FeatureCache::new`] and [`FloatDecoder::new`].
+//! [`FeatureCache::new`], [`FloatDecoder::new`] and
+//! [`FloatKvStore::create`] (a fit and a size pass, waited for).
 //! With feature `nccl`, the collectives (`collective::Communicator`'s
 //! `all_gather`, `broadcast`, `all_to_all` and their `_raw` baselines)
 //! enqueue on the ranks' streams; `finish_blocking`,
@@ -112,6 +114,7 @@ pub(crate) mod driver;
 mod fit;
 mod float_decode;
 mod float_encode;
+mod float_kv;
 mod groups;
 mod host_batches;
 mod kernels;
@@ -147,6 +150,7 @@ pub use driver::function::{DEFAULT_MAX_DYNAMIC_SHARED, set_max_dynamic_shared};
 pub use fit::Fitter;
 pub use float_decode::FloatDecoder;
 pub use float_encode::FloatEncoder;
+pub use float_kv::{FloatKvOptions, FloatKvStats, FloatKvStore};
 pub use groups::GpuGroups;
 pub use host_batches::{CompressedBatch, HostCompressor, HostOptions, HostRead};
 pub use kv_store::{KvStore, KvStoreOptions, PageWrites, SegmentInfo};

@@ -656,5 +656,6 @@ mod decode;
 mod float;
 mod float_encode;
 mod float_fused;
+mod float_kv;
 mod kv;
 mod shared_row;
