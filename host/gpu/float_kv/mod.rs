@@ -77,7 +77,7 @@ pub struct FloatKvStats {
 /// prefill row is sized under it on the GPU, and the slot length `S` is
 /// chosen from those sizes by a stated rule
 /// ([`FloatKvOptions::slot_fraction`], [`FloatKvOptions::slot_margin`]:
-/// by default the smallest multiple of 16 bytes holding 99.9% of the
+/// by default the smallest multiple of 16 bytes holding 95% of the
 /// prefill's rows). A row whose stored form is longer than `S` goes into
 /// the overflow area instead, reserved up front
 /// ([`FloatKvOptions::overflow_fraction`] of the capacity's rows, one raw
