@@ -738,7 +738,10 @@ pub const FLOAT_NO_SYMBOL: u32 = 0xffff;
 ///   1` u64), ORs every row's stored bytes into `payload` (zeroed by the
 ///   host, readable and writable up to `offsets[rows]` rounded up to 4) at
 ///   `offsets[i]`, and writes the index: `bases` (`⌈rows / 2^block_log2⌉ + 1`
-///   u64) and `rel` (`rel_width` bytes a row, in whole 4-byte words).
+///   u64) and `rel` (`rel_width` bytes a row, in whole 4-byte words);
+///   `ibp_float_encode_strided` writes every row at a fixed `stride`
+///   instead, after the size pass alone (the float-coded KV store's
+///   stage).
 ///
 /// The rows are `rows` rows of `row_bytes` bytes from `src` (4-aligned,
 /// readable in whole 4-byte words); `table` (the size and encode kernels) is
@@ -769,6 +772,12 @@ pub struct FloatEncodeParams {
     /// sub-stream's code bits there (row-major) and `ibp_float_encode`
     /// reads them instead of counting again.
     pub lane_bits: u64,
+    /// `ibp_float_encode_strided` (only): row `i` goes to `payload + i ·
+    /// stride` (a multiple of 4, at least `row_bytes`), `sizes[i]` bytes
+    /// long, and no index: `offsets`, `bases` and `rel` are neither read
+    /// nor written (no scan first). The payload, zeroed, is `rows · stride`
+    /// bytes.
+    pub stride: u64,
     /// Bytes of a row (at most [`FLOAT_MAX_ROW_BYTES`]).
     pub row_bytes: u32,
     /// Bytes of an element: 1, 2 or 4.
@@ -796,8 +805,9 @@ pub const FLOAT_NO_CODE: u32 = u32::MAX;
 
 /// `ibp_float_kv_place`: the float-coded KV store's placement
 /// (`crate::detail::float_kv`; `ibp::gpu::FloatKvStore`). Row `i < rows`
-/// of an append is `stage[offsets[i] .. offsets[i + 1]]` (its stored
-/// form, coded or raw, as `ibp_float_encode` wrote it); it becomes store
+/// of an append is the `sizes[i]` bytes at `stage + i · stage_stride` (its
+/// stored form, coded or raw, as `ibp_float_encode` wrote it with
+/// `stride`); it becomes store
 /// row `first + i`, copied into its slot (`pages + (first + i) ·
 /// slot_bytes`) when it fits, else into the next overflow entry (`pages +
 /// overflow_at + e · entry_bytes`, `e` handed out by the counter
@@ -807,9 +817,10 @@ pub const FLOAT_NO_CODE: u32 = u32::MAX;
 /// decoder refuses) and `counters[1]` takes the minimum with its store
 /// row.
 ///
-/// `stage` is readable in whole 4-byte words up to `offsets[rows]` plus 20
-/// bytes; `offsets` holds `rows + 1` u64, each length at most
-/// `entry_bytes`; `pages` (16-aligned, mapped pinned host memory or device
+/// `stage` is 16-aligned and readable over `rows · stage_stride` bytes,
+/// `stage_stride` a multiple of 16 at least every size; `sizes` holds
+/// `rows` u64, each at most `entry_bytes`; `pages` (16-aligned, mapped
+/// pinned host memory or device
 /// memory) is writable over the slots of rows `first .. first + rows` and
 /// the overflow area, each slot and entry a multiple of 16 bytes and
 /// 16-aligned; `counters` two u64 (the next entry, the first refused row),
@@ -817,10 +828,13 @@ pub const FLOAT_NO_CODE: u32 = u32::MAX;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FloatKvPlaceParams {
-    /// The append's stored forms, back to back (device memory).
+    /// The append's stored forms, a row every `stage_stride` bytes
+    /// (device memory).
     pub stage: u64,
-    /// Their starts in `stage`: `rows + 1` u64.
-    pub offsets: u64,
+    /// Bytes from a row's stored form to the next's in `stage`.
+    pub stage_stride: u64,
+    /// Their lengths: `rows` u64.
+    pub sizes: u64,
     /// Rows of the append.
     pub rows: u64,
     /// The store row of row 0.

@@ -1,7 +1,8 @@
 //! The float-coded KV store's placement body
 //! (`ibp_kernels::detail::float_kv::place`) on the emulated grid, against a
 //! CPU model of the store: the CPU codec's stored forms (synthetic bf16
-//! rows, a raw one every eleventh) placed in successive appends, each row
+//! rows, a raw one every eleventh, staged at a stride as the encoder
+//! writes them, poisoned past each) placed in successive appends, each row
 //! in its slot when it fits, else in an overflow entry; the index entries,
 //! the counters, the slots' bytes past each row (its last 16-byte piece
 //! zeroed, the rest untouched), and an overflow area that fills up (the
@@ -49,8 +50,8 @@ impl Store {
     }
 
     /// Place rows `rows` of `coded` as store rows from `first`, their
-    /// stored forms in a stage as the encoder leaves them (back to back,
-    /// poisoned padding after), on a grid of `blocks` × `warps`.
+    /// stored forms in a stage as the encoder leaves them (a row every
+    /// `⌈L⌉₁₆` bytes, poisoned past each), on a grid of `blocks` × `warps`.
     fn place(
         &self,
         coded: &FloatCoded,
@@ -58,20 +59,20 @@ impl Store {
         first: u64,
         grid: (u32, u32),
     ) {
-        let base = coded.row_range(rows.start).unwrap().start;
-        let end = coded.row_range(rows.end - 1).unwrap().end;
-        let mut stage = coded.payload()[base..end].to_vec();
-        stage.extend_from_slice(&[0xEE; 64]);
+        let stride = self.entry as usize;
+        let mut stage = vec![0xEE; rows.len() * stride];
+        let mut sizes = Vec::new();
+        for (k, i) in rows.clone().enumerate() {
+            let r = &coded.payload()[coded.row_range(i).unwrap()];
+            stage[k * stride..][..r.len()].copy_from_slice(r);
+            sizes.push(r.len() as u64);
+        }
         let stage = Buffer::from_bytes(&stage);
-        let mut offsets: Vec<u64> = rows
-            .clone()
-            .map(|i| (coded.row_range(i).unwrap().start - base) as u64)
-            .collect();
-        offsets.push((end - base) as u64);
-        let offsets = Buffer::from_slice(&offsets);
+        let sizes = Buffer::from_slice(&sizes);
         let p = FloatKvPlaceParams {
             stage: stage.addr(),
-            offsets: offsets.addr(),
+            stage_stride: stride as u64,
+            sizes: sizes.addr(),
             rows: rows.len() as u64,
             first,
             pages: self.pages.addr(),
@@ -86,7 +87,7 @@ impl Store {
         launch(Grid::new(grid.0, grid.1), |lane| {
             let (w, n) = lane.global_warp();
             // SAFETY: every buffer is sized as FloatKvPlaceParams requires
-            // (the stage padded by 64 bytes, the pages holding every slot
+            // (the stage a stride of 16 a row, the pages holding every slot
             // and entry) and outlives the launch.
             unsafe { place(lane, lane, &p, w, n) }
         });

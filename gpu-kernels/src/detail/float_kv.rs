@@ -1,6 +1,7 @@
 //! The float-coded KV store's placement (`ibp::gpu::FloatKvStore`), the
-//! body of `ibp_float_kv_place`: after `ibp_float_encode` has written an
-//! append's stored forms back to back into a device staging area, a warp
+//! body of `ibp_float_kv_place`: after `ibp_float_encode_strided` has written an
+//! append's stored forms into a device staging area, a row every
+//! `stage_stride` bytes, a warp
 //! a row copies each into its fixed-size slot in the store's pages, or,
 //! when it is longer than a slot, into the next entry of the overflow area
 //! (a device counter hands the entries out), and writes the row's direct
@@ -19,12 +20,14 @@
 //! overflows rarely (by the slot's rule, about one in a thousand of the
 //! prefill's), so the counter sees few updates either way.
 //!
-//! Q: why 16-byte stores built from 4-byte loads?
+//! Q: why 16-byte stores, and a stage of fixed stride?
 //! A: the pages are mapped pinned host memory: a store crosses PCIe, and
 //! whole 16-byte pieces of consecutive lanes make whole lines (the KV
 //! store's Q/A in `crate::detail::kv`: 32-bit stores there ran at 4.9
-//! GB/s). The stage is in device memory (L2), where a row's unaligned
-//! start costs only a fifth 4-byte load a piece.
+//! GB/s). With the stage's rows at a stride of 16
+//! (`ibp_float_encode_strided`) a piece is one 16-byte load too, and the encoder needs no
+//! scan of the sizes first: the append is the size pass, a memset, the
+//! write pass and this kernel.
 
 use crate::params::{FLOAT_KV_REFUSED, FloatKvPlaceParams};
 use crate::simt::{Counter, Lanes, Mem, shfl_idx64};
@@ -60,39 +63,20 @@ unsafe fn destination<W: Lanes, M: Mem + Counter>(
     }
 }
 
-/// 16 bytes of the stage from `a` (any byte), the bytes from `valid` on
-/// zeroed.
+/// The 16 bytes at `a` (16-aligned), those from `valid` on zeroed.
 ///
 /// # Safety
-/// The aligned words from `a & !3` through `a + 16` readable.
+/// The 16 bytes at `a` readable.
 #[inline(always)]
 unsafe fn piece<M: Mem>(m: &M, a: u64, valid: u64) -> [u32; 4] {
-    let a0 = a & !3;
-    let sh = ((a & 3) * 8) as u32;
     // SAFETY: the caller's contract.
-    let w = unsafe {
-        [
-            m.ld_u32(a0),
-            m.ld_u32(a0 + 4),
-            m.ld_u32(a0 + 8),
-            m.ld_u32(a0 + 12),
-            if sh == 0 { 0 } else { m.ld_u32(a0 + 16) },
-        ]
-    };
-    let mut v = [0u32; 4];
+    let mut v = unsafe { m.ld_v4(a) };
     let mut k = 0;
     while k < 4 {
-        let x = if sh == 0 {
-            w[k]
-        } else {
-            (w[k] >> sh) | (w[k + 1] << (32 - sh))
-        };
         let keep = valid.saturating_sub(4 * k as u64);
-        v[k] = if keep >= 4 {
-            x
-        } else {
-            x & ((1u32 << (8 * keep as u32)) - 1)
-        };
+        if keep < 4 {
+            v[k] &= (1u32 << (8 * keep as u32)) - 1;
+        }
         k += 1;
     }
     v
@@ -114,15 +98,10 @@ pub unsafe fn place<W: Lanes, M: Mem + Counter>(
     let lane = w.lane() as u64;
     let mut i = warp;
     while i < p.rows {
-        // Every lane reads the same two words (one transaction).
-        // SAFETY: i < rows; offsets holds rows + 1 u64.
-        let (off, end) = unsafe {
-            (
-                m.ld_u64(p.offsets + 8 * i),
-                m.ld_u64(p.offsets + 8 * (i + 1)),
-            )
-        };
-        let len = end.saturating_sub(off);
+        // Every lane reads the same word (one transaction).
+        // SAFETY: i < rows; sizes holds rows u64.
+        let len = unsafe { m.ld_u64(p.sizes + 8 * i) };
+        let off = i * p.stage_stride;
         // SAFETY: forwarded contract; i < rows.
         let (dst, stored) = unsafe { destination(w, m, p, i, len) };
         let r = p.first + i;
@@ -140,10 +119,10 @@ pub unsafe fn place<W: Lanes, M: Mem + Counter>(
         if stored != FLOAT_KV_REFUSED {
             let mut c = 16 * lane;
             while c < len {
-                // SAFETY: the row's bytes lie in the stage, readable 20
-                // bytes past its end; the slot or entry at `dst` holds
-                // `len` rounded up to 16 (len ≤ slot_bytes for a slot, ≤
-                // entry_bytes for an entry), 16-aligned.
+                // SAFETY: the row's bytes lie in its stride of the stage,
+                // 16-aligned and a multiple of 16 long; the slot or entry
+                // at `dst` holds `len` rounded up to 16 (len ≤ slot_bytes
+                // for a slot, ≤ entry_bytes for an entry), 16-aligned.
                 unsafe { m.st_v4(p.pages + dst + c, piece(m, p.stage + off + c, len - c)) };
                 c += 16 * 32;
             }
@@ -182,8 +161,9 @@ mod tests {
         unsafe fn st_u8(&self, _: u64, _: u32) {}
         unsafe fn st_u32(&self, _: u64, _: u32) {}
         unsafe fn st_u64(&self, _: u64, _: u64) {}
-        unsafe fn ld_v4(&self, _: u64) -> [u32; 4] {
-            unreachable!()
+        unsafe fn ld_v4(&self, a: u64) -> [u32; 4] {
+            // SAFETY: the caller's contract.
+            core::array::from_fn(|k| unsafe { self.ld_u32(a + 4 * k as u64) })
         }
         unsafe fn st_u16(&self, _: u64, _: u32) {}
         unsafe fn or_u64(&self, _: u64, _: u64) {}
@@ -194,15 +174,15 @@ mod tests {
     }
 
     #[test]
-    fn a_piece_is_16_bytes_from_any_start_cut_at_its_length() {
+    fn a_piece_is_16_bytes_cut_at_its_length() {
         let mut b = [0u8; 64];
         for (i, x) in b.iter_mut().enumerate() {
             *x = i as u8 + 1;
         }
         let m = Bytes(RefCell::new(b));
-        for a in 0..24u64 {
+        for a in [0u64, 16, 32, 48] {
             for valid in [0u64, 1, 5, 15, 16, 40] {
-                // SAFETY: the words read lie inside the 64 bytes.
+                // SAFETY: the 16 bytes read lie inside the 64.
                 let v = unsafe { piece(&m, a, valid) };
                 let got: Vec<u8> = v.iter().flat_map(|w| w.to_le_bytes()).collect();
                 let want: Vec<u8> = (0..16u64)

@@ -176,7 +176,25 @@ pub unsafe fn ibp_float_encode(p: FloatEncodeParams) {
     // SAFETY: forwarded contract.
     unsafe {
         let base = float_table_to_shared(&p);
-        crate::detail::float_encode::encode(&Hw, &SharedBook(base), &p, warp, warps)
+        crate::detail::float_encode::encode::<_, _, false>(&Hw, &SharedBook(base), &p, warp, warps)
+    }
+}
+
+/// The float coding's rows at a fixed stride, without an index
+/// (`crate::detail::float_encode::encode` with `STRIDED`): the float-coded
+/// KV store's stage.
+///
+/// # Safety
+/// As `crate::detail::float_encode::encode`; the launch provides
+/// `table_smem_bytes` of dynamic shared memory.
+#[kernel]
+pub unsafe fn ibp_float_encode_strided(p: FloatEncodeParams) {
+    let p = float_encode_globals(p);
+    let (warp, warps) = arch::global_warp();
+    // SAFETY: forwarded contract.
+    unsafe {
+        let base = float_table_to_shared(&p);
+        crate::detail::float_encode::encode::<_, _, true>(&Hw, &SharedBook(base), &p, warp, warps)
     }
 }
 
@@ -191,7 +209,7 @@ pub unsafe fn ibp_float_kv_place(p: FloatKvPlaceParams) {
     let g = |a: u64| if a == 0 { 0 } else { arch::to_global(a) };
     let p = FloatKvPlaceParams {
         stage: g(p.stage),
-        offsets: g(p.offsets),
+        sizes: g(p.sizes),
         pages: g(p.pages),
         counters: g(p.counters),
         starts: g(p.starts),

@@ -142,6 +142,9 @@ kernels! {
     FLOAT_SIZE: FloatEncodeParams = "ibp_float_size";
     /// The float coding's rows and index, written.
     FLOAT_ENCODE: FloatEncodeParams = "ibp_float_encode";
+    /// The same at a fixed stride, without an index (the float-coded KV
+    /// store's stage).
+    FLOAT_ENCODE_STRIDED: FloatEncodeParams = "ibp_float_encode_strided";
     /// The float-coded KV store's placement: each row's stored form into
     /// its slot or an overflow entry, and its index entry.
     FLOAT_KV_PLACE: FloatKvPlaceParams = "ibp_float_kv_place";

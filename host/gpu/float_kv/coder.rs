@@ -1,15 +1,15 @@
 //! The float-coded KV store's encoder of one piece of rows: the GPU
-//! encoder's size pass (`ibp_float_size`), the compressor's scan, and its
-//! write pass (`ibp_float_encode`) into a device staging area, with the
-//! store's table, enqueued on the caller's stream into buffers reserved
-//! once (no allocation, no host synchronisation). The placement kernel
-//! then takes the stage's rows to the pages (`super::FloatKvStore`).
+//! encoder's size pass (`ibp_float_size`) and its write pass
+//! (`ibp_float_encode_strided`: a row every `stride` bytes, no scan and no
+//! index) into a device staging area, with the store's table,
+//! enqueued on the caller's stream into buffers reserved once (no
+//! allocation, no host synchronisation). The placement kernel then takes
+//! the stage's rows to the pages (`super::FloatKvStore`).
 
 use cust::memory::DeviceBuffer;
 use cust::stream::Stream;
 use ibp_kernels::params::FloatEncodeParams;
 
-use super::super::compress::{Work, enqueue_scan};
 use super::super::driver::{copy_prefix, device_buffer, sync, zero_async};
 use super::super::launch::resident_blocks;
 use super::super::{Gpu, cuda_err, kernels};
@@ -23,27 +23,22 @@ const BLOCK: u32 = 256;
 /// pass (as `FloatEncoder`: 32 bytes a row; the default is 4).
 const LANE_BITS_PER_ROW: usize = 8;
 
-/// Bytes of padding after the stage: the placement reads whole words up
-/// to 20 bytes past a row's end (`FloatKvPlaceParams`).
-const STAGE_PAD: usize = 64;
-
 /// The encoder's buffers for pieces of up to `piece_rows` rows, and the
 /// launch shapes.
 pub(super) struct Coder {
     pub piece_rows: usize,
+    /// Bytes from a staged row to the next: the raw row rounded up to 16.
+    pub stride: u64,
     /// The table's shape (`Table::encode_params`) with the buffers'
     /// addresses.
     params: FloatEncodeParams,
     /// The encode table, on the device.
     _table: DeviceBuffer<u32>,
-    /// Sizes and their scan (`offsets`, `piece_rows + 1` u64).
-    pub work: Work,
+    /// Every row's stored size (`piece_rows` u64).
+    pub sizes: DeviceBuffer<u64>,
     _lane_bits: DeviceBuffer<u32>,
-    /// The piece's stored forms, back to back, padded.
+    /// The piece's stored forms, a row every `stride` bytes.
     pub stage: DeviceBuffer<u8>,
-    /// The write pass's index (not read: the store keeps its own).
-    _bases: DeviceBuffer<u64>,
-    _rel: DeviceBuffer<u8>,
     /// Grid caps of the two passes (blocks resident at once).
     size_blocks: u32,
     encode_blocks: u32,
@@ -57,20 +52,17 @@ impl Coder {
         let image = table.encode_image()?;
         let t =
             DeviceBuffer::from_slice(&image).map_err(cuda_err("uploading a float-code table"))?;
-        let work = Work::new(piece_rows)?;
+        let stride = (row_bytes as u64).next_multiple_of(16);
+        let sizes = device_buffer(piece_rows, "allocating sizes")?;
         let lane_bits =
             device_buffer(LANE_BITS_PER_ROW * piece_rows, "allocating sub-stream sums")?;
-        let stage = device_buffer(piece_rows * row_bytes + STAGE_PAD, "allocating a stage")?;
-        let bases = device_buffer(piece_rows + 1, "allocating an index")?;
-        let rel = device_buffer(4 * piece_rows, "allocating an index")?;
+        let stage = device_buffer(piece_rows * stride as usize, "allocating a stage")?;
         let smem = shape.table_smem_bytes as usize;
         let params = FloatEncodeParams {
             table: t.as_device_ptr().as_raw(),
-            sizes: work.sizes.as_device_ptr().as_raw(),
-            offsets: work.offsets.as_device_ptr().as_raw(),
+            sizes: sizes.as_device_ptr().as_raw(),
             payload: stage.as_device_ptr().as_raw(),
-            bases: bases.as_device_ptr().as_raw(),
-            rel: rel.as_device_ptr().as_raw(),
+            stride,
             lane_bits: if shape.sub_streams as usize <= LANE_BITS_PER_ROW {
                 lane_bits.as_device_ptr().as_raw()
             } else {
@@ -80,15 +72,14 @@ impl Coder {
         };
         Ok(Coder {
             piece_rows,
+            stride,
             params,
             _table: t,
-            work,
+            sizes,
             _lane_bits: lane_bits,
             stage,
-            _bases: bases,
-            _rel: rel,
             size_blocks: resident_blocks(gpu, kernels::FLOAT_SIZE, BLOCK, smem)?,
-            encode_blocks: resident_blocks(gpu, kernels::FLOAT_ENCODE, BLOCK, smem)?,
+            encode_blocks: resident_blocks(gpu, kernels::FLOAT_ENCODE_STRIDED, BLOCK, smem)?,
         })
     }
 
@@ -120,7 +111,7 @@ impl Coder {
     }
 
     /// Enqueue the size pass of `n` rows at `src` (device memory or memory
-    /// the GPU reads, `n · L` bytes, 4-aligned) into `work.sizes`.
+    /// the GPU reads, `n · L` bytes, 4-aligned) into `sizes`.
     fn enqueue_sizes(&self, gpu: &Gpu, p: &FloatEncodeParams, stream: &Stream) -> Result<()> {
         let grid = self.grid(p.rows, self.size_blocks);
         // SAFETY: the rows are `rows · row_bytes` bytes at a 4-aligned
@@ -156,12 +147,12 @@ impl Coder {
         }
         self.enqueue_sizes(gpu, &p, stream)?;
         sync(stream, "the float-coded rows' sizes")?;
-        copy_prefix(&self.work.sizes, n)
+        copy_prefix(&self.sizes, n)
     }
 
     /// Enqueue on `stream`: the stored forms of `n` rows at `src` into
-    /// the stage, back to back, row `i` at `offsets[i]` (the scan of the
-    /// sizes, `n + 1` u64 in `work.offsets`). No allocation, no wait.
+    /// the stage, row `i` at `i · stride`, its length in `sizes[i]`. No
+    /// allocation, no wait.
     ///
     /// The stage is read by the placement after this, on the same stream;
     /// the next call writes it again, so the placement must be enqueued
@@ -171,23 +162,18 @@ impl Coder {
         if n == 0 {
             return Ok(());
         }
-        let row_bytes = p.row_bytes as usize;
         self.enqueue_sizes(gpu, &p, stream)?;
-        enqueue_scan(gpu, &self.work, n, row_bytes, true, 0, stream)?;
-        // Q: why zero all `n · L` bytes, not the stored total? A: the
-        // total is on the device, and reading it would wait; a memset of
-        // a step's raw bytes in device memory is cheap beside the link.
-        zero_async(&self.stage, (n * row_bytes).next_multiple_of(4) + 4, stream)?;
+        // The write pass ORs into zeroed memory.
+        zero_async(&self.stage, n * self.stride as usize, stream)?;
         let grid = self.grid(p.rows, self.encode_blocks);
-        // SAFETY: as `enqueue_sizes`; the offsets are the scan of this
-        // table's sizes of these rows (this stream), so every row's bytes
-        // lie in the first `offsets[n] ≤ n · L` bytes of the stage, zeroed
-        // above (and 4 more: the write pass ORs whole words); the bases
-        // hold piece_rows + 1 ≥ ⌈n / B⌉ + 1 u64 and rel 4 · piece_rows
-        // bytes.
+        // SAFETY: as `enqueue_sizes`; with `stride` (a multiple of 16, at
+        // least L ≥ every size) row i's bytes lie in the stage's bytes i ·
+        // stride .., inside the first n · stride ≤ piece_rows · stride,
+        // zeroed above on this stream; the sizes are this table's of these
+        // rows (this stream); no index is written.
         unsafe {
             gpu.launch(
-                kernels::FLOAT_ENCODE,
+                kernels::FLOAT_ENCODE_STRIDED,
                 grid,
                 BLOCK,
                 p.table_smem_bytes,

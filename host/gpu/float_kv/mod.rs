@@ -116,9 +116,10 @@ pub struct FloatKvStats {
 /// # The append path
 /// Per piece of at most [`FloatKvOptions::step_rows`] rows (and at most 32
 /// MiB of them), on the caller's stream, into buffers reserved at
-/// creation: the GPU encoder's size pass, the scan, its write pass into a
-/// device stage (`ibp_float_size`, the scan kernels, `ibp_float_encode`,
-/// with the store's table), then `ibp_float_kv_place`: a warp a row copies
+/// creation: the GPU encoder's size pass, a memset and its write pass into
+/// a device stage, a row every `⌈L⌉₁₆` bytes (`ibp_float_size`,
+/// `ibp_float_encode_strided`: no scan, no index; the store's
+/// table), then `ibp_float_kv_place`: a warp a row copies
 /// the row's stored form from the stage into its slot, or into the next
 /// overflow entry, in 16-byte stores, and writes the row's index entry.
 /// Nothing is allocated, nothing waits on the host.
@@ -297,7 +298,8 @@ impl FloatKvStore {
             self.coder.enqueue(gpu, src, n as usize, stream)?;
             let p = FloatKvPlaceParams {
                 stage: self.coder.stage.as_device_ptr().as_raw(),
-                offsets: self.coder.work.offsets.as_device_ptr().as_raw(),
+                stage_stride: self.coder.stride,
+                sizes: self.coder.sizes.as_device_ptr().as_raw(),
                 rows: n,
                 first: at,
                 pages: self.pages.device_addr(),
@@ -311,10 +313,11 @@ impl FloatKvStore {
             };
             let grid = u32::try_from(n.div_ceil(u64::from(PLACE_BLOCK / 32)).min(1 << 20))
                 .map_err(|_| Error::invalid("too many rows in one append piece"))?;
-            // SAFETY: the stage holds this piece's stored forms at the
-            // offsets (`n + 1` u64, the scan of their sizes, each at most
-            // L ≤ entry_bytes), written before on this stream, and 64
-            // bytes of padding (20 needed); the pages are mapped pinned
+            // SAFETY: the stage (16-aligned: a device allocation) holds
+            // this piece's stored forms, a row every `stride` bytes (a
+            // multiple of 16, at least L), their sizes in `sizes` (n u64,
+            // each at most L ≤ entry_bytes), written before on this
+            // stream; the pages are mapped pinned
             // memory of `pinned_bytes ≥ span_len` bytes, 16-aligned (page
             // aligned), holding the slots of rows at .. at + n (inside the
             // capacity by `take`) and the overflow area, each slot and

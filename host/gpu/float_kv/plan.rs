@@ -35,7 +35,7 @@ pub struct FloatKvOptions {
     pub overflow_fraction: f64,
     /// Rows per piece of an append: a larger append is split, on the same
     /// stream. The store reserves device scratch for one piece (its rows'
-    /// stored forms, at most 32 MiB, and their sizes and offsets).
+    /// stored forms, at most 32 MiB, and their sizes).
     pub step_rows: usize,
     /// The fit of the table on the prefill.
     pub fit: FitOptions,
