@@ -151,15 +151,19 @@ with open(dst, "wb") as o:
 print(f"layer sample: {len(mats)} matrices, every {k}th of {total_rows} rows: {rows} rows", file=sys.stderr)
 PY
 fi
-# Real KV rows for tests/gpu_kv_store.rs and `ibp bench --section kv`
+# Real KV rows for tests/gpu_kv_store.rs, tests/gpu_float_kv.rs and `ibp bench --section kv`
 # (issue 12): all-MiniLM-L6-v2 run by `ibp kv-data` over the first
 # IBP_STAGE_KV_CHARS characters (default 4000, about a thousand tokens,
 # some 9 MB of bf16 rows) of its model card.
 if [ -f "$IBP_DATA_DIR/model.safetensors" ] && [ -f "$IBP_DATA_DIR/minilm-card.md" ]; then
   python3 -c 'import sys; sys.stdout.write(open(sys.argv[1], encoding="utf-8").read()[:int(sys.argv[2])])' \
     "$IBP_DATA_DIR/minilm-card.md" "${IBP_STAGE_KV_CHARS:-4000}" >.device/kv-text.md
-  .device/bin/ibp.bin kv-data --text .device/kv-text.md --data-dir "$IBP_DATA_DIR" \
-    -o .device/data/kv-bf16.safetensors --force
+  # bf16 for both stores; f16 and f32 for the float-coded store's capacity
+  # rows (`ibp bench --section kv`).
+  for dtype in bf16 f16 f32; do
+    .device/bin/ibp.bin kv-data --text .device/kv-text.md --data-dir "$IBP_DATA_DIR" \
+      --dtype "$dtype" -o ".device/data/kv-$dtype.safetensors" --force
+  done
   rm .device/kv-text.md
 fi
 ls -la .device/bin

@@ -395,6 +395,20 @@ pub unsafe fn red_add_u64(addr: u64, v: u64) {
     unsafe { asm!("red.global.add.u64 [{a}], {v};", a = in(reg64) addr, v = in(reg64) v) }
 }
 
+/// `atom.global.add.u64`: atomic add returning the value before it.
+///
+/// # Safety
+/// `addr` is an 8-aligned writable global address.
+#[inline(always)]
+pub unsafe fn atom_add_u64(addr: u64, v: u64) -> u64 {
+    let r: u64;
+    // SAFETY: the caller guarantees the address.
+    unsafe {
+        asm!("atom.global.add.u64 {r}, [{a}], {v};", r = out(reg64) r, a = in(reg64) addr, v = in(reg64) v)
+    }
+    r
+}
+
 /// Store a byte to global memory.
 ///
 /// # Safety

@@ -4,7 +4,7 @@
 //! in the PTX.
 
 use crate::arch;
-use crate::simt::{Async, Block, Book, Lanes, Mem, Shared};
+use crate::simt::{Async, Block, Book, Counter, Lanes, Mem, Shared};
 
 /// The real machine behind [`Lanes`], [`Mem`] and [`Shared`]: each method is
 /// one PTX instruction (global memory for `Mem`, shared memory for
@@ -161,6 +161,14 @@ impl Book for GlobalBook {
     #[inline(always)]
     unsafe fn ld_v4(&self, off: u32) -> [u32; 4] {
         unsafe { arch::ld_global_nc_v4(self.0 + off as u64) }
+    }
+}
+
+// SAFETY (every method): forwarded to the caller, as `Counter` documents.
+impl Counter for Hw {
+    #[inline(always)]
+    unsafe fn fetch_add_u64(&self, a: u64, v: u64) -> u64 {
+        unsafe { arch::atom_add_u64(a, v) }
     }
 }
 

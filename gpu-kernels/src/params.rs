@@ -738,7 +738,10 @@ pub const FLOAT_NO_SYMBOL: u32 = 0xffff;
 ///   1` u64), ORs every row's stored bytes into `payload` (zeroed by the
 ///   host, readable and writable up to `offsets[rows]` rounded up to 4) at
 ///   `offsets[i]`, and writes the index: `bases` (`⌈rows / 2^block_log2⌉ + 1`
-///   u64) and `rel` (`rel_width` bytes a row, in whole 4-byte words).
+///   u64) and `rel` (`rel_width` bytes a row, in whole 4-byte words);
+///   `ibp_float_encode_strided` writes every row at a fixed `stride`
+///   instead, after the size pass alone (the float-coded KV store's
+///   stage).
 ///
 /// The rows are `rows` rows of `row_bytes` bytes from `src` (4-aligned,
 /// readable in whole 4-byte words); `table` (the size and encode kernels) is
@@ -769,6 +772,12 @@ pub struct FloatEncodeParams {
     /// sub-stream's code bits there (row-major) and `ibp_float_encode`
     /// reads them instead of counting again.
     pub lane_bits: u64,
+    /// `ibp_float_encode_strided` (only): row `i` goes to `payload + i ·
+    /// stride` (a multiple of 4, at least `row_bytes`), `sizes[i]` bytes
+    /// long, and no index: `offsets`, `bases` and `rel` are neither read
+    /// nor written (no scan first). The payload, zeroed, is `rows · stride`
+    /// bytes.
+    pub stride: u64,
     /// Bytes of a row (at most [`FLOAT_MAX_ROW_BYTES`]).
     pub row_bytes: u32,
     /// Bytes of an element: 1, 2 or 4.
@@ -793,3 +802,62 @@ pub struct FloatEncodeParams {
 
 /// An encode-table entry of a symbol the table has no code for.
 pub const FLOAT_NO_CODE: u32 = u32::MAX;
+
+/// `ibp_float_kv_place`: the float-coded KV store's placement
+/// (`crate::detail::float_kv`; `ibp::gpu::FloatKvStore`). Row `i < rows`
+/// of an append is the `sizes[i]` bytes at `stage + i · stage_stride` (its
+/// stored form, coded or raw, as `ibp_float_encode` wrote it with
+/// `stride`); it becomes store
+/// row `first + i`, copied into its slot (`pages + (first + i) ·
+/// slot_bytes`) when it fits, else into the next overflow entry (`pages +
+/// overflow_at + e · entry_bytes`, `e` handed out by the counter
+/// `counters[0]`), and its index entry is written: `starts[first + i]`
+/// (from `pages`) and `lens[first + i]`. When `e ≥ overflow_entries` the
+/// row is not stored: its length is [`FLOAT_KV_REFUSED`] (which the
+/// decoder refuses) and `counters[1]` takes the minimum with its store
+/// row.
+///
+/// `stage` is 16-aligned and readable over `rows · stage_stride` bytes,
+/// `stage_stride` a multiple of 16 at least every size; `sizes` holds
+/// `rows` u64, each at most `entry_bytes`; `pages` (16-aligned, mapped
+/// pinned host memory or device
+/// memory) is writable over the slots of rows `first .. first + rows` and
+/// the overflow area, each slot and entry a multiple of 16 bytes and
+/// 16-aligned; `counters` two u64 (the next entry, the first refused row),
+/// `starts` and `lens` `first + rows` entries, in device memory.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FloatKvPlaceParams {
+    /// The append's stored forms, a row every `stage_stride` bytes
+    /// (device memory).
+    pub stage: u64,
+    /// Bytes from a row's stored form to the next's in `stage`.
+    pub stage_stride: u64,
+    /// Their lengths: `rows` u64.
+    pub sizes: u64,
+    /// Rows of the append.
+    pub rows: u64,
+    /// The store row of row 0.
+    pub first: u64,
+    /// The store's span: the slots, then the overflow area.
+    pub pages: u64,
+    /// Bytes of a slot (a multiple of 16).
+    pub slot_bytes: u64,
+    /// Byte offset of overflow entry 0 from `pages` (a multiple of 16).
+    pub overflow_at: u64,
+    /// Bytes of an overflow entry (the raw row rounded up to 16).
+    pub entry_bytes: u64,
+    /// Entries of the overflow area.
+    pub overflow_entries: u64,
+    /// Two u64: the next overflow entry, the first refused store row.
+    pub counters: u64,
+    /// Every store row's start from `pages` (u64).
+    pub starts: u64,
+    /// Every store row's stored length (u32).
+    pub lens: u64,
+}
+
+/// The length of a store row the float-coded KV store could not place (its
+/// overflow area was full): longer than any row, so the decoder reports
+/// it as damaged instead of reading it.
+pub const FLOAT_KV_REFUSED: u32 = u32::MAX;

@@ -134,6 +134,20 @@ pub trait Mem {
     unsafe fn add_u64(&self, a: u64, v: u64);
 }
 
+/// Atomics whose result a kernel uses: a counter that hands out places
+/// (`red.global` of [`Mem`] returns nothing).
+///
+/// # Safety
+/// Every method is `unsafe`: the caller guarantees that the address is valid
+/// for the access and aligned to its width.
+pub trait Counter {
+    /// Atomically add `v` to an 8-aligned u64; returns the value before.
+    ///
+    /// # Safety
+    /// `a` writable and 8-aligned.
+    unsafe fn fetch_add_u64(&self, a: u64, v: u64) -> u64;
+}
+
 /// The block's shared memory (the decoder's workspace), by 32-bit
 /// shared-space address.
 ///

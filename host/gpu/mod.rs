@@ -52,7 +52,8 @@
 //! see its docs), [`Fitter::count_bits`],
 //! [`FeatureCache::gather`], [`KvStore::append`], [`KvStore::gather`],
 //! [`FloatDecoder::range`], [`FloatDecoder::gather`],
-//! [`FloatDecoder::range_dma`], [`FloatFeatureCache::gather`]). A call that allocates or waits for the GPU
+//! [`FloatDecoder::range_dma`], [`FloatFeatureCache::gather`],
+//! [`FloatKvStore::append`], [`FloatKvStore::gather`]). A call that allocates or waits for the GPU
 //! ends in `_blocking` and says what it does in its first lines: fit and
 //! compression of a whole dataset ([`Fitter::fit_blocking`],
 //! [`Compressor::size_query_blocking`], [`Compressor::compress_blocking`],
@@ -63,7 +64,7 @@
 //! [`DeviceCompressed::to_fixed_blocking`], [`copy_to_host_blocking`],
 //! [`DecodeStatus::check_blocking`]), and [`Fitter::count_bits_blocking`],
 //! [`Decoder::gather_dma_blocking`], [`Decoder::calibrate_range_blocking`],
-//! [`FeatureCache::refill_blocking`].
+//! [`FeatureCache::refill_blocking`], [`FloatKvStore::check_blocking`].
 //! Constructors allocate by nature and say so in their docs: [`Gpu::new`],
 //! [`GpuDataset::upload_packed`], [`GpuDataset::upload_fixed`] and
 //! [`GpuDataset::with_length_table`] (device or pinned memory and a copy),
@@ -73,7 +74,7 @@
 //! [`DeviceCompressed::empty`], [`HostCompressor::new`], [`GpuGroups::new`]
 //! [`FeatureCache::new`], [`FloatDecoder::new`], [`PinnedFloatRows::new`]
 //! and [`FloatFeatureCache::new`] (pinned and device memory, copies, one
-//! wait).
+//! wait), and [`FloatKvStore::create`] (a fit and a size pass, waited for).
 //! With feature `nccl`, the collectives (`collective::Communicator`'s
 //! `all_gather`, `broadcast`, `all_to_all` and their `_raw` baselines)
 //! enqueue on the ranks' streams; `finish_blocking`,
@@ -117,6 +118,7 @@ pub(crate) mod float_cache;
 mod float_decode;
 pub(crate) mod float_dma;
 mod float_encode;
+mod float_kv;
 mod groups;
 mod host_batches;
 mod kernels;
@@ -154,6 +156,7 @@ pub use float_cache::{FloatCacheStats, FloatFeatureCache};
 pub use float_decode::FloatDecoder;
 pub use float_dma::PinnedFloatRows;
 pub use float_encode::FloatEncoder;
+pub use float_kv::{FloatKvOptions, FloatKvStats, FloatKvStore};
 pub use groups::GpuGroups;
 pub use host_batches::{CompressedBatch, HostCompressor, HostOptions, HostRead};
 pub use kv_store::{KvStore, KvStoreOptions, PageWrites, SegmentInfo};

@@ -1,9 +1,10 @@
 //! The float coding's GPU encoder (`ibp_kernels::detail::float_encode`) on
 //! the emulated grid, against the CPU codec (`crate::float_code`) byte for
 //! byte: the fit's histogram (and so the table), every row's stored length,
-//! and the payload and index, for every element type, sub-stream counts 1
-//! to 32, ragged rows, raw rows and MiniLM's word embeddings (when the
-//! model file is present). Every load and store of the size and encode
+//! and the payload and index (and the rows at a fixed stride, the
+//! float-coded KV store's stage), for every element type, sub-stream
+//! counts 1 to 32, ragged rows, raw rows and MiniLM's word embeddings (when
+//! the model file is present). Every load and store of the size and encode
 //! bodies must fall inside the buffers their contract names
 //! ([`Checked`]).
 
@@ -95,7 +96,7 @@ fn emulated_compress(
             // outlives the launch.
             unsafe {
                 if write {
-                    encode(&h, &book, p, w, ws)
+                    encode::<_, _, false>(&h, &book, p, w, ws)
                 } else {
                     measure(&h, &book, p, w, ws)
                 }
@@ -159,6 +160,76 @@ fn emulated_compress(
     .unwrap()
 }
 
+/// The write pass at a stride (`STRIDED`, the float-coded KV store's
+/// stage) on the emulated grid, after the size pass: row `i`'s stored
+/// bytes at `i · stride` equal the CPU's, the rest of its stride stays zero, and no
+/// index or offset is touched (the buffers the contract names, and those
+/// alone, checked).
+fn emulated_strided(coded: &FloatCoded, rows: Rows<'_>, grid: (u32, u32)) {
+    let table = coded.table();
+    let n = rows.rows();
+    let stride = rows.row_bytes().next_multiple_of(16);
+    let enc = Buffer::from_slice(&table.encode_image().unwrap());
+    let src = rows_buffer(rows);
+    let sizes = Buffer::from_slice(&vec![0u64; n]);
+    let s = table.sub_streams();
+    let lane = Buffer::from_slice(&vec![0u32; n * s]);
+    let payload = Buffer::zeroed(n * stride);
+    let p = FloatEncodeParams {
+        src: src.addr(),
+        rows: n as u64,
+        table: enc.addr(),
+        sizes: sizes.addr(),
+        lane_bits: lane.addr(),
+        payload: payload.addr(),
+        stride: stride as u64,
+        ..table.encode_params(rows.row_bytes()).unwrap()
+    };
+    let book = HostBytes(enc.addr());
+    let spans = [
+        (payload.addr(), payload.addr() + (n * stride) as u64),
+        (sizes.addr(), sizes.addr() + 8 * n as u64),
+        (lane.addr(), lane.addr() + 4 * (n * s) as u64),
+        (src.addr(), src.addr() + src.len() as u64),
+    ];
+    for write in [false, true] {
+        // The size pass writes the sizes and sums; the write pass only the
+        // payload.
+        let (spans, writable) = if write {
+            (&spans[..], 1)
+        } else {
+            (&spans[1..], 2)
+        };
+        launch(Grid::new(grid.0, grid.1), |l| {
+            let (w, ws) = l.global_warp();
+            let h = Checked {
+                lane: l,
+                spans,
+                writable,
+            };
+            // SAFETY: every buffer is sized as FloatEncodeParams states
+            // (the payload n · stride, zeroed) and outlives the launch.
+            unsafe {
+                if write {
+                    encode::<_, _, true>(&h, &book, &p, w, ws)
+                } else {
+                    measure(&h, &book, &p, w, ws)
+                }
+            }
+        });
+    }
+    let out = payload.bytes();
+    for i in 0..n {
+        let want = &coded.payload()[coded.row_range(i).unwrap()];
+        let at = &out[i * stride..(i + 1) * stride];
+        assert_eq!(&at[..want.len()], want, "strided row {i}");
+        assert!(
+            at[want.len()..].iter().all(|&b| b == 0),
+            "strided row {i}'s tail"
+        );
+    }
+}
+
 /// The emulated fit and compression of `rows` equal the CPU's.
 fn check(t: FloatType, rows: Rows<'_>, opts: &FitOptions, what: &str) -> FloatCoded {
     let table = fit(t, rows, opts).unwrap();
@@ -182,6 +253,7 @@ fn check(t: FloatType, rows: Rows<'_>, opts: &FitOptions, what: &str) -> FloatCo
             "{what}: the group differs (grid {grid:?}, kept sums {keep})"
         );
     }
+    emulated_strided(&coded, rows, (2, 3));
     coded
 }
 

@@ -656,6 +656,7 @@ mod decode;
 mod float;
 mod float_encode;
 mod float_fused;
+mod float_kv;
 #[cfg(feature = "cuda")]
 mod float_placed;
 mod kv;

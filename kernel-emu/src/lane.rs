@@ -6,7 +6,7 @@ use std::cell::RefCell;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 
-use ibp_kernels::simt::{Async, Block, Lanes, Mem, Shared};
+use ibp_kernels::simt::{Async, Block, Counter, Lanes, Mem, Shared};
 
 use crate::mem::{Buffer, HostBytes, HostMem};
 
@@ -227,6 +227,14 @@ impl Lanes for Lane<'_> {
             v |= self.exchange(v, (self.lane ^ m) & 31);
         }
         v
+    }
+}
+
+// SAFETY: forwarded to `HostMem`, as `Counter` requires.
+impl Counter for Lane<'_> {
+    unsafe fn fetch_add_u64(&self, a: u64, v: u64) -> u64 {
+        // SAFETY: the caller's contract (this method's `# Safety`).
+        unsafe { HostMem.fetch_add_u64(a, v) }
     }
 }
 

@@ -5,7 +5,7 @@
 
 use std::sync::atomic::{AtomicU8, AtomicU16, AtomicU32, AtomicU64, Ordering::Relaxed};
 
-use ibp_kernels::simt::{Book, Mem, Shared};
+use ibp_kernels::simt::{Book, Counter, Mem, Shared};
 
 /// Host memory as a kernel's global memory: an address is a host pointer.
 ///
@@ -77,6 +77,15 @@ impl Mem for HostMem {
     unsafe fn add_u64(&self, a: u64, v: u64) {
         // SAFETY: the caller's contract (this method's `# Safety`).
         unsafe { AtomicU64::from_ptr(a as *mut u64) }.fetch_add(v, Relaxed);
+    }
+}
+
+// SAFETY: the caller passes the address of a live, aligned host u64, as
+// `Counter` requires.
+impl Counter for HostMem {
+    unsafe fn fetch_add_u64(&self, a: u64, v: u64) -> u64 {
+        // SAFETY: the caller's contract (this method's `# Safety`).
+        unsafe { AtomicU64::from_ptr(a as *mut u64) }.fetch_add(v, Relaxed)
     }
 }
 

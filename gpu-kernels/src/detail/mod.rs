@@ -26,6 +26,8 @@
 //! - [`float_decode`]: the float-coded rows' decoder (`docs/FORMAT.md` §7):
 //!   a group of lanes a row, one lane a sub-stream.
 //! - [`kv`]: the appendable KV store's commit of stored lengths and flags.
+//! - [`float_kv`]: the float-coded KV store's placement of stored forms
+//!   into slots or overflow entries, with their direct index.
 //! - `scan` (nvptx only): the device-wide scan of stored lengths.
 
 pub mod bits;
@@ -39,6 +41,7 @@ pub mod decode;
 pub mod encode;
 pub mod float_decode;
 pub mod float_encode;
+pub mod float_kv;
 pub mod kv;
 pub mod pack;
 pub mod step;

@@ -1,10 +1,10 @@
 //! The float coding's kernel entry points (`docs/FORMAT.md` §7): the
-//! decode and the encoder's three kernels, thin as the others in
-//! `kernels`.
+//! decode, the encoder's three kernels and the float-coded KV store's
+//! placement, thin as the others in `kernels`.
 
 use crate::arch;
 use crate::hw::{Hw, SharedBook};
-use crate::params::{FloatDecodeParams, FloatEncodeParams};
+use crate::params::{FloatDecodeParams, FloatEncodeParams, FloatKvPlaceParams};
 use crate::prelude::kernel;
 
 /// Decode of float-coded rows (`crate::detail::float_decode::decode`): a
@@ -176,6 +176,47 @@ pub unsafe fn ibp_float_encode(p: FloatEncodeParams) {
     // SAFETY: forwarded contract.
     unsafe {
         let base = float_table_to_shared(&p);
-        crate::detail::float_encode::encode(&Hw, &SharedBook(base), &p, warp, warps)
+        crate::detail::float_encode::encode::<_, _, false>(&Hw, &SharedBook(base), &p, warp, warps)
     }
+}
+
+/// The float coding's rows at a fixed stride, without an index
+/// (`crate::detail::float_encode::encode` with `STRIDED`): the float-coded
+/// KV store's stage.
+///
+/// # Safety
+/// As `crate::detail::float_encode::encode`; the launch provides
+/// `table_smem_bytes` of dynamic shared memory.
+#[kernel]
+pub unsafe fn ibp_float_encode_strided(p: FloatEncodeParams) {
+    let p = float_encode_globals(p);
+    let (warp, warps) = arch::global_warp();
+    // SAFETY: forwarded contract.
+    unsafe {
+        let base = float_table_to_shared(&p);
+        crate::detail::float_encode::encode::<_, _, true>(&Hw, &SharedBook(base), &p, warp, warps)
+    }
+}
+
+/// The float-coded KV store's placement
+/// (`crate::detail::float_kv::place`): a warp a row, its stored form into
+/// its slot or an overflow entry of the pages, and its index entry.
+///
+/// # Safety
+/// As `crate::detail::float_kv::place`.
+#[kernel]
+pub unsafe fn ibp_float_kv_place(p: FloatKvPlaceParams) {
+    let g = |a: u64| if a == 0 { 0 } else { arch::to_global(a) };
+    let p = FloatKvPlaceParams {
+        stage: g(p.stage),
+        sizes: g(p.sizes),
+        pages: g(p.pages),
+        counters: g(p.counters),
+        starts: g(p.starts),
+        lens: g(p.lens),
+        ..p
+    };
+    let (warp, warps) = arch::global_warp();
+    // SAFETY: forwarded contract.
+    unsafe { crate::detail::float_kv::place(&Hw, &Hw, &p, warp, warps) }
 }

@@ -24,7 +24,7 @@ use core::marker::PhantomData;
 use super::{
     CacheParams, CandidatesParams, ClearParams, CompactParams, CopyRunsParams, CountParams,
     CpAsyncTestParams, DecodeParams, EncodeParams, FloatDecodeParams, FloatEncodeParams,
-    KvAppendParams, MeasureParams, ScanParams, WarpTestParams,
+    FloatKvPlaceParams, KvAppendParams, MeasureParams, ScanParams, WarpTestParams,
 };
 
 /// A kernel of ibp's PTX and the one parameter block it takes.
@@ -142,6 +142,12 @@ kernels! {
     FLOAT_SIZE: FloatEncodeParams = "ibp_float_size";
     /// The float coding's rows and index, written.
     FLOAT_ENCODE: FloatEncodeParams = "ibp_float_encode";
+    /// The same at a fixed stride, without an index (the float-coded KV
+    /// store's stage).
+    FLOAT_ENCODE_STRIDED: FloatEncodeParams = "ibp_float_encode_strided";
+    /// The float-coded KV store's placement: each row's stored form into
+    /// its slot or an overflow entry, and its index entry.
+    FLOAT_KV_PLACE: FloatKvPlaceParams = "ibp_float_kv_place";
     /// The fit's evaluation pass. 88 registers (from 108): 22 warps an SM
     /// instead of 18; it is latency-bound at 25% occupancy; 80 and under
     /// spill.

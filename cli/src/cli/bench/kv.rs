@@ -3,7 +3,8 @@
 //! 384 elements a row): one decode step's append in GPU time, bulk append
 //! into host pages, and a gather of random tokens against the zero-copy
 //! ideal. Every measured store is gathered back and compared with the
-//! original rows first.
+//! original rows first. The float-coded store's rows follow
+//! (`super::float_kv`).
 
 use std::fmt::Write as _;
 
@@ -210,6 +211,9 @@ pub fn section(gpu: &Gpu, stream: &Stream, zc: f64, md: &mut String) -> Result<(
         verdict(gather_ratio >= 0.9),
     );
     md.push_str(&sizes);
+    md.push_str(&super::float_kv::section(
+        gpu, stream, &real, &bulk_src, zc,
+    )?);
     Ok(())
 }
 

@@ -14,6 +14,8 @@ mod file;
 #[cfg(feature = "cuda")]
 mod float;
 #[cfg(feature = "cuda")]
+mod float_kv;
+#[cfg(feature = "cuda")]
 mod float_sweep;
 #[cfg(feature = "cuda")]
 mod graph;
