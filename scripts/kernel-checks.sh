@@ -75,6 +75,11 @@ allowed_spill() {
     # user's kernel beside its own state: 24–32 bytes on sm_90; timed by
     # `device-run.sh examples` against their ideals.
     "gemv_fused_s2 sm_90" | "bag_fused_f32_s3 sm_90" | "bag_fused_bf16_s2 sm_90") [ "$3" -le 32 ] ;;
+    # The float decode with output tiles (seventh session): 12–24 bytes at
+    # its 64-register cap, stored and loaded in a row's set-up and in the
+    # divergent-barrier fallbacks, none in the pair loops
+    # (docs/DESIGN-GPU.md, "Output tiles").
+    "ibp_float_decode sm_80" | "ibp_float_decode sm_90" | "ibp_float_decode_staged sm_80" | "ibp_float_decode_staged sm_90") [ "$3" -le 32 ] ;;
     *) false ;;
   esac
 }

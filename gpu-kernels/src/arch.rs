@@ -258,6 +258,26 @@ pub unsafe fn ld_shared_u32(addr: u32) -> u32 {
     r
 }
 
+/// Store the low byte of `v` to shared memory.
+///
+/// # Safety
+/// `addr` inside the launch's dynamic shared memory.
+#[inline(always)]
+pub unsafe fn st_shared_u8(addr: u32, v: u32) {
+    // SAFETY: the caller guarantees the address.
+    unsafe { asm!("st.shared.u8 [{a}], {v};", a = in(reg32) addr, v = in(reg16) v as u16) }
+}
+
+/// Store the low 16 bits of `v` to shared memory.
+///
+/// # Safety
+/// `addr` 2-aligned and inside the launch's dynamic shared memory.
+#[inline(always)]
+pub unsafe fn st_shared_u16(addr: u32, v: u32) {
+    // SAFETY: the caller guarantees the address.
+    unsafe { asm!("st.shared.u16 [{a}], {v};", a = in(reg32) addr, v = in(reg16) v as u16) }
+}
+
 /// Store a u32 to shared memory.
 ///
 /// # Safety

@@ -68,6 +68,14 @@ impl Shared for Hw {
         unsafe { arch::st_shared_u32(a, v) }
     }
     #[inline(always)]
+    unsafe fn sts_u8(&self, a: u32, v: u32) {
+        unsafe { arch::st_shared_u8(a, v) }
+    }
+    #[inline(always)]
+    unsafe fn sts_u16(&self, a: u32, v: u32) {
+        unsafe { arch::st_shared_u16(a, v) }
+    }
+    #[inline(always)]
     unsafe fn sts_v4(&self, a: u32, v: [u32; 4]) {
         unsafe { arch::st_shared_v4(a, v) }
     }

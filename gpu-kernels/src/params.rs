@@ -598,9 +598,46 @@ pub struct FloatDecodeParams {
     /// rounded up to 16); the payload then 16-aligned and readable up to its
     /// length rounded up to 16. 0 for `ibp_float_decode`.
     pub stage_bytes: u32,
+    /// Elements a group's output tile holds (`2S · FLOAT_TILE_PAIRS`), or 0
+    /// to store every element directly. Tiles need `out` and `out_stride`
+    /// multiples of 16; each warp's tiles
+    /// ([`FloatDecodeParams::tile_warp_bytes`]) follow every warp's stages
+    /// in shared memory.
+    pub tile_elems: u32,
+    /// Unused (keeps the block a multiple of 8 bytes).
+    pub _pad0: u32,
 }
 
 impl FloatDecodeParams {
+    /// Elements of a group's tile for rows of `sub_streams` sub-streams:
+    /// [`FLOAT_TILE_PAIRS`] pairs of every lane.
+    #[inline(always)]
+    pub const fn tile_elems_for(sub_streams: u32) -> u32 {
+        2 * sub_streams * FLOAT_TILE_PAIRS
+    }
+
+    /// Bytes between two groups' tiles: a tile and 16 bytes, so that the
+    /// groups' element stores fall in different banks.
+    #[inline(always)]
+    pub const fn tile_stride(&self) -> u32 {
+        (self.tile_elems << (self.elem_bytes.trailing_zeros() & 3)) + 16
+    }
+
+    /// Bytes of shared memory a warp's tiles take (0 without tiles).
+    #[inline(always)]
+    pub const fn tile_warp_bytes(&self) -> u32 {
+        if self.tile_elems == 0 {
+            0
+        } else {
+            let s = if self.sub_streams == 0 {
+                1
+            } else {
+                self.sub_streams
+            };
+            (32 / s.next_power_of_two()) * self.tile_stride()
+        }
+    }
+
     /// The group's part of the parameters (what a row's decode reads),
     /// as the fused device API takes it.
     #[inline(always)]
@@ -722,6 +759,9 @@ pub const FLOAT_MAX_ROW_BYTES: u32 = 1 << 24;
 /// the block one): the host builds it for rows it placed itself, and the
 /// decoder still checks each length against the row and the span.
 pub const FLOAT_DIRECT_INDEX: u32 = 8;
+/// Pairs of elements a lane decodes into its group's tile between two
+/// copies out (`ibp_kernels::detail::float_bulk`).
+pub const FLOAT_TILE_PAIRS: u32 = 8;
 /// A decode-table entry that no code starts with.
 pub const FLOAT_NO_SYMBOL: u32 = 0xffff;
 

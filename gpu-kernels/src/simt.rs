@@ -170,6 +170,16 @@ pub trait Shared {
     /// # Safety
     /// `a` inside shared memory, 4-aligned.
     unsafe fn sts_u32(&self, a: u32, v: u32);
+    /// Store the low byte of `v`.
+    ///
+    /// # Safety
+    /// `a` inside shared memory.
+    unsafe fn sts_u8(&self, a: u32, v: u32);
+    /// Store the low 16 bits of `v`.
+    ///
+    /// # Safety
+    /// `a` inside shared memory, 2-aligned.
+    unsafe fn sts_u16(&self, a: u32, v: u32);
     /// Store 16 bytes.
     ///
     /// # Safety

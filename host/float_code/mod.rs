@@ -240,8 +240,10 @@ pub struct FitOptions {
     /// The symbol field; `None` (the default) chooses the smallest of the
     /// exponent with 0 to 3 top mantissa bits, with or without the sign.
     pub split: Option<Split>,
-    /// Sub-streams per row: 1, or an even number up to [`MAX_SUB_STREAMS`]
-    /// (default 4).
+    /// Sub-streams per row: 1, or an even number up to [`MAX_SUB_STREAMS`];
+    /// 0 (the default) chooses by the row's length
+    /// ([`sub_streams_for`]: 4 for rows of up to 512 elements, more for
+    /// longer ones).
     pub sub_streams: u8,
     /// Longest code in bits, 1 to [`MAX_CODE_LEN`] (default 12); raised
     /// when the group has more symbols than `2^max_code_len`.
@@ -252,7 +254,7 @@ impl Default for FitOptions {
     fn default() -> Self {
         Self {
             split: None,
-            sub_streams: 4,
+            sub_streams: 0,
             max_code_len: 12,
         }
     }
@@ -265,7 +267,8 @@ impl FitOptions {
         self
     }
 
-    /// Split rows into `n` sub-streams (1 or even, up to 32; default 4).
+    /// Split rows into `n` sub-streams (1 or even, up to 32; default 0: by
+    /// the row's length, [`sub_streams_for`]).
     ///
     /// A row's sub-streams are decoded by as many lanes at once: the bulk
     /// GPU decoder (`ibp::gpu::FloatDecoder`) puts several rows in a
@@ -284,6 +287,23 @@ impl FitOptions {
         self.max_code_len = bits;
         self
     }
+}
+
+/// The sub-streams [`FitOptions::default`] gives rows of `n` elements: the
+/// smallest power of two from 4 to [`MAX_SUB_STREAMS`] that leaves a
+/// sub-stream at most 128 elements (MiniLM's 384-value rows: 4; 1024
+/// values: 8; 4096 or more: 32).
+///
+/// Q: why more sub-streams for longer rows? A: a sub-stream is one lane's
+/// chain of dependent look-ups, and the GPU decodes a group's rows `32 / S`
+/// to a warp: with four sub-streams, 64 MiB of 16 KB rows is 4,096 rows,
+/// about four warps an SM, and decoded at 85 GB/s on the H200 against 425
+/// for 768-byte rows (`ibp bench --section float`'s sweep, seventh
+/// session). Each pair of sub-streams adds one stored region length to a
+/// row (11–15 bits), under 0.3% of a 2 KB row.
+pub fn sub_streams_for(n: usize) -> u8 {
+    let want = n.div_ceil(128).next_power_of_two();
+    want.clamp(4, usize::from(MAX_SUB_STREAMS)) as u8
 }
 
 /// The histogram of `split`'s field over every element of `rows`.
@@ -355,9 +375,13 @@ impl FitPlan {
                 "rows of {row_bytes} bytes are not whole {t} elements"
             )));
         }
+        let mut opts = *opts;
+        if opts.sub_streams == 0 {
+            opts.sub_streams = sub_streams_for(row_bytes / t.bytes());
+        }
         if !table::valid_sub_streams(opts.sub_streams) {
             return Err(Error::invalid(format!(
-                "{} sub-streams; 1 or an even number up to {MAX_SUB_STREAMS} are valid",
+                "{} sub-streams; 1 or an even number up to {MAX_SUB_STREAMS} are valid (or 0: by the row's length)",
                 opts.sub_streams
             )));
         }
@@ -391,7 +415,7 @@ impl FitPlan {
             wide,
             candidates,
             row_bytes,
-            opts: *opts,
+            opts,
         })
     }
 

@@ -58,29 +58,39 @@ const STAGED_MAX_SHARED: u32 = 112 << 10;
 struct Plan {
     kernel: kernels::Kernel<FloatDecodeParams>,
     stage_bytes: u32,
+    /// A group's output tile in elements (0: elements stored directly).
+    tile_elems: u32,
     shared: u32,
     resident: u32,
 }
 
 impl Plan {
-    /// The staged decode when a block's stages fit [`STAGED_MAX_SHARED`]
-    /// (and `staged` allows it), else the decode that reads rows where
-    /// they lie.
-    fn choose(gpu: &Gpu, p: &FloatDecodeParams, staged: bool) -> Result<Self> {
+    /// The staged decode when a block's stages (and tiles) fit
+    /// [`STAGED_MAX_SHARED`] (and `staged` allows it), else the decode that
+    /// reads rows where they lie; with `tiles`, each warp's output tiles
+    /// after the stages (`ibp_kernels::detail::float_bulk`).
+    fn choose(gpu: &Gpu, p: &FloatDecodeParams, staged: bool, tiles: bool) -> Result<Self> {
         let table = p.table_smem_bytes.next_multiple_of(16);
         let groups = 32 / p.sub_streams.clamp(1, 32).next_power_of_two();
         let stage = p.view().workspace_bytes();
-        let shared = table + WARPS * groups * stage;
+        let tile_elems = if tiles {
+            FloatDecodeParams::tile_elems_for(p.sub_streams.clamp(1, 32))
+        } else {
+            0
+        };
+        let tile = WARPS * FloatDecodeParams { tile_elems, ..*p }.tile_warp_bytes();
+        let shared = table + WARPS * groups * stage + tile;
         let (kernel, stage_bytes, shared) = if staged && shared <= STAGED_MAX_SHARED {
             (kernels::FLOAT_DECODE_STAGED, stage, shared)
         } else {
-            (kernels::FLOAT_DECODE, 0, p.table_smem_bytes)
+            (kernels::FLOAT_DECODE, 0, table + tile)
         };
         let resident =
             gpu.blocks_per_sm(kernel, 32 * WARPS, shared as usize)? * gpu.info().sm_count;
         Ok(Plan {
             kernel,
             stage_bytes,
+            tile_elems,
             shared,
             resident,
         })
@@ -235,7 +245,7 @@ impl FloatDecoder {
             table_smem_bytes: img.table.len() as u32,
             ..img.params
         };
-        let plan = Plan::choose(gpu, &params, true)?;
+        let plan = Plan::choose(gpu, &params, true, true)?;
         Ok(Self {
             index_hash: index_fingerprint(&img),
             payload: None,
@@ -254,8 +264,24 @@ impl FloatDecoder {
     /// decoder of rows too long to stage. For measuring one against the
     /// other; both decode the same bytes.
     pub fn with_staging(mut self, gpu: &Gpu, staged: bool) -> Result<Self> {
-        self.plan = Plan::choose(gpu, &self.params, staged)?;
+        self.plan = Plan::choose(gpu, &self.params, staged, self.plan.tile_elems != 0)?;
         Ok(self)
+    }
+
+    /// Whether elements go out through tiles in shared memory, 16 bytes a
+    /// store (the default; `ibp_kernels::detail::float_bulk`), or one store
+    /// an element (`false`). Only output rows that start 16-aligned take
+    /// tiles, whatever this says. For measuring one against the other; both
+    /// decode the same bytes.
+    pub fn with_tiles(mut self, gpu: &Gpu, tiles: bool) -> Result<Self> {
+        self.plan = Plan::choose(gpu, &self.params, self.plan.stage_bytes != 0, tiles)?;
+        Ok(self)
+    }
+
+    /// Whether this decoder writes through tiles
+    /// ([`FloatDecoder::with_tiles`]).
+    pub fn writes_tiles(&self) -> bool {
+        self.plan.tile_elems != 0
     }
 
     /// Whether this decoder stages rows in shared memory
@@ -574,6 +600,12 @@ impl FloatDecoder {
             out_stride: l,
             status: status.words.as_device_ptr().as_raw(),
             stage_bytes: self.plan.stage_bytes,
+            // Tiles store 16 bytes at a time: output rows 16-aligned only.
+            tile_elems: if (addr | l).is_multiple_of(16) {
+                self.plan.tile_elems
+            } else {
+                0
+            },
             ..*group
         };
         // Rows a block decodes at once: 32 / G a warp.
@@ -591,9 +623,9 @@ impl FloatDecoder {
         // DeviceSlice's length) or is 0 with `first + count <= rows`
         // (checked by `range`); `out` holds `count` rows of `l` bytes,
         // aligned to the element (checked above); the status is two u64;
-        // the launch gives `table_smem_bytes` of shared memory, and for the
-        // staged kernel the table rounded to 16 plus WARPS · 32 / G stages
-        // of `stage_bytes` (`Plan::choose`), the payload 16-aligned (a
+        // the launch gives the table rounded to 16, for the staged kernel
+        // WARPS · 32 / G stages of `stage_bytes`, and with tiles WARPS
+        // warps' `tile_warp_bytes` (`Plan::choose`), the payload 16-aligned (a
         // device allocation, or a staging area aligned to STAGING_ALIGN)
         // and padded by PAYLOAD_PAD = 16 bytes.
         unsafe {

@@ -51,7 +51,7 @@ const MAX_SYMBOL_BINS: usize = 1 << crate::float_code::MAX_SYMBOL_BITS;
 /// (32 bytes a row); with more, the encoder counts them again.
 ///
 /// Q: why not room for 32? A: 128 bytes a row is a sixth of a 768-byte
-/// row; the default is 4 sub-streams.
+/// row; the default is 4 sub-streams for rows of up to 512 elements.
 const LANE_BITS_PER_ROW: usize = 8;
 
 /// A group's last compression on the device: its shape and its payload's

@@ -8,7 +8,7 @@
 //! ([`Checked`]), so a read past the payload's padding fails a test.
 
 use ibp_kernel_emu::{Buffer, Grid, HostBytes, Lane, launch};
-use ibp_kernels::detail::float_decode::decode;
+use ibp_kernels::detail::float_bulk::decode;
 use ibp_kernels::params::{
     FLOAT_DIRECT_INDEX, FloatDecodeParams, STATUS_BAD_INDEX, STATUS_CORRUPT,
 };
@@ -156,6 +156,14 @@ impl Shared for Checked<'_> {
         // SAFETY: the caller's contract.
         unsafe { self.lane.sts_u32(a, v) }
     }
+    unsafe fn sts_u8(&self, a: u32, v: u32) {
+        // SAFETY: the caller's contract.
+        unsafe { self.lane.sts_u8(a, v) }
+    }
+    unsafe fn sts_u16(&self, a: u32, v: u32) {
+        // SAFETY: the caller's contract.
+        unsafe { self.lane.sts_u16(a, v) }
+    }
     unsafe fn sts_v4(&self, a: u32, v: [u32; 4]) {
         // SAFETY: the caller's contract.
         unsafe { self.lane.sts_v4(a, v) }
@@ -264,26 +272,34 @@ impl Image {
         count: usize,
         grid: (u32, u32),
     ) -> (Vec<u8>, [u64; 2]) {
-        let direct = self.run_as::<false>(ids, first, count, grid);
-        let staged = self.run_as::<true>(ids, first, count, grid);
-        assert!(
-            direct == staged,
-            "the staged decode differs from the direct one (status {:?} against {:?})",
-            staged.1,
-            direct.1
-        );
+        let direct = self.run_as::<false>(ids, first, count, grid, false);
+        for (staged, tiles) in [(true, false), (false, true), (true, true)] {
+            let other = if staged {
+                self.run_as::<true>(ids, first, count, grid, tiles)
+            } else {
+                self.run_as::<false>(ids, first, count, grid, tiles)
+            };
+            assert!(
+                direct == other,
+                "the decode (staged {staged}, tiles {tiles}) differs from the direct one (status {:?} against {:?})",
+                other.1,
+                direct.1
+            );
+        }
         direct
     }
 
     /// [`Image::run`] by one kernel: `STAGE`, each coded row staged in the
     /// block's shared memory (a stage of `FloatView::workspace_bytes` a
-    /// group, as `ibp::gpu::FloatDecoder` lays them out).
+    /// group, as `ibp::gpu::FloatDecoder` lays them out); `tiles`, the
+    /// elements written through the warps' tiles after the stages.
     fn run_as<const STAGE: bool>(
         &self,
         ids: Option<&[u64]>,
         first: u64,
         count: usize,
         grid: (u32, u32),
+        tiles: bool,
     ) -> (Vec<u8>, [u64; 2]) {
         let l = self.params.row_bytes as usize;
         let ids_buf = ids.map(Buffer::from_slice);
@@ -302,6 +318,11 @@ impl Image {
             status: status.addr(),
             stage_bytes: if STAGE {
                 self.params.view().workspace_bytes()
+            } else {
+                0
+            },
+            tile_elems: if tiles && (out.addr() | l as u64).is_multiple_of(16) {
+                FloatDecodeParams::tile_elems_for(self.params.sub_streams.clamp(1, 32))
             } else {
                 0
             },
@@ -324,7 +345,8 @@ impl Image {
         if let Some(b) = &ids_buf {
             spans.push((b.addr(), b.addr() + b.len() as u64));
         }
-        let g = Grid::new(grid.0, grid.1).with_shared_bytes((grid.1 * per_warp) as usize);
+        let tiles = p.tile_warp_bytes();
+        let g = Grid::new(grid.0, grid.1).with_shared_bytes((grid.1 * (per_warp + tiles)) as usize);
         launch(g, |lane| {
             let (w, n) = lane.global_warp();
             let h = Checked {
@@ -333,11 +355,13 @@ impl Image {
                 writable: 2,
             };
             let ws = lane.warp_in_block() * per_warp;
+            let tile = grid.1 * per_warp + lane.warp_in_block() * tiles;
             // SAFETY: every buffer is sized as FloatDecodeParams states
             // (the payload 128-aligned with 16 bytes of padding, the others
             // in whole words), and outlives the launch; the block's shared
-            // memory holds each warp's stages.
-            unsafe { decode::<_, _, STAGE>(&h, &book, &p, w, n, ws) }
+            // memory holds each warp's stages, then each warp's tiles, as
+            // the kernel lays them out.
+            unsafe { decode::<_, _, STAGE>(&h, &book, &p, w, n, ws, tile) }
         });
         let s = status.as_slice::<u64>();
         (out.bytes().to_vec(), [s[0], s[1]])

@@ -11,7 +11,7 @@
 //!   rebased onto it.
 
 use ibp_kernel_emu::{Buffer, Grid, HostBytes, launch};
-use ibp_kernels::detail::float_decode::decode;
+use ibp_kernels::detail::float_bulk::decode;
 use ibp_kernels::params::{FLOAT_DIRECT_INDEX, FloatDecodeParams, STATUS_BAD_INDEX};
 
 use super::float::{Checked, synthetic};
@@ -41,6 +41,12 @@ fn run<const STAGE: bool>(
         out_stride: l as u64,
         status: status.addr(),
         stage_bytes: if STAGE { p.view().workspace_bytes() } else { 0 },
+        // Tiles, as `ibp::gpu::FloatDecoder` launches by default.
+        tile_elems: if (out.addr() | l as u64).is_multiple_of(16) {
+            FloatDecodeParams::tile_elems_for(p.sub_streams.clamp(1, 32))
+        } else {
+            0
+        },
         ..*p
     };
     let mut all = vec![
@@ -53,7 +59,8 @@ fn run<const STAGE: bool>(
     }
     let per_warp = 32 / p.sub_streams.clamp(1, 32).next_power_of_two() * p.stage_bytes;
     let book = HostBytes(p.table);
-    let g = Grid::new(2, 2).with_shared_bytes((2 * per_warp) as usize);
+    let tiles = p.tile_warp_bytes();
+    let g = Grid::new(2, 2).with_shared_bytes((2 * (per_warp + tiles)) as usize);
     launch(g, |lane| {
         let (w, n) = lane.global_warp();
         let h = Checked {
@@ -62,11 +69,13 @@ fn run<const STAGE: bool>(
             writable: 2,
         };
         let ws = lane.warp_in_block() * per_warp;
+        let tile = 2 * per_warp + lane.warp_in_block() * tiles;
         // SAFETY: the table, index and rows are laid out as the test's
         // caller built them (the layouts under test), every load checked
         // against `spans`; out, status and ids sized as the params say;
-        // each warp's stages inside the block's shared memory.
-        unsafe { decode::<_, _, STAGE>(&h, &book, &p, w, n, ws) }
+        // each warp's stages, then its tiles, inside the block's shared
+        // memory.
+        unsafe { decode::<_, _, STAGE>(&h, &book, &p, w, n, ws, tile) }
     });
     let s = status.as_slice::<u64>();
     (out.bytes().to_vec(), [s[0], s[1]])

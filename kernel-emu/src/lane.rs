@@ -314,6 +314,14 @@ impl Shared for Lane<'_> {
         // SAFETY: the caller's contract (this method's `# Safety`).
         unsafe { HostBytes(self.smem).sts_u32(a, v) }
     }
+    unsafe fn sts_u8(&self, a: u32, v: u32) {
+        // SAFETY: the caller's contract (this method's `# Safety`).
+        unsafe { HostBytes(self.smem).sts_u8(a, v) }
+    }
+    unsafe fn sts_u16(&self, a: u32, v: u32) {
+        // SAFETY: the caller's contract (this method's `# Safety`).
+        unsafe { HostBytes(self.smem).sts_u16(a, v) }
+    }
     unsafe fn sts_v4(&self, a: u32, v: [u32; 4]) {
         // SAFETY: the caller's contract (this method's `# Safety`).
         unsafe { HostBytes(self.smem).sts_v4(a, v) }

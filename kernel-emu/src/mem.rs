@@ -110,6 +110,14 @@ impl Shared for HostBytes {
         // SAFETY: the caller's contract (this method's `# Safety`).
         unsafe { HostMem.st_u32(self.0 + a as u64, v) }
     }
+    unsafe fn sts_u8(&self, a: u32, v: u32) {
+        // SAFETY: the caller's contract (this method's `# Safety`).
+        unsafe { HostMem.st_u8(self.0 + a as u64, v) }
+    }
+    unsafe fn sts_u16(&self, a: u32, v: u32) {
+        // SAFETY: the caller's contract (this method's `# Safety`).
+        unsafe { HostMem.st_u16(self.0 + a as u64, v) }
+    }
     unsafe fn sts_v4(&self, a: u32, v: [u32; 4]) {
         // SAFETY: the caller's contract (this method's `# Safety`).
         unsafe { HostMem.st_v4(self.0 + a as u64, v) }

@@ -53,10 +53,10 @@
 //! two checks that read up to a boundary (the residuals' padding, the gap
 //! in the last region) mask the bits they take.
 
+use crate::params::FloatView;
 use crate::params::{FLOAT_DIRECT_INDEX, FLOAT_MAX_CODE_LEN, FLOAT_NO_SYMBOL};
-use crate::params::{FloatDecodeParams, FloatView};
 use crate::params::{STATUS_BAD_INDEX, STATUS_CORRUPT};
-use crate::simt::{Async, Book, Lanes, Mem, Shared, group_or};
+use crate::simt::{Book, Mem, Shared};
 
 /// Where a row's stored bytes are read from: aligned 4-byte words by
 /// address.
@@ -118,21 +118,20 @@ pub trait FloatSink {
     /// lanes `k < S` only, with `i = k, k + S, …` in that order, so a sink
     /// must not shuffle.
     fn put(&mut self, i: u32, v: u32);
-}
 
-/// The bulk decode's sink: element `i` stored into the output row at
-/// `out`, `2^E` bytes an element.
-struct StoreRow<'a, H, const E: u32> {
-    h: &'a H,
-    out: u64,
-}
-
-impl<H: Mem, const E: u32> FloatSink for StoreRow<'_, H, E> {
+    /// Element `i` of one of the first `n / 2S` pairs (`i < 2S·(n / 2S)`);
+    /// [`FloatSink::put`] by default.
     #[inline(always)]
-    fn put(&mut self, i: u32, v: u32) {
-        // SAFETY: made by `decode` for output row `out` (aligned to the
-        // element), which the decoder hands only its own elements (i < n).
-        unsafe { store_as::<H, E>(self.h, self.out, i, v) }
+    fn put_pair(&mut self, i: u32, v: u32) {
+        self.put(i, v);
+    }
+
+    /// Called after the `j`-th pair of elements (`2S·j + k` and `+ S`) of
+    /// the first `n / 2S` pairs; nothing by default. The bulk decode's
+    /// tiles flush here ([`crate::detail::float_bulk`]), warp-wide.
+    #[inline(always)]
+    fn pair_done(&mut self, j: u32) {
+        let _ = j;
     }
 }
 
@@ -142,7 +141,7 @@ impl<H: Mem, const E: u32> FloatSink for StoreRow<'_, H, E> {
 /// # Safety
 /// The two words at `al + 4·(q / 32)` readable.
 #[inline(always)]
-unsafe fn bits_at<W: Words>(h: &W, al: u64, q: u32) -> u32 {
+pub(crate) unsafe fn bits_at<W: Words>(h: &W, al: u64, q: u32) -> u32 {
     let a = al + ((q >> 5) << 2) as u64;
     // SAFETY: the caller's contract.
     let w = unsafe { h.word(a) as u64 | (h.word(a + 4) as u64) << 32 };
@@ -281,27 +280,27 @@ pub unsafe fn locate<H: Mem>(h: &H, p: &FloatView, t: u64) -> Result<(u64, u32),
 #[derive(Clone, Copy)]
 pub struct Shape {
     /// Elements of a row.
-    n: u32,
+    pub(crate) n: u32,
     /// log2 of an element's bytes.
-    eshift: u32,
+    pub(crate) eshift: u32,
     /// Sub-streams.
-    s: u32,
+    pub(crate) s: u32,
     /// Residual bits of an element, and their mask.
-    r: u32,
-    rmask: u32,
+    pub(crate) r: u32,
+    pub(crate) rmask: u32,
     /// Bytes of the residual section.
-    res_bytes: u32,
+    pub(crate) res_bytes: u32,
     /// Regions, and the bits of each stored region length (and their mask).
-    nreg: u32,
-    len_bits: u32,
-    lmask: u32,
+    pub(crate) nreg: u32,
+    pub(crate) len_bits: u32,
+    pub(crate) lmask: u32,
     /// Bits of a decode-table index.
-    m: u32,
+    pub(crate) m: u32,
     /// The symbol field: its lowest bit, the mask of the residual's bits
     /// below it, and where the residual's bits above it go.
-    low: u32,
-    lo_mask: u32,
-    hi_shift: u32,
+    pub(crate) low: u32,
+    pub(crate) lo_mask: u32,
+    pub(crate) hi_shift: u32,
 }
 
 impl Shape {
@@ -358,7 +357,7 @@ impl Shape {
     /// # Safety
     /// `i < n`; `out` an output row aligned to the element size.
     #[inline(always)]
-    unsafe fn store<H: Mem>(&self, h: &H, out: u64, i: u32, v: u32) {
+    pub(crate) unsafe fn store<H: Mem>(&self, h: &H, out: u64, i: u32, v: u32) {
         // SAFETY: forwarded contract.
         unsafe {
             match self.eshift {
@@ -375,7 +374,7 @@ impl Shape {
 /// # Safety
 /// `i < n`; `out` an output row aligned to the element size.
 #[inline(always)]
-unsafe fn store_as<H: Mem, const E: u32>(h: &H, out: u64, i: u32, v: u32) {
+pub(crate) unsafe fn store_as<H: Mem, const E: u32>(h: &H, out: u64, i: u32, v: u32) {
     let a = out + (i << E) as u64;
     // SAFETY: inside the output row, aligned (the caller's contract).
     unsafe {
@@ -412,11 +411,41 @@ pub unsafe fn decode_sub_stream<W: Words, B: Book, K: FloatSink>(
     k: u32,
     sink: &mut K,
 ) -> (u32, u64) {
-    if len < sh.res_bytes {
-        return (0, STATUS_CORRUPT);
-    }
-    let area_len = len - sh.res_bytes;
-    let mut area = Bits::new(src + sh.res_bytes as u64, area_len);
+    // SAFETY: forwarded contract.
+    unsafe { sub_stream::<W, B, K, false>(h, table, sh, src, len, k, true, sink) }
+}
+
+/// [`decode_sub_stream`]'s body. With `UNIFORM`, every lane of the warp
+/// runs the same loop whatever its row: a lane without a row (`live`
+/// false) or with a row whose regions fail their check decodes nothing
+/// that counts, reading only the bytes at `src` (its index 0), and every
+/// lane calls [`FloatSink::pair_done`] exactly `n / 2S` times, so a sink
+/// may synchronise the warp there (the bulk decode's tiles). Without it, a
+/// row failing its region check returns before any element.
+///
+/// Q: why `n / 2S` pairs for every lane, then single codes? A: a lane's
+/// pair count would otherwise depend on its sub-stream (`n` not a multiple
+/// of `2S`); after the uniform pairs at most two elements are left a lane.
+///
+/// # Safety
+/// As [`decode_sub_stream`]; with `UNIFORM`, the bytes at `src` readable
+/// as a row of at least 8 bytes is enough for a lane that is not `live`.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+pub unsafe fn sub_stream<W: Words, B: Book, K: FloatSink, const UNIFORM: bool>(
+    h: &W,
+    table: &B,
+    sh: &Shape,
+    src: u64,
+    len: u32,
+    k: u32,
+    live: bool,
+    sink: &mut K,
+) -> (u32, u64) {
+    let mut ok = live && len >= sh.res_bytes;
+    let area_len = if ok { len - sh.res_bytes } else { 0 };
+    let area_at = if ok { src + sh.res_bytes as u64 } else { src };
+    let mut area = Bits::new(area_at, area_len);
     let area_bits = area_len * 8;
     // This lane's region and its bounds: region q's length is the q-th
     // stored length (len_bits bits each, before region 0).
@@ -437,14 +466,17 @@ pub unsafe fn decode_sub_stream<W: Words, B: Book, K: FloatSink>(
     };
     // Region starts ascend, so every lane checking its own bounds is the
     // CPU's check of the last region's start.
-    if start > area_bits || end > area_bits {
+    ok &= start <= area_bits && end <= area_bits;
+    if !UNIFORM && !ok {
         return (0, STATUS_CORRUPT);
     }
     let dmask = (1u32 << sh.m) - 1;
     // The residuals are read as aligned word pairs from the row's aligned
-    // start (bit `sbit` of it is the row's first bit).
+    // start (bit `sbit` of it is the row's first bit); a lane that decodes
+    // nothing reads element 0's.
     let ral = src & !3;
     let sbit = ((src & 3) * 8) as u32;
+    let at = |i: u32| if ok { i } else { 0 };
     // Both directions take one path ([`read_at`]).
     //
     // Q: why two codes a read? A: a read is the loop's longest part (the
@@ -458,14 +490,22 @@ pub unsafe fn decode_sub_stream<W: Words, B: Book, K: FloatSink>(
     // area, which fails the meeting check whatever it decoded to, as a code
     // decoded from zeros would.
     let back = k & 1 == 1;
-    let mut pos = if back { end } else { start };
+    let mut pos = if !ok {
+        0
+    } else if back {
+        end
+    } else {
+        start
+    };
     // Any code missing from the table, as a flag (no branch a code).
     let mut bad = false;
     let mut i = k;
     // Q: why a loop of whole pairs and a tail? A: the pair's second code
     // is then always an element, so the loop carries no test and no
     // branch for it.
-    while i + sh.s < sh.n {
+    let pairs = sh.n / (2 * sh.s);
+    let mut j = 0;
+    while j < pairs {
         // SAFETY: Bits reads inside the row.
         let rd = unsafe { read_at(h, &mut area, pos, back) };
         // SAFETY: both indices are below 2^m, the table's length.
@@ -476,45 +516,49 @@ pub unsafe fn decode_sub_stream<W: Words, B: Book, K: FloatSink>(
         bad |= (e1 == FLOAT_NO_SYMBOL) | (e2 == FLOAT_NO_SYMBOL);
         pos = advance(pos, l1 + (e2 >> 12), back);
         let i2 = i + sh.s;
-        // SAFETY: i < i2 < n.
+        // SAFETY: i < i2 < 2S·pairs ≤ n (k < S); a lane that decodes
+        // nothing reads element 0.
         unsafe {
-            sink.put(
+            sink.put_pair(
                 i,
-                sh.compose(residual(h, sh, src, ral, sbit, i), e1 & 0xfff),
+                sh.compose(residual(h, sh, src, ral, sbit, at(i)), e1 & 0xfff),
             );
-            sink.put(
+            sink.put_pair(
                 i2,
-                sh.compose(residual(h, sh, src, ral, sbit, i2), e2 & 0xfff),
+                sh.compose(residual(h, sh, src, ral, sbit, at(i2)), e2 & 0xfff),
             );
         }
+        sink.pair_done(j);
         i = i2 + sh.s;
+        j += 1;
     }
-    if i < sh.n {
+    while i < sh.n {
         // SAFETY: as in the loop.
         let rd = unsafe { read_at(h, &mut area, pos, back) };
         // SAFETY: as in the loop.
         let e1 = unsafe { entry(table, rd & dmask) };
         bad |= e1 == FLOAT_NO_SYMBOL;
         pos = advance(pos, e1 >> 12, back);
-        // SAFETY: i < n.
+        // SAFETY: i < n, as in the loop.
         unsafe {
             sink.put(
                 i,
-                sh.compose(residual(h, sh, src, ral, sbit, i), e1 & 0xfff),
+                sh.compose(residual(h, sh, src, ral, sbit, at(i)), e1 & 0xfff),
             )
         };
+        i += sh.s;
     }
-    let mut err = if bad { STATUS_CORRUPT } else { 0 };
+    let mut err = if bad || !ok { STATUS_CORRUPT } else { 0 };
     // The residuals' padding, to a whole byte, is zero.
     let pad = sh.res_bytes * 8 - sh.n * sh.r;
-    if k == 0 && pad > 0 {
+    if ok && k == 0 && pad > 0 {
         // SAFETY: the padding bits are inside the row.
         let v = unsafe { bits_at(h, ral, sbit + sh.n * sh.r) };
         if v & ((1u32 << pad) - 1) != 0 {
             err = STATUS_CORRUPT;
         }
     }
-    (pos, err)
+    (pos, if live { err } else { 0 })
 }
 
 /// The 32 code bits at a sub-stream's position, in reading order from
@@ -610,37 +654,6 @@ pub unsafe fn check_meet<W: Words>(
     if ok { 0 } else { STATUS_CORRUPT }
 }
 
-/// Copy a raw row (`L` stored bytes at `src`) into the output row at `out`,
-/// lane `k` of `g` taking every `g`-th word (or byte).
-///
-/// # Safety
-/// As [`decode`]; `src .. src + L` inside the payload.
-#[inline(always)]
-unsafe fn copy_raw<H: Mem>(h: &H, l: u32, src: u64, out: u64, k: u32, g: u32) {
-    if (out | l as u64) & 3 == 0 {
-        // Q: why aligned word pairs and a shift? A: a raw row starts
-        // anywhere in the payload (rows before it are of any length); the
-        // output row is aligned, so each output word is read as the two
-        // aligned words around it.
-        let (al, sbit) = (src & !3, ((src & 3) * 8) as u32);
-        let mut j = k * 4;
-        while j < l {
-            // SAFETY: both words hold bytes of the row or of the payload's
-            // padding (readable, as FloatDecodeParams says); the output word
-            // is inside the row.
-            unsafe { h.st_u32(out + j as u64, bits_at(&GlobalWords(h), al, sbit + 8 * j)) };
-            j += 4 * g;
-        }
-    } else {
-        let mut j = k;
-        while j < l {
-            // SAFETY: inside the stored row and the output row.
-            unsafe { h.st_u8(out + j as u64, h.ld_u8(src + j as u64)) };
-            j += g;
-        }
-    }
-}
-
 /// Hand the elements `k, k + S, …` of a raw row (`L` stored bytes at `src`,
 /// read through `h`) to `sink`, as [`decode_sub_stream`] hands a coded
 /// row's.
@@ -662,22 +675,6 @@ pub unsafe fn put_raw<W: Words, K: FloatSink>(h: &W, sh: &Shape, src: u64, k: u3
         // most 7 bytes past it (the caller's contract).
         let v = unsafe { bits_at(h, al, sbit + (i << sh.eshift) * 8) } & emask;
         sink.put(i, v);
-        i += sh.s;
-    }
-}
-
-/// Zero the elements `k, k + S, …` of the output row at `out` (every lane
-/// of a group zeroes the elements it would have written, so no lane waits
-/// for another's stores).
-///
-/// # Safety
-/// `out` an output row.
-#[inline(always)]
-unsafe fn zero_row<H: Mem>(h: &H, sh: &Shape, out: u64, k: u32) {
-    let mut i = k;
-    while i < sh.n {
-        // SAFETY: i < n.
-        unsafe { sh.store(h, out, i, 0) };
         i += sh.s;
     }
 }
@@ -717,164 +714,4 @@ pub unsafe fn stage_row<H: Mem + Shared>(
         j += g;
     }
     (ws + (src & 15) as u32) as u64
-}
-
-/// The decode: output row `i` gets row `ids[i]` (or `first + i`), for every
-/// `i` of this warp's groups (the warp takes rows `warp · R, …` and then
-/// every `warps · R`-th, `R = 32 / G` rows at once). A bad id or a corrupt
-/// row is reported in the status and its output row zeroed.
-///
-/// With `STAGE`, each group first copies its coded row into its part of
-/// the warp's shared workspace at `ws` ([`stage_row`]; `p.stage_bytes` a
-/// group, [`FloatView::workspace_bytes`]) and decodes it from there; raw
-/// rows are copied where they lie.
-///
-/// # Safety
-/// The host filled `p` as [`FloatDecodeParams`] says (the group's payload,
-/// index and table, `count` output rows `out_stride` bytes apart, two
-/// status words, rows of at most [`crate::params::FLOAT_MAX_ROW_BYTES`]);
-/// `table` reads the decode table. With `STAGE`: the payload 16-aligned
-/// and readable up to its length rounded up to 16, and
-/// `ws .. ws + (32 / G) · stage_bytes` this warp's shared memory,
-/// 16-aligned, `stage_bytes` at least [`FloatView::workspace_bytes`] and a
-/// multiple of 16.
-#[inline(always)]
-pub unsafe fn decode<H: Lanes + Mem + Shared + Async, B: Book, const STAGE: bool>(
-    h: &H,
-    table: &B,
-    p: &FloatDecodeParams,
-    warp: u64,
-    warps: u64,
-    ws: u32,
-) {
-    let v = p.view();
-    let sh = Shape::of(&v);
-    let g = sh.s.next_power_of_two();
-    let gshift = g.trailing_zeros();
-    let per_warp = (32 >> gshift) as u64;
-    let lane = h.lane();
-    let k = lane & (g - 1);
-    let wsg = ws + (lane >> gshift) * p.stage_bytes;
-    let mut i0 = warp * per_warp;
-    // Every lane runs the same iterations (the shuffles below are
-    // warp-wide); a group past the end idles through its last one.
-    while i0 < p.count {
-        let i = i0 + (lane >> gshift) as u64;
-        let out = p.out + i * p.out_stride;
-        let mut err = 0;
-        let mut pos = 0;
-        // A coded row: where its bytes are read (global or shared) and its
-        // stored length.
-        let mut coded = None;
-        if i < p.count {
-            let t = if p.ids == 0 {
-                p.first + i
-            } else {
-                // SAFETY: i < count, and ids holds count u64.
-                unsafe { h.ld_u64(p.ids + 8 * i) }
-            };
-            // SAFETY: forwarded contract.
-            match unsafe { locate(h, &v, t) } {
-                Err(e) => err = e,
-                Ok((start, len)) if len == p.row_bytes => {
-                    // SAFETY: the row's bytes are inside the payload.
-                    unsafe { copy_raw(h, p.row_bytes, p.payload + start, out, k, g) };
-                }
-                Ok((start, len)) => {
-                    let src = p.payload + start;
-                    let at = if STAGE {
-                        // SAFETY: the payload and the workspace as the
-                        // contract says for STAGE.
-                        unsafe { stage_row(h, src, len, wsg, k, g) }
-                    } else {
-                        src
-                    };
-                    coded = Some((at, len));
-                }
-            }
-        }
-        if STAGE {
-            // The group's pieces are in shared memory (warp-wide: every
-            // lane runs this iteration).
-            h.sync_warp();
-        }
-        if let Some((src, len)) = coded
-            && k < sh.s
-        {
-            // SAFETY: the row's bytes are at `src` (global, inside the
-            // payload, or shared, in the group's workspace, with the bytes
-            // after them readable as `Bits` needs), and `out` is output row
-            // i, aligned to the element (the sink's width is the element
-            // size).
-            (pos, err) = unsafe {
-                if STAGE {
-                    decode_into(&SharedWords(h), h, table, &sh, src, len, k, out)
-                } else {
-                    decode_into(&GlobalWords(h), h, table, &sh, src, len, k, out)
-                }
-            };
-        }
-        // The odd lane's end to its even partner.
-        let partner = h.shfl_xor(pos, 1);
-        if let Some((src, len)) = coded
-            && k < sh.s
-            && k & 1 == 0
-            && err == 0
-        {
-            // SAFETY: as above.
-            err = unsafe {
-                if STAGE {
-                    check_meet(&SharedWords(h), &sh, src, len, k, pos, partner)
-                } else {
-                    check_meet(&GlobalWords(h), &sh, src, len, k, pos, partner)
-                }
-            };
-        }
-        let err = group_or(h, err as u32, g) as u64;
-        if err != 0 {
-            if k < sh.s {
-                // SAFETY: out is output row i < count.
-                unsafe { zero_row(h, &sh, out, k) };
-            }
-            if k == 0 {
-                // SAFETY: the status holds two u64.
-                unsafe {
-                    h.or_u64(p.status, err);
-                    h.min_u64(p.status + 8, i);
-                }
-            }
-        }
-        if STAGE {
-            // The next iteration's pieces overwrite the workspace.
-            h.sync_warp();
-        }
-        i0 += warps * per_warp;
-    }
-}
-
-/// Sub-stream `k` of the coded row at `src` (read through `w`) decoded
-/// into output row `out`, one copy of the loop an element size.
-///
-/// # Safety
-/// As [`decode_sub_stream`]; `out` an output row aligned to the element.
-#[allow(clippy::too_many_arguments)]
-#[inline(always)]
-unsafe fn decode_into<W: Words, H: Mem, B: Book>(
-    w: &W,
-    h: &H,
-    table: &B,
-    sh: &Shape,
-    src: u64,
-    len: u32,
-    k: u32,
-    out: u64,
-) -> (u32, u64) {
-    // SAFETY: forwarded contract.
-    unsafe {
-        match sh.eshift {
-            0 => decode_sub_stream(w, table, sh, src, len, k, &mut StoreRow::<H, 0> { h, out }),
-            1 => decode_sub_stream(w, table, sh, src, len, k, &mut StoreRow::<H, 1> { h, out }),
-            _ => decode_sub_stream(w, table, sh, src, len, k, &mut StoreRow::<H, 2> { h, out }),
-        }
-    }
 }

@@ -25,6 +25,8 @@
 //!   from a cache slab or, on a miss, from the dataset in host memory).
 //! - [`float_decode`]: the float-coded rows' decoder (`docs/FORMAT.md` §7):
 //!   a group of lanes a row, one lane a sub-stream.
+//! - [`float_bulk`]: the float decode kernels' body (ranges and gathers,
+//!   output through shared-memory tiles).
 //! - [`kv`]: the appendable KV store's commit of stored lengths and flags.
 //! - [`float_kv`]: the float-coded KV store's placement of stored forms
 //!   into slots or overflow entries, with their direct index.
@@ -39,6 +41,7 @@ pub mod copy_runs;
 pub mod count;
 pub mod decode;
 pub mod encode;
+pub mod float_bulk;
 pub mod float_decode;
 pub mod float_encode;
 pub mod float_kv;

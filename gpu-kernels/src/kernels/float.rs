@@ -66,18 +66,24 @@ unsafe fn float_decode<const STAGE: bool>(p: FloatDecodeParams) {
     // This warp's workspace: after the table, (32 / G) groups' stages.
     let g = p.sub_streams.clamp(1, 32).next_power_of_two();
     let per_warp = 32 / g;
-    let ws =
-        base + ((p.table_smem_bytes + 15) & !15) + arch::warp_in_block() * per_warp * p.stage_bytes;
+    let stages = base + ((p.table_smem_bytes + 15) & !15);
+    let ws = stages + arch::warp_in_block() * per_warp * p.stage_bytes;
+    // The warps' tiles after every warp's stages.
+    let tile = stages
+        + (arch::block_dim() / 32) * per_warp * p.stage_bytes
+        + arch::warp_in_block() * p.tile_warp_bytes();
     // SAFETY: forwarded contract; the table is in shared memory at `base`,
-    // the workspace after it.
+    // the workspaces after it, then the tiles (the launch's shared memory,
+    // `ibp::gpu::FloatDecoder`'s plan).
     unsafe {
-        crate::detail::float_decode::decode::<_, _, STAGE>(
+        crate::detail::float_bulk::decode::<_, _, STAGE>(
             &Hw,
             &SharedBook(base),
             &p,
             warp,
             warps,
             ws,
+            tile,
         )
     }
 }

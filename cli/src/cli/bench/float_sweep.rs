@@ -42,7 +42,7 @@ pub(super) fn section(
     let copy = super::decode::device_copy_rate(&stream)? / 1e9;
     let _ = writeln!(
         md,
-        "## Float coding: row-length sweep, device-resident range decode\n\nMiniLM's word embeddings cast to each type (FP8 scaled by 16), as rows of the given length, replicated to about {} MiB, default options (4 sub-streams); decoded whole from device memory, median of 9 calls after 2 warm-ups, output checked first. *staged*: `ibp_float_decode_staged` (where a block's stages fit 112 KiB; `-` otherwise); *direct*: `ibp_float_decode`; *moved / copy*: the faster kernel's (stored + decoded bytes) a second ÷ this run's device copy ({copy:.0} GB/s, read plus written). Rates are decoded bytes a second.\n\n| type | row bytes | ratio | staged GB/s | direct GB/s | moved / copy | default kernel |\n| --- | --- | --- | --- | --- | --- | --- |",
+        "## Float coding: row-length sweep, device-resident range decode\n\nMiniLM's word embeddings cast to each type (FP8 scaled by 16), as rows of the given length, replicated to about {} MiB, default options (*S* sub-streams by the row's length, `float_code::sub_streams_for`); decoded whole from device memory, median of 9 calls after 2 warm-ups, output checked first. *staged*: `ibp_float_decode_staged` (where a block's stages fit 112 KiB; `-` otherwise); *direct*: `ibp_float_decode`; each with its elements written through tiles in shared memory (the default) and one store an element (*no tiles*); *moved / copy*: the default's (stored + decoded bytes) a second ÷ this run's device copy ({copy:.0} GB/s, read plus written); *S = 4*: where *S* is not 4, the same rows fitted with four sub-streams, decoded by the default kernel (ratio, GB/s). Rates are decoded bytes a second.\n\n| type | row bytes | S | ratio | staged | staged, no tiles | direct | direct, no tiles | moved / copy | default | S = 4 |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
         CELL_BYTES >> 20
     );
     for t in [FloatType::Bf16, FloatType::F32, FloatType::E4M3] {
@@ -56,24 +56,45 @@ pub(super) fn section(
             let rows = Rows::new(&data, row)?;
             let coded = compress(&fit(t, rows, &FitOptions::default())?, rows)?;
             let ratio = data.len() as f64 / coded.stored_bytes() as f64;
-            let dec = FloatDecoder::new(gpu, &coded)?;
+            let s = coded.table().sub_streams();
+            let mut dec = FloatDecoder::new(gpu, &coded)?;
             let default_staged = dec.stages_rows();
             let mut out = DeviceBuffer::<u8>::zeroed(data.len())
                 .map_err(|e| Error::cuda(format!("allocating the output: {e}")))?;
             let mut status = DecodeStatus::new()?;
-            let staged = if default_staged {
-                Some(rate(gpu, &stream, &dec, &data, &mut out, &mut status)?)
+            // Staged and direct, each with and without tiles; the first
+            // is the decoder's default.
+            let mut cells = Vec::new();
+            for (staged, tiles) in [(true, true), (true, false), (false, true), (false, false)] {
+                dec = dec.with_staging(gpu, staged)?.with_tiles(gpu, tiles)?;
+                cells.push(if staged && !dec.stages_rows() {
+                    None
+                } else {
+                    Some(rate(gpu, &stream, &dec, &data, &mut out, &mut status)?)
+                });
+            }
+            let default = if default_staged { cells[0] } else { cells[2] };
+            let moved = default.unwrap_or(0.0) * (1.0 + 1.0 / ratio);
+            let cell = |c: Option<f64>| c.map_or("-".to_string(), |s| format!("{s:.1}"));
+            let four = if s == 4 {
+                "-".to_string()
             } else {
-                None
+                let opts = FitOptions::default().with_sub_streams(4);
+                let c4 = compress(&fit(t, rows, &opts)?, rows)?;
+                let d4 = FloatDecoder::new(gpu, &c4)?;
+                let r4 = rate(gpu, &stream, &d4, &data, &mut out, &mut status)?;
+                format!(
+                    "{:.3}, {r4:.1}",
+                    data.len() as f64 / c4.stored_bytes() as f64
+                )
             };
-            let direct = dec.with_staging(gpu, false)?;
-            let direct_rate = rate(gpu, &stream, &direct, &data, &mut out, &mut status)?;
-            let best = staged.unwrap_or(0.0).max(direct_rate);
-            let moved = best * (1.0 + 1.0 / ratio);
             let _ = writeln!(
                 md,
-                "| {t} | {row} | {ratio:.3} | {} | {direct_rate:.1} | {:.2} | {} |",
-                staged.map_or("-".to_string(), |s| format!("{s:.1}")),
+                "| {t} | {row} | {s} | {ratio:.3} | {} | {} | {} | {} | {:.2} | {} | {four} |",
+                cell(cells[0]),
+                cell(cells[1]),
+                cell(cells[2]),
+                cell(cells[3]),
                 moved / copy,
                 if default_staged { "staged" } else { "direct" }
             );
