@@ -33,7 +33,8 @@ done
 if [ "${IBP_FLOAT_NCU:-1}" = 1 ] && [ -x .device/bin/gpu_float_decode.test ]; then
   timeout 150 ncu --clock-control none --kernel-name regex:'^ibp_float_decode' --launch-skip 0 --launch-count 1 \
     --section SpeedOfLight --section Occupancy --section SchedulerStats --section WarpStateStats \
-    --section LaunchStats --csv .device/bin/gpu_float_decode.test minilm_rows_decode_like_the_cpu --test-threads=1 \
+    --section LaunchStats --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
+    --csv .device/bin/gpu_float_decode.test minilm_rows_decode_like_the_cpu --test-threads=1 \
     >"$out/ncu-float.csv" 2>"$out/ncu-float.err"
   summary+=("ncu ibp_float_decode: rc=$?")
   python3 - "$out/ncu-float.csv" <<'EOF' || true
@@ -49,9 +50,17 @@ keep = ("Duration", "Registers Per Thread", "Achieved Occupancy", "Issued Warp P
         "Memory Throughput", "DRAM Throughput", "L1/TEX Cache Throughput", "Compute (SM) Throughput",
         "Warp Cycles Per Issued Instruction", "Avg. Active Threads Per Warp",
         "Avg. Not Predicated Off Threads Per Warp")
+stalls = []
 for r in rows[head + 1:]:
     if len(r) > val and r[name] in keep:
         print(f"ncu: {r[name]}: {r[val]} {r[unit]}")
+    elif len(r) > val and "issue_stalled" in r[name]:
+        try:
+            stalls.append((float(r[val].replace(",", "")), r[name]))
+        except ValueError:
+            pass
+for v, n in sorted(stalls, reverse=True)[:8]:
+    print(f"ncu stall: {n.replace('smsp__average_warps_issue_stalled_', '').replace('_per_issue_active.ratio', '')}: {v:.2f} cycles an issue")
 EOF
 fi
 # The fused API on float-coded rows (tests/gpu_device_api.rs) and its bf16

@@ -205,9 +205,12 @@ fn empty_groups_and_bad_arguments() {
         kind(fit(FloatType::F32, Rows::new(&data, 2).unwrap(), &o)),
         ErrorKind::InvalidArgument
     );
+    // 0: by the row's length (four for these short rows).
     assert_eq!(
-        kind(fit(FloatType::Bf16, rows, &o.with_sub_streams(0))),
-        ErrorKind::InvalidArgument
+        fit(FloatType::Bf16, rows, &o.with_sub_streams(0))
+            .unwrap()
+            .sub_streams(),
+        4
     );
     assert_eq!(
         kind(fit(FloatType::Bf16, rows, &o.with_sub_streams(3))),
@@ -416,4 +419,26 @@ mod random {
             round_trip(t, &data, n * t.bytes(), &opts);
         }
     }
+}
+
+#[test]
+fn sub_streams_follow_the_row_length() {
+    use super::sub_streams_for;
+    let got: Vec<u8> = [1, 384, 512, 513, 1024, 2048, 4096, 1 << 20]
+        .into_iter()
+        .map(sub_streams_for)
+        .collect();
+    assert_eq!(got, [4, 4, 4, 8, 8, 16, 32, 32]);
+    // The default fit takes the rule; an explicit count stays.
+    let data = weights(FloatType::Bf16, 3, 2048, 1.0, 5);
+    let rows = Rows::new(&data, 4096).unwrap();
+    let t = fit(FloatType::Bf16, rows, &FitOptions::default()).unwrap();
+    assert_eq!(t.sub_streams(), 16);
+    let t = fit(
+        FloatType::Bf16,
+        rows,
+        &FitOptions::default().with_sub_streams(6),
+    )
+    .unwrap();
+    assert_eq!(t.sub_streams(), 6);
 }
