@@ -24,11 +24,14 @@ ptxs=(gpu-kernels/ptx/ibp_kernels_sm_80.ptx examples/fused-kernels/ptx/fused_ker
 
 # Everything the checks read: the kernels' sources (the library's, the fused
 # examples', the probe build), what builds them (build.rs with its register
-# caps, the kernel builder, the toolchain), the shipped PTX and the scripts.
+# caps, the kernel builder, the toolchain), the shipped PTX and the scripts;
+# and the kernel builder's own test (a user crate on the device API), which
+# scripts/test.sh skips under the same record.
 inputs_hash() {
   find gpu-kernels/src gpu-kernels/macros gpu-kernels/Cargo.toml gpu-kernels/Cargo.lock \
     examples/fused-kernels/src examples/fused-kernels/Cargo.toml examples/fused-kernels/Cargo.lock \
     examples/fused-kernels/ptx/sources.sha256 build.rs kernel-builder/src kernel-builder/examples kernel-builder/Cargo.toml \
+    kernel-builder/tests \
     "${ptxs[@]}" rust-toolchain.toml scripts/kernel-checks.sh scripts/sass.sh scripts/ptx.sh \
     -type f -not -path '*/target/*' | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -d' ' -f1
 }
@@ -113,6 +116,10 @@ done
 IBP_STEP_BUDGET=${IBP_STEP_BUDGET:-100} bash scripts/sass.sh --steps
 
 if [ "${1:-}" = --stamp ]; then
+  # The kernel builder's test is skipped under the same record
+  # (scripts/test.sh), so it passes here first.
+  cargo clippy --manifest-path kernel-builder/Cargo.toml --all-targets -- -D warnings
+  cargo test --manifest-path kernel-builder/Cargo.toml
   inputs_hash >"$stamp"
   echo "kernel-checks: passed; recorded $(cut -c1-12 "$stamp") in $stamp"
 fi
