@@ -13,13 +13,13 @@ if [ -f .device/data/model.ibp ] && [ ! -f .device/data/model.safetensors ]; the
     echo "device-unpack: MiniLM's table restored with the wrong hash"; exit 1
   fi
 fi
-# Real KV rows (stage-device.sh): bf16 for both KV stores, f16 and f32 for
-# the float-coded store's capacity rows, made here from the staged text.
-if [ -f .device/data/kv-text.md ] && [ -f .device/data/model.safetensors ]; then
-  for dtype in bf16 f16 f32; do
-    [ -f ".device/data/kv-$dtype.safetensors" ] && continue
-    .device/bin/ibp.bin kv-data --text .device/data/kv-text.md --data-dir .device/data \
-      --dtype "$dtype" -o ".device/data/kv-$dtype.safetensors" --force >/dev/null \
-      || { echo "device-unpack: kv-data ($dtype) failed"; exit 1; }
-  done
-fi
+# Real KV rows (stage-device.sh), compressed by ibp to fit the carry.
+for f in .device/data/kv-*.ibp; do
+  [ -f "$f" ] || continue
+  st=${f%.ibp}.safetensors
+  [ -f "$st" ] && continue
+  .device/bin/ibp.bin decompress "$f" -o "$st" >/dev/null || { echo "device-unpack: $f does not decompress"; exit 1; }
+  if [ "$(sha256sum "$st" | cut -d' ' -f1)" != "$(cat "${f%.ibp}.sha256")" ]; then
+    echo "device-unpack: $st restored with the wrong hash"; exit 1
+  fi
+done

@@ -154,14 +154,23 @@ fi
 # Real KV rows for tests/gpu_kv_store.rs, tests/gpu_float_kv.rs and `ibp bench --section kv`
 # (issue 12): all-MiniLM-L6-v2 run by `ibp kv-data` over the first
 # IBP_STAGE_KV_CHARS characters (default 4000, about a thousand tokens) of
-# its model card. Q: why made on the GPU machine (device-unpack.sh)? A: bf16,
-# f16 and f32 rows are 44 MB, two thirds of the 64 MiB carry; the text and
-# the vocabulary they are made from are 240 KB, and the forward pass takes
-# seconds there.
+# its model card, in bf16, compressed by ibp itself to fit the carry
+# (device-unpack.sh restores it). With IBP_STAGE_KV_ALL=1 the f16 and f32
+# rows too (the float-coded store's capacity rows; 33 MB more, over the
+# carry beside MiniLM's table).
 if [ -f "$IBP_DATA_DIR/model.safetensors" ] && [ -f "$IBP_DATA_DIR/minilm-card.md" ]; then
   python3 -c 'import sys; sys.stdout.write(open(sys.argv[1], encoding="utf-8").read()[:int(sys.argv[2])])' \
-    "$IBP_DATA_DIR/minilm-card.md" "${IBP_STAGE_KV_CHARS:-4000}" >.device/data/kv-text.md
-  cp "$IBP_DATA_DIR/minilm-vocab.txt" .device/data/minilm-vocab.txt
+    "$IBP_DATA_DIR/minilm-card.md" "${IBP_STAGE_KV_CHARS:-4000}" >.device/kv-text.md
+  dtypes=(bf16)
+  [ "${IBP_STAGE_KV_ALL:-0}" = 1 ] && dtypes=(bf16 f16 f32)
+  for dtype in "${dtypes[@]}"; do
+    .device/bin/ibp.bin kv-data --text .device/kv-text.md --data-dir "$IBP_DATA_DIR" \
+      --dtype "$dtype" -o ".device/kv-$dtype.safetensors" --force
+    .device/bin/ibp.bin compress ".device/kv-$dtype.safetensors" -o ".device/data/kv-$dtype.ibp" --force >/dev/null
+    sha256sum ".device/kv-$dtype.safetensors" | cut -d' ' -f1 >".device/data/kv-$dtype.sha256"
+    rm ".device/kv-$dtype.safetensors"
+  done
+  rm .device/kv-text.md
 fi
 ls -la .device/bin
 tar cJf .device/bin.tar.xz -C .device bin && rm -rf .device/bin

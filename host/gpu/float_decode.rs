@@ -65,11 +65,35 @@ struct Plan {
 }
 
 impl Plan {
+    /// [`Plan::build`], with tiles only where they cost nothing else: not
+    /// the staging (a block's stages and tiles over [`STAGED_MAX_SHARED`])
+    /// and not a resident block an SM.
+    ///
+    /// Q: why would tiles cost a block? A: they add 2–9 KiB a block of
+    /// shared memory beside the stages; measured on the H200 (seventh
+    /// session, `ibp bench --section float`), bf16 rows of 2 KB (eight
+    /// sub-streams) went from three blocks an SM to two with tiles and
+    /// decoded at 447 GB/s against 616 without them, where 768-byte rows
+    /// keep three blocks and gain 1.37× from them.
+    fn choose(gpu: &Gpu, p: &FloatDecodeParams, staged: bool, tiles: bool) -> Result<Self> {
+        let without = Self::build(gpu, p, staged, false)?;
+        if !tiles {
+            return Ok(without);
+        }
+        let with = Self::build(gpu, p, staged, true)?;
+        let loses_stage = without.stage_bytes != 0 && with.stage_bytes == 0;
+        Ok(if loses_stage || with.resident < without.resident {
+            without
+        } else {
+            with
+        })
+    }
+
     /// The staged decode when a block's stages (and tiles) fit
     /// [`STAGED_MAX_SHARED`] (and `staged` allows it), else the decode that
     /// reads rows where they lie; with `tiles`, each warp's output tiles
     /// after the stages (`ibp_kernels::detail::float_bulk`).
-    fn choose(gpu: &Gpu, p: &FloatDecodeParams, staged: bool, tiles: bool) -> Result<Self> {
+    fn build(gpu: &Gpu, p: &FloatDecodeParams, staged: bool, tiles: bool) -> Result<Self> {
         let table = p.table_smem_bytes.next_multiple_of(16);
         let groups = 32 / p.sub_streams.clamp(1, 32).next_power_of_two();
         let stage = p.view().workspace_bytes();
@@ -268,11 +292,12 @@ impl FloatDecoder {
         Ok(self)
     }
 
-    /// Whether elements go out through tiles in shared memory, 16 bytes a
-    /// store (the default; `ibp_kernels::detail::float_bulk`), or one store
-    /// an element (`false`). Only output rows that start 16-aligned take
-    /// tiles, whatever this says. For measuring one against the other; both
-    /// decode the same bytes.
+    /// Whether elements may go out through tiles in shared memory, 16 bytes
+    /// a store (the default; `ibp_kernels::detail::float_bulk`), or one
+    /// store an element (`false`). Tiles are taken only where they cost no
+    /// staging and no resident block, and only for output rows that start
+    /// 16-aligned, whatever this says. For measuring one against the other;
+    /// both decode the same bytes.
     pub fn with_tiles(mut self, gpu: &Gpu, tiles: bool) -> Result<Self> {
         self.plan = Plan::choose(gpu, &self.params, self.plan.stage_bytes != 0, tiles)?;
         Ok(self)

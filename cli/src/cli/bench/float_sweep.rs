@@ -42,7 +42,7 @@ pub(super) fn section(
     let copy = super::decode::device_copy_rate(&stream)? / 1e9;
     let _ = writeln!(
         md,
-        "## Float coding: row-length sweep, device-resident range decode\n\nMiniLM's word embeddings cast to each type (FP8 scaled by 16), as rows of the given length, replicated to about {} MiB, default options (*S* sub-streams by the row's length, `float_code::sub_streams_for`); decoded whole from device memory, median of 9 calls after 2 warm-ups, output checked first. *staged*: `ibp_float_decode_staged` (where a block's stages fit 112 KiB; `-` otherwise); *direct*: `ibp_float_decode`; each with its elements written through tiles in shared memory (the default) and one store an element (*no tiles*); *moved / copy*: the default's (stored + decoded bytes) a second ÷ this run's device copy ({copy:.0} GB/s, read plus written); *S = 4*: where *S* is not 4, the same rows fitted with four sub-streams, decoded by the default kernel (ratio, GB/s). Rates are decoded bytes a second.\n\n| type | row bytes | S | ratio | staged | staged, no tiles | direct | direct, no tiles | moved / copy | default | S = 4 |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "## Float coding: row-length sweep, device-resident range decode\n\nMiniLM's word embeddings cast to each type (FP8 scaled by 16), as rows of the given length, replicated to about {} MiB, default options (*S* sub-streams by the row's length, `float_code::sub_streams_for`); decoded whole from device memory, median of 9 calls after 2 warm-ups, output checked first. *staged*: `ibp_float_decode_staged` (where a block's stages fit 112 KiB; `-` otherwise); *direct*: `ibp_float_decode`; each with its elements written through tiles in shared memory (the default) and one store an element (*no tiles*); *staged* and *direct* allow tiles, which the decoder takes only where they cost no staging and no resident block (`FloatDecoder::with_tiles`); *default*: the decoder's own choice; *moved / copy*: the default's (stored + decoded bytes) a second ÷ this run's device copy ({copy:.0} GB/s, read plus written); *S = 4*: where *S* is not 4, the same rows fitted with four sub-streams, decoded by the default kernel (ratio, GB/s). Rates are decoded bytes a second.\n\n| type | row bytes | S | ratio | staged | staged, no tiles | direct | direct, no tiles | moved / copy | default | S = 4 |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
         CELL_BYTES >> 20
     );
     for t in [FloatType::Bf16, FloatType::F32, FloatType::E4M3] {
@@ -65,6 +65,7 @@ pub(super) fn section(
             // Staged and direct, each with and without tiles; the first
             // is the decoder's default.
             let mut cells = Vec::new();
+            let default_tiles = dec.writes_tiles();
             for (staged, tiles) in [(true, true), (true, false), (false, true), (false, false)] {
                 dec = dec.with_staging(gpu, staged)?.with_tiles(gpu, tiles)?;
                 cells.push(if staged && !dec.stages_rows() {
@@ -96,7 +97,12 @@ pub(super) fn section(
                 cell(cells[2]),
                 cell(cells[3]),
                 moved / copy,
-                if default_staged { "staged" } else { "direct" }
+                match (default_staged, default_tiles) {
+                    (true, true) => "staged, tiles",
+                    (true, false) => "staged",
+                    (false, true) => "direct, tiles",
+                    (false, false) => "direct",
+                }
             );
         }
     }
