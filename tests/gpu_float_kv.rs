@@ -13,13 +13,12 @@
 
 mod common;
 
-use common::{Rng, data_file, float_rows, gpu_or_skip, notice};
+use common::{Rng, float_rows, gpu_or_skip, notice};
 use cust::memory::DeviceBuffer;
 use cust::stream::{Stream, StreamFlags};
 use ibp::ErrorKind;
 use ibp::float_code::FloatType;
 use ibp::gpu::{DecodeStatus, FloatKvOptions, FloatKvStore, Gpu, copy_to_host_blocking};
-use ibp::io::DType;
 
 const POISON: u8 = 0xA5;
 /// Layers × key/value: the rows one token adds.
@@ -39,51 +38,7 @@ fn upload(bytes: &[u8]) -> DeviceBuffer<u8> {
 /// token), from the staged file or a forward pass over the card's start;
 /// else synthetic bf16 rows (a raw one every 37th), with a notice.
 fn kv_rows(test: &str) -> Vec<u8> {
-    let tables: Option<Vec<Vec<u8>>> = if let Some(p) = data_file("kv-bf16.safetensors") {
-        let f = ibp::io::InputFile::open(&p).unwrap();
-        let doc = ibp::io::parse(
-            f.bytes(),
-            ibp::io::SourceFormat::Safetensors,
-            &Default::default(),
-        )
-        .unwrap();
-        let mut out = Vec::new();
-        for layer in 0..6 {
-            for part in ["key", "value"] {
-                let name = format!("layer.{layer}.{part}");
-                let g = doc.groups.iter().find(|g| g.name == name).expect(&name);
-                assert_eq!(g.dtype, DType::BF16);
-                out.push(g.data.to_vec());
-            }
-        }
-        Some(out)
-    } else {
-        let files = ibp_testdata::kv::MiniLmFiles::in_dir(
-            data_file("model.safetensors")
-                .as_deref()
-                .and_then(|p| p.parent())
-                .unwrap_or(std::path::Path::new(".")),
-        );
-        files.exist().then(|| {
-            let m = ibp_testdata::kv::MiniLm::load(&files).unwrap();
-            let mut text = files.card_text().unwrap();
-            // The forward pass runs unoptimised in debug builds: the
-            // card's start is still over a hundred real tokens.
-            let cut = text.char_indices().nth(600).map_or(text.len(), |(i, _)| i);
-            text.truncate(cut);
-            let c = m.kv_cache(&text, &Default::default()).unwrap();
-            let mut out = Vec::new();
-            for layer in 0..c.layers() {
-                for part in [
-                    ibp_testdata::kv::KvPart::Key,
-                    ibp_testdata::kv::KvPart::Value,
-                ] {
-                    out.push(c.table_bytes(layer, part, &DType::BF16).unwrap());
-                }
-            }
-            out
-        })
-    };
+    let tables = common::real_kv_tables();
     match tables {
         Some(t) => {
             let refs: Vec<&[u8]> = t.iter().map(|t| &t[..]).collect();

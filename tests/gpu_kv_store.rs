@@ -14,14 +14,13 @@
 
 mod common;
 
-use common::{Rng, data_file, gpu_or_skip, notice};
+use common::{Rng, gpu_or_skip, notice};
 use cust::memory::DeviceBuffer;
 use cust::stream::{Stream, StreamFlags};
 use ibp::ErrorKind;
 use ibp::gpu::{
     DecodeStatus, Gpu, KvStore, KvStoreOptions, PageWrites, Request, copy_to_host_blocking,
 };
-use ibp::io::DType;
 
 const POISON: u8 = 0xA5;
 /// Layers × key/value: the rows one token adds.
@@ -36,55 +35,11 @@ fn stream() -> Stream {
 /// 0 value, layer 1 key, ... (`PER_TOKEN` rows of `L` bytes). `None` (with a
 /// notice) when neither the staged file nor the model is here.
 fn kv_rows(test: &str) -> Option<Vec<u8>> {
-    let tables: Vec<Vec<u8>> = if let Some(p) = data_file("kv-bf16.safetensors") {
-        let f = ibp::io::InputFile::open(&p).unwrap();
-        let doc = ibp::io::parse(
-            f.bytes(),
-            ibp::io::SourceFormat::Safetensors,
-            &Default::default(),
-        )
-        .unwrap();
-        let mut out = Vec::new();
-        for layer in 0..6 {
-            for part in ["key", "value"] {
-                let name = format!("layer.{layer}.{part}");
-                let g = doc.groups.iter().find(|g| g.name == name).expect(&name);
-                assert_eq!(g.dtype, DType::BF16);
-                out.push(g.data.to_vec());
-            }
-        }
-        out
-    } else {
-        let files = ibp_testdata::kv::MiniLmFiles::in_dir(
-            data_file("model.safetensors")
-                .as_deref()
-                .and_then(|p| p.parent())
-                .unwrap_or(std::path::Path::new(".")),
-        );
-        if !files.exist() {
-            notice(&format!(
-                "{test}: skipped: neither kv-bf16.safetensors nor the MiniLM files found"
-            ));
-            return None;
-        }
-        let m = ibp_testdata::kv::MiniLm::load(&files).unwrap();
-        let mut text = files.card_text().unwrap();
-        // Q: why only the card's start?
-        // A: the forward pass runs unoptimised in debug builds; 600
-        // characters are still over a hundred real tokens.
-        let cut = text.char_indices().nth(600).map_or(text.len(), |(i, _)| i);
-        text.truncate(cut);
-        let c = m.kv_cache(&text, &Default::default()).unwrap();
-        let mut out = Vec::new();
-        for layer in 0..c.layers() {
-            for part in [
-                ibp_testdata::kv::KvPart::Key,
-                ibp_testdata::kv::KvPart::Value,
-            ] {
-                out.push(c.table_bytes(layer, part, &DType::BF16).unwrap());
-            }
-        }
-        out
+    let Some(tables) = common::real_kv_tables() else {
+        notice(&format!(
+            "{test}: skipped: neither kv-bf16.safetensors nor the MiniLM files found"
+        ));
+        return None;
     };
     assert_eq!(tables.len(), PER_TOKEN);
     let refs: Vec<&[u8]> = tables.iter().map(|t| &t[..]).collect();

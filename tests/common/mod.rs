@@ -128,3 +128,58 @@ pub fn float_rows(
     }
     out
 }
+
+/// Real bf16 KV tables, one a layer and part (layer 0 key, layer 0 value,
+/// layer 1 key, …; `tokens × 384` values each): from the staged
+/// `kv-bf16.safetensors` (what `ibp kv-data` writes), else from a forward
+/// pass over the model card's start; `None` when neither is here.
+#[allow(dead_code)]
+pub fn real_kv_tables() -> Option<Vec<Vec<u8>>> {
+    use ibp::io::DType;
+    if let Some(p) = data_file("kv-bf16.safetensors") {
+        let f = ibp::io::InputFile::open(&p).unwrap();
+        let doc = ibp::io::parse(
+            f.bytes(),
+            ibp::io::SourceFormat::Safetensors,
+            &Default::default(),
+        )
+        .unwrap();
+        let mut out = Vec::new();
+        for layer in 0..6 {
+            for part in ["key", "value"] {
+                let name = format!("layer.{layer}.{part}");
+                let g = doc.groups.iter().find(|g| g.name == name).expect(&name);
+                assert_eq!(g.dtype, DType::BF16);
+                out.push(g.data.to_vec());
+            }
+        }
+        return Some(out);
+    }
+    let files = ibp_testdata::kv::MiniLmFiles::in_dir(
+        data_file("model.safetensors")
+            .as_deref()
+            .and_then(|p| p.parent())
+            .unwrap_or(std::path::Path::new(".")),
+    );
+    if !files.exist() {
+        return None;
+    }
+    let m = ibp_testdata::kv::MiniLm::load(&files).unwrap();
+    let mut text = files.card_text().unwrap();
+    // Q: why only the card's start?
+    // A: the forward pass runs unoptimised in debug builds; 600
+    // characters are still over a hundred real tokens.
+    let cut = text.char_indices().nth(600).map_or(text.len(), |(i, _)| i);
+    text.truncate(cut);
+    let c = m.kv_cache(&text, &Default::default()).unwrap();
+    let mut out = Vec::new();
+    for layer in 0..c.layers() {
+        for part in [
+            ibp_testdata::kv::KvPart::Key,
+            ibp_testdata::kv::KvPart::Value,
+        ] {
+            out.push(c.table_bytes(layer, part, &DType::BF16).unwrap());
+        }
+    }
+    Some(out)
+}
