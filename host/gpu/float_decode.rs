@@ -193,6 +193,10 @@ pub struct FloatDecoder {
     pub(super) index_hash: u64,
     /// The kernel and its shared memory.
     plan: Plan,
+    /// What the caller allows ([`FloatDecoder::with_staging`],
+    /// [`FloatDecoder::with_tiles`]); the plan takes each where it fits.
+    allow_staging: bool,
+    allow_tiles: bool,
 }
 
 impl std::fmt::Debug for FloatDecoder {
@@ -278,6 +282,8 @@ impl FloatDecoder {
             rel,
             params,
             plan,
+            allow_staging: true,
+            allow_tiles: true,
         })
     }
 
@@ -288,7 +294,8 @@ impl FloatDecoder {
     /// decoder of rows too long to stage. For measuring one against the
     /// other; both decode the same bytes.
     pub fn with_staging(mut self, gpu: &Gpu, staged: bool) -> Result<Self> {
-        self.plan = Plan::choose(gpu, &self.params, staged, self.plan.tile_elems != 0)?;
+        self.allow_staging = staged;
+        self.plan = Plan::choose(gpu, &self.params, staged, self.allow_tiles)?;
         Ok(self)
     }
 
@@ -299,7 +306,8 @@ impl FloatDecoder {
     /// 16-aligned, whatever this says. For measuring one against the other;
     /// both decode the same bytes.
     pub fn with_tiles(mut self, gpu: &Gpu, tiles: bool) -> Result<Self> {
-        self.plan = Plan::choose(gpu, &self.params, self.plan.stage_bytes != 0, tiles)?;
+        self.allow_tiles = tiles;
+        self.plan = Plan::choose(gpu, &self.params, self.allow_staging, tiles)?;
         Ok(self)
     }
 
