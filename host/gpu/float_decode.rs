@@ -65,9 +65,9 @@ struct Plan {
 }
 
 impl Plan {
-    /// [`Plan::build`], with tiles only where they cost nothing else: not
-    /// the staging (a block's stages and tiles over [`STAGED_MAX_SHARED`])
-    /// and not a resident block an SM.
+    /// [`Plan::build`], with tiles only where a row fills one and they cost
+    /// nothing else: not the staging (a block's stages and tiles over
+    /// [`STAGED_MAX_SHARED`]) and not a resident block an SM.
     ///
     /// Q: why would tiles cost a block? A: they add 2–9 KiB a block of
     /// shared memory beside the stages; measured on the H200 (seventh
@@ -78,6 +78,14 @@ impl Plan {
     fn choose(gpu: &Gpu, p: &FloatDecodeParams, staged: bool, tiles: bool) -> Result<Self> {
         let without = Self::build(gpu, p, staged, false)?;
         if !tiles {
+            return Ok(without);
+        }
+        // Q: and rows shorter than a tile? A: their one partial tile a row
+        // costs two warp barriers for a few stores; measured on the H200
+        // (seventh session, beside the session's first kernels in one
+        // call), 64-byte rows lost 7–13% with tiles.
+        let n = p.row_bytes >> (p.elem_bytes.trailing_zeros() & 3);
+        if n < FloatDecodeParams::tile_elems_for(p.sub_streams.clamp(1, 32)) {
             return Ok(without);
         }
         let with = Self::build(gpu, p, staged, true)?;
