@@ -196,14 +196,22 @@ fn decode_matches_original_for_every_chunk_size_length_and_mix() {
         }
     }
     // Small tensors through streaming mode too (a ring too small for batch
-    // mode forces it), so both kernels see every chunk size and mix.
-    let streaming = DecodeOptions::default().with_ring_bytes(256);
-    for chunk in ChunkSize::ALL {
-        for &l in &[5usize, 130, 1000, 4096] {
-            for mix in [Mix::Encoded, Mix::Raw, Mix::Mixed] {
-                let (data, cb) = dataset(&mut rng, l, 300, chunk, mix);
-                let what = format!("streaming C={} L={l} {mix:?}", chunk.bytes());
-                check_with(&gpu, &mut rng, &data, l, &cb, &what, &streaming);
+    // mode forces it), so both kernels see every chunk size and mix, with
+    // streaming mode's book in shared memory and read through L1.
+    for shared in [true, false] {
+        let streaming = DecodeOptions::default()
+            .with_ring_bytes(256)
+            .with_stream_book(shared);
+        for chunk in ChunkSize::ALL {
+            for &l in &[5usize, 130, 1000, 4096] {
+                for mix in [Mix::Encoded, Mix::Raw, Mix::Mixed] {
+                    let (data, cb) = dataset(&mut rng, l, 300, chunk, mix);
+                    let what = format!(
+                        "streaming (book in shared memory: {shared}) C={} L={l} {mix:?}",
+                        chunk.bytes()
+                    );
+                    check_with(&gpu, &mut rng, &data, l, &cb, &what, &streaming);
+                }
             }
         }
     }
@@ -313,6 +321,9 @@ fn decode_options_change_geometry_not_results() {
     for opts in [
         DecodeOptions::default().with_max_sms(3),
         DecodeOptions::default().with_ring_bytes(512), // streaming mode: tensor larger than the ring
+        DecodeOptions::default()
+            .with_ring_bytes(512)
+            .with_stream_book(false),
         DecodeOptions::default().with_warps_per_block(1),
         DecodeOptions::default()
             .with_ring_bytes(16384)

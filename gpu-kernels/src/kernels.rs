@@ -183,14 +183,8 @@ unsafe fn decode_batch<const PAIRS: bool>(p: DecodeParams) {
     let base = arch::dyn_smem_base();
     // The decode book, once per block (paper: metadata stays on the GPU;
     // here in shared memory).
-    let words = p.book_smem_bytes / 4;
-    let mut i = arch::thread_idx();
-    while i < words {
-        // SAFETY: i·4 < book_smem_bytes <= the book's length.
-        unsafe { arch::st_shared_u32(base + i * 4, arch::ld_global_u32(p.book + i as u64 * 4)) };
-        i += arch::block_dim();
-    }
-    arch::sync_threads();
+    // SAFETY: the launch's contract.
+    unsafe { book_to_shared(p.book, p.book_smem_bytes, base) };
     let at = launch(&p, base + p.book_smem_bytes);
     // SAFETY: forwarded contract; the book is in shared memory at `base`.
     unsafe { crate::detail::decode::run::<_, _, false, PAIRS>(&Hw, &SharedBook(base), p, true, at) }
@@ -208,14 +202,8 @@ unsafe fn decode_batch<const PAIRS: bool>(p: DecodeParams) {
 pub unsafe fn ibp_decode_lanes(p: DecodeParams) {
     let p = global_decode(p);
     let base = arch::dyn_smem_base();
-    let words = p.book_smem_bytes / 4;
-    let mut i = arch::thread_idx();
-    while i < words {
-        // SAFETY: i·4 < book_smem_bytes <= the book's length.
-        unsafe { arch::st_shared_u32(base + i * 4, arch::ld_global_u32(p.book + i as u64 * 4)) };
-        i += arch::block_dim();
-    }
-    arch::sync_threads();
+    // SAFETY: the launch's contract.
+    unsafe { book_to_shared(p.book, p.book_smem_bytes, base) };
     let rings = base + p.book_smem_bytes.next_multiple_of(16);
     let ring = rings + arch::thread_idx() * crate::detail::decode::lanes::LANE_RING_BYTES;
     // SAFETY: forwarded contract; the book is in shared memory at `base`,
@@ -232,18 +220,38 @@ pub unsafe fn ibp_decode_lanes(p: DecodeParams) {
     }
 }
 
-/// Decompression in streaming mode (large tensors).
+/// Decompression in streaming mode (large tensors): the decode book in
+/// shared memory once per block when the host gave it room
+/// (`book_smem_bytes`), read from global memory through L1 otherwise.
+///
+/// Q: why the book in shared memory when it fits?
+/// A: through L1 its loads were the kernel's largest stall: 44% of the
+/// stall samples on 16 KB rows of 2-byte chunks, waiting on the book's
+/// fields (Nsight Compute, H200, 2026-11-28), where batch mode, whose book
+/// is in shared memory, decoded the same rows a third faster. A step reads
+/// about four bytes of book an output byte.
 ///
 /// # Safety
-/// As `crate::detail::decode::run`; the launch provides one workspace per warp of
-/// dynamic shared memory.
+/// As `crate::detail::decode::run`; the launch provides `book_smem_bytes`
+/// (0 or the whole book) plus one workspace per warp of dynamic shared
+/// memory.
 #[kernel]
 pub unsafe fn ibp_decode_stream(p: DecodeParams) {
     let p = global_decode(p);
-    let at = launch(&p, arch::dyn_smem_base());
-    // SAFETY: forwarded contract; the book is read from global memory.
-    unsafe {
-        crate::detail::decode::run::<_, _, false, false>(&Hw, &GlobalBook(p.book), p, false, at)
+    let base = arch::dyn_smem_base();
+    let at = launch(&p, base + p.book_smem_bytes);
+    if p.book_smem_bytes != 0 {
+        // SAFETY: the launch's contract.
+        unsafe { book_to_shared(p.book, p.book_smem_bytes, base) };
+        // SAFETY: forwarded contract; the book is in shared memory at `base`.
+        unsafe {
+            crate::detail::decode::run::<_, _, false, false>(&Hw, &SharedBook(base), p, false, at)
+        }
+    } else {
+        // SAFETY: forwarded contract; the book is read from global memory.
+        unsafe {
+            crate::detail::decode::run::<_, _, false, false>(&Hw, &GlobalBook(p.book), p, false, at)
+        }
     }
 }
 
@@ -260,14 +268,8 @@ pub unsafe fn ibp_decode_clustered(p: DecodeParams) {
     let mut p = global_decode(p);
     p.clusters = arch::to_global(p.clusters);
     let base = arch::dyn_smem_base();
-    let words = p.book_smem_bytes / 4;
-    let mut i = arch::thread_idx();
-    while i < words {
-        // SAFETY: i·4 < book_smem_bytes <= the books' length.
-        unsafe { arch::st_shared_u32(base + i * 4, arch::ld_global_u32(p.book + i as u64 * 4)) };
-        i += arch::block_dim();
-    }
-    arch::sync_threads();
+    // SAFETY: the launch's contract (all `k` books).
+    unsafe { book_to_shared(p.book, p.book_smem_bytes, base) };
     let at = launch(&p, base + p.book_smem_bytes);
     // SAFETY: forwarded contract; the books are in shared memory at `base`.
     unsafe { crate::detail::decode::run::<_, _, true, false>(&Hw, &SharedBook(base), p, true, at) }
@@ -322,25 +324,32 @@ pub unsafe fn ibp_cache_gather(p: CacheParams) {
     let (warp, warps) = arch::global_warp();
     let ws = base + p.book_smem_bytes + arch::warp_in_block() * p.ws_bytes;
     if p.book_smem_bytes != 0 {
-        let words = p.book_smem_bytes / 4;
-        let mut i = arch::thread_idx();
-        while i < words {
-            // SAFETY: i·4 < book_smem_bytes <= the book's length.
-            unsafe {
-                arch::st_shared_u32(
-                    base + i * 4,
-                    arch::ld_global_u32(p.view.book + i as u64 * 4),
-                )
-            };
-            i += arch::block_dim();
-        }
-        arch::sync_threads();
+        // SAFETY: the launch's contract.
+        unsafe { book_to_shared(p.view.book, p.book_smem_bytes, base) };
         // SAFETY: forwarded contract; the book is in shared memory at `base`.
         unsafe { crate::detail::cache::gather(&Hw, &SharedBook(base), &p, ws, warp, warps) }
     } else {
         // SAFETY: forwarded contract; the book is read from global memory.
         unsafe { crate::detail::cache::gather(&Hw, &GlobalBook(p.view.book), &p, ws, warp, warps) }
     }
+}
+
+/// Copy a decode book of `bytes` bytes (a multiple of 4) at global address
+/// `book` to shared address `base`, by the whole block, then wait for it.
+///
+/// # Safety
+/// Every thread of the block calls it; `book .. book + bytes` is readable
+/// global memory and `base .. base + bytes` this block's shared memory.
+#[inline(always)]
+unsafe fn book_to_shared(book: u64, bytes: u32, base: u32) {
+    let words = bytes / 4;
+    let mut i = arch::thread_idx();
+    while i < words {
+        // SAFETY: i·4 < bytes (the caller's contract).
+        unsafe { arch::st_shared_u32(base + i * 4, arch::ld_global_u32(book + i as u64 * 4)) };
+        i += arch::block_dim();
+    }
+    arch::sync_threads();
 }
 
 /// This warp's place in the grid and its workspace after `first` (the

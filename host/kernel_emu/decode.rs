@@ -346,7 +346,14 @@ fn emu_launch(
             (k.div_ceil(32)).next_multiple_of(4) as u32,
         )
     };
-    let book_smem = if batch { book.1 as u32 } else { 0 };
+    // The book in shared memory: batch mode, and unclustered streaming
+    // mode (`ibp_decode_stream` with `book_smem_bytes`, where the host
+    // finds it fits); clustered streaming mode reads it in place.
+    let book_smem = if batch || !clustered {
+        book.1 as u32
+    } else {
+        0
+    };
     let ws = workspace_bytes(pbuf_words, ring_lines);
     p.ring_lines = ring_lines;
     p.pbuf_words = pbuf_words;
@@ -355,7 +362,7 @@ fn emu_launch(
     p.book_smem_bytes = book_smem;
     let warps = 2u64;
     for warp in 0..warps {
-        // The block's shared memory: the book (batch mode), then this
+        // The block's shared memory: the book (if there), then this
         // warp's workspace, filled with garbage.
         let smem = Aligned::from(&vec![0x5au8; (book_smem + ws) as usize]);
         let smem_addr = smem.addr();
@@ -379,7 +386,7 @@ fn emu_launch(
         // tests run both kernels.
         let pairs = p.fetch == ibp_kernels::params::FETCH_CP_ASYNC;
         // SAFETY: every buffer is sized as DecodeParams requires, the book
-        // is at shared offset 0 (batch) or in host memory (streaming), and
+        // is at shared offset 0 (unclustered, or batch mode) or in host memory, and
         // the workspace holds `ws` bytes.
         run_warp_with(smem_addr, |w| unsafe {
             if clustered && batch {
@@ -391,7 +398,7 @@ fn emu_launch(
             } else if batch {
                 run::<_, _, false, false>(w, &HostBytes(smem_addr), p, true, at)
             } else {
-                run::<_, _, false, false>(w, &HostBytes(book.addr()), p, false, at)
+                run::<_, _, false, false>(w, &HostBytes(smem_addr), p, false, at)
             }
         });
     }

@@ -104,6 +104,58 @@ pub(crate) struct Shape {
     pub clustered: bool,
 }
 
+/// Streaming mode's book place and warps a block: `(book bytes in shared
+/// memory, warps)`, the book in shared memory (`book_len`) or through L1
+/// (0).
+///
+/// Q: the rule?
+/// A: the most warps an SM wins, and the book in shared memory wins a tie.
+/// Its loads through L1 were the kernel's largest stall (44% of the
+/// samples on 16 KB rows of 2-byte chunks, H200); but it is copied once a
+/// block, so a block of sixteen warps may hold as many warps an SM as two
+/// of eight with the book once instead of twice. The occupancy comes from
+/// the driver (registers and shared memory), not from a table of row
+/// lengths. [`DecodeOptions::stream_book`] and
+/// [`DecodeOptions::warps_per_block`] narrow the candidates.
+fn stream_book(
+    gpu: &Gpu,
+    book_len: u64,
+    warp_bytes: u64,
+    budget: u64,
+    opts: &DecodeOptions,
+) -> Result<(u64, u64)> {
+    let block_sizes: &[u64] = match opts.warps_per_block {
+        Some(w) => &[w.clamp(1, 32) as u64],
+        None => &[8, 16],
+    };
+    let places: &[bool] = match opts.stream_book {
+        Some(shared) => &[shared],
+        None => &[false, true],
+    };
+    // (warps an SM, book in shared memory, warps a block): the largest wins.
+    let mut best: Option<(u64, bool, u64)> = None;
+    for &shared in places {
+        for &w in block_sizes {
+            let smem = if shared { book_len } else { 0 } + w * warp_bytes;
+            if smem > budget {
+                continue;
+            }
+            let per_sm = gpu
+                .blocks_per_sm(kernels::DECODE_STREAM, (w * 32) as u32, smem as usize)
+                .unwrap_or(0) as u64;
+            let cand = (per_sm * w, shared, w);
+            if per_sm > 0 && best.is_none_or(|b| (cand.0, cand.1) > (b.0, b.1)) {
+                best = Some(cand);
+            }
+        }
+    }
+    Ok(match best {
+        Some((_, shared, w)) => (if shared { book_len } else { 0 }, w),
+        // Nothing fits: the caller shrinks the block and reports it.
+        None => (0, block_sizes[0]),
+    })
+}
+
 /// Largest tensor span, in lines, that batch mode takes (half a ring).
 const BATCH_MAX_LINES: u64 = 48;
 
@@ -199,14 +251,23 @@ impl<'ds> Decoder<'ds> {
             (want.max(min_lines).max(8) as u32, pbuf_words)
         };
         let warp_bytes = workspace_bytes(pbuf_words, ring_lines) as u64;
-        let mut warps = opts.warps_per_block.unwrap_or(8).clamp(1, 32) as u64;
         // Q: where is the decode book?
         // A: batch mode copies it into shared memory once per block (it is
         // at most 7 bytes per tensor byte for tensors of a few KB);
-        // streaming mode, for long tensors, reads it through L1 and keeps
-        // shared memory for the rings. The entry table that only the rare
-        // general steps read stays in global memory in both modes.
-        let table_smem = if batch { book_len } else { 0 };
+        // streaming mode, for long tensors, does too where that costs no
+        // warp an SM (`stream_book`), else reads it through L1. The entry
+        // table that only the rare general steps read stays in global
+        // memory in both modes.
+        let (table_smem, mut warps) = if batch {
+            (
+                book_len,
+                opts.warps_per_block.unwrap_or(8).clamp(1, 32) as u64,
+            )
+        } else if clustered {
+            (0, opts.warps_per_block.unwrap_or(8).clamp(1, 32) as u64)
+        } else {
+            stream_book(gpu, book_len, warp_bytes, budget, opts)?
+        };
         while warps > 1 && table_smem + warps * warp_bytes > budget {
             warps /= 2;
         }
@@ -259,7 +320,7 @@ impl<'ds> Decoder<'ds> {
             } else {
                 0
             },
-            book_smem_bytes: if batch { book_len as u32 } else { 0 },
+            book_smem_bytes: table_smem as u32,
             grid: per_sm * sms,
             block,
             shared_bytes: shared as u32,

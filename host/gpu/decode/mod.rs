@@ -38,7 +38,9 @@ pub struct DecodeOptions {
     /// Bytes of each warp's line ring (rounded to a power of two of 128-byte
     /// lines). `None`: sized from the tensor length.
     pub ring_bytes: Option<u32>,
-    /// Warps per block. `None`: 8.
+    /// Warps per block. `None`: 8 (in streaming mode 8 or 16, whichever
+    /// holds more warps an SM with the book where
+    /// [`DecodeOptions::stream_book`] puts it).
     pub warps_per_block: Option<u32>,
     /// How lines reach shared memory. `None`: by residency (see
     /// [`Fetch`]).
@@ -62,6 +64,13 @@ pub struct DecodeOptions {
     /// memory, an unclustered dataset and its book in shared memory.
     /// Output is identical either way.
     pub lanes: Option<bool>,
+    /// In streaming mode (tensors too long for batch mode), copy the decode
+    /// book into shared memory once per block (`Some(true)`) or read it
+    /// from global memory through L1 (`Some(false)`). `None`: in shared
+    /// memory where it fits and costs no warp an SM against reading it
+    /// through L1. Clustered datasets read theirs through L1. Output is
+    /// identical either way.
+    pub stream_book: Option<bool>,
 }
 
 impl DecodeOptions {
@@ -100,6 +109,13 @@ impl DecodeOptions {
     /// [`DecodeOptions::lanes`]).
     pub fn with_lanes(mut self, on: bool) -> Self {
         self.lanes = Some(on);
+        self
+    }
+
+    /// Streaming mode's book in shared memory, or through L1 (see
+    /// [`DecodeOptions::stream_book`]).
+    pub fn with_stream_book(mut self, shared: bool) -> Self {
+        self.stream_book = Some(shared);
         self
     }
 

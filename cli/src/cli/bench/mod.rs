@@ -91,6 +91,10 @@ pub struct Args {
     /// rule (default; experiments).
     #[arg(long, hide = true)]
     lanes: Option<String>,
+    /// Streaming mode's decode book in shared memory (`shared`) or read
+    /// through L1 (`global`); default: by the decoder's rule (experiments).
+    #[arg(long, hide = true)]
+    stream_book: Option<String>,
     /// With `--section device`, `cache`, `compress` or `--peers`, only the
     /// tables whose name contains this (for profilers).
     #[arg(long, hide = true)]
@@ -216,6 +220,16 @@ pub(super) fn decode_options(args: &Args) -> Result<ibp::gpu::DecodeOptions> {
         Some(other) => {
             return Err(ibp::Error::invalid(format!(
                 "--lanes {other}: use on or off"
+            )));
+        }
+    }
+    match args.stream_book.as_deref() {
+        None => {}
+        Some("shared") => opts = opts.with_stream_book(true),
+        Some("global") => opts = opts.with_stream_book(false),
+        Some(other) => {
+            return Err(ibp::Error::invalid(format!(
+                "--stream-book {other}: use shared or global"
             )));
         }
     }

@@ -266,11 +266,11 @@ impl<H: Machine, B: Book, const CL: bool> Ctx<'_, H, B, CL> {
         let mut base = 0;
         while base < l {
             let end = if base + 128 < l { base + 128 } else { l };
-            ring.ensure(h, ring.line_of(end - 1) + 1, ring.line_of(base));
+            ring.ensure(h, ring.line_of((end - 1) as u32) + 1, ring.line_of(base as u32));
             let b = base + lane * 4;
             if b < l {
                 let n = if b + 4 <= l { 4 } else { l - b };
-                let v = ring.bits32(h, b * 8, (n * 8) as u32);
+                let v = ring.bits32(h, (b * 8) as u32, (n * 8) as u32);
                 let a = out + b;
                 if n == 4 && self.raw_aligned {
                     // SAFETY: 4-aligned (row base and stride), inside the row.
@@ -310,7 +310,7 @@ impl<H: Machine, B: Book, const CL: bool> Ctx<'_, H, B, CL> {
             if packed { slot } else { pbytes },
             self.load_store,
         );
-        ring.ensure(h, ring.line_of(pbytes - 1) + 1, ring.line_of(0));
+        ring.ensure(h, ring.line_of((pbytes - 1) as u32) + 1, ring.line_of(0));
         let mut w = lane;
         while w < self.pwords {
             let first = w * 32;
@@ -319,7 +319,7 @@ impl<H: Machine, B: Book, const CL: bool> Ctx<'_, H, B, CL> {
             } else {
                 k_total - first
             };
-            let v = ring.bits32(h, first, n as u32);
+            let v = ring.bits32(h, first as u32, n as u32);
             // SAFETY: w < pbuf_words.
             unsafe { h.sts_u32(self.pbuf + (w * 4) as u32, v) };
             w += WARP as u64;
@@ -345,7 +345,7 @@ impl<H: Machine, B: Book, const CL: bool> Ctx<'_, H, B, CL> {
             if e >= l {
                 return false;
             }
-            ring.end_line = ring.line_of(e - 1) + 1;
+            ring.end_line = ring.line_of((e - 1) as u32) + 1;
             e
         };
 
@@ -371,10 +371,10 @@ impl<H: Machine, B: Book, const CL: bool> Ctx<'_, H, B, CL> {
             } else {
                 slot
             };
-            ring.ensure(h, ring.line_of(end - 1) + 1, ring.line_of(b));
+            ring.ensure(h, ring.line_of((end - 1) as u32) + 1, ring.line_of(b as u32));
             b = end;
         }
-        let v = ring.word(h, (src / 4) * 4);
+        let v = ring.first_word(h);
         let l = self.p.row_bytes;
         let mut j = h.lane() as u64 * 4;
         while j + 4 <= l {
