@@ -116,8 +116,12 @@ kernels! {
     DECODE: DecodeParams = "ibp_decode";
     /// Decompression in batch mode, two tensors a warp (half-warps).
     DECODE_PAIRS: DecodeParams = "ibp_decode_pairs";
-    /// Decompression in streaming mode (large tensors).
-    DECODE_STREAM: DecodeParams = "ibp_decode_stream";
+    /// Decompression in streaming mode (large tensors). 80 registers:
+    /// ptxas alone picks 78 for sm_90, but the driver's JIT under the
+    /// module's cap of 128 took 101 (Nsight Compute, H200), two blocks of
+    /// eight warps an SM; at 80, 24 warps an SM, no spills (the H200's
+    /// ptxas 13.0).
+    DECODE_STREAM: DecodeParams = "ibp_decode_stream", max_registers = 80;
     /// Decompression a lane a tensor (device memory, many tensors). 96
     /// registers (from 116 for sm_90): five warps a partition in blocks of
     /// four warps, no spills; at 80 it spills 24 bytes.

@@ -109,11 +109,12 @@ pub(crate) struct Shape {
 /// (0).
 ///
 /// Q: the rule?
-/// A: the most warps an SM wins, and the book in shared memory wins a tie.
-/// Its loads through L1 were the kernel's largest stall (44% of the
-/// samples on 16 KB rows of 2-byte chunks, H200); but it is copied once a
-/// block, so a block of sixteen warps may hold as many warps an SM as two
-/// of eight with the book once instead of twice. The occupancy comes from
+/// A: the most warps an SM wins, then the book in shared memory, then the
+/// smaller block. Its loads through L1 were the kernel's largest stall
+/// (44% of the samples on 16 KB rows of 2-byte chunks, H200); but it is
+/// copied once a block, so one block of 16 or 24 warps may hold as many
+/// warps an SM as two or three of eight with the book once instead of
+/// two or three times. The occupancy comes from
 /// the driver (registers and shared memory), not from a table of row
 /// lengths. [`DecodeOptions::stream_book`] and
 /// [`DecodeOptions::warps_per_block`] narrow the candidates.
@@ -126,7 +127,7 @@ fn stream_book(
 ) -> Result<(u64, u64)> {
     let block_sizes: &[u64] = match opts.warps_per_block {
         Some(w) => &[w.clamp(1, 32) as u64],
-        None => &[8, 16],
+        None => &[8, 16, 24],
     };
     let places: &[bool] = match opts.stream_book {
         Some(shared) => &[shared],

@@ -266,7 +266,11 @@ impl<H: Machine, B: Book, const CL: bool> Ctx<'_, H, B, CL> {
         let mut base = 0;
         while base < l {
             let end = if base + 128 < l { base + 128 } else { l };
-            ring.ensure(h, ring.line_of((end - 1) as u32) + 1, ring.line_of(base as u32));
+            ring.ensure(
+                h,
+                ring.line_of((end - 1) as u32) + 1,
+                ring.line_of(base as u32),
+            );
             let b = base + lane * 4;
             if b < l {
                 let n = if b + 4 <= l { 4 } else { l - b };
@@ -371,7 +375,11 @@ impl<H: Machine, B: Book, const CL: bool> Ctx<'_, H, B, CL> {
             } else {
                 slot
             };
-            ring.ensure(h, ring.line_of((end - 1) as u32) + 1, ring.line_of(b as u32));
+            ring.ensure(
+                h,
+                ring.line_of((end - 1) as u32) + 1,
+                ring.line_of(b as u32),
+            );
             b = end;
         }
         let v = ring.first_word(h);
