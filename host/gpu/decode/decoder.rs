@@ -124,10 +124,15 @@ fn fewest_warps_for(
         .iter()
         .copied()
         .filter(|s| rounds(s) <= least)
-        .min_by_key(warps)
+        // Fewest warps, then least shared memory in the grid (one block
+        // of 16 warps rather than two of 8, each with its own book).
+        .min_by_key(|s| (warps(s), s.1 as u64 * s.2 as u64))
         .filter(|s| warps(s) < warps(&main))
         .unwrap_or(main)
 }
+
+/// What [`stream_book`] chooses.
+type StreamShapes = (u64, u64, Vec<(u64, u64)>);
 
 /// Streaming mode's book place and warps a block: `(book bytes in shared
 /// memory, warps, fewer)`, the book in shared memory (`book_len`) or
@@ -136,12 +141,16 @@ fn fewest_warps_for(
 /// `Decoder::shape_for`).
 ///
 /// Q: the rule?
-/// A: the most warps an SM wins, then the book in shared memory, then the
-/// smaller block. Its loads through L1 were the kernel's largest stall
-/// (44% of the samples on 16 KB rows of 2-byte chunks, H200); but it is
-/// copied once a block, so one block of 16 or 24 warps may hold as many
-/// warps an SM as two or three of eight with the book once instead of
-/// two or three times. The occupancy comes from
+/// A: of each place, the shape of most warps an SM, then of least shared
+/// memory; the book in shared memory wherever its shape keeps at least
+/// two thirds of the warps the other place would. Its loads through L1
+/// were the kernel's largest stall (44% of the samples on 16 KB rows of
+/// 2-byte chunks, H200), and 24 warps an SM with the book through L1 did
+/// not make up for it: 16 KB rows of 1-byte chunks, whose book leaves
+/// room for 16 warps, decoded 1.18–1.25× faster on 16 with it in shared
+/// memory than on 24 without (H200). It is copied once a block, so one
+/// block of 16 or 24 warps may hold as many warps an SM as two or three
+/// of eight with the book once instead of two or three times. The occupancy comes from
 /// the driver (registers and shared memory), not from a table of row
 /// lengths. [`DecodeOptions::stream_book`] and
 /// [`DecodeOptions::warps_per_block`] narrow the candidates.
@@ -151,7 +160,7 @@ fn stream_book(
     warp_bytes: u64,
     budget: u64,
     opts: &DecodeOptions,
-) -> Result<(u64, u64, Vec<(u64, u64)>)> {
+) -> Result<StreamShapes> {
     let block_sizes: &[u64] = match opts.warps_per_block {
         Some(w) => &[w.clamp(1, 32) as u64],
         None => &[8, 16, 24],
@@ -160,7 +169,8 @@ fn stream_book(
         Some(shared) => &[shared],
         None => &[false, true],
     };
-    // (warps an SM, book in shared memory, warps a block, blocks an SM).
+    // (warps an SM, book in shared memory, warps a block, blocks an SM,
+    // shared memory an SM).
     let mut shapes = Vec::new();
     for &shared in places {
         for &w in block_sizes {
@@ -172,18 +182,24 @@ fn stream_book(
                 .blocks_per_sm(kernels::DECODE_STREAM, (w * 32) as u32, smem as usize)
                 .unwrap_or(0) as u64;
             if per_sm > 0 {
-                shapes.push((per_sm * w, shared, w, per_sm));
+                shapes.push((per_sm * w, shared, w, per_sm, per_sm * smem));
             }
         }
     }
-    // The most warps an SM, then the book in shared memory, then the
-    // smaller block.
-    let best = shapes
-        .iter()
-        .copied()
-        .max_by_key(|&(warps, shared, w, _)| (warps, shared, std::cmp::Reverse(w)));
-    Ok(match best {
-        Some((most, shared, w, _)) => {
+    // Of a place, the most warps an SM, then the least shared memory.
+    let best = |shared: bool| {
+        shapes
+            .iter()
+            .copied()
+            .filter(|s| s.1 == shared)
+            .max_by_key(|s| (s.0, std::cmp::Reverse(s.4)))
+    };
+    let chosen = match (best(true), best(false)) {
+        (Some(s), Some(g)) => Some(if 3 * s.0 >= 2 * g.0 { s } else { g }),
+        (s, g) => s.or(g),
+    };
+    Ok(match chosen {
+        Some((most, shared, w, _, _)) => {
             let fewer = shapes
                 .iter()
                 .filter(|s| s.1 == shared && s.0 < most)
@@ -697,11 +713,11 @@ mod tests {
         // (2,112) or two of 8.
         let main = (768, 132, 200_000);
         let fewer = [(256, 264, 80_000), (512, 132, 150_000)];
-        // 4,096 tensors: two rounds on either; the fewer warps win (the
-        // first of equal warps).
-        assert_eq!(fewest_warps_for(main, &fewer, 4096), fewer[0]);
+        // 4,096 tensors: two rounds on either; the fewer warps win, and of
+        // equal warps the shape of less shared memory in the grid.
+        assert_eq!(fewest_warps_for(main, &fewer, 4096), fewer[1]);
         // One round on either.
-        assert_eq!(fewest_warps_for(main, &fewer, 2000), fewer[0]);
+        assert_eq!(fewest_warps_for(main, &fewer, 2000), fewer[1]);
         // 8,192: three rounds on 3,168 warps, four on 2,112: the main.
         assert_eq!(fewest_warps_for(main, &fewer, 8192), main);
         // Many tensors: the main shape.
