@@ -190,6 +190,21 @@ fn suite(_: Args) -> Result<()> {
     ))
 }
 
+/// A two-way experiment flag `name`: `None` when not given, `Some(true)`
+/// for `words[0]`, `Some(false)` for `words[1]`, an error otherwise.
+#[cfg(feature = "cuda")]
+fn either(value: Option<&str>, name: &str, words: [&str; 2]) -> Result<Option<bool>> {
+    match value {
+        None => Ok(None),
+        Some(v) if v == words[0] => Ok(Some(true)),
+        Some(v) if v == words[1] => Ok(Some(false)),
+        Some(other) => Err(ibp::Error::invalid(format!(
+            "{name} {other}: use {} or {}",
+            words[0], words[1]
+        ))),
+    }
+}
+
 /// The decoder options the hidden experiment flags ask for.
 #[cfg(feature = "cuda")]
 pub(super) fn decode_options(args: &Args) -> Result<ibp::gpu::DecodeOptions> {
@@ -203,45 +218,25 @@ pub(super) fn decode_options(args: &Args) -> Result<ibp::gpu::DecodeOptions> {
     if let Some(w) = args.warps {
         opts = opts.with_warps_per_block(w);
     }
-    match args.pairs.as_deref() {
-        None => {}
-        Some("on") => opts = opts.with_pairs(true),
-        Some("off") => opts = opts.with_pairs(false),
-        Some(other) => {
-            return Err(ibp::Error::invalid(format!(
-                "--pairs {other}: use on or off"
-            )));
-        }
+    if let Some(on) = either(args.pairs.as_deref(), "--pairs", ["on", "off"])? {
+        opts = opts.with_pairs(on);
     }
-    match args.lanes.as_deref() {
-        None => {}
-        Some("on") => opts = opts.with_lanes(true),
-        Some("off") => opts = opts.with_lanes(false),
-        Some(other) => {
-            return Err(ibp::Error::invalid(format!(
-                "--lanes {other}: use on or off"
-            )));
-        }
+    if let Some(on) = either(args.lanes.as_deref(), "--lanes", ["on", "off"])? {
+        opts = opts.with_lanes(on);
     }
-    match args.stream_book.as_deref() {
-        None => {}
-        Some("shared") => opts = opts.with_stream_book(true),
-        Some("global") => opts = opts.with_stream_book(false),
-        Some(other) => {
-            return Err(ibp::Error::invalid(format!(
-                "--stream-book {other}: use shared or global"
-            )));
-        }
+    if let Some(shared) = either(
+        args.stream_book.as_deref(),
+        "--stream-book",
+        ["shared", "global"],
+    )? {
+        opts = opts.with_stream_book(shared);
     }
-    match args.fetch.as_deref() {
-        None => {}
-        Some("cp-async") => opts = opts.with_fetch(ibp::gpu::Fetch::CpAsync),
-        Some("load-store") => opts = opts.with_fetch(ibp::gpu::Fetch::LoadStore),
-        Some(other) => {
-            return Err(ibp::Error::invalid(format!(
-                "--fetch {other}: use cp-async or load-store"
-            )));
-        }
+    if let Some(cp) = either(args.fetch.as_deref(), "--fetch", ["cp-async", "load-store"])? {
+        opts = opts.with_fetch(if cp {
+            ibp::gpu::Fetch::CpAsync
+        } else {
+            ibp::gpu::Fetch::LoadStore
+        });
     }
     Ok(opts)
 }
