@@ -134,7 +134,8 @@ pub struct Args {
     /// 12.5,25,50,75,90.
     #[arg(long, value_delimiter = ',', value_name = "PERCENT")]
     pub(super) sweep_savings: Option<Vec<f64>>,
-    /// `--section device`: MiB decoded in each cell of the sweep.
+    /// `--section device`: MiB decoded in each cell of the sweep (a cell
+    /// holds at least 512 rows an SM whatever its MiB).
     #[arg(long, default_value_t = 128, value_name = "MIB")]
     pub(super) sweep_mib: usize,
     /// `--section cache`: vertices of the R-MAT graph (ogbn-products'
