@@ -147,12 +147,12 @@ type StreamShapes = (u64, u64, Vec<(u64, u64)>);
 /// were the kernel's largest stall (44% of the samples on 16 KB rows of
 /// 2-byte chunks, H200), and 24 warps an SM with the book through L1 did
 /// not make up for it: 16 KB rows of 1-byte chunks, whose book leaves
-/// room for 16 warps, decoded 1.18–1.25× faster on 16 with it in shared
+/// room for 16 warps, decoded 1.16–1.18× faster on 16 with it in shared
 /// memory than on 24 without (H200). It is copied once a block, so one
 /// block of 16 or 24 warps may hold as many warps an SM as two or three
-/// of eight with the book once instead of two or three times. The occupancy comes from
-/// the driver (registers and shared memory), not from a table of row
-/// lengths. [`DecodeOptions::stream_book`] and
+/// of eight with the book once instead of two or three times. The
+/// occupancy comes from the driver (registers and shared memory), not
+/// from a table of row lengths. [`DecodeOptions::stream_book`] and
 /// [`DecodeOptions::warps_per_block`] narrow the candidates.
 fn stream_book(
     gpu: &Gpu,
@@ -310,10 +310,10 @@ impl<'ds> Decoder<'ds> {
         // Q: where is the decode book?
         // A: batch mode copies it into shared memory once per block (it is
         // at most 7 bytes per tensor byte for tensors of a few KB);
-        // streaming mode, for long tensors, does too where that costs no
-        // warp an SM (`stream_book`), else reads it through L1. The entry
-        // table that only the rare general steps read stays in global
-        // memory in both modes.
+        // streaming mode, for long tensors, does too where that keeps two
+        // thirds of the warps an SM (`stream_book`), else reads it through
+        // L1. The entry table that only the rare general steps read stays
+        // in global memory in both modes.
         let (table_smem, mut warps, fewer) = if batch {
             (
                 book_len,
