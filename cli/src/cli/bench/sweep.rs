@@ -51,7 +51,7 @@ pub(super) struct Spec {
 /// A: a warp decodes a whole row, so 64 MiB of 16 KB rows (4,096 of them)
 /// gave the 2,112–3,168 warps of an H200 one or two rows each: such a cell
 /// timed a launch's last wave as much as the decoder (the same binary ran
-/// the same rows 1.4–1.5× faster in cells of 512 MiB, 2026-11-29). 512
+/// the same rows up to 1.6× faster in cells of 512 MiB, 2026-11-29). 512
 /// rows an SM is 21 or more rows a warp.
 pub(super) const MIN_ROWS_PER_SM: usize = 512;
 
