@@ -68,8 +68,9 @@ pub struct DecodeOptions {
     /// book into shared memory once per block (`Some(true)`) or read it
     /// from global memory through L1 (`Some(false)`). `None`: in shared
     /// memory where it fits and costs no warp an SM against reading it
-    /// through L1. Clustered datasets read theirs through L1. Output is
-    /// identical either way.
+    /// through L1. Clustered datasets read theirs through L1, and a book
+    /// forced into shared memory that does not fit there is read through
+    /// L1 too. Output is identical either way.
     pub stream_book: Option<bool>,
 }
 

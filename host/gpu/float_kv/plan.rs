@@ -228,25 +228,18 @@ impl Layout {
     /// The rows an append of `bytes` bytes of rows of `row_bytes` takes
     /// when `next` rows are in use, or why it cannot.
     pub fn take(&self, next: u64, bytes: usize, row_bytes: usize) -> Result<Range<u64>> {
-        if row_bytes as u64 != self.row_bytes {
-            return Err(Error::invalid(format!(
-                "rows of {row_bytes} bytes appended to a float-coded KV store of {}-byte rows",
-                self.row_bytes
-            )));
-        }
-        if !bytes.is_multiple_of(row_bytes) {
-            return Err(Error::invalid(format!(
-                "{bytes} bytes do not split into rows of {row_bytes} bytes"
-            )));
-        }
-        let n = (bytes / row_bytes) as u64;
-        match next.checked_add(n) {
-            Some(end) if end <= self.capacity => Ok(next..end),
-            _ => Err(Error::invalid(format!(
-                "appending {n} rows to a float-coded KV store holding {next} of {} rows: past its capacity; create it with more (FloatKvOptions::capacity)",
-                self.capacity
-            ))),
-        }
+        crate::gpu::kv_store::plan::take_rows(
+            (next, bytes, row_bytes),
+            self.row_bytes,
+            self.capacity,
+            "a float-coded KV store",
+            |n| {
+                format!(
+                    "appending {n} rows to a float-coded KV store holding {next} of {} rows: past its capacity; create it with more (FloatKvOptions::capacity)",
+                    self.capacity
+                )
+            },
+        )
     }
 }
 

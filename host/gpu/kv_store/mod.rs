@@ -1,7 +1,7 @@
 //! The appendable compressed KV store: [`KvStore`] (its documentation
 //! describes the design), its options and page arithmetic (`plan`).
 
-mod plan;
+pub(crate) mod plan;
 
 use std::ops::Range;
 

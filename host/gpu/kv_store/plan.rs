@@ -172,27 +172,20 @@ impl Slots {
     /// The rows an append of `bytes` bytes of rows of `row_bytes` takes
     /// when `next` rows are in use, or why it cannot.
     pub fn take(&self, next: u64, bytes: usize, row_bytes: usize) -> Result<Range<u64>> {
-        if row_bytes as u64 != self.row_bytes {
-            return Err(Error::invalid(format!(
-                "rows of {row_bytes} bytes appended to a KV store of {}-byte rows",
-                self.row_bytes
-            )));
-        }
-        if !bytes.is_multiple_of(row_bytes) {
-            return Err(Error::invalid(format!(
-                "{bytes} bytes do not split into rows of {row_bytes} bytes"
-            )));
-        }
-        let n = (bytes / row_bytes) as u64;
-        match next.checked_add(n) {
-            Some(end) if end <= self.capacity() => Ok(next..end),
-            _ => Err(Error::invalid(format!(
-                "appending {n} rows to a KV store holding {next} of {} rows ({} pages of {}): past its page budget; create it with more pages (KvStoreOptions::page_budget)",
-                self.capacity(),
-                self.pages,
-                self.page_rows
-            ))),
-        }
+        take_rows(
+            (next, bytes, row_bytes),
+            self.row_bytes,
+            self.capacity(),
+            "a KV store",
+            |n| {
+                format!(
+                    "appending {n} rows to a KV store holding {next} of {} rows ({} pages of {}): past its page budget; create it with more pages (KvStoreOptions::page_budget)",
+                    self.capacity(),
+                    self.pages,
+                    self.page_rows
+                )
+            },
+        )
     }
 
     /// First row of a segment started when `next` rows are in use: the
@@ -207,6 +200,34 @@ impl Slots {
             )));
         }
         Ok(first)
+    }
+}
+
+/// The rows `[next, next + n)` that an append of `bytes` bytes of rows of
+/// `row_bytes` takes in a store (`what`, for messages) of rows of
+/// `store_row_bytes` and `capacity` rows; `full(n)` says why `n` more rows
+/// do not fit. Shared by both KV stores' plans.
+pub(crate) fn take_rows(
+    (next, bytes, row_bytes): (u64, usize, usize),
+    store_row_bytes: u64,
+    capacity: u64,
+    what: &str,
+    full: impl FnOnce(u64) -> String,
+) -> Result<Range<u64>> {
+    if row_bytes as u64 != store_row_bytes {
+        return Err(Error::invalid(format!(
+            "rows of {row_bytes} bytes appended to {what} of {store_row_bytes}-byte rows"
+        )));
+    }
+    if !bytes.is_multiple_of(row_bytes) {
+        return Err(Error::invalid(format!(
+            "{bytes} bytes do not split into rows of {row_bytes} bytes"
+        )));
+    }
+    let n = (bytes / row_bytes) as u64;
+    match next.checked_add(n) {
+        Some(end) if end <= capacity => Ok(next..end),
+        _ => Err(Error::invalid(full(n))),
     }
 }
 
