@@ -669,3 +669,68 @@ pub fn low_mask32(n: u32) -> u32 {
     };
     r
 }
+
+/// `((hi:lo) >> (n mod 32))`'s low 32 bits: one funnel shift
+/// (`shf.r.wrap`), where Rust's 64-bit shift of the pair needs the shift
+/// amount masked first.
+#[inline(always)]
+pub fn funnel_r32(lo: u32, hi: u32, n: u32) -> u32 {
+    let r: u32;
+    // SAFETY: a pure register operation.
+    unsafe {
+        asm!(
+            "shf.r.wrap.b32 {r}, {lo}, {hi}, {n};",
+            r = out(reg32) r,
+            lo = in(reg32) lo,
+            hi = in(reg32) hi,
+            n = in(reg32) n,
+            options(pure, nomem, nostack)
+        )
+    };
+    r
+}
+
+/// `v << (n mod 32)`: one funnel shift (`shf.l.wrap` of `v:0`), where
+/// Rust's shift needs the amount masked first.
+#[inline(always)]
+pub fn shl_wrap32(v: u32, n: u32) -> u32 {
+    let r: u32;
+    // SAFETY: a pure register operation.
+    unsafe {
+        asm!(
+            "shf.l.wrap.b32 {r}, 0, {v}, {n};",
+            r = out(reg32) r,
+            v = in(reg32) v,
+            n = in(reg32) n,
+            options(pure, nomem, nostack)
+        )
+    };
+    r
+}
+
+/// Bytes of `a` below byte `k` (1, 2 or 3), bytes of `b` from it on: one
+/// byte permute (`prmt`), where the masks and their union are three logic
+/// operations.
+#[inline(always)]
+pub fn merge_bytes(a: u32, b: u32, k: u32) -> u32 {
+    // Selector nibble i names the source byte of byte i: 0–3 from `a`,
+    // 4–7 from `b`.
+    let sel = match k {
+        1 => 0x7650,
+        2 => 0x7610,
+        _ => 0x7210,
+    };
+    let r: u32;
+    // SAFETY: a pure register operation.
+    unsafe {
+        asm!(
+            "prmt.b32 {r}, {a}, {b}, {s};",
+            r = out(reg32) r,
+            a = in(reg32) a,
+            b = in(reg32) b,
+            s = in(reg32) sel,
+            options(pure, nomem, nostack)
+        )
+    };
+    r
+}

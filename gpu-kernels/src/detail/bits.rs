@@ -63,6 +63,51 @@ pub fn low_mask32(n: u32) -> u32 {
     }
 }
 
+/// The low 32 bits of `(hi:lo) >> (n mod 32)`.
+#[inline(always)]
+pub fn funnel_r32(lo: u32, hi: u32, n: u32) -> u32 {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        crate::arch::funnel_r32(lo, hi, n)
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        (((hi as u64) << 32 | lo as u64) >> (n & 31)) as u32
+    }
+}
+
+/// `v << (n mod 32)`.
+#[inline(always)]
+pub fn shl_wrap32(v: u32, n: u32) -> u32 {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        crate::arch::shl_wrap32(v, n)
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        v << (n & 31)
+    }
+}
+
+/// Bytes `[0, k)` of `a` and bytes `[k, 4)` of `b`, for `k` = 1, 2 or 3.
+///
+/// Q: why a function for a mask and a union?
+/// A: with both masks constants, the GPU compiler emits two ANDs and an OR
+/// (it folds only one immediate into a three-input logic operation); a
+/// byte permute is one instruction.
+#[inline(always)]
+pub fn merge_bytes(a: u32, b: u32, k: u32) -> u32 {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        crate::arch::merge_bytes(a, b, k)
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        let keep = (1u32 << (8 * k)) - 1;
+        (a & keep) | (b & !keep)
+    }
+}
+
 /// Payload bits a chunk contributes: its free bits when it matches the
 /// codebook, all of its bits otherwise.
 #[inline(always)]

@@ -171,6 +171,22 @@ pub const fn expand2_32(v: u32, s1: u32, d2: u32, run1: u32, free: u32, bitval: 
     (y & free) | bitval
 }
 
+/// [`expand2_32`] of a chunk at bit `8·(byte offset)` of its output word,
+/// straight from its `PARAMS` word `q` and the word's `RUN1`, `FREE` and
+/// `BITVAL` words, with `v` unmasked: bits of `v` above the chunk's
+/// payload may be set. The result is right in the chunk's own bytes only
+/// (the caller keeps those): there the stray bits land past the chunk's
+/// second run, where `free` has no bit, and the other chunks' bits of
+/// `run1`, `free` and `bitval` stay in their own bytes.
+#[inline(always)]
+pub fn expand2_own(v: u32, q: u32, run1: u32, free: u32, bitval: u32) -> u32 {
+    // `s1` and `d2` are below 32: the shifts take them modulo 32 from the
+    // PARAMS word (one instruction each, no masks).
+    let t1 = bits::shl_wrap32(v, q);
+    let t2 = bits::shl_wrap32(v, q >> 8);
+    (((t1 & run1) | (t2 & !run1)) & free) | bitval
+}
+
 /// 64-bit [`expand2_32`] for 8-byte chunks.
 #[inline(always)]
 pub const fn expand2_64(v: u64, s1: u32, d2: u32, run1: u64, free: u64, bitval: u64) -> u64 {

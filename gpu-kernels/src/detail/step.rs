@@ -27,9 +27,10 @@
 //! chunk, and the output leaves in one 16-byte store per lane (a 512-byte
 //! warp store) when the row is aligned.
 
-use crate::detail::bits::{low_mask, low_mask32};
+use crate::detail::bits::{funnel_r32, low_mask, low_mask32, merge_bytes};
 use crate::detail::book::{
-    CLASS_GENERAL, CLASS_NONE_FREE, CLASS_TWO_RUNS, Layout, chunks_per_lane, expand2_32, expand2_64,
+    CLASS_GENERAL, CLASS_NONE_FREE, CLASS_TWO_RUNS, Layout, chunks_per_lane, expand2_64,
+    expand2_own,
 };
 use crate::detail::table::{self, Entry, entry_bytes, window64};
 use crate::params::{DECODE_FLAG_NO_CLASSES, DECODE_FLAG_NO_PREFIX};
@@ -149,7 +150,7 @@ pub fn shared_raw32<S: Shared>(s: &S, base: u32, bit: u32) -> u32 {
     // SAFETY: the caller's (every user reads inside its region plus the
     // 16 bytes of padding after it).
     let (w0, w1) = unsafe { (s.lds_u32(w), s.lds_u32(w + 4)) };
-    (((w1 as u64) << 32 | w0 as u64) >> (a & 31)) as u32
+    funnel_r32(w0, w1, a)
 }
 
 /// A tensor's stored bytes held contiguously in shared memory.
@@ -413,7 +414,16 @@ fn expand<const C: u32, const CLASS: u8, S: Source, B: Book, M: Mem>(
             // A: chunks of 1 or 2 bytes have payloads of at most
             // 8 or 16 bits, so the 4/C chunks of one output word
             // fit one 32-bit read; each then shifts its bits out
-            // (two instructions instead of a read's eight).
+            // (one instruction instead of a read's eight).
+            //
+            // Q: why is a chunk's payload not masked to its width?
+            // A: a chunk's output is kept only in its own bytes (the
+            // merge below), and there the bits above its payload (the
+            // next chunks') cannot land: a raw chunk's own bytes are
+            // its 8C bits, and the two-run expansion shifts them past
+            // its second run, where FREE has no bit. That saves a
+            // mask (three instructions) a chunk. The general path's
+            // move masks read every bit, so it masks.
             let v = if C == 4 {
                 let v = s.raw32(bit);
                 bit += wj;
@@ -434,7 +444,7 @@ fn expand<const C: u32, const CLASS: u8, S: Source, B: Book, M: Mem>(
                     win = s.raw32(bit);
                     bit += gw;
                 }
-                let v = win & low_mask32(wj);
+                let v = win;
                 win >>= wj & 31;
                 v
             };
@@ -448,12 +458,8 @@ fn expand<const C: u32, const CLASS: u8, S: Source, B: Book, M: Mem>(
             let byte = j * C;
             let wi = (byte / 4) as usize;
             let sh = (byte % 4) * 8;
-            let own = if C == 4 {
-                u32::MAX
-            } else {
-                (low_mask(C * 8) as u32) << sh
-            };
             let x = if CLASS == CLASS_GENERAL {
+                let v = if C == 4 { v } else { v & low_mask32(wj) };
                 if (p >> j) & 1 == 0 {
                     v << sh
                 } else if k0 + j < g.chunks {
@@ -463,13 +469,20 @@ fn expand<const C: u32, const CLASS: u8, S: Source, B: Book, M: Mem>(
                     0
                 }
             } else if CLASS == CLASS_NONE_FREE {
-                if (p >> j) & 1 == 1 { bv[wi] & own } else { v << sh }
+                if (p >> j) & 1 == 1 { bv[wi] } else { v << sh }
             } else {
                 let (r, f) = if C == 4 { (r4[wi], f4[wi]) } else { (r1c, frc) };
-                let e = expand2_32(v, q & 0xff, (q >> 8) & 0xff, r, f, bv[wi] & own);
+                let e = expand2_own(v, q, r, f, bv[wi]);
                 if (p >> j) & 1 == 1 { e } else { v << sh }
             };
-            o[wi] |= x;
+            // The chunk's own bytes of `x` into its word: bytes below
+            // `sh` are the earlier chunks' (one byte permute), bytes
+            // above are overwritten by the later ones.
+            if sh == 0 {
+                o[wi] = x;
+            } else {
+                o[wi] = merge_bytes(o[wi], x, sh / 8);
+            }
         }
     });
     o
@@ -621,8 +634,10 @@ pub unsafe fn decode_in<
         } else {
             low_mask32(nvalid)
         };
-        // Bits past K are payload, not participation: masked off.
-        let p = if nvalid > 0 { s.pbits(k0) & vmask } else { 0 };
+        // Bits past K are payload, not participation: masked off. A lane
+        // past the tensor's end (`vmask` 0) reads the last chunk's bits
+        // rather than branching around the read.
+        let p = s.pbits(k0.min(k_total - 1)) & vmask;
         // Q: why are 1- and 2-byte chunks' PARAMS loaded twice, four at a
         // time?
         // A: sixteen (or eight) words held from the widths to the expansion

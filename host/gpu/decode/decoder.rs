@@ -202,6 +202,36 @@ type Candidate = (u64, bool, u64, u64, u64);
 /// block, fewer)`.
 type Chosen = (bool, u64, Vec<(u64, u64)>);
 
+/// Blocks of `warps` warps that the batch kernels' registers let an SM
+/// hold (the fewer of the whole-warp and the pair kernel), with the
+/// smallest workspace batch mode can run on: the share of the SM's shared
+/// memory that each block's ring is then sized from. Capped at 4 (a
+/// quarter of the SM's shared memory still holds halves of 12 lines).
+///
+/// Q: why ask the driver rather than assume two?
+/// A: the registers are the JIT's to allocate (`IBP_JIT_MAX_REGISTERS`,
+/// a kernel's own cap); sizing the rings for two blocks where three fit by
+/// registers would leave the third unplaced for shared memory.
+fn batch_blocks_per_sm(
+    gpu: &Gpu,
+    clustered: bool,
+    warps: u64,
+    book_len: u64,
+    span_max: u64,
+) -> Result<u64> {
+    let block = (warps * 32) as u32;
+    let least = book_len + warps * workspace_bytes(0, (2 * span_max) as u32) as u64;
+    let mut blocks = 4;
+    for pairs in [false, true] {
+        if pairs && clustered {
+            continue;
+        }
+        let k = kernels::decode(true, clustered, pairs);
+        blocks = blocks.min(gpu.blocks_per_sm(k, block, least as usize)? as u64);
+    }
+    Ok(blocks.max(1))
+}
+
 /// [`stream_book`]'s rule on the shapes the driver allows: `(book in
 /// shared memory, warps a block, fewer)` with `fewer` the same place's
 /// shapes of fewer warps an SM as `(warps a block, blocks an SM)`.
@@ -293,12 +323,15 @@ impl<'ds> Decoder<'ds> {
                 // kernel).
                 None if shape.host => span_max.max(16),
                 None => {
-                    // Two blocks per SM (what the kernel's registers allow
-                    // at 8 warps a block): each gets half the SM's shared
-                    // memory, less the 1 KB the driver reserves per block.
+                    // As many blocks an SM as the kernels' registers allow
+                    // (two of 8 warps at 128 registers, three at 80): each
+                    // gets that share of the SM's shared memory, less the
+                    // 1 KB the driver reserves per block.
                     let warps = opts.warps_per_block.unwrap_or(8).clamp(1, 32) as u64;
-                    let per_warp =
-                        (info.shared_per_sm as u64 / 2).saturating_sub(1024 + book_len) / warps;
+                    let blocks = batch_blocks_per_sm(gpu, clustered, warps, book_len, span_max)?;
+                    let per_warp = (info.shared_per_sm as u64 / blocks)
+                        .saturating_sub(1024 + book_len)
+                        / warps;
                     crate::kernel_tables::batch_half_lines(
                         span_max,
                         per_warp.saturating_sub(WORKSPACE_PAD as u64) / 256,
