@@ -343,7 +343,6 @@ fn expand<const C: u32, const CLASS: u8, S: Source, B: Book, M: Mem>(
     mut bit: u32,
     bv: [u32; 4],
     prm: &[u32; 16],
-    wid: &[u32; 16],
 ) -> [u32; 4] {
     let cpl = chunks_per_lane(C);
     let lay = g.layout;
@@ -364,7 +363,7 @@ fn expand<const C: u32, const CLASS: u8, S: Source, B: Book, M: Mem>(
         each_chunk!(j => {
           if j < 2 {
             let q = prm[j as usize];
-            let wj = wid[j as usize];
+            let wj = width(q, p, j);
             let v = s.raw64(bit);
             bit += wj;
             let x = if CLASS == CLASS_GENERAL {
@@ -410,7 +409,7 @@ fn expand<const C: u32, const CLASS: u8, S: Source, B: Book, M: Mem>(
                 grp = param4(b, lay.params + 4 * (k0 + j));
             }
             let q = if C <= 2 { grp[(j % 4) as usize] } else { prm[j as usize] };
-            let wj = wid[j as usize];
+            let wj = width(q, p, j);
             // Q: why one read per 4 bytes of chunks?
             // A: chunks of 1 or 2 bytes have payloads of at most
             // 8 or 16 bits, so the 4/C chunks of one output word
@@ -439,7 +438,7 @@ fn expand<const C: u32, const CLASS: u8, S: Source, B: Book, M: Mem>(
                     let mut gw = 0;
                     each_chunk!(i => {
                         if i < per_word {
-                            gw += wid[((j + i) % 16) as usize];
+                            gw += width(grp[((j + i) % 4) as usize], p, (j + i) % 16);
                         }
                     });
                     win = s.raw32(bit);
@@ -651,15 +650,13 @@ pub unsafe fn decode_in<
         };
         let mut grp = [0u32; 4];
         let mut tot = 0;
-        let mut wid = [0u32; 16];
         each_chunk!(j => {
             if j < cpl {
                 if C <= 2 && j.is_multiple_of(4) {
                     grp = param4(b, lay.params + 4 * (k0 + j));
                 }
                 let x = if C <= 2 { grp[(j % 4) as usize] } else { prm[j as usize] };
-                wid[j as usize] = width(x, p, j);
-                tot += wid[j as usize];
+                tot += width(x, p, j);
             }
         });
         let vote = w.ballot(p == vmask);
@@ -721,11 +718,11 @@ pub unsafe fn decode_in<
         let o = if class == CLASS_NONE_FREE && all_match {
             bv
         } else if class == CLASS_NONE_FREE {
-            expand::<C, CLASS_NONE_FREE, S, B, M>(s, b, m, g, k0, p, bit, bv, &prm, &wid)
+            expand::<C, CLASS_NONE_FREE, S, B, M>(s, b, m, g, k0, p, bit, bv, &prm)
         } else if class == CLASS_GENERAL {
-            expand::<C, CLASS_GENERAL, S, B, M>(s, b, m, g, k0, p, bit, bv, &prm, &wid)
+            expand::<C, CLASS_GENERAL, S, B, M>(s, b, m, g, k0, p, bit, bv, &prm)
         } else {
-            expand::<C, CLASS_TWO_RUNS, S, B, M>(s, b, m, g, k0, p, bit, bv, &prm, &wid)
+            expand::<C, CLASS_TWO_RUNS, S, B, M>(s, b, m, g, k0, p, bit, bv, &prm)
         };
         let n = if !TAIL {
             16
