@@ -1,8 +1,8 @@
 //! The only place with `asm!` and device intrinsics: thread and warp ids,
 //! shuffles, ballot, dynamic shared memory, loads and stores, `cp.async`,
-//! global reductions and one shift. Everything else calls these thin
-//! wrappers (the kernel bodies through the `simt` traits, whose scans are
-//! written once in `simt`).
+//! global reductions, a few shifts and a byte permute. Everything else
+//! calls these thin wrappers (the kernel bodies through the `simt` traits,
+//! whose scans are written once in `simt`).
 //!
 //! All shuffles and votes use the full member mask: ibp's kernels always run
 //! whole warps through these calls (lanes with no work carry a neutral value
