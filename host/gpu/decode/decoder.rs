@@ -203,10 +203,12 @@ type Candidate = (u64, bool, u64, u64, u64);
 type Chosen = (bool, u64, Vec<(u64, u64)>);
 
 /// Blocks of `warps` warps that the batch kernels' registers let an SM
-/// hold (the fewer of the whole-warp and the pair kernel), with the
-/// smallest workspace batch mode can run on: the share of the SM's shared
-/// memory that each block's ring is then sized from. Capped at 4 (a
-/// quarter of the SM's shared memory still holds halves of 12 lines).
+/// hold (the fewer of the whole-warp and the pair kernel), asked with the
+/// least shared memory batch mode runs on (the book and one warp's
+/// smallest ring, at most `budget`): the share of the SM's shared memory
+/// that each block's ring is then sized from. At most 4 (a quarter of
+/// the SM's shared memory still holds halves of 12 lines); 2, the shape
+/// the rings were sized for before, where the driver cannot say.
 ///
 /// Q: why ask the driver rather than assume two?
 /// A: the registers are the JIT's to allocate (`IBP_JIT_MAX_REGISTERS`,
@@ -218,18 +220,19 @@ fn batch_blocks_per_sm(
     warps: u64,
     book_len: u64,
     span_max: u64,
-) -> Result<u64> {
+    budget: u64,
+) -> u64 {
     let block = (warps * 32) as u32;
-    let least = book_len + warps * workspace_bytes(0, (2 * span_max) as u32) as u64;
+    let least = (book_len + workspace_bytes(0, (2 * span_max) as u32) as u64).min(budget);
     let mut blocks = 4;
     for pairs in [false, true] {
         if pairs && clustered {
             continue;
         }
         let k = kernels::decode(true, clustered, pairs);
-        blocks = blocks.min(gpu.blocks_per_sm(k, block, least as usize)? as u64);
+        blocks = blocks.min(gpu.blocks_per_sm(k, block, least as usize).unwrap_or(2) as u64);
     }
-    Ok(blocks.max(1))
+    blocks.max(1)
 }
 
 /// [`stream_book`]'s rule on the shapes the driver allows: `(book in
@@ -328,7 +331,8 @@ impl<'ds> Decoder<'ds> {
                     // gets that share of the SM's shared memory, less the
                     // 1 KB the driver reserves per block.
                     let warps = opts.warps_per_block.unwrap_or(8).clamp(1, 32) as u64;
-                    let blocks = batch_blocks_per_sm(gpu, clustered, warps, book_len, span_max)?;
+                    let blocks =
+                        batch_blocks_per_sm(gpu, clustered, warps, book_len, span_max, budget);
                     let per_warp = (info.shared_per_sm as u64 / blocks)
                         .saturating_sub(1024 + book_len)
                         / warps;
