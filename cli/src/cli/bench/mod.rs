@@ -471,12 +471,23 @@ fn header(
             )
         } else if args.section == "collective" {
             format!(" --real-bytes {} --gpus {}", args.real_bytes, args.gpus)
+        } else if args.real_bytes != 1 << 30 {
+            format!(" --real-bytes {}", args.real_bytes)
         } else {
             String::new()
         },
         if args.stages { " --stages" } else { "" },
-        if peers { " --peers nvcomp" } else { "" }
+        if peers {
+            format!(" --peers nvcomp --peers-budget {}", args.peers.peers_budget)
+        } else {
+            String::new()
+        }
     );
+    // A run cut down to some tables says so.
+    let flags = match &args.only {
+        Some(o) => format!("{flags} --only \"{o}\""),
+        None => flags,
+    };
     let flags = match (&args.lanes, &args.pairs) {
         (Some(l), Some(p)) => format!("{flags} --lanes {l} --pairs {p}"),
         (Some(l), None) => format!("{flags} --lanes {l}"),
