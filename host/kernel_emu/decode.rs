@@ -348,12 +348,12 @@ fn emu_launch(
     };
     // The book in shared memory: batch mode, and unclustered streaming
     // mode (`ibp_decode_stream` with `book_smem_bytes`, where the host
-    // finds it fits); clustered streaming mode reads it in place.
-    let book_smem = if batch || !clustered {
-        book.1 as u32
-    } else {
-        0
-    };
+    // finds it fits); clustered streaming mode reads it in place, and so
+    // does unclustered streaming mode under load/store fetches (the
+    // kernel's other place for the book: the tests run both fetches, so
+    // both places).
+    let book_in_place = !batch && (clustered || p.fetch == ibp_kernels::params::FETCH_LOAD_STORE);
+    let book_smem = if book_in_place { 0 } else { book.1 as u32 };
     let ws = workspace_bytes(pbuf_words, ring_lines);
     p.ring_lines = ring_lines;
     p.pbuf_words = pbuf_words;
@@ -386,7 +386,7 @@ fn emu_launch(
         // tests run both kernels.
         let pairs = p.fetch == ibp_kernels::params::FETCH_CP_ASYNC;
         // SAFETY: every buffer is sized as DecodeParams requires, the book
-        // is at shared offset 0 (unclustered, or batch mode) or in host memory, and
+        // is at shared offset 0 (`book_smem`) or in host memory, and
         // the workspace holds `ws` bytes.
         run_warp_with(smem_addr, |w| unsafe {
             if clustered && batch {
@@ -397,6 +397,8 @@ fn emu_launch(
                 run::<_, _, false, true>(w, &HostBytes(smem_addr), p, true, at)
             } else if batch {
                 run::<_, _, false, false>(w, &HostBytes(smem_addr), p, true, at)
+            } else if book_in_place {
+                run::<_, _, false, false>(w, &HostBytes(book.addr()), p, false, at)
             } else {
                 run::<_, _, false, false>(w, &HostBytes(smem_addr), p, false, at)
             }

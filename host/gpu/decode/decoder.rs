@@ -160,7 +160,7 @@ fn stream_book(
     warp_bytes: u64,
     budget: u64,
     opts: &DecodeOptions,
-) -> Result<StreamShapes> {
+) -> StreamShapes {
     let block_sizes: &[u64] = match opts.warps_per_block {
         Some(w) => &[w.clamp(1, 32) as u64],
         None => &[8, 16, 24],
@@ -186,12 +186,12 @@ fn stream_book(
             }
         }
     }
-    Ok(match choose_stream_shape(&shapes) {
+    match choose_stream_shape(&shapes) {
         Some((shared, w, fewer)) => (if shared { book_len } else { 0 }, w, fewer),
         // Nothing fits (a book forced into shared memory included): the
         // caller shrinks the block and reports it.
         None => (0, block_sizes[0], Vec::new()),
-    })
+    }
 }
 
 /// A candidate launch shape of streaming mode: `(warps an SM, book in
@@ -201,6 +201,31 @@ type Candidate = (u64, bool, u64, u64, u64);
 /// What [`choose_stream_shape`] picks: `(book in shared memory, warps a
 /// block, fewer)`.
 type Chosen = (bool, u64, Vec<(u64, u64)>);
+
+/// [`stream_book`]'s rule on the shapes the driver allows: `(book in
+/// shared memory, warps a block, fewer)` with `fewer` the same place's
+/// shapes of fewer warps an SM as `(warps a block, blocks an SM)`.
+fn choose_stream_shape(shapes: &[Candidate]) -> Option<Chosen> {
+    // Of a place, the most warps an SM, then the least shared memory.
+    let best = |shared: bool| {
+        shapes
+            .iter()
+            .copied()
+            .filter(|s| s.1 == shared)
+            .max_by_key(|s| (s.0, std::cmp::Reverse(s.4)))
+    };
+    let chosen = match (best(true), best(false)) {
+        (Some(s), Some(g)) => Some(if 3 * s.0 >= 2 * g.0 { s } else { g }),
+        (s, g) => s.or(g),
+    }?;
+    let (most, shared, w, _, _) = chosen;
+    let fewer = shapes
+        .iter()
+        .filter(|s| s.1 == shared && s.0 < most)
+        .map(|s| (s.2, s.3))
+        .collect();
+    Some((shared, w, fewer))
+}
 
 /// Blocks of `warps` warps that the batch kernels' registers let an SM
 /// hold (the fewer of the whole-warp and the pair kernel), asked with the
@@ -233,31 +258,6 @@ fn batch_blocks_per_sm(
         blocks = blocks.min(gpu.blocks_per_sm(k, block, least as usize).unwrap_or(2) as u64);
     }
     blocks.max(1)
-}
-
-/// [`stream_book`]'s rule on the shapes the driver allows: `(book in
-/// shared memory, warps a block, fewer)` with `fewer` the same place's
-/// shapes of fewer warps an SM as `(warps a block, blocks an SM)`.
-fn choose_stream_shape(shapes: &[Candidate]) -> Option<Chosen> {
-    // Of a place, the most warps an SM, then the least shared memory.
-    let best = |shared: bool| {
-        shapes
-            .iter()
-            .copied()
-            .filter(|s| s.1 == shared)
-            .max_by_key(|s| (s.0, std::cmp::Reverse(s.4)))
-    };
-    let chosen = match (best(true), best(false)) {
-        (Some(s), Some(g)) => Some(if 3 * s.0 >= 2 * g.0 { s } else { g }),
-        (s, g) => s.or(g),
-    }?;
-    let (most, shared, w, _, _) = chosen;
-    let fewer = shapes
-        .iter()
-        .filter(|s| s.1 == shared && s.0 < most)
-        .map(|s| (s.2, s.3))
-        .collect();
-    Some((shared, w, fewer))
 }
 
 /// Largest tensor span, in lines, that batch mode takes (half a ring).
@@ -379,7 +379,7 @@ impl<'ds> Decoder<'ds> {
                 Vec::new(),
             )
         } else {
-            stream_book(gpu, book_len, warp_bytes, budget, opts)?
+            stream_book(gpu, book_len, warp_bytes, budget, opts)
         };
         while warps > 1 && table_smem + warps * warp_bytes > budget {
             warps /= 2;

@@ -38,9 +38,9 @@ pub struct DecodeOptions {
     /// Bytes of each warp's line ring (rounded to a power of two of 128-byte
     /// lines). `None`: sized from the tensor length.
     pub ring_bytes: Option<u32>,
-    /// Warps per block. `None`: 8 (in streaming mode 8 or 16, whichever
-    /// holds more warps an SM with the book where
-    /// [`DecodeOptions::stream_book`] puts it).
+    /// Warps per block. `None`: 8 (in streaming mode 8, 16 or 24, by
+    /// the rule of [`DecodeOptions::stream_book`]: most warps an SM, then
+    /// least shared memory).
     pub warps_per_block: Option<u32>,
     /// How lines reach shared memory. `None`: by residency (see
     /// [`Fetch`]).
