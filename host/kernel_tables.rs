@@ -30,7 +30,8 @@ pub fn decoder_table(cb: &Codebook) -> Vec<u8> {
 /// all-match prefix of every step.
 pub fn decode_book(cb: &Codebook) -> Vec<u8> {
     use ibp_kernels::detail::book::{
-        CLASS_GENERAL, CLASS_NONE_FREE, CLASS_TWO_RUNS, Layout, params_general, step_chunks,
+        CLASS_GENERAL, CLASS_NONE_FREE, CLASS_TWO_RUNS, CLASS_UNIFORM, Layout, params_general,
+        step_chunks,
     };
 
     let c = cb.chunk().bytes();
@@ -61,8 +62,13 @@ pub fn decode_book(cb: &Codebook) -> Vec<u8> {
     for step in 0..lay.steps as usize {
         let cols = &entries
             [(step * per_step).min(entries.len())..((step + 1) * per_step).min(entries.len())];
+        let first = (cols[0].free, cols[0].bitval, cols[0].width);
         let class = if cols.iter().all(|t| t.free == 0) {
             CLASS_NONE_FREE
+        } else if cols.iter().all(|t| (t.free, t.bitval, t.width) == first)
+            && params_two_runs(first.0, first.2).is_some()
+        {
+            CLASS_UNIFORM
         } else if cols
             .iter()
             .all(|t| params_two_runs(t.free, t.width).is_some())

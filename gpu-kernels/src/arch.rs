@@ -734,3 +734,29 @@ pub fn merge_bytes(a: u32, b: u32, k: u32) -> u32 {
     };
     r
 }
+
+/// Bytes `[0, k)` of `a`, then `b`'s low bytes from byte `k` on (`k` = 1,
+/// 2 or 3): one byte permute.
+#[inline(always)]
+pub fn place_bytes(a: u32, b: u32, k: u32) -> u32 {
+    // Selector nibble i names the source byte of byte i: 0–3 from `a`,
+    // 4–7 from `b`.
+    let sel = match k {
+        1 => 0x6540,
+        2 => 0x5410,
+        _ => 0x4210,
+    };
+    let r: u32;
+    // SAFETY: a pure register operation.
+    unsafe {
+        asm!(
+            "prmt.b32 {r}, {a}, {b}, {s};",
+            r = out(reg32) r,
+            a = in(reg32) a,
+            b = in(reg32) b,
+            s = in(reg32) sel,
+            options(pure, nomem, nostack)
+        )
+    };
+    r
+}

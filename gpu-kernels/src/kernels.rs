@@ -732,7 +732,9 @@ pub unsafe fn ibp_scan_apply(p: ScanParams) {
 #[cfg(feature = "probe")]
 mod probe {
     use super::{Hw, SharedBook, kernel};
-    use crate::detail::book::{CLASS_GENERAL, CLASS_NONE_FREE, CLASS_TWO_RUNS, Layout};
+    use crate::detail::book::{
+        CLASS_GENERAL, CLASS_NONE_FREE, CLASS_TWO_RUNS, CLASS_UNIFORM, Layout,
+    };
     use crate::detail::step::{ANY, Contig, Geometry, RowStore, decode_in};
     use crate::params::DecodeParams;
 
@@ -832,4 +834,10 @@ mod probe {
     probe!(ibp_probe_c2_two_half, 2, CLASS_TWO_RUNS, 1, 16);
     probe!(ibp_probe_c2_twoscan_half, 2, CLASS_TWO_RUNS, 0, 16);
     probe!(ibp_probe_c1_two_half, 1, CLASS_TWO_RUNS, 1, 16);
+    probe!(ibp_probe_c4_uni, 4, CLASS_UNIFORM, 0);
+    probe!(ibp_probe_c2_uni, 2, CLASS_UNIFORM, 0);
+    probe!(ibp_probe_c1_uni, 1, CLASS_UNIFORM, 0);
+    probe!(ibp_probe_c4_uni_half, 4, CLASS_UNIFORM, 0, 16);
+    probe!(ibp_probe_c2_uni_half, 2, CLASS_UNIFORM, 0, 16);
+    probe!(ibp_probe_c1_uni_half, 1, CLASS_UNIFORM, 0, 16);
 }

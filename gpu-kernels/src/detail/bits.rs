@@ -108,6 +108,22 @@ pub fn merge_bytes(a: u32, b: u32, k: u32) -> u32 {
     }
 }
 
+/// Bytes `[0, k)` of `a`, then `b`'s low bytes from byte `k` on (`b`
+/// shifted left by `k` bytes), for `k` = 1, 2 or 3: one byte permute, where
+/// the shift, the mask and the union are three instructions.
+#[inline(always)]
+pub fn place_bytes(a: u32, b: u32, k: u32) -> u32 {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        crate::arch::place_bytes(a, b, k)
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        let keep = (1u32 << (8 * k)) - 1;
+        (a & keep) | (b << (8 * k))
+    }
+}
+
 /// Payload bits a chunk contributes: its free bits when it matches the
 /// codebook, all of its bits otherwise.
 #[inline(always)]

@@ -16,7 +16,7 @@
 //! | `RUN1` | `KP·C` | the lowest run of free bits |
 //! | `FREE` | `KP·C` | all free bits |
 //! | `PARAMS` | `KP·4` | `s1, d2, pw, fw` (one byte each, see below) |
-//! | `CLASS` | one byte per step, padded to 16 | [`CLASS_NONE_FREE`], [`CLASS_TWO_RUNS`] or [`CLASS_GENERAL`] |
+//! | `CLASS` | one byte per step, padded to 16 | [`CLASS_NONE_FREE`], [`CLASS_UNIFORM`], [`CLASS_TWO_RUNS`] or [`CLASS_GENERAL`] |
 //! | `PREFIX` | `4·32` per step | lane `l`'s inclusive prefix of payload widths when every chunk of the step matches |
 //!
 //! `s1` is the first bit of the lowest run of free bits, `d2 = s2 − n1` the
@@ -33,6 +33,17 @@
 //! holds for every lane, so a warp never diverges on it. A step with any
 //! column of three or more runs takes the general move-mask path
 //! ([`CLASS_GENERAL`]).
+//!
+//! Q: why a class for steps whose columns are all alike?
+//! A: a dense float table's columns usually share one mask and one bit
+//! value (every column of MiniLM's bf16 and f32 embeddings does: the
+//! exponent's high bits). Then a lane needs no chunk's own `PARAMS`,
+//! `RUN1`, `FREE` or `BITVAL`: four broadcast loads a step give them all,
+//! a lane's payload width is `cpl·fw − (fw − pw)·popcount(p)`, and the
+//! chunks of an output word are placed side by side and expanded as one
+//! ([`crate::detail::step`]). Only the book's class byte says so: the
+//! fields stay as for [`CLASS_TWO_RUNS`], which the step falls back to
+//! (8-byte chunks, a step that runs past the tensor's end).
 
 use crate::detail::bits;
 
@@ -60,6 +71,11 @@ pub const CLASS_NONE_FREE: u8 = 0;
 pub const CLASS_TWO_RUNS: u8 = 1;
 /// Some chunk needs the general move-mask expansion.
 pub const CLASS_GENERAL: u8 = 2;
+/// A [`CLASS_TWO_RUNS`] step whose chunks inside the tensor all have the
+/// same free bits, bit values and width, with at least one free bit: the
+/// step's first chunk's `PARAMS`, and the first output word of its `RUN1`,
+/// `FREE` and `BITVAL`, hold every chunk's.
+pub const CLASS_UNIFORM: u8 = 3;
 
 /// Byte offsets of the fields of a decode book.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -27,13 +27,13 @@
 //! chunk, and the output leaves in one 16-byte store per lane (a 512-byte
 //! warp store) when the row is aligned.
 
-use crate::detail::bits::{funnel_r32, low_mask, low_mask32, merge_bytes};
+use crate::detail::bits::{funnel_r32, low_mask, low_mask32, merge_bytes, place_bytes};
 use crate::detail::book::{
-    CLASS_GENERAL, CLASS_NONE_FREE, CLASS_TWO_RUNS, Layout, chunks_per_lane, expand2_64,
-    expand2_own,
+    CLASS_GENERAL, CLASS_NONE_FREE, CLASS_TWO_RUNS, CLASS_UNIFORM, Layout, chunks_per_lane,
+    expand2_64, expand2_own,
 };
 use crate::detail::table::{self, Entry, entry_bytes, window64};
-use crate::params::{DECODE_FLAG_NO_CLASSES, DECODE_FLAG_NO_PREFIX};
+use crate::params::{DECODE_FLAG_NO_CLASSES, DECODE_FLAG_NO_PREFIX, DECODE_FLAG_NO_UNIFORM};
 use crate::simt::{Book, Lanes, Mem, Shared, exclusive_scan_in};
 
 /// Run `$body` for `$j` = 0, 1, … 15 with `$j` a constant in each copy.
@@ -488,6 +488,91 @@ fn expand<const C: u32, const CLASS: u8, S: Source, B: Book, M: Mem>(
     o
 }
 
+/// What every chunk of a [`CLASS_UNIFORM`] step shares: the `PARAMS` word
+/// of a chunk at the start of an output word, and one output word of
+/// `RUN1`, `FREE` and `BITVAL` (the same pattern in each chunk's bytes).
+#[derive(Clone, Copy)]
+struct Uniform {
+    q: u32,
+    run1: u32,
+    free: u32,
+    bitval: u32,
+}
+
+impl Uniform {
+    /// The shared fields of book step `bstep` (four broadcast loads).
+    #[inline(always)]
+    fn load<const C: u32, B: Book>(b: &B, lay: &Layout, bstep: u32) -> Self {
+        let k = bstep * 32 * chunks_per_lane(C);
+        // SAFETY: the step's first chunk and output word, inside the
+        // PARAMS, RUN1, FREE and BITVAL fields, 4-aligned.
+        unsafe {
+            Uniform {
+                q: b.ld_u32(lay.params + 4 * k),
+                run1: b.ld_u32(lay.run1 + k * C),
+                free: b.ld_u32(lay.free + k * C),
+                bitval: b.ld_u32(lay.bitval + k * C),
+            }
+        }
+    }
+
+    /// Payload width of a matching chunk (`pw`).
+    #[inline(always)]
+    fn pw(&self) -> u32 {
+        (self.q >> 16) & 0xff
+    }
+
+    /// Width of a chunk (`fw`).
+    #[inline(always)]
+    fn fw(&self) -> u32 {
+        self.q >> 24
+    }
+}
+
+/// A lane's 16 output bytes of a [`CLASS_UNIFORM`] step of chunks of `C ≤
+/// 4` bytes, every one inside the tensor: participation bits `p`, payload
+/// from stream bit `bit`.
+///
+/// Per output word: one 32-bit read holds its chunks' payloads; each chunk's
+/// bits are placed in its own bytes (a shift and a byte permute), the word
+/// is expanded once for all of them ([`expand2_own`] with the shared
+/// fields: the argument that keeps a chunk's stray bits out of its own
+/// bytes keeps them out of the next chunk's too), and each chunk keeps its
+/// expanded or its raw bytes by its participation bit.
+#[inline(always)]
+#[allow(unused_assignments)] // the last word's `bit +=` is never read
+fn expand_uniform<const C: u32, S: Source>(s: &S, p: u32, mut bit: u32, u: &Uniform) -> [u32; 4] {
+    let per_word = 4 / C;
+    let (pw, fw) = (u.pw(), u.fw());
+    let mut o = [0u32; 4];
+    each_chunk!(wi => {
+        if wi < 4 {
+            let win = s.raw32(bit);
+            let mut y = win;
+            let mut off = 0u32;
+            each_chunk!(i => {
+                if i < per_word {
+                    if i > 0 {
+                        y = place_bytes(y, win >> (off & 31), i * C);
+                    }
+                    off += if (p >> (wi * per_word + i)) & 1 == 1 { pw } else { fw };
+                }
+            });
+            let e = expand2_own(y, u.q, u.run1, u.free, u.bitval);
+            let mut x = 0u32;
+            each_chunk!(i => {
+                if i < per_word {
+                    let t = if (p >> (wi * per_word + i)) & 1 == 1 { e } else { y };
+                    x = if i == 0 { t } else { merge_bytes(x, t, i * C) };
+                }
+            });
+            o[wi as usize] = x;
+            bit += off;
+        }
+    });
+    o
+}
+
 /// Decode the encoded tensor of `e_bytes` stored bytes read through `s`,
 /// handing its row to `sink` 16 bytes a lane a step. Returns false when its bits disagree with its
 /// length or padding (corrupt); nothing outside the stored bytes (plus the
@@ -610,6 +695,7 @@ pub unsafe fn decode_in<
     let limit = e_bytes * 8;
     let classes = g.flags & DECODE_FLAG_NO_CLASSES == 0;
     let prefix = g.flags & DECODE_FLAG_NO_PREFIX == 0;
+    let uniform = g.flags & DECODE_FLAG_NO_UNIFORM == 0;
     let mut pos = k_total;
     let mut ok = true;
     // Group steps: whole book steps for G = 32; for G < 32 only those that
@@ -643,27 +729,60 @@ pub unsafe fn decode_in<
         // A: sixteen (or eight) words held from the widths to the expansion
         // push the kernel past its register cap (it spilled); two 16-byte
         // shared loads per group cost less than the spill.
-        let prm = if C >= 4 {
-            load_params::<C, B>(b, lay.params + 4 * k0)
-        } else {
-            [0; 16]
-        };
-        let mut grp = [0u32; 4];
-        let mut tot = 0;
-        each_chunk!(j => {
-            if j < cpl {
-                if C <= 2 && j.is_multiple_of(4) {
-                    grp = param4(b, lay.params + 4 * (k0 + j));
-                }
-                let x = if C <= 2 { grp[(j % 4) as usize] } else { prm[j as usize] };
-                tot += width(x, p, j);
-            }
-        });
-        let vote = w.ballot(p == vmask);
         // The book step holding this group step, and the group step's
         // half of it (0 for G = 32).
         let bstep = step / per;
         let sub = step % per;
+        let class = if CLASS != ANY {
+            CLASS
+        } else if classes {
+            // SAFETY: inside the CLASS field.
+            unsafe { b.ld_u8(lay.class + bstep) as u8 }
+        } else {
+            CLASS_GENERAL
+        };
+        // A uniform step whose chunks all lie inside the tensor takes the
+        // uniform path; past the tensor's end (zero-width chunks) or with
+        // 8-byte chunks it is a two-run step.
+        let uni = C <= 4
+            && class == CLASS_UNIFORM
+            && (CLASS == CLASS_UNIFORM || (uniform && (step + 1) * G * cpl <= k_total));
+        let class = if class == CLASS_UNIFORM && !uni {
+            CLASS_TWO_RUNS
+        } else {
+            class
+        };
+        let un = if uni {
+            Uniform::load::<C, B>(b, &lay, bstep)
+        } else {
+            Uniform {
+                q: 0,
+                run1: 0,
+                free: 0,
+                bitval: 0,
+            }
+        };
+        let prm = if C >= 4 && !uni {
+            load_params::<C, B>(b, lay.params + 4 * k0)
+        } else {
+            [0; 16]
+        };
+        let mut tot = 0;
+        if uni {
+            tot = cpl * un.fw() - (un.fw() - un.pw()) * p.count_ones();
+        } else {
+            let mut grp = [0u32; 4];
+            each_chunk!(j => {
+                if j < cpl {
+                    if C <= 2 && j.is_multiple_of(4) {
+                        grp = param4(b, lay.params + 4 * (k0 + j));
+                    }
+                    let x = if C <= 2 { grp[(j % 4) as usize] } else { prm[j as usize] };
+                    tot += width(x, p, j);
+                }
+            });
+        }
+        let vote = w.ballot(p == vmask);
         // Every chunk of the group's step matches; and of the warp's, which
         // decides between the prefix and the scan (a shuffle: warp-uniform).
         let all_match = match PREFIX {
@@ -702,27 +821,23 @@ pub unsafe fn decode_in<
             ok = false;
         }
         s.ready(pos, pos + sum);
-        let class = if CLASS != ANY {
-            CLASS
-        } else if classes {
-            // SAFETY: inside the CLASS field.
-            unsafe { b.ld_u8(lay.class + bstep) as u8 }
-        } else {
-            CLASS_GENERAL
-        };
         let ob = k0 * C;
-        // SAFETY: inside the BITVAL field, 16-aligned.
-        let bv = unsafe { b.ld_v4(lay.bitval + ob) };
         // A corrupt group reads from its first stored bit (see above).
         let bit = if ok { pos + excl } else { 0 };
-        let o = if class == CLASS_NONE_FREE && all_match {
-            bv
-        } else if class == CLASS_NONE_FREE {
-            expand::<C, CLASS_NONE_FREE, S, B, M>(s, b, m, g, k0, p, bit, bv, &prm)
-        } else if class == CLASS_GENERAL {
-            expand::<C, CLASS_GENERAL, S, B, M>(s, b, m, g, k0, p, bit, bv, &prm)
+        let o = if uni {
+            expand_uniform::<C, S>(s, p, bit, &un)
         } else {
-            expand::<C, CLASS_TWO_RUNS, S, B, M>(s, b, m, g, k0, p, bit, bv, &prm)
+            // SAFETY: inside the BITVAL field, 16-aligned.
+            let bv = unsafe { b.ld_v4(lay.bitval + ob) };
+            if class == CLASS_NONE_FREE && all_match {
+                bv
+            } else if class == CLASS_NONE_FREE {
+                expand::<C, CLASS_NONE_FREE, S, B, M>(s, b, m, g, k0, p, bit, bv, &prm)
+            } else if class == CLASS_GENERAL {
+                expand::<C, CLASS_GENERAL, S, B, M>(s, b, m, g, k0, p, bit, bv, &prm)
+            } else {
+                expand::<C, CLASS_TWO_RUNS, S, B, M>(s, b, m, g, k0, p, bit, bv, &prm)
+            }
         };
         let n = if !TAIL {
             16

@@ -6,9 +6,9 @@ use crate::gpu::stream::GpuStream;
 use cust::memory::DeviceSlice;
 use ibp_kernels::detail::decode::lanes::LANE_RING_BYTES;
 use ibp_kernels::params::{
-    DECODE_FLAG_NO_CLASSES, DECODE_FLAG_NO_PREFIX, DECODE_FLAG_TRIM, DECODE_MODE_DECODE,
-    DECODE_MODE_IDEAL, DecodeParams, FETCH_CP_ASYNC, FETCH_LOAD_STORE, WORKSPACE_PAD,
-    workspace_bytes,
+    DECODE_FLAG_NO_CLASSES, DECODE_FLAG_NO_PREFIX, DECODE_FLAG_NO_UNIFORM, DECODE_FLAG_TRIM,
+    DECODE_MODE_DECODE, DECODE_MODE_IDEAL, DecodeParams, FETCH_CP_ASYNC, FETCH_LOAD_STORE,
+    WORKSPACE_PAD, workspace_bytes,
 };
 
 use super::request::{Mode, Request, Select};
@@ -429,7 +429,7 @@ impl<'ds> Decoder<'ds> {
             book,
             ds: None,
             flags: if opts.no_fast_paths {
-                DECODE_FLAG_NO_CLASSES | DECODE_FLAG_NO_PREFIX
+                DECODE_FLAG_NO_CLASSES | DECODE_FLAG_NO_PREFIX | DECODE_FLAG_NO_UNIFORM
             } else {
                 0
             },

@@ -48,7 +48,7 @@
 
 use crate::detail::bits::{low_mask, low_mask32};
 use crate::detail::book::{
-    CLASS_GENERAL, CLASS_NONE_FREE, CLASS_TWO_RUNS, Layout, chunks_per_lane,
+    CLASS_GENERAL, CLASS_NONE_FREE, CLASS_TWO_RUNS, CLASS_UNIFORM, Layout, chunks_per_lane,
 };
 use crate::detail::step::{ANY, RowStore, Sink, entry};
 use crate::detail::table;
@@ -455,6 +455,11 @@ fn decode_tensor<const C: u32, const FIXED: u8, M: Machine, B: Book>(
             } else {
                 CLASS_GENERAL
             };
+            // A lane reads its own chunks' fields anyway: a uniform step
+            // is a two-run one here.
+            if class == CLASS_UNIFORM {
+                class = CLASS_TWO_RUNS;
+            }
         }
         let part = (pw >> (k0 % 32)) & low_mask32(cpl);
         rd.advance(mm);
