@@ -430,6 +430,8 @@ impl<'ds> Decoder<'ds> {
             ds: None,
             flags: if opts.no_fast_paths {
                 DECODE_FLAG_NO_CLASSES | DECODE_FLAG_NO_PREFIX | DECODE_FLAG_NO_UNIFORM
+            } else if opts.uniform == Some(false) {
+                DECODE_FLAG_NO_UNIFORM
             } else {
                 0
             },

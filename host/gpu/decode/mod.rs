@@ -72,6 +72,12 @@ pub struct DecodeOptions {
     /// forced into shared memory that does not fit there is read through
     /// L1 too. Output is identical either way.
     pub stream_book: Option<bool>,
+    /// Decode a step whose columns all share one mask, bit value and width
+    /// from those shared fields (`Some(true)` or `None`, the default), or
+    /// from each chunk's own as any two-run step (`Some(false)`: to measure
+    /// what the shared fields are worth, or a table whose columns differ).
+    /// Output is identical either way.
+    pub uniform: Option<bool>,
 }
 
 impl DecodeOptions {
@@ -117,6 +123,13 @@ impl DecodeOptions {
     /// [`DecodeOptions::stream_book`]).
     pub fn with_stream_book(mut self, shared: bool) -> Self {
         self.stream_book = Some(shared);
+        self
+    }
+
+    /// Decode steps whose columns are alike from their shared fields, or
+    /// not (see [`DecodeOptions::uniform`]).
+    pub fn with_uniform(mut self, on: bool) -> Self {
+        self.uniform = Some(on);
         self
     }
 

@@ -95,6 +95,10 @@ pub struct Args {
     /// through L1 (`global`); default: by the decoder's rule (experiments).
     #[arg(long, hide = true)]
     stream_book: Option<String>,
+    /// Decode steps whose columns are all alike from their shared fields
+    /// (`on`, the default) or from each chunk's own (`off`; experiments).
+    #[arg(long, hide = true)]
+    uniform: Option<String>,
     /// With `--section device`, `cache`, `compress` or `--peers`, only the
     /// tables whose name contains this (for profilers).
     #[arg(long, hide = true)]
@@ -231,6 +235,9 @@ pub(super) fn decode_options(args: &Args) -> Result<ibp::gpu::DecodeOptions> {
         ["shared", "global"],
     )? {
         opts = opts.with_stream_book(shared);
+    }
+    if let Some(on) = either(args.uniform.as_deref(), "--uniform", ["on", "off"])? {
+        opts = opts.with_uniform(on);
     }
     if let Some(cp) = either(args.fetch.as_deref(), "--fetch", ["cp-async", "load-store"])? {
         opts = opts.with_fetch(if cp {
@@ -493,6 +500,10 @@ fn header(
         (Some(l), None) => format!("{flags} --lanes {l}"),
         (None, Some(p)) => format!("{flags} --pairs {p}"),
         (None, None) => flags,
+    };
+    let flags = match &args.uniform {
+        Some(u) => format!("{flags} --uniform {u}"),
+        None => flags,
     };
     let flags = if args.section == "device" {
         let sweep = if args.no_sweep {
