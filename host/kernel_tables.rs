@@ -59,6 +59,8 @@ pub fn decode_book(cb: &Codebook) -> Vec<u8> {
         let at = lay.params as usize + 4 * k;
         out[at..at + 4].copy_from_slice(&q.to_le_bytes());
     }
+    // Leading uniform steps (the UNIFORM field).
+    let mut lead = 0u32;
     for step in 0..lay.steps as usize {
         let cols = &entries
             [(step * per_step).min(entries.len())..((step + 1) * per_step).min(entries.len())];
@@ -78,6 +80,9 @@ pub fn decode_book(cb: &Codebook) -> Vec<u8> {
             CLASS_GENERAL
         };
         out[lay.class as usize + step] = class;
+        if class == CLASS_UNIFORM && lead == step as u32 {
+            lead += 1;
+        }
         let mut incl = 0u32;
         for lane in 0..32 {
             let first = step * per_step + lane * cpl;
@@ -89,6 +94,8 @@ pub fn decode_book(cb: &Codebook) -> Vec<u8> {
             out[at..at + 4].copy_from_slice(&incl.to_le_bytes());
         }
     }
+    let at = lay.uniform as usize;
+    out[at..at + 4].copy_from_slice(&lead.to_le_bytes());
     out
 }
 

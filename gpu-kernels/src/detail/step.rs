@@ -705,6 +705,27 @@ pub unsafe fn decode_in<
     } else {
         k_total.div_ceil(G * cpl)
     };
+    // Q: how does a step know it is uniform without loading its class?
+    // A: which fields a step loads (a uniform step's shared words, or each
+    // chunk's `PARAMS`) hangs on it; read from the step's class byte, that
+    // load's latency stood before every step's widths (two-run steps
+    // measured 8–12% slower on the H200, 2026-11-29), and a class carried
+    // a step ahead, or a count of uniform steps, cost registers the kernels
+    // did not have (spills). So the decision is the tensor's, once: its
+    // book counts its leading uniform steps (`UNIFORM`), and when they
+    // cover every whole group step, each whole step is uniform (a
+    // predicate, and a multiply and a compare a step); otherwise none is.
+    let all_uni = if C > 4 || (CLASS != ANY && CLASS != CLASS_UNIFORM) {
+        false
+    } else if CLASS == CLASS_UNIFORM {
+        true
+    } else if uniform && classes {
+        // SAFETY: inside the book's UNIFORM field.
+        let lead = unsafe { b.ld_u32(lay.uniform) };
+        lead * per >= k_total / (G * cpl)
+    } else {
+        false
+    };
     let mut step = 0;
     while step < steps {
         let k0 = (step * G + lane) * cpl;
@@ -733,25 +754,10 @@ pub unsafe fn decode_in<
         // half of it (0 for G = 32).
         let bstep = step / per;
         let sub = step % per;
-        let class = if CLASS != ANY {
-            CLASS
-        } else if classes {
-            // SAFETY: inside the CLASS field.
-            unsafe { b.ld_u8(lay.class + bstep) as u8 }
-        } else {
-            CLASS_GENERAL
-        };
-        // A uniform step whose chunks all lie inside the tensor takes the
-        // uniform path; past the tensor's end (zero-width chunks) or with
-        // 8-byte chunks it is a two-run step.
-        let uni = C <= 4
-            && class == CLASS_UNIFORM
-            && (CLASS == CLASS_UNIFORM || (uniform && (step + 1) * G * cpl <= k_total));
-        let class = if class == CLASS_UNIFORM && !uni {
-            CLASS_TWO_RUNS
-        } else {
-            class
-        };
+        // A whole step of a tensor whose whole steps are all uniform takes
+        // the uniform path; a step past the tensor's end (zero-width
+        // chunks) is a two-run one.
+        let uni = all_uni && (CLASS == CLASS_UNIFORM || (step + 1) * G * cpl <= k_total);
         let un = if uni {
             Uniform::load::<C, B>(b, &lay, bstep)
         } else {
@@ -827,6 +833,14 @@ pub unsafe fn decode_in<
         let o = if uni {
             expand_uniform::<C, S>(s, p, bit, &un)
         } else {
+            let class = if CLASS != ANY {
+                CLASS
+            } else if classes {
+                // SAFETY: inside the CLASS field.
+                unsafe { b.ld_u8(lay.class + bstep) as u8 }
+            } else {
+                CLASS_GENERAL
+            };
             // SAFETY: inside the BITVAL field, 16-aligned.
             let bv = unsafe { b.ld_v4(lay.bitval + ob) };
             if class == CLASS_NONE_FREE && all_match {
@@ -836,6 +850,7 @@ pub unsafe fn decode_in<
             } else if class == CLASS_GENERAL {
                 expand::<C, CLASS_GENERAL, S, B, M>(s, b, m, g, k0, p, bit, bv, &prm)
             } else {
+                // Two runs (so is a uniform step).
                 expand::<C, CLASS_TWO_RUNS, S, B, M>(s, b, m, g, k0, p, bit, bv, &prm)
             }
         };

@@ -186,6 +186,12 @@ fn emulated_decode_step_takes_uniform_steps_where_every_column_is_alike() {
                 // a tail chunk (rows of 1001 bytes, chunks of 2 to 8).
                 let tail = !l.is_multiple_of(c as usize);
                 let uniform = classes.iter().filter(|&&x| x == CLASS_UNIFORM).count();
+                let at = lay.uniform as usize;
+                let lead = u32::from_le_bytes(book[at..at + 4].try_into().unwrap());
+                assert_eq!(
+                    lead as usize, uniform,
+                    "C={chunk} L={l} T={bp}: UNIFORM field"
+                );
                 assert_eq!(
                     uniform,
                     lay.steps as usize - usize::from(tail),
