@@ -59,8 +59,6 @@ pub fn decode_book(cb: &Codebook) -> Vec<u8> {
         let at = lay.params as usize + 4 * k;
         out[at..at + 4].copy_from_slice(&q.to_le_bytes());
     }
-    // Leading uniform steps (the UNIFORM field).
-    let mut lead = 0u32;
     for step in 0..lay.steps as usize {
         let cols = &entries
             [(step * per_step).min(entries.len())..((step + 1) * per_step).min(entries.len())];
@@ -80,9 +78,6 @@ pub fn decode_book(cb: &Codebook) -> Vec<u8> {
             CLASS_GENERAL
         };
         out[lay.class as usize + step] = class;
-        if class == CLASS_UNIFORM && lead == step as u32 {
-            lead += 1;
-        }
         let mut incl = 0u32;
         for lane in 0..32 {
             let first = step * per_step + lane * cpl;
@@ -94,9 +89,21 @@ pub fn decode_book(cb: &Codebook) -> Vec<u8> {
             out[at..at + 4].copy_from_slice(&incl.to_le_bytes());
         }
     }
-    let at = lay.uniform as usize;
-    out[at..at + 4].copy_from_slice(&lead.to_le_bytes());
     out
+}
+
+/// Whether every step of `book` (the decode book of `cb`) is uniform, so
+/// that the uniform batch kernels may decode it: chunks of at most 4
+/// bytes, every step [`ibp_kernels::detail::book::CLASS_UNIFORM`].
+pub fn book_is_uniform(cb: &Codebook, book: &[u8]) -> bool {
+    use ibp_kernels::detail::book::{CLASS_UNIFORM, Layout};
+    let c = cb.chunk().bytes();
+    let lay = Layout::new(cb.chunks() as u32, c);
+    let at = lay.class as usize;
+    c <= 4
+        && book
+            .get(at..at + lay.steps as usize)
+            .is_some_and(|classes| classes.iter().all(|&x| x == CLASS_UNIFORM))
 }
 
 /// The encoder book of a codebook (`ibp_kernels::params::EncodeParams`),

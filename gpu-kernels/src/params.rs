@@ -157,11 +157,6 @@ pub const DECODE_FLAG_NO_CLASSES: u32 = 1;
 /// step matches.
 pub const DECODE_FLAG_NO_PREFIX: u32 = 2;
 
-/// Decode flag: decode [`crate::detail::book::CLASS_UNIFORM`] steps as
-/// [`crate::detail::book::CLASS_TWO_RUNS`] ones, from each chunk's own book
-/// fields.
-pub const DECODE_FLAG_NO_UNIFORM: u32 = 8;
-
 /// Decode flag, set by the host when the stored bytes are in host memory:
 /// a gather, and a fixed-stride range whose tensor holds at most 64 bytes of
 /// its last line, read only the 16-byte pieces of their lines that hold the

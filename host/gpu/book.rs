@@ -7,7 +7,7 @@ use cust::memory::DeviceBuffer;
 use super::cuda_err;
 use crate::codebook::Codebook;
 use crate::error::{Error, Result};
-use crate::kernel_tables::{decode_book, decoder_table};
+use crate::kernel_tables::{book_is_uniform, decode_book, decoder_table};
 
 /// The tables the decode kernels read for one codebook, or for the `k`
 /// codebooks of a clustering back to back: the decode book
@@ -22,6 +22,9 @@ pub struct DeviceBook {
     pub(crate) k: u32,
     pub(crate) row_bytes: u64,
     pub(crate) chunk: u32,
+    /// Every step of every book is uniform (the uniform batch kernels may
+    /// decode it; `ibp_kernels::detail::book::CLASS_UNIFORM`).
+    pub(crate) uniform: bool,
 }
 
 impl DeviceBook {
@@ -41,7 +44,12 @@ impl DeviceBook {
     pub fn clustered(codebooks: &[Codebook]) -> Result<Self> {
         let first = Self::check(codebooks)?;
         let k = codebooks.len();
-        let book: Vec<u8> = codebooks.iter().flat_map(decode_book).collect();
+        let books: Vec<Vec<u8>> = codebooks.iter().map(decode_book).collect();
+        let uniform = codebooks
+            .iter()
+            .zip(&books)
+            .all(|(cb, b)| book_is_uniform(cb, b));
+        let book: Vec<u8> = books.concat();
         let table: Vec<u8> = codebooks.iter().flat_map(decoder_table).collect();
         if u32::try_from(book.len()).is_err() || u32::try_from(table.len()).is_err() {
             return Err(Error::unsupported(format!(
@@ -57,6 +65,7 @@ impl DeviceBook {
             k: k as u32,
             row_bytes: first.row_bytes() as u64,
             chunk: first.chunk().bytes(),
+            uniform,
         })
     }
 

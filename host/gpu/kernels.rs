@@ -26,11 +26,18 @@ pub(crate) const fn kv_append(chunk: u32) -> Kernel<KvAppendParams> {
 }
 
 /// The decode kernel for batch or streaming mode, of a clustered dataset
-/// or not; `pairs`: two tensors a warp (unclustered batch mode only, else
-/// ignored).
-pub(crate) const fn decode(batch: bool, clustered: bool, pairs: bool) -> Kernel<DecodeParams> {
+/// or not; `pairs`: two tensors a warp, `uniform`: a book whose every step
+/// is uniform (both for unclustered batch mode only, else ignored).
+pub(crate) const fn decode(
+    batch: bool,
+    clustered: bool,
+    pairs: bool,
+    uniform: bool,
+) -> Kernel<DecodeParams> {
     match (batch, clustered) {
+        (true, false) if pairs && uniform => DECODE_PAIRS_UNIFORM,
         (true, false) if pairs => DECODE_PAIRS,
+        (true, false) if uniform => DECODE_UNIFORM,
         (true, false) => DECODE,
         (false, false) => DECODE_STREAM,
         (true, true) => DECODE_CLUSTERED,
@@ -108,13 +115,24 @@ mod tests {
         assert_eq!(encode(2).name(), "ibp_encode_c2");
         assert_eq!(encode_slots(8).name(), "ibp_encode_slots_c8");
         assert_eq!(kv_append(4).name(), "ibp_kv_append_c4");
-        assert_eq!(decode(true, false, false).name(), "ibp_decode");
-        assert_eq!(decode(true, false, true).name(), "ibp_decode_pairs");
-        assert_eq!(decode(false, false, true).name(), "ibp_decode_stream");
+        assert_eq!(decode(true, false, false, false).name(), "ibp_decode");
+        assert_eq!(decode(true, false, true, false).name(), "ibp_decode_pairs");
         assert_eq!(
-            decode(false, true, false).name(),
+            decode(true, false, false, true).name(),
+            "ibp_decode_uniform"
+        );
+        assert_eq!(
+            decode(true, false, true, true).name(),
+            "ibp_decode_pairs_uniform"
+        );
+        assert_eq!(decode(false, false, true, true).name(), "ibp_decode_stream");
+        assert_eq!(
+            decode(false, true, false, false).name(),
             "ibp_decode_clustered_stream"
         );
-        assert_eq!(decode(true, true, true).name(), "ibp_decode_clustered");
+        assert_eq!(
+            decode(true, true, true, true).name(),
+            "ibp_decode_clustered"
+        );
     }
 }

@@ -40,6 +40,28 @@ fn sparse_rows(rows: usize, l: usize, seed: u64) -> Vec<u8> {
         .collect()
 }
 
+/// `n` rows of `l` bytes whose every `chunk`-byte chunk has the same three
+/// invariant bits below its sign bit (its free bits the sign and the bits
+/// below those three: two runs, alike in every column, as a dense float
+/// table's exponent), with about one chunk in 24 random (those seldom
+/// match).
+pub(super) fn uniform_columns(n: usize, l: usize, chunk: u32, seed: u64) -> Vec<u8> {
+    let bits = 8 * chunk;
+    let free = (1u64 << (bits - 1)) | crate_low_mask(bits - 4);
+    let fixed = 0b101u64 << (bits - 4);
+    let mut s = seed | 1;
+    let mut out = Vec::with_capacity(n * l);
+    for r in 0..n {
+        for _ in 0..l.div_ceil(chunk as usize) {
+            let (pick, x) = (xorshift(&mut s), xorshift(&mut s));
+            let v = if pick % 24 == 5 { x } else { fixed | x & free };
+            out.extend_from_slice(&v.to_le_bytes()[..chunk as usize]);
+        }
+        out.truncate((r + 1) * l);
+    }
+    out
+}
+
 /// A buffer whose first byte is 128-aligned, with a line of slack after its
 /// end: the decoder fetches whole 128-byte lines around a tensor's bytes,
 /// as a GPU allocation (256-byte aligned, whole pages) allows.
@@ -385,22 +407,29 @@ fn emu_launch(
         // with cp.async, one (`ibp_decode`) with loads and stores, so the
         // tests run both kernels.
         let pairs = p.fetch == ibp_kernels::params::FETCH_CP_ASYNC;
+        // A book whose every step is uniform: the uniform batch kernels,
+        // as the host launches them.
+        let uni = !clustered && crate::kernel_tables::book_is_uniform(cb, book.bytes());
         // SAFETY: every buffer is sized as DecodeParams requires, the book
         // is at shared offset 0 (`book_smem`) or in host memory, and
         // the workspace holds `ws` bytes.
         run_warp_with(smem_addr, |w| unsafe {
             if clustered && batch {
-                run::<_, _, true, false>(w, &HostBytes(smem_addr), p, true, at)
+                run::<_, _, true, false, false>(w, &HostBytes(smem_addr), p, true, at)
             } else if clustered {
-                run::<_, _, true, false>(w, &HostBytes(book.addr()), p, false, at)
+                run::<_, _, true, false, false>(w, &HostBytes(book.addr()), p, false, at)
+            } else if batch && pairs && uni {
+                run::<_, _, false, true, true>(w, &HostBytes(smem_addr), p, true, at)
             } else if batch && pairs {
-                run::<_, _, false, true>(w, &HostBytes(smem_addr), p, true, at)
+                run::<_, _, false, true, false>(w, &HostBytes(smem_addr), p, true, at)
+            } else if batch && uni {
+                run::<_, _, false, false, true>(w, &HostBytes(smem_addr), p, true, at)
             } else if batch {
-                run::<_, _, false, false>(w, &HostBytes(smem_addr), p, true, at)
+                run::<_, _, false, false, false>(w, &HostBytes(smem_addr), p, true, at)
             } else if book_in_place {
-                run::<_, _, false, false>(w, &HostBytes(book.addr()), p, false, at)
+                run::<_, _, false, false, false>(w, &HostBytes(book.addr()), p, false, at)
             } else {
-                run::<_, _, false, false>(w, &HostBytes(smem_addr), p, false, at)
+                run::<_, _, false, false, false>(w, &HostBytes(smem_addr), p, false, at)
             }
         });
     }

@@ -130,6 +130,21 @@ pub fn synthetic_dataset(
     savings: f64,
     seed: u64,
 ) -> Result<(Vec<u8>, Codebook)> {
+    synthetic_dataset_with(rows, row_bytes, chunk_bytes, savings, seed, false)
+}
+
+/// [`synthetic_dataset`], with `alike`: every column's invariant bits take
+/// one value (a dense float table's exponent bits, alike in every column:
+/// every step of its decode book uniform), rather than a random one per
+/// column.
+pub fn synthetic_dataset_with(
+    rows: usize,
+    row_bytes: usize,
+    chunk_bytes: u32,
+    savings: f64,
+    seed: u64,
+    alike: bool,
+) -> Result<(Vec<u8>, Codebook)> {
     let (m, _) = synthetic_savings(chunk_bytes, savings)?;
     let c = chunk_bytes as usize;
     if !row_bytes.is_multiple_of(c) {
@@ -151,7 +166,15 @@ pub fn synthetic_dataset(
     let mask: Vec<u8> = (0..row_bytes / c)
         .flat_map(|_| chunk_mask.to_le_bytes().into_iter().take(c))
         .collect();
-    let bitval: Vec<u8> = mask.iter().map(|&b| b & (next() as u8)).collect();
+    let bitval: Vec<u8> = if alike {
+        let one = next().to_le_bytes();
+        mask.iter()
+            .enumerate()
+            .map(|(i, &b)| b & one[i % c])
+            .collect()
+    } else {
+        mask.iter().map(|&b| b & (next() as u8)).collect()
+    };
     let mut data = vec![0u8; rows * row_bytes];
     for w in data.chunks_mut(8) {
         let r = next().to_le_bytes();
@@ -208,6 +231,26 @@ pub fn raw_packed(data: Vec<u8>, row_bytes: usize) -> Result<Packed> {
 mod tests {
     use super::*;
     use ibp::layout::{LayoutOptions, compress_packed};
+
+    #[test]
+    fn alike_columns_share_one_bit_value_and_random_ones_do_not() {
+        for chunk in [1u32, 2, 4, 8] {
+            let c = chunk as usize;
+            for alike in [true, false] {
+                let (data, cb) = synthetic_dataset_with(16, 256, chunk, 0.5, 7, alike).unwrap();
+                assert_eq!(data.len(), 16 * 256);
+                let cols: Vec<&[u8]> = cb.bitval().chunks(c).collect();
+                let same = cols.iter().all(|x| x == &cols[0]);
+                assert_eq!(same, alike, "C={chunk} alike={alike}");
+                // Every row matches the codebook (the savings are exact).
+                for row in data.chunks(256) {
+                    for ((b, m), v) in row.iter().zip(cb.mask()).zip(cb.bitval()) {
+                        assert_eq!(b & m, *v);
+                    }
+                }
+            }
+        }
+    }
 
     /// The figure-7 generator as it was before it took a chunk size (the
     /// bytes `ibp bench --point` of older commits measures), kept as the

@@ -18,7 +18,6 @@
 //! | `PARAMS` | `KP·4` | `s1, d2, pw, fw` (one byte each, see below) |
 //! | `CLASS` | one byte per step, padded to 16 | [`CLASS_NONE_FREE`], [`CLASS_UNIFORM`], [`CLASS_TWO_RUNS`] or [`CLASS_GENERAL`] |
 //! | `PREFIX` | `4·32` per step | lane `l`'s inclusive prefix of payload widths when every chunk of the step matches |
-//! | `UNIFORM` | 16 | the number of leading steps that are [`CLASS_UNIFORM`] (a `u32`, then padding) |
 //!
 //! `s1` is the first bit of the lowest run of free bits, `d2 = s2 − n1` the
 //! left shift that takes the payload's bits past that run to the second run
@@ -42,9 +41,8 @@
 //! `RUN1`, `FREE` or `BITVAL`: four broadcast loads a step give them all,
 //! a lane's payload width is `cpl·fw − (fw − pw)·popcount(p)`, and the
 //! chunks of an output word are placed side by side and expanded as one
-//! ([`crate::detail::step`]). Only the book's class byte says so: the
-//! fields stay as for [`CLASS_TWO_RUNS`], which the step falls back to
-//! (8-byte chunks, a step that runs past the tensor's end).
+//! ([`crate::detail::step`]). Only the book's class bytes say so: the
+//! fields stay as for [`CLASS_TWO_RUNS`], which every other kernel reads.
 
 use crate::detail::bits;
 
@@ -75,9 +73,10 @@ pub const CLASS_GENERAL: u8 = 2;
 /// A [`CLASS_TWO_RUNS`] step whose chunks inside the tensor all have the
 /// same free bits, bit values and width, with at least one free bit: the
 /// step's first chunk's `PARAMS`, and the first output word of its `RUN1`,
-/// `FREE` and `BITVAL`, hold every chunk's. The batch step takes the
-/// uniform path for the tensor's leading uniform steps (the `UNIFORM`
-/// field counts them), and treats any later one as a two-run step.
+/// `FREE` and `BITVAL`, hold every chunk's. A book whose every step is
+/// uniform is decoded by the uniform batch kernels
+/// (`crate::detail::step`); any other kernel treats a uniform step as a
+/// two-run one.
 pub const CLASS_UNIFORM: u8 = 3;
 
 /// Byte offsets of the fields of a decode book.
@@ -97,8 +96,6 @@ pub struct Layout {
     pub class: u32,
     /// `PREFIX`.
     pub prefix: u32,
-    /// `UNIFORM`.
-    pub uniform: u32,
     /// Total bytes (a multiple of 16).
     pub bytes: u32,
 }
@@ -123,8 +120,7 @@ impl Layout {
             params,
             class,
             prefix,
-            uniform: prefix + steps * 128,
-            bytes: prefix + steps * 128 + 16,
+            bytes: prefix + steps * 128,
         }
     }
 }
@@ -288,9 +284,7 @@ mod tests {
             for chunks in [1u32, 7, 64, 511, 512, 513, 717, 5732] {
                 let l = Layout::new(chunks, chunk);
                 assert!(l.steps * step_chunks(chunk) >= chunks);
-                for off in [
-                    l.run1, l.free, l.params, l.class, l.prefix, l.uniform, l.bytes,
-                ] {
+                for off in [l.run1, l.free, l.params, l.class, l.prefix, l.bytes] {
                     assert_eq!(off % 16, 0, "C={chunk} K={chunks}");
                 }
                 assert!(l.class - l.params == 4 * l.steps * step_chunks(chunk));

@@ -33,7 +33,7 @@ use crate::detail::book::{
     expand2_64, expand2_own,
 };
 use crate::detail::table::{self, Entry, entry_bytes, window64};
-use crate::params::{DECODE_FLAG_NO_CLASSES, DECODE_FLAG_NO_PREFIX, DECODE_FLAG_NO_UNIFORM};
+use crate::params::{DECODE_FLAG_NO_CLASSES, DECODE_FLAG_NO_PREFIX};
 use crate::simt::{Book, Lanes, Mem, Shared, exclusive_scan_in};
 
 /// Run `$body` for `$j` = 0, 1, … 15 with `$j` a constant in each copy.
@@ -695,7 +695,6 @@ pub unsafe fn decode_in<
     let limit = e_bytes * 8;
     let classes = g.flags & DECODE_FLAG_NO_CLASSES == 0;
     let prefix = g.flags & DECODE_FLAG_NO_PREFIX == 0;
-    let uniform = g.flags & DECODE_FLAG_NO_UNIFORM == 0;
     let mut pos = k_total;
     let mut ok = true;
     // Group steps: whole book steps for G = 32; for G < 32 only those that
@@ -705,165 +704,164 @@ pub unsafe fn decode_in<
     } else {
         k_total.div_ceil(G * cpl)
     };
-    // Q: how does a step know it is uniform without loading its class?
-    // A: which fields a step loads (a uniform step's shared words, or each
-    // chunk's `PARAMS`) hangs on it; read from the step's class byte, that
-    // load's latency stood before every step's widths (two-run steps
-    // measured 8–12% slower on the H200, 2026-11-29), and a class carried
-    // a step ahead, or a count of uniform steps, cost registers the kernels
-    // did not have (spills). So the decision is the tensor's, once: its
-    // book counts its leading uniform steps (`UNIFORM`), and when they
-    // cover every whole group step, each whole step is uniform (a
-    // predicate, and a multiply and a compare a step); otherwise none is.
-    let all_uni = if C > 4 || (CLASS != ANY && CLASS != CLASS_UNIFORM) {
-        false
-    } else if CLASS == CLASS_UNIFORM {
-        true
-    } else if uniform && classes {
-        // SAFETY: inside the book's UNIFORM field.
-        let lead = unsafe { b.ld_u32(lay.uniform) };
-        lead * per >= k_total / (G * cpl)
-    } else {
-        false
-    };
+    // Q: how does the step know a tensor's steps are uniform?
+    // A: from the kernel: `CLASS` = [`CLASS_UNIFORM`] is a kernel of its
+    // own (`ibp_decode_uniform`, `ibp_decode_pairs_uniform`), launched by
+    // the host only for a book whose every step is uniform. Deciding in
+    // the step put a shared-memory load's latency before every step's
+    // widths, and one loop holding both paths ran the uniform path's
+    // instructions predicated off in every two-run step (Nsight Compute:
+    // +15% executed on a 4096-byte table, 8–13% slower, 2026-11-29).
+    let uni = CLASS == CLASS_UNIFORM && C <= 4;
+    // The whole group steps (a step past the tensor's end has zero-width
+    // chunks).
+    let whole = k_total / (G * cpl);
     let mut step = 0;
-    while step < steps {
-        let k0 = (step * G + lane) * cpl;
-        let nvalid = if k0 >= k_total {
-            0
-        } else if k_total - k0 < cpl {
-            k_total - k0
-        } else {
-            cpl
-        };
-        let vmask = if nvalid == cpl {
-            low_mask(cpl) as u32
-        } else {
-            low_mask32(nvalid)
-        };
-        // Bits past K are payload, not participation: masked off. A lane
-        // past the tensor's end (`vmask` 0) reads the last chunk's bits
-        // rather than branching around the read.
-        let p = s.pbits(k0.min(k_total - 1)) & vmask;
-        // Q: why are 1- and 2-byte chunks' PARAMS loaded twice, four at a
-        // time?
-        // A: sixteen (or eight) words held from the widths to the expansion
-        // push the kernel past its register cap (it spilled); two 16-byte
-        // shared loads per group cost less than the spill.
-        // The book step holding this group step, and the group step's
-        // half of it (0 for G = 32).
-        let bstep = step / per;
-        let sub = step % per;
-        // A whole step of a tensor whose whole steps are all uniform takes
-        // the uniform path; a step past the tensor's end (zero-width
-        // chunks) is a two-run one.
-        let uni = all_uni && (CLASS == CLASS_UNIFORM || (step + 1) * G * cpl <= k_total);
-        let un = if uni {
-            Uniform::load::<C, B>(b, &lay, bstep)
-        } else {
-            Uniform {
-                q: 0,
-                run1: 0,
-                free: 0,
-                bitval: 0,
-            }
-        };
-        let prm = if C >= 4 && !uni {
-            load_params::<C, B>(b, lay.params + 4 * k0)
-        } else {
-            [0; 16]
-        };
-        let mut tot = 0;
-        if uni {
-            tot = cpl * un.fw() - (un.fw() - un.pw()) * p.count_ones();
-        } else {
-            let mut grp = [0u32; 4];
-            each_chunk!(j => {
-                if j < cpl {
-                    if C <= 2 && j.is_multiple_of(4) {
-                        grp = param4(b, lay.params + 4 * (k0 + j));
-                    }
-                    let x = if C <= 2 { grp[(j % 4) as usize] } else { prm[j as usize] };
-                    tot += width(x, p, j);
+    macro_rules! group_steps {
+        ($uni:expr, $whole:expr, $end:expr) => {
+            while step < $end {
+                let k0 = (step * G + lane) * cpl;
+                let nvalid = if $whole {
+                    cpl
+                } else if k0 >= k_total {
+                    0
+                } else if k_total - k0 < cpl {
+                    k_total - k0
+                } else {
+                    cpl
+                };
+                let vmask = if nvalid == cpl {
+                    low_mask(cpl) as u32
+                } else {
+                    low_mask32(nvalid)
+                };
+                // Bits past K are payload, not participation: masked off. A lane
+                // past the tensor's end (`vmask` 0) reads the last chunk's bits
+                // rather than branching around the read.
+                let p = s.pbits(k0.min(k_total - 1)) & vmask;
+                // The book step holding this group step, and the group step's
+                // half of it (0 for G = 32).
+                let bstep = step / per;
+                let sub = step % per;
+                let un = if $uni {
+                    Uniform::load::<C, B>(b, &lay, bstep)
+                } else {
+                    Uniform { q: 0, run1: 0, free: 0, bitval: 0 }
+                };
+                // Q: why are 1- and 2-byte chunks' PARAMS loaded twice, four at a
+                // time?
+                // A: sixteen (or eight) words held from the widths to the expansion
+                // push the kernel past its register cap (it spilled); two 16-byte
+                // shared loads per group cost less than the spill.
+                let prm = if C >= 4 && !$uni {
+                    load_params::<C, B>(b, lay.params + 4 * k0)
+                } else {
+                    [0; 16]
+                };
+                let mut tot = 0;
+                if $uni {
+                    // Chunks past the tensor's end (a last step's) have
+                    // width 0 here, as in the book; their reads in
+                    // `expand_uniform` still advance by `fw`, at most
+                    // 15 bytes past the stored bytes, inside the
+                    // workspace's padding (`WORKSPACE_PAD`).
+                    tot = nvalid * un.fw() - (un.fw() - un.pw()) * p.count_ones();
+                } else {
+                    let mut grp = [0u32; 4];
+                    each_chunk!(j => {
+                        if j < cpl {
+                            if C <= 2 && j.is_multiple_of(4) {
+                                grp = param4(b, lay.params + 4 * (k0 + j));
+                            }
+                            let x = if C <= 2 { grp[(j % 4) as usize] } else { prm[j as usize] };
+                            tot += width(x, p, j);
+                        }
+                    });
                 }
-            });
-        }
-        let vote = w.ballot(p == vmask);
-        // Every chunk of the group's step matches; and of the warp's, which
-        // decides between the prefix and the scan (a shuffle: warp-uniform).
-        let all_match = match PREFIX {
-            ANY if G == 32 => vote == u32::MAX,
-            ANY => (vote >> first) & low_mask32(G) == low_mask32(G),
-            x => x == 1,
-        };
-        let warp_match = match PREFIX {
-            ANY => vote == u32::MAX,
-            x => x == 1,
-        };
-        let (excl, sum) = if warp_match && prefix {
-            let row = lay.prefix + 128 * bstep;
-            let at = row + 4 * (sub * G);
-            // SAFETY: inside the book's PREFIX field (bstep < book steps):
-            // the group's lanes' inclusive prefixes, the prefix at its last
-            // lane, and (second half) the prefix at the lane before it.
-            let (incl, end, before) = unsafe {
-                (
-                    b.ld_u32(at + 4 * lane),
-                    b.ld_u32(at + 4 * (G - 1)),
-                    if sub > 0 { b.ld_u32(at - 4) } else { 0 },
-                )
-            };
-            (
-                incl.wrapping_sub(before).wrapping_sub(tot),
-                end.wrapping_sub(before),
-            )
-        } else {
-            exclusive_scan_in::<G, W>(w, tot)
-        };
-        if sum > limit || pos > limit - sum {
-            if G == 32 {
-                return false;
+                let vote = w.ballot(p == vmask);
+                // Every chunk of the group's step matches; and of the warp's, which
+                // decides between the prefix and the scan (a shuffle: warp-uniform).
+                let all_match = match PREFIX {
+                    ANY if G == 32 => vote == u32::MAX,
+                    ANY => (vote >> first) & low_mask32(G) == low_mask32(G),
+                    x => x == 1,
+                };
+                let warp_match = match PREFIX {
+                    ANY => vote == u32::MAX,
+                    x => x == 1,
+                };
+                let (excl, sum) = if warp_match && prefix {
+                    let row = lay.prefix + 128 * bstep;
+                    let at = row + 4 * (sub * G);
+                    // SAFETY: inside the book's PREFIX field (bstep < book steps):
+                    // the group's lanes' inclusive prefixes, the prefix at its last
+                    // lane, and (second half) the prefix at the lane before it.
+                    let (incl, end, before) = unsafe {
+                        (
+                            b.ld_u32(at + 4 * lane),
+                            b.ld_u32(at + 4 * (G - 1)),
+                            if sub > 0 { b.ld_u32(at - 4) } else { 0 },
+                        )
+                    };
+                    (
+                        incl.wrapping_sub(before).wrapping_sub(tot),
+                        end.wrapping_sub(before),
+                    )
+                } else {
+                    exclusive_scan_in::<G, W>(w, tot)
+                };
+                if sum > limit || pos > limit - sum {
+                    if G == 32 {
+                        return false;
+                    }
+                    ok = false;
+                }
+                s.ready(pos, pos + sum);
+                let ob = k0 * C;
+                // A corrupt group reads from its first stored bit (see above).
+                let bit = if ok { pos + excl } else { 0 };
+                let o = if $uni {
+                    expand_uniform::<C, S>(s, p, bit, &un)
+                } else {
+                    let class = if CLASS != ANY {
+                        CLASS
+                    } else if classes {
+                        // SAFETY: inside the CLASS field.
+                        unsafe { b.ld_u8(lay.class + bstep) as u8 }
+                    } else {
+                        CLASS_GENERAL
+                    };
+                    // SAFETY: inside the BITVAL field, 16-aligned.
+                    let bv = unsafe { b.ld_v4(lay.bitval + ob) };
+                    if class == CLASS_NONE_FREE && all_match {
+                        bv
+                    } else if class == CLASS_NONE_FREE {
+                        expand::<C, CLASS_NONE_FREE, S, B, M>(s, b, m, g, k0, p, bit, bv, &prm)
+                    } else if class == CLASS_GENERAL {
+                        expand::<C, CLASS_GENERAL, S, B, M>(s, b, m, g, k0, p, bit, bv, &prm)
+                    } else {
+                        // Two runs (a uniform step is one too).
+                        expand::<C, CLASS_TWO_RUNS, S, B, M>(s, b, m, g, k0, p, bit, bv, &prm)
+                    }
+                };
+                let n = if !TAIL {
+                    16
+                } else {
+                    g.row_bytes.saturating_sub(ob).min(16)
+                };
+                sink.put(ob, o, n);
+                if ok {
+                    pos += sum;
+                }
+                step += 1;
             }
-            ok = false;
-        }
-        s.ready(pos, pos + sum);
-        let ob = k0 * C;
-        // A corrupt group reads from its first stored bit (see above).
-        let bit = if ok { pos + excl } else { 0 };
-        let o = if uni {
-            expand_uniform::<C, S>(s, p, bit, &un)
-        } else {
-            let class = if CLASS != ANY {
-                CLASS
-            } else if classes {
-                // SAFETY: inside the CLASS field.
-                unsafe { b.ld_u8(lay.class + bstep) as u8 }
-            } else {
-                CLASS_GENERAL
-            };
-            // SAFETY: inside the BITVAL field, 16-aligned.
-            let bv = unsafe { b.ld_v4(lay.bitval + ob) };
-            if class == CLASS_NONE_FREE && all_match {
-                bv
-            } else if class == CLASS_NONE_FREE {
-                expand::<C, CLASS_NONE_FREE, S, B, M>(s, b, m, g, k0, p, bit, bv, &prm)
-            } else if class == CLASS_GENERAL {
-                expand::<C, CLASS_GENERAL, S, B, M>(s, b, m, g, k0, p, bit, bv, &prm)
-            } else {
-                // Two runs (so is a uniform step).
-                expand::<C, CLASS_TWO_RUNS, S, B, M>(s, b, m, g, k0, p, bit, bv, &prm)
-            }
         };
-        let n = if !TAIL {
-            16
-        } else {
-            g.row_bytes.saturating_sub(ob).min(16)
-        };
-        sink.put(ob, o, n);
-        if ok {
-            pos += sum;
-        }
-        step += 1;
+    }
+    if uni {
+        group_steps!(true, true, whole);
+        group_steps!(true, false, steps);
+    } else {
+        group_steps!(false, false, steps);
     }
     // The stream must end exactly at E, with zero padding.
     let pad = (8 - pos % 8) % 8;

@@ -116,6 +116,10 @@ kernels! {
     DECODE: DecodeParams = "ibp_decode";
     /// Decompression in batch mode, two tensors a warp (half-warps).
     DECODE_PAIRS: DecodeParams = "ibp_decode_pairs";
+    /// [`DECODE`] for a book whose every step is uniform.
+    DECODE_UNIFORM: DecodeParams = "ibp_decode_uniform";
+    /// [`DECODE_PAIRS`] for a book whose every step is uniform.
+    DECODE_PAIRS_UNIFORM: DecodeParams = "ibp_decode_pairs_uniform";
     /// Decompression in streaming mode (large tensors). 80 registers:
     /// ptxas alone picks 78 for sm_90, but the driver's JIT under the
     /// module's cap of 128 took 101 (Nsight Compute, H200), two blocks of

@@ -6,9 +6,9 @@ use crate::gpu::stream::GpuStream;
 use cust::memory::DeviceSlice;
 use ibp_kernels::detail::decode::lanes::LANE_RING_BYTES;
 use ibp_kernels::params::{
-    DECODE_FLAG_NO_CLASSES, DECODE_FLAG_NO_PREFIX, DECODE_FLAG_NO_UNIFORM, DECODE_FLAG_TRIM,
-    DECODE_MODE_DECODE, DECODE_MODE_IDEAL, DecodeParams, FETCH_CP_ASYNC, FETCH_LOAD_STORE,
-    WORKSPACE_PAD, workspace_bytes,
+    DECODE_FLAG_NO_CLASSES, DECODE_FLAG_NO_PREFIX, DECODE_FLAG_TRIM, DECODE_MODE_DECODE,
+    DECODE_MODE_IDEAL, DecodeParams, FETCH_CP_ASYNC, FETCH_LOAD_STORE, WORKSPACE_PAD,
+    workspace_bytes,
 };
 
 use super::request::{Mode, Request, Select};
@@ -57,6 +57,10 @@ pub struct Decoder<'ds> {
     pub(crate) batch: bool,
     /// Two tensors a warp in batch mode (`ibp_decode_pairs`).
     pub(crate) pairs: bool,
+    /// The book's every step is uniform and the caller lets the uniform
+    /// batch kernels decode it (`ibp_decode_uniform`,
+    /// `ibp_decode_pairs_uniform`; unclustered launches only).
+    pub(crate) uniform: bool,
     /// The lane decoder's grid (`ibp_decode_lanes`), where it may run:
     /// unclustered rows in device memory, the book in shared memory.
     pub(crate) lanes: Option<LaneGrid>,
@@ -250,11 +254,11 @@ fn batch_blocks_per_sm(
     let block = (warps * 32) as u32;
     let least = (book_len + workspace_bytes(0, (2 * span_max) as u32) as u64).min(budget);
     let mut blocks = 4;
-    for pairs in [false, true] {
-        if pairs && clustered {
+    for (pairs, uniform) in [(false, false), (true, false), (false, true), (true, true)] {
+        if (pairs || uniform) && clustered {
             continue;
         }
-        let k = kernels::decode(true, clustered, pairs);
+        let k = kernels::decode(true, clustered, pairs, uniform);
         blocks = blocks.min(gpu.blocks_per_sm(k, block, least as usize).unwrap_or(2) as u64);
     }
     blocks.max(1)
@@ -397,8 +401,10 @@ impl<'ds> Decoder<'ds> {
             && opts
                 .pairs
                 .unwrap_or(!opts.no_fast_paths && pairs_pay(l, ring_lines as u64 / 2, span_max));
+        let uniform =
+            book.uniform && !clustered && !opts.no_fast_paths && opts.uniform.unwrap_or(true);
         let per_sm = gpu.blocks_per_sm(
-            kernels::decode(batch, clustered, pairs),
+            kernels::decode(batch, clustered, pairs, uniform),
             block,
             shared as usize,
         )?;
@@ -429,9 +435,7 @@ impl<'ds> Decoder<'ds> {
             book,
             ds: None,
             flags: if opts.no_fast_paths {
-                DECODE_FLAG_NO_CLASSES | DECODE_FLAG_NO_PREFIX | DECODE_FLAG_NO_UNIFORM
-            } else if opts.uniform == Some(false) {
-                DECODE_FLAG_NO_UNIFORM
+                DECODE_FLAG_NO_CLASSES | DECODE_FLAG_NO_PREFIX
             } else {
                 0
             },
@@ -443,6 +447,7 @@ impl<'ds> Decoder<'ds> {
             pbuf_words,
             batch,
             pairs,
+            uniform,
             lanes,
             lanes_forced: opts.lanes,
             fewer: fewer
@@ -661,7 +666,12 @@ impl<'ds> Decoder<'ds> {
                 let warps = (block / 32) as u64;
                 let grid = (grid as u64).min(count.div_ceil(warps)).max(1) as u32;
                 (
-                    kernels::decode(self.batch, rows.clusters.is_some(), self.pairs),
+                    kernels::decode(
+                        self.batch,
+                        rows.clusters.is_some(),
+                        self.pairs,
+                        self.uniform,
+                    ),
                     grid,
                     block,
                     shared,

@@ -104,6 +104,74 @@ fn emulated_decode_kernel_equals_the_original_rows_in_every_mode() {
 }
 
 #[test]
+fn emulated_uniform_kernels_equal_the_original_rows() {
+    use ibp_kernels::params::{FETCH_CP_ASYNC, FETCH_LOAD_STORE};
+    let mut ran = 0;
+    for chunk in [ChunkSize::One, ChunkSize::Two, ChunkSize::Four] {
+        // Whole steps, and a last step past the tensor's end.
+        for l in [768usize, 600, 1000] {
+            let n = 64;
+            let data = uniform_columns(n, l, chunk.bytes(), 9 + l as u64);
+            let rows = Rows::new(&data, l).unwrap();
+            let t = Threshold::from_basis_points(8500).unwrap();
+            let cb = Codebook::from_counts(&count_bits(rows), n as u64, t, chunk).unwrap();
+            let what = format!("L={l} C={chunk}");
+            // What makes `emu_launch` take the uniform kernels.
+            assert!(
+                crate::kernel_tables::book_is_uniform(&cb, &decode_book(&cb)),
+                "{what}: not uniform"
+            );
+            // Pairs (cp.async) and one tensor a warp (loads and stores).
+            for fetch in [FETCH_CP_ASYNC, FETCH_LOAD_STORE] {
+                for layout in [EmuStorage::PACKED, EmuStorage::FIXED] {
+                    let (out, st) = emu_kernel(
+                        &cb,
+                        rows,
+                        layout,
+                        None,
+                        n as u64,
+                        EmuKernel::Batch,
+                        fetch,
+                        None,
+                    );
+                    assert_eq!(st, [0, u64::MAX], "status: {what} {layout:?}");
+                    assert!(
+                        out == data,
+                        "range differs: {what} {layout:?} fetch {fetch}"
+                    );
+                    let ix: Vec<u64> = (0..n as u64).map(|i| (i * 13 + 5) % n as u64).collect();
+                    let (out, st) = emu_kernel(
+                        &cb,
+                        rows,
+                        layout,
+                        Some(&ix),
+                        n as u64,
+                        EmuKernel::Batch,
+                        fetch,
+                        None,
+                    );
+                    assert_eq!(st, [0, u64::MAX], "gather status: {what} {layout:?}");
+                    for (i, &t) in ix.iter().enumerate() {
+                        let t = t as usize;
+                        assert!(
+                            out[i * l..(i + 1) * l] == data[t * l..(t + 1) * l],
+                            "gather row {i}: {what} {layout:?}"
+                        );
+                    }
+                    ran += 1;
+                }
+            }
+            let bad = corrupt_tensor_is_reported(&cb, rows, &format!("uniform {what}"));
+            assert!(
+                bad.iter().all(|&c| c > 0),
+                "{what}: corruptions run {bad:?}"
+            );
+        }
+    }
+    assert_eq!(ran, 36);
+}
+
+#[test]
 fn emulated_gathers_take_u32_indices_and_strided_output() {
     use ibp_kernels::params::FETCH_CP_ASYNC;
     for (l, n, chunk) in [

@@ -14,11 +14,14 @@ fn emu_decode_row(
     shift: usize,
     out_shift: usize,
     flags: u32,
+    uni: bool,
 ) -> Option<Vec<u8>> {
-    use ibp_kernels::detail::book::Layout;
-    use ibp_kernels::detail::step::{Contig, Geometry, RowStore, decode_row};
+    use ibp_kernels::detail::book::{CLASS_UNIFORM, Layout};
+    use ibp_kernels::detail::step::{ANY, Contig, Geometry, RowStore, decode_row, decode_row_as};
 
     let l = cb.row_bytes();
+    // Garbage around the tensor, and the 32 bytes of padding a warp's
+    // workspace has after it (`WORKSPACE_PAD`).
     let mut ws = Aligned::from(&vec![0xa5u8; shift + stored.len() + 32]);
     ws.bytes_mut()[shift..shift + stored.len()].copy_from_slice(stored);
     let book = Aligned::from(&decode_book(cb));
@@ -41,17 +44,20 @@ fn emu_decode_row(
     run_warp(|w| {
         // SAFETY: the row is inside `out`.
         let mut sink = unsafe { RowStore::new(&HostMem, dst) };
+        // SAFETY: the stored bytes, then 32 bytes of the workspace.
+        let mut src = unsafe { Contig::new(&ws_mem, shift as u32) };
         // SAFETY: as stated above the call: buffers sized for the kernel.
         let r = unsafe {
-            with_chunk_const!(cb.chunk(), C => decode_row::<C, _, _, _, _, _>(
-                w,
-                &mut Contig::new(&ws_mem, shift as u32),
-                &book_mem,
-                &HostMem,
-                &g,
-                e_bytes,
-                &mut sink,
-            ))
+            if uni {
+                // The uniform kernels' step.
+                with_chunk_const!(cb.chunk(), C => decode_row_as::<C, CLASS_UNIFORM, ANY, true, _, _, _, _, _>(
+                    w, &mut src, &book_mem, &HostMem, &g, e_bytes, &mut sink,
+                ))
+            } else {
+                with_chunk_const!(cb.chunk(), C => decode_row::<C, _, _, _, _, _>(
+                    w, &mut src, &book_mem, &HostMem, &g, e_bytes, &mut sink,
+                ))
+            }
         };
         ok.fetch_add(r as u32, Relaxed);
     });
@@ -70,13 +76,13 @@ fn emu_decode_row(
 }
 
 /// Decode every encoded row of `rows` under `cb` with the emulated step,
-/// the fast paths forced off by turns (row `i` takes the `i % 5`th set of
-/// flags), and check it against the row; also that a stored length one
-/// byte short is reported corrupt. Returns the rows checked.
+/// the fast paths forced off by turns (row `i` takes the `i % 4`th set of
+/// flags), and, where every step of the book is uniform, with the uniform
+/// kernels' step too; check each against the row, and that a stored length
+/// one byte short is reported corrupt. Returns the rows checked.
 fn check_encoded_rows(cb: &Codebook, rows: Rows<'_>, what: &str) -> usize {
-    use ibp_kernels::params::{
-        DECODE_FLAG_NO_CLASSES, DECODE_FLAG_NO_PREFIX, DECODE_FLAG_NO_UNIFORM,
-    };
+    use ibp_kernels::params::{DECODE_FLAG_NO_CLASSES, DECODE_FLAG_NO_PREFIX};
+    let uniform = crate::kernel_tables::book_is_uniform(cb, &decode_book(cb));
     let packed = compress_packed(cb, rows, &LayoutOptions::default()).unwrap();
     let mut checked = 0;
     for (i, row) in rows.iter().enumerate() {
@@ -90,16 +96,28 @@ fn check_encoded_rows(cb: &Codebook, rows: Rows<'_>, what: &str) -> usize {
             DECODE_FLAG_NO_CLASSES,
             DECODE_FLAG_NO_PREFIX,
             DECODE_FLAG_NO_CLASSES | DECODE_FLAG_NO_PREFIX,
-            DECODE_FLAG_NO_UNIFORM,
-        ][i % 5];
-        let what = format!("{what} row {i} flags {flags}");
-        let got = emu_decode_row(cb, stored, stored.len() as u32, i % 5, (i * 3) % 17, flags);
-        assert_eq!(got.as_deref(), Some(row), "{what}");
-        checked += 1;
-        // A stored length that disagrees with the bits is corrupt.
-        if stored.len() > (cb.chunks().div_ceil(8)) + 1 {
-            let short = emu_decode_row(cb, stored, stored.len() as u32 - 1, 1, 0, flags);
-            assert_eq!(short, None, "short length accepted: {what}");
+        ][i % 4];
+        for uni in [false, true] {
+            if uni && !uniform {
+                continue;
+            }
+            let what = format!("{what} row {i} flags {flags} uniform {uni}");
+            let got = emu_decode_row(
+                cb,
+                stored,
+                stored.len() as u32,
+                i % 5,
+                (i * 3) % 17,
+                flags,
+                uni,
+            );
+            assert_eq!(got.as_deref(), Some(row), "{what}");
+            checked += 1;
+            // A stored length that disagrees with the bits is corrupt.
+            if stored.len() > (cb.chunks().div_ceil(8)) + 1 {
+                let short = emu_decode_row(cb, stored, stored.len() as u32 - 1, 1, 0, flags, uni);
+                assert_eq!(short, None, "short length accepted: {what}");
+            }
         }
     }
     checked
@@ -142,28 +160,6 @@ fn emulated_decode_step_equals_the_cpu_decoder_with_fast_paths_on_and_off() {
     );
 }
 
-/// `n` rows of `l` bytes whose every `chunk`-byte chunk has the same three
-/// invariant bits below its sign bit (its free bits the sign and the bits
-/// below those three: two runs, alike in every column, as a dense float
-/// table's exponent), with about one chunk in 24 random (those seldom
-/// match).
-fn uniform_columns(n: usize, l: usize, chunk: u32, seed: u64) -> Vec<u8> {
-    let bits = 8 * chunk;
-    let free = (1u64 << (bits - 1)) | crate_low_mask(bits - 4);
-    let fixed = 0b101u64 << (bits - 4);
-    let mut s = seed | 1;
-    let mut out = Vec::with_capacity(n * l);
-    for r in 0..n {
-        for _ in 0..l.div_ceil(chunk as usize) {
-            let (pick, x) = (xorshift(&mut s), xorshift(&mut s));
-            let v = if pick % 24 == 5 { x } else { fixed | x & free };
-            out.extend_from_slice(&v.to_le_bytes()[..chunk as usize]);
-        }
-        out.truncate((r + 1) * l);
-    }
-    out
-}
-
 #[test]
 fn emulated_decode_step_takes_uniform_steps_where_every_column_is_alike() {
     use ibp_kernels::detail::book::{CLASS_UNIFORM, Layout};
@@ -186,16 +182,17 @@ fn emulated_decode_step_takes_uniform_steps_where_every_column_is_alike() {
                 // a tail chunk (rows of 1001 bytes, chunks of 2 to 8).
                 let tail = !l.is_multiple_of(c as usize);
                 let uniform = classes.iter().filter(|&&x| x == CLASS_UNIFORM).count();
-                let at = lay.uniform as usize;
-                let lead = u32::from_le_bytes(book[at..at + 4].try_into().unwrap());
-                assert_eq!(
-                    lead as usize, uniform,
-                    "C={chunk} L={l} T={bp}: UNIFORM field"
-                );
                 assert_eq!(
                     uniform,
                     lay.steps as usize - usize::from(tail),
                     "C={chunk} L={l} T={bp}: classes {classes:?}"
+                );
+                // The uniform kernels take every book without a tail
+                // chunk, of chunks of up to 4 bytes.
+                assert_eq!(
+                    crate::kernel_tables::book_is_uniform(&cb, &book),
+                    c <= 4 && !tail,
+                    "C={chunk} L={l} T={bp}"
                 );
                 let what = format!("uniform L={l} C={chunk} T={bp}");
                 assert!(check_encoded_rows(&cb, rows, &what) >= n / 2, "{what}");

@@ -138,6 +138,11 @@ pub struct Args {
     /// 12.5,25,50,75,90.
     #[arg(long, value_delimiter = ',', value_name = "PERCENT")]
     pub(super) sweep_savings: Option<Vec<f64>>,
+    /// `--section device`: the sweep's columns: `random` (each column's
+    /// invariant bits a value of its own) or `alike` (one value for every
+    /// column, as a dense float table's exponent: the uniform decode path).
+    #[arg(long, default_value = "random", value_parser = ["random", "alike"])]
+    pub(super) sweep_columns: String,
     /// `--section device`: MiB decoded in each cell of the sweep (a cell
     /// holds at least 512 rows an SM whatever its MiB).
     #[arg(long, default_value_t = 128, value_name = "MIB")]

@@ -43,6 +43,8 @@ pub(super) struct Spec {
     /// Rows per cell at least ([`MIN_ROWS_PER_SM`] times the GPU's SMs;
     /// 0 where no GPU is asked).
     pub min_rows: usize,
+    /// Every column's invariant bits one value (`--sweep-columns alike`).
+    pub alike: bool,
 }
 
 /// Rows a cell holds at least, per SM of the GPU.
@@ -67,6 +69,7 @@ impl Spec {
                 .unwrap_or_else(|| SAVINGS.to_vec()),
             out_bytes: args.sweep_mib.max(1) << 20,
             min_rows: 0,
+            alike: args.sweep_columns == "alike",
         }
     }
 
@@ -95,6 +98,9 @@ impl Spec {
                 " --sweep-savings {}",
                 list(self.savings.iter().map(ToString::to_string).collect())
             );
+        }
+        if self.alike {
+            f.push_str(" --sweep-columns alike");
         }
         if self.out_bytes != 128 << 20 {
             let _ = write!(f, " --sweep-mib {}", self.out_bytes >> 20);
@@ -200,7 +206,12 @@ pub(super) fn plan(spec: &Spec) -> (Vec<Cell>, Vec<Skipped>) {
 /// columns: it compares the columns whose header says GB/s).
 pub(super) fn table_head(copy_rate: f64, spec: &Spec) -> String {
     format!(
-        "\n## Row-length sweep: device-resident range decode\n\nSynthetic tables (`ibp_testdata::synthetic_dataset`: every chunk's top bits invariant, the rest random) of about {} MiB and at least {} rows decoded each ({} an SM: a warp decodes a whole row, and a cell of a row or two a warp times the launch's last wave), in device memory, decoded whole; rate the median of 9 calls after 2 warm-ups, output checked first. *moved / copy*: (stored bytes read + decoded bytes written) per second ÷ this run's device copy ({:.0} GB/s, read plus written). *target*: issue 33's moved / copy, 0.85 for 2-, 4- and 8-byte chunks on rows of 256 B or more, 0.70 for 1-byte chunks and shorter rows. *savings*: what the generator makes (whole bits per chunk: 90% is 87.5% with 1- and 2-byte chunks).\n\n| cell | target savings | savings | ratio | range GB/s | moved GB/s | moved / copy | target | meets |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "\n## Row-length sweep: device-resident range decode\n\nSynthetic tables (`ibp_testdata::synthetic_dataset`: every chunk's top bits invariant, {}, the rest random) of about {} MiB and at least {} rows decoded each ({} an SM: a warp decodes a whole row, and a cell of a row or two a warp times the launch's last wave), in device memory, decoded whole; rate the median of 9 calls after 2 warm-ups, output checked first. *moved / copy*: (stored bytes read + decoded bytes written) per second ÷ this run's device copy ({:.0} GB/s, read plus written). *target*: issue 33's moved / copy, 0.85 for 2-, 4- and 8-byte chunks on rows of 256 B or more, 0.70 for 1-byte chunks and shorter rows. *savings*: what the generator makes (whole bits per chunk: 90% is 87.5% with 1- and 2-byte chunks).\n\n| cell | target savings | savings | ratio | range GB/s | moved GB/s | moved / copy | target | meets |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        if spec.alike {
+            "one value in every column (`--sweep-columns alike`: every step of the decode book uniform)"
+        } else {
+            "each column's a value of its own"
+        },
         spec.out_bytes >> 20,
         spec.min_rows,
         MIN_ROWS_PER_SM,
@@ -291,12 +302,13 @@ pub(super) fn run(
     let mut refused = skipped;
     for (k, c) in cells.iter().enumerate() {
         let seed = 11 + c.row_bytes as u64 * 8 + u64::from(c.chunk);
-        let (data, cb) = ibp_testdata::synthetic_dataset(
+        let (data, cb) = ibp_testdata::synthetic_dataset_with(
             c.distinct_rows,
             c.row_bytes,
             c.chunk,
             c.target_savings / 100.0,
             seed,
+            spec.alike,
         )?;
         let one = compress_packed(
             &cb,
@@ -373,6 +385,7 @@ mod tests {
             savings: SAVINGS.to_vec(),
             out_bytes: 128 << 20,
             min_rows: 0,
+            alike: false,
         }
     }
 
@@ -420,6 +433,7 @@ mod tests {
             savings: vec![50.0, 100.0],
             out_bytes: 1 << 20,
             min_rows: 0,
+            alike: false,
         };
         let (cells, skipped) = plan(&spec);
         assert_eq!(cells.len(), 1);
@@ -458,5 +472,13 @@ mod tests {
             ..full()
         };
         assert_eq!(small.flags(), " --sweep-rows 256 --sweep-mib 64");
+        let alike = Spec {
+            alike: true,
+            ..small
+        };
+        assert_eq!(
+            alike.flags(),
+            " --sweep-rows 256 --sweep-columns alike --sweep-mib 64"
+        );
     }
 }

@@ -455,12 +455,17 @@ impl<H: Machine, B: Book, const CL: bool> Ctx<'_, H, B, CL> {
     /// uniform; one kernel with both steps spilled (128 registers, 140
     /// bytes), while each alone fits.
     #[inline(always)]
-    fn finish_batch<const PAIRS: bool>(&self, half: u32, batch: &Item, count: u32) {
+    fn finish_batch<const PAIRS: bool, const UNI: bool>(
+        &self,
+        half: u32,
+        batch: &Item,
+        count: u32,
+    ) {
         let h = self.h;
         if !PAIRS || self.ideal_mode() {
             for b in 0..count {
                 let it = batch.shfl(h, b);
-                self.finish_item(half, &it);
+                self.finish_item::<UNI>(half, &it);
             }
             return;
         }
@@ -485,7 +490,7 @@ impl<H: Machine, B: Book, const CL: bool> Ctx<'_, H, B, CL> {
                 batch.shfl(h, if enc & 1 == 1 { b } else { b + 1 })
             };
             if enc != 0 {
-                self.finish_pair(half, &pair);
+                self.finish_pair::<UNI>(half, &pair);
             }
             b += 2;
         }
@@ -494,7 +499,7 @@ impl<H: Machine, B: Book, const CL: bool> Ctx<'_, H, B, CL> {
     /// Decode two encoded tensors, one a half-warp (`it` is the lane's
     /// half's item).
     #[inline(always)]
-    fn finish_pair(&self, half: u32, it: &Item) {
+    fn finish_pair<const UNI: bool>(&self, half: u32, it: &Item) {
         let h = self.h;
         let out = self.p.out + it.row * self.p.out_stride;
         let base = half + it.region() * LINE as u32 + (it.src % LINE) as u32;
@@ -505,7 +510,7 @@ impl<H: Machine, B: Book, const CL: bool> Ctx<'_, H, B, CL> {
         } else {
             0
         };
-        let ok = self.step::<_, 16>(&mut src, it.len, out, id);
+        let ok = self.step::<_, 16, UNI>(&mut src, it.len, out, id);
         let bad = h.ballot(!ok);
         if bad != 0 {
             // The whole warp zeroes each corrupt tensor's row in turn (once
@@ -523,7 +528,7 @@ impl<H: Machine, B: Book, const CL: bool> Ctx<'_, H, B, CL> {
     /// Decode (or, in ideal mode, write) one tensor of a resident batch
     /// (`it`, broadcast) with the whole warp.
     #[inline(always)]
-    fn finish_item(&self, half: u32, it: &Item) {
+    fn finish_item<const UNI: bool>(&self, half: u32, it: &Item) {
         if it.code() != ITEM_ENCODED || self.ideal_mode() {
             self.finish_other(half, it);
             return;
@@ -539,7 +544,7 @@ impl<H: Machine, B: Book, const CL: bool> Ctx<'_, H, B, CL> {
         } else {
             0
         };
-        if !self.step::<_, 32>(&mut src, it.len, out, id) {
+        if !self.step::<_, 32, UNI>(&mut src, it.len, out, id) {
             self.fail(it.row, out, STATUS_CORRUPT);
         }
     }
@@ -576,7 +581,7 @@ impl<H: Machine, B: Book, const CL: bool> Ctx<'_, H, B, CL> {
     /// Batch mode main loop: form, fetch, and decode batches, two halves of
     /// the ring in flight at once.
     #[inline(always)]
-    pub(super) fn run_batches<const PAIRS: bool>(&self, warp: u64, warps: u64) {
+    pub(super) fn run_batches<const PAIRS: bool, const UNI: bool>(&self, warp: u64, warps: u64) {
         let h = self.h;
         let half_lines = self.p.ring_lines / 2;
         // Shared address of half `k` (arithmetic, not an array: a runtime
@@ -605,7 +610,7 @@ impl<H: Machine, B: Book, const CL: bool> Ctx<'_, H, B, CL> {
             // Everything but the batch just issued has landed.
             h.wait_all_but_last();
             h.sync_warp();
-            self.finish_batch::<PAIRS>(half(k), &cur, n);
+            self.finish_batch::<PAIRS, UNI>(half(k), &cur, n);
             // The next fetch into this half must not overtake the reads
             // above (lanes read each other's copies).
             h.sync_warp();

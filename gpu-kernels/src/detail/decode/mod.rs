@@ -43,7 +43,7 @@
 //! the status word and its output row is zeroed, never decoded into garbage.
 
 use crate::detail::bits::WARP;
-use crate::detail::book::Layout;
+use crate::detail::book::{CLASS_UNIFORM, Layout};
 use crate::detail::step::{self, Geometry, RowStore, Source};
 use crate::detail::table::{table_bytes, window32};
 use crate::params::{
@@ -204,7 +204,13 @@ impl<H: Machine, B: Book, const CL: bool> Ctx<'_, H, B, CL> {
     /// `G`: lanes per tensor (32, or 16 with each half-warp decoding its own
     /// tensor; the arguments are then its half's, and so is the result).
     #[inline(always)]
-    fn step<S: Source, const G: u32>(&self, src: &mut S, e_bytes: u32, out: u64, id: u32) -> bool {
+    fn step<S: Source, const G: u32, const UNI: bool>(
+        &self,
+        src: &mut S,
+        e_bytes: u32,
+        out: u64,
+        id: u32,
+    ) -> bool {
         if CL {
             let book = Rebased {
                 book: self.book,
@@ -212,14 +218,14 @@ impl<H: Machine, B: Book, const CL: bool> Ctx<'_, H, B, CL> {
             };
             let mut geo = self.geo;
             geo.entries += id as u64 * table_bytes(geo.chunks, self.p.chunk) as u64;
-            return self.step_with::<S, _, G>(src, &book, &geo, e_bytes, out);
+            return self.step_with::<S, _, G, UNI>(src, &book, &geo, e_bytes, out);
         }
-        self.step_with::<S, B, G>(src, self.book, &self.geo, e_bytes, out)
+        self.step_with::<S, B, G, UNI>(src, self.book, &self.geo, e_bytes, out)
     }
 
     /// Decode with the step, reading through `src`, into row `out`.
     #[inline(always)]
-    fn step_with<S: Source, B2: Book, const G: u32>(
+    fn step_with<S: Source, B2: Book, const G: u32, const UNI: bool>(
         &self,
         src: &mut S,
         book: &B2,
@@ -236,6 +242,22 @@ impl<H: Machine, B: Book, const CL: bool> Ctx<'_, H, B, CL> {
         // table are the dataset's (the host built both from one codebook,
         // or one per cluster).
         unsafe {
+            if UNI {
+                // The uniform kernels: every step of the book is uniform
+                // (the host launches them for no other; 8-byte chunks
+                // never are).
+                return match self.p.chunk {
+                    1 => decode_in::<1, G, CLASS_UNIFORM, ANY, true, _, _, _, _, _>(
+                        h, src, book, h, g, e_bytes, k,
+                    ),
+                    2 => decode_in::<2, G, CLASS_UNIFORM, ANY, true, _, _, _, _, _>(
+                        h, src, book, h, g, e_bytes, k,
+                    ),
+                    _ => decode_in::<4, G, CLASS_UNIFORM, ANY, true, _, _, _, _, _>(
+                        h, src, book, h, g, e_bytes, k,
+                    ),
+                };
+            }
             match self.p.chunk {
                 1 => {
                     decode_in::<1, G, ANY, ANY, true, _, _, _, _, _>(h, src, book, h, g, e_bytes, k)
@@ -360,7 +382,7 @@ impl<H: Machine, B: Book, const CL: bool> Ctx<'_, H, B, CL> {
             pbuf: self.pbuf,
         };
         let id = if CL { self.cluster_id(t) } else { 0 };
-        self.step::<_, 32>(&mut s, e_bytes as u32, out, id)
+        self.step::<_, 32, false>(&mut s, e_bytes as u32, out, id)
     }
 
     /// Benchmark baseline: fetch the stored bytes, write `L` bytes.
@@ -453,7 +475,7 @@ impl<H: Machine, B: Book, const CL: bool> Ctx<'_, H, B, CL> {
 /// every cluster's book back to back and `p.clusters` their ids
 /// (`DecodeParams::clusters`).
 #[inline(always)]
-pub unsafe fn run<H: Machine, B: Book, const CL: bool, const PAIRS: bool>(
+pub unsafe fn run<H: Machine, B: Book, const CL: bool, const PAIRS: bool, const UNI: bool>(
     h: &H,
     book: &B,
     p: DecodeParams,
@@ -488,7 +510,7 @@ pub unsafe fn run<H: Machine, B: Book, const CL: bool, const PAIRS: bool>(
         },
     };
     if batch {
-        ctx.run_batches::<PAIRS>(at.warp, at.warps);
+        ctx.run_batches::<PAIRS, UNI>(at.warp, at.warps);
     } else {
         ctx.run_streaming(at.warp, at.warps);
     }
