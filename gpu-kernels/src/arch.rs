@@ -708,44 +708,11 @@ pub fn shl_wrap32(v: u32, n: u32) -> u32 {
     r
 }
 
-/// Bytes of `a` below byte `k` (1, 2 or 3), bytes of `b` from it on: one
-/// byte permute (`prmt`), where the masks and their union are three logic
-/// operations.
+/// `prmt.b32`: byte `i` of the result is byte `sel` nibble `i` of the
+/// eight bytes of `b:a` (0–3 from `a`, 4–7 from `b`); `bits::merge_bytes`
+/// and `bits::place_bytes` pick the selectors.
 #[inline(always)]
-pub fn merge_bytes(a: u32, b: u32, k: u32) -> u32 {
-    // Selector nibble i names the source byte of byte i: 0–3 from `a`,
-    // 4–7 from `b`.
-    let sel = match k {
-        1 => 0x7650,
-        2 => 0x7610,
-        _ => 0x7210,
-    };
-    let r: u32;
-    // SAFETY: a pure register operation.
-    unsafe {
-        asm!(
-            "prmt.b32 {r}, {a}, {b}, {s};",
-            r = out(reg32) r,
-            a = in(reg32) a,
-            b = in(reg32) b,
-            s = in(reg32) sel,
-            options(pure, nomem, nostack)
-        )
-    };
-    r
-}
-
-/// Bytes `[0, k)` of `a`, then `b`'s low bytes from byte `k` on (`k` = 1,
-/// 2 or 3): one byte permute.
-#[inline(always)]
-pub fn place_bytes(a: u32, b: u32, k: u32) -> u32 {
-    // Selector nibble i names the source byte of byte i: 0–3 from `a`,
-    // 4–7 from `b`.
-    let sel = match k {
-        1 => 0x6540,
-        2 => 0x5410,
-        _ => 0x4210,
-    };
+pub fn prmt(a: u32, b: u32, sel: u32) -> u32 {
     let r: u32;
     // SAFETY: a pure register operation.
     unsafe {

@@ -99,7 +99,14 @@ pub fn shl_wrap32(v: u32, n: u32) -> u32 {
 pub fn merge_bytes(a: u32, b: u32, k: u32) -> u32 {
     #[cfg(target_arch = "nvptx64")]
     {
-        crate::arch::merge_bytes(a, b, k)
+        // Bytes 0..k of `a`, then `b`'s own (selector nibble i: byte i's
+        // source, 0–3 from `a`, 4–7 from `b`).
+        let sel = match k {
+            1 => 0x7650,
+            2 => 0x7610,
+            _ => 0x7210,
+        };
+        crate::arch::prmt(a, b, sel)
     }
     #[cfg(not(target_arch = "nvptx64"))]
     {
@@ -115,7 +122,13 @@ pub fn merge_bytes(a: u32, b: u32, k: u32) -> u32 {
 pub fn place_bytes(a: u32, b: u32, k: u32) -> u32 {
     #[cfg(target_arch = "nvptx64")]
     {
-        crate::arch::place_bytes(a, b, k)
+        // Bytes 0..k of `a`, then `b`'s from its byte 0.
+        let sel = match k {
+            1 => 0x6540,
+            2 => 0x5410,
+            _ => 0x4210,
+        };
+        crate::arch::prmt(a, b, sel)
     }
     #[cfg(not(target_arch = "nvptx64"))]
     {

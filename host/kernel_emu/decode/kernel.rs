@@ -74,18 +74,7 @@ fn emulated_decode_kernel_equals_the_original_rows_in_every_mode() {
                         None,
                     );
                     assert_eq!(st, [STATUS_BAD_INDEX, 2], "gather status: {what}");
-                    for (i, &t) in ix.iter().enumerate() {
-                        let got = &out[i * l..(i + 1) * l];
-                        if i == 2 {
-                            assert!(
-                                got.iter().all(|&b| b == 0),
-                                "bad index row not zeroed: {what}"
-                            );
-                        } else {
-                            let t = t as usize;
-                            assert!(got == &data[t * l..(t + 1) * l], "gather row {i}: {what}");
-                        }
-                    }
+                    check_gathered(&out, &ix, &data, l, Some(2), &what);
                 }
             }
             // A corrupt encoded tensor (packed) is reported and zeroed, and
@@ -101,6 +90,23 @@ fn emulated_decode_kernel_equals_the_original_rows_in_every_mode() {
         corrupted.iter().all(|&c| c > 0),
         "corruptions run: {corrupted:?}"
     );
+}
+
+/// Row `i` of a gather's output `out` is row `ix[i]` of `data` (rows of
+/// `l` bytes), but row `bad`, a bad index's, which is zeroed.
+fn check_gathered(out: &[u8], ix: &[u64], data: &[u8], l: usize, bad: Option<usize>, what: &str) {
+    for (i, &t) in ix.iter().enumerate() {
+        let got = &out[i * l..(i + 1) * l];
+        if Some(i) == bad {
+            assert!(
+                got.iter().all(|&b| b == 0),
+                "bad index row not zeroed: {what}"
+            );
+        } else {
+            let t = t as usize;
+            assert!(got == &data[t * l..(t + 1) * l], "gather row {i}: {what}");
+        }
+    }
 }
 
 #[test]
@@ -151,13 +157,7 @@ fn emulated_uniform_kernels_equal_the_original_rows() {
                         None,
                     );
                     assert_eq!(st, [0, u64::MAX], "gather status: {what} {layout:?}");
-                    for (i, &t) in ix.iter().enumerate() {
-                        let t = t as usize;
-                        assert!(
-                            out[i * l..(i + 1) * l] == data[t * l..(t + 1) * l],
-                            "gather row {i}: {what} {layout:?}"
-                        );
-                    }
+                    check_gathered(&out, &ix, &data, l, None, &format!("{what} {layout:?}"));
                     ran += 1;
                 }
             }
