@@ -136,10 +136,11 @@ pub struct DecodeParams {
 /// Padding after a warp's decode ring, in bytes.
 ///
 /// Q: why 32?
-/// A: bit windows read up to 16 bytes past a tensor's last byte, and a
-/// corrupt tensor decoded beside another (`crate::detail::step::decode_in`)
-/// keeps stepping from its first stored byte, reading up to 24 bytes from
-/// there whatever its length.
+/// A: bit windows read up to 16 bytes past a tensor's last byte (20 in the
+/// uniform kernels' last step, whose chunks past the tensor's end still
+/// advance the reads), and a corrupt tensor decoded beside another
+/// (`crate::detail::step::decode_in`) keeps stepping from its first stored
+/// byte, reading up to 24 bytes from there whatever its length.
 pub const WORKSPACE_PAD: u32 = 32;
 
 /// Bytes of one warp's decode workspace in shared memory: its participation

@@ -163,8 +163,9 @@ impl<'a, S: Shared> Contig<'a, S> {
     /// The stored bytes at shared address `base`.
     ///
     /// # Safety
-    /// `base .. base + E + 16` is readable shared memory (the 16 bytes past
-    /// the stored bytes are what a bit window may touch).
+    /// `base .. base + E + 32` is readable shared memory (a bit window may
+    /// touch 16 bytes past the stored bytes, the uniform step's last step
+    /// 20, a corrupt tensor beside another 24; `WORKSPACE_PAD`).
     #[inline(always)]
     pub unsafe fn new(s: &'a S, base: u32) -> Self {
         Contig { s, base }
@@ -762,9 +763,10 @@ pub unsafe fn decode_in<
                 if $uni {
                     // Chunks past the tensor's end (a last step's) have
                     // width 0 here, as in the book; their reads in
-                    // `expand_uniform` still advance by `fw`, at most
-                    // 15 bytes past the stored bytes, inside the
-                    // workspace's padding (`WORKSPACE_PAD`).
+                    // `expand_uniform` still advance by `fw` (at most
+                    // three words', 96 bits), so a window may end 20
+                    // bytes past the stored bytes: inside the 32 bytes a
+                    // batch region is followed by (`WORKSPACE_PAD`).
                     tot = nvalid * un.fw() - (un.fw() - un.pw()) * p.count_ones();
                 } else {
                     let mut grp = [0u32; 4];
