@@ -267,6 +267,27 @@ pub unsafe fn ibp_decode_lanes(p: DecodeParams) {
 /// memory.
 #[kernel]
 pub unsafe fn ibp_decode_stream(p: DecodeParams) {
+    // SAFETY: forwarded contract.
+    unsafe { decode_stream::<false>(p) }
+}
+
+/// [`ibp_decode_stream`] for a book whose every step is uniform (see
+/// [`ibp_decode_uniform`]).
+///
+/// # Safety
+/// As [`ibp_decode_stream`], and every step of the book is uniform.
+#[kernel]
+pub unsafe fn ibp_decode_stream_uniform(p: DecodeParams) {
+    // SAFETY: forwarded contract.
+    unsafe { decode_stream::<true>(p) }
+}
+
+/// The body of the unclustered streaming-mode kernels.
+///
+/// # Safety
+/// As [`ibp_decode_stream`].
+#[inline(always)]
+unsafe fn decode_stream<const UNI: bool>(p: DecodeParams) {
     let p = global_decode(p);
     let base = arch::dyn_smem_base();
     let at = launch(&p, base + p.book_smem_bytes);
@@ -275,7 +296,7 @@ pub unsafe fn ibp_decode_stream(p: DecodeParams) {
         unsafe { book_to_shared(p.book, p.book_smem_bytes, base) };
         // SAFETY: forwarded contract; the book is in shared memory at `base`.
         unsafe {
-            crate::detail::decode::run::<_, _, false, false, false>(
+            crate::detail::decode::run::<_, _, false, false, UNI>(
                 &Hw,
                 &SharedBook(base),
                 p,
@@ -286,7 +307,7 @@ pub unsafe fn ibp_decode_stream(p: DecodeParams) {
     } else {
         // SAFETY: forwarded contract; the book is read from global memory.
         unsafe {
-            crate::detail::decode::run::<_, _, false, false, false>(
+            crate::detail::decode::run::<_, _, false, false, UNI>(
                 &Hw,
                 &GlobalBook(p.book),
                 p,

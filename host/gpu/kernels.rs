@@ -26,8 +26,9 @@ pub(crate) const fn kv_append(chunk: u32) -> Kernel<KvAppendParams> {
 }
 
 /// The decode kernel for batch or streaming mode, of a clustered dataset
-/// or not; `pairs`: two tensors a warp, `uniform`: a book whose every step
-/// is uniform (both for unclustered batch mode only, else ignored).
+/// or not; `pairs`: two tensors a warp (unclustered batch mode only, else
+/// ignored), `uniform`: a book whose every step is uniform (unclustered
+/// only).
 pub(crate) const fn decode(
     batch: bool,
     clustered: bool,
@@ -39,6 +40,7 @@ pub(crate) const fn decode(
         (true, false) if pairs => DECODE_PAIRS,
         (true, false) if uniform => DECODE_UNIFORM,
         (true, false) => DECODE,
+        (false, false) if uniform => DECODE_STREAM_UNIFORM,
         (false, false) => DECODE_STREAM,
         (true, true) => DECODE_CLUSTERED,
         (false, true) => DECODE_CLUSTERED_STREAM,
@@ -125,7 +127,14 @@ mod tests {
             decode(true, false, true, true).name(),
             "ibp_decode_pairs_uniform"
         );
-        assert_eq!(decode(false, false, true, true).name(), "ibp_decode_stream");
+        assert_eq!(
+            decode(false, false, true, false).name(),
+            "ibp_decode_stream"
+        );
+        assert_eq!(
+            decode(false, false, true, true).name(),
+            "ibp_decode_stream_uniform"
+        );
         assert_eq!(
             decode(false, true, false, false).name(),
             "ibp_decode_clustered_stream"

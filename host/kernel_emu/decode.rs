@@ -407,8 +407,8 @@ fn emu_launch(
         // with cp.async, one (`ibp_decode`) with loads and stores, so the
         // tests run both kernels.
         let pairs = p.fetch == ibp_kernels::params::FETCH_CP_ASYNC;
-        // A book whose every step is uniform: the uniform batch kernels,
-        // as the host launches them.
+        // A book whose every step is uniform: the uniform kernels, as the
+        // host launches them.
         let uni = !clustered && crate::kernel_tables::book_is_uniform(cb, book.bytes());
         // SAFETY: every buffer is sized as DecodeParams requires, the book
         // is at shared offset 0 (`book_smem`) or in host memory, and
@@ -426,8 +426,12 @@ fn emu_launch(
                 run::<_, _, false, false, true>(w, &HostBytes(smem_addr), p, true, at)
             } else if batch {
                 run::<_, _, false, false, false>(w, &HostBytes(smem_addr), p, true, at)
+            } else if book_in_place && uni {
+                run::<_, _, false, false, true>(w, &HostBytes(book.addr()), p, false, at)
             } else if book_in_place {
                 run::<_, _, false, false, false>(w, &HostBytes(book.addr()), p, false, at)
+            } else if uni {
+                run::<_, _, false, false, true>(w, &HostBytes(smem_addr), p, false, at)
             } else {
                 run::<_, _, false, false, false>(w, &HostBytes(smem_addr), p, false, at)
             }

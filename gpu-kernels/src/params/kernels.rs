@@ -126,6 +126,9 @@ kernels! {
     /// eight warps an SM; at 80, 24 warps an SM, no spills (the H200's
     /// ptxas 13.0).
     DECODE_STREAM: DecodeParams = "ibp_decode_stream", max_registers = 80;
+    /// [`DECODE_STREAM`] for a book whose every step is uniform; 80
+    /// registers as it.
+    DECODE_STREAM_UNIFORM: DecodeParams = "ibp_decode_stream_uniform", max_registers = 80;
     /// Decompression a lane a tensor (device memory, many tensors). 96
     /// registers (from 116 for sm_90): five warps a partition in blocks of
     /// four warps, no spills; at 80 it spills 24 bytes.

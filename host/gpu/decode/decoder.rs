@@ -164,6 +164,7 @@ fn stream_book(
     warp_bytes: u64,
     budget: u64,
     opts: &DecodeOptions,
+    uniform: bool,
 ) -> StreamShapes {
     let block_sizes: &[u64] = match opts.warps_per_block {
         Some(w) => &[w.clamp(1, 32) as u64],
@@ -183,7 +184,11 @@ fn stream_book(
                 continue;
             }
             let per_sm = gpu
-                .blocks_per_sm(kernels::DECODE_STREAM, (w * 32) as u32, smem as usize)
+                .blocks_per_sm(
+                    kernels::decode(false, false, false, uniform),
+                    (w * 32) as u32,
+                    smem as usize,
+                )
                 .unwrap_or(0) as u64;
             if per_sm > 0 {
                 shapes.push((per_sm * w, shared, w, per_sm, per_sm * smem));
@@ -309,6 +314,10 @@ impl<'ds> Decoder<'ds> {
         // dataset's are all its clusters' (batch mode only when they fit;
         // streaming mode reads them through L1).
         let clustered = shape.clustered;
+        // The uniform kernels: a book whose every step is uniform, unless the
+        // caller turns them off (unclustered only).
+        let uniform =
+            book.uniform && !clustered && !opts.no_fast_paths && opts.uniform.unwrap_or(true);
         let book_len = book.all_book_bytes();
         let batch = span_l <= BATCH_MAX_LINES
             && opts
@@ -383,7 +392,7 @@ impl<'ds> Decoder<'ds> {
                 Vec::new(),
             )
         } else {
-            stream_book(gpu, book_len, warp_bytes, budget, opts)
+            stream_book(gpu, book_len, warp_bytes, budget, opts, uniform)
         };
         while warps > 1 && table_smem + warps * warp_bytes > budget {
             warps /= 2;
@@ -401,8 +410,6 @@ impl<'ds> Decoder<'ds> {
             && opts
                 .pairs
                 .unwrap_or(!opts.no_fast_paths && pairs_pay(l, ring_lines as u64 / 2, span_max));
-        let uniform =
-            book.uniform && !clustered && !opts.no_fast_paths && opts.uniform.unwrap_or(true);
         let per_sm = gpu.blocks_per_sm(
             kernels::decode(batch, clustered, pairs, uniform),
             block,

@@ -72,13 +72,13 @@ pub struct DecodeOptions {
     /// forced into shared memory that does not fit there is read through
     /// L1 too. Output is identical either way.
     pub stream_book: Option<bool>,
-    /// In batch mode, decode a book whose every step is uniform (every
-    /// column of a step shares one mask, bit value and width: a dense float
-    /// table's, usually) with the uniform kernels, which read those shared
-    /// fields once a step (`Some(true)` or `None`, the default), or with
-    /// the others, from each chunk's own fields (`Some(false)`: to measure
-    /// what the shared fields are worth). Clustered datasets and streaming
-    /// mode use the others. Output is identical either way.
+    /// Decode a book whose every step is uniform (every column of a step
+    /// shares one mask, bit value and width: a dense float table's,
+    /// usually) with the uniform kernels, which read those shared fields
+    /// once a step (`Some(true)` or `None`, the default), or with the
+    /// others, from each chunk's own fields (`Some(false)`: to measure what
+    /// the shared fields are worth). Clustered datasets use the others.
+    /// Output is identical either way.
     pub uniform: Option<bool>,
 }
 

@@ -127,35 +127,27 @@ fn emulated_uniform_kernels_equal_the_original_rows() {
                 crate::kernel_tables::book_is_uniform(&cb, &decode_book(&cb)),
                 "{what}: not uniform"
             );
-            // Pairs (cp.async) and one tensor a warp (loads and stores).
-            for fetch in [FETCH_CP_ASYNC, FETCH_LOAD_STORE] {
+            // Batch mode: pairs (cp.async) and one tensor a warp (loads and
+            // stores); streaming mode: the book in shared memory (cp.async)
+            // and in place (loads and stores).
+            for (fetch, kernel) in [
+                (FETCH_CP_ASYNC, EmuKernel::Batch),
+                (FETCH_LOAD_STORE, EmuKernel::Batch),
+                (FETCH_CP_ASYNC, EmuKernel::Streaming),
+                (FETCH_LOAD_STORE, EmuKernel::Streaming),
+            ] {
                 for layout in [EmuStorage::PACKED, EmuStorage::FIXED] {
-                    let (out, st) = emu_kernel(
-                        &cb,
-                        rows,
-                        layout,
-                        None,
-                        n as u64,
-                        EmuKernel::Batch,
-                        fetch,
-                        None,
-                    );
+                    let what = format!("{what} {kernel:?}");
+                    let (out, st) =
+                        emu_kernel(&cb, rows, layout, None, n as u64, kernel, fetch, None);
                     assert_eq!(st, [0, u64::MAX], "status: {what} {layout:?}");
                     assert!(
                         out == data,
                         "range differs: {what} {layout:?} fetch {fetch}"
                     );
                     let ix: Vec<u64> = (0..n as u64).map(|i| (i * 13 + 5) % n as u64).collect();
-                    let (out, st) = emu_kernel(
-                        &cb,
-                        rows,
-                        layout,
-                        Some(&ix),
-                        n as u64,
-                        EmuKernel::Batch,
-                        fetch,
-                        None,
-                    );
+                    let (out, st) =
+                        emu_kernel(&cb, rows, layout, Some(&ix), n as u64, kernel, fetch, None);
                     assert_eq!(st, [0, u64::MAX], "gather status: {what} {layout:?}");
                     check_gathered(&out, &ix, &data, l, None, &format!("{what} {layout:?}"));
                     ran += 1;
@@ -168,7 +160,7 @@ fn emulated_uniform_kernels_equal_the_original_rows() {
             );
         }
     }
-    assert_eq!(ran, 36);
+    assert_eq!(ran, 72);
 }
 
 #[test]

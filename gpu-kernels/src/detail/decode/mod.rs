@@ -317,7 +317,14 @@ impl<H: Machine, B: Book, const CL: bool> Ctx<'_, H, B, CL> {
     /// layout) or only an upper bound (`L`, fixed-stride). Returns false when
     /// the stored bits are inconsistent (nothing out of bounds was read).
     #[inline(always)]
-    fn decode_streamed(&self, t: u64, src: u64, slot: u64, packed: bool, out: u64) -> bool {
+    fn decode_streamed<const UNI: bool>(
+        &self,
+        t: u64,
+        src: u64,
+        slot: u64,
+        packed: bool,
+        out: u64,
+    ) -> bool {
         let h = self.h;
         let k_total = self.chunks;
         let l = self.p.row_bytes;
@@ -382,7 +389,7 @@ impl<H: Machine, B: Book, const CL: bool> Ctx<'_, H, B, CL> {
             pbuf: self.pbuf,
         };
         let id = if CL { self.cluster_id(t) } else { 0 };
-        self.step::<_, 32, false>(&mut s, e_bytes as u32, out, id)
+        self.step::<_, 32, UNI>(&mut s, e_bytes as u32, out, id)
     }
 
     /// Benchmark baseline: fetch the stored bytes, write `L` bytes.
@@ -417,7 +424,7 @@ impl<H: Machine, B: Book, const CL: bool> Ctx<'_, H, B, CL> {
 
     /// Streaming mode main loop: one tensor at a time per warp.
     #[inline(always)]
-    fn run_streaming(&self, warp: u64, warps: u64) {
+    fn run_streaming<const UNI: bool>(&self, warp: u64, warps: u64) {
         let (h, p) = (self.h, &self.p);
         let packed = self.packed();
         let mut i = warp;
@@ -448,7 +455,7 @@ impl<H: Machine, B: Book, const CL: bool> Ctx<'_, H, B, CL> {
                 } else {
                     self.copy_raw(src, out);
                 }
-            } else if !self.decode_streamed(t, src, slot, packed, out) {
+            } else if !self.decode_streamed::<UNI>(t, src, slot, packed, out) {
                 self.fail(i, out, STATUS_CORRUPT);
             }
             // No copy may still be in flight into the ring when the next
@@ -512,7 +519,7 @@ pub unsafe fn run<H: Machine, B: Book, const CL: bool, const PAIRS: bool, const 
     if batch {
         ctx.run_batches::<PAIRS, UNI>(at.warp, at.warps);
     } else {
-        ctx.run_streaming(at.warp, at.warps);
+        ctx.run_streaming::<UNI>(at.warp, at.warps);
     }
 }
 
