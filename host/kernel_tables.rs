@@ -93,7 +93,7 @@ pub fn decode_book(cb: &Codebook) -> Vec<u8> {
 }
 
 /// Whether every step of `book` (the decode book of `cb`) is uniform, so
-/// that the uniform batch kernels may decode it: chunks of at most 4
+/// that the uniform kernels may decode it: chunks of at most 4
 /// bytes, every step [`ibp_kernels::detail::book::CLASS_UNIFORM`].
 pub fn book_is_uniform(cb: &Codebook, book: &[u8]) -> bool {
     use ibp_kernels::detail::book::{CLASS_UNIFORM, Layout};

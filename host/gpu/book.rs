@@ -22,8 +22,8 @@ pub struct DeviceBook {
     pub(crate) k: u32,
     pub(crate) row_bytes: u64,
     pub(crate) chunk: u32,
-    /// Every step of every book is uniform (the uniform batch kernels may
-    /// decode it; `ibp_kernels::detail::book::CLASS_UNIFORM`).
+    /// Every step of every book is uniform (the uniform kernels may decode
+    /// it; `ibp_kernels::detail::book::CLASS_UNIFORM`).
     pub(crate) uniform: bool,
 }
 

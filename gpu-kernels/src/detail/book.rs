@@ -74,7 +74,7 @@ pub const CLASS_GENERAL: u8 = 2;
 /// same free bits, bit values and width, with at least one free bit: the
 /// step's first chunk's `PARAMS`, and the first output word of its `RUN1`,
 /// `FREE` and `BITVAL`, hold every chunk's. A book whose every step is
-/// uniform is decoded by the uniform batch kernels
+/// uniform is decoded by the uniform kernels
 /// (`crate::detail::step`); any other kernel treats a uniform step as a
 /// two-run one.
 pub const CLASS_UNIFORM: u8 = 3;

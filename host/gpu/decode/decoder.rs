@@ -58,8 +58,8 @@ pub struct Decoder<'ds> {
     /// Two tensors a warp in batch mode (`ibp_decode_pairs`).
     pub(crate) pairs: bool,
     /// The book's every step is uniform and the caller lets the uniform
-    /// batch kernels decode it (`ibp_decode_uniform`,
-    /// `ibp_decode_pairs_uniform`; unclustered launches only).
+    /// kernels decode it (`ibp_decode_uniform`, `ibp_decode_pairs_uniform`,
+    /// `ibp_decode_stream_uniform`; unclustered launches only).
     pub(crate) uniform: bool,
     /// The lane decoder's grid (`ibp_decode_lanes`), where it may run:
     /// unclustered rows in device memory, the book in shared memory.
