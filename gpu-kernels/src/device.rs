@@ -113,7 +113,7 @@ pub unsafe fn decode_row<H: Machine, B: Book, K: Sink>(
 /// # Safety
 /// As [`decode_row`] (`view`), and `t < view.rows`.
 #[inline(always)]
-unsafe fn locate<H: Machine>(h: &H, view: &DatasetView, t: u64) -> Slot {
+pub(crate) unsafe fn locate<H: Machine>(h: &H, view: &DatasetView, t: u64) -> Slot {
     let l = view.row_bytes;
     // SAFETY: t < rows: flag byte t / 8, offsets t and t + 1, length t.
     let encoded = unsafe { h.ld_u8(view.flags + t / 8) } >> (t % 8) & 1 == 1;
@@ -194,6 +194,41 @@ pub unsafe fn fetch_row<H: Machine, const N: usize>(
     // SAFETY: the caller's, t < rows.
     let slot = unsafe { locate(h, view, t) };
     let len = checked_len(view, slot)?;
+    // SAFETY: the slot is row t's, inside the dataset's payload.
+    Ok(unsafe { fetch_pieces(h, slot, len) })
+}
+
+/// [`fetch_row`] of a row found elsewhere (a cache's slab, as
+/// [`decode_slot`] takes it): its length checked against its form, then
+/// its first `N` pieces a lane requested into registers. On `Err` nothing
+/// was read.
+///
+/// # Safety
+/// As [`decode_slot`] (`view` and `slot`).
+#[inline(always)]
+pub unsafe fn fetch_slot<H: Machine, const N: usize>(
+    h: &H,
+    view: &DatasetView,
+    slot: Slot,
+) -> Result<Fetched<N>, RowError> {
+    let len = checked_len(view, slot)?;
+    // SAFETY: the caller's (`slot`).
+    Ok(unsafe { fetch_pieces(h, slot, len) })
+}
+
+/// The first `N` pieces a lane of the `len` stored bytes at `slot`,
+/// requested into registers.
+///
+/// Q: why is the length check not in here?
+/// A: with it inside (one `?` for both callers) the Cora and GEMV fused
+/// kernels' PTX changed (a select became a branch around the loads); with
+/// the check at each caller [`fetch_row`]'s PTX is what it was.
+///
+/// # Safety
+/// The 16-byte pieces that hold `slot.addr .. slot.addr + len` are
+/// readable.
+#[inline(always)]
+unsafe fn fetch_pieces<H: Machine, const N: usize>(h: &H, slot: Slot, len: u64) -> Fetched<N> {
     let (first, end) = (slot.addr / 16, (slot.addr + len).div_ceil(16));
     let mut pieces = [[0u32; 4]; N];
     let mut i = 0;
@@ -206,7 +241,7 @@ pub unsafe fn fetch_row<H: Machine, const N: usize>(
         }
         i += 1;
     }
-    Ok(Fetched { slot, len, pieces })
+    Fetched { slot, len, pieces }
 }
 
 /// Decode a row that [`fetch_row`] started into `sink`: store its pieces
@@ -228,6 +263,28 @@ pub unsafe fn fetch_row<H: Machine, const N: usize>(
 /// [`decode_row`].
 #[inline(always)]
 pub unsafe fn decode_fetched<H: Machine, B: Book, K: Sink, const N: usize>(
+    h: &H,
+    view: &DatasetView,
+    book: &B,
+    ws: u32,
+    f: &Fetched<N>,
+    sink: &mut K,
+) -> Result<(), RowError> {
+    // SAFETY: forwarded.
+    unsafe { decode_fetched_as::<H, B, K, N, false>(h, view, book, ws, f, sink) }
+}
+
+/// [`decode_fetched`] with the step's class fixed by `UNI`: true decodes
+/// every step as uniform (`crate::detail::book::CLASS_UNIFORM`), for a
+/// kernel of its own launched only for a book whose every step is uniform
+/// (the feature cache's `ibp_cache_gather_uniform`); false decides each
+/// step's class from the book, as [`decode_row`] does.
+///
+/// # Safety
+/// As [`decode_fetched`]; with `UNI`, every step of the book is uniform
+/// and its chunks are of at most 4 bytes.
+#[inline(always)]
+pub unsafe fn decode_fetched_as<H: Machine, B: Book, K: Sink, const N: usize, const UNI: bool>(
     h: &H,
     view: &DatasetView,
     book: &B,
@@ -257,7 +314,7 @@ pub unsafe fn decode_fetched<H: Machine, B: Book, K: Sink, const N: usize>(
     }
     h.sync_warp();
     // SAFETY: the row's stored bytes are resident in the workspace.
-    unsafe { decode_resident(h, view, book, ws, f.slot, sink) }
+    unsafe { decode_resident::<H, B, K, UNI>(h, view, book, ws, f.slot, sink) }
 }
 
 /// The stored length a fetch of `slot` may read, checked against the
@@ -342,7 +399,7 @@ pub unsafe fn decode_slot<H: Machine, B: Book, K: Sink>(
     }
     h.sync_warp();
     // SAFETY: the stored bytes are resident (the loads above).
-    unsafe { decode_resident(h, view, book, ws, slot, sink) }
+    unsafe { decode_resident::<H, B, K, false>(h, view, book, ws, slot, sink) }
 }
 
 /// Decode the row at `slot` whose stored bytes are resident in the
@@ -351,9 +408,9 @@ pub unsafe fn decode_slot<H: Machine, B: Book, K: Sink>(
 ///
 /// # Safety
 /// As [`decode_slot`], with the stored bytes resident and the slot's
-/// length checked ([`checked_len`]).
+/// length checked ([`checked_len`]); with `UNI`, as [`decode_fetched_as`].
 #[inline(always)]
-unsafe fn decode_resident<H: Machine, B: Book, K: Sink>(
+unsafe fn decode_resident<H: Machine, B: Book, K: Sink, const UNI: bool>(
     h: &H,
     view: &DatasetView,
     book: &B,
@@ -417,13 +474,28 @@ unsafe fn decode_resident<H: Machine, B: Book, K: Sink>(
     // SAFETY: the stored bytes are resident at `base`, followed by the rest
     // of the workspace's lines and its 16 bytes of padding.
     let mut s = unsafe { Contig::new(h, base) };
-    // SAFETY: the book and entries are the dataset's (`view`).
+    // SAFETY: the book and entries are the dataset's (`view`); with
+    // `UNI`, its steps are uniform and its chunks of at most 4 bytes.
     let ok = unsafe {
-        match view.chunk {
-            1 => step::decode_row::<1, _, _, _, _, _>(h, &mut s, book, h, &g, e_bytes, sink),
-            2 => step::decode_row::<2, _, _, _, _, _>(h, &mut s, book, h, &g, e_bytes, sink),
-            4 => step::decode_row::<4, _, _, _, _, _>(h, &mut s, book, h, &g, e_bytes, sink),
-            _ => step::decode_row::<8, _, _, _, _, _>(h, &mut s, book, h, &g, e_bytes, sink),
+        if UNI {
+            match view.chunk {
+                1 => step::decode_row_uniform::<1, _, _, _, _, _>(
+                    h, &mut s, book, h, &g, e_bytes, sink,
+                ),
+                2 => step::decode_row_uniform::<2, _, _, _, _, _>(
+                    h, &mut s, book, h, &g, e_bytes, sink,
+                ),
+                _ => step::decode_row_uniform::<4, _, _, _, _, _>(
+                    h, &mut s, book, h, &g, e_bytes, sink,
+                ),
+            }
+        } else {
+            match view.chunk {
+                1 => step::decode_row::<1, _, _, _, _, _>(h, &mut s, book, h, &g, e_bytes, sink),
+                2 => step::decode_row::<2, _, _, _, _, _>(h, &mut s, book, h, &g, e_bytes, sink),
+                4 => step::decode_row::<4, _, _, _, _, _>(h, &mut s, book, h, &g, e_bytes, sink),
+                _ => step::decode_row::<8, _, _, _, _, _>(h, &mut s, book, h, &g, e_bytes, sink),
+            }
         }
     };
     // The workspace is reused by the warp's next row: every lane must be

@@ -8,12 +8,21 @@ use ibp_kernels::detail::cache::{Entry, NOT_CACHED, gather, pack};
 use ibp_kernels::device::DatasetView;
 use ibp_kernels::params::{CacheParams, STATUS_BAD_INDEX, STATUS_CORRUPT};
 
-use super::decode::{Lined, float_rows};
+use super::decode::{Lined, float_rows, uniform_columns};
 use super::*;
+use crate::kernel_tables::book_is_uniform;
 
-/// Run the gather as one warp (warp 0 of 1) and return the output rows
-/// (poisoned first) and the status words.
-fn emu_gather(p: CacheParams, book: u64, ids: &[u64], l: usize) -> (Vec<u8>, [u64; 2]) {
+/// Run the gather as `warps` warps (one after the other, each its own
+/// share of the ids, with the uniform step when `uni`) and return the
+/// output rows (poisoned first) and the status words.
+fn emu_gather(
+    p: CacheParams,
+    book: u64,
+    ids: &[u64],
+    l: usize,
+    uni: bool,
+    warps: u64,
+) -> (Vec<u8>, [u64; 2]) {
     let ids = Aligned::from(bytemuck::cast_slice(ids));
     let out = Aligned::from(&vec![0xA5u8; ids.1 / 8 * l]);
     let status = Aligned::from(bytemuck::cast_slice(&[0u64, u64::MAX]));
@@ -26,25 +35,45 @@ fn emu_gather(p: CacheParams, book: u64, ids: &[u64], l: usize) -> (Vec<u8>, [u6
         status: status.addr(),
         ..p
     };
-    run_warp_with(smem.addr(), |w| {
-        // SAFETY: every buffer above is sized as `CacheParams` states; the
-        // workspace holds `workspace_bytes`.
-        unsafe { gather(w, &HostBytes(book), &p, 0, 0, 1) }
-    });
+    for warp in 0..warps {
+        run_warp_with(smem.addr(), |w| {
+            // SAFETY: every buffer above is sized as `CacheParams` states;
+            // the workspace holds `workspace_bytes`; `uni` only for a
+            // uniform book (the caller's).
+            unsafe {
+                if uni {
+                    gather::<_, _, true>(w, &HostBytes(book), &p, 0, warp, warps)
+                } else {
+                    gather::<_, _, false>(w, &HostBytes(book), &p, 0, warp, warps)
+                }
+            }
+        });
+    }
     let s: &[u64] = bytemuck::cast_slice(status.bytes());
     (out.bytes().to_vec(), [s[0], s[1]])
 }
 
 #[test]
 fn emulated_cache_gather_returns_every_row_from_slab_or_host() {
-    for (l, chunk) in [
-        (100usize, ChunkSize::Four),
-        (1531, ChunkSize::Two),
-        (768, ChunkSize::Two),
-        (5732, ChunkSize::Eight),
+    // `alike`: every column's invariant bits the same (a uniform book:
+    // the uniform gather runs beside the general one).
+    for (l, chunk, alike) in [
+        (100usize, ChunkSize::Four, false),
+        (1531, ChunkSize::Two, false),
+        (768, ChunkSize::Two, false),
+        (5732, ChunkSize::Eight, false),
+        (768, ChunkSize::Two, true),
+        (100, ChunkSize::Four, true),
+        (531, ChunkSize::One, true),
     ] {
-        let n = 24;
-        let mut data = float_rows(n, l, 40 + l as u64);
+        // Alike columns need more rows to keep every column's invariant
+        // bits (and only those) above the threshold.
+        let n = if alike { 64 } else { 24 };
+        let mut data = if alike {
+            uniform_columns(n, l, chunk.bytes(), 70 + l as u64)
+        } else {
+            float_rows(n, l, 40 + l as u64)
+        };
         // Two rows of noise, stored raw.
         let mut x = 99u64;
         for t in [7, 16] {
@@ -53,8 +82,13 @@ fn emulated_cache_gather_returns_every_row_from_slab_or_host() {
             }
         }
         let rows = Rows::new(&data, l).unwrap();
-        let opts = FitOptions::default().with_chunk(crate::fit::ChunkChoice::Fixed(chunk));
-        let cb = fit(rows, &opts).unwrap().codebook;
+        let cb = if alike {
+            let t = Threshold::from_basis_points(8500).unwrap();
+            Codebook::from_counts(&count_bits(rows), n as u64, t, chunk).unwrap()
+        } else {
+            let opts = FitOptions::default().with_chunk(crate::fit::ChunkChoice::Fixed(chunk));
+            fit(rows, &opts).unwrap().codebook
+        };
         let packed = compress_packed(&cb, rows, &LayoutOptions::default()).unwrap();
         let enc = |t: usize| packed.flags[t / 8] >> (t % 8) & 1 == 1;
         assert!(
@@ -64,7 +98,9 @@ fn emulated_cache_gather_returns_every_row_from_slab_or_host() {
         // The raw "dataset": every row stored as it is.
         let raw_offsets: Vec<u64> = (0..=n as u64).map(|i| i * l as u64).collect();
         let raw_flags = vec![0u8; n.div_ceil(8)];
-        let book = Aligned::from(&decode_book(&cb));
+        let book_bytes = decode_book(&cb);
+        assert_eq!(book_is_uniform(&cb, &book_bytes), alike, "L={l}");
+        let book = Aligned::from(&book_bytes);
         let entries = Aligned::from(&decoder_table(&cb));
         let (payload, raw_payload) = (Lined::from(&packed.payload), Lined::from(&data));
         let (offsets, raw_off) = (
@@ -138,12 +174,17 @@ fn emulated_cache_gather_returns_every_row_from_slab_or_host() {
                 slabs,
                 ..Default::default()
             };
-            let (out, st) = emu_gather(p, book.addr(), &ids, l);
-            check_gather(&out, st, &ids, &data, &format!("L={l} {what}"));
+            // One warp (each row's successors in its pipeline) and three
+            // (every warp's share); the uniform gather on uniform books.
+            for (uni, warps) in [(false, 1), (false, 3), (alike, 1), (alike, 3)] {
+                let (out, st) = emu_gather(p, book.addr(), &ids, l, uni, warps);
+                let what = format!("L={l} {what} uniform {uni}, {warps} warps");
+                check_gather(&out, st, &ids, &data, &what);
+            }
         }
         // A corrupt entry (an encoded row claiming L stored bytes) is
         // reported and its row zeroed; the rest still decode.
-        corrupt_entry_is_reported(compressed, &index, hot[0], &slab, book.addr(), &data);
+        corrupt_entry_is_reported(compressed, &index, hot[0], &slab, book.addr(), &data, alike);
     }
 }
 
@@ -177,6 +218,7 @@ fn corrupt_entry_is_reported(
     slab: &Lined,
     book: u64,
     data: &[u8],
+    uni: bool,
 ) {
     let l = view.row_bytes as usize;
     let mut broken = index.to_vec();
@@ -197,7 +239,7 @@ fn corrupt_entry_is_reported(
         ..Default::default()
     };
     let ids: Vec<u64> = vec![0, t as u64, 1];
-    let (out, st) = emu_gather(p, book, &ids, l);
+    let (out, st) = emu_gather(p, book, &ids, l, uni, 1);
     assert_eq!(st, [STATUS_CORRUPT, 1], "L={l}");
     assert!(out[l..2 * l].iter().all(|&b| b == 0));
     assert!(out[..l] == data[..l] && out[2 * l..] == data[l..2 * l]);

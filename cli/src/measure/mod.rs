@@ -236,6 +236,35 @@ pub fn measure_h2d_copy(stream: &Stream, bytes: usize) -> Result<f64> {
     })
 }
 
+/// Host-to-device DMA copies of `bytes` of pinned memory in copies of
+/// `piece` bytes, back to back on one stream, seconds (median): what the
+/// DMA range path's copies cost alone, its ceiling when the decode of each
+/// piece hides behind the next copy.
+pub fn measure_h2d_pieces(stream: &Stream, bytes: usize, piece: usize) -> Result<f64> {
+    let bytes = bytes.max(1);
+    let piece = piece.clamp(1, bytes);
+    let src = PinnedBuffer::<u8>::zeroed(bytes)?;
+    let dst = DeviceBuffer::<u8>::zeroed(bytes).map_err(cuda_err("allocating"))?;
+    time_median(stream, 2, 9, || {
+        let mut at = 0;
+        while at < bytes {
+            let n = piece.min(bytes - at);
+            // SAFETY: both buffers hold `bytes` bytes, `at + n <= bytes`,
+            // and both outlive the copies (the stream is synchronised
+            // inside time_median).
+            unsafe {
+                copy_to_device_async(
+                    dst.as_device_ptr().as_raw() + at as u64,
+                    &src[at..at + n],
+                    stream,
+                )?
+            };
+            at += n;
+        }
+        Ok(())
+    })
+}
+
 /// Zero-copy read of `bytes` of pinned host memory by the bit-counting
 /// kernel (rows of 1536 bytes), seconds (median): the kernel-side PCIe read
 /// ceiling.

@@ -39,7 +39,7 @@
 
 use crate::detail::bits::WARP;
 use crate::detail::step::RowStore;
-use crate::device::{RowError, Slot, decode_row, decode_slot};
+use crate::device::{Fetched, RowError, Slot, decode_fetched_as, fetch_slot, locate};
 pub use crate::params::MAX_SLABS;
 use crate::params::{CacheParams, STATUS_BAD_INDEX, STATUS_CORRUPT};
 use crate::simt::{Book, Machine};
@@ -136,55 +136,101 @@ unsafe fn id<H: Machine>(h: &H, p: &CacheParams, i: u64) -> u64 {
     }
 }
 
-/// Decode one requested row `t` into `sink`: from its slab when the index
-/// names one this GPU reaches, from the dataset otherwise.
+/// Where row `t < view.rows`, whose index word is `w`, is stored for this
+/// GPU: in a slab when the index names one this GPU reaches, else in the
+/// dataset.
 ///
 /// # Safety
-/// As [`gather`].
+/// As [`gather`], and `t < p.view.rows`.
 #[inline(always)]
-pub unsafe fn fetch_row<H: Machine, B: Book, K: crate::detail::step::Sink>(
-    h: &H,
-    book: &B,
-    p: &CacheParams,
-    ws: u32,
-    t: u64,
-    sink: &mut K,
-) -> Result<(), RowError> {
-    if t >= p.view.rows {
-        return Err(RowError::BadIndex);
-    }
-    // SAFETY: t < rows, and the index holds one word per row.
-    let w = unsafe { h.ld_u64(p.index + 8 * t) };
+unsafe fn slot_of<H: Machine>(h: &H, p: &CacheParams, t: u64, w: u64) -> Slot {
     if let Some(e) = unpack(w) {
         let base = slab_base(p, e.slab);
         if base != 0 {
-            let slot = Slot {
+            // The host wrote the row's stored bytes at this offset of the
+            // slab (its allocation rounded up to whole lines).
+            return Slot {
                 addr: base + e.offset,
                 len: Some(e.len as u64),
                 encoded: e.encoded,
             };
-            // SAFETY: the host wrote the row's stored bytes at this offset
-            // of the slab (its allocation rounded up to whole lines).
-            return unsafe { decode_slot(h, &p.view, book, ws, slot, sink) };
         }
     }
-    // SAFETY: the view is the dataset the cache was built from.
-    unsafe { decode_row(h, &p.view, book, ws, t, sink) }
+    // SAFETY: the view is the dataset the cache was built from; t < rows.
+    unsafe { locate(h, &p.view, t) }
+}
+
+/// Pieces of a row a lane requests one row ahead (rows of up to
+/// `AHEAD · 512` stored bytes arrive whole; the rest is loaded when the
+/// row decodes).
+const AHEAD: usize = 2;
+
+/// A requested row on its way, one stage of [`gather`]'s pipeline.
+struct Looked {
+    /// The row id (`ids[i]`).
+    t: u64,
+    /// Its index word ([`NOT_CACHED`] when `t` is out of range).
+    w: u64,
+}
+
+/// The index word of row `t`, or [`NOT_CACHED`] for an id out of range
+/// (reported when the row is fetched).
+///
+/// # Safety
+/// As [`gather`].
+#[inline(always)]
+unsafe fn look_up<H: Machine>(h: &H, p: &CacheParams, t: u64) -> Looked {
+    let w = if t < p.view.rows {
+        // SAFETY: t < rows, and the index holds one word per row.
+        unsafe { h.ld_u64(p.index + 8 * t) }
+    } else {
+        NOT_CACHED
+    };
+    Looked { t, w }
+}
+
+/// Start fetching the row `r` looked up: its pieces requested into
+/// registers, or why it cannot be decoded (a bad id, a corrupt length).
+///
+/// # Safety
+/// As [`gather`].
+#[inline(always)]
+unsafe fn fetch<H: Machine>(
+    h: &H,
+    p: &CacheParams,
+    r: &Looked,
+) -> Result<Fetched<AHEAD>, RowError> {
+    if r.t >= p.view.rows {
+        return Err(RowError::BadIndex);
+    }
+    // SAFETY: t < rows; the slot is the row's, in a slab or the dataset.
+    unsafe { fetch_slot::<H, AHEAD>(h, &p.view, slot_of(h, p, r.t, r.w)) }
 }
 
 /// The gather: output row `i` (at `out + i · out_stride`) receives row
 /// `ids[i]`, for every `i` of this warp (`warp, warp + warps, …`). A bad id
 /// or a corrupt row is reported in the status (an OR of `STATUS_*` bits,
 /// and the smallest failed output row) and its output row is zeroed.
+/// `UNI`: every step of the book is uniform (`ibp_cache_gather_uniform`).
+///
+/// Q: why a pipeline of three rows?
+/// A: a row's bytes wait on two dependent loads (its id, then its index
+/// word) before a third (its pieces) can be issued, each a trip to memory
+/// (over PCIe for a miss). Decoding the warp's rows one after the other
+/// put all three trips before each row's decode. Here, while row `i`
+/// decodes, the pieces of row `i + warps` are in flight (from the index
+/// word looked up during the row before) and so is the index word of row
+/// `i + 2·warps`; only the ids are read when needed (consecutive, cached).
 ///
 /// # Safety
 /// The host filled `p` (`CacheParams`): the view is a validated dataset,
 /// the index holds `view.rows` words whose entries lie inside the slabs
 /// `slabs` names, `out` holds `count` rows `out_stride` bytes apart, `ws ..
 /// ws + view.workspace_bytes()` is this warp's shared memory and `book`
-/// reads the dataset's decode book.
+/// reads the dataset's decode book; with `UNI`, every step of the book is
+/// uniform and its chunks are of at most 4 bytes.
 #[inline(always)]
-pub unsafe fn gather<H: Machine, B: Book>(
+pub unsafe fn gather<H: Machine, B: Book, const UNI: bool>(
     h: &H,
     book: &B,
     p: &CacheParams,
@@ -193,14 +239,44 @@ pub unsafe fn gather<H: Machine, B: Book>(
     warps: u64,
 ) {
     let mut i = warp;
+    if i >= p.count {
+        return;
+    }
+    // Every id read below is of an output row below count; look-ups and
+    // fetches are bounded by the view and the index (the contract).
+    // SAFETY: i < count.
+    let first = unsafe { look_up(h, p, id(h, p, i)) };
+    // SAFETY: as above.
+    let mut cur = unsafe { fetch(h, p, &first) };
+    let mut ahead = if i + warps < p.count {
+        // SAFETY: i + warps < count.
+        unsafe { look_up(h, p, id(h, p, i + warps)) }
+    } else {
+        Looked {
+            t: 0,
+            w: NOT_CACHED,
+        }
+    };
     while i < p.count {
         let out = p.out + i * p.out_stride;
-        // SAFETY: i < count.
-        let t = unsafe { id(h, p, i) };
+        let next = if i + warps < p.count {
+            // SAFETY: `ahead` is row i + warps < count, looked up.
+            unsafe { fetch(h, p, &ahead) }
+        } else {
+            Err(RowError::BadIndex)
+        };
+        if i + 2 * warps < p.count {
+            // SAFETY: i + 2·warps < count.
+            ahead = unsafe { look_up(h, p, id(h, p, i + 2 * warps)) };
+        }
         // SAFETY: the row is inside the output (the host checked its size).
         let mut sink = unsafe { RowStore::new(h, out) };
-        // SAFETY: forwarded contract.
-        let r = unsafe { fetch_row(h, book, p, ws, t, &mut sink) };
+        // SAFETY: `f` came from `fetch` on the view; forwarded contract.
+        let r = cur.and_then(|f| unsafe {
+            decode_fetched_as::<H, B, RowStore<'_, H>, AHEAD, UNI>(
+                h, &p.view, book, ws, &f, &mut sink,
+            )
+        });
         if let Err(e) = r {
             let code = match e {
                 RowError::BadIndex => STATUS_BAD_INDEX,
@@ -223,6 +299,7 @@ pub unsafe fn gather<H: Machine, B: Book>(
             }
             h.sync_warp();
         }
+        cur = next;
         i += warps;
     }
 }

@@ -234,6 +234,27 @@ pub unsafe fn ibp_decode_clustered_stream(p: DecodeParams) {
 /// `ws_bytes` per warp of dynamic shared memory.
 #[kernel]
 pub unsafe fn ibp_cache_gather(p: CacheParams) {
+    // SAFETY: forwarded contract.
+    unsafe { cache_gather::<false>(p) }
+}
+
+/// [`ibp_cache_gather`] for a book whose every step is uniform (see
+/// [`ibp_decode_uniform`]).
+///
+/// # Safety
+/// As [`ibp_cache_gather`], and every step of the book is uniform.
+#[kernel]
+pub unsafe fn ibp_cache_gather_uniform(p: CacheParams) {
+    // SAFETY: forwarded contract.
+    unsafe { cache_gather::<true>(p) }
+}
+
+/// The body of the feature cache's gather kernels.
+///
+/// # Safety
+/// As [`ibp_cache_gather`].
+#[inline(always)]
+unsafe fn cache_gather<const UNI: bool>(p: CacheParams) {
     let g = |a: u64| if a == 0 { 0 } else { arch::to_global(a) };
     let mut p = p;
     p.view.src = arch::to_global(p.view.src);
@@ -256,7 +277,7 @@ pub unsafe fn ibp_cache_gather(p: CacheParams) {
     let ws = base + p.book_smem_bytes + arch::warp_in_block() * p.ws_bytes;
     with_book!(p.view.book, p.book_smem_bytes, base, |book| {
         // SAFETY: forwarded contract; `book` is the dataset's decode book.
-        unsafe { crate::detail::cache::gather(&Hw, book, &p, ws, warp, warps) }
+        unsafe { crate::detail::cache::gather::<_, _, UNI>(&Hw, book, &p, ws, warp, warps) }
     })
 }
 

@@ -139,6 +139,8 @@ kernels! {
     DECODE_CLUSTERED_STREAM: DecodeParams = "ibp_decode_clustered_stream";
     /// The GPU feature cache's gather.
     CACHE_GATHER: CacheParams = "ibp_cache_gather";
+    /// [`CACHE_GATHER`] for a book whose every step is uniform.
+    CACHE_GATHER_UNIFORM: CacheParams = "ibp_cache_gather_uniform";
     /// Decode of float-coded rows (`docs/FORMAT.md` §7). 64 registers: 32
     /// warps an SM in blocks of 256 threads, as 56 gave (four blocks
     /// either way). Two codes a read (sixth session) keep a second

@@ -99,6 +99,7 @@ use super::Gpu;
 use super::dataset::GpuDataset;
 use super::decode::{DecodeStatus, GatherIndex};
 use super::driver::{self, Event, copy};
+use super::kernels::Kernel;
 use super::memory::PinnedBuffer;
 use crate::error::{Error, Result};
 use host_rows::{HostRows, LINE, line_bytes};
@@ -124,6 +125,11 @@ pub struct CacheOptions {
     /// `None`, a list of another length, and refills: `1 / (i + 1)` for
     /// the `i`-th hot row (a Zipf-like fall).
     pub hot_scores: Option<Vec<f64>>,
+    /// Decode with the uniform gather (`ibp_cache_gather_uniform`) when
+    /// every step of the dataset's book is uniform. `None`: yes; `false`
+    /// takes the general gather (to measure what the uniform one is
+    /// worth; the output is the same).
+    pub uniform: Option<bool>,
 }
 
 impl CacheOptions {
@@ -150,6 +156,13 @@ impl CacheOptions {
     /// Set the read rates of the automatic placement.
     pub fn with_rates(mut self, rates: ReadRates) -> Self {
         self.rates = rates;
+        self
+    }
+
+    /// Take the uniform gather where the book allows it, or not (see
+    /// [`CacheOptions::uniform`]).
+    pub fn with_uniform(mut self, on: bool) -> Self {
+        self.uniform = Some(on);
         self
     }
 
@@ -199,6 +212,8 @@ struct Part {
     shared: u32,
     book_smem: u32,
     ws: u32,
+    /// The gather kernel: uniform or general.
+    kernel: Kernel<CacheParams>,
     /// The last refill's staging buffers, kept until its copies are done.
     staged: Option<(PinnedBuffer<u8>, PinnedBuffer<u64>, Event)>,
 }
@@ -310,8 +325,9 @@ impl FeatureCache {
         for (i, gpu) in gpus.iter().enumerate() {
             gpu.make_current()?;
             let view = host[i].view();
+            let kernel = launch::kernel(host[i], opts);
             let (block, grid, shared, book_smem) =
-                launch::geometry(gpu, &view, opts.warps_per_block.unwrap_or(8))?;
+                launch::geometry(gpu, &view, kernel, opts.warps_per_block.unwrap_or(8))?;
             parts.push(Part {
                 ordinal: gpu.ordinal(),
                 slab: driver::device_buffer(slab_bytes as usize, "allocating a cache slab")?,
@@ -324,6 +340,7 @@ impl FeatureCache {
                 shared,
                 book_smem,
                 ws: view.workspace_bytes(),
+                kernel,
                 staged: None,
             });
         }
@@ -584,7 +601,7 @@ impl FeatureCache {
         };
         let warps = (part.block / 32) as u64;
         let grid = (part.grid as u64).min(count.div_ceil(warps)).max(1) as u32;
-        launch::launch(gpu, p, grid, part.block, part.shared, stream)
+        launch::launch(gpu, part.kernel, p, grid, part.block, part.shared, stream)
     }
 
     /// What gathering `ids` on `gpu` reads: hits in its own slab, in

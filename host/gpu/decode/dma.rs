@@ -91,12 +91,12 @@ impl<'ds> Decoder<'ds> {
         let end = first + count;
         let mut k = 0usize;
         while a < end {
-            // The largest piece from row a whose stored bytes fit.
+            // The largest piece from row a whose stored bytes fit (at
+            // least row a, which fits: checked above), found by bisection
+            // so that the host enqueues a piece in O(log rows).
             let base = offsets[a as usize];
-            let mut b = a + 1;
-            while b < end && offsets[b as usize + 1] - base <= cap {
-                b += 1;
-            }
+            let ends = &offsets[a as usize + 1..=end as usize];
+            let b = a + (ends.partition_point(|&o| o - base <= cap) as u64).max(1);
             let len = (offsets[b as usize] - base) as usize;
             let buf = k % 2;
             // The piece's device buffer may still be read by the decode of

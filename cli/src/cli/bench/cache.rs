@@ -65,6 +65,9 @@ pub(super) struct CacheArgs {
     pub budgets: Vec<u64>,
     /// How several GPUs share the batches (`--spread`).
     pub spread: Spread,
+    /// The uniform gather where the book allows it (`--uniform`; `None`:
+    /// the cache's default).
+    pub uniform: Option<bool>,
 }
 
 const SEED: u64 = 0x1b9_5eed;
@@ -459,6 +462,7 @@ fn table(
             ids: &ids_on_every_gpu(&lanes, w)?,
             expect: &rows_of,
             spread: a.spread,
+            uniform: a.uniform,
         };
         let mut uncached = std::collections::HashMap::new();
         for &pct in &a.budgets {
@@ -517,6 +521,8 @@ struct WorkloadRun<'a> {
     /// cache.
     expect: &'a dyn Fn(&[u32]) -> Vec<u8>,
     spread: Spread,
+    /// [`CacheArgs::uniform`].
+    uniform: Option<bool>,
 }
 
 impl WorkloadRun<'_> {
@@ -555,7 +561,7 @@ impl WorkloadRun<'_> {
                 w,
                 self.ids,
                 self.expect,
-                self.spread,
+                (self.spread, self.uniform),
             )
             .map_err(|e| {
                 Error::invalid(format!("{} {} {pct}% {}: {e}", self.name, w.name, var.name))
@@ -625,7 +631,7 @@ fn measure(
     w: &Workload,
     ids: &[Vec<DeviceBuffer<u32>>],
     expect: &dyn Fn(&[u32]) -> Vec<u8>,
-    spread: Spread,
+    (spread, uniform): (Spread, Option<bool>),
 ) -> Result<Point> {
     let gpus: Vec<&Gpu> = lanes.iter().map(|x| x.gpu).collect();
     let hosts: Vec<&GpuDataset> = sets[..lanes.len()]
@@ -640,11 +646,12 @@ fn measure(
         (true, h) => sets[0].host(h),
     };
     // The hot rows' scores: the automatic placement's rule weighs them.
-    let opts = CacheOptions::new(budget).with_hot_scores(if hot.is_empty() {
+    let mut opts = CacheOptions::new(budget).with_hot_scores(if hot.is_empty() {
         Vec::new()
     } else {
         w.scores.clone()
     });
+    opts.uniform = uniform;
     let cache = FeatureCache::with_slab_rows(&gpus, &hosts, slab, hot, &opts)?;
     // Each batch's shares, cut on the host before the clock starts (a
     // sampler hands its ids over from the host too).

@@ -10,7 +10,8 @@ use ibp::codebook::Codebook;
 use ibp::gpu::{DecodeOptions, Decoder, Gpu, GpuDataset, RangePath, Residency};
 use ibp_cli::measure::{
     BenchStorage, DecodeMeasurement, RangeAutoMeasurement, measure_decode, measure_decode_dma,
-    measure_device_copy, measure_gather, measure_gather_dma, measure_range_auto,
+    measure_device_copy, measure_gather, measure_gather_dma, measure_h2d_pieces,
+    measure_range_auto,
 };
 use ibp_testdata::figure7_dataset;
 
@@ -23,6 +24,8 @@ pub(super) struct Bench<'a> {
     pub gpu: &'a Gpu,
     pub stream: &'a Stream,
     pub opts: &'a DecodeOptions,
+    /// Bytes of each DMA piece of the DMA paths' measurements.
+    pub dma_piece: usize,
 }
 
 impl Bench<'_> {
@@ -83,11 +86,10 @@ impl Bench<'_> {
         )
     }
 
-    /// [`measure_decode_dma`] in pieces of the default size (with the
+    /// [`measure_decode_dma`] in pieces of the bench's size (with the
     /// default decoder options, as that measurement always uses).
     fn dma(&self, data: &[u8], row: usize, cb: &Codebook) -> Result<DecodeMeasurement> {
-        let piece = ibp::gpu::DEFAULT_DMA_PIECE_BYTES;
-        measure_decode_dma(self.gpu, self.stream, data, row, cb, piece)
+        measure_decode_dma(self.gpu, self.stream, data, row, cb, self.dma_piece)
     }
 }
 
@@ -124,8 +126,9 @@ pub(super) fn decode_sections(
 fn figure7_grid(b: &Bench, rows: usize, md: &mut String, picture: &mut BenchPlot) -> Result<()> {
     let _ = writeln!(
         md,
-        "## Figure 7 grid: {} tensors decoded from pinned host memory (zero-copy)\n\nGB/s of decoded output. *DMA path*: the packed range copied by DMA into device scratch (8 MB pieces) and decoded from there, copy and decode overlapped. *ideal*: the same kernel reading exactly the compressed bytes with the same aligned line copies and writing the decoded size, decoding nothing; it is measured per layout (packed tensors share lines with their neighbours, fixed-stride slots start on line boundaries). *fixed*: fixed-stride with lengths derived from the participation bits (two round trips per batch); *fixed+lengths*: with a device table of lengths (4 B per tensor). *gather*: the raw path copying uncompressed tensors of the same size.\n",
-        rows
+        "## Figure 7 grid: {} tensors decoded from pinned host memory (zero-copy)\n\nGB/s of decoded output. *DMA path*: the packed range copied by DMA into device scratch ({} MiB pieces) and decoded from there, copy and decode overlapped. *ideal*: the same kernel reading exactly the compressed bytes with the same aligned line copies and writing the decoded size, decoding nothing; it is measured per layout (packed tensors share lines with their neighbours, fixed-stride slots start on line boundaries). *fixed*: fixed-stride with lengths derived from the participation bits (two round trips per batch); *fixed+lengths*: with a device table of lengths (4 B per tensor). *gather*: the raw path copying uncompressed tensors of the same size.\n",
+        rows,
+        b.dma_piece >> 20
     );
     let _ = writeln!(
         md,
@@ -246,7 +249,7 @@ fn real_data(
 ) -> Result<()> {
     let _ = writeln!(
         md,
-        "\n## Real data\n\nRows replicated to at least {} bytes (the tables are smaller); codebook fitted on the original table.\n\n| data | row | chunk | savings | pinned GB/s | pinned ideal GB/s | pinned / ideal | pinned DMA path GB/s | device GB/s | device moved / copy |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "\n## Real data\n\nRows replicated to at least {} bytes (the tables are smaller); codebook fitted on the original table. *DMA copies alone*: the DMA path's copies of the stored bytes in the same pieces with no decode, as decoded bytes a second (its ceiling when each piece's decode hides behind the next copy).\n\n| data | row | chunk | savings | pinned GB/s | pinned ideal GB/s | pinned / ideal | pinned DMA path GB/s | DMA copies alone GB/s | DMA path / copies alone | device GB/s | device moved / copy |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
         real_bytes
     );
     let mut auto_rows = Vec::new();
@@ -261,8 +264,15 @@ fn real_data(
             cb: fit.codebook,
         };
         let (zero_copy, dma) = real_range_row(b, &table, reps, copy_rate, md, picture)?;
-        let piece = ibp::gpu::DEFAULT_DMA_PIECE_BYTES;
-        let a = measure_range_auto(b.gpu, b.stream, &table.big, row, &table.cb, piece, b.opts)?;
+        let a = measure_range_auto(
+            b.gpu,
+            b.stream,
+            &table.big,
+            row,
+            &table.cb,
+            b.dma_piece,
+            b.opts,
+        )?;
         auto_rows.push(range_auto_row(&table.name, row, &a, zero_copy, dma));
         eprintln!(
             "  {}: range_auto {:.1} GB/s by {}",
@@ -342,10 +352,13 @@ fn real_range_row(
     };
     let d = b.packed(big, row, cb, Residency::Device)?;
     let dma = b.dma(big, row, cb)?;
+    // The DMA path's copies alone, in the same pieces: its ceiling.
+    let copies = measure_h2d_pieces(b.stream, dma.stored_bytes as usize, b.dma_piece)?;
+    let copies_rate = dma.decoded_bytes as f64 / copies;
     let saved = savings(&p);
     let _ = writeln!(
         md,
-        "| {name} (×{reps}) | {row} B | {} B | {:.1}% | {:.1} | {} | {} | {:.1} | {:.0} | {:.2} |",
+        "| {name} (×{reps}) | {row} B | {} B | {:.1}% | {:.1} | {} | {} | {:.1} | {:.1} | {:.3} | {:.0} | {:.2} |",
         cb.chunk().bytes(),
         100.0 * saved,
         p.decoded_rate() / 1e9,
@@ -357,6 +370,8 @@ fn real_range_row(
             p.decoded_rate() / i.decoded_rate()
         )),
         dma.decoded_rate() / 1e9,
+        copies_rate / 1e9,
+        dma.decoded_rate() / copies_rate,
         d.decoded_rate() / 1e9,
         d.moved_rate() / copy_rate
     );
@@ -382,13 +397,14 @@ fn real_gathers(
 ) -> Result<()> {
     let _ = writeln!(
         md,
-        "\n## Random gathers of compressed rows\n\nUniform random row ids (8 index sets in rotation), decoded into device memory, checked first. *pinned ideal*: the zero-copy read rate of this run × the table's ratio (what a gather reading exactly the compressed bytes at link speed would deliver). *pinned DMA*: the DMA gather on the same index sets (ids in host memory; the requested tensors restaged on the host into pinned 8 MB pieces, each copied by DMA and decoded from device memory while the next is staged).\n\n| data | batch | pinned GB/s | pinned ideal GB/s | pinned / ideal | device GB/s | pinned DMA GB/s |\n| --- | --- | --- | --- | --- | --- | --- |"
+        "\n## Random gathers of compressed rows\n\nUniform random row ids (8 index sets in rotation), decoded into device memory, checked first. *pinned ideal*: the zero-copy read rate of this run × the table's ratio (what a gather reading exactly the compressed bytes at link speed would deliver). *pinned DMA*: the DMA gather on the same index sets (ids in host memory; the requested tensors restaged on the host into pinned {} MiB pieces, each copied by DMA and decoded from device memory while the next is staged).\n\n| data | batch | pinned GB/s | pinned ideal GB/s | pinned / ideal | device GB/s | pinned DMA GB/s |\n| --- | --- | --- | --- | --- | --- | --- |",
+        b.dma_piece >> 20
     );
     for RealTable { name, big, row, cb } in tables {
         for batch in [4096usize, 65536] {
             let p = b.gather(big, *row, cb, Residency::Pinned, batch)?;
             let d = b.gather(big, *row, cb, Residency::Device, batch)?;
-            let piece = ibp::gpu::DEFAULT_DMA_PIECE_BYTES;
+            let piece = b.dma_piece;
             let (gpu, stream) = (b.gpu, b.stream);
             let m = measure_gather_dma(gpu, stream, big, *row, cb, batch, piece, b.opts)?;
             let ratio = p.decoded_bytes as f64 / p.stored_bytes as f64;

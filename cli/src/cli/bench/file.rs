@@ -307,6 +307,7 @@ fn measure(args: &Args, file: &str, format: &'static str, sel: Selection) -> Res
         gpu: &gpu,
         stream: &stream,
         opts: &opts,
+        dma_piece: super::dma_piece_bytes(args),
     };
     let l = sel.row_bytes;
     let (data, sample) = sample(sel.data, sel.selected_bytes, l, args.real_bytes);

@@ -99,6 +99,10 @@ pub struct Args {
     /// (`on`, the default) or from each chunk's own (`off`; experiments).
     #[arg(long, hide = true)]
     uniform: Option<String>,
+    /// MiB of each DMA piece in the DMA path's measurements (experiments;
+    /// default: `ibp::gpu::DEFAULT_DMA_PIECE_BYTES`).
+    #[arg(long, hide = true, value_name = "MIB")]
+    dma_piece_mib: Option<usize>,
     /// With `--section device`, `cache`, `compress` or `--peers`, only the
     /// tables whose name contains this (for profilers).
     #[arg(long, hide = true)]
@@ -254,6 +258,13 @@ pub(super) fn decode_options(args: &Args) -> Result<ibp::gpu::DecodeOptions> {
     Ok(opts)
 }
 
+/// Bytes of each DMA piece the DMA paths are measured with.
+#[cfg(feature = "cuda")]
+fn dma_piece_bytes(args: &Args) -> usize {
+    args.dma_piece_mib
+        .map_or(ibp::gpu::DEFAULT_DMA_PIECE_BYTES, |m| m.max(1) << 20)
+}
+
 #[cfg(feature = "cuda")]
 fn suite(args: Args) -> Result<()> {
     use cust::stream::{Stream, StreamFlags};
@@ -271,6 +282,7 @@ fn suite(args: Args) -> Result<()> {
         gpu: &gpu,
         stream: &stream,
         opts: &opts,
+        dma_piece: dma_piece_bytes(&args),
     };
     let (h2d, zc) = measure_link(&gpu, &stream)?;
     if let Some(pt) = &args.point {
@@ -566,6 +578,7 @@ fn cache_section(gpu: &ibp::gpu::Gpu, args: &Args, md: &mut String) -> Result<()
         only: args.only.clone(),
         budgets: args.budgets.clone(),
         spread: args.spread,
+        uniform: either(args.uniform.as_deref(), "--uniform", ["on", "off"])?,
     };
     cache::section(&all, &a, md)?;
     if let Some(g) = more.first() {
