@@ -21,14 +21,26 @@ use crate::gpu::rows_view::RowsView;
 use crate::gpu::{Gpu, cuda_err};
 use crate::layout::PackedRef;
 
-/// Bytes of each of a [`DmaScratch`]'s two pieces when you have no reason to
+/// Bytes of each of a [`DmaScratch`]'s pieces when you have no reason to
 /// pick another size: the size `ibp bench` measures the DMA paths with.
 ///
 /// Q: why 8 MB?
 /// A: large enough that a copy's start-up (microseconds) is small against
 /// its transfer (about 150 µs at 55 GB/s), small enough that the first
-/// decode starts early and two pieces stay a small part of device memory.
+/// decode starts early and the pieces stay a small part of device memory.
 pub const DEFAULT_DMA_PIECE_BYTES: usize = 8 << 20;
+
+/// Device pieces of a [`DmaScratch`], which [`Decoder::range_dma`] takes in
+/// turn (the gathers and the float decoder take the first two).
+///
+/// Q: why three, where two make a double buffer?
+/// A: with two, the copy of piece `k + 2` waits for the decode of piece
+/// `k`, so whenever a decode ran past the next copy (a kernel's tail, or
+/// a decode slowed by the copy writing beside it) the copy engine stood
+/// still. On Cora (an 8 MiB piece copies in ~0.16 ms and decodes in
+/// ~0.12) the path ran at 0.84 of its copies alone with two. A third
+/// piece lets the copies run ahead by one more.
+pub(in crate::gpu) const RANGE_PIECES: usize = 3;
 
 impl<'ds> Decoder<'ds> {
     /// Enqueue the pipelined range path: output row `i` receives tensor
@@ -93,9 +105,9 @@ impl<'ds> Decoder<'ds> {
             let ends = &offsets[a as usize + 1..=end as usize];
             let b = a + (ends.partition_point(|&o| o - base <= cap) as u64).max(1);
             let len = (offsets[b as usize] - base) as usize;
-            let buf = k % 2;
+            let buf = k % RANGE_PIECES;
             // The piece's device buffer may still be read by the decode of
-            // piece k - 2, or of an earlier call (an event never recorded
+            // piece k - 3, or of an earlier call (an event never recorded
             // is no wait).
             wait(&scratch.copy_stream, &scratch.decoded[buf])?;
             if len > 0 {
@@ -578,7 +590,7 @@ impl Decoder<'_> {
 
 /// Buffers, a copy stream and events for the DMA paths
 /// ([`Decoder::range_dma`], [`Decoder::gather_dma_blocking`]), allocated
-/// once and reused by every call: two device pieces, two pinned staging
+/// once and reused by every call: three device pieces, two pinned staging
 /// pieces (the gather's), of `piece_bytes` each.
 ///
 /// The float decoder's [`crate::gpu::FloatDecoder::range_dma`] uses the
@@ -586,13 +598,13 @@ impl Decoder<'_> {
 /// staging pieces), so one scratch serves a container's IBP and float
 /// groups in turn.
 pub struct DmaScratch {
-    pub(in crate::gpu) bufs: [DeviceBuffer<u8>; 2],
+    pub(in crate::gpu) bufs: [DeviceBuffer<u8>; RANGE_PIECES],
     staging: [PinnedBuffer<u8>; 2],
     piece_bytes: usize,
     pub(in crate::gpu) copy_stream: Stream,
     pub(in crate::gpu) start: Event,
-    pub(in crate::gpu) copied: [Event; 2],
-    pub(in crate::gpu) decoded: [Event; 2],
+    pub(in crate::gpu) copied: [Event; RANGE_PIECES],
+    pub(in crate::gpu) decoded: [Event; RANGE_PIECES],
     /// Events with timing for the range paths' calibration (created with
     /// the scratch, so that `range_auto` allocates nothing).
     /// Shared (not copied) so that the calibration holds them while it
@@ -601,7 +613,7 @@ pub struct DmaScratch {
 }
 
 impl DmaScratch {
-    /// Two device and two pinned pieces of `piece_bytes` each
+    /// Three device and two pinned pieces of `piece_bytes` each
     /// ([`DEFAULT_DMA_PIECE_BYTES`] unless measured otherwise: large enough
     /// to amortise a DMA's start-up, small enough that the first decode
     /// starts early). Allocates, as its name says nothing else does.
@@ -616,7 +628,7 @@ impl DmaScratch {
         };
         let event = Event::new;
         Ok(Self {
-            bufs: [alloc()?, alloc()?],
+            bufs: [alloc()?, alloc()?, alloc()?],
             staging: [
                 PinnedBuffer::zeroed(piece_bytes)?,
                 PinnedBuffer::zeroed(piece_bytes)?,
@@ -625,8 +637,8 @@ impl DmaScratch {
             copy_stream: Stream::new(StreamFlags::NON_BLOCKING, None)
                 .map_err(cuda_err("creating a copy stream"))?,
             start: event()?,
-            copied: [event()?, event()?],
-            decoded: [event()?, event()?],
+            copied: [event()?, event()?, event()?],
+            decoded: [event()?, event()?, event()?],
             timing: std::sync::Arc::new(timing_events()?),
         })
     }
