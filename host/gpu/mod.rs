@@ -147,7 +147,7 @@ pub use compress::{Compressor, DeviceCompressed, MAX_ROW_BYTES};
 pub use dataset::{GpuDataset, Payload, Residency};
 pub use decode::{
     DEFAULT_DMA_PIECE_BYTES, DecodeOptions, DecodeStatus, Decoder, DmaScratch, GatherIndex, Mode,
-    RangeCalibration, RangePath, Request, STAGING_ALIGN,
+    RangeCalibration, RangePath, Request, STAGING_ALIGN, dma_range_piece_bytes,
 };
 pub use driver::copy_to_host_blocking;
 pub use driver::function::{DEFAULT_MAX_DYNAMIC_SHARED, set_max_dynamic_shared};

@@ -96,14 +96,16 @@ impl<'ds> Decoder<'ds> {
         wait(&scratch.copy_stream, &scratch.start)?;
         let mut a = first;
         let end = first + count;
+        let want = dma_range_piece_bytes(offsets[end as usize] - offsets[first as usize], cap);
         let mut k = 0usize;
         while a < end {
-            // The largest piece from row a whose stored bytes fit (at
-            // least row a, which fits: checked above), found by bisection
-            // so that the host enqueues a piece in O(log rows).
+            // The largest piece from row a whose stored bytes reach at most
+            // `want` (at least row a, which fits a buffer: checked above),
+            // found by bisection so that the host enqueues a piece in
+            // O(log rows).
             let base = offsets[a as usize];
             let ends = &offsets[a as usize + 1..=end as usize];
-            let b = a + (ends.partition_point(|&o| o - base <= cap) as u64).max(1);
+            let b = a + (ends.partition_point(|&o| o - base <= want) as u64).max(1);
             let len = (offsets[b as usize] - base) as usize;
             let buf = k % RANGE_PIECES;
             // The piece's device buffer may still be read by the decode of
@@ -408,6 +410,28 @@ impl<'ds> Decoder<'ds> {
     }
 }
 
+/// Stored bytes a piece of [`Decoder::range_dma`] aims at for a range of
+/// `stored` bytes, with a [`DmaScratch`] of `cap`-byte pieces:
+/// `√(stored · 1 MB)`, at least 1 MiB, at most `cap` (a piece holds whole
+/// tensors, so it may end short of this, or pass it by one tensor that
+/// fits a buffer).
+///
+/// Q: why the square root?
+/// A: what the pipeline cannot hide is about one piece (the first copy,
+/// which nothing overlaps, and the last decode), `p / B` at the link's
+/// rate `B`, plus a fixed cost a piece `o` (a copy's start-up, a launch
+/// and its tail) for `stored / p` pieces; the sum is least at
+/// `p = √(stored · o · B)`. With `o` ≈ 20 µs and `B` ≈ 55 GB/s (the H200),
+/// `o · B` ≈ 1 MB. Measured on Cora (42.5 MB stored, H200, 2026-11-29):
+/// 4 MiB pieces 1,207 GB/s, 8 MiB 1,149, 16 MiB 1,069; the rule gives
+/// 6.5 MB there, and the largest pieces (`cap`) for MiniLM's tables
+/// (800 MB and more), whose copies alone bound them.
+pub fn dma_range_piece_bytes(stored: u64, cap: u64) -> u64 {
+    const O_B: u64 = 1 << 20;
+    let p = (stored as f64 * O_B as f64).sqrt() as u64;
+    p.clamp(1 << 20, cap.max(1 << 20)).min(cap)
+}
+
 /// Whether rows `first..first + count` of `ds` (packed, `offsets` its host
 /// offsets) hold a stored tensor larger than a DMA piece of `cap` bytes.
 ///
@@ -657,7 +681,27 @@ fn timing_events() -> Result<[TimingEvent; 5]> {
 
 #[cfg(test)]
 mod tests {
-    use super::sample_rows;
+    use super::{dma_range_piece_bytes, sample_rows};
+
+    #[test]
+    fn pieces_grow_with_the_square_root_of_the_range() {
+        const MB: u64 = 1 << 20;
+        // Cora's 42.5 MB stored: about 6.5 MB pieces, under 8 MiB buffers.
+        let cora = dma_range_piece_bytes(42_500_000, 8 * MB);
+        assert!((6_000_000..7_000_000).contains(&cora), "{cora}");
+        // MiniLM's 800 MB: the buffers' size.
+        assert_eq!(dma_range_piece_bytes(800_000_000, 8 * MB), 8 * MB);
+        // Small ranges: at least 1 MiB (or the buffer when smaller).
+        assert_eq!(dma_range_piece_bytes(100_000, 8 * MB), MB);
+        assert_eq!(dma_range_piece_bytes(100_000, 1000), 1000);
+        assert_eq!(dma_range_piece_bytes(0, 8 * MB), MB);
+        // Four times the bytes, twice the piece.
+        let (a, b) = (
+            dma_range_piece_bytes(16 * MB, 64 * MB),
+            dma_range_piece_bytes(64 * MB, 64 * MB),
+        );
+        assert!(b.abs_diff(2 * a) <= 2, "{a} {b}");
+    }
 
     #[test]
     fn a_calibration_sample_stops_at_the_row_reaching_its_bytes() {

@@ -20,7 +20,9 @@ use ibp_kernels::params::{STATUS_BAD_INDEX, STATUS_CORRUPT};
 
 pub use decoder::Decoder;
 pub(crate) use decoder::Shape;
-pub use dma::{DEFAULT_DMA_PIECE_BYTES, DmaScratch, RangeCalibration, RangePath};
+pub use dma::{
+    DEFAULT_DMA_PIECE_BYTES, DmaScratch, RangeCalibration, RangePath, dma_range_piece_bytes,
+};
 pub use request::{Mode, Request};
 pub use staged::STAGING_ALIGN;
 

@@ -126,7 +126,7 @@ pub(super) fn decode_sections(
 fn figure7_grid(b: &Bench, rows: usize, md: &mut String, picture: &mut BenchPlot) -> Result<()> {
     let _ = writeln!(
         md,
-        "## Figure 7 grid: {} tensors decoded from pinned host memory (zero-copy)\n\nGB/s of decoded output. *DMA path*: the packed range copied by DMA into device scratch ({} MiB pieces) and decoded from there, copy and decode overlapped. *ideal*: the same kernel reading exactly the compressed bytes with the same aligned line copies and writing the decoded size, decoding nothing; it is measured per layout (packed tensors share lines with their neighbours, fixed-stride slots start on line boundaries). *fixed*: fixed-stride with lengths derived from the participation bits (two round trips per batch); *fixed+lengths*: with a device table of lengths (4 B per tensor). *gather*: the raw path copying uncompressed tensors of the same size.\n",
+        "## Figure 7 grid: {} tensors decoded from pinned host memory (zero-copy)\n\nGB/s of decoded output. *DMA path*: the packed range copied by DMA into device scratch (pieces of `ibp::gpu::dma_range_piece_bytes`, at most {} MiB) and decoded from there, copy and decode overlapped. *ideal*: the same kernel reading exactly the compressed bytes with the same aligned line copies and writing the decoded size, decoding nothing; it is measured per layout (packed tensors share lines with their neighbours, fixed-stride slots start on line boundaries). *fixed*: fixed-stride with lengths derived from the participation bits (two round trips per batch); *fixed+lengths*: with a device table of lengths (4 B per tensor). *gather*: the raw path copying uncompressed tensors of the same size.\n",
         rows,
         b.dma_piece >> 20
     );
@@ -249,7 +249,7 @@ fn real_data(
 ) -> Result<()> {
     let _ = writeln!(
         md,
-        "\n## Real data\n\nRows replicated to at least {} bytes (the tables are smaller); codebook fitted on the original table. *DMA copies alone*: the DMA path's copies of the stored bytes in the same pieces with no decode, as decoded bytes a second (its ceiling when each piece's decode hides behind the next copy).\n\n| data | row | chunk | savings | pinned GB/s | pinned ideal GB/s | pinned / ideal | pinned DMA path GB/s | DMA copies alone GB/s | DMA path / copies alone | device GB/s | device moved / copy |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "\n## Real data\n\nRows replicated to at least {} bytes (the tables are smaller); codebook fitted on the original table. *DMA copies alone*: the DMA path's copies of the stored bytes in the same pieces (`ibp::gpu::dma_range_piece_bytes`) with no decode, as decoded bytes a second (its ceiling when each piece's decode hides behind the next copy).\n\n| data | row | chunk | savings | pinned GB/s | pinned ideal GB/s | pinned / ideal | pinned DMA path GB/s | DMA copies alone GB/s | DMA path / copies alone | device GB/s | device moved / copy |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
         real_bytes
     );
     let mut auto_rows = Vec::new();
@@ -353,7 +353,8 @@ fn real_range_row(
     let d = b.packed(big, row, cb, Residency::Device)?;
     let dma = b.dma(big, row, cb)?;
     // The DMA path's copies alone, in the same pieces: its ceiling.
-    let copies = measure_h2d_pieces(b.stream, dma.stored_bytes as usize, b.dma_piece)?;
+    let piece = ibp::gpu::dma_range_piece_bytes(dma.stored_bytes, b.dma_piece as u64);
+    let copies = measure_h2d_pieces(b.stream, dma.stored_bytes as usize, piece as usize)?;
     let copies_rate = dma.decoded_bytes as f64 / copies;
     let saved = savings(&p);
     let _ = writeln!(

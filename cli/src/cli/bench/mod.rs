@@ -522,6 +522,10 @@ fn header(
         Some(u) => format!("{flags} --uniform {u}"),
         None => flags,
     };
+    let flags = match args.dma_piece_mib {
+        Some(m) => format!("{flags} --dma-piece-mib {m}"),
+        None => flags,
+    };
     let flags = if args.section == "device" {
         let sweep = if args.no_sweep {
             " --no-sweep".to_string()
