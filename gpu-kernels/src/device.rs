@@ -37,8 +37,8 @@
 pub mod float;
 
 use crate::detail::bits::WARP;
-use crate::detail::book::Layout;
-use crate::detail::step::{self, Contig, Geometry, Sink, shared_raw32};
+use crate::detail::book::{CLASS_UNIFORM, Layout};
+use crate::detail::step::{self, ANY, Contig, Geometry, Sink, shared_raw32};
 pub use crate::params::DatasetView;
 use crate::params::LINE;
 use crate::simt::{Book, Machine, Shared, warp_sum64};
@@ -478,14 +478,15 @@ unsafe fn decode_resident<H: Machine, B: Book, K: Sink, const UNI: bool>(
     // `UNI`, its steps are uniform and its chunks of at most 4 bytes.
     let ok = unsafe {
         if UNI {
+            // The uniform step only, as the batch kernels' uniform forms.
             match view.chunk {
-                1 => step::decode_row_uniform::<1, _, _, _, _, _>(
+                1 => step::decode_row_as::<1, CLASS_UNIFORM, ANY, true, _, _, _, _, _>(
                     h, &mut s, book, h, &g, e_bytes, sink,
                 ),
-                2 => step::decode_row_uniform::<2, _, _, _, _, _>(
+                2 => step::decode_row_as::<2, CLASS_UNIFORM, ANY, true, _, _, _, _, _>(
                     h, &mut s, book, h, &g, e_bytes, sink,
                 ),
-                _ => step::decode_row_uniform::<4, _, _, _, _, _>(
+                _ => step::decode_row_as::<4, CLASS_UNIFORM, ANY, true, _, _, _, _, _>(
                     h, &mut s, book, h, &g, e_bytes, sink,
                 ),
             }

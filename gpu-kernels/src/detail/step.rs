@@ -599,28 +599,6 @@ pub unsafe fn decode_row<const C: u32, W: Lanes, S: Source, B: Book, M: Mem, K: 
     unsafe { decode_row_as::<C, ANY, ANY, true, W, S, B, M, K>(w, s, b, m, g, e_bytes, sink) }
 }
 
-/// [`decode_row`] for a book whose every step is uniform
-/// ([`CLASS_UNIFORM`], chunks of at most 4 bytes): the uniform step only,
-/// for kernels of their own (`ibp_cache_gather_uniform`).
-///
-/// # Safety
-/// As [`decode_row`], and every step of the book is uniform.
-#[inline(always)]
-pub unsafe fn decode_row_uniform<const C: u32, W: Lanes, S: Source, B: Book, M: Mem, K: Sink>(
-    w: &W,
-    s: &mut S,
-    b: &B,
-    m: &M,
-    g: &Geometry,
-    e_bytes: u32,
-    sink: &mut K,
-) -> bool {
-    // SAFETY: forwarded.
-    unsafe {
-        decode_row_as::<C, CLASS_UNIFORM, ANY, true, W, S, B, M, K>(w, s, b, m, g, e_bytes, sink)
-    }
-}
-
 /// `CLASS` / `PREFIX` value of [`decode_row_as`]: decided at run time.
 pub const ANY: u8 = u8::MAX;
 
