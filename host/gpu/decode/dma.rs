@@ -35,11 +35,14 @@ pub const DEFAULT_DMA_PIECE_BYTES: usize = 8 << 20;
 ///
 /// Q: why three, where two make a double buffer?
 /// A: with two, the copy of piece `k + 2` waits for the decode of piece
-/// `k`, so whenever a decode ran past the next copy (a kernel's tail, or
-/// a decode slowed by the copy writing beside it) the copy engine stood
-/// still. On Cora (an 8 MiB piece copies in ~0.16 ms and decodes in
-/// ~0.12) the path ran at 0.84 of its copies alone with two. A third
-/// piece lets the copies run ahead by one more.
+/// `k`, so whenever a decode runs past the next copy (a kernel's tail, or
+/// a decode slowed by the copy writing beside it) the copy engine stands
+/// still; a third lets the copies run one piece further ahead. Measured
+/// on Cora with 8 MiB pieces (H200, 2026-11-29) it gained nothing (0.836
+/// of the copies alone, against 0.843 with two): what bounds the path is
+/// the piece that nothing overlaps (`dma_range_piece_bytes`). It stays for
+/// the rule's smaller pieces, where a decode's tail is a larger share of
+/// a piece; two against three at those sizes is not measured (a lead).
 pub(in crate::gpu) const RANGE_PIECES: usize = 3;
 
 impl<'ds> Decoder<'ds> {
