@@ -102,13 +102,9 @@ impl<'ds> Decoder<'ds> {
         let want = dma_range_piece_bytes(offsets[end as usize] - offsets[first as usize], cap);
         let mut k = 0usize;
         while a < end {
-            // The largest piece from row a whose stored bytes reach at most
-            // `want` (at least row a, which fits a buffer: checked above),
-            // found by bisection so that the host enqueues a piece in
-            // O(log rows).
+            // Row a fits a buffer (checked above).
+            let b = piece_end(offsets, a, end, want);
             let base = offsets[a as usize];
-            let ends = &offsets[a as usize + 1..=end as usize];
-            let b = a + (ends.partition_point(|&o| o - base <= want) as u64).max(1);
             let len = (offsets[b as usize] - base) as usize;
             let buf = k % RANGE_PIECES;
             // The piece's device buffer may still be read by the decode of
@@ -435,6 +431,16 @@ pub fn dma_range_piece_bytes(stored: u64, cap: u64) -> u64 {
     p.clamp(1 << 20, cap.max(1 << 20)).min(cap)
 }
 
+/// The row after the last of the piece that starts at row `a < end` of a
+/// packed range (`offsets` its host offsets): the most rows whose stored
+/// bytes reach at most `want`, and at least row `a`. By bisection, so that
+/// the host plans a piece in O(log rows).
+fn piece_end(offsets: &[u64], a: u64, end: u64, want: u64) -> u64 {
+    let base = offsets[a as usize];
+    let ends = &offsets[a as usize + 1..=end as usize];
+    a + (ends.partition_point(|&o| o - base <= want) as u64).max(1)
+}
+
 /// Whether rows `first..first + count` of `ds` (packed, `offsets` its host
 /// offsets) hold a stored tensor larger than a DMA piece of `cap` bytes.
 ///
@@ -684,7 +690,42 @@ fn timing_events() -> Result<[TimingEvent; 5]> {
 
 #[cfg(test)]
 mod tests {
-    use super::{dma_range_piece_bytes, sample_rows};
+    use super::{dma_range_piece_bytes, piece_end, sample_rows};
+
+    #[test]
+    fn a_piece_takes_the_most_rows_that_fit_and_at_least_one() {
+        // Rows of 10 stored bytes from offset 100, one of 50 (row 4), one
+        // empty (row 6).
+        let sizes = [10u64, 10, 10, 10, 50, 10, 0, 10, 10, 10];
+        let offsets: Vec<u64> = std::iter::once(100)
+            .chain(sizes.iter().scan(100, |o, &n| {
+                *o += n;
+                Some(*o)
+            }))
+            .collect();
+        let end = sizes.len() as u64;
+        assert_eq!(piece_end(&offsets, 0, end, 35), 3);
+        assert_eq!(piece_end(&offsets, 0, end, 40), 4);
+        // A row larger than the piece aimed at is a piece of its own.
+        assert_eq!(piece_end(&offsets, 4, end, 35), 5);
+        // An empty row joins the piece it ends up in.
+        assert_eq!(piece_end(&offsets, 5, end, 20), 8);
+        // The range's end bounds every piece.
+        assert_eq!(piece_end(&offsets, 7, 9, 1000), 9);
+        assert_eq!(piece_end(&offsets, 9, end, 0), 10);
+        // Pieces planned one after the other cover the range once: rows
+        // 0–1, 2–3, 4 alone, 5–7, 8–9.
+        let mut a = 0;
+        let mut pieces = 0;
+        while a < end {
+            let b = piece_end(&offsets, a, end, 25);
+            assert!(b > a && b <= end);
+            assert!(b == a + 1 || offsets[b as usize] - offsets[a as usize] <= 25);
+            a = b;
+            pieces += 1;
+        }
+        assert_eq!(pieces, 5);
+    }
 
     #[test]
     fn pieces_grow_with_the_square_root_of_the_range() {
