@@ -101,6 +101,23 @@ pub fn figure7_dataset(
     synthetic_dataset(rows, row_bytes, 4, savings, seed)
 }
 
+/// How a synthetic table's invariant bits lie across its columns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Columns {
+    /// Each chunk's top bits invariant, each column's with a value of its
+    /// own.
+    Random,
+    /// The same bits, one value for every column (a dense float table's
+    /// exponent bits: every step of its decode book uniform).
+    Alike,
+    /// The bits just below each byte's top bit invariant, in every byte
+    /// and with one value (as in an fp8 table, whose exponent's high bits
+    /// repeat in every byte: MiniLM cast to e4m3 keeps two in each). A
+    /// chunk's free bits then form two runs in every byte, so chunks of 2
+    /// bytes and more decode by the general step.
+    Bytes,
+}
+
 /// Invariant bits per chunk of `chunk_bytes` for a target `savings`, and
 /// the savings they give: a chunk of `8c` bits with `m` invariant bits
 /// stores `8c − m` free bits and one participation bit, saving `m − 1`
@@ -118,6 +135,25 @@ pub fn synthetic_savings(chunk_bytes: u32, savings: f64) -> Result<(u32, f64)> {
     Ok((m, f64::from(m - 1) / f64::from(bits)))
 }
 
+/// [`synthetic_savings`] for columns laid out as `columns` says: with
+/// [`Columns::Bytes`] the invariant bits come a whole number a byte, from 1
+/// to 7 (each byte's top bit stays free), the nearest to the target.
+pub fn synthetic_savings_with(
+    chunk_bytes: u32,
+    savings: f64,
+    columns: Columns,
+) -> Result<(u32, f64)> {
+    let (m, made) = synthetic_savings(chunk_bytes, savings)?;
+    if columns != Columns::Bytes {
+        return Ok((m, made));
+    }
+    let per_byte = (f64::from(m) / f64::from(chunk_bytes))
+        .round()
+        .clamp(1.0, 7.0) as u32;
+    let m = per_byte * chunk_bytes;
+    Ok((m, f64::from(m - 1) / f64::from(8 * chunk_bytes)))
+}
+
 /// [`figure7_dataset`] for any chunk size: `rows` tensors of `row_bytes`
 /// (a multiple of `chunk_bytes`), each chunk's top [`synthetic_savings`]
 /// bits invariant (the high bits of a little-endian word, as in a float's
@@ -130,22 +166,20 @@ pub fn synthetic_dataset(
     savings: f64,
     seed: u64,
 ) -> Result<(Vec<u8>, Codebook)> {
-    synthetic_dataset_with(rows, row_bytes, chunk_bytes, savings, seed, false)
+    synthetic_dataset_with(rows, row_bytes, chunk_bytes, savings, seed, Columns::Random)
 }
 
-/// [`synthetic_dataset`], with `alike`: every column's invariant bits take
-/// one value (a dense float table's exponent bits, alike in every column:
-/// every step of its decode book uniform), rather than a random one per
-/// column.
+/// [`synthetic_dataset`] with the invariant bits laid out across columns
+/// as `columns` says ([`Columns::Random`] is [`synthetic_dataset`]).
 pub fn synthetic_dataset_with(
     rows: usize,
     row_bytes: usize,
     chunk_bytes: u32,
     savings: f64,
     seed: u64,
-    alike: bool,
+    columns: Columns,
 ) -> Result<(Vec<u8>, Codebook)> {
-    let (m, _) = synthetic_savings(chunk_bytes, savings)?;
+    let (m, _) = synthetic_savings_with(chunk_bytes, savings, columns)?;
     let c = chunk_bytes as usize;
     if !row_bytes.is_multiple_of(c) {
         return Err(Error::invalid(format!(
@@ -153,9 +187,17 @@ pub fn synthetic_dataset_with(
         )));
     }
     let bits = 8 * chunk_bytes;
-    // The top m of the chunk's bits, as a little-endian word of 8c bits.
     let low = |n: u32| u64::MAX.checked_shr(64 - n).unwrap_or(0);
-    let chunk_mask = low(bits) & !low(bits - m);
+    let chunk_mask = if columns == Columns::Bytes {
+        // The m / c bits below each byte's top bit, in every byte.
+        let k = m / chunk_bytes;
+        let byte = low(k) << (7 - k);
+        (0..c).fold(0u64, |w, i| w | byte << (8 * i))
+    } else {
+        // The top m of the chunk's bits, as a little-endian word of 8c bits.
+        low(bits) & !low(bits - m)
+    };
+    let alike = columns != Columns::Random;
     let mut s = seed | 1;
     let mut next = move || {
         s ^= s << 13;
@@ -166,7 +208,11 @@ pub fn synthetic_dataset_with(
     let mask: Vec<u8> = (0..row_bytes / c)
         .flat_map(|_| chunk_mask.to_le_bytes().into_iter().take(c))
         .collect();
-    let bitval: Vec<u8> = if alike {
+    let bitval: Vec<u8> = if columns == Columns::Bytes {
+        // One value, in every byte of every column.
+        let one = next() as u8;
+        mask.iter().map(|&b| b & one).collect()
+    } else if alike {
         let one = next().to_le_bytes();
         mask.iter()
             .enumerate()
@@ -236,12 +282,29 @@ mod tests {
     fn alike_columns_share_one_bit_value_and_random_ones_do_not() {
         for chunk in [1u32, 2, 4, 8] {
             let c = chunk as usize;
-            for alike in [true, false] {
-                let (data, cb) = synthetic_dataset_with(16, 256, chunk, 0.5, 7, alike).unwrap();
+            for columns in [Columns::Alike, Columns::Random, Columns::Bytes] {
+                let (data, cb) = synthetic_dataset_with(16, 256, chunk, 0.5, 7, columns).unwrap();
                 assert_eq!(data.len(), 16 * 256);
                 let cols: Vec<&[u8]> = cb.bitval().chunks(c).collect();
                 let same = cols.iter().all(|x| x == &cols[0]);
-                assert_eq!(same, alike, "C={chunk} alike={alike}");
+                let alike = columns != Columns::Random;
+                assert_eq!(same, alike, "C={chunk} {columns:?}");
+                if columns == Columns::Bytes {
+                    // Every byte alike: the bits below its top bit, as many
+                    // as the savings ask (50% of 8 bits, plus the
+                    // participation bit's, rounded a byte).
+                    let (m, made) = synthetic_savings_with(chunk, 0.5, columns).unwrap();
+                    assert_eq!(m % chunk, 0);
+                    assert!((made - 0.5).abs() <= 1.0 / 8.0, "{made}");
+                    let k = m / chunk;
+                    let byte = (((1u16 << k) - 1) << (7 - k)) as u8;
+                    assert!(cb.mask().iter().all(|&b| b == byte), "C={chunk}");
+                    assert!(cb.bitval().iter().all(|&b| b == cb.bitval()[0]));
+                } else {
+                    // The chunk's top bits.
+                    let top = cb.mask()[c - 1];
+                    assert_eq!(top & 0x80, 0x80, "C={chunk} {columns:?}");
+                }
                 // Every row matches the codebook (the savings are exact).
                 for row in data.chunks(256) {
                     for ((b, m), v) in row.iter().zip(cb.mask()).zip(cb.bitval()) {

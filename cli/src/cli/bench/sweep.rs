@@ -9,6 +9,8 @@
 
 use std::fmt::Write as _;
 
+use ibp_testdata::{Columns, synthetic_savings_with};
+
 use super::Args;
 
 /// Row lengths of the full sweep, in bytes.
@@ -43,8 +45,8 @@ pub(super) struct Spec {
     /// Rows per cell at least ([`MIN_ROWS_PER_SM`] times the GPU's SMs;
     /// 0 where no GPU is asked).
     pub min_rows: usize,
-    /// Every column's invariant bits one value (`--sweep-columns alike`).
-    pub alike: bool,
+    /// How the invariant bits lie across columns (`--sweep-columns`).
+    pub columns: Columns,
 }
 
 /// Rows a cell holds at least, per SM of the GPU.
@@ -69,7 +71,11 @@ impl Spec {
                 .unwrap_or_else(|| SAVINGS.to_vec()),
             out_bytes: args.sweep_mib.max(1) << 20,
             min_rows: 0,
-            alike: args.sweep_columns == "alike",
+            columns: match args.sweep_columns.as_str() {
+                "alike" => Columns::Alike,
+                "bytes" => Columns::Bytes,
+                _ => Columns::Random,
+            },
         }
     }
 
@@ -99,8 +105,10 @@ impl Spec {
                 list(self.savings.iter().map(ToString::to_string).collect())
             );
         }
-        if self.alike {
-            f.push_str(" --sweep-columns alike");
+        match self.columns {
+            Columns::Random => {}
+            Columns::Alike => f.push_str(" --sweep-columns alike"),
+            Columns::Bytes => f.push_str(" --sweep-columns bytes"),
         }
         if self.out_bytes != 128 << 20 {
             let _ = write!(f, " --sweep-mib {}", self.out_bytes >> 20);
@@ -170,7 +178,7 @@ pub(super) fn plan(spec: &Spec) -> (Vec<Cell>, Vec<Skipped>) {
                     target_savings: pct,
                     why,
                 };
-                let made = match ibp_testdata::synthetic_savings(chunk, pct / 100.0) {
+                let made = match synthetic_savings_with(chunk, pct / 100.0, spec.columns) {
                     Ok((_, made)) => made,
                     Err(e) => {
                         skipped.push(skip(e.message().to_string()));
@@ -207,10 +215,12 @@ pub(super) fn plan(spec: &Spec) -> (Vec<Cell>, Vec<Skipped>) {
 pub(super) fn table_head(copy_rate: f64, spec: &Spec) -> String {
     format!(
         "\n## Row-length sweep: device-resident range decode\n\nSynthetic tables (`ibp_testdata::synthetic_dataset`: every chunk's top bits invariant, {}, the rest random) of about {} MiB and at least {} rows decoded each ({} an SM: a warp decodes a whole row, and a cell of a row or two a warp times the launch's last wave), in device memory, decoded whole; rate the median of 9 calls after 2 warm-ups, output checked first. *moved / copy*: (stored bytes read + decoded bytes written) per second ÷ this run's device copy ({:.0} GB/s, read plus written). *target*: issue 33's moved / copy, 0.85 for 2-, 4- and 8-byte chunks on rows of 256 B or more, 0.70 for 1-byte chunks and shorter rows. *savings*: what the generator makes (whole bits per chunk: 90% is 87.5% with 1- and 2-byte chunks).\n\n| cell | target savings | savings | ratio | range GB/s | moved GB/s | moved / copy | target | meets |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
-        if spec.alike {
-            "one value in every column (`--sweep-columns alike`: every step of the decode book uniform)"
-        } else {
-            "each column's a value of its own"
+        match spec.columns {
+            Columns::Alike =>
+                "one value in every column (`--sweep-columns alike`: every step of the decode book uniform)",
+            Columns::Bytes =>
+                "rather the bits below each byte's top bit, one value in every byte of every column (`--sweep-columns bytes`: as an fp8 table's exponent bits; chunks of 2 bytes and more decode by the general step)",
+            Columns::Random => "each column's a value of its own",
         },
         spec.out_bytes >> 20,
         spec.min_rows,
@@ -308,7 +318,7 @@ pub(super) fn run(
             c.chunk,
             c.target_savings / 100.0,
             seed,
-            spec.alike,
+            spec.columns,
         )?;
         let one = compress_packed(
             &cb,
@@ -385,7 +395,7 @@ mod tests {
             savings: SAVINGS.to_vec(),
             out_bytes: 128 << 20,
             min_rows: 0,
-            alike: false,
+            columns: Columns::Random,
         }
     }
 
@@ -433,7 +443,7 @@ mod tests {
             savings: vec![50.0, 100.0],
             out_bytes: 1 << 20,
             min_rows: 0,
-            alike: false,
+            columns: Columns::Random,
         };
         let (cells, skipped) = plan(&spec);
         assert_eq!(cells.len(), 1);
@@ -473,12 +483,30 @@ mod tests {
         };
         assert_eq!(small.flags(), " --sweep-rows 256 --sweep-mib 64");
         let alike = Spec {
-            alike: true,
-            ..small
+            columns: Columns::Alike,
+            ..small.clone()
         };
         assert_eq!(
             alike.flags(),
             " --sweep-rows 256 --sweep-columns alike --sweep-mib 64"
         );
+        let bytes = Spec {
+            columns: Columns::Bytes,
+            ..small
+        };
+        assert_eq!(
+            bytes.flags(),
+            " --sweep-rows 256 --sweep-columns bytes --sweep-mib 64"
+        );
+        assert!(table_head(3.0e12, &bytes).contains("each byte's top bit"));
+        // Bytes' savings come a whole bit a byte: 1-byte chunks at 90% are
+        // 75% (the top bit stays free).
+        let (cells, _) = plan(&Spec {
+            chunks: vec![1, 4],
+            savings: vec![90.0],
+            ..bytes
+        });
+        assert_eq!(cells[0].made_savings, 0.75);
+        assert_eq!(cells[1].made_savings, 27.0 / 32.0);
     }
 }
