@@ -49,7 +49,16 @@ pub fn decode_book(cb: &Codebook) -> Vec<u8> {
         put(&mut out, lay.bitval, t.bitval);
         put(&mut out, lay.run1, lowest_run(t.free));
         put(&mut out, lay.free, t.free);
-        let mut q = params_two_runs(t.free, t.width).unwrap_or(params_general(t.free, t.width));
+        // A general chunk's PARAMS word is read for `pw` and `fw` only: its
+        // low 16 bits carry the byte pattern's two-run shifts when the
+        // chunk's free bits repeat one byte pattern (the periodic kernel,
+        // `ibp_kernels::detail::book::CLASS_PERIODIC`).
+        let mut q = params_two_runs(t.free, t.width).unwrap_or_else(|| {
+            params_general(t.free, t.width)
+                | periodic_byte(t.free, c).map_or(0, |f8| {
+                    params_two_runs(u64::from(f8), 8).map_or(0, |b| b & 0xffff)
+                })
+        });
         // 1- and 2-byte chunks expand in place in their output word: their
         // shifts include the chunk's offset in it (`ibp_kernels::detail::step`).
         if c <= 2 {
@@ -104,6 +113,37 @@ pub fn book_is_uniform(cb: &Codebook, book: &[u8]) -> bool {
         && book
             .get(at..at + lay.steps as usize)
             .is_some_and(|classes| classes.iter().all(|&x| x == CLASS_UNIFORM))
+}
+
+/// The byte pattern of a chunk of `c` bytes (2 or 4) whose free bits are
+/// one 8-bit pattern in every byte, with at least one free and one fixed
+/// bit in it and at most two runs: what a periodic step expands by.
+pub fn periodic_byte(free: u64, c: u32) -> Option<u8> {
+    let f8 = (free & 0xff) as u8;
+    let same = (0..c).all(|i| (free >> (8 * i)) & 0xff == u64::from(f8));
+    let runs = (f8 ^ (f8 << 1)).count_ones().div_ceil(2);
+    (matches!(c, 2 | 4) && same && f8 != 0 && f8 != 0xff && free >> (8 * c) == 0 && runs <= 2)
+        .then_some(f8)
+}
+
+/// Whether every step of `cb`'s book may be decoded by the periodic kernel
+/// (`ibp_kernels::detail::book::CLASS_PERIODIC`): chunks of 2 or 4 bytes,
+/// every chunk's free bits one byte pattern of at most two runs (and not
+/// two runs a chunk: those steps are uniform or two-run), and within each
+/// step every chunk's free bits, bit values and width alike.
+pub fn book_is_periodic(cb: &Codebook) -> bool {
+    use ibp_kernels::detail::book::step_chunks;
+    let c = cb.chunk().bytes();
+    let entries = cb.tables().entries();
+    let per_step = step_chunks(c) as usize;
+    matches!(c, 2 | 4)
+        && !entries.is_empty()
+        && entries.chunks(per_step).all(|cols| {
+            let first = (cols[0].free, cols[0].bitval, cols[0].width);
+            cols.iter().all(|t| (t.free, t.bitval, t.width) == first)
+                && periodic_byte(first.0, c).is_some()
+                && params_two_runs(first.0, first.2).is_none()
+        })
 }
 
 /// The encoder book of a codebook (`ibp_kernels::params::EncodeParams`),

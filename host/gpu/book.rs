@@ -7,7 +7,7 @@ use cust::memory::DeviceBuffer;
 use super::cuda_err;
 use crate::codebook::Codebook;
 use crate::error::{Error, Result};
-use crate::kernel_tables::{book_is_uniform, decode_book, decoder_table};
+use crate::kernel_tables::{book_is_periodic, book_is_uniform, decode_book, decoder_table};
 
 /// The tables the decode kernels read for one codebook, or for the `k`
 /// codebooks of a clustering back to back: the decode book
@@ -25,6 +25,9 @@ pub struct DeviceBook {
     /// Every step of every book is uniform (the uniform kernels may decode
     /// it; `ibp_kernels::detail::book::CLASS_UNIFORM`).
     pub(crate) uniform: bool,
+    /// Every step of every book is periodic (the periodic kernel may
+    /// decode it; `ibp_kernels::detail::book::CLASS_PERIODIC`).
+    pub(crate) periodic: bool,
 }
 
 impl DeviceBook {
@@ -49,6 +52,7 @@ impl DeviceBook {
             .iter()
             .zip(&books)
             .all(|(cb, b)| book_is_uniform(cb, b));
+        let periodic = codebooks.iter().all(book_is_periodic);
         let book: Vec<u8> = books.concat();
         let table: Vec<u8> = codebooks.iter().flat_map(decoder_table).collect();
         if u32::try_from(book.len()).is_err() || u32::try_from(table.len()).is_err() {
@@ -66,6 +70,7 @@ impl DeviceBook {
             row_bytes: first.row_bytes() as u64,
             chunk: first.chunk().bytes(),
             uniform,
+            periodic,
         })
     }
 

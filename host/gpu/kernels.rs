@@ -28,14 +28,17 @@ pub(crate) const fn kv_append(chunk: u32) -> Kernel<KvAppendParams> {
 /// The decode kernel for batch or streaming mode, of a clustered dataset
 /// or not; `pairs`: two tensors a warp (unclustered batch mode only, else
 /// ignored), `uniform`: a book whose every step is uniform (unclustered
-/// only).
+/// only), `periodic`: one whose every step is periodic (unclustered batch
+/// mode, a tensor a warp: else the general kernels).
 pub(crate) const fn decode(
     batch: bool,
     clustered: bool,
     pairs: bool,
     uniform: bool,
+    periodic: bool,
 ) -> Kernel<DecodeParams> {
     match (batch, clustered) {
+        (true, false) if periodic && !pairs => DECODE_PERIODIC,
         (true, false) if pairs && uniform => DECODE_PAIRS_UNIFORM,
         (true, false) if pairs => DECODE_PAIRS,
         (true, false) if uniform => DECODE_UNIFORM,
@@ -117,30 +120,49 @@ mod tests {
         assert_eq!(encode(2).name(), "ibp_encode_c2");
         assert_eq!(encode_slots(8).name(), "ibp_encode_slots_c8");
         assert_eq!(kv_append(4).name(), "ibp_kv_append_c4");
-        assert_eq!(decode(true, false, false, false).name(), "ibp_decode");
-        assert_eq!(decode(true, false, true, false).name(), "ibp_decode_pairs");
         assert_eq!(
-            decode(true, false, false, true).name(),
+            decode(true, false, false, false, false).name(),
+            "ibp_decode"
+        );
+        assert_eq!(
+            decode(true, false, true, false, false).name(),
+            "ibp_decode_pairs"
+        );
+        assert_eq!(
+            decode(true, false, false, true, false).name(),
             "ibp_decode_uniform"
         );
         assert_eq!(
-            decode(true, false, true, true).name(),
+            decode(true, false, true, true, false).name(),
             "ibp_decode_pairs_uniform"
         );
         assert_eq!(
-            decode(false, false, true, false).name(),
+            decode(false, false, true, false, false).name(),
             "ibp_decode_stream"
         );
         assert_eq!(
-            decode(false, false, true, true).name(),
+            decode(false, false, true, true, false).name(),
             "ibp_decode_stream_uniform"
         );
         assert_eq!(
-            decode(false, true, false, false).name(),
+            decode(true, false, false, false, true).name(),
+            "ibp_decode_periodic"
+        );
+        // Pairs and streaming mode have no periodic kernel: the general.
+        assert_eq!(
+            decode(true, false, true, false, true).name(),
+            "ibp_decode_pairs"
+        );
+        assert_eq!(
+            decode(false, false, false, false, true).name(),
+            "ibp_decode_stream"
+        );
+        assert_eq!(
+            decode(false, true, false, false, false).name(),
             "ibp_decode_clustered_stream"
         );
         assert_eq!(
-            decode(true, true, true, true).name(),
+            decode(true, true, true, true, false).name(),
             "ibp_decode_clustered"
         );
     }

@@ -62,6 +62,24 @@ pub(super) fn uniform_columns(n: usize, l: usize, chunk: u32, seed: u64) -> Vec<
     out
 }
 
+/// `n` rows of `l` bytes whose every byte has the bits of `pattern` fixed
+/// to `fixed` (an fp8 table's exponent bits: the same in every byte, so a
+/// chunk of several bytes has them in each), the other bits random, with
+/// about one byte in 24 random (those seldom match).
+pub(super) fn periodic_columns(n: usize, l: usize, pattern: u8, fixed: u8, seed: u64) -> Vec<u8> {
+    let mut s = seed | 1;
+    (0..n * l)
+        .map(|_| {
+            let (pick, x) = (xorshift(&mut s), xorshift(&mut s) as u8);
+            if pick % 24 == 5 {
+                x
+            } else {
+                (x & !pattern) | fixed
+            }
+        })
+        .collect()
+}
+
 /// A buffer whose first byte is 128-aligned, with a line of slack after its
 /// end: the decoder fetches whole 128-byte lines around a tensor's bytes,
 /// as a GPU allocation (256-byte aligned, whole pages) allows.
@@ -407,33 +425,39 @@ fn emu_launch(
         // with cp.async, one (`ibp_decode`) with loads and stores, so the
         // tests run both kernels.
         let pairs = p.fetch == ibp_kernels::params::FETCH_CP_ASYNC;
-        // A book whose every step is uniform: the uniform kernels, as the
-        // host launches them.
+        // A book whose every step is uniform: the uniform kernels; one
+        // whose every step is periodic: the periodic kernel (batch mode, a
+        // tensor a warp), as the host launches them.
         let uni = !clustered && crate::kernel_tables::book_is_uniform(cb, book.bytes());
+        let per = !clustered && batch && !pairs && crate::kernel_tables::book_is_periodic(cb);
+        use ibp_kernels::detail::book::{CLASS_PERIODIC as P, CLASS_UNIFORM as U};
+        use ibp_kernels::detail::decode::ANY_CLASS as A;
         // SAFETY: every buffer is sized as DecodeParams requires, the book
         // is at shared offset 0 (`book_smem`) or in host memory, and
         // the workspace holds `ws` bytes.
         run_warp_with(smem_addr, |w| unsafe {
             if clustered && batch {
-                run::<_, _, true, false, false>(w, &HostBytes(smem_addr), p, true, at)
+                run::<_, _, true, false, A>(w, &HostBytes(smem_addr), p, true, at)
             } else if clustered {
-                run::<_, _, true, false, false>(w, &HostBytes(book.addr()), p, false, at)
+                run::<_, _, true, false, A>(w, &HostBytes(book.addr()), p, false, at)
             } else if batch && pairs && uni {
-                run::<_, _, false, true, true>(w, &HostBytes(smem_addr), p, true, at)
+                run::<_, _, false, true, U>(w, &HostBytes(smem_addr), p, true, at)
             } else if batch && pairs {
-                run::<_, _, false, true, false>(w, &HostBytes(smem_addr), p, true, at)
+                run::<_, _, false, true, A>(w, &HostBytes(smem_addr), p, true, at)
             } else if batch && uni {
-                run::<_, _, false, false, true>(w, &HostBytes(smem_addr), p, true, at)
+                run::<_, _, false, false, U>(w, &HostBytes(smem_addr), p, true, at)
+            } else if per {
+                run::<_, _, false, false, P>(w, &HostBytes(smem_addr), p, true, at)
             } else if batch {
-                run::<_, _, false, false, false>(w, &HostBytes(smem_addr), p, true, at)
+                run::<_, _, false, false, A>(w, &HostBytes(smem_addr), p, true, at)
             } else if book_in_place && uni {
-                run::<_, _, false, false, true>(w, &HostBytes(book.addr()), p, false, at)
+                run::<_, _, false, false, U>(w, &HostBytes(book.addr()), p, false, at)
             } else if book_in_place {
-                run::<_, _, false, false, false>(w, &HostBytes(book.addr()), p, false, at)
+                run::<_, _, false, false, A>(w, &HostBytes(book.addr()), p, false, at)
             } else if uni {
-                run::<_, _, false, false, true>(w, &HostBytes(smem_addr), p, false, at)
+                run::<_, _, false, false, U>(w, &HostBytes(smem_addr), p, false, at)
             } else {
-                run::<_, _, false, false, false>(w, &HostBytes(smem_addr), p, false, at)
+                run::<_, _, false, false, A>(w, &HostBytes(smem_addr), p, false, at)
             }
         });
     }

@@ -78,6 +78,16 @@ pub const CLASS_GENERAL: u8 = 2;
 /// (`crate::detail::step`); any other kernel treats a uniform step as a
 /// two-run one.
 pub const CLASS_UNIFORM: u8 = 3;
+/// Not a value of the book's `CLASS` field (such steps are stored as
+/// [`CLASS_GENERAL`], which every other kernel decodes them as) but the
+/// step kind of the periodic kernels: a book whose every step's chunks
+/// (of 2 or 4 bytes) inside the tensor share free bits, bit values and
+/// width, the free bits the same 8-bit pattern in every byte with at most
+/// two runs in it (an fp8 table's exponent bits, invariant in every byte).
+/// The step's first chunk's `PARAMS` word holds the byte pattern's two-run
+/// shifts in its low 16 bits (general chunks' are not read), its `RUN1`
+/// the pattern's low run in its first byte.
+pub const CLASS_PERIODIC: u8 = 4;
 
 /// Byte offsets of the fields of a decode book.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -273,6 +283,58 @@ mod tests {
                         let runs = (free ^ (free << 1)).count_ones().div_ceil(2);
                         assert!(runs >= 3, "free {free:#x} has {runs} runs");
                     }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_periodic_word_spread_then_expanded_by_its_byte_pattern_inverts_pext() {
+        use crate::detail::step::spread;
+        let mut s = 0x0f0f_1234_5678_9abc;
+        for c in [2u32, 4] {
+            // Every byte pattern with one or two runs and a fixed bit.
+            for f8 in 1u32..255 {
+                let runs = (f8 ^ (f8 << 1)).count_ones().div_ceil(2);
+                if runs > 2 {
+                    continue;
+                }
+                let w = f8.count_ones();
+                let free = (0..4).fold(0u32, |x, i| x | f8 << (8 * i));
+                let mask = !free;
+                // The byte pattern's two-run shifts, as the PARAMS word's
+                // low 16 bits; RUN1's first byte repeated.
+                let q = params_two_runs(f8 as u64, 8).unwrap() & 0xffff;
+                let run1 = (lowest_run(free as u64) as u32 & 0xff) * 0x0101_0101;
+                for _ in 0..64 {
+                    let x = next(&mut s) as u32;
+                    let bitval = (next(&mut s) as u32) & mask;
+                    // The word's chunks, and each one's payload at the
+                    // bottom of its bytes (as the uniform step's window and
+                    // byte placement leave them).
+                    let want = (x & free) | bitval;
+                    let mut y = 0u32;
+                    for k in 0..4 / c {
+                        let own = (bits::low_mask(8 * c) as u32) << (8 * c * k);
+                        let chunk = ((x & own) >> (8 * c * k)) as u64;
+                        let f = ((free & own) >> (8 * c * k)) as u64;
+                        let steps = bits::move_steps(4);
+                        let mv = bits::move_masks(f, steps);
+                        let pay = bits::compress(chunk, f, &mv, steps) as u32;
+                        assert_eq!(pay >> (c * w), 0);
+                        // Stray bits above a chunk's payload (the next
+                        // chunk's, in the uniform step's window) must not
+                        // matter: the spread keeps w bits a byte.
+                        let stray = (next(&mut s) as u32) << (c * w) & bits::low_mask(8 * c) as u32;
+                        y |= (pay | stray) << (8 * c * k);
+                    }
+                    let z = if c == 4 {
+                        spread::<4>(y, w)
+                    } else {
+                        spread::<2>(y, w)
+                    };
+                    let got = expand2_own(z, q, run1, free, bitval);
+                    assert_eq!(got, want, "C={c} f8={f8:#x} x={x:#x}");
                 }
             }
         }

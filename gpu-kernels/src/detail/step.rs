@@ -29,8 +29,8 @@
 
 use crate::detail::bits::{funnel_r32, low_mask, low_mask32, merge_bytes, place_bytes};
 use crate::detail::book::{
-    CLASS_GENERAL, CLASS_NONE_FREE, CLASS_TWO_RUNS, CLASS_UNIFORM, Layout, chunks_per_lane,
-    expand2_64, expand2_own,
+    CLASS_GENERAL, CLASS_NONE_FREE, CLASS_PERIODIC, CLASS_TWO_RUNS, CLASS_UNIFORM, Layout,
+    chunks_per_lane, expand2_64, expand2_own,
 };
 use crate::detail::table::{self, Entry, entry_bytes, window64};
 use crate::params::{DECODE_FLAG_NO_CLASSES, DECODE_FLAG_NO_PREFIX};
@@ -530,6 +530,69 @@ impl Uniform {
     }
 }
 
+/// A word of chunks of `C` bytes whose payloads sit at the bottom of each
+/// chunk's bytes (`w·C` bits a chunk) spread a byte at a time: bits
+/// `w·i ..` of a chunk's payload to the bottom of its byte `i`, the bits
+/// above `w` in every byte cleared (a [`CLASS_PERIODIC`] step's first move).
+///
+/// Q: why can the shifts run across the word, not a chunk at a time?
+/// A: each term keeps only byte `i` of each chunk (`low_mask(w) << 8i`
+/// repeated a chunk), and the bits a shift carries in from the chunk below
+/// are its payload's upper bits, which land above `w` in that byte or
+/// beyond it; `C·w ≤ 8·C` bits a chunk never reach the next chunk's byte
+/// `i` after a shift of `i·(8 − w)`.
+#[inline(always)]
+pub fn spread<const C: u32>(y: u32, w: u32) -> u32 {
+    let rep = if C == 2 { 0x0001_0001 } else { 1 };
+    let m = low_mask32(w) * rep;
+    let s = 8 - w;
+    let mut z = y & m;
+    let mut i = 1;
+    while i < C {
+        z |= (y << (i * s)) & (m << (8 * i));
+        i += 1;
+    }
+    z
+}
+
+/// The body of [`expand_uniform`] and [`expand_periodic`]: per output word
+/// the chunks' payloads placed at the bottom of their bytes (`$y`), the word
+/// expanded by `$expand`, each chunk keeping its expanded or raw bytes.
+macro_rules! uniform_words {
+    ($c:ident, $s:ident, $p:ident, $bit:ident, $u:ident, $y:ident => $expand:expr) => {{
+        let mut bit = $bit;
+        let per_word = 4 / $c;
+        let (pw, fw) = ($u.pw(), $u.fw());
+        let mut o = [0u32; 4];
+        each_chunk!(wi => {
+            if wi < 4 {
+                let win = $s.raw32(bit);
+                let mut $y = win;
+                let mut off = 0u32;
+                each_chunk!(i => {
+                    if i < per_word {
+                        if i > 0 {
+                            $y = place_bytes($y, win >> (off & 31), i * $c);
+                        }
+                        off += if ($p >> (wi * per_word + i)) & 1 == 1 { pw } else { fw };
+                    }
+                });
+                let e = $expand;
+                let mut x = 0u32;
+                each_chunk!(i => {
+                    if i < per_word {
+                        let t = if ($p >> (wi * per_word + i)) & 1 == 1 { e } else { $y };
+                        x = if i == 0 { t } else { merge_bytes(x, t, i * $c) };
+                    }
+                });
+                o[wi as usize] = x;
+                bit += off;
+            }
+        });
+        o
+    }};
+}
+
 /// A lane's 16 output bytes of a [`CLASS_UNIFORM`] step of chunks of `C ≤
 /// 4` bytes, every one inside the tensor: participation bits `p`, payload
 /// from stream bit `bit`.
@@ -542,36 +605,19 @@ impl Uniform {
 /// expanded or its raw bytes by its participation bit.
 #[inline(always)]
 #[allow(unused_assignments)] // the last word's `bit +=` is never read
-fn expand_uniform<const C: u32, S: Source>(s: &S, p: u32, mut bit: u32, u: &Uniform) -> [u32; 4] {
-    let per_word = 4 / C;
-    let (pw, fw) = (u.pw(), u.fw());
-    let mut o = [0u32; 4];
-    each_chunk!(wi => {
-        if wi < 4 {
-            let win = s.raw32(bit);
-            let mut y = win;
-            let mut off = 0u32;
-            each_chunk!(i => {
-                if i < per_word {
-                    if i > 0 {
-                        y = place_bytes(y, win >> (off & 31), i * C);
-                    }
-                    off += if (p >> (wi * per_word + i)) & 1 == 1 { pw } else { fw };
-                }
-            });
-            let e = expand2_own(y, u.q, u.run1, u.free, u.bitval);
-            let mut x = 0u32;
-            each_chunk!(i => {
-                if i < per_word {
-                    let t = if (p >> (wi * per_word + i)) & 1 == 1 { e } else { y };
-                    x = if i == 0 { t } else { merge_bytes(x, t, i * C) };
-                }
-            });
-            o[wi as usize] = x;
-            bit += off;
-        }
-    });
-    o
+fn expand_uniform<const C: u32, S: Source>(s: &S, p: u32, bit: u32, u: &Uniform) -> [u32; 4] {
+    uniform_words!(C, s, p, bit, u, y => expand2_own(y, u.q, u.run1, u.free, u.bitval))
+}
+
+/// [`expand_uniform`] for a [`CLASS_PERIODIC`] step: each word spread a
+/// byte at a time ([`spread`]) before the expansion, which then deposits
+/// every byte by the byte pattern's two runs (`RUN1`'s first byte in every
+/// byte; `FREE` and `BITVAL` are whole words already).
+#[inline(always)]
+#[allow(unused_assignments)] // the last word's `bit +=` is never read
+fn expand_periodic<const C: u32, S: Source>(s: &S, p: u32, bit: u32, u: &Uniform) -> [u32; 4] {
+    let (wb, r1) = (u.pw() / C, (u.run1 & 0xff) * 0x0101_0101);
+    uniform_words!(C, s, p, bit, u, y => expand2_own(spread::<C>(y, wb), u.q, r1, u.free, u.bitval))
 }
 
 /// Decode the encoded tensor of `e_bytes` stored bytes read through `s`,
@@ -713,7 +759,7 @@ pub unsafe fn decode_in<
     // widths, and one loop holding both paths ran the uniform path's
     // instructions predicated off in every two-run step (Nsight Compute:
     // +15% executed on a 4096-byte table, 8–13% slower, 2026-11-29).
-    let uni = CLASS == CLASS_UNIFORM && C <= 4;
+    let uni = (CLASS == CLASS_UNIFORM || CLASS == CLASS_PERIODIC) && C <= 4;
     // The whole group steps (a step past the tensor's end has zero-width
     // chunks).
     let whole = k_total / (G * cpl);
@@ -823,7 +869,11 @@ pub unsafe fn decode_in<
                 // A corrupt group reads from its first stored bit (see above).
                 let bit = if ok { pos + excl } else { 0 };
                 let o = if $uni {
-                    expand_uniform::<C, S>(s, p, bit, &un)
+                    if CLASS == CLASS_PERIODIC {
+                        expand_periodic::<C, S>(s, p, bit, &un)
+                    } else {
+                        expand_uniform::<C, S>(s, p, bit, &un)
+                    }
                 } else {
                     let class = if CLASS != ANY {
                         CLASS

@@ -5,6 +5,8 @@
 //! `kernels`.
 
 use crate::arch;
+use crate::detail::book::{CLASS_PERIODIC, CLASS_UNIFORM};
+use crate::detail::decode::ANY_CLASS;
 use crate::hw::{GlobalBook, Hw, SharedBook};
 use crate::params::{CacheParams, DecodeParams, workspace_bytes};
 use crate::prelude::kernel;
@@ -40,7 +42,7 @@ macro_rules! with_book {
 #[kernel]
 pub unsafe fn ibp_decode(p: DecodeParams) {
     // SAFETY: forwarded contract.
-    unsafe { decode_batch::<false, false>(p) }
+    unsafe { decode_batch::<false, ANY_CLASS>(p) }
 }
 
 /// Decompression in batch mode, two tensors at a time, one a half-warp
@@ -51,7 +53,7 @@ pub unsafe fn ibp_decode(p: DecodeParams) {
 #[kernel]
 pub unsafe fn ibp_decode_pairs(p: DecodeParams) {
     // SAFETY: forwarded contract.
-    unsafe { decode_batch::<true, false>(p) }
+    unsafe { decode_batch::<true, ANY_CLASS>(p) }
 }
 
 /// [`ibp_decode`] for a book whose every step is uniform
@@ -69,7 +71,7 @@ pub unsafe fn ibp_decode_pairs(p: DecodeParams) {
 #[kernel]
 pub unsafe fn ibp_decode_uniform(p: DecodeParams) {
     // SAFETY: forwarded contract.
-    unsafe { decode_batch::<false, true>(p) }
+    unsafe { decode_batch::<false, CLASS_UNIFORM>(p) }
 }
 
 /// [`ibp_decode_pairs`] for a book whose every step is uniform.
@@ -79,7 +81,20 @@ pub unsafe fn ibp_decode_uniform(p: DecodeParams) {
 #[kernel]
 pub unsafe fn ibp_decode_pairs_uniform(p: DecodeParams) {
     // SAFETY: forwarded contract.
-    unsafe { decode_batch::<true, true>(p) }
+    unsafe { decode_batch::<true, CLASS_UNIFORM>(p) }
+}
+
+/// [`ibp_decode`] for a book whose every step is periodic
+/// (`crate::detail::book::CLASS_PERIODIC`: chunks of 2 or 4 bytes whose
+/// free bits repeat one byte pattern, as an fp8 table's): the uniform step
+/// with each word spread a byte at a time before its expansion.
+///
+/// # Safety
+/// As [`ibp_decode`], and every step of the book is periodic.
+#[kernel]
+pub unsafe fn ibp_decode_periodic(p: DecodeParams) {
+    // SAFETY: forwarded contract.
+    unsafe { decode_batch::<false, CLASS_PERIODIC>(p) }
 }
 
 /// The body of the unclustered batch-mode kernels.
@@ -87,7 +102,7 @@ pub unsafe fn ibp_decode_pairs_uniform(p: DecodeParams) {
 /// # Safety
 /// As [`ibp_decode`].
 #[inline(always)]
-unsafe fn decode_batch<const PAIRS: bool, const UNI: bool>(p: DecodeParams) {
+unsafe fn decode_batch<const PAIRS: bool, const UNI: u8>(p: DecodeParams) {
     let p = global_decode(p);
     let base = arch::dyn_smem_base();
     // The decode book, once per block (paper: metadata stays on the GPU;
@@ -149,7 +164,7 @@ pub unsafe fn ibp_decode_lanes(p: DecodeParams) {
 #[kernel]
 pub unsafe fn ibp_decode_stream(p: DecodeParams) {
     // SAFETY: forwarded contract.
-    unsafe { decode_stream::<false>(p) }
+    unsafe { decode_stream::<ANY_CLASS>(p) }
 }
 
 /// [`ibp_decode_stream`] for a book whose every step is uniform (see
@@ -160,7 +175,7 @@ pub unsafe fn ibp_decode_stream(p: DecodeParams) {
 #[kernel]
 pub unsafe fn ibp_decode_stream_uniform(p: DecodeParams) {
     // SAFETY: forwarded contract.
-    unsafe { decode_stream::<true>(p) }
+    unsafe { decode_stream::<CLASS_UNIFORM>(p) }
 }
 
 /// The body of the unclustered streaming-mode kernels.
@@ -168,7 +183,7 @@ pub unsafe fn ibp_decode_stream_uniform(p: DecodeParams) {
 /// # Safety
 /// As [`ibp_decode_stream`].
 #[inline(always)]
-unsafe fn decode_stream<const UNI: bool>(p: DecodeParams) {
+unsafe fn decode_stream<const UNI: u8>(p: DecodeParams) {
     let p = global_decode(p);
     let base = arch::dyn_smem_base();
     let at = launch(&p, base + p.book_smem_bytes);
@@ -196,7 +211,13 @@ pub unsafe fn ibp_decode_clustered(p: DecodeParams) {
     let at = launch(&p, base + p.book_smem_bytes);
     // SAFETY: forwarded contract; the books are in shared memory at `base`.
     unsafe {
-        crate::detail::decode::run::<_, _, true, false, false>(&Hw, &SharedBook(base), p, true, at)
+        crate::detail::decode::run::<_, _, true, false, ANY_CLASS>(
+            &Hw,
+            &SharedBook(base),
+            p,
+            true,
+            at,
+        )
     }
 }
 
@@ -214,7 +235,7 @@ pub unsafe fn ibp_decode_clustered_stream(p: DecodeParams) {
     let at = launch(&p, arch::dyn_smem_base());
     // SAFETY: forwarded contract; the books are read from global memory.
     unsafe {
-        crate::detail::decode::run::<_, _, true, false, false>(
+        crate::detail::decode::run::<_, _, true, false, ANY_CLASS>(
             &Hw,
             &GlobalBook(p.book),
             p,

@@ -61,6 +61,10 @@ pub struct Decoder<'ds> {
     /// kernels decode it (`ibp_decode_uniform`, `ibp_decode_pairs_uniform`,
     /// `ibp_decode_stream_uniform`; unclustered launches only).
     pub(crate) uniform: bool,
+    /// The book's every step is periodic and the caller lets the periodic
+    /// kernel decode it (`ibp_decode_periodic`: unclustered batch mode, a
+    /// tensor a warp).
+    pub(crate) periodic: bool,
     /// The lane decoder's grid (`ibp_decode_lanes`), where it may run:
     /// unclustered rows in device memory, the book in shared memory.
     pub(crate) lanes: Option<LaneGrid>,
@@ -185,7 +189,7 @@ fn stream_book(
             }
             let per_sm = gpu
                 .blocks_per_sm(
-                    kernels::decode(false, false, false, uniform),
+                    kernels::decode(false, false, false, uniform, false),
                     (w * 32) as u32,
                     smem as usize,
                 )
@@ -259,11 +263,17 @@ fn batch_blocks_per_sm(
     let block = (warps * 32) as u32;
     let least = (book_len + workspace_bytes(0, (2 * span_max) as u32) as u64).min(budget);
     let mut blocks = 4;
-    for (pairs, uniform) in [(false, false), (true, false), (false, true), (true, true)] {
-        if (pairs || uniform) && clustered {
+    for (pairs, uniform, periodic) in [
+        (false, false, false),
+        (true, false, false),
+        (false, true, false),
+        (true, true, false),
+        (false, false, true),
+    ] {
+        if (pairs || uniform || periodic) && clustered {
             continue;
         }
-        let k = kernels::decode(true, clustered, pairs, uniform);
+        let k = kernels::decode(true, clustered, pairs, uniform, periodic);
         blocks = blocks.min(gpu.blocks_per_sm(k, block, least as usize).unwrap_or(2) as u64);
     }
     blocks.max(1)
@@ -410,8 +420,17 @@ impl<'ds> Decoder<'ds> {
             && opts
                 .pairs
                 .unwrap_or(!opts.no_fast_paths && pairs_pay(l, ring_lines as u64 / 2, span_max));
+        // The periodic kernel: a book whose every step is periodic, in
+        // batch mode a tensor a warp (it has no pair or streaming form),
+        // unless the caller turns the uniform kernels off.
+        let periodic = book.periodic
+            && batch
+            && !pairs
+            && !clustered
+            && !opts.no_fast_paths
+            && opts.uniform.unwrap_or(true);
         let per_sm = gpu.blocks_per_sm(
-            kernels::decode(batch, clustered, pairs, uniform),
+            kernels::decode(batch, clustered, pairs, uniform, periodic),
             block,
             shared as usize,
         )?;
@@ -455,6 +474,7 @@ impl<'ds> Decoder<'ds> {
             batch,
             pairs,
             uniform,
+            periodic,
             lanes,
             lanes_forced: opts.lanes,
             fewer: fewer
@@ -678,6 +698,7 @@ impl<'ds> Decoder<'ds> {
                         rows.clusters.is_some(),
                         self.pairs,
                         self.uniform,
+                        self.periodic,
                     ),
                     grid,
                     block,

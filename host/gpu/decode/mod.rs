@@ -80,7 +80,10 @@ pub struct DecodeOptions {
     /// once a step (`Some(true)` or `None`, the default), or with the
     /// others, from each chunk's own fields (`Some(false)`: to measure what
     /// the shared fields are worth). Clustered datasets use the others.
-    /// Output is identical either way.
+    /// The same choice takes the periodic kernel for a book whose every
+    /// step is periodic (every byte of a chunk alike in its free bits: an
+    /// fp8 table's; batch mode, a tensor a warp). Output is identical
+    /// either way.
     pub uniform: Option<bool>,
 }
 

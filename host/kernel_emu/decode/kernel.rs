@@ -164,6 +164,60 @@ fn emulated_uniform_kernels_equal_the_original_rows() {
 }
 
 #[test]
+fn emulated_periodic_kernel_equals_the_original_rows() {
+    use ibp_kernels::params::FETCH_LOAD_STORE;
+    let mut ran = 0;
+    let mut corruptions = [0usize; 2];
+    for chunk in [ChunkSize::Two, ChunkSize::Four] {
+        // Rows of fp8 MiniLM (384 bytes: less than one step), whole steps,
+        // and a last step past the tensor's end.
+        for (l, pattern, fixed) in [
+            (384usize, 0x60u8, 0x40u8),
+            (384, 0x70, 0x20),
+            (1024, 0x60, 0x40),
+            (1000, 0x70, 0x20),
+        ] {
+            let n = 64;
+            let data = periodic_columns(n, l, pattern, fixed, 13 + l as u64);
+            let rows = Rows::new(&data, l).unwrap();
+            let t = Threshold::from_basis_points(8500).unwrap();
+            let cb = Codebook::from_counts(&count_bits(rows), n as u64, t, chunk).unwrap();
+            let what = format!("L={l} C={chunk}");
+            // What makes `emu_launch` take the periodic kernel (batch mode,
+            // a tensor a warp: loads and stores).
+            assert!(
+                crate::kernel_tables::book_is_periodic(&cb),
+                "{what}: not periodic"
+            );
+            for layout in [EmuStorage::PACKED, EmuStorage::FIXED] {
+                let k = EmuKernel::Batch;
+                let fetch = FETCH_LOAD_STORE;
+                let (out, st) = emu_kernel(&cb, rows, layout, None, n as u64, k, fetch, None);
+                assert_eq!(st, [0, u64::MAX], "status: {what} {layout:?}");
+                assert!(out == data, "range differs: {what} {layout:?}");
+                let ix: Vec<u64> = (0..n as u64).map(|i| (i * 13 + 5) % n as u64).collect();
+                let (out, st) = emu_kernel(&cb, rows, layout, Some(&ix), n as u64, k, fetch, None);
+                assert_eq!(st, [0, u64::MAX], "gather status: {what} {layout:?}");
+                check_gathered(&out, &ix, &data, l, None, &format!("{what} {layout:?}"));
+                ran += 1;
+            }
+            // Padding bits exist only where a tensor's bits are not whole
+            // bytes: never with two fixed bits a byte (payloads of 6 bits
+            // a byte, whole bytes a chunk), so both cases are asked of the
+            // whole test, not of each table.
+            let bad = corrupt_tensor_is_reported(&cb, rows, &format!("periodic {what}"));
+            corruptions[0] += bad[0];
+            corruptions[1] += bad[1];
+        }
+    }
+    assert_eq!(ran, 16);
+    assert!(
+        corruptions.iter().all(|&c| c > 0),
+        "corruptions run {corruptions:?}"
+    );
+}
+
+#[test]
 fn emulated_gathers_take_u32_indices_and_strided_output() {
     use ibp_kernels::params::FETCH_CP_ASYNC;
     for (l, n, chunk) in [

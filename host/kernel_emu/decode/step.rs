@@ -14,9 +14,9 @@ fn emu_decode_row(
     shift: usize,
     out_shift: usize,
     flags: u32,
-    uni: bool,
+    kind: u8,
 ) -> Option<Vec<u8>> {
-    use ibp_kernels::detail::book::{CLASS_UNIFORM, Layout};
+    use ibp_kernels::detail::book::{CLASS_PERIODIC, CLASS_UNIFORM, Layout};
     use ibp_kernels::detail::step::{ANY, Contig, Geometry, RowStore, decode_row, decode_row_as};
 
     let l = cb.row_bytes();
@@ -48,9 +48,14 @@ fn emu_decode_row(
         let mut src = unsafe { Contig::new(&ws_mem, shift as u32) };
         // SAFETY: as stated above the call: buffers sized for the kernel.
         let r = unsafe {
-            if uni {
+            if kind == CLASS_UNIFORM {
                 // The uniform kernels' step.
                 with_chunk_const!(cb.chunk(), C => decode_row_as::<C, CLASS_UNIFORM, ANY, true, _, _, _, _, _>(
+                    w, &mut src, &book_mem, &HostMem, &g, e_bytes, &mut sink,
+                ))
+            } else if kind == CLASS_PERIODIC {
+                // The periodic kernel's step.
+                with_chunk_const!(cb.chunk(), C => decode_row_as::<C, CLASS_PERIODIC, ANY, true, _, _, _, _, _>(
                     w, &mut src, &book_mem, &HostMem, &g, e_bytes, &mut sink,
                 ))
             } else {
@@ -81,8 +86,11 @@ fn emu_decode_row(
 /// kernels' step too; check each against the row, and that a stored length
 /// one byte short is reported corrupt. Returns the rows checked.
 fn check_encoded_rows(cb: &Codebook, rows: Rows<'_>, what: &str) -> usize {
+    use ibp_kernels::detail::book::{CLASS_PERIODIC, CLASS_UNIFORM};
+    use ibp_kernels::detail::decode::ANY_CLASS;
     use ibp_kernels::params::{DECODE_FLAG_NO_CLASSES, DECODE_FLAG_NO_PREFIX};
     let uniform = crate::kernel_tables::book_is_uniform(cb, &decode_book(cb));
+    let periodic = crate::kernel_tables::book_is_periodic(cb);
     let packed = compress_packed(cb, rows, &LayoutOptions::default()).unwrap();
     let mut checked = 0;
     for (i, row) in rows.iter().enumerate() {
@@ -97,11 +105,11 @@ fn check_encoded_rows(cb: &Codebook, rows: Rows<'_>, what: &str) -> usize {
             DECODE_FLAG_NO_PREFIX,
             DECODE_FLAG_NO_CLASSES | DECODE_FLAG_NO_PREFIX,
         ][i % 4];
-        for uni in [false, true] {
-            if uni && !uniform {
+        for kind in [ANY_CLASS, CLASS_UNIFORM, CLASS_PERIODIC] {
+            if (kind == CLASS_UNIFORM && !uniform) || (kind == CLASS_PERIODIC && !periodic) {
                 continue;
             }
-            let what = format!("{what} row {i} flags {flags} uniform {uni}");
+            let what = format!("{what} row {i} flags {flags} step kind {kind}");
             let got = emu_decode_row(
                 cb,
                 stored,
@@ -109,13 +117,13 @@ fn check_encoded_rows(cb: &Codebook, rows: Rows<'_>, what: &str) -> usize {
                 i % 5,
                 (i * 3) % 17,
                 flags,
-                uni,
+                kind,
             );
             assert_eq!(got.as_deref(), Some(row), "{what}");
             checked += 1;
             // A stored length that disagrees with the bits is corrupt.
             if stored.len() > (cb.chunks().div_ceil(8)) + 1 {
-                let short = emu_decode_row(cb, stored, stored.len() as u32 - 1, 1, 0, flags, uni);
+                let short = emu_decode_row(cb, stored, stored.len() as u32 - 1, 1, 0, flags, kind);
                 assert_eq!(short, None, "short length accepted: {what}");
             }
         }
@@ -195,6 +203,37 @@ fn emulated_decode_step_takes_uniform_steps_where_every_column_is_alike() {
                     "C={chunk} L={l} T={bp}"
                 );
                 let what = format!("uniform L={l} C={chunk} T={bp}");
+                assert!(check_encoded_rows(&cb, rows, &what) >= n / 2, "{what}");
+            }
+        }
+    }
+}
+
+#[test]
+fn emulated_decode_step_takes_periodic_steps_where_every_byte_is_alike() {
+    for chunk in [ChunkSize::Two, ChunkSize::Four] {
+        let c = chunk.bytes();
+        // Whole steps, a last step past the tensor's end (384-byte rows:
+        // an fp8 MiniLM row), a tail chunk.
+        for (l, n) in [(1024usize, 64usize), (384, 64), (1000, 64), (1001, 64)] {
+            for (pattern, fixed) in [(0x60u8, 0x40u8), (0x70, 0x20), (0x18, 0x08)] {
+                let data = periodic_columns(n, l, pattern, fixed, 7 + l as u64);
+                let rows = Rows::new(&data, l).unwrap();
+                let t = Threshold::from_basis_points(8500).unwrap();
+                let cb = Codebook::from_counts(&count_bits(rows), n as u64, t, chunk).unwrap();
+                let tail = !l.is_multiple_of(c as usize);
+                assert_eq!(
+                    crate::kernel_tables::book_is_periodic(&cb),
+                    !tail,
+                    "C={chunk} L={l} pattern {pattern:#x}"
+                );
+                // Never uniform: the byte pattern repeats, so a chunk's
+                // free bits form more than two runs.
+                assert!(!crate::kernel_tables::book_is_uniform(
+                    &cb,
+                    &decode_book(&cb)
+                ));
+                let what = format!("periodic L={l} C={chunk} pattern {pattern:#x}");
                 assert!(check_encoded_rows(&cb, rows, &what) >= n / 2, "{what}");
             }
         }

@@ -455,12 +455,7 @@ impl<H: Machine, B: Book, const CL: bool> Ctx<'_, H, B, CL> {
     /// uniform; one kernel with both steps spilled (128 registers, 140
     /// bytes), while each alone fits.
     #[inline(always)]
-    fn finish_batch<const PAIRS: bool, const UNI: bool>(
-        &self,
-        half: u32,
-        batch: &Item,
-        count: u32,
-    ) {
+    fn finish_batch<const PAIRS: bool, const UNI: u8>(&self, half: u32, batch: &Item, count: u32) {
         let h = self.h;
         if !PAIRS || self.ideal_mode() {
             for b in 0..count {
@@ -499,7 +494,7 @@ impl<H: Machine, B: Book, const CL: bool> Ctx<'_, H, B, CL> {
     /// Decode two encoded tensors, one a half-warp (`it` is the lane's
     /// half's item).
     #[inline(always)]
-    fn finish_pair<const UNI: bool>(&self, half: u32, it: &Item) {
+    fn finish_pair<const UNI: u8>(&self, half: u32, it: &Item) {
         let h = self.h;
         let out = self.p.out + it.row * self.p.out_stride;
         let base = half + it.region() * LINE as u32 + (it.src % LINE) as u32;
@@ -528,7 +523,7 @@ impl<H: Machine, B: Book, const CL: bool> Ctx<'_, H, B, CL> {
     /// Decode (or, in ideal mode, write) one tensor of a resident batch
     /// (`it`, broadcast) with the whole warp.
     #[inline(always)]
-    fn finish_item<const UNI: bool>(&self, half: u32, it: &Item) {
+    fn finish_item<const UNI: u8>(&self, half: u32, it: &Item) {
         if it.code() != ITEM_ENCODED || self.ideal_mode() {
             self.finish_other(half, it);
             return;
@@ -581,7 +576,7 @@ impl<H: Machine, B: Book, const CL: bool> Ctx<'_, H, B, CL> {
     /// Batch mode main loop: form, fetch, and decode batches, two halves of
     /// the ring in flight at once.
     #[inline(always)]
-    pub(super) fn run_batches<const PAIRS: bool, const UNI: bool>(&self, warp: u64, warps: u64) {
+    pub(super) fn run_batches<const PAIRS: bool, const UNI: u8>(&self, warp: u64, warps: u64) {
         let h = self.h;
         let half_lines = self.p.ring_lines / 2;
         // Shared address of half `k` (arithmetic, not an array: a runtime

@@ -43,7 +43,7 @@
 //! the status word and its output row is zeroed, never decoded into garbage.
 
 use crate::detail::bits::WARP;
-use crate::detail::book::{CLASS_UNIFORM, Layout};
+use crate::detail::book::Layout;
 use crate::detail::step::{self, Geometry, RowStore, Source};
 use crate::detail::table::{table_bytes, window32};
 use crate::params::{
@@ -204,7 +204,7 @@ impl<H: Machine, B: Book, const CL: bool> Ctx<'_, H, B, CL> {
     /// `G`: lanes per tensor (32, or 16 with each half-warp decoding its own
     /// tensor; the arguments are then its half's, and so is the result).
     #[inline(always)]
-    fn step<S: Source, const G: u32, const UNI: bool>(
+    fn step<S: Source, const G: u32, const UNI: u8>(
         &self,
         src: &mut S,
         e_bytes: u32,
@@ -225,7 +225,7 @@ impl<H: Machine, B: Book, const CL: bool> Ctx<'_, H, B, CL> {
 
     /// Decode with the step, reading through `src`, into row `out`.
     #[inline(always)]
-    fn step_with<S: Source, B2: Book, const G: u32, const UNI: bool>(
+    fn step_with<S: Source, B2: Book, const G: u32, const UNI: u8>(
         &self,
         src: &mut S,
         book: &B2,
@@ -242,18 +242,18 @@ impl<H: Machine, B: Book, const CL: bool> Ctx<'_, H, B, CL> {
         // table are the dataset's (the host built both from one codebook,
         // or one per cluster).
         unsafe {
-            if UNI {
-                // The uniform kernels: every step of the book is uniform
-                // (the host launches them for no other; 8-byte chunks
-                // never are).
+            if UNI != ANY_CLASS {
+                // The uniform or periodic kernels: every step of the book
+                // is of that kind (the host launches them for no other;
+                // 8-byte chunks never are, 1-byte ones never periodic).
                 return match self.p.chunk {
-                    1 => decode_in::<1, G, CLASS_UNIFORM, ANY, true, _, _, _, _, _>(
+                    1 => decode_in::<1, G, UNI, ANY, true, _, _, _, _, _>(
                         h, src, book, h, g, e_bytes, k,
                     ),
-                    2 => decode_in::<2, G, CLASS_UNIFORM, ANY, true, _, _, _, _, _>(
+                    2 => decode_in::<2, G, UNI, ANY, true, _, _, _, _, _>(
                         h, src, book, h, g, e_bytes, k,
                     ),
-                    _ => decode_in::<4, G, CLASS_UNIFORM, ANY, true, _, _, _, _, _>(
+                    _ => decode_in::<4, G, UNI, ANY, true, _, _, _, _, _>(
                         h, src, book, h, g, e_bytes, k,
                     ),
                 };
@@ -317,7 +317,7 @@ impl<H: Machine, B: Book, const CL: bool> Ctx<'_, H, B, CL> {
     /// layout) or only an upper bound (`L`, fixed-stride). Returns false when
     /// the stored bits are inconsistent (nothing out of bounds was read).
     #[inline(always)]
-    fn decode_streamed<const UNI: bool>(
+    fn decode_streamed<const UNI: u8>(
         &self,
         t: u64,
         src: u64,
@@ -424,7 +424,7 @@ impl<H: Machine, B: Book, const CL: bool> Ctx<'_, H, B, CL> {
 
     /// Streaming mode main loop: one tensor at a time per warp.
     #[inline(always)]
-    fn run_streaming<const UNI: bool>(&self, warp: u64, warps: u64) {
+    fn run_streaming<const UNI: u8>(&self, warp: u64, warps: u64) {
         let (h, p) = (self.h, &self.p);
         let packed = self.packed();
         let mut i = warp;
@@ -468,6 +468,11 @@ impl<H: Machine, B: Book, const CL: bool> Ctx<'_, H, B, CL> {
     }
 }
 
+/// `UNI` of [`run`]: each step decoded by the class the book gives it
+/// (the general kernels); otherwise `UNI` is the one step kind of every
+/// step, `CLASS_UNIFORM` or `CLASS_PERIODIC` (`crate::detail::book`).
+pub const ANY_CLASS: u8 = 0;
+
 /// Kernel body for one warp (see [`DecodeParams`]; every address in `p` is
 /// a global one).
 ///
@@ -480,9 +485,10 @@ impl<H: Machine, B: Book, const CL: bool> Ctx<'_, H, B, CL> {
 /// bytes of shared memory. `PAIRS` (batch mode): two tensors at a time,
 /// one a half-warp (`batch`'s `finish_batch`). `CL`: the dataset is clustered, `book` holds
 /// every cluster's book back to back and `p.clusters` their ids
-/// (`DecodeParams::clusters`).
+/// (`DecodeParams::clusters`). `UNI`: [`ANY_CLASS`], or the kind of every
+/// step of an unclustered book.
 #[inline(always)]
-pub unsafe fn run<H: Machine, B: Book, const CL: bool, const PAIRS: bool, const UNI: bool>(
+pub unsafe fn run<H: Machine, B: Book, const CL: bool, const PAIRS: bool, const UNI: u8>(
     h: &H,
     book: &B,
     p: DecodeParams,
