@@ -13,7 +13,9 @@
 //!    chunk matches, `fw` otherwise) and their sum;
 //! 3. its first payload bit: an exclusive warp scan of the sums, or, when
 //!    every chunk of the step matches (one ballot), the book's precomputed
-//!    `PREFIX`, which needs no shuffle at all;
+//!    `PREFIX`, which needs no shuffle at all, or, when at most
+//!    [`ESCAPE_LANES`] lanes hold a chunk that does not match, `PREFIX`
+//!    widened by those lanes' extra bits, one shuffle each;
 //! 4. each chunk's payload (two or three shared-memory words and a funnel
 //!    shift), expanded by the step's class (see [`crate::detail::book`]): nothing to
 //!    expand when the step's columns have no free bits, two shifts and two
@@ -648,6 +650,80 @@ pub unsafe fn decode_row<const C: u32, W: Lanes, S: Source, B: Book, M: Mem, K: 
 /// `CLASS` / `PREFIX` value of [`decode_row_as`]: decided at run time.
 pub const ANY: u8 = u8::MAX;
 
+/// The most lanes with a chunk that does not match (an *escape lane*) for
+/// which a step takes [`prefix_with_escapes`] rather than the warp scan.
+pub const ESCAPE_LANES: u32 = 4;
+
+/// The group's payload prefixes from the book's all-match `PREFIX` row and
+/// its few escape lanes: lane `l`'s exclusive prefix and the group's sum.
+/// `at`: the group's first entry in the row (book offset), `sub`: the
+/// group's half of the book step (0 for `G = 32`), `tot`: the lane's widths,
+/// `matched`: every chunk of the lane matches, `esc`: the warp's ballot of
+/// lanes that are not `matched`.
+///
+/// Q: why not the scan?
+/// A: the scan's five shuffles depend on one another, each waiting on the
+/// last, and sparse tables (Cora: one or two escape lanes in most steps
+/// that are not all-match) take it in most steps. The all-match prefix is
+/// right for every lane up to the first escape; each escape lane adds what
+/// its non-matching chunks widen, `δ` (its widths less its all-match
+/// widths, which the book's row gives as the difference of two
+/// entries), to the lanes after it: one shuffle an escape lane, all
+/// independent of one another.
+///
+/// # Safety
+/// `at + 4·G` is inside the book's PREFIX field and, for `sub > 0`, so is
+/// `at − 4` (the row's entries of this group and the lane before it).
+#[inline(always)]
+unsafe fn prefix_with_escapes<const G: u32, W: Lanes, B: Book>(
+    w: &W,
+    b: &B,
+    at: u32,
+    sub: u32,
+    tot: u32,
+    matched: bool,
+    esc: u32,
+) -> (u32, u32) {
+    let lane = w.lane() & (G - 1);
+    let first = w.lane() & !(G - 1);
+    // SAFETY: the group's entries, the one before its first lane (a lane
+    // 0 reads its own, unused), and the one before the group (`sub > 0`).
+    let (incl, end, before, own_prev) = unsafe {
+        (
+            b.ld_u32(at + 4 * lane),
+            b.ld_u32(at + 4 * (G - 1)),
+            if sub > 0 { b.ld_u32(at - 4) } else { 0 },
+            b.ld_u32(at + 4 * lane.max(1) - 4),
+        )
+    };
+    // The prefix before the lane's chunks had every chunk matched.
+    let prev = if matched {
+        incl.wrapping_sub(tot)
+    } else if lane == 0 {
+        before
+    } else {
+        own_prev
+    };
+    let delta = tot.wrapping_sub(incl.wrapping_sub(prev));
+    let (mut acc, mut gsum) = (0u32, 0u32);
+    let mut e = esc;
+    while e != 0 {
+        let src = e.trailing_zeros();
+        e &= e - 1;
+        let v = w.shfl_idx(delta, src);
+        if src & !(G - 1) == first {
+            gsum = gsum.wrapping_add(v);
+            if src < w.lane() {
+                acc = acc.wrapping_add(v);
+            }
+        }
+    }
+    (
+        prev.wrapping_sub(before).wrapping_add(acc),
+        end.wrapping_sub(before).wrapping_add(gsum),
+    )
+}
+
 /// [`decode_row`] with the step class and the all-match shortcut fixed at
 /// compile time, for counting one path's instructions (`scripts/sass.sh`
 /// reads the probe kernels built from this): `CLASS` is a `CLASS_*` or
@@ -855,6 +931,14 @@ pub unsafe fn decode_in<
                         incl.wrapping_sub(before).wrapping_sub(tot),
                         end.wrapping_sub(before),
                     )
+                } else if PREFIX == ANY
+                    && prefix
+                    && (!vote).count_ones() <= ESCAPE_LANES
+                {
+                    let at = lay.prefix + 128 * bstep + 4 * (sub * G);
+                    // SAFETY: the group's lanes' entries of the book's PREFIX
+                    // field (`prefix_with_escapes`).
+                    unsafe { prefix_with_escapes::<G, W, B>(w, b, at, sub, tot, p == vmask, !vote) }
                 } else {
                     exclusive_scan_in::<G, W>(w, tot)
                 };

@@ -239,3 +239,41 @@ fn emulated_decode_step_takes_periodic_steps_where_every_byte_is_alike() {
         }
     }
 }
+
+#[test]
+fn emulated_decode_step_widens_the_all_match_prefix_by_few_escape_lanes() {
+    use ibp_kernels::detail::step::ESCAPE_LANES;
+    // Rows alike but for a few chunks, in `n` distinct lanes of each warp
+    // step (16 bytes a lane, 512 a step), `n` from 0 to ESCAPE_LANES + 2:
+    // steps with no escape lane (the book's prefix), with up to
+    // ESCAPE_LANES (the prefix widened lane by lane) and with more (the
+    // scan). The escapes fall in rare chunk positions, so the codebook
+    // keeps their bits fixed and those chunks do not match.
+    let (l, rows_n) = (512 * 9 + 48, 64usize);
+    let mut data = vec![0x3cu8; rows_n * l];
+    let most = ESCAPE_LANES as usize + 2;
+    let mut escapes = 0;
+    for r in 0..rows_n {
+        for step in 0..l.div_ceil(512) {
+            let n = (step + r) % (most + 1);
+            for i in 0..n {
+                let lane = (r * 7 + 5 * i) % 32;
+                // A byte of the lane's 16, different in each row.
+                let at = step * 512 + lane * 16 + (r + 3 * i) % 16;
+                if at < l {
+                    data[r * l + at] = 0xc3 ^ (r as u8);
+                    escapes += 1;
+                }
+            }
+        }
+    }
+    assert!(escapes > rows_n * 9);
+    let rows = Rows::new(&data, l).unwrap();
+    let counts = count_bits(rows);
+    for chunk in ChunkSize::ALL {
+        let t = Threshold::from_basis_points(9000).unwrap();
+        let cb = Codebook::from_counts(&counts, rows_n as u64, t, chunk).unwrap();
+        let what = format!("escape lanes C={chunk}");
+        assert!(check_encoded_rows(&cb, rows, &what) >= rows_n / 2, "{what}");
+    }
+}
