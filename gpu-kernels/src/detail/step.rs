@@ -13,9 +13,10 @@
 //!    chunk matches, `fw` otherwise) and their sum;
 //! 3. its first payload bit: an exclusive warp scan of the sums, or, when
 //!    every chunk of the step matches (one ballot), the book's precomputed
-//!    `PREFIX`, which needs no shuffle at all, or, when at most
-//!    [`ESCAPE_LANES`] lanes hold a chunk that does not match, `PREFIX`
-//!    widened by those lanes' extra bits, one shuffle each;
+//!    `PREFIX`, which needs no shuffle at all, or (the uniform and periodic
+//!    kernels, a tensor a warp), when at most [`ESCAPE_LANES`] lanes hold a
+//!    chunk that does not match, `PREFIX` widened by those lanes' extra
+//!    bits, one shuffle each;
 //! 4. each chunk's payload (two or three shared-memory words and a funnel
 //!    shift), expanded by the step's class (see [`crate::detail::book`]): nothing to
 //!    expand when the step's columns have no free bits, two shifts and two
@@ -661,15 +662,18 @@ pub const ESCAPE_LANES: u32 = 4;
 /// `matched`: every chunk of the lane matches, `esc`: the warp's ballot of
 /// lanes that are not `matched`.
 ///
-/// Q: why not the scan?
-/// A: the scan's five shuffles depend on one another, each waiting on the
-/// last, and sparse tables (Cora: one or two escape lanes in most steps
-/// that are not all-match) take it in most steps. The all-match prefix is
-/// right for every lane up to the first escape; each escape lane adds what
-/// its non-matching chunks widen, `δ` (its widths less its all-match
-/// widths, which the book's row gives as the difference of two
-/// entries), to the lanes after it: one shuffle an escape lane, all
-/// independent of one another.
+/// The all-match prefix is right for every lane up to the first escape
+/// lane; each escape lane adds what its non-matching chunks widen, `δ` (its
+/// widths less its all-match widths, the difference of two entries of the
+/// book's row), to the lanes after it: one shuffle an escape lane, none
+/// waiting on another, where the scan's five wait each on the last.
+///
+/// Q: why only in the uniform and periodic kernels, a tensor a warp?
+/// A: measured in every kernel (H200, 2026-11-29): MiniLM f32 through
+/// `ibp_decode_uniform` 1.08×, but Cora through `ibp_decode` 0.935× (the
+/// path and its loop ran 12% more instructions a row than the scan it
+/// replaced, and saved fewer stalls), MiniLM bf16 in pairs 0.95×. The
+/// general and pair kernels keep the scan.
 ///
 /// # Safety
 /// `at + 4·G` is inside the book's PREFIX field and, for `sub > 0`, so is
@@ -931,7 +935,9 @@ pub unsafe fn decode_in<
                         incl.wrapping_sub(before).wrapping_sub(tot),
                         end.wrapping_sub(before),
                     )
-                } else if PREFIX == ANY
+                } else if $uni
+                    && G == 32
+                    && PREFIX == ANY
                     && prefix
                     && (!vote).count_ones() <= ESCAPE_LANES
                 {

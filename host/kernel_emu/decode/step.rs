@@ -249,19 +249,24 @@ fn emulated_decode_step_widens_the_all_match_prefix_by_few_escape_lanes() {
     // ESCAPE_LANES (the prefix widened lane by lane) and with more (the
     // scan). The escapes fall in rare chunk positions, so the codebook
     // keeps their bits fixed and those chunks do not match.
-    let (l, rows_n) = (512 * 9 + 48, 64usize);
-    let mut data = vec![0x3cu8; rows_n * l];
+    let (l, rows_n) = (512 * 9 + 48, 128usize);
+    // Every byte 0x3c but its two low bits (random): free bits in one run
+    // a byte, alike in every column.
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut data: Vec<u8> = (0..rows_n * l)
+        .map(|_| 0x3c | (xorshift(&mut x) & 3) as u8)
+        .collect();
     let most = ESCAPE_LANES as usize + 2;
     let mut escapes = 0;
     for r in 0..rows_n {
         for step in 0..l.div_ceil(512) {
             let n = (step + r) % (most + 1);
             for i in 0..n {
-                let lane = (r * 7 + 5 * i) % 32;
+                let lane = (r * 7 + 11 * i + 3 * step) % 32;
                 // A byte of the lane's 16, different in each row.
-                let at = step * 512 + lane * 16 + (r + 3 * i) % 16;
+                let at = step * 512 + lane * 16 + (r * 5 + 3 * i) % 16;
                 if at < l {
-                    data[r * l + at] = 0xc3 ^ (r as u8);
+                    data[r * l + at] = 0xc0 | (data[r * l + at] & 3);
                     escapes += 1;
                 }
             }
@@ -273,6 +278,18 @@ fn emulated_decode_step_widens_the_all_match_prefix_by_few_escape_lanes() {
     for chunk in ChunkSize::ALL {
         let t = Threshold::from_basis_points(9000).unwrap();
         let cb = Codebook::from_counts(&counts, rows_n as u64, t, chunk).unwrap();
+        // Two runs a chunk of 1 or 2 bytes (uniform), one byte pattern
+        // repeated in 4 (periodic); the general step for 8.
+        assert_eq!(
+            crate::kernel_tables::book_is_uniform(&cb, &decode_book(&cb)),
+            chunk.bytes() <= 2,
+            "C={chunk}"
+        );
+        assert_eq!(
+            crate::kernel_tables::book_is_periodic(&cb),
+            chunk.bytes() == 4,
+            "C={chunk}"
+        );
         let what = format!("escape lanes C={chunk}");
         assert!(check_encoded_rows(&cb, rows, &what) >= rows_n / 2, "{what}");
     }
