@@ -199,6 +199,31 @@ pub const fn expand2_32(v: u32, s1: u32, d2: u32, run1: u32, free: u32, bitval: 
     (y & free) | bitval
 }
 
+/// A word of chunks of `C` bytes whose payloads sit at the bottom of each
+/// chunk's bytes (`w·C` bits a chunk) spread a byte at a time: bits
+/// `w·i ..` of a chunk's payload to the bottom of its byte `i`, the bits
+/// above `w` in every byte cleared (a [`CLASS_PERIODIC`] step's first move).
+///
+/// Q: why can the shifts run across the word, not a chunk at a time?
+/// A: each term keeps only byte `i` of each chunk (`low_mask(w) << 8i`
+/// repeated a chunk), and the bits a shift carries in from the chunk below
+/// are its payload's upper bits, which land above `w` in that byte or
+/// beyond it; `C·w ≤ 8·C` bits a chunk never reach the next chunk's byte
+/// `i` after a shift of `i·(8 − w)`.
+#[inline(always)]
+pub fn spread<const C: u32>(y: u32, w: u32) -> u32 {
+    let rep = if C == 2 { 0x0001_0001 } else { 1 };
+    let m = bits::low_mask32(w) * rep;
+    let s = 8 - w;
+    let mut z = y & m;
+    let mut i = 1;
+    while i < C {
+        z |= (y << (i * s)) & (m << (8 * i));
+        i += 1;
+    }
+    z
+}
+
 /// [`expand2_32`] of a chunk at bit `8·(byte offset)` of its output word,
 /// straight from its `PARAMS` word `q` and the word's `RUN1`, `FREE` and
 /// `BITVAL` words, with `v` unmasked: bits of `v` above the chunk's
@@ -290,7 +315,6 @@ mod tests {
 
     #[test]
     fn a_periodic_word_spread_then_expanded_by_its_byte_pattern_inverts_pext() {
-        use crate::detail::step::spread;
         let mut s = 0x0f0f_1234_5678_9abc;
         for c in [2u32, 4] {
             // Every byte pattern with one or two runs and a fixed bit.

@@ -33,7 +33,7 @@
 use crate::detail::bits::{funnel_r32, low_mask, low_mask32, merge_bytes, place_bytes};
 use crate::detail::book::{
     CLASS_GENERAL, CLASS_NONE_FREE, CLASS_PERIODIC, CLASS_TWO_RUNS, CLASS_UNIFORM, Layout,
-    chunks_per_lane, expand2_64, expand2_own,
+    chunks_per_lane, expand2_64, expand2_own, spread,
 };
 use crate::detail::table::{self, Entry, entry_bytes, window64};
 use crate::params::{DECODE_FLAG_NO_CLASSES, DECODE_FLAG_NO_PREFIX};
@@ -531,31 +531,6 @@ impl Uniform {
     fn fw(&self) -> u32 {
         self.q >> 24
     }
-}
-
-/// A word of chunks of `C` bytes whose payloads sit at the bottom of each
-/// chunk's bytes (`w·C` bits a chunk) spread a byte at a time: bits
-/// `w·i ..` of a chunk's payload to the bottom of its byte `i`, the bits
-/// above `w` in every byte cleared (a [`CLASS_PERIODIC`] step's first move).
-///
-/// Q: why can the shifts run across the word, not a chunk at a time?
-/// A: each term keeps only byte `i` of each chunk (`low_mask(w) << 8i`
-/// repeated a chunk), and the bits a shift carries in from the chunk below
-/// are its payload's upper bits, which land above `w` in that byte or
-/// beyond it; `C·w ≤ 8·C` bits a chunk never reach the next chunk's byte
-/// `i` after a shift of `i·(8 − w)`.
-#[inline(always)]
-pub fn spread<const C: u32>(y: u32, w: u32) -> u32 {
-    let rep = if C == 2 { 0x0001_0001 } else { 1 };
-    let m = low_mask32(w) * rep;
-    let s = 8 - w;
-    let mut z = y & m;
-    let mut i = 1;
-    while i < C {
-        z |= (y << (i * s)) & (m << (8 * i));
-        i += 1;
-    }
-    z
 }
 
 /// The body of [`expand_uniform`] and [`expand_periodic`]: per output word
