@@ -627,7 +627,7 @@ pub unsafe fn decode_row<const C: u32, W: Lanes, S: Source, B: Book, M: Mem, K: 
 pub const ANY: u8 = u8::MAX;
 
 /// The most lanes with a chunk that does not match (an *escape lane*) for
-/// which a step takes [`prefix_with_escapes`] rather than the warp scan.
+/// which a step takes `prefix_with_escapes` rather than the warp scan.
 pub const ESCAPE_LANES: u32 = 4;
 
 /// The group's payload prefixes from the book's all-match `PREFIX` row and
