@@ -219,7 +219,7 @@ pub(super) fn table_head(copy_rate: f64, spec: &Spec) -> String {
             Columns::Alike =>
                 "one value in every column (`--sweep-columns alike`: every step of the decode book uniform)",
             Columns::Bytes =>
-                "rather the bits below each byte's top bit, one value in every byte of every column (`--sweep-columns bytes`: as an fp8 table's exponent bits; chunks of 2 bytes and more decode by the general step)",
+                "rather the bits below each byte's top bit, one value in every byte of every column (`--sweep-columns bytes`: as an fp8 table's exponent bits; the periodic kernel for 2- and 4-byte chunks, the general step for 8)",
             Columns::Random => "each column's a value of its own",
         },
         spec.out_bytes >> 20,
