@@ -30,10 +30,10 @@
 //! chunk, and the output leaves in one 16-byte store per lane (a 512-byte
 //! warp store) when the row is aligned.
 
-use crate::detail::bits::{funnel_r32, low_mask, low_mask32, merge_bytes, place_bytes};
+use crate::detail::bits::{funnel_r32, low_mask, low_mask32, merge_bytes};
 use crate::detail::book::{
     CLASS_GENERAL, CLASS_NONE_FREE, CLASS_PERIODIC, CLASS_TWO_RUNS, CLASS_UNIFORM, Layout,
-    chunks_per_lane, expand2_64, expand2_own, spread,
+    chunks_per_lane, expand2_64, expand2_own,
 };
 use crate::detail::table::{self, Entry, entry_bytes, window64};
 use crate::params::{DECODE_FLAG_NO_CLASSES, DECODE_FLAG_NO_PREFIX};
@@ -54,6 +54,13 @@ macro_rules! each_chunk {
         $( { let $j: u32 = $n; $body } )*
     };
 }
+
+mod escapes;
+mod uniform;
+
+pub use escapes::ESCAPE_LANES;
+use escapes::prefix_with_escapes;
+use uniform::{Uniform, expand_periodic, expand_uniform};
 
 /// What the step needs to know about the tensors of a launch.
 #[derive(Clone, Copy, Debug)]
@@ -492,112 +499,6 @@ fn expand<const C: u32, const CLASS: u8, S: Source, B: Book, M: Mem>(
     o
 }
 
-/// What every chunk of a [`CLASS_UNIFORM`] step shares: the `PARAMS` word
-/// of a chunk at the start of an output word, and one output word of
-/// `RUN1`, `FREE` and `BITVAL` (the same pattern in each chunk's bytes).
-#[derive(Clone, Copy)]
-struct Uniform {
-    q: u32,
-    run1: u32,
-    free: u32,
-    bitval: u32,
-}
-
-impl Uniform {
-    /// The shared fields of book step `bstep` (four broadcast loads).
-    #[inline(always)]
-    fn load<const C: u32, B: Book>(b: &B, lay: &Layout, bstep: u32) -> Self {
-        let k = bstep * 32 * chunks_per_lane(C);
-        // SAFETY: the step's first chunk and output word, inside the
-        // PARAMS, RUN1, FREE and BITVAL fields, 4-aligned.
-        unsafe {
-            Uniform {
-                q: b.ld_u32(lay.params + 4 * k),
-                run1: b.ld_u32(lay.run1 + k * C),
-                free: b.ld_u32(lay.free + k * C),
-                bitval: b.ld_u32(lay.bitval + k * C),
-            }
-        }
-    }
-
-    /// Payload width of a matching chunk (`pw`).
-    #[inline(always)]
-    fn pw(&self) -> u32 {
-        (self.q >> 16) & 0xff
-    }
-
-    /// Width of a chunk (`fw`).
-    #[inline(always)]
-    fn fw(&self) -> u32 {
-        self.q >> 24
-    }
-}
-
-/// The body of [`expand_uniform`] and [`expand_periodic`]: per output word
-/// the chunks' payloads placed at the bottom of their bytes (`$y`), the word
-/// expanded by `$expand`, each chunk keeping its expanded or raw bytes.
-macro_rules! uniform_words {
-    ($c:ident, $s:ident, $p:ident, $bit:ident, $u:ident, $y:ident => $expand:expr) => {{
-        let mut bit = $bit;
-        let per_word = 4 / $c;
-        let (pw, fw) = ($u.pw(), $u.fw());
-        let mut o = [0u32; 4];
-        each_chunk!(wi => {
-            if wi < 4 {
-                let win = $s.raw32(bit);
-                let mut $y = win;
-                let mut off = 0u32;
-                each_chunk!(i => {
-                    if i < per_word {
-                        if i > 0 {
-                            $y = place_bytes($y, win >> (off & 31), i * $c);
-                        }
-                        off += if ($p >> (wi * per_word + i)) & 1 == 1 { pw } else { fw };
-                    }
-                });
-                let e = $expand;
-                let mut x = 0u32;
-                each_chunk!(i => {
-                    if i < per_word {
-                        let t = if ($p >> (wi * per_word + i)) & 1 == 1 { e } else { $y };
-                        x = if i == 0 { t } else { merge_bytes(x, t, i * $c) };
-                    }
-                });
-                o[wi as usize] = x;
-                bit += off;
-            }
-        });
-        o
-    }};
-}
-
-/// A lane's 16 output bytes of a [`CLASS_UNIFORM`] step of chunks of `C ≤
-/// 4` bytes, every one inside the tensor: participation bits `p`, payload
-/// from stream bit `bit`.
-///
-/// Per output word: one 32-bit read holds its chunks' payloads; each chunk's
-/// bits are placed in its own bytes (a shift and a byte permute), the word
-/// is expanded once for all of them ([`expand2_own`] with the shared
-/// fields: the argument that keeps a chunk's stray bits out of its own
-/// bytes keeps them out of the next chunk's too), and each chunk keeps its
-/// expanded or its raw bytes by its participation bit.
-#[inline(always)]
-#[allow(unused_assignments)] // the last word's `bit +=` is never read
-fn expand_uniform<const C: u32, S: Source>(s: &S, p: u32, bit: u32, u: &Uniform) -> [u32; 4] {
-    uniform_words!(C, s, p, bit, u, y => expand2_own(y, u.q, u.run1, u.free, u.bitval))
-}
-
-/// [`expand_uniform`] for a [`CLASS_PERIODIC`] step: each word spread a
-/// byte at a time ([`spread`]) before the expansion, which then deposits
-/// every byte by the byte pattern's two runs (`RUN1`'s first byte in every
-/// byte; `FREE` and `BITVAL` are whole words already).
-#[inline(always)]
-#[allow(unused_assignments)] // the last word's `bit +=` is never read
-fn expand_periodic<const C: u32, S: Source>(s: &S, p: u32, bit: u32, u: &Uniform) -> [u32; 4] {
-    let (wb, r1) = (u.pw() / C, (u.run1 & 0xff) * 0x0101_0101);
-    uniform_words!(C, s, p, bit, u, y => expand2_own(spread::<C>(y, wb), u.q, r1, u.free, u.bitval))
-}
-
 /// Decode the encoded tensor of `e_bytes` stored bytes read through `s`,
 /// handing its row to `sink` 16 bytes a lane a step. Returns false when its bits disagree with its
 /// length or padding (corrupt); nothing outside the stored bytes (plus the
@@ -625,83 +526,6 @@ pub unsafe fn decode_row<const C: u32, W: Lanes, S: Source, B: Book, M: Mem, K: 
 
 /// `CLASS` / `PREFIX` value of [`decode_row_as`]: decided at run time.
 pub const ANY: u8 = u8::MAX;
-
-/// The most lanes with a chunk that does not match (an *escape lane*) for
-/// which a step takes `prefix_with_escapes` rather than the warp scan.
-pub const ESCAPE_LANES: u32 = 4;
-
-/// The group's payload prefixes from the book's all-match `PREFIX` row and
-/// its few escape lanes: lane `l`'s exclusive prefix and the group's sum.
-/// `at`: the group's first entry in the row (book offset), `sub`: the
-/// group's half of the book step (0 for `G = 32`), `tot`: the lane's widths,
-/// `matched`: every chunk of the lane matches, `esc`: the warp's ballot of
-/// lanes that are not `matched`.
-///
-/// The all-match prefix is right for every lane up to the first escape
-/// lane; each escape lane adds what its non-matching chunks widen, `δ` (its
-/// widths less its all-match widths, the difference of two entries of the
-/// book's row), to the lanes after it: one shuffle an escape lane, none
-/// waiting on another, where the scan's five wait each on the last.
-///
-/// Q: why only in the uniform and periodic kernels, a tensor a warp?
-/// A: measured in every kernel (H200, 2026-11-29): MiniLM f32 through
-/// `ibp_decode_uniform` 1.08×, but Cora through `ibp_decode` 0.935× (the
-/// path and its loop ran 12% more instructions a row than the scan it
-/// replaced, and saved fewer stalls), MiniLM bf16 in pairs 0.95×. The
-/// general and pair kernels keep the scan.
-///
-/// # Safety
-/// `at + 4·G` is inside the book's PREFIX field and, for `sub > 0`, so is
-/// `at − 4` (the row's entries of this group and the lane before it).
-#[inline(always)]
-unsafe fn prefix_with_escapes<const G: u32, W: Lanes, B: Book>(
-    w: &W,
-    b: &B,
-    at: u32,
-    sub: u32,
-    tot: u32,
-    matched: bool,
-    esc: u32,
-) -> (u32, u32) {
-    let lane = w.lane() & (G - 1);
-    let first = w.lane() & !(G - 1);
-    // SAFETY: the group's entries, the one before its first lane (a lane
-    // 0 reads its own, unused), and the one before the group (`sub > 0`).
-    let (incl, end, before, own_prev) = unsafe {
-        (
-            b.ld_u32(at + 4 * lane),
-            b.ld_u32(at + 4 * (G - 1)),
-            if sub > 0 { b.ld_u32(at - 4) } else { 0 },
-            b.ld_u32(at + 4 * lane.max(1) - 4),
-        )
-    };
-    // The prefix before the lane's chunks had every chunk matched.
-    let prev = if matched {
-        incl.wrapping_sub(tot)
-    } else if lane == 0 {
-        before
-    } else {
-        own_prev
-    };
-    let delta = tot.wrapping_sub(incl.wrapping_sub(prev));
-    let (mut acc, mut gsum) = (0u32, 0u32);
-    let mut e = esc;
-    while e != 0 {
-        let src = e.trailing_zeros();
-        e &= e - 1;
-        let v = w.shfl_idx(delta, src);
-        if src & !(G - 1) == first {
-            gsum = gsum.wrapping_add(v);
-            if src < w.lane() {
-                acc = acc.wrapping_add(v);
-            }
-        }
-    }
-    (
-        prev.wrapping_sub(before).wrapping_add(acc),
-        end.wrapping_sub(before).wrapping_add(gsum),
-    )
-}
 
 /// [`decode_row`] with the step class and the all-match shortcut fixed at
 /// compile time, for counting one path's instructions (`scripts/sass.sh`

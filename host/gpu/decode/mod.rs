@@ -13,6 +13,7 @@
 mod decoder;
 mod dma;
 mod request;
+mod rules;
 mod staged;
 
 use cust::memory::DeviceBuffer;
