@@ -55,8 +55,8 @@ pub fn decode_book(cb: &Codebook) -> Vec<u8> {
         // `ibp_kernels::detail::book::CLASS_PERIODIC`).
         let mut q = params_two_runs(t.free, t.width).unwrap_or_else(|| {
             params_general(t.free, t.width)
-                | periodic_byte(t.free, c).map_or(0, |f8| {
-                    params_two_runs(u64::from(f8), 8).map_or(0, |b| b & 0xffff)
+                | periodic_pattern(t.free, c).map_or(0, |(bits, pattern)| {
+                    params_two_runs(pattern, bits).map_or(0, |b| b & 0xffff)
                 })
         });
         // 1- and 2-byte chunks expand in place in their output word: their
@@ -115,35 +115,54 @@ pub fn book_is_uniform(cb: &Codebook, book: &[u8]) -> bool {
             .is_some_and(|classes| classes.iter().all(|&x| x == CLASS_UNIFORM))
 }
 
-/// The byte pattern of a chunk of `c` bytes (2 or 4) whose free bits are
-/// one 8-bit pattern in every byte, with at least one free and one fixed
-/// bit in it and at most two runs: what a periodic step expands by.
-pub fn periodic_byte(free: u64, c: u32) -> Option<u8> {
-    let f8 = (free & 0xff) as u8;
-    let same = (0..c).all(|i| (free >> (8 * i)) & 0xff == u64::from(f8));
-    let runs = (f8 ^ (f8 << 1)).count_ones().div_ceil(2);
-    (matches!(c, 2 | 4) && same && f8 != 0 && f8 != 0xff && free >> (8 * c) == 0 && runs <= 2)
-        .then_some(f8)
+/// The pattern a chunk of `c` bytes (2 or 4) repeats in its free bits,
+/// as (its bits, the pattern): the same 8-bit pattern in every byte, else
+/// (4-byte chunks) the same 16-bit pattern in both halves, with at least
+/// one free and one fixed bit in it and at most two runs: what a periodic
+/// step expands by (`ibp_kernels::detail::book::spread`). The byte is
+/// tried first; the kernel tells the two apart by whether the chunk's
+/// bytes differ (`ibp_kernels::detail::book::pattern_halves`).
+pub fn periodic_pattern(free: u64, c: u32) -> Option<(u32, u64)> {
+    if !matches!(c, 2 | 4) || free >> (8 * c) != 0 {
+        return None;
+    }
+    [8u32, 16].into_iter().filter(|&b| b < 8 * c).find_map(|b| {
+        let all = bits::low_mask(b);
+        let pattern = free & all;
+        let same = (0..8 * c / b).all(|i| (free >> (b * i)) & all == pattern);
+        let runs = (pattern ^ (pattern << 1)).count_ones().div_ceil(2);
+        (same && pattern != 0 && pattern != all && runs <= 2).then_some((b, pattern))
+    })
 }
 
-/// Whether every step of `cb`'s book may be decoded by the periodic kernel
-/// (`ibp_kernels::detail::book::CLASS_PERIODIC`): chunks of 2 or 4 bytes,
-/// every chunk's free bits one byte pattern of at most two runs (and not
-/// two runs a chunk: those steps are uniform or two-run), and within each
-/// step every chunk's free bits, bit values and width alike.
-pub fn book_is_periodic(cb: &Codebook) -> bool {
+/// The piece (8 or 16 bits) by which the periodic kernel decodes every
+/// step of `cb`'s book, or `None` where it may not
+/// (`ibp_kernels::detail::book::CLASS_PERIODIC`, `CLASS_PERIODIC_HALVES`):
+/// chunks of 2 or 4 bytes, every chunk's free bits one pattern of at most
+/// two runs repeated by the same piece in every step ([`periodic_pattern`];
+/// and not two runs a chunk: those steps are uniform or two-run), and
+/// within each step every chunk's free bits, bit values and width alike.
+pub fn book_period(cb: &Codebook) -> Option<u32> {
     use ibp_kernels::detail::book::step_chunks;
     let c = cb.chunk().bytes();
     let entries = cb.tables().entries();
     let per_step = step_chunks(c) as usize;
-    matches!(c, 2 | 4)
-        && !entries.is_empty()
-        && entries.chunks(per_step).all(|cols| {
-            let first = (cols[0].free, cols[0].bitval, cols[0].width);
-            cols.iter().all(|t| (t.free, t.bitval, t.width) == first)
-                && periodic_byte(first.0, c).is_some()
-                && params_two_runs(first.0, first.2).is_none()
-        })
+    if !matches!(c, 2 | 4) || entries.is_empty() {
+        return None;
+    }
+    let mut piece = None;
+    for cols in entries.chunks(per_step) {
+        let first = (cols[0].free, cols[0].bitval, cols[0].width);
+        let alike = cols.iter().all(|t| (t.free, t.bitval, t.width) == first);
+        let (bits, _) = periodic_pattern(first.0, c)?;
+        if !alike
+            || params_two_runs(first.0, first.2).is_some()
+            || *piece.get_or_insert(bits) != bits
+        {
+            return None;
+        }
+    }
+    piece
 }
 
 /// The encoder book of a codebook (`ibp_kernels::params::EncodeParams`),

@@ -252,8 +252,10 @@ fn lane_decoder_matches_original_for_every_chunk_size_length_and_mix() {
 
 /// Rows whose codebooks put every step class of the batch decoder to work:
 /// f32 values with a narrow exponent range (free bits in two runs), sparse
-/// rows (columns without free bits, Cora's shape) and random patterns
-/// (three or more runs: the general path).
+/// rows (columns without free bits, Cora's shape), random patterns (three
+/// or more runs: the general path), and fixed bits repeated in every byte
+/// (kind 3, fp8-like) or every 16-bit half (kind 4, f16-like): the
+/// periodic kernel by the byte (2- and 4-byte chunks) and by the half (4).
 fn class_rows(rng: &mut Rng, kind: u32, n: usize, l: usize) -> Vec<u8> {
     (0..n * l.div_ceil(4))
         .flat_map(|_| {
@@ -263,6 +265,10 @@ fn class_rows(rng: &mut Rng, kind: u32, n: usize, l: usize) -> Vec<u8> {
                 0 => (1.0f32 + (x >> 40) as f32 / 16_777_216.0).to_bits() | (x as u32 & 1) << 31,
                 1 if x.is_multiple_of(53) => (x >> 3) as u32,
                 1 => 0,
+                3 if x.is_multiple_of(29) => (x >> 7) as u32,
+                3 => (x as u32 & !0x6060_6060) | 0x2020_2020,
+                4 if x.is_multiple_of(29) => (x >> 7) as u32,
+                4 => (x as u32 & !0x7000_7000) | 0x2000_2000,
                 _ => (x as u32 & 0x0f0f_3c3c) | 0x4000_0001,
             };
             v.to_le_bytes()
@@ -281,7 +287,7 @@ fn decode_fast_paths_on_and_off_give_the_same_bytes() {
     let off = DecodeOptions::default().with_fast_paths(false);
     for chunk in ChunkSize::ALL {
         for &l in &[4usize, 100, 1024, 1531, 5732] {
-            for kind in 0..3 {
+            for kind in 0..5 {
                 let n = (1_000_000 / l).clamp(8, 400);
                 let data = class_rows(&mut rng, kind, n, l);
                 let rows = Rows::new(&data, l).unwrap();

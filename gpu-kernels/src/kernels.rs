@@ -497,7 +497,8 @@ pub unsafe fn ibp_scan_apply(p: ScanParams) {
 mod probe {
     use super::kernel;
     use crate::detail::book::{
-        CLASS_GENERAL, CLASS_NONE_FREE, CLASS_PERIODIC, CLASS_TWO_RUNS, CLASS_UNIFORM, Layout,
+        CLASS_GENERAL, CLASS_NONE_FREE, CLASS_PERIODIC, CLASS_PERIODIC_HALVES, CLASS_TWO_RUNS,
+        CLASS_UNIFORM, Layout,
     };
     use crate::detail::step::{ANY, Contig, Geometry, RowStore, decode_in};
     use crate::hw::{Hw, SharedBook};
@@ -607,4 +608,5 @@ mod probe {
     probe!(ibp_probe_c1_uni_half, 1, CLASS_UNIFORM, 0, 16);
     probe!(ibp_probe_c4_per, 4, CLASS_PERIODIC, 0);
     probe!(ibp_probe_c2_per, 2, CLASS_PERIODIC, 0);
+    probe!(ibp_probe_c4_per_halves, 4, CLASS_PERIODIC_HALVES, 0);
 }

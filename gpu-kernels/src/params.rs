@@ -164,6 +164,11 @@ pub const DECODE_FLAG_NO_PREFIX: u32 = 2;
 /// tensor (see `decode::batch`, `fetch_item`).
 pub const DECODE_FLAG_TRIM: u32 = 4;
 
+/// Decode flag, set by the host for `ibp_decode_periodic` when the book's
+/// pattern repeats by the 16-bit half rather than the byte
+/// ([`crate::detail::book::CLASS_PERIODIC_HALVES`]).
+pub const DECODE_FLAG_HALVES: u32 = 8;
+
 /// Fetch lines with `cp.async.cg` (asynchronous, bypasses registers and L1).
 pub const FETCH_CP_ASYNC: u32 = 0;
 /// Fetch lines with 16-byte global loads and shared stores (synchronous).

@@ -7,7 +7,7 @@ use cust::memory::DeviceBuffer;
 use super::cuda_err;
 use crate::codebook::Codebook;
 use crate::error::{Error, Result};
-use crate::kernel_tables::{book_is_periodic, book_is_uniform, decode_book, decoder_table};
+use crate::kernel_tables::{book_is_uniform, book_period, decode_book, decoder_table};
 
 /// The tables the decode kernels read for one codebook, or for the `k`
 /// codebooks of a clustering back to back: the decode book
@@ -28,6 +28,9 @@ pub struct DeviceBook {
     /// Every step of every book is periodic (the periodic kernel may
     /// decode it; `ibp_kernels::detail::book::CLASS_PERIODIC`).
     pub(crate) periodic: bool,
+    /// With `periodic`: the pattern repeats by the 16-bit half, not the
+    /// byte (`CLASS_PERIODIC_HALVES`, the kernel's `DECODE_FLAG_HALVES`).
+    pub(crate) halves: bool,
 }
 
 impl DeviceBook {
@@ -52,7 +55,10 @@ impl DeviceBook {
             .iter()
             .zip(&books)
             .all(|(cb, b)| book_is_uniform(cb, b));
-        let periodic = codebooks.iter().all(book_is_periodic);
+        // One piece for every book: the kernel takes it from a launch flag.
+        let pieces: Vec<Option<u32>> = codebooks.iter().map(book_period).collect();
+        let periodic = pieces.iter().all(|&p| p.is_some() && p == pieces[0]);
+        let halves = periodic && pieces[0] == Some(16);
         let book: Vec<u8> = books.concat();
         let table: Vec<u8> = codebooks.iter().flat_map(decoder_table).collect();
         if u32::try_from(book.len()).is_err() || u32::try_from(table.len()).is_err() {
@@ -71,6 +77,7 @@ impl DeviceBook {
             chunk: first.chunk().bytes(),
             uniform,
             periodic,
+            halves,
         })
     }
 

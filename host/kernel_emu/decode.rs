@@ -67,17 +67,35 @@ pub(super) fn uniform_columns(n: usize, l: usize, chunk: u32, seed: u64) -> Vec<
 /// chunk of several bytes has them in each), the other bits random, with
 /// about one byte in 24 random (those seldom match).
 pub(super) fn periodic_columns(n: usize, l: usize, pattern: u8, fixed: u8, seed: u64) -> Vec<u8> {
+    periodic_pieces(n, l, 1, pattern.into(), fixed.into(), seed)
+}
+
+/// [`periodic_columns`] by pieces of `piece` bytes (1, or 2 for f16-like
+/// values, little-endian): every piece has the bits of `pattern` fixed to
+/// `fixed`, about one in 24 random; a row's last piece is cut at `l`.
+pub(super) fn periodic_pieces(
+    n: usize,
+    l: usize,
+    piece: usize,
+    pattern: u16,
+    fixed: u16,
+    seed: u64,
+) -> Vec<u8> {
     let mut s = seed | 1;
-    (0..n * l)
-        .map(|_| {
-            let (pick, x) = (xorshift(&mut s), xorshift(&mut s) as u8);
-            if pick % 24 == 5 {
+    let mut out = Vec::with_capacity(n * l + piece);
+    for r in 0..n {
+        for _ in 0..l.div_ceil(piece) {
+            let (pick, x) = (xorshift(&mut s), xorshift(&mut s) as u16);
+            let v = if pick % 24 == 5 {
                 x
             } else {
                 (x & !pattern) | fixed
-            }
-        })
-        .collect()
+            };
+            out.extend_from_slice(&v.to_le_bytes()[..piece]);
+        }
+        out.truncate((r + 1) * l);
+    }
+    out
 }
 
 /// A buffer whose first byte is 128-aligned, with a line of slack after its
@@ -429,8 +447,14 @@ fn emu_launch(
         // whose every step is periodic: the periodic kernel (batch mode, a
         // tensor a warp), as the host launches them.
         let uni = !clustered && crate::kernel_tables::book_is_uniform(cb, book.bytes());
-        let per = !clustered && batch && !pairs && crate::kernel_tables::book_is_periodic(cb);
-        use ibp_kernels::detail::book::{CLASS_PERIODIC as P, CLASS_UNIFORM as U};
+        // (The kernel picks the piece by `DECODE_FLAG_HALVES`, as the
+        // host sets it from the same test.)
+        let per = (!clustered && batch && !pairs)
+            .then(|| crate::kernel_tables::book_period(cb))
+            .flatten();
+        use ibp_kernels::detail::book::{
+            CLASS_PERIODIC as P, CLASS_PERIODIC_HALVES as PH, CLASS_UNIFORM as U,
+        };
         use ibp_kernels::detail::decode::ANY_CLASS as A;
         // SAFETY: every buffer is sized as DecodeParams requires, the book
         // is at shared offset 0 (`book_smem`) or in host memory, and
@@ -446,7 +470,9 @@ fn emu_launch(
                 run::<_, _, false, true, A>(w, &HostBytes(smem_addr), p, true, at)
             } else if batch && uni {
                 run::<_, _, false, false, U>(w, &HostBytes(smem_addr), p, true, at)
-            } else if per {
+            } else if per == Some(16) {
+                run::<_, _, false, false, PH>(w, &HostBytes(smem_addr), p, true, at)
+            } else if per.is_some() {
                 run::<_, _, false, false, P>(w, &HostBytes(smem_addr), p, true, at)
             } else if batch {
                 run::<_, _, false, false, A>(w, &HostBytes(smem_addr), p, true, at)

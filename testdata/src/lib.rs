@@ -116,6 +116,12 @@ pub enum Columns {
     /// chunk's free bits then form two runs in every byte, so chunks of 2
     /// bytes and more decode by the general step.
     Bytes,
+    /// The bits just below each 16-bit half's top bit invariant, in every
+    /// half and with one value (as in an f16 table, whose sign is free and
+    /// whose exponent's high bits repeat in every value). Chunks of 2 bytes
+    /// and more only; a 4-byte chunk's free bits then repeat a 16-bit
+    /// pattern of two runs.
+    Halves,
 }
 
 /// Invariant bits per chunk of `chunk_bytes` for a target `savings`, and
@@ -137,20 +143,27 @@ pub fn synthetic_savings(chunk_bytes: u32, savings: f64) -> Result<(u32, f64)> {
 
 /// [`synthetic_savings`] for columns laid out as `columns` says: with
 /// [`Columns::Bytes`] the invariant bits come a whole number a byte, from 1
-/// to 7 (each byte's top bit stays free), the nearest to the target.
+/// to 7 (each byte's top bit stays free), with [`Columns::Halves`] a whole
+/// number a 16-bit half, from 1 to 15, the nearest to the target. Halves
+/// need chunks of 2 bytes or more.
 pub fn synthetic_savings_with(
     chunk_bytes: u32,
     savings: f64,
     columns: Columns,
 ) -> Result<(u32, f64)> {
     let (m, made) = synthetic_savings(chunk_bytes, savings)?;
-    if columns != Columns::Bytes {
-        return Ok((m, made));
-    }
-    let per_byte = (f64::from(m) / f64::from(chunk_bytes))
-        .round()
-        .clamp(1.0, 7.0) as u32;
-    let m = per_byte * chunk_bytes;
+    let (pieces, most) = match columns {
+        Columns::Random | Columns::Alike => return Ok((m, made)),
+        Columns::Bytes => (chunk_bytes, 7.0),
+        Columns::Halves if chunk_bytes < 2 => {
+            return Err(Error::invalid(
+                "16-bit halves need chunks of 2 bytes or more".to_string(),
+            ));
+        }
+        Columns::Halves => (chunk_bytes / 2, 15.0),
+    };
+    let per_piece = (f64::from(m) / f64::from(pieces)).round().clamp(1.0, most) as u32;
+    let m = per_piece * pieces;
     Ok((m, f64::from(m - 1) / f64::from(8 * chunk_bytes)))
 }
 
@@ -193,6 +206,11 @@ pub fn synthetic_dataset_with(
         let k = m / chunk_bytes;
         let byte = low(k) << (7 - k);
         (0..c).fold(0u64, |w, i| w | byte << (8 * i))
+    } else if columns == Columns::Halves {
+        // The m / (c/2) bits below each half's top bit, in every half.
+        let k = m / (chunk_bytes / 2);
+        let half = low(k) << (15 - k);
+        (0..c / 2).fold(0u64, |w, i| w | half << (16 * i))
     } else {
         // The top m of the chunk's bits, as a little-endian word of 8c bits.
         low(bits) & !low(bits - m)
@@ -212,6 +230,13 @@ pub fn synthetic_dataset_with(
         // One value, in every byte of every column.
         let one = next() as u8;
         mask.iter().map(|&b| b & one).collect()
+    } else if columns == Columns::Halves {
+        // One value, in every half of every column.
+        let one = next().to_le_bytes();
+        mask.iter()
+            .enumerate()
+            .map(|(i, &b)| b & one[i % 2])
+            .collect()
     } else if alike {
         let one = next().to_le_bytes();
         mask.iter()
@@ -282,7 +307,16 @@ mod tests {
     fn alike_columns_share_one_bit_value_and_random_ones_do_not() {
         for chunk in [1u32, 2, 4, 8] {
             let c = chunk as usize;
-            for columns in [Columns::Alike, Columns::Random, Columns::Bytes] {
+            for columns in [
+                Columns::Alike,
+                Columns::Random,
+                Columns::Bytes,
+                Columns::Halves,
+            ] {
+                if columns == Columns::Halves && chunk == 1 {
+                    assert!(synthetic_dataset_with(16, 256, chunk, 0.5, 7, columns).is_err());
+                    continue;
+                }
                 let (data, cb) = synthetic_dataset_with(16, 256, chunk, 0.5, 7, columns).unwrap();
                 assert_eq!(data.len(), 16 * 256);
                 let cols: Vec<&[u8]> = cb.bitval().chunks(c).collect();
@@ -300,6 +334,20 @@ mod tests {
                     let byte = (((1u16 << k) - 1) << (7 - k)) as u8;
                     assert!(cb.mask().iter().all(|&b| b == byte), "C={chunk}");
                     assert!(cb.bitval().iter().all(|&b| b == cb.bitval()[0]));
+                } else if columns == Columns::Halves {
+                    // Every half alike: the bits below its top bit.
+                    let (m, made) = synthetic_savings_with(chunk, 0.5, columns).unwrap();
+                    assert!((made - 0.5).abs() <= 1.0 / 16.0, "{made}");
+                    let k = m / (chunk / 2);
+                    let half = (((1u32 << k) - 1) << (15 - k)) as u16;
+                    let halves = |v: &[u8]| -> Vec<u16> {
+                        v.chunks(2)
+                            .map(|h| u16::from_le_bytes([h[0], h[1]]))
+                            .collect()
+                    };
+                    assert!(halves(cb.mask()).iter().all(|&h| h == half), "C={chunk}");
+                    let vals = halves(cb.bitval());
+                    assert!(vals.iter().all(|&h| h == vals[0]));
                 } else {
                     // The chunk's top bits.
                     let top = cb.mask()[c - 1];

@@ -80,14 +80,21 @@ pub const CLASS_GENERAL: u8 = 2;
 pub const CLASS_UNIFORM: u8 = 3;
 /// Not a value of the book's `CLASS` field (such steps are stored as
 /// [`CLASS_GENERAL`], which every other kernel decodes them as) but the
-/// step kind of the periodic kernels: a book whose every step's chunks
+/// step kind of the periodic kernel: a book whose every step's chunks
 /// (of 2 or 4 bytes) inside the tensor share free bits, bit values and
-/// width, the free bits the same 8-bit pattern in every byte with at most
-/// two runs in it (an fp8 table's exponent bits, invariant in every byte).
-/// The step's first chunk's `PARAMS` word holds the byte pattern's two-run
-/// shifts in its low 16 bits (general chunks' are not read), its `RUN1`
-/// the pattern's low run in its first byte.
+/// width, the free bits the same pattern with at most two runs in every
+/// byte (an fp8 table's exponent bits, invariant in every byte). The
+/// step's first chunk's `PARAMS` word holds the pattern's two-run shifts
+/// in its low 16 bits (general chunks' are not read), its `RUN1` the
+/// pattern's low run in its first byte.
 pub const CLASS_PERIODIC: u8 = 4;
+/// [`CLASS_PERIODIC`] with the pattern in each 16-bit half of a 4-byte
+/// chunk instead of each byte (two f16 values a chunk, each one's sign and
+/// low bits free): `RUN1` holds the low run in its first half. Not a value
+/// of the `CLASS` field either; the host asks for it with
+/// `crate::params::DECODE_FLAG_HALVES`, for a book whose every step's
+/// pattern is by the half.
+pub const CLASS_PERIODIC_HALVES: u8 = 5;
 
 /// Byte offsets of the fields of a decode book.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -200,18 +207,24 @@ pub const fn expand2_32(v: u32, s1: u32, d2: u32, run1: u32, free: u32, bitval: 
 }
 
 /// A word of chunks of `C` bytes whose payloads sit at the bottom of each
-/// chunk's bytes (`w·C` bits a chunk) spread a byte at a time: bits
-/// `w·i ..` of a chunk's payload to the bottom of its byte `i`, the bits
-/// above `w` in every byte cleared (a [`CLASS_PERIODIC`] step's first move).
+/// chunk's bytes spread a piece at a time, a piece being a byte or (with
+/// `HALVES`, 4-byte chunks only) a 16-bit half: bits `w·i ..` of a chunk's
+/// payload to the bottom of its piece `i`, the bits above `w` in every
+/// piece cleared (a [`CLASS_PERIODIC`] or [`CLASS_PERIODIC_HALVES`] step's
+/// first move).
 ///
 /// Q: why can the shifts run across the word, not a chunk at a time?
-/// A: each term keeps only byte `i` of each chunk (`low_mask(w) << 8i`
-/// repeated a chunk), and the bits a shift carries in from the chunk below
-/// are its payload's upper bits, which land above `w` in that byte or
-/// beyond it; `C·w ≤ 8·C` bits a chunk never reach the next chunk's byte
-/// `i` after a shift of `i·(8 − w)`.
+/// A: each term keeps only piece `i` of each chunk (`low_mask(w)` at the
+/// piece's offset, repeated a chunk), and the bits a shift carries in from
+/// the chunk below are its payload's upper bits, which land above `w` in
+/// that piece or beyond it; a chunk's payload never reaches the next
+/// chunk's piece `i` after a shift of `i·(piece − w)`.
 #[inline(always)]
-pub fn spread<const C: u32>(y: u32, w: u32) -> u32 {
+pub fn spread<const C: u32, const HALVES: bool>(y: u32, w: u32) -> u32 {
+    if C == 4 && HALVES {
+        let m = bits::low_mask32(w);
+        return (y & m) | ((y << (16 - w)) & (m << 16));
+    }
     let rep = if C == 2 { 0x0001_0001 } else { 1 };
     let m = bits::low_mask32(w) * rep;
     let s = 8 - w;
@@ -353,15 +366,54 @@ mod tests {
                         y |= (pay | stray) << (8 * c * k);
                     }
                     let z = if c == 4 {
-                        spread::<4>(y, w)
+                        spread::<4, false>(y, w)
                     } else {
-                        spread::<2>(y, w)
+                        spread::<2, false>(y, w)
                     };
                     let got = expand2_own(z, q, run1, free, bitval);
                     assert_eq!(got, want, "C={c} f8={f8:#x} x={x:#x}");
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_chunk_spread_by_its_halves_then_expanded_by_their_pattern_inverts_pext() {
+        let mut s = 0x5eed_0f16_1234_abcd;
+        let mut tried = 0;
+        // Every 16-bit pattern with one or two runs and a fixed bit whose
+        // bytes differ (two f16 values a 4-byte chunk: sign and low bits).
+        for f16 in 1u32..0xffff {
+            let runs = (f16 ^ (f16 << 1)).count_ones().div_ceil(2);
+            if runs > 2 || f16 & 0xff == f16 >> 8 {
+                continue;
+            }
+            tried += 1;
+            let w = f16.count_ones();
+            let free = f16 | f16 << 16;
+            let mask = !free;
+            let q = params_two_runs(f16 as u64, 16).unwrap() & 0xffff;
+            let run1 = (lowest_run(free as u64) as u32 & 0xffff) * 0x0001_0001;
+            for _ in 0..8 {
+                let x = next(&mut s) as u32;
+                let bitval = (next(&mut s) as u32) & mask;
+                let want = (x & free) | bitval;
+                let steps = bits::move_steps(4);
+                let mv = bits::move_masks(free as u64, steps);
+                let pay = bits::compress(x as u64, free as u64, &mv, steps) as u32;
+                // Stray bits above the payload (the next chunk's) must not
+                // matter.
+                let stray = if 2 * w < 32 {
+                    (next(&mut s) as u32) << (2 * w)
+                } else {
+                    0
+                };
+                let z = spread::<4, true>(pay | stray, w);
+                let got = expand2_own(z, q, run1, free, bitval);
+                assert_eq!(got, want, "f16={f16:#x} x={x:#x}");
+            }
+        }
+        assert!(tried > 1000, "{tried} patterns");
     }
 
     #[test]

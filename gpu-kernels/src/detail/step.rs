@@ -32,8 +32,8 @@
 
 use crate::detail::bits::{funnel_r32, low_mask, low_mask32, merge_bytes};
 use crate::detail::book::{
-    CLASS_GENERAL, CLASS_NONE_FREE, CLASS_PERIODIC, CLASS_TWO_RUNS, CLASS_UNIFORM, Layout,
-    chunks_per_lane, expand2_64, expand2_own,
+    CLASS_GENERAL, CLASS_NONE_FREE, CLASS_PERIODIC, CLASS_PERIODIC_HALVES, CLASS_TWO_RUNS,
+    CLASS_UNIFORM, Layout, chunks_per_lane, expand2_64, expand2_own,
 };
 use crate::detail::table::{self, Entry, entry_bytes, window64};
 use crate::params::{DECODE_FLAG_NO_CLASSES, DECODE_FLAG_NO_PREFIX};
@@ -638,7 +638,8 @@ pub unsafe fn decode_in<
     // widths, and one loop holding both paths ran the uniform path's
     // instructions predicated off in every two-run step (Nsight Compute:
     // +15% executed on a 4096-byte table, 8–13% slower, 2026-11-29).
-    let uni = (CLASS == CLASS_UNIFORM || CLASS == CLASS_PERIODIC) && C <= 4;
+    let uni = (CLASS == CLASS_UNIFORM || CLASS == CLASS_PERIODIC || CLASS == CLASS_PERIODIC_HALVES)
+        && C <= 4;
     // The whole group steps (a step past the tensor's end has zero-width
     // chunks).
     let whole = k_total / (G * cpl);
@@ -758,8 +759,8 @@ pub unsafe fn decode_in<
                 // A corrupt group reads from its first stored bit (see above).
                 let bit = if ok { pos + excl } else { 0 };
                 let o = if $uni {
-                    if CLASS == CLASS_PERIODIC {
-                        expand_periodic::<C, S>(s, p, bit, &un)
+                    if CLASS == CLASS_PERIODIC || CLASS == CLASS_PERIODIC_HALVES {
+                        expand_periodic::<C, CLASS, S>(s, p, bit, &un)
                     } else {
                         expand_uniform::<C, S>(s, p, bit, &un)
                     }

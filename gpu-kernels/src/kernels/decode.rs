@@ -5,10 +5,10 @@
 //! `kernels`.
 
 use crate::arch;
-use crate::detail::book::{CLASS_PERIODIC, CLASS_UNIFORM};
+use crate::detail::book::{CLASS_PERIODIC, CLASS_PERIODIC_HALVES, CLASS_UNIFORM};
 use crate::detail::decode::ANY_CLASS;
 use crate::hw::{GlobalBook, Hw, SharedBook};
-use crate::params::{CacheParams, DecodeParams, workspace_bytes};
+use crate::params::{CacheParams, DECODE_FLAG_HALVES, DecodeParams, workspace_bytes};
 use crate::prelude::kernel;
 
 /// Run `$body` with `$b` the launch's decode book: copied into shared
@@ -86,15 +86,30 @@ pub unsafe fn ibp_decode_pairs_uniform(p: DecodeParams) {
 
 /// [`ibp_decode`] for a book whose every step is periodic
 /// (`crate::detail::book::CLASS_PERIODIC`: chunks of 2 or 4 bytes whose
-/// free bits repeat one byte pattern, as an fp8 table's): the uniform step
-/// with each word spread a byte at a time before its expansion.
+/// free bits repeat one byte pattern, as an fp8 table's; with
+/// [`DECODE_FLAG_HALVES`], `CLASS_PERIODIC_HALVES`: 4-byte chunks whose
+/// free bits repeat one 16-bit pattern, as an f16 table's): the uniform
+/// step with each word spread a piece at a time before its expansion.
+///
+/// Q: why one kernel, branching once, rather than two?
+/// A: each branch inlines its own batch loop, so neither step pays for
+/// the other (a piece size chosen per step cost the byte form 17
+/// instructions a step, `scripts/sass.sh --steps`), and the host keeps
+/// one periodic kernel to pick.
 ///
 /// # Safety
-/// As [`ibp_decode`], and every step of the book is periodic.
+/// As [`ibp_decode`], and every step of the book is periodic (by the half
+/// when the flag is set).
 #[kernel]
 pub unsafe fn ibp_decode_periodic(p: DecodeParams) {
     // SAFETY: forwarded contract.
-    unsafe { decode_batch::<false, CLASS_PERIODIC>(p) }
+    unsafe {
+        if p.decode_flags & DECODE_FLAG_HALVES != 0 {
+            decode_batch::<false, CLASS_PERIODIC_HALVES>(p)
+        } else {
+            decode_batch::<false, CLASS_PERIODIC>(p)
+        }
+    }
 }
 
 /// The body of the unclustered batch-mode kernels.

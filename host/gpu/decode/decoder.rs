@@ -6,9 +6,9 @@ use crate::gpu::stream::GpuStream;
 use cust::memory::DeviceSlice;
 use ibp_kernels::detail::decode::lanes::LANE_RING_BYTES;
 use ibp_kernels::params::{
-    DECODE_FLAG_NO_CLASSES, DECODE_FLAG_NO_PREFIX, DECODE_FLAG_TRIM, DECODE_MODE_DECODE,
-    DECODE_MODE_IDEAL, DecodeParams, FETCH_CP_ASYNC, FETCH_LOAD_STORE, WORKSPACE_PAD,
-    workspace_bytes,
+    DECODE_FLAG_HALVES, DECODE_FLAG_NO_CLASSES, DECODE_FLAG_NO_PREFIX, DECODE_FLAG_TRIM,
+    DECODE_MODE_DECODE, DECODE_MODE_IDEAL, DecodeParams, FETCH_CP_ASYNC, FETCH_LOAD_STORE,
+    WORKSPACE_PAD, workspace_bytes,
 };
 
 use super::request::{Mode, Request, Select};
@@ -254,20 +254,31 @@ impl<'ds> Decoder<'ds> {
             )));
         }
         let block = (warps * 32) as u32;
-        let pairs = batch
-            && !clustered
-            && opts
-                .pairs
-                .unwrap_or(!opts.no_fast_paths && pairs_pay(l, ring_lines as u64 / 2, span_max));
         // The periodic kernel: a book whose every step is periodic, in
         // batch mode a tensor a warp (it has no pair or streaming form),
-        // unless the caller turns the uniform kernels off.
-        let periodic = book.periodic
+        // unless the caller turns the uniform kernels off or asks for
+        // pairs.
+        //
+        // Q: why does it come before the pairs rule?
+        // A: a pair's general half-step costs 275–513 instructions for 256
+        // bytes of each of two tensors, a periodic step 124–193 for 512 of
+        // one (`scripts/sass.sh --steps`: `c4`, `c2`, `c4_half`, the `_per`
+        // probes), so the periodic kernel decodes two tensors' 512 bytes in
+        // fewer instructions whatever the length; pairs would win only on
+        // rows of at most 256 bytes, by less than a tensor's overhead.
+        let periodic_ok = book.periodic
             && batch
-            && !pairs
             && !clustered
             && !opts.no_fast_paths
             && opts.uniform.unwrap_or(true);
+        let pairs = batch
+            && !clustered
+            && opts.pairs.unwrap_or(
+                !opts.no_fast_paths
+                    && !periodic_ok
+                    && pairs_pay(l, ring_lines as u64 / 2, span_max),
+            );
+        let periodic = periodic_ok && !pairs;
         let per_sm = gpu.blocks_per_sm(
             kernels::decode(batch, clustered, pairs, uniform, periodic),
             block,
@@ -507,7 +518,13 @@ impl<'ds> Decoder<'ds> {
             },
             // Lines are trimmed to a tensor's pieces only when they come
             // over PCIe (`decode::batch`, `fetch_item`).
-            decode_flags: self.flags | if rows.host { DECODE_FLAG_TRIM } else { 0 },
+            decode_flags: self.flags
+                | if rows.host { DECODE_FLAG_TRIM } else { 0 }
+                | if self.periodic && self.book.halves {
+                    DECODE_FLAG_HALVES
+                } else {
+                    0
+                },
             book,
             book_smem_bytes: self.book_smem_bytes,
             index_u32: !wide as u32,

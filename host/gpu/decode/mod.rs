@@ -82,9 +82,10 @@ pub struct DecodeOptions {
     /// others, from each chunk's own fields (`Some(false)`: to measure what
     /// the shared fields are worth). Clustered datasets use the others.
     /// The same choice takes the periodic kernel for a book whose every
-    /// step is periodic (every byte of a chunk alike in its free bits: an
-    /// fp8 table's; batch mode, a tensor a warp). Output is identical
-    /// either way.
+    /// step is periodic (every byte of a chunk alike in its free bits, an
+    /// fp8 table's, or every 16-bit half of a 4-byte chunk, an f16
+    /// table's; batch mode, a tensor a warp, before pairs). Output is
+    /// identical either way.
     pub uniform: Option<bool>,
 }
 

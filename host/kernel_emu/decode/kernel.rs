@@ -171,14 +171,21 @@ fn emulated_periodic_kernel_equals_the_original_rows() {
     for chunk in [ChunkSize::Two, ChunkSize::Four] {
         // Rows of fp8 MiniLM (384 bytes: less than one step), whole steps,
         // and a last step past the tensor's end.
-        for (l, pattern, fixed) in [
-            (384usize, 0x60u8, 0x40u8),
-            (384, 0x70, 0x20),
-            (1024, 0x60, 0x40),
-            (1000, 0x70, 0x20),
+        // A piece of 2 bytes: f16-like values, the pattern in each 16-bit
+        // half of a 4-byte chunk (bits 12-14 fixed: sign and low bits free).
+        for (l, piece, pattern, fixed) in [
+            (384usize, 1usize, 0x60u16, 0x40u16),
+            (384, 1, 0x70, 0x20),
+            (1024, 1, 0x60, 0x40),
+            (1000, 1, 0x70, 0x20),
+            (600, 2, 0x7000, 0x2000),
+            (1024, 2, 0x7c00, 0x3800),
         ] {
+            if piece == 2 && chunk != ChunkSize::Four {
+                continue;
+            }
             let n = 64;
-            let data = periodic_columns(n, l, pattern, fixed, 13 + l as u64);
+            let data = periodic_pieces(n, l, piece, pattern, fixed, 13 + l as u64);
             let rows = Rows::new(&data, l).unwrap();
             let t = Threshold::from_basis_points(8500).unwrap();
             let cb = Codebook::from_counts(&count_bits(rows), n as u64, t, chunk).unwrap();
@@ -186,7 +193,7 @@ fn emulated_periodic_kernel_equals_the_original_rows() {
             // What makes `emu_launch` take the periodic kernel (batch mode,
             // a tensor a warp: loads and stores).
             assert!(
-                crate::kernel_tables::book_is_periodic(&cb),
+                crate::kernel_tables::book_period(&cb).is_some(),
                 "{what}: not periodic"
             );
             for layout in [EmuStorage::PACKED, EmuStorage::FIXED] {
@@ -210,7 +217,7 @@ fn emulated_periodic_kernel_equals_the_original_rows() {
             corruptions[1] += bad[1];
         }
     }
-    assert_eq!(ran, 16);
+    assert_eq!(ran, 20);
     assert!(
         corruptions.iter().all(|&c| c > 0),
         "corruptions run {corruptions:?}"

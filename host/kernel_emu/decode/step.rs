@@ -16,7 +16,7 @@ fn emu_decode_row(
     flags: u32,
     kind: u8,
 ) -> Option<Vec<u8>> {
-    use ibp_kernels::detail::book::{CLASS_PERIODIC, CLASS_UNIFORM, Layout};
+    use ibp_kernels::detail::book::{CLASS_PERIODIC, CLASS_PERIODIC_HALVES, CLASS_UNIFORM, Layout};
     use ibp_kernels::detail::step::{ANY, Contig, Geometry, RowStore, decode_row, decode_row_as};
 
     let l = cb.row_bytes();
@@ -58,6 +58,11 @@ fn emu_decode_row(
                 with_chunk_const!(cb.chunk(), C => decode_row_as::<C, CLASS_PERIODIC, ANY, true, _, _, _, _, _>(
                     w, &mut src, &book_mem, &HostMem, &g, e_bytes, &mut sink,
                 ))
+            } else if kind == CLASS_PERIODIC_HALVES {
+                // The periodic kernel's step, by the 16-bit half.
+                with_chunk_const!(cb.chunk(), C => decode_row_as::<C, CLASS_PERIODIC_HALVES, ANY, true, _, _, _, _, _>(
+                    w, &mut src, &book_mem, &HostMem, &g, e_bytes, &mut sink,
+                ))
             } else {
                 with_chunk_const!(cb.chunk(), C => decode_row::<C, _, _, _, _, _>(
                     w, &mut src, &book_mem, &HostMem, &g, e_bytes, &mut sink,
@@ -86,11 +91,17 @@ fn emu_decode_row(
 /// kernels' step too; check each against the row, and that a stored length
 /// one byte short is reported corrupt. Returns the rows checked.
 fn check_encoded_rows(cb: &Codebook, rows: Rows<'_>, what: &str) -> usize {
-    use ibp_kernels::detail::book::{CLASS_PERIODIC, CLASS_UNIFORM};
+    use ibp_kernels::detail::book::{CLASS_PERIODIC, CLASS_PERIODIC_HALVES, CLASS_UNIFORM};
     use ibp_kernels::detail::decode::ANY_CLASS;
     use ibp_kernels::params::{DECODE_FLAG_NO_CLASSES, DECODE_FLAG_NO_PREFIX};
     let uniform = crate::kernel_tables::book_is_uniform(cb, &decode_book(cb));
-    let periodic = crate::kernel_tables::book_is_periodic(cb);
+    let period = crate::kernel_tables::book_period(cb);
+    let periodic = period.is_some();
+    let per_kind = if period == Some(16) {
+        CLASS_PERIODIC_HALVES
+    } else {
+        CLASS_PERIODIC
+    };
     let packed = compress_packed(cb, rows, &LayoutOptions::default()).unwrap();
     let mut checked = 0;
     for (i, row) in rows.iter().enumerate() {
@@ -105,8 +116,8 @@ fn check_encoded_rows(cb: &Codebook, rows: Rows<'_>, what: &str) -> usize {
             DECODE_FLAG_NO_PREFIX,
             DECODE_FLAG_NO_CLASSES | DECODE_FLAG_NO_PREFIX,
         ][i % 4];
-        for kind in [ANY_CLASS, CLASS_UNIFORM, CLASS_PERIODIC] {
-            if (kind == CLASS_UNIFORM && !uniform) || (kind == CLASS_PERIODIC && !periodic) {
+        for kind in [ANY_CLASS, CLASS_UNIFORM, per_kind] {
+            if (kind == CLASS_UNIFORM && !uniform) || (kind == per_kind && !periodic) {
                 continue;
             }
             let what = format!("{what} row {i} flags {flags} step kind {kind}");
@@ -223,7 +234,7 @@ fn emulated_decode_step_takes_periodic_steps_where_every_byte_is_alike() {
                 let cb = Codebook::from_counts(&count_bits(rows), n as u64, t, chunk).unwrap();
                 let tail = !l.is_multiple_of(c as usize);
                 assert_eq!(
-                    crate::kernel_tables::book_is_periodic(&cb),
+                    crate::kernel_tables::book_period(&cb).is_some(),
                     !tail,
                     "C={chunk} L={l} pattern {pattern:#x}"
                 );
@@ -236,6 +247,37 @@ fn emulated_decode_step_takes_periodic_steps_where_every_byte_is_alike() {
                 let what = format!("periodic L={l} C={chunk} pattern {pattern:#x}");
                 assert!(check_encoded_rows(&cb, rows, &what) >= n / 2, "{what}");
             }
+        }
+    }
+}
+
+#[test]
+fn emulated_decode_step_takes_periodic_steps_where_every_half_is_alike() {
+    // f16-like values, two a 4-byte chunk: bits of each 16-bit half fixed
+    // (a few exponent bits), the sign and the other bits free, so a chunk's
+    // free bits repeat a 16-bit pattern whose bytes differ. Whole steps, a
+    // last step past the tensor's end (600-byte rows), a tail chunk.
+    for (l, n) in [(1024usize, 64usize), (600, 64), (1002, 64)] {
+        for (pattern, fixed) in [(0x7000u16, 0x2000u16), (0x7c00, 0x3800), (0x00f0, 0x0050)] {
+            let data = periodic_pieces(n, l, 2, pattern, fixed, 5 + l as u64);
+            let rows = Rows::new(&data, l).unwrap();
+            let t = Threshold::from_basis_points(8500).unwrap();
+            let cb =
+                Codebook::from_counts(&count_bits(rows), n as u64, t, ChunkSize::Four).unwrap();
+            let tail = !l.is_multiple_of(4);
+            let what = format!("periodic halves L={l} pattern {pattern:#x}");
+            assert_eq!(
+                crate::kernel_tables::book_period(&cb).is_some(),
+                !tail,
+                "{what}"
+            );
+            let free = cb.tables().entries()[0].free;
+            assert_eq!(
+                crate::kernel_tables::periodic_pattern(free, 4).map(|p| p.0),
+                Some(16),
+                "{what}: free {free:#x}"
+            );
+            assert!(check_encoded_rows(&cb, rows, &what) >= n / 2, "{what}");
         }
     }
 }
@@ -286,7 +328,7 @@ fn emulated_decode_step_widens_the_all_match_prefix_by_few_escape_lanes() {
             "C={chunk}"
         );
         assert_eq!(
-            crate::kernel_tables::book_is_periodic(&cb),
+            crate::kernel_tables::book_period(&cb).is_some(),
             chunk.bytes() == 4,
             "C={chunk}"
         );

@@ -144,10 +144,11 @@ pub struct Args {
     pub(super) sweep_savings: Option<Vec<f64>>,
     /// `--section device`: the sweep's columns: `random` (each column's
     /// invariant bits a value of its own), `alike` (one value for every
-    /// column, as a dense float table's exponent: the uniform decode path)
-    /// or `bytes` (the bits below each byte's top bit, alike in every byte,
-    /// as an fp8 table's exponent).
-    #[arg(long, default_value = "random", value_parser = ["random", "alike", "bytes"])]
+    /// column, as a dense float table's exponent: the uniform decode path),
+    /// `bytes` (the bits below each byte's top bit, alike in every byte,
+    /// as an fp8 table's exponent) or `halves` (the same by the 16-bit
+    /// half, as an f16 table's).
+    #[arg(long, default_value = "random", value_parser = ["random", "alike", "bytes", "halves"])]
     pub(super) sweep_columns: String,
     /// `--section device`: MiB decoded in each cell of the sweep (a cell
     /// holds at least 512 rows an SM whatever its MiB).

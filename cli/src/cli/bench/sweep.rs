@@ -74,6 +74,7 @@ impl Spec {
             columns: match args.sweep_columns.as_str() {
                 "alike" => Columns::Alike,
                 "bytes" => Columns::Bytes,
+                "halves" => Columns::Halves,
                 _ => Columns::Random,
             },
         }
@@ -109,6 +110,7 @@ impl Spec {
             Columns::Random => {}
             Columns::Alike => f.push_str(" --sweep-columns alike"),
             Columns::Bytes => f.push_str(" --sweep-columns bytes"),
+            Columns::Halves => f.push_str(" --sweep-columns halves"),
         }
         if self.out_bytes != 128 << 20 {
             let _ = write!(f, " --sweep-mib {}", self.out_bytes >> 20);
@@ -220,6 +222,8 @@ pub(super) fn table_head(copy_rate: f64, spec: &Spec) -> String {
                 "one value in every column (`--sweep-columns alike`: every step of the decode book uniform)",
             Columns::Bytes =>
                 "rather the bits below each byte's top bit, one value in every byte of every column (`--sweep-columns bytes`: as an fp8 table's exponent bits; the periodic kernel for 2- and 4-byte chunks, the general step for 8)",
+            Columns::Halves =>
+                "rather the bits below each 16-bit half's top bit, one value in every half of every column (`--sweep-columns halves`: as an f16 table's exponent bits; the periodic kernel by the half for 4-byte chunks, the uniform kernels for 2, the general step for 8; no 1-byte cells)",
             Columns::Random => "each column's a value of its own",
         },
         spec.out_bytes >> 20,
@@ -508,5 +512,22 @@ mod tests {
         });
         assert_eq!(cells[0].made_savings, 0.75);
         assert_eq!(cells[1].made_savings, 27.0 / 32.0);
+        // Halves: no 1-byte cells; 4-byte chunks at 25% fix 5 bits a half
+        // (9 of 32 bits asked for, rounded a half: 9 bits saved).
+        let halves = Spec {
+            columns: Columns::Halves,
+            chunks: vec![1, 4],
+            savings: vec![25.0],
+            ..full()
+        };
+        assert!(halves.flags().contains(" --sweep-columns halves"));
+        assert!(table_head(3.0e12, &halves).contains("16-bit half"));
+        let (cells, skipped) = plan(&Spec {
+            rows: vec![600],
+            ..halves
+        });
+        assert_eq!((cells.len(), skipped.len()), (1, 1));
+        assert_eq!((cells[0].chunk, skipped[0].chunk), (4, 1));
+        assert_eq!(cells[0].made_savings, 9.0 / 32.0);
     }
 }

@@ -1,10 +1,10 @@
 //! The uniform and periodic kernels' expansion (`CLASS_UNIFORM`,
-//! `CLASS_PERIODIC`): a step's shared fields read once, each output word's
+//! `CLASS_PERIODIC`, `CLASS_PERIODIC_HALVES`): a step's shared fields read once, each output word's
 //! chunks expanded at once. Used by [`super::decode_in`] in those kernels only.
 
 use super::Source;
 use crate::detail::bits::{merge_bytes, place_bytes};
-use crate::detail::book::{Layout, chunks_per_lane, expand2_own, spread};
+use crate::detail::book::{CLASS_PERIODIC_HALVES, Layout, chunks_per_lane, expand2_own, spread};
 use crate::simt::Book;
 
 /// What every chunk of a [`CLASS_UNIFORM`](crate::detail::book::CLASS_UNIFORM) step shares: the `PARAMS` word
@@ -107,18 +107,24 @@ pub(super) fn expand_uniform<const C: u32, S: Source>(
     uniform_words!(C, s, p, bit, u, y => expand2_own(y, u.q, u.run1, u.free, u.bitval))
 }
 
-/// [`expand_uniform`] for a [`CLASS_PERIODIC`](crate::detail::book::CLASS_PERIODIC) step: each word spread a
-/// byte at a time ([`spread`]) before the expansion, which then deposits
-/// every byte by the byte pattern's two runs (`RUN1`'s first byte in every
-/// byte; `FREE` and `BITVAL` are whole words already).
+/// [`expand_uniform`] for a [`CLASS_PERIODIC`](crate::detail::book::CLASS_PERIODIC)
+/// or [`CLASS_PERIODIC_HALVES`] step (`P`): each word spread a piece at a
+/// time ([`spread`]: a byte, or a 16-bit half) before the expansion, which
+/// then deposits every piece by the pattern's two runs (`RUN1`'s first
+/// piece in every piece; `FREE` and `BITVAL` are whole words already).
 #[inline(always)]
 #[allow(unused_assignments)] // the last word's `bit +=` is never read
-pub(super) fn expand_periodic<const C: u32, S: Source>(
+pub(super) fn expand_periodic<const C: u32, const P: u8, S: Source>(
     s: &S,
     p: u32,
     bit: u32,
     u: &Uniform,
 ) -> [u32; 4] {
-    let (wb, r1) = (u.pw() / C, (u.run1 & 0xff) * 0x0101_0101);
-    uniform_words!(C, s, p, bit, u, y => expand2_own(spread::<C>(y, wb), u.q, r1, u.free, u.bitval))
+    if C == 4 && P == CLASS_PERIODIC_HALVES {
+        let (wh, r1) = (u.pw() / 2, (u.run1 & 0xffff) * 0x0001_0001);
+        uniform_words!(C, s, p, bit, u, y => expand2_own(spread::<C, true>(y, wh), u.q, r1, u.free, u.bitval))
+    } else {
+        let (wb, r1) = (u.pw() / C, (u.run1 & 0xff) * 0x0101_0101);
+        uniform_words!(C, s, p, bit, u, y => expand2_own(spread::<C, false>(y, wb), u.q, r1, u.free, u.bitval))
+    }
 }
