@@ -609,4 +609,13 @@ mod probe {
     probe!(ibp_probe_c4_per, 4, CLASS_PERIODIC, 0);
     probe!(ibp_probe_c2_per, 2, CLASS_PERIODIC, 0);
     probe!(ibp_probe_c4_per_halves, 4, CLASS_PERIODIC_HALVES, 0);
+    probe!(ibp_probe_c4_per_half, 4, CLASS_PERIODIC, 0, 16);
+    probe!(ibp_probe_c2_per_half, 2, CLASS_PERIODIC, 0, 16);
+    probe!(
+        ibp_probe_c4_per_halves_half,
+        4,
+        CLASS_PERIODIC_HALVES,
+        0,
+        16
+    );
 }

@@ -29,7 +29,7 @@ pub(crate) const fn kv_append(chunk: u32) -> Kernel<KvAppendParams> {
 /// or not; `pairs`: two tensors a warp (unclustered batch mode only, else
 /// ignored), `uniform`: a book whose every step is uniform (unclustered
 /// only), `periodic`: one whose every step is periodic (unclustered batch
-/// mode, a tensor a warp: else the general kernels).
+/// mode, a tensor or two a warp: in streaming mode the general kernel).
 pub(crate) const fn decode(
     batch: bool,
     clustered: bool,
@@ -38,7 +38,8 @@ pub(crate) const fn decode(
     periodic: bool,
 ) -> Kernel<DecodeParams> {
     match (batch, clustered) {
-        (true, false) if periodic && !pairs => DECODE_PERIODIC,
+        (true, false) if periodic && pairs => DECODE_PAIRS_PERIODIC,
+        (true, false) if periodic => DECODE_PERIODIC,
         (true, false) if pairs && uniform => DECODE_PAIRS_UNIFORM,
         (true, false) if pairs => DECODE_PAIRS,
         (true, false) if uniform => DECODE_UNIFORM,
@@ -148,11 +149,11 @@ mod tests {
             decode(true, false, false, false, true).name(),
             "ibp_decode_periodic"
         );
-        // Pairs and streaming mode have no periodic kernel: the general.
         assert_eq!(
             decode(true, false, true, false, true).name(),
-            "ibp_decode_pairs"
+            "ibp_decode_pairs_periodic"
         );
+        // Streaming mode has no periodic kernel: the general.
         assert_eq!(
             decode(false, false, false, false, true).name(),
             "ibp_decode_stream"

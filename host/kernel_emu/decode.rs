@@ -444,12 +444,12 @@ fn emu_launch(
         // tests run both kernels.
         let pairs = p.fetch == ibp_kernels::params::FETCH_CP_ASYNC;
         // A book whose every step is uniform: the uniform kernels; one
-        // whose every step is periodic: the periodic kernel (batch mode, a
-        // tensor a warp), as the host launches them.
+        // whose every step is periodic: the periodic kernels (batch mode),
+        // as the host launches them.
         let uni = !clustered && crate::kernel_tables::book_is_uniform(cb, book.bytes());
         // (The kernel picks the piece by `DECODE_FLAG_HALVES`, as the
         // host sets it from the same test.)
-        let per = (!clustered && batch && !pairs)
+        let per = (!clustered && batch)
             .then(|| crate::kernel_tables::book_period(cb))
             .flatten();
         use ibp_kernels::detail::book::{
@@ -464,6 +464,10 @@ fn emu_launch(
                 run::<_, _, true, false, A>(w, &HostBytes(smem_addr), p, true, at)
             } else if clustered {
                 run::<_, _, true, false, A>(w, &HostBytes(book.addr()), p, false, at)
+            } else if batch && pairs && per == Some(16) {
+                run::<_, _, false, true, PH>(w, &HostBytes(smem_addr), p, true, at)
+            } else if batch && pairs && per.is_some() {
+                run::<_, _, false, true, P>(w, &HostBytes(smem_addr), p, true, at)
             } else if batch && pairs && uni {
                 run::<_, _, false, true, U>(w, &HostBytes(smem_addr), p, true, at)
             } else if batch && pairs {

@@ -112,6 +112,23 @@ pub unsafe fn ibp_decode_periodic(p: DecodeParams) {
     }
 }
 
+/// [`ibp_decode_periodic`] two tensors a warp (as [`ibp_decode_pairs`]),
+/// for rows whose last whole step would be at most half full.
+///
+/// # Safety
+/// As [`ibp_decode_periodic`].
+#[kernel]
+pub unsafe fn ibp_decode_pairs_periodic(p: DecodeParams) {
+    // SAFETY: forwarded contract.
+    unsafe {
+        if p.decode_flags & DECODE_FLAG_HALVES != 0 {
+            decode_batch::<true, CLASS_PERIODIC_HALVES>(p)
+        } else {
+            decode_batch::<true, CLASS_PERIODIC>(p)
+        }
+    }
+}
+
 /// The body of the unclustered batch-mode kernels.
 ///
 /// # Safety

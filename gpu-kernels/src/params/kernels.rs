@@ -122,6 +122,8 @@ kernels! {
     DECODE_PAIRS_UNIFORM: DecodeParams = "ibp_decode_pairs_uniform";
     /// [`DECODE`] for a book whose every step is periodic (fp8-like).
     DECODE_PERIODIC: DecodeParams = "ibp_decode_periodic";
+    /// [`DECODE_PAIRS`] for a book whose every step is periodic.
+    DECODE_PAIRS_PERIODIC: DecodeParams = "ibp_decode_pairs_periodic";
     /// Decompression in streaming mode (large tensors). 80 registers:
     /// ptxas alone picks 78 for sm_90, but the driver's JIT under the
     /// module's cap of 128 took 101 (Nsight Compute, H200), two blocks of

@@ -254,31 +254,22 @@ impl<'ds> Decoder<'ds> {
             )));
         }
         let block = (warps * 32) as u32;
-        // The periodic kernel: a book whose every step is periodic, in
-        // batch mode a tensor a warp (it has no pair or streaming form),
-        // unless the caller turns the uniform kernels off or asks for
-        // pairs.
-        //
-        // Q: why does it come before the pairs rule?
-        // A: a pair's general half-step costs 275–513 instructions for 256
-        // bytes of each of two tensors, a periodic step 124–193 for 512 of
-        // one (`scripts/sass.sh --steps`: `c4`, `c2`, `c4_half`, the `_per`
-        // probes), so the periodic kernel decodes two tensors' 512 bytes in
-        // fewer instructions whatever the length; pairs would win only on
-        // rows of at most 256 bytes, by less than a tensor's overhead.
-        let periodic_ok = book.periodic
+        let pairs = batch
+            && !clustered
+            && opts
+                .pairs
+                .unwrap_or(!opts.no_fast_paths && pairs_pay(l, ring_lines as u64 / 2, span_max));
+        // The periodic kernels: a book whose every step is periodic, in
+        // batch mode (a tensor or, by the same rule as the others, two a
+        // warp; there is no streaming form), unless the caller turns the
+        // uniform kernels off. (`pairs_pay`'s premise holds for them: a
+        // periodic half-step costs what a whole one does, `c4_per_half` 163
+        // against `c4_per` 162, `scripts/sass.sh --steps`.)
+        let periodic = book.periodic
             && batch
             && !clustered
             && !opts.no_fast_paths
             && opts.uniform.unwrap_or(true);
-        let pairs = batch
-            && !clustered
-            && opts.pairs.unwrap_or(
-                !opts.no_fast_paths
-                    && !periodic_ok
-                    && pairs_pay(l, ring_lines as u64 / 2, span_max),
-            );
-        let periodic = periodic_ok && !pairs;
         let per_sm = gpu.blocks_per_sm(
             kernels::decode(batch, clustered, pairs, uniform, periodic),
             block,

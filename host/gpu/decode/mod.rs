@@ -84,8 +84,8 @@ pub struct DecodeOptions {
     /// The same choice takes the periodic kernel for a book whose every
     /// step is periodic (every byte of a chunk alike in its free bits, an
     /// fp8 table's, or every 16-bit half of a 4-byte chunk, an f16
-    /// table's; batch mode, a tensor a warp, before pairs). Output is
-    /// identical either way.
+    /// table's; batch mode, a tensor or two a warp). Output is identical
+    /// either way.
     pub uniform: Option<bool>,
 }
 

@@ -162,6 +162,7 @@ pub(super) fn batch_blocks_per_sm(
         (false, true, false),
         (true, true, false),
         (false, false, true),
+        (true, false, true),
     ] {
         if (pairs || uniform || periodic) && clustered {
             continue;

@@ -165,7 +165,7 @@ fn emulated_uniform_kernels_equal_the_original_rows() {
 
 #[test]
 fn emulated_periodic_kernel_equals_the_original_rows() {
-    use ibp_kernels::params::FETCH_LOAD_STORE;
+    use ibp_kernels::params::{FETCH_CP_ASYNC, FETCH_LOAD_STORE};
     let mut ran = 0;
     let mut corruptions = [0usize; 2];
     for chunk in [ChunkSize::Two, ChunkSize::Four] {
@@ -190,15 +190,19 @@ fn emulated_periodic_kernel_equals_the_original_rows() {
             let t = Threshold::from_basis_points(8500).unwrap();
             let cb = Codebook::from_counts(&count_bits(rows), n as u64, t, chunk).unwrap();
             let what = format!("L={l} C={chunk}");
-            // What makes `emu_launch` take the periodic kernel (batch mode,
-            // a tensor a warp: loads and stores).
+            // What makes `emu_launch` take the periodic kernels (batch
+            // mode: two tensors a warp with cp.async, one with loads and
+            // stores).
             assert!(
                 crate::kernel_tables::book_period(&cb).is_some(),
                 "{what}: not periodic"
             );
-            for layout in [EmuStorage::PACKED, EmuStorage::FIXED] {
+            for (layout, fetch) in [EmuStorage::PACKED, EmuStorage::FIXED]
+                .into_iter()
+                .flat_map(|x| [(x, FETCH_CP_ASYNC), (x, FETCH_LOAD_STORE)])
+            {
                 let k = EmuKernel::Batch;
-                let fetch = FETCH_LOAD_STORE;
+                let what = format!("{what} fetch {fetch}");
                 let (out, st) = emu_kernel(&cb, rows, layout, None, n as u64, k, fetch, None);
                 assert_eq!(st, [0, u64::MAX], "status: {what} {layout:?}");
                 assert!(out == data, "range differs: {what} {layout:?}");
@@ -217,7 +221,7 @@ fn emulated_periodic_kernel_equals_the_original_rows() {
             corruptions[1] += bad[1];
         }
     }
-    assert_eq!(ran, 20);
+    assert_eq!(ran, 40);
     assert!(
         corruptions.iter().all(|&c| c > 0),
         "corruptions run {corruptions:?}"
