@@ -345,7 +345,7 @@ pub fn section(
     eprintln!("peers on the real tables...");
     let label = peers.label();
     let mut results = Vec::new();
-    let mut tables = with_fp8(super::real_tables()?);
+    let mut tables = with_casts(super::real_tables()?);
     if let Some(kv) = super::kv::real_table()? {
         tables.push(kv);
     }
@@ -381,28 +381,34 @@ pub fn section(
 }
 
 /// The real tables and, when MiniLM's f32 embeddings are among them, their
-/// FP8 casts (E4M3 and E5M2, round to nearest even, saturating): a model
-/// quantised to FP8, for the float coding's comparison.
+/// f16 cast (round to nearest even: a model stored in half precision) and
+/// FP8 casts (E4M3 and E5M2, round to nearest even, saturating: a model
+/// quantised to FP8, for the float coding's comparison).
 #[cfg(feature = "cuda")]
-fn with_fp8(mut tables: Vec<(String, Vec<u8>, usize)>) -> Vec<(String, Vec<u8>, usize)> {
+fn with_casts(mut tables: Vec<(String, Vec<u8>, usize)>) -> Vec<(String, Vec<u8>, usize)> {
     let casts: Vec<_> = tables
         .iter()
         .filter(|(name, _, _)| name.starts_with("MiniLM") && name.ends_with("f32"))
         .flat_map(|(name, data, row)| {
             let base = name.trim_end_matches("f32");
-            [
+            let values = || {
+                data.as_chunks::<4>()
+                    .0
+                    .iter()
+                    .map(|b| f32::from_le_bytes(*b))
+            };
+            let f16 = values()
+                .flat_map(|x| half::f16::from_f32(x).to_le_bytes())
+                .collect();
+            let fp8 = [
                 (ibp_testdata::fp8::E4M3, "fp8 e4m3"),
                 (ibp_testdata::fp8::E5M2, "fp8 e5m2"),
             ]
             .map(|(f, suffix)| {
-                let bytes = data
-                    .as_chunks::<4>()
-                    .0
-                    .iter()
-                    .map(|b| f.from_f32(f32::from_le_bytes(*b)))
-                    .collect();
+                let bytes = values().map(|x| f.from_f32(x)).collect();
                 (format!("{base}{suffix}"), bytes, row / 4)
-            })
+            });
+            std::iter::once((format!("{base}f16"), f16, row / 2)).chain(fp8)
         })
         .collect();
     tables.extend(casts);
