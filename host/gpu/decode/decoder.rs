@@ -254,22 +254,21 @@ impl<'ds> Decoder<'ds> {
             )));
         }
         let block = (warps * 32) as u32;
-        let pairs = batch
-            && !clustered
-            && opts
-                .pairs
-                .unwrap_or(!opts.no_fast_paths && pairs_pay(l, ring_lines as u64 / 2, span_max));
         // The periodic kernels: a book whose every step is periodic, in
-        // batch mode (a tensor or, by the same rule as the others, two a
-        // warp; there is no streaming form), unless the caller turns the
-        // uniform kernels off. (`pairs_pay`'s premise holds for them: a
-        // periodic half-step costs what a whole one does, `c4_per_half` 163
-        // against `c4_per` 162, `scripts/sass.sh --steps`.)
+        // batch mode (a tensor or two a warp; there is no streaming form),
+        // unless the caller turns the uniform kernels off. They pair by
+        // `pairs_pay`'s rule, which also takes one-step rows at a tie for
+        // them (a periodic half-step costs what a whole one does).
         let periodic = book.periodic
             && batch
             && !clustered
             && !opts.no_fast_paths
             && opts.uniform.unwrap_or(true);
+        let pairs = batch
+            && !clustered
+            && opts.pairs.unwrap_or(
+                !opts.no_fast_paths && pairs_pay(l, ring_lines as u64 / 2, span_max, periodic),
+            );
         let per_sm = gpu.blocks_per_sm(
             kernels::decode(batch, clustered, pairs, uniform, periodic),
             block,

@@ -215,8 +215,19 @@ pub(super) const LANE_MAX_ROW: u64 = 128;
 /// is decoded by both halves at twice its cost. Measured on the H200
 /// (2026-11-28, `scripts/device-decoder.sh`): 4096-byte rows whose batches
 /// held one tensor ran at 0.53–0.61× with pairs forced on.
-pub(crate) fn pairs_pay(l: u64, half_lines: u64, span_max: u64) -> bool {
-    5 * l.div_ceil(256) <= 8 * l.div_ceil(512) && half_lines >= 2 * span_max
+///
+/// `periodic` (the periodic kernels' books): a row of one whole step
+/// (`L` ≤ 512) pairs at a tie too. Q: why? A: a periodic half-step costs
+/// what a whole one does to the instruction (`c4_per_half` 163, `c4_per`
+/// 162; the general half-step up to 1.15×), so at a tie two tensors cost
+/// the same steps and share one tensor's work around them; measured with
+/// `--pairs on` on 320–448-byte rows (H200, 2026-11-29, fp8-like and
+/// f16-like sweep cells): 1.04–1.12× a tensor a warp. Longer rows at a
+/// tie were not measured, and their steps outweigh that shared work.
+pub(crate) fn pairs_pay(l: u64, half_lines: u64, span_max: u64, periodic: bool) -> bool {
+    let (halves, wholes) = (l.div_ceil(256), 2 * l.div_ceil(512));
+    let saves = 5 * halves <= 4 * wholes || (periodic && l <= 512);
+    saves && half_lines >= 2 * span_max
 }
 
 #[cfg(test)]
@@ -304,12 +315,24 @@ mod tests {
     fn pairs_pay_where_a_rows_last_whole_step_is_at_most_half_full() {
         // Halves of 32 lines, tensors of at most 7.
         for l in [1, 64, 200, 256, 513, 600, 768] {
-            assert!(pairs_pay(l, 32, 7), "{l}");
+            assert!(pairs_pay(l, 32, 7, false), "{l}");
         }
         for l in [257, 512, 769, 1024, 1280, 1536, 4096, 5732] {
-            assert!(!pairs_pay(l, 32, 7), "{l}");
+            assert!(!pairs_pay(l, 32, 7, false), "{l}");
         }
         // A half that holds one tensor never pairs.
-        assert!(!pairs_pay(768, 12, 7));
+        assert!(!pairs_pay(768, 12, 7, false));
+        // Periodic books: one-step rows pair at a tie too, longer ones by
+        // the rule; never in a half that holds one tensor.
+        for l in [257, 384, 448, 512] {
+            assert!(pairs_pay(l, 32, 7, true), "{l}");
+        }
+        for l in [513, 768] {
+            assert!(pairs_pay(l, 32, 7, true), "{l}");
+        }
+        for l in [769, 1024, 1536] {
+            assert!(!pairs_pay(l, 32, 7, true), "{l}");
+        }
+        assert!(!pairs_pay(384, 12, 7, true));
     }
 }
