@@ -103,28 +103,33 @@ pub unsafe fn ibp_decode_pairs_uniform(p: DecodeParams) {
 #[kernel]
 pub unsafe fn ibp_decode_periodic(p: DecodeParams) {
     // SAFETY: forwarded contract.
-    unsafe {
-        if p.decode_flags & DECODE_FLAG_HALVES != 0 {
-            decode_batch::<false, CLASS_PERIODIC_HALVES>(p)
-        } else {
-            decode_batch::<false, CLASS_PERIODIC>(p)
-        }
-    }
+    unsafe { decode_periodic::<false>(p) }
 }
 
 /// [`ibp_decode_periodic`] two tensors a warp (as [`ibp_decode_pairs`]),
-/// for rows whose last whole step would be at most half full.
+/// for rows the pairs rule gives two a warp (the host's `pairs_pay`).
 ///
 /// # Safety
 /// As [`ibp_decode_periodic`].
 #[kernel]
 pub unsafe fn ibp_decode_pairs_periodic(p: DecodeParams) {
     // SAFETY: forwarded contract.
+    unsafe { decode_periodic::<true>(p) }
+}
+
+/// The periodic kernels' body: the batch loop by the byte or, with
+/// [`DECODE_FLAG_HALVES`], by the 16-bit half.
+///
+/// # Safety
+/// As [`ibp_decode_periodic`].
+#[inline(always)]
+unsafe fn decode_periodic<const PAIRS: bool>(p: DecodeParams) {
+    // SAFETY: forwarded contract.
     unsafe {
         if p.decode_flags & DECODE_FLAG_HALVES != 0 {
-            decode_batch::<true, CLASS_PERIODIC_HALVES>(p)
+            decode_batch::<PAIRS, CLASS_PERIODIC_HALVES>(p)
         } else {
-            decode_batch::<true, CLASS_PERIODIC>(p)
+            decode_batch::<PAIRS, CLASS_PERIODIC>(p)
         }
     }
 }
