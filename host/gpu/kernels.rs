@@ -25,29 +25,42 @@ pub(crate) const fn kv_append(chunk: u32) -> Kernel<KvAppendParams> {
     list::by_chunk(list::KV_APPEND, chunk)
 }
 
+/// The step a decode kernel runs, as the book's classes allow and the
+/// caller chooses (`DeviceBook::uniform`, `DeviceBook::periodic`,
+/// `DecodeOptions::uniform`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// The general step, which decodes every book.
+    General,
+    /// A book whose every step is uniform (unclustered; batch or
+    /// streaming mode).
+    Uniform,
+    /// A book whose every step is periodic (unclustered batch mode: in
+    /// streaming mode the general kernel).
+    Periodic,
+}
+
 /// The decode kernel for batch or streaming mode, of a clustered dataset
 /// or not; `pairs`: two tensors a warp (unclustered batch mode only, else
-/// ignored), `uniform`: a book whose every step is uniform (unclustered
-/// only), `periodic`: one whose every step is periodic (unclustered batch
-/// mode, a tensor or two a warp: in streaming mode the general kernel).
+/// ignored); `step`: the step it runs (clustered datasets run the
+/// general one).
 pub(crate) const fn decode(
     batch: bool,
     clustered: bool,
     pairs: bool,
-    uniform: bool,
-    periodic: bool,
+    step: Step,
 ) -> Kernel<DecodeParams> {
-    match (batch, clustered) {
-        (true, false) if periodic && pairs => DECODE_PAIRS_PERIODIC,
-        (true, false) if periodic => DECODE_PERIODIC,
-        (true, false) if pairs && uniform => DECODE_PAIRS_UNIFORM,
-        (true, false) if pairs => DECODE_PAIRS,
-        (true, false) if uniform => DECODE_UNIFORM,
-        (true, false) => DECODE,
-        (false, false) if uniform => DECODE_STREAM_UNIFORM,
-        (false, false) => DECODE_STREAM,
-        (true, true) => DECODE_CLUSTERED,
-        (false, true) => DECODE_CLUSTERED_STREAM,
+    match (batch, clustered, step) {
+        (true, false, Step::Periodic) if pairs => DECODE_PAIRS_PERIODIC,
+        (true, false, Step::Periodic) => DECODE_PERIODIC,
+        (true, false, Step::Uniform) if pairs => DECODE_PAIRS_UNIFORM,
+        (true, false, _) if pairs => DECODE_PAIRS,
+        (true, false, Step::Uniform) => DECODE_UNIFORM,
+        (true, false, _) => DECODE,
+        (false, false, Step::Uniform) => DECODE_STREAM_UNIFORM,
+        (false, false, _) => DECODE_STREAM,
+        (true, true, _) => DECODE_CLUSTERED,
+        (false, true, _) => DECODE_CLUSTERED_STREAM,
     }
 }
 
@@ -122,48 +135,48 @@ mod tests {
         assert_eq!(encode_slots(8).name(), "ibp_encode_slots_c8");
         assert_eq!(kv_append(4).name(), "ibp_kv_append_c4");
         assert_eq!(
-            decode(true, false, false, false, false).name(),
+            decode(true, false, false, Step::General).name(),
             "ibp_decode"
         );
         assert_eq!(
-            decode(true, false, true, false, false).name(),
+            decode(true, false, true, Step::General).name(),
             "ibp_decode_pairs"
         );
         assert_eq!(
-            decode(true, false, false, true, false).name(),
+            decode(true, false, false, Step::Uniform).name(),
             "ibp_decode_uniform"
         );
         assert_eq!(
-            decode(true, false, true, true, false).name(),
+            decode(true, false, true, Step::Uniform).name(),
             "ibp_decode_pairs_uniform"
         );
         assert_eq!(
-            decode(false, false, true, false, false).name(),
+            decode(false, false, true, Step::General).name(),
             "ibp_decode_stream"
         );
         assert_eq!(
-            decode(false, false, true, true, false).name(),
+            decode(false, false, true, Step::Uniform).name(),
             "ibp_decode_stream_uniform"
         );
         assert_eq!(
-            decode(true, false, false, false, true).name(),
+            decode(true, false, false, Step::Periodic).name(),
             "ibp_decode_periodic"
         );
         assert_eq!(
-            decode(true, false, true, false, true).name(),
+            decode(true, false, true, Step::Periodic).name(),
             "ibp_decode_pairs_periodic"
         );
         // Streaming mode has no periodic kernel: the general.
         assert_eq!(
-            decode(false, false, false, false, true).name(),
+            decode(false, false, false, Step::Periodic).name(),
             "ibp_decode_stream"
         );
         assert_eq!(
-            decode(false, true, false, false, false).name(),
+            decode(false, true, false, Step::General).name(),
             "ibp_decode_clustered_stream"
         );
         assert_eq!(
-            decode(true, true, true, true, false).name(),
+            decode(true, true, true, Step::Uniform).name(),
             "ibp_decode_clustered"
         );
     }

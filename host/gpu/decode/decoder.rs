@@ -21,7 +21,7 @@ use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::gpu::book::DeviceBook;
 use crate::gpu::dataset::GpuDataset;
-use crate::gpu::kernels;
+use crate::gpu::kernels::{self, Step};
 use crate::gpu::rows_view::Fetch;
 use crate::gpu::rows_view::RowsView;
 
@@ -61,14 +61,11 @@ pub struct Decoder<'ds> {
     pub(crate) batch: bool,
     /// Two tensors a warp in batch mode (`ibp_decode_pairs`).
     pub(crate) pairs: bool,
-    /// The book's every step is uniform and the caller lets the uniform
-    /// kernels decode it (`ibp_decode_uniform`, `ibp_decode_pairs_uniform`,
-    /// `ibp_decode_stream_uniform`; unclustered launches only).
-    pub(crate) uniform: bool,
-    /// The book's every step is periodic and the caller lets the periodic
-    /// kernel decode it (`ibp_decode_periodic`: unclustered batch mode, a
-    /// tensor a warp).
-    pub(crate) periodic: bool,
+    /// The step the batch and streaming kernels run: uniform or periodic
+    /// where every step of the book is and the caller lets those kernels
+    /// decode it (unclustered launches only; the periodic kernels in batch
+    /// mode, a tensor or two a warp).
+    pub(crate) step: Step,
     /// The lane decoder's grid (`ibp_decode_lanes`), where it may run:
     /// unclustered rows in device memory, the book in shared memory.
     pub(crate) lanes: Option<LaneGrid>,
@@ -269,8 +266,15 @@ impl<'ds> Decoder<'ds> {
             && opts.pairs.unwrap_or(
                 !opts.no_fast_paths && pairs_pay(l, ring_lines as u64 / 2, span_max, periodic),
             );
+        let step = if periodic {
+            Step::Periodic
+        } else if uniform {
+            Step::Uniform
+        } else {
+            Step::General
+        };
         let per_sm = gpu.blocks_per_sm(
-            kernels::decode(batch, clustered, pairs, uniform, periodic),
+            kernels::decode(batch, clustered, pairs, step),
             block,
             shared as usize,
         )?;
@@ -313,8 +317,7 @@ impl<'ds> Decoder<'ds> {
             pbuf_words,
             batch,
             pairs,
-            uniform,
-            periodic,
+            step,
             lanes,
             lanes_forced: opts.lanes,
             fewer: fewer
@@ -510,7 +513,7 @@ impl<'ds> Decoder<'ds> {
             // over PCIe (`decode::batch`, `fetch_item`).
             decode_flags: self.flags
                 | if rows.host { DECODE_FLAG_TRIM } else { 0 }
-                | if self.periodic && self.book.halves {
+                | if self.step == Step::Periodic && self.book.halves {
                     DECODE_FLAG_HALVES
                 } else {
                     0
@@ -539,13 +542,7 @@ impl<'ds> Decoder<'ds> {
                 let warps = (block / 32) as u64;
                 let grid = (grid as u64).min(count.div_ceil(warps)).max(1) as u32;
                 (
-                    kernels::decode(
-                        self.batch,
-                        rows.clusters.is_some(),
-                        self.pairs,
-                        self.uniform,
-                        self.periodic,
-                    ),
+                    kernels::decode(self.batch, rows.clusters.is_some(), self.pairs, self.step),
                     grid,
                     block,
                     shared,

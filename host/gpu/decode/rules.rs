@@ -8,7 +8,7 @@ use ibp_kernels::params::workspace_bytes;
 
 use super::DecodeOptions;
 use crate::gpu::Gpu;
-use crate::gpu::kernels;
+use crate::gpu::kernels::{self, Step};
 
 /// Of `main` and the shapes `fewer` (each `(block, grid, shared)`), the
 /// one of fewest warps in the grid that decodes `count` tensors, a warp a
@@ -82,7 +82,16 @@ pub(super) fn stream_book(
             }
             let per_sm = gpu
                 .blocks_per_sm(
-                    kernels::decode(false, false, false, uniform, false),
+                    kernels::decode(
+                        false,
+                        false,
+                        false,
+                        if uniform {
+                            Step::Uniform
+                        } else {
+                            Step::General
+                        },
+                    ),
                     (w * 32) as u32,
                     smem as usize,
                 )
@@ -156,19 +165,14 @@ pub(super) fn batch_blocks_per_sm(
     let block = (warps * 32) as u32;
     let least = (book_len + workspace_bytes(0, (2 * span_max) as u32) as u64).min(budget);
     let mut blocks = 4;
-    for (pairs, uniform, periodic) in [
-        (false, false, false),
-        (true, false, false),
-        (false, true, false),
-        (true, true, false),
-        (false, false, true),
-        (true, false, true),
-    ] {
-        if (pairs || uniform || periodic) && clustered {
-            continue;
+    for pairs in [false, true] {
+        for step in [Step::General, Step::Uniform, Step::Periodic] {
+            if (pairs || step != Step::General) && clustered {
+                continue;
+            }
+            let k = kernels::decode(true, clustered, pairs, step);
+            blocks = blocks.min(gpu.blocks_per_sm(k, block, least as usize).unwrap_or(2) as u64);
         }
-        let k = kernels::decode(true, clustered, pairs, uniform, periodic);
-        blocks = blocks.min(gpu.blocks_per_sm(k, block, least as usize).unwrap_or(2) as u64);
     }
     blocks.max(1)
 }
