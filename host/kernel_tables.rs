@@ -120,8 +120,9 @@ pub fn book_is_uniform(cb: &Codebook, book: &[u8]) -> bool {
 /// (4-byte chunks) the same 16-bit pattern in both halves, with at least
 /// one free and one fixed bit in it and at most two runs: what a periodic
 /// step expands by (`ibp_kernels::detail::book::spread`). The byte is
-/// tried first; the kernel tells the two apart by whether the chunk's
-/// bytes differ (`ibp_kernels::detail::book::pattern_halves`).
+/// tried first; the host tells the kernel which piece a book takes by a
+/// launch flag (`ibp_kernels::params::DECODE_FLAG_HALVES`, from
+/// [`book_period`]).
 pub fn periodic_pattern(free: u64, c: u32) -> Option<(u32, u64)> {
     if !matches!(c, 2 | 4) || free >> (8 * c) != 0 {
         return None;

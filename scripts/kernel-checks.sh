@@ -74,13 +74,6 @@ allowed_spill() {
     "ibp_decode_clustered sm_90") [ "$3" -le 64 ] ;;
     "ibp_decode_pairs sm_80") [ "$3" -le 8 ] ;;
     "ibp_decode_pairs sm_90") [ "$3" -le 160 ] ;;
-    # The uniform batch kernel (tenth session): 16–32 bytes, outside its
-    # step loops (`scripts/sass.sh`'s loops hold none), in a tensor's
-    # set-up and end.
-    "ibp_decode_uniform sm_80" | "ibp_decode_uniform sm_90") [ "$3" -le 32 ] ;;
-    # The periodic batch kernel (eleventh session, branch periodic-step):
-    # 24–40 bytes, likewise outside its step loops.
-    "ibp_decode_periodic sm_80" | "ibp_decode_periodic sm_90") [ "$3" -le 40 ] ;;
     # The fused examples' kernels (docs/DEVICE-API.md), the same step in a
     # user's kernel beside its own state: 24–32 bytes on sm_90; timed by
     # `device-run.sh examples` against their ideals.
