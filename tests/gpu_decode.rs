@@ -285,8 +285,11 @@ fn decode_fast_paths_on_and_off_give_the_same_bytes() {
     let mut rng = Rng(0xfa57);
     let on = DecodeOptions::default();
     let off = DecodeOptions::default().with_fast_paths(false);
+    // Four tensors a warp wherever the uniform and periodic kernels take
+    // the book (the rule takes them for 100, 384 and 600 bytes alone).
+    let quads = DecodeOptions::default().with_quads(true);
     for chunk in ChunkSize::ALL {
-        for &l in &[4usize, 100, 1024, 1531, 5732] {
+        for &l in &[4usize, 100, 384, 600, 1024, 1531, 5732] {
             for kind in 0..5 {
                 let n = (1_000_000 / l).clamp(8, 400);
                 let data = class_rows(&mut rng, kind, n, l);
@@ -294,7 +297,7 @@ fn decode_fast_paths_on_and_off_give_the_same_bytes() {
                 let opts =
                     ibp::fit::FitOptions::default().with_chunk(ibp::fit::ChunkChoice::Fixed(chunk));
                 let cb = ibp::fit::fit(rows, &opts).unwrap().codebook;
-                for (fast, o) in [("on", &on), ("off", &off)] {
+                for (fast, o) in [("on", &on), ("off", &off), ("on, quads", &quads)] {
                     let what = format!("fast paths {fast} C={} L={l} kind {kind}", chunk.bytes());
                     check_with(&gpu, &mut rng, &data, l, &cb, &what, o);
                 }

@@ -618,4 +618,15 @@ mod probe {
         0,
         16
     );
+    probe!(ibp_probe_c4_per_quarter, 4, CLASS_PERIODIC, 0, 8);
+    probe!(ibp_probe_c2_per_quarter, 2, CLASS_PERIODIC, 0, 8);
+    probe!(ibp_probe_c4_uni_quarter, 4, CLASS_UNIFORM, 0, 8);
+    probe!(ibp_probe_c2_uni_quarter, 2, CLASS_UNIFORM, 0, 8);
+    probe!(
+        ibp_probe_c4_per_halves_quarter,
+        4,
+        CLASS_PERIODIC_HALVES,
+        0,
+        8
+    );
 }

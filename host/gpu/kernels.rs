@@ -41,20 +41,23 @@ pub(crate) enum Step {
 }
 
 /// The decode kernel for batch or streaming mode, of a clustered dataset
-/// or not; `pairs`: two tensors a warp (unclustered batch mode only, else
-/// ignored); `step`: the step it runs (clustered datasets run the
-/// general one).
+/// or not; `groups`: tensors a warp, 1, 2 or 4 (unclustered batch mode
+/// only, else ignored; four for the uniform and periodic steps only, the
+/// general step taking two); `step`: the step it runs (clustered datasets
+/// run the general one).
 pub(crate) const fn decode(
     batch: bool,
     clustered: bool,
-    pairs: bool,
+    groups: u32,
     step: Step,
 ) -> Kernel<DecodeParams> {
     match (batch, clustered, step) {
-        (true, false, Step::Periodic) if pairs => DECODE_PAIRS_PERIODIC,
+        (true, false, Step::Periodic) if groups >= 4 => DECODE_QUADS_PERIODIC,
+        (true, false, Step::Periodic) if groups >= 2 => DECODE_PAIRS_PERIODIC,
         (true, false, Step::Periodic) => DECODE_PERIODIC,
-        (true, false, Step::Uniform) if pairs => DECODE_PAIRS_UNIFORM,
-        (true, false, _) if pairs => DECODE_PAIRS,
+        (true, false, Step::Uniform) if groups >= 4 => DECODE_QUADS_UNIFORM,
+        (true, false, Step::Uniform) if groups >= 2 => DECODE_PAIRS_UNIFORM,
+        (true, false, _) if groups >= 2 => DECODE_PAIRS,
         (true, false, Step::Uniform) => DECODE_UNIFORM,
         (true, false, _) => DECODE,
         (false, false, Step::Uniform) => DECODE_STREAM_UNIFORM,
@@ -134,49 +137,63 @@ mod tests {
         assert_eq!(encode(2).name(), "ibp_encode_c2");
         assert_eq!(encode_slots(8).name(), "ibp_encode_slots_c8");
         assert_eq!(kv_append(4).name(), "ibp_kv_append_c4");
+        assert_eq!(decode(true, false, 1, Step::General).name(), "ibp_decode");
         assert_eq!(
-            decode(true, false, false, Step::General).name(),
-            "ibp_decode"
-        );
-        assert_eq!(
-            decode(true, false, true, Step::General).name(),
+            decode(true, false, 2, Step::General).name(),
             "ibp_decode_pairs"
         );
         assert_eq!(
-            decode(true, false, false, Step::Uniform).name(),
+            decode(true, false, 1, Step::Uniform).name(),
             "ibp_decode_uniform"
         );
         assert_eq!(
-            decode(true, false, true, Step::Uniform).name(),
+            decode(true, false, 2, Step::Uniform).name(),
             "ibp_decode_pairs_uniform"
         );
         assert_eq!(
-            decode(false, false, true, Step::General).name(),
+            decode(false, false, 2, Step::General).name(),
             "ibp_decode_stream"
         );
         assert_eq!(
-            decode(false, false, true, Step::Uniform).name(),
+            decode(false, false, 2, Step::Uniform).name(),
             "ibp_decode_stream_uniform"
         );
         assert_eq!(
-            decode(true, false, false, Step::Periodic).name(),
+            decode(true, false, 1, Step::Periodic).name(),
             "ibp_decode_periodic"
         );
         assert_eq!(
-            decode(true, false, true, Step::Periodic).name(),
+            decode(true, false, 2, Step::Periodic).name(),
             "ibp_decode_pairs_periodic"
+        );
+        assert_eq!(
+            decode(true, false, 4, Step::Periodic).name(),
+            "ibp_decode_quads_periodic"
+        );
+        assert_eq!(
+            decode(true, false, 4, Step::Uniform).name(),
+            "ibp_decode_quads_uniform"
+        );
+        // The general step has no quarter-warp form: its pairs.
+        assert_eq!(
+            decode(true, false, 4, Step::General).name(),
+            "ibp_decode_pairs"
+        );
+        assert_eq!(
+            decode(false, false, 4, Step::Uniform).name(),
+            "ibp_decode_stream_uniform"
         );
         // Streaming mode has no periodic kernel: the general.
         assert_eq!(
-            decode(false, false, false, Step::Periodic).name(),
+            decode(false, false, 1, Step::Periodic).name(),
             "ibp_decode_stream"
         );
         assert_eq!(
-            decode(false, true, false, Step::General).name(),
+            decode(false, true, 1, Step::General).name(),
             "ibp_decode_clustered_stream"
         );
         assert_eq!(
-            decode(true, true, true, Step::Uniform).name(),
+            decode(true, true, 2, Step::Uniform).name(),
             "ibp_decode_clustered"
         );
     }

@@ -196,6 +196,10 @@ enum EmuKernel {
     /// `ibp_decode` or `ibp_decode_pairs` (batch mode; streaming when
     /// tensors are too long for it).
     Batch,
+    /// `ibp_decode_quads_uniform` or `ibp_decode_quads_periodic` (batch
+    /// mode, four tensors a warp) for a book those kernels take, else as
+    /// `Batch`.
+    Quads,
     /// `ibp_decode_stream`.
     Streaming,
     /// `ibp_decode_lanes`.
@@ -361,6 +365,7 @@ fn emu_kernel_with(
             kernel == EmuKernel::Streaming,
             half_lines,
             false,
+            kernel == EmuKernel::Quads,
         ),
     }
     let st = bytemuck::cast_slice::<u8, u64>(status.bytes());
@@ -373,7 +378,9 @@ fn emu_kernel_with(
 /// `max_stored` (the largest stored tensor whose length a table gives) or
 /// `half_lines` (a test's smaller half). Two warps. `clustered`: `book`
 /// holds every cluster's book (copied into shared memory in batch mode, as
-/// `ibp_decode_clustered` does) and `p` their ids.
+/// `ibp_decode_clustered` does) and `p` their ids. `quads`: four tensors a
+/// warp where the uniform or periodic kernels take the book (batch mode).
+#[allow(clippy::too_many_arguments)]
 fn emu_launch(
     cb: &Codebook,
     book: &Aligned,
@@ -382,6 +389,7 @@ fn emu_launch(
     streaming: bool,
     half_lines: Option<u32>,
     clustered: bool,
+    quads: bool,
 ) {
     use ibp_kernels::detail::decode::{Launch, run};
     use ibp_kernels::params::workspace_bytes;
@@ -441,7 +449,8 @@ fn emu_launch(
         };
         // Unclustered batch mode: two tensors a warp (`ibp_decode_pairs`)
         // with cp.async, one (`ibp_decode`) with loads and stores, so the
-        // tests run both kernels.
+        // tests run both kernels; four (`quads`, either fetch) where the
+        // caller asks and the uniform or periodic kernels take the book.
         let pairs = p.fetch == ibp_kernels::params::FETCH_CP_ASYNC;
         // A book whose every step is uniform: the uniform kernels; one
         // whose every step is periodic: the periodic kernels (batch mode),
@@ -461,33 +470,39 @@ fn emu_launch(
         // the workspace holds `ws` bytes.
         run_warp_with(smem_addr, |w| unsafe {
             if clustered && batch {
-                run::<_, _, true, false, A>(w, &HostBytes(smem_addr), p, true, at)
+                run::<_, _, true, 1, A>(w, &HostBytes(smem_addr), p, true, at)
             } else if clustered {
-                run::<_, _, true, false, A>(w, &HostBytes(book.addr()), p, false, at)
+                run::<_, _, true, 1, A>(w, &HostBytes(book.addr()), p, false, at)
+            } else if batch && quads && per == Some(16) {
+                run::<_, _, false, 4, PH>(w, &HostBytes(smem_addr), p, true, at)
+            } else if batch && quads && per.is_some() {
+                run::<_, _, false, 4, P>(w, &HostBytes(smem_addr), p, true, at)
+            } else if batch && quads && uni {
+                run::<_, _, false, 4, U>(w, &HostBytes(smem_addr), p, true, at)
             } else if batch && pairs && per == Some(16) {
-                run::<_, _, false, true, PH>(w, &HostBytes(smem_addr), p, true, at)
+                run::<_, _, false, 2, PH>(w, &HostBytes(smem_addr), p, true, at)
             } else if batch && pairs && per.is_some() {
-                run::<_, _, false, true, P>(w, &HostBytes(smem_addr), p, true, at)
+                run::<_, _, false, 2, P>(w, &HostBytes(smem_addr), p, true, at)
             } else if batch && pairs && uni {
-                run::<_, _, false, true, U>(w, &HostBytes(smem_addr), p, true, at)
+                run::<_, _, false, 2, U>(w, &HostBytes(smem_addr), p, true, at)
             } else if batch && pairs {
-                run::<_, _, false, true, A>(w, &HostBytes(smem_addr), p, true, at)
+                run::<_, _, false, 2, A>(w, &HostBytes(smem_addr), p, true, at)
             } else if batch && uni {
-                run::<_, _, false, false, U>(w, &HostBytes(smem_addr), p, true, at)
+                run::<_, _, false, 1, U>(w, &HostBytes(smem_addr), p, true, at)
             } else if per == Some(16) {
-                run::<_, _, false, false, PH>(w, &HostBytes(smem_addr), p, true, at)
+                run::<_, _, false, 1, PH>(w, &HostBytes(smem_addr), p, true, at)
             } else if per.is_some() {
-                run::<_, _, false, false, P>(w, &HostBytes(smem_addr), p, true, at)
+                run::<_, _, false, 1, P>(w, &HostBytes(smem_addr), p, true, at)
             } else if batch {
-                run::<_, _, false, false, A>(w, &HostBytes(smem_addr), p, true, at)
+                run::<_, _, false, 1, A>(w, &HostBytes(smem_addr), p, true, at)
             } else if book_in_place && uni {
-                run::<_, _, false, false, U>(w, &HostBytes(book.addr()), p, false, at)
+                run::<_, _, false, 1, U>(w, &HostBytes(book.addr()), p, false, at)
             } else if book_in_place {
-                run::<_, _, false, false, A>(w, &HostBytes(book.addr()), p, false, at)
+                run::<_, _, false, 1, A>(w, &HostBytes(book.addr()), p, false, at)
             } else if uni {
-                run::<_, _, false, false, U>(w, &HostBytes(smem_addr), p, false, at)
+                run::<_, _, false, 1, U>(w, &HostBytes(smem_addr), p, false, at)
             } else {
-                run::<_, _, false, false, A>(w, &HostBytes(smem_addr), p, false, at)
+                run::<_, _, false, 1, A>(w, &HostBytes(smem_addr), p, false, at)
             }
         });
     }

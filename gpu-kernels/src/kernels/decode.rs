@@ -1,5 +1,5 @@
-//! The decode kernels' entry points: batch mode (one or two tensors a warp,
-//! and their uniform forms), a lane a tensor, streaming mode, the clustered
+//! The decode kernels' entry points: batch mode (one, two or four tensors
+//! a warp, and their uniform and periodic forms), a lane a tensor, streaming mode, the clustered
 //! kernels and the feature cache's gather, with the book's copy into shared
 //! memory and the launch geometry they share; thin as the others in
 //! `kernels`.
@@ -42,18 +42,18 @@ macro_rules! with_book {
 #[kernel]
 pub unsafe fn ibp_decode(p: DecodeParams) {
     // SAFETY: forwarded contract.
-    unsafe { decode_batch::<false, ANY_CLASS>(p) }
+    unsafe { decode_batch::<1, ANY_CLASS>(p) }
 }
 
 /// Decompression in batch mode, two tensors at a time, one a half-warp
-/// (`PAIRS` of `crate::detail::decode::run`).
+/// (`GROUPS` = 2 of `crate::detail::decode::run`).
 ///
 /// # Safety
 /// As [`ibp_decode`].
 #[kernel]
 pub unsafe fn ibp_decode_pairs(p: DecodeParams) {
     // SAFETY: forwarded contract.
-    unsafe { decode_batch::<true, ANY_CLASS>(p) }
+    unsafe { decode_batch::<2, ANY_CLASS>(p) }
 }
 
 /// [`ibp_decode`] for a book whose every step is uniform
@@ -71,7 +71,7 @@ pub unsafe fn ibp_decode_pairs(p: DecodeParams) {
 #[kernel]
 pub unsafe fn ibp_decode_uniform(p: DecodeParams) {
     // SAFETY: forwarded contract.
-    unsafe { decode_batch::<false, CLASS_UNIFORM>(p) }
+    unsafe { decode_batch::<1, CLASS_UNIFORM>(p) }
 }
 
 /// [`ibp_decode_pairs`] for a book whose every step is uniform.
@@ -81,7 +81,7 @@ pub unsafe fn ibp_decode_uniform(p: DecodeParams) {
 #[kernel]
 pub unsafe fn ibp_decode_pairs_uniform(p: DecodeParams) {
     // SAFETY: forwarded contract.
-    unsafe { decode_batch::<true, CLASS_UNIFORM>(p) }
+    unsafe { decode_batch::<2, CLASS_UNIFORM>(p) }
 }
 
 /// [`ibp_decode`] for a book whose every step is periodic
@@ -103,7 +103,7 @@ pub unsafe fn ibp_decode_pairs_uniform(p: DecodeParams) {
 #[kernel]
 pub unsafe fn ibp_decode_periodic(p: DecodeParams) {
     // SAFETY: forwarded contract.
-    unsafe { decode_periodic::<false>(p) }
+    unsafe { decode_periodic::<1>(p) }
 }
 
 /// [`ibp_decode_periodic`] two tensors a warp (as [`ibp_decode_pairs`]),
@@ -114,7 +114,38 @@ pub unsafe fn ibp_decode_periodic(p: DecodeParams) {
 #[kernel]
 pub unsafe fn ibp_decode_pairs_periodic(p: DecodeParams) {
     // SAFETY: forwarded contract.
-    unsafe { decode_periodic::<true>(p) }
+    unsafe { decode_periodic::<2>(p) }
+}
+
+/// [`ibp_decode_uniform`] four tensors a warp, one a quarter-warp (eight
+/// lanes, 128 output bytes a step), for rows the host's `quads_pay` rule
+/// gives four a warp.
+///
+/// Q: why only the uniform and periodic steps?
+/// A: their quarter-step costs what a whole one does to the instruction
+/// (`scripts/sass.sh --steps`: `c2_uni_quarter` 132 against `c2_uni`
+/// 133, `c4_per_quarter` 161 against `c4_per` 162), so a row of
+/// `L mod 256` in `(0, 128]` bytes takes a quarter fewer steps than in
+/// pairs (384 bytes: three quarter-steps for four tensors against four
+/// half-steps); the general half-step already costs up to 1.16×.
+///
+/// # Safety
+/// As [`ibp_decode_uniform`].
+#[kernel]
+pub unsafe fn ibp_decode_quads_uniform(p: DecodeParams) {
+    // SAFETY: forwarded contract.
+    unsafe { decode_batch::<4, CLASS_UNIFORM>(p) }
+}
+
+/// [`ibp_decode_periodic`] four tensors a warp (as
+/// [`ibp_decode_quads_uniform`]).
+///
+/// # Safety
+/// As [`ibp_decode_periodic`].
+#[kernel]
+pub unsafe fn ibp_decode_quads_periodic(p: DecodeParams) {
+    // SAFETY: forwarded contract.
+    unsafe { decode_periodic::<4>(p) }
 }
 
 /// The periodic kernels' body: the batch loop by the byte or, with
@@ -123,13 +154,13 @@ pub unsafe fn ibp_decode_pairs_periodic(p: DecodeParams) {
 /// # Safety
 /// As [`ibp_decode_periodic`].
 #[inline(always)]
-unsafe fn decode_periodic<const PAIRS: bool>(p: DecodeParams) {
+unsafe fn decode_periodic<const GROUPS: u32>(p: DecodeParams) {
     // SAFETY: forwarded contract.
     unsafe {
         if p.decode_flags & DECODE_FLAG_HALVES != 0 {
-            decode_batch::<PAIRS, CLASS_PERIODIC_HALVES>(p)
+            decode_batch::<GROUPS, CLASS_PERIODIC_HALVES>(p)
         } else {
-            decode_batch::<PAIRS, CLASS_PERIODIC>(p)
+            decode_batch::<GROUPS, CLASS_PERIODIC>(p)
         }
     }
 }
@@ -139,7 +170,7 @@ unsafe fn decode_periodic<const PAIRS: bool>(p: DecodeParams) {
 /// # Safety
 /// As [`ibp_decode`].
 #[inline(always)]
-unsafe fn decode_batch<const PAIRS: bool, const UNI: u8>(p: DecodeParams) {
+unsafe fn decode_batch<const GROUPS: u32, const UNI: u8>(p: DecodeParams) {
     let p = global_decode(p);
     let base = arch::dyn_smem_base();
     // The decode book, once per block (paper: metadata stays on the GPU;
@@ -149,7 +180,7 @@ unsafe fn decode_batch<const PAIRS: bool, const UNI: u8>(p: DecodeParams) {
     let at = launch(&p, base + p.book_smem_bytes);
     // SAFETY: forwarded contract; the book is in shared memory at `base`.
     unsafe {
-        crate::detail::decode::run::<_, _, false, PAIRS, UNI>(&Hw, &SharedBook(base), p, true, at)
+        crate::detail::decode::run::<_, _, false, GROUPS, UNI>(&Hw, &SharedBook(base), p, true, at)
     }
 }
 
@@ -226,7 +257,7 @@ unsafe fn decode_stream<const UNI: u8>(p: DecodeParams) {
     let at = launch(&p, base + p.book_smem_bytes);
     with_book!(p.book, p.book_smem_bytes, base, |book| {
         // SAFETY: forwarded contract; `book` is the launch's decode book.
-        unsafe { crate::detail::decode::run::<_, _, false, false, UNI>(&Hw, book, p, false, at) }
+        unsafe { crate::detail::decode::run::<_, _, false, 1, UNI>(&Hw, book, p, false, at) }
     })
 }
 
@@ -248,13 +279,7 @@ pub unsafe fn ibp_decode_clustered(p: DecodeParams) {
     let at = launch(&p, base + p.book_smem_bytes);
     // SAFETY: forwarded contract; the books are in shared memory at `base`.
     unsafe {
-        crate::detail::decode::run::<_, _, true, false, ANY_CLASS>(
-            &Hw,
-            &SharedBook(base),
-            p,
-            true,
-            at,
-        )
+        crate::detail::decode::run::<_, _, true, 1, ANY_CLASS>(&Hw, &SharedBook(base), p, true, at)
     }
 }
 
@@ -272,7 +297,7 @@ pub unsafe fn ibp_decode_clustered_stream(p: DecodeParams) {
     let at = launch(&p, arch::dyn_smem_base());
     // SAFETY: forwarded contract; the books are read from global memory.
     unsafe {
-        crate::detail::decode::run::<_, _, true, false, ANY_CLASS>(
+        crate::detail::decode::run::<_, _, true, 1, ANY_CLASS>(
             &Hw,
             &GlobalBook(p.book),
             p,

@@ -124,6 +124,10 @@ kernels! {
     DECODE_PERIODIC: DecodeParams = "ibp_decode_periodic";
     /// [`DECODE_PAIRS`] for a book whose every step is periodic.
     DECODE_PAIRS_PERIODIC: DecodeParams = "ibp_decode_pairs_periodic";
+    /// [`DECODE_UNIFORM`] four tensors a warp (quarter-warps).
+    DECODE_QUADS_UNIFORM: DecodeParams = "ibp_decode_quads_uniform";
+    /// [`DECODE_PERIODIC`] four tensors a warp (quarter-warps).
+    DECODE_QUADS_PERIODIC: DecodeParams = "ibp_decode_quads_periodic";
     /// Decompression in streaming mode (large tensors). 80 registers:
     /// ptxas alone picks 78 for sm_90, but the driver's JIT under the
     /// module's cap of 128 took 101 (Nsight Compute, H200), two blocks of

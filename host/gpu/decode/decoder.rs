@@ -14,7 +14,7 @@ use ibp_kernels::params::{
 use super::request::{Mode, Request, Select};
 use super::rules::{
     BATCH_MAX_LINES, LANE_MAX_ROW, batch_blocks_per_sm, fewest_warps_for, lanes_pay, pairs_pay,
-    stream_book,
+    quads_pay, stream_book,
 };
 use super::{DecodeOptions, DecodeStatus, GatherIndex};
 use crate::error::{Error, Result};
@@ -59,8 +59,9 @@ pub struct Decoder<'ds> {
     pub(crate) ring_lines: u32,
     pub(crate) pbuf_words: u32,
     pub(crate) batch: bool,
-    /// Two tensors a warp in batch mode (`ibp_decode_pairs`).
-    pub(crate) pairs: bool,
+    /// Tensors a warp in batch mode: 1, 2 (`ibp_decode_pairs*`) or 4
+    /// (`ibp_decode_quads*`, the uniform and periodic steps only).
+    pub(crate) groups: u32,
     /// The step the batch and streaming kernels run: uniform or periodic
     /// where every step of the book is and the caller lets those kernels
     /// decode it (unclustered launches only; the periodic kernels in batch
@@ -253,19 +254,40 @@ impl<'ds> Decoder<'ds> {
         let block = (warps * 32) as u32;
         // The periodic kernels: a book whose every step is periodic, in
         // batch mode (a tensor or two a warp; there is no streaming form),
-        // unless the caller turns the uniform kernels off. They pair by
-        // `pairs_pay`'s rule, which also takes one-step rows at a tie for
-        // them (a periodic half-step costs what a whole one does).
+        // unless the caller turns the uniform kernels off. They and the
+        // uniform kernels pair by `pairs_pay`'s rule, which also takes
+        // one-step rows at a tie for them (their half-step costs what a
+        // whole one does).
         let periodic = book.periodic
             && batch
             && !clustered
             && !opts.no_fast_paths
             && opts.uniform.unwrap_or(true);
+        let flat = periodic || uniform;
+        let half_lines = ring_lines as u64 / 2;
         let pairs = batch
             && !clustered
-            && opts.pairs.unwrap_or(
-                !opts.no_fast_paths && pairs_pay(l, ring_lines as u64 / 2, span_max, periodic),
+            && opts
+                .pairs
+                .unwrap_or(!opts.no_fast_paths && pairs_pay(l, half_lines, span_max, flat));
+        // Four tensors a warp: the uniform and periodic kernels only (their
+        // quarter-step costs what a whole one does), by `quads_pay`'s rule
+        // unless the caller says otherwise.
+        let quads = batch
+            && !clustered
+            && flat
+            && opts.quads.unwrap_or(
+                opts.pairs != Some(false)
+                    && !opts.no_fast_paths
+                    && quads_pay(l, half_lines, span_max),
             );
+        let groups = if quads {
+            4
+        } else if pairs {
+            2
+        } else {
+            1
+        };
         let step = if periodic {
             Step::Periodic
         } else if uniform {
@@ -274,7 +296,7 @@ impl<'ds> Decoder<'ds> {
             Step::General
         };
         let per_sm = gpu.blocks_per_sm(
-            kernels::decode(batch, clustered, pairs, step),
+            kernels::decode(batch, clustered, groups, step),
             block,
             shared as usize,
         )?;
@@ -316,7 +338,7 @@ impl<'ds> Decoder<'ds> {
             ring_lines,
             pbuf_words,
             batch,
-            pairs,
+            groups,
             step,
             lanes,
             lanes_forced: opts.lanes,
@@ -542,7 +564,7 @@ impl<'ds> Decoder<'ds> {
                 let warps = (block / 32) as u64;
                 let grid = (grid as u64).min(count.div_ceil(warps)).max(1) as u32;
                 (
-                    kernels::decode(self.batch, rows.clusters.is_some(), self.pairs, self.step),
+                    kernels::decode(self.batch, rows.clusters.is_some(), self.groups, self.step),
                     grid,
                     block,
                     shared,

@@ -59,6 +59,14 @@ pub struct DecodeOptions {
     /// Clustered datasets and streaming mode always decode one at a time.
     /// Output is identical either way.
     pub pairs: Option<bool>,
+    /// In batch mode, decode four tensors at a time, one a quarter-warp
+    /// (kernels `ibp_decode_quads_uniform` and `ibp_decode_quads_periodic`),
+    /// for a book the uniform or periodic kernels decode. `None`: where it
+    /// pays, by a rule on the tensor length (the last half-warp step of a
+    /// row at most half full: `L mod 256` of 1 to 128 bytes, as 384 or
+    /// 600), unless the fast paths or the pairs (`Some(false)`) are off.
+    /// Other books ignore it. Output is identical either way.
+    pub quads: Option<bool>,
     /// Decode a lane a tensor (kernel `ibp_decode_lanes`: 32 tensors a
     /// warp in lockstep) rather than a warp a tensor. `None`: where it
     /// pays, by a rule on the launch (tensors in device memory, not
@@ -118,6 +126,13 @@ impl DecodeOptions {
     /// [`DecodeOptions::pairs`]).
     pub fn with_pairs(mut self, on: bool) -> Self {
         self.pairs = Some(on);
+        self
+    }
+
+    /// Decode four tensors a warp in batch mode where the book allows, or
+    /// not (see [`DecodeOptions::quads`]).
+    pub fn with_quads(mut self, on: bool) -> Self {
+        self.quads = Some(on);
         self
     }
 

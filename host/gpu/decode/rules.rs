@@ -85,7 +85,7 @@ pub(super) fn stream_book(
                     kernels::decode(
                         false,
                         false,
-                        false,
+                        1,
                         if uniform {
                             Step::Uniform
                         } else {
@@ -165,12 +165,12 @@ pub(super) fn batch_blocks_per_sm(
     let block = (warps * 32) as u32;
     let least = (book_len + workspace_bytes(0, (2 * span_max) as u32) as u64).min(budget);
     let mut blocks = 4;
-    for pairs in [false, true] {
+    for groups in [1, 2, 4] {
         for step in [Step::General, Step::Uniform, Step::Periodic] {
-            if (pairs || step != Step::General) && clustered {
+            if (groups > 1 || step != Step::General) && clustered {
                 continue;
             }
-            let k = kernels::decode(true, clustered, pairs, step);
+            let k = kernels::decode(true, clustered, groups, step);
             blocks = blocks.min(gpu.blocks_per_sm(k, block, least as usize).unwrap_or(2) as u64);
         }
     }
@@ -220,18 +220,45 @@ pub(super) const LANE_MAX_ROW: u64 = 128;
 /// (2026-11-28, `scripts/device-decoder.sh`): 4096-byte rows whose batches
 /// held one tensor ran at 0.53–0.61× with pairs forced on.
 ///
-/// `periodic` (the periodic kernels' books): a row of one whole step
-/// (`L` ≤ 512) pairs at a tie too. Q: why? A: a periodic half-step costs
-/// what a whole one does to the instruction (`c4_per_half` 163, `c4_per`
-/// 162; the general half-step up to 1.15×), so at a tie two tensors cost
-/// the same steps and share one tensor's work around them; measured with
-/// `--pairs on` on 320–448-byte rows (H200, 2026-11-29, fp8-like and
-/// f16-like sweep cells): 1.04–1.12× a tensor a warp. Longer rows at a
-/// tie were not measured, and their steps outweigh that shared work.
-pub(crate) fn pairs_pay(l: u64, half_lines: u64, span_max: u64, periodic: bool) -> bool {
+/// `flat`: the periodic or uniform kernels' books, whose half-step costs
+/// what a whole one does to the instruction (`c4_per_half` 163 against
+/// `c4_per` 162, `c4_uni_half` 104 against `c4_uni` 103; the general
+/// half-step up to 1.15×). For them a row of one whole step (`L` ≤ 512)
+/// pairs at a tie too: two tensors cost the same steps and share one
+/// tensor's work around them. Measured with `--pairs on` against the rule
+/// (H200, 2026-11-29, 2- and 4-byte chunks at 25% and 50%, alternating
+/// twice): periodic sweep cells of 320–448 bytes 1.00–1.12× (fp8-like and
+/// f16-like), then MiniLM's fp8 tables (384 bytes) 1.09–1.13×; uniform
+/// (alike) cells of 320–512 bytes 1.04–1.12×. Longer rows at a tie do
+/// not pay as reliably: periodic rows of 832–1,024 bytes (two whole steps
+/// against four half-steps) ran 0.98–1.07×, their steps outweighing the
+/// shared work, so they keep a tensor a warp.
+pub(crate) fn pairs_pay(l: u64, half_lines: u64, span_max: u64, flat: bool) -> bool {
     let (halves, wholes) = (l.div_ceil(256), 2 * l.div_ceil(512));
-    let saves = 5 * halves <= 4 * wholes || (periodic && l <= 512);
+    let saves = 5 * halves <= 4 * wholes || (flat && l <= 512);
     saves && half_lines >= 2 * span_max
+}
+
+/// Whether batch mode decodes tensors of `l` bytes four a warp by default
+/// (`ibp_decode_quads_uniform`, `ibp_decode_quads_periodic`: the uniform
+/// and periodic steps only), with halves of `half_lines` lines and tensors
+/// spanning at most `span_max`.
+///
+/// Q: where does the rule come from?
+/// A: from instruction counts, as `pairs_pay`'s. A quarter-warp step (eight
+/// lanes, 128 output bytes) of the uniform and periodic kernels costs what
+/// a whole one does (`scripts/sass.sh --steps`: `c2_uni_quarter` 132,
+/// `c2_uni` 133; `c4_per_quarter` 161, `c4_per` 162; `c4_per_halves_quarter`
+/// 124, `c4_per_halves` 124). So four tensors take `⌈L/128⌉` quarter-steps
+/// against `2·⌈L/256⌉` half-steps in pairs: fewer where a row's last
+/// half-step would be at most half full, `L mod 256` in `(0, 128]` (384
+/// bytes: three against four; 600: five against six), and the work around
+/// the steps is shared by four. Rows of at most 128 bytes go to the lane
+/// decoder (`lanes_pay`) where it runs; the quads take the rest of them
+/// too. The half must hold four tensors: one with fewer partners is
+/// decoded by several groups at once.
+pub(crate) fn quads_pay(l: u64, half_lines: u64, span_max: u64) -> bool {
+    l > 0 && l.div_ceil(128) < 2 * l.div_ceil(256) && half_lines >= 4 * span_max
 }
 
 #[cfg(test)]
@@ -316,6 +343,19 @@ mod tests {
     }
 
     #[test]
+    fn quads_pay_where_a_rows_last_half_step_is_at_most_half_full() {
+        use super::quads_pay;
+        // Halves of 32 lines, tensors of at most 7 (four fit) or 9 (three).
+        for l in [1, 64, 128, 257, 300, 384, 600, 640, 1100, 5732] {
+            assert!(quads_pay(l, 32, 7), "{l}");
+        }
+        for l in [0, 129, 200, 256, 385, 448, 512, 768, 1024, 1536] {
+            assert!(!quads_pay(l, 32, 7), "{l}");
+        }
+        assert!(!quads_pay(384, 32, 9));
+    }
+
+    #[test]
     fn pairs_pay_where_a_rows_last_whole_step_is_at_most_half_full() {
         // Halves of 32 lines, tensors of at most 7.
         for l in [1, 64, 200, 256, 513, 600, 768] {
@@ -326,8 +366,8 @@ mod tests {
         }
         // A half that holds one tensor never pairs.
         assert!(!pairs_pay(768, 12, 7, false));
-        // Periodic books: one-step rows pair at a tie too, longer ones by
-        // the rule; never in a half that holds one tensor.
+        // Periodic and uniform books: one-step rows pair at a tie too,
+        // longer ones by the rule; never in a half that holds one tensor.
         for l in [257, 384, 448, 512] {
             assert!(pairs_pay(l, 32, 7, true), "{l}");
         }

@@ -56,7 +56,16 @@ fn emu_clustered(
         .map(|w| w[1] - w[0])
         .max()
         .unwrap_or(0);
-    emu_launch(&codebooks[0], &book, p, max_stored, streaming, None, true);
+    emu_launch(
+        &codebooks[0],
+        &book,
+        p,
+        max_stored,
+        streaming,
+        None,
+        true,
+        false,
+    );
     let st = bytemuck::cast_slice::<u8, u64>(status.bytes());
     (out.bytes().to_vec(), [st[0], st[1]])
 }

@@ -94,7 +94,7 @@ fn emulated_dma_gather_pieces_decode_the_requested_rows() {
                     cluster_bits: if clustered { 32 } else { 0 },
                     ..Default::default()
                 };
-                emu_launch(cb, &book, p, max_stored, false, None, clustered);
+                emu_launch(cb, &book, p, max_stored, false, None, clustered, false);
                 start += count;
                 pieces += 1;
             }

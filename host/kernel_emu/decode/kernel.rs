@@ -109,6 +109,16 @@ fn check_gathered(out: &[u8], ix: &[u64], data: &[u8], l: usize, bad: Option<usi
     }
 }
 
+/// Row `r` of `data` (rows of `l` bytes) replaced by noise: stored raw,
+/// so a batch holds a raw tensor beside encoded ones (the group kernels
+/// share out the encoded ones around it).
+fn noise_row(data: &mut [u8], l: usize, r: usize) {
+    let mut s = 0x9e37_79b9_7f4a_7c15u64 ^ l as u64;
+    for b in &mut data[r * l..(r + 1) * l] {
+        *b = xorshift(&mut s) as u8;
+    }
+}
+
 #[test]
 fn emulated_uniform_kernels_equal_the_original_rows() {
     use ibp_kernels::params::{FETCH_CP_ASYNC, FETCH_LOAD_STORE};
@@ -117,7 +127,8 @@ fn emulated_uniform_kernels_equal_the_original_rows() {
         // Whole steps, and a last step past the tensor's end.
         for l in [768usize, 600, 1000] {
             let n = 64;
-            let data = uniform_columns(n, l, chunk.bytes(), 9 + l as u64);
+            let mut data = uniform_columns(n, l, chunk.bytes(), 9 + l as u64);
+            noise_row(&mut data, l, 5);
             let rows = Rows::new(&data, l).unwrap();
             let t = Threshold::from_basis_points(8500).unwrap();
             let cb = Codebook::from_counts(&count_bits(rows), n as u64, t, chunk).unwrap();
@@ -127,12 +138,17 @@ fn emulated_uniform_kernels_equal_the_original_rows() {
                 crate::kernel_tables::book_is_uniform(&cb, &decode_book(&cb)),
                 "{what}: not uniform"
             );
+            let packed = compress_packed(&cb, rows, &LayoutOptions::default()).unwrap();
+            assert_eq!(packed.flags[0] >> 5 & 1, 0, "{what}: row 5 not stored raw");
             // Batch mode: pairs (cp.async) and one tensor a warp (loads and
-            // stores); streaming mode: the book in shared memory (cp.async)
-            // and in place (loads and stores).
+            // stores), and four a warp with either; streaming mode: the
+            // book in shared memory (cp.async) and in place (loads and
+            // stores).
             for (fetch, kernel) in [
                 (FETCH_CP_ASYNC, EmuKernel::Batch),
                 (FETCH_LOAD_STORE, EmuKernel::Batch),
+                (FETCH_CP_ASYNC, EmuKernel::Quads),
+                (FETCH_LOAD_STORE, EmuKernel::Quads),
                 (FETCH_CP_ASYNC, EmuKernel::Streaming),
                 (FETCH_LOAD_STORE, EmuKernel::Streaming),
             ] {
@@ -160,7 +176,7 @@ fn emulated_uniform_kernels_equal_the_original_rows() {
             );
         }
     }
-    assert_eq!(ran, 72);
+    assert_eq!(ran, 108);
 }
 
 #[test]
@@ -185,7 +201,8 @@ fn emulated_periodic_kernel_equals_the_original_rows() {
                 continue;
             }
             let n = 64;
-            let data = periodic_pieces(n, l, piece, pattern, fixed, 13 + l as u64);
+            let mut data = periodic_pieces(n, l, piece, pattern, fixed, 13 + l as u64);
+            noise_row(&mut data, l, 5);
             let rows = Rows::new(&data, l).unwrap();
             let t = Threshold::from_basis_points(8500).unwrap();
             let cb = Codebook::from_counts(&count_bits(rows), n as u64, t, chunk).unwrap();
@@ -197,12 +214,14 @@ fn emulated_periodic_kernel_equals_the_original_rows() {
                 crate::kernel_tables::book_period(&cb).is_some(),
                 "{what}: not periodic"
             );
-            for (layout, fetch) in [EmuStorage::PACKED, EmuStorage::FIXED]
+            let packed = compress_packed(&cb, rows, &LayoutOptions::default()).unwrap();
+            assert_eq!(packed.flags[0] >> 5 & 1, 0, "{what}: row 5 not stored raw");
+            for (layout, fetch, k) in [EmuStorage::PACKED, EmuStorage::FIXED]
                 .into_iter()
                 .flat_map(|x| [(x, FETCH_CP_ASYNC), (x, FETCH_LOAD_STORE)])
+                .flat_map(|(x, f)| [(x, f, EmuKernel::Batch), (x, f, EmuKernel::Quads)])
             {
-                let k = EmuKernel::Batch;
-                let what = format!("{what} fetch {fetch}");
+                let what = format!("{what} fetch {fetch} {k:?}");
                 let (out, st) = emu_kernel(&cb, rows, layout, None, n as u64, k, fetch, None);
                 assert_eq!(st, [0, u64::MAX], "status: {what} {layout:?}");
                 assert!(out == data, "range differs: {what} {layout:?}");
@@ -221,7 +240,7 @@ fn emulated_periodic_kernel_equals_the_original_rows() {
             corruptions[1] += bad[1];
         }
     }
-    assert_eq!(ran, 40);
+    assert_eq!(ran, 80);
     assert!(
         corruptions.iter().all(|&c| c > 0),
         "corruptions run {corruptions:?}"
@@ -361,6 +380,7 @@ fn corrupt_tensor_is_reported(cb: &Codebook, rows: Rows<'_>, what: &str) -> [usi
     for (c, kernel) in cases.into_iter().flatten().flat_map(|c| {
         [
             (c, EmuKernel::Batch),
+            (c, EmuKernel::Quads),
             (c, EmuKernel::Streaming),
             (c, EmuKernel::Lanes),
         ]

@@ -87,6 +87,11 @@ pub struct Args {
     /// (experiments).
     #[arg(long, hide = true)]
     pairs: Option<String>,
+    /// Batch decode four tensors a warp (`on`) or not (`off`) where the
+    /// book takes the uniform or periodic kernels; default: by the rule
+    /// (experiments).
+    #[arg(long, hide = true)]
+    quads: Option<String>,
     /// Decode a lane a tensor (`on`), a warp a tensor (`off`), or by the
     /// rule (default; experiments).
     #[arg(long, hide = true)]
@@ -237,6 +242,9 @@ pub(super) fn decode_options(args: &Args) -> Result<ibp::gpu::DecodeOptions> {
     }
     if let Some(on) = either(args.pairs.as_deref(), "--pairs", ["on", "off"])? {
         opts = opts.with_pairs(on);
+    }
+    if let Some(on) = either(args.quads.as_deref(), "--quads", ["on", "off"])? {
+        opts = opts.with_quads(on);
     }
     if let Some(on) = either(args.lanes.as_deref(), "--lanes", ["on", "off"])? {
         opts = opts.with_lanes(on);
@@ -520,6 +528,10 @@ fn header(
         (Some(l), None) => format!("{flags} --lanes {l}"),
         (None, Some(p)) => format!("{flags} --pairs {p}"),
         (None, None) => flags,
+    };
+    let flags = match &args.quads {
+        Some(q) => format!("{flags} --quads {q}"),
+        None => flags,
     };
     let flags = match &args.uniform {
         Some(u) => format!("{flags} --uniform {u}"),

@@ -333,11 +333,12 @@ impl<H: Machine, B: Book, const CL: bool> Ctx<'_, H, B, CL> {
     /// Next batch from the window of rows: lanes `[0, count)` of the result
     /// hold its items, regions assigned within a half of `half_lines`.
     ///
-    /// `PAIRS`: an even number of tensors when more than one fits (the odd
-    /// one waits for the next batch), so that none is decoded by both
-    /// halves of the warp but a window's last.
+    /// `GROUPS` (tensors a warp: 1, 2 or 4): a multiple of `GROUPS`
+    /// tensors when at least that many fit (the rest wait for the next
+    /// batch), so that none is decoded by two groups of the warp but a
+    /// window's last few.
     #[inline(always)]
-    fn form_batch<const PAIRS: bool>(&self, w: &mut Window, half_lines: u32) -> (Item, u32) {
+    fn form_batch<const GROUPS: u32>(&self, w: &mut Window, half_lines: u32) -> (Item, u32) {
         let h = self.h;
         let lane = h.lane();
         loop {
@@ -356,8 +357,8 @@ impl<H: Machine, B: Book, const CL: bool> Ctx<'_, H, B, CL> {
             let incl = inclusive_scan(h, sp);
             let fits = mine && incl <= half_lines;
             let mut count = h.ballot(fits).count_ones();
-            if PAIRS && count > 1 {
-                count &= !1;
+            if GROUPS > 1 && count >= GROUPS {
+                count &= !(GROUPS - 1);
             }
             let mut placed = w.item;
             placed.set_region(incl - sp);
@@ -437,83 +438,111 @@ impl<H: Machine, B: Book, const CL: bool> Ctx<'_, H, B, CL> {
 
     /// Decode (or, in ideal mode, write) every tensor of a resident batch.
     ///
-    /// `PAIRS` (kernel `ibp_decode_pairs`): two tensors at a time, each
-    /// decoded by a half-warp; an encoded tensor with no encoded partner
-    /// is decoded by both halves at once (the same bytes to the same row).
-    /// Otherwise one tensor at a time by the whole warp.
+    /// `GROUPS` > 1 (kernels `ibp_decode_pairs*`, two tensors a warp, and
+    /// `ibp_decode_quads*`, four): `GROUPS` tensors at a time, each decoded
+    /// by a group of `32 / GROUPS` lanes; where fewer of them are encoded
+    /// (a raw tensor, a failed one, a batch's last few), the groups share
+    /// out the encoded ones, two groups decoding one tensor alike (the
+    /// same bytes to the same row). `GROUPS` = 1: one tensor at a time by
+    /// the whole warp.
     ///
-    /// Q: why pairs?
-    /// A: a half-warp step covers 256 output bytes, so a row decodes in
-    /// `⌈L/256⌉` half-steps instead of `⌈L/512⌉` whole ones, and the
-    /// per-tensor work around the step (descriptor broadcast, sink, end
-    /// check) is shared by two tensors. A half-step costs about what a
-    /// whole step does (`scripts/sass.sh --steps`, the `_half` probes).
+    /// Q: why groups?
+    /// A: a group's step covers `512 / GROUPS` output bytes, so a row
+    /// decodes in `⌈L·GROUPS/512⌉` group steps for `GROUPS` tensors
+    /// instead of `⌈L/512⌉` whole ones for each, and the per-tensor work
+    /// around the step (descriptor broadcast, sink, end check) is shared by
+    /// `GROUPS` tensors. A group step costs about what a whole step does
+    /// (`scripts/sass.sh --steps`, the `_half` and `_quarter` probes).
     ///
-    /// Q: why a kernel of its own?
+    /// Q: why a kernel of its own for each?
     /// A: registers are allocated per kernel for its most demanding path.
-    /// Each half's tensor state is per lane where the whole warp's was
+    /// Each group's tensor state is per lane where the whole warp's was
     /// uniform; one kernel with both steps spilled (128 registers, 140
     /// bytes), while each alone fits.
     #[inline(always)]
-    fn finish_batch<const PAIRS: bool, const UNI: u8>(&self, half: u32, batch: &Item, count: u32) {
+    fn finish_batch<const GROUPS: u32, const UNI: u8>(&self, half: u32, batch: &Item, count: u32) {
         let h = self.h;
-        if !PAIRS || self.ideal_mode() {
+        if GROUPS == 1 || self.ideal_mode() {
             for b in 0..count {
                 let it = batch.shfl(h, b);
                 self.finish_item::<UNI>(half, &it);
             }
             return;
         }
+        let g = h.lane() / (32 / GROUPS);
         let mut b = 0;
         while b < count {
-            let two = b + 1 < count;
-            // Lanes 0–15 take tensor b, lanes 16–31 tensor b + 1 (or b).
-            let it = batch.shfl(h, if two { b + h.lane() / 16 } else { b });
+            let n = (count - b).min(GROUPS);
+            // Group g takes tensor b + g (b for groups past the batch's end).
+            let it = batch.shfl(h, b + if g < n { g } else { 0 });
             let enc = h.ballot(it.code() == ITEM_ENCODED);
-            // One call site of the pair decode (each inlined copy of the
-            // step is thousands of instructions): a pair of encoded
-            // tensors, or the one encoded tensor of the two, by both halves.
-            let pair = if enc == u32::MAX {
+            // One call site of the group decode (each inlined copy of the
+            // step is thousands of instructions): every group its own
+            // encoded tensor, or the encoded ones of the set shared out.
+            let mine = if enc == u32::MAX {
                 it
             } else {
-                for j in 0..1 + two as u32 {
+                // Bit j: tensor b + j is encoded (lane j·32/GROUPS's vote).
+                let mut m = 0u32;
+                for j in 0..n {
                     let x = batch.shfl(h, b + j);
-                    if x.code() != ITEM_ENCODED {
+                    if x.code() == ITEM_ENCODED {
+                        m |= 1 << j;
+                    } else {
                         self.finish_other(half, &x);
                     }
                 }
-                batch.shfl(h, if enc & 1 == 1 { b } else { b + 1 })
+                // Group g takes the (g mod encoded)-th encoded tensor.
+                let c = m.count_ones().max(1);
+                let mut want = g;
+                while want >= c {
+                    want -= c;
+                }
+                let mut left = m;
+                for _ in 0..want {
+                    left &= left.wrapping_sub(1);
+                }
+                batch.shfl(h, b + left.trailing_zeros().min(GROUPS - 1))
             };
             if enc != 0 {
-                self.finish_pair::<UNI>(half, &pair);
+                self.finish_group::<GROUPS, UNI>(half, &mine);
             }
-            b += 2;
+            b += GROUPS;
         }
     }
 
-    /// Decode two encoded tensors, one a half-warp (`it` is the lane's
-    /// half's item).
+    /// Decode `GROUPS` encoded tensors, one a group of `32 / GROUPS`
+    /// lanes (`it` is the lane's group's item).
     #[inline(always)]
-    fn finish_pair<const UNI: u8>(&self, half: u32, it: &Item) {
+    fn finish_group<const GROUPS: u32, const UNI: u8>(&self, half: u32, it: &Item) {
         let h = self.h;
         let out = self.p.out + it.row * self.p.out_stride;
         let base = half + it.region() * LINE as u32 + (it.src % LINE) as u32;
-        // SAFETY: as in `finish_item`, per half-warp.
+        // SAFETY: as in `finish_item`, per group.
         let mut src = unsafe { Contig::new(h, base) };
         let id = if CL {
             self.cluster_id(self.tensor(it.row))
         } else {
             0
         };
-        let ok = self.step::<_, 16, UNI>(&mut src, it.len, out, id);
+        let ok = if GROUPS == 2 {
+            self.step::<_, 16, UNI>(&mut src, it.len, out, id)
+        } else {
+            self.step::<_, 8, UNI>(&mut src, it.len, out, id)
+        };
         let bad = h.ballot(!ok);
         if bad != 0 {
             // The whole warp zeroes each corrupt tensor's row in turn (once
-            // when both halves decoded the same tensor).
-            let first = shfl_idx64(h, it.row, 0);
-            for j in 0..2 {
-                let row = shfl_idx64(h, it.row, 16 * j);
-                if (bad >> (16 * j)) & 1 == 1 && (j == 0 || row != first) {
+            // where groups decoded the same tensor).
+            let lanes = 32 / GROUPS;
+            for j in 0..GROUPS {
+                let row = shfl_idx64(h, it.row, lanes * j);
+                let mut seen = false;
+                for i in 0..j {
+                    seen |=
+                        (bad >> (lanes * i)) & 1 == 1 && shfl_idx64(h, it.row, lanes * i) == row;
+                }
+                if (bad >> (lanes * j)) & 1 == 1 && !seen {
                     self.fail(row, self.p.out + row * self.p.out_stride, STATUS_CORRUPT);
                 }
             }
@@ -576,7 +605,7 @@ impl<H: Machine, B: Book, const CL: bool> Ctx<'_, H, B, CL> {
     /// Batch mode main loop: form, fetch, and decode batches, two halves of
     /// the ring in flight at once.
     #[inline(always)]
-    pub(super) fn run_batches<const PAIRS: bool, const UNI: u8>(&self, warp: u64, warps: u64) {
+    pub(super) fn run_batches<const GROUPS: u32, const UNI: u8>(&self, warp: u64, warps: u64) {
         let h = self.h;
         let half_lines = self.p.ring_lines / 2;
         // Shared address of half `k` (arithmetic, not an array: a runtime
@@ -592,7 +621,7 @@ impl<H: Machine, B: Book, const CL: bool> Ctx<'_, H, B, CL> {
         };
         w.item = self.load_item(w.row(h.lane()));
         let mut k = 0u32;
-        let (mut cur, mut n) = self.form_batch::<PAIRS>(&mut w, half_lines);
+        let (mut cur, mut n) = self.form_batch::<GROUPS>(&mut w, half_lines);
         self.fetch_batch(half(k), &mut cur, n);
         while n > 0 {
             if derive {
@@ -600,12 +629,12 @@ impl<H: Machine, B: Book, const CL: bool> Ctx<'_, H, B, CL> {
                 h.sync_warp();
                 self.derive_batch(half(k), &mut cur, n);
             }
-            let (mut next, m) = self.form_batch::<PAIRS>(&mut w, half_lines);
+            let (mut next, m) = self.form_batch::<GROUPS>(&mut w, half_lines);
             self.fetch_batch(half(k ^ 1), &mut next, m);
             // Everything but the batch just issued has landed.
             h.wait_all_but_last();
             h.sync_warp();
-            self.finish_batch::<PAIRS, UNI>(half(k), &cur, n);
+            self.finish_batch::<GROUPS, UNI>(half(k), &cur, n);
             // The next fetch into this half must not overtake the reads
             // above (lanes read each other's copies).
             h.sync_warp();

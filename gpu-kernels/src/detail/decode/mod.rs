@@ -482,13 +482,13 @@ pub const ANY_CLASS: u8 = 0;
 /// `out` and `status` have the lengths the parameters imply; `book` holds
 /// the dataset's decode book (in shared memory in batch mode); the warp's
 /// workspace at `at.workspace` holds [`crate::params::workspace_bytes`]
-/// bytes of shared memory. `PAIRS` (batch mode): two tensors at a time,
-/// one a half-warp (`batch`'s `finish_batch`). `CL`: the dataset is clustered, `book` holds
+/// bytes of shared memory. `GROUPS` (batch mode): tensors a warp, 1, 2
+/// (one a half-warp) or 4 (one a quarter; `batch`'s `finish_batch`). `CL`: the dataset is clustered, `book` holds
 /// every cluster's book back to back and `p.clusters` their ids
 /// (`DecodeParams::clusters`). `UNI`: [`ANY_CLASS`], or the kind of every
 /// step of an unclustered book.
 #[inline(always)]
-pub unsafe fn run<H: Machine, B: Book, const CL: bool, const PAIRS: bool, const UNI: u8>(
+pub unsafe fn run<H: Machine, B: Book, const CL: bool, const GROUPS: u32, const UNI: u8>(
     h: &H,
     book: &B,
     p: DecodeParams,
@@ -523,7 +523,7 @@ pub unsafe fn run<H: Machine, B: Book, const CL: bool, const PAIRS: bool, const 
         },
     };
     if batch {
-        ctx.run_batches::<PAIRS, UNI>(at.warp, at.warps);
+        ctx.run_batches::<GROUPS, UNI>(at.warp, at.warps);
     } else {
         ctx.run_streaming::<UNI>(at.warp, at.warps);
     }
