@@ -13,8 +13,8 @@ use ibp_kernels::params::{
 
 use super::request::{Mode, Request, Select};
 use super::rules::{
-    BATCH_MAX_LINES, LANE_MAX_ROW, batch_blocks_per_sm, fewest_warps_for, lanes_pay, pairs_pay,
-    quads_pay, stream_book,
+    BATCH_MAX_LINES, LANE_MAX_ROW, batch_blocks_per_sm, fewest_warps_for, lanes_pay, launch_groups,
+    pairs_pay, quads_pay, stream_book,
 };
 use super::{DecodeOptions, DecodeStatus, GatherIndex};
 use crate::error::{Error, Result};
@@ -62,6 +62,10 @@ pub struct Decoder<'ds> {
     /// Tensors a warp in batch mode: 1, 2 (`ibp_decode_pairs*`) or 4
     /// (`ibp_decode_quads*`, the uniform and periodic steps only).
     pub(crate) groups: u32,
+    /// Tensors a warp for a launch of fewer than four tensors a warp of
+    /// its grid, where `groups` is four by the rule (`enqueue`): the pairs
+    /// or one.
+    pub(crate) groups_few: u32,
     /// The step the batch and streaming kernels run: uniform or periodic
     /// where every step of the book is and the caller lets those kernels
     /// decode it (unclustered launches only; the periodic kernels in batch
@@ -281,12 +285,12 @@ impl<'ds> Decoder<'ds> {
                     && !opts.no_fast_paths
                     && quads_pay(l, half_lines, span_max),
             );
-        let groups = if quads {
-            4
-        } else if pairs {
-            2
+        let groups_few = if pairs { 2 } else { 1 };
+        let groups = if quads { 4 } else { groups_few };
+        let groups_few = if opts.quads == Some(true) {
+            groups
         } else {
-            1
+            groups_few
         };
         let step = if periodic {
             Step::Periodic
@@ -339,6 +343,7 @@ impl<'ds> Decoder<'ds> {
             pbuf_words,
             batch,
             groups,
+            groups_few,
             step,
             lanes,
             lanes_forced: opts.lanes,
@@ -562,9 +567,11 @@ impl<'ds> Decoder<'ds> {
             None => {
                 let (block, grid, shared) = self.shape_for(count);
                 let warps = (block / 32) as u64;
+                let groups =
+                    launch_groups(count, warps * grid as u64, self.groups, self.groups_few);
                 let grid = (grid as u64).min(count.div_ceil(warps)).max(1) as u32;
                 (
-                    kernels::decode(self.batch, rows.clusters.is_some(), self.groups, self.step),
+                    kernels::decode(self.batch, rows.clusters.is_some(), groups, self.step),
                     grid,
                     block,
                     shared,
