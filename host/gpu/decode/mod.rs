@@ -62,10 +62,12 @@ pub struct DecodeOptions {
     /// In batch mode, decode four tensors at a time, one a quarter-warp
     /// (kernels `ibp_decode_quads_uniform` and `ibp_decode_quads_periodic`),
     /// for a book the uniform or periodic kernels decode. `None`: where it
-    /// pays, by a rule on the tensor length (the last half-warp step of a
-    /// row at most half full: `L mod 256` of 1 to 128 bytes, as 384 or
-    /// 600), unless the fast paths or the pairs (`Some(false)`) are off.
-    /// Other books ignore it. Output is identical either way.
+    /// pays, by a rule on the tensor length (rows of up to 768 bytes, and
+    /// longer ones whose last half-warp step would be at most half full:
+    /// `L mod 256` of 1 to 128 bytes, as 1,100) and on each launch (at
+    /// least four tensors a warp of its grid), unless the fast paths or
+    /// the pairs (`Some(false)`) are off. Other books ignore it. Output is
+    /// identical either way.
     pub quads: Option<bool>,
     /// Decode a lane a tensor (kernel `ibp_decode_lanes`: 32 tensors a
     /// warp in lockstep) rather than a warp a tensor. `None`: where it

@@ -253,12 +253,23 @@ pub(crate) fn pairs_pay(l: u64, half_lines: u64, span_max: u64, flat: bool) -> b
 /// against `2·⌈L/256⌉` half-steps in pairs: fewer where a row's last
 /// half-step would be at most half full, `L mod 256` in `(0, 128]` (384
 /// bytes: three against four; 600: five against six), and the work around
-/// the steps is shared by four. Rows of at most 128 bytes go to the lane
-/// decoder (`lanes_pay`) where it runs; the quads take the rest of them
-/// too. The half must hold four tensors: one with fewer partners is
-/// decoded by several groups at once.
+/// the steps is shared by four. Measured on the H200 (2026-11-29, call B
+/// of the decoder's notebook): 1.11–1.41× the pairs on such sweep cells of
+/// 300–1,100 bytes, MiniLM's fp8 tables 1.29–1.30×.
+///
+/// At a tie (`L mod 256` of 0 or over 128) only that shared work is left,
+/// and it pays on short rows alone: rows of at most 768 bytes take four a
+/// warp too. Measured with `--quads on` (call C): sweep cells of 512 and
+/// 768 bytes 0.99–1.07× the rule, MiniLM's bf16 and f16 tables (768
+/// bytes) 1.06–1.08×; cells of 1,024 and 1,536 bytes 0.90–1.08×, most
+/// below 1, so longer rows at a tie keep the pairs or a tensor a warp.
+///
+/// Rows of at most 128 bytes go to the lane decoder (`lanes_pay`) where it
+/// runs; the quads take the rest of them. The half must hold four
+/// tensors: one with fewer partners is decoded by several groups at once.
 pub(crate) fn quads_pay(l: u64, half_lines: u64, span_max: u64) -> bool {
-    l > 0 && l.div_ceil(128) < 2 * l.div_ceil(256) && half_lines >= 4 * span_max
+    let saves = l.div_ceil(128) < 2 * l.div_ceil(256);
+    l > 0 && (saves || l <= 768) && half_lines >= 4 * span_max
 }
 
 /// Tensors a warp for a launch of `count` tensors on a grid of `warps`
@@ -373,13 +384,17 @@ mod tests {
     }
 
     #[test]
-    fn quads_pay_where_a_rows_last_half_step_is_at_most_half_full() {
+    fn quads_pay_where_a_rows_last_half_step_is_at_most_half_full_or_rows_are_short() {
         use super::quads_pay;
         // Halves of 32 lines, tensors of at most 7 (four fit) or 9 (three).
         for l in [1, 64, 128, 257, 300, 384, 600, 640, 1100, 5732] {
             assert!(quads_pay(l, 32, 7), "{l}");
         }
-        for l in [0, 129, 200, 256, 385, 448, 512, 768, 1024, 1536] {
+        // At a tie: rows of up to 768 bytes only.
+        for l in [129, 200, 256, 385, 448, 512, 513, 768] {
+            assert!(quads_pay(l, 32, 7), "{l}");
+        }
+        for l in [0, 1000, 1024, 1280, 1536, 4096] {
             assert!(!quads_pay(l, 32, 7), "{l}");
         }
         assert!(!quads_pay(384, 32, 9));
