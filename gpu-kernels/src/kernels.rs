@@ -618,6 +618,9 @@ mod probe {
         0,
         16
     );
+    probe!(ibp_probe_c8_two_quarter, 8, CLASS_TWO_RUNS, 1, 8);
+    probe!(ibp_probe_c4_two_quarter, 4, CLASS_TWO_RUNS, 1, 8);
+    probe!(ibp_probe_c4_twoscan_quarter, 4, CLASS_TWO_RUNS, 0, 8);
     probe!(ibp_probe_c4_per_quarter, 4, CLASS_PERIODIC, 0, 8);
     probe!(ibp_probe_c2_per_quarter, 2, CLASS_PERIODIC, 0, 8);
     probe!(ibp_probe_c4_uni_quarter, 4, CLASS_UNIFORM, 0, 8);
