@@ -286,8 +286,12 @@ fn decode_fast_paths_on_and_off_give_the_same_bytes() {
     let on = DecodeOptions::default();
     let off = DecodeOptions::default().with_fast_paths(false);
     // Four tensors a warp wherever the uniform and periodic kernels take
-    // the book (the rule takes them for 100, 384 and 600 bytes alone).
+    // the book, at any launch size (the rule's launches of these few rows
+    // keep the pairs).
     let quads = DecodeOptions::default().with_quads(true);
+    // The same on one SM in blocks of one warp: many tensors a warp, so
+    // sets of four different tensors, and short sets at a window's end.
+    let quads_few_warps = quads.clone().with_max_sms(1).with_warps_per_block(1);
     for chunk in ChunkSize::ALL {
         for &l in &[4usize, 100, 384, 600, 1024, 1531, 5732] {
             for kind in 0..5 {
@@ -297,7 +301,12 @@ fn decode_fast_paths_on_and_off_give_the_same_bytes() {
                 let opts =
                     ibp::fit::FitOptions::default().with_chunk(ibp::fit::ChunkChoice::Fixed(chunk));
                 let cb = ibp::fit::fit(rows, &opts).unwrap().codebook;
-                for (fast, o) in [("on", &on), ("off", &off), ("on, quads", &quads)] {
+                for (fast, o) in [
+                    ("on", &on),
+                    ("off", &off),
+                    ("on, quads", &quads),
+                    ("on, quads, one SM", &quads_few_warps),
+                ] {
                     let what = format!("fast paths {fast} C={} L={l} kind {kind}", chunk.bytes());
                     check_with(&gpu, &mut rng, &data, l, &cb, &what, o);
                 }

@@ -562,11 +562,12 @@ pub unsafe fn decode_row_as<
     unsafe { decode_in::<C, 32, CLASS, PREFIX, TAIL, W, S, B, M, K>(w, s, b, m, g, e_bytes, sink) }
 }
 
-/// [`decode_row`] by groups of `G` lanes (`G` = 16 or 32): each group of
-/// `G` consecutive lanes decodes its own tensor, in lockstep with the other
-/// groups, `16·G` output bytes a group step. Lane `l` of a group in group
-/// step `s` decodes chunks `(s·G + l)·16/C` on, so a group step is half (or
-/// all) of a book step, and the book needs no other layout.
+/// [`decode_row`] by groups of `G` lanes (`G` = 8, 16 or 32): each group
+/// of `G` consecutive lanes decodes its own tensor, in lockstep with the
+/// other groups, `16·G` output bytes a group step. Lane `l` of a group in
+/// group step `s` decodes chunks `(s·G + l)·16/C` on, so a group step is a
+/// quarter, a half or all of a book step, and the book needs no other
+/// layout.
 ///
 /// The tensor arguments (`s`, `e_bytes`, `sink`, and for a clustered
 /// dataset the book `b` and `g.entries`) are uniform within a group, not
@@ -613,7 +614,7 @@ pub unsafe fn decode_in<
     let cpl = chunks_per_lane(C);
     let k_total = g.chunks;
     let lay = g.layout;
-    // Groups per book step (1 or 2), the lane within its group, and the
+    // Groups per book step (1, 2 or 4), the lane within its group, and the
     // group's first lane.
     let per = 32 / G;
     let lane = w.lane() & (G - 1);

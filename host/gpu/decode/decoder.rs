@@ -14,7 +14,7 @@ use ibp_kernels::params::{
 use super::request::{Mode, Request, Select};
 use super::rules::{
     BATCH_MAX_LINES, LANE_MAX_ROW, batch_blocks_per_sm, fewest_warps_for, lanes_pay, launch_groups,
-    pairs_pay, quads_pay, stream_book,
+    stream_book, tensors_a_warp,
 };
 use super::{DecodeOptions, DecodeStatus, GatherIndex};
 use crate::error::{Error, Result};
@@ -63,13 +63,14 @@ pub struct Decoder<'ds> {
     /// (`ibp_decode_quads*`, the uniform and periodic steps only).
     pub(crate) groups: u32,
     /// Tensors a warp for a launch of fewer than four tensors a warp of
-    /// its grid, where `groups` is four by the rule (`enqueue`): the pairs
-    /// or one.
+    /// its grid (`enqueue`, `launch_groups`): the pairs or one where
+    /// `groups` is four by the rule, `groups` itself where the caller
+    /// forced four.
     pub(crate) groups_few: u32,
     /// The step the batch and streaming kernels run: uniform or periodic
     /// where every step of the book is and the caller lets those kernels
     /// decode it (unclustered launches only; the periodic kernels in batch
-    /// mode, a tensor or two a warp).
+    /// mode, one, two or four tensors a warp).
     pub(crate) step: Step,
     /// The lane decoder's grid (`ibp_decode_lanes`), where it may run:
     /// unclustered rows in device memory, the book in shared memory.
@@ -257,40 +258,24 @@ impl<'ds> Decoder<'ds> {
         }
         let block = (warps * 32) as u32;
         // The periodic kernels: a book whose every step is periodic, in
-        // batch mode (a tensor or two a warp; there is no streaming form),
-        // unless the caller turns the uniform kernels off. They and the
-        // uniform kernels pair by `pairs_pay`'s rule, which also takes
-        // one-step rows at a tie for them (their half-step costs what a
-        // whole one does).
+        // batch mode (one, two or four tensors a warp; there is no
+        // streaming form), unless the caller turns the uniform kernels
+        // off.
         let periodic = book.periodic
             && batch
             && !clustered
             && !opts.no_fast_paths
             && opts.uniform.unwrap_or(true);
-        let flat = periodic || uniform;
-        let half_lines = ring_lines as u64 / 2;
-        let pairs = batch
-            && !clustered
-            && opts
-                .pairs
-                .unwrap_or(!opts.no_fast_paths && pairs_pay(l, half_lines, span_max, flat));
-        // Four tensors a warp: the uniform and periodic kernels only (their
-        // quarter-step costs what a whole one does), by `quads_pay`'s rule
-        // unless the caller says otherwise.
-        let quads = batch
-            && !clustered
-            && flat
-            && opts.quads.unwrap_or(
-                opts.pairs != Some(false)
-                    && !opts.no_fast_paths
-                    && quads_pay(l, half_lines, span_max),
-            );
-        let groups_few = if pairs { 2 } else { 1 };
-        let groups = if quads { 4 } else { groups_few };
-        let groups_few = if opts.quads == Some(true) {
-            groups
+        let (groups, groups_few) = if batch && !clustered {
+            tensors_a_warp(
+                l,
+                ring_lines as u64 / 2,
+                span_max,
+                periodic || uniform,
+                opts,
+            )
         } else {
-            groups_few
+            (1, 1)
         };
         let step = if periodic {
             Step::Periodic

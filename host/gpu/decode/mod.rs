@@ -55,7 +55,10 @@ pub struct DecodeOptions {
     /// In batch mode, decode two tensors at a time, one a half-warp
     /// (kernel `ibp_decode_pairs`), rather than one by the whole warp.
     /// `None`: where it pays, by a rule on the tensor length (rows of up to
-    /// 256 bytes, or of 513 to 768), unless the fast paths are off.
+    /// 256 bytes, or of 513 to 768; for books the uniform or periodic
+    /// kernels decode, of up to 768), unless the fast paths are off or
+    /// four a warp pay more ([`DecodeOptions::quads`]); `Some(true)`: two,
+    /// never four.
     /// Clustered datasets and streaming mode always decode one at a time.
     /// Output is identical either way.
     pub pairs: Option<bool>,
@@ -65,9 +68,11 @@ pub struct DecodeOptions {
     /// pays, by a rule on the tensor length (rows of up to 768 bytes, and
     /// longer ones whose last half-warp step would be at most half full:
     /// `L mod 256` of 1 to 128 bytes, as 1,100) and on each launch (at
-    /// least four tensors a warp of its grid), unless the fast paths or
-    /// the pairs (`Some(false)`) are off. Other books ignore it. Output is
-    /// identical either way.
+    /// least four tensors a warp of its grid), unless the fast paths are
+    /// off or the caller chose the pairs (`DecodeOptions::pairs`);
+    /// `Some(true)`: four at any launch size. Other books ignore it (and
+    /// without fast paths, or with `uniform` off, no book takes those
+    /// kernels). Output is identical either way.
     pub quads: Option<bool>,
     /// Decode a lane a tensor (kernel `ibp_decode_lanes`: 32 tensors a
     /// warp in lockstep) rather than a warp a tensor. `None`: where it
@@ -94,8 +99,8 @@ pub struct DecodeOptions {
     /// The same choice takes the periodic kernel for a book whose every
     /// step is periodic (every byte of a chunk alike in its free bits, an
     /// fp8 table's, or every 16-bit half of a 4-byte chunk, an f16
-    /// table's; batch mode, a tensor or two a warp). Output is identical
-    /// either way.
+    /// table's; batch mode, one, two or four tensors a warp). Output is
+    /// identical either way.
     pub uniform: Option<bool>,
 }
 

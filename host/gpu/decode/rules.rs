@@ -272,6 +272,40 @@ pub(crate) fn quads_pay(l: u64, half_lines: u64, span_max: u64) -> bool {
     l > 0 && (saves || l <= 768) && half_lines >= 4 * span_max
 }
 
+/// Tensors a warp (1, 2 or 4) of an unclustered batch-mode decoder, and
+/// the fewer it falls back to for a launch too small for four a warp
+/// (`launch_groups`): for rows of `l` bytes, halves of `half_lines`
+/// lines, tensors spanning at most `span_max`, a book the uniform or
+/// periodic kernels decode (`flat`), and the caller's options.
+///
+/// The caller's `pairs` and `quads` win over the rules: `with_pairs(true)`
+/// is two a warp (never four), `with_pairs(false)` one unless four are
+/// asked for, `with_quads(true)` four on a `flat` book at any launch size
+/// (other books have no four-tensor kernel). Without fast paths the rules
+/// take neither.
+pub(crate) fn tensors_a_warp(
+    l: u64,
+    half_lines: u64,
+    span_max: u64,
+    flat: bool,
+    opts: &super::DecodeOptions,
+) -> (u32, u32) {
+    let rules = !opts.no_fast_paths;
+    let pairs = opts
+        .pairs
+        .unwrap_or(rules && pairs_pay(l, half_lines, span_max, flat));
+    let quads = flat
+        && opts
+            .quads
+            .unwrap_or(opts.pairs.is_none() && rules && quads_pay(l, half_lines, span_max));
+    let few = if pairs { 2 } else { 1 };
+    match (quads, opts.quads) {
+        (true, Some(true)) => (4, 4),
+        (true, _) => (4, few),
+        (false, _) => (few, few),
+    }
+}
+
 /// Tensors a warp for a launch of `count` tensors on a grid of `warps`
 /// warps: `groups` (the decoder's, four by `quads_pay`), or `few` where
 /// the launch cannot give every warp four tensors.
@@ -368,6 +402,36 @@ mod tests {
         // Too few tensors to give eight warps an SM a tensor a lane.
         assert!(!lanes_pay(32 * 8 * 132 - 1, 64, 132));
         assert!(lanes_pay(32 * 8 * 132, 64, 132));
+    }
+
+    #[test]
+    fn tensors_a_warp_follow_the_rules_unless_the_caller_says() {
+        use super::super::DecodeOptions;
+        use super::tensors_a_warp;
+        let d = DecodeOptions::default();
+        // 384-byte rows, halves of 32 lines, tensors of at most 3.
+        let at = |flat, o: &DecodeOptions| tensors_a_warp(384, 32, 3, flat, o);
+        assert_eq!(at(true, &d), (4, 2));
+        assert_eq!(at(false, &d), (1, 1));
+        // The caller's pairs: two (never four), or one.
+        assert_eq!(at(true, &d.clone().with_pairs(true)), (2, 2));
+        assert_eq!(at(true, &d.clone().with_pairs(false)), (1, 1));
+        // The caller's quads: four at any launch size, on flat books only.
+        assert_eq!(at(true, &d.clone().with_quads(true)), (4, 4));
+        assert_eq!(at(false, &d.clone().with_quads(true)), (1, 1));
+        assert_eq!(at(true, &d.clone().with_quads(false)), (2, 2));
+        assert_eq!(
+            at(true, &d.clone().with_pairs(false).with_quads(true)),
+            (4, 4)
+        );
+        // No fast paths: neither rule.
+        assert_eq!(at(true, &d.clone().with_fast_paths(false)), (1, 1));
+        // 1,536-byte rows: a tensor a warp by both rules.
+        assert_eq!(tensors_a_warp(1536, 32, 3, true, &d), (1, 1));
+        // 600-byte rows: four, or the pairs for small launches.
+        assert_eq!(tensors_a_warp(600, 32, 5, true, &d), (4, 2));
+        // A half that holds fewer than four tensors: the pairs.
+        assert_eq!(tensors_a_warp(600, 32, 9, true, &d), (2, 2));
     }
 
     #[test]

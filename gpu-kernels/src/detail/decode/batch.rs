@@ -335,8 +335,9 @@ impl<H: Machine, B: Book, const CL: bool> Ctx<'_, H, B, CL> {
     ///
     /// `GROUPS` (tensors a warp: 1, 2 or 4): a multiple of `GROUPS`
     /// tensors when at least that many fit (the rest wait for the next
-    /// batch), so that none is decoded by two groups of the warp but a
-    /// window's last few.
+    /// batch), so that groups share a tensor only in a window's last
+    /// batch, a half that holds fewer than `GROUPS`, or a set with raw or
+    /// failed tensors (`finish_batch`).
     #[inline(always)]
     fn form_batch<const GROUPS: u32>(&self, w: &mut Window, half_lines: u32) -> (Item, u32) {
         let h = self.h;
@@ -442,9 +443,9 @@ impl<H: Machine, B: Book, const CL: bool> Ctx<'_, H, B, CL> {
     /// `ibp_decode_quads*`, four): `GROUPS` tensors at a time, each decoded
     /// by a group of `32 / GROUPS` lanes; where fewer of them are encoded
     /// (a raw tensor, a failed one, a batch's last few), the groups share
-    /// out the encoded ones, two groups decoding one tensor alike (the
-    /// same bytes to the same row). `GROUPS` = 1: one tensor at a time by
-    /// the whole warp.
+    /// out the encoded ones, two or more groups decoding one tensor alike
+    /// (the same bytes to the same row). `GROUPS` = 1: one tensor at a
+    /// time by the whole warp.
     ///
     /// Q: why groups?
     /// A: a group's step covers `512 / GROUPS` output bytes, so a row
@@ -461,6 +462,7 @@ impl<H: Machine, B: Book, const CL: bool> Ctx<'_, H, B, CL> {
     /// bytes), while each alone fits.
     #[inline(always)]
     fn finish_batch<const GROUPS: u32, const UNI: u8>(&self, half: u32, batch: &Item, count: u32) {
+        const { assert!(GROUPS == 1 || GROUPS == 2 || GROUPS == 4) };
         let h = self.h;
         if GROUPS == 1 || self.ideal_mode() {
             for b in 0..count {
@@ -482,7 +484,7 @@ impl<H: Machine, B: Book, const CL: bool> Ctx<'_, H, B, CL> {
             let mine = if enc == u32::MAX {
                 it
             } else {
-                // Bit j: tensor b + j is encoded (lane j·32/GROUPS's vote).
+                // Bit j: tensor b + j is encoded (its item, broadcast).
                 let mut m = 0u32;
                 for j in 0..n {
                     let x = batch.shfl(h, b + j);
